@@ -1,0 +1,170 @@
+"""Checkpoints that survive crashes: one folder per step, written under a temporary name and
+renamed into place (atomic on POSIX), with a manifest of SHA-256 checksums checked on load.
+
+    <run>/checkpoints/step_000600/
+        model.safetensors   weights (loadable anywhere, no pickle)
+        config.json         the full Config
+        trainer.pt          optimiser, scheduler, every RNG stream, data position, step
+        manifest.json       file -> sha256, written last
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import warnings
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from .config import Config, ConfigError
+
+MANIFEST = "manifest.json"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that is missing, partial or corrupt."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, cfg: Config,
+                    trainer_state: dict | None = None, keep_last: int = 3) -> Path:
+    ckpt_root = Path(run_dir) / "checkpoints"
+    ckpt_root.mkdir(parents=True, exist_ok=True)
+    final = ckpt_root / f"step_{step:07d}"
+    tmp = ckpt_root / f".tmp_step_{step:07d}_{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    save_file(state, tmp / "model.safetensors", metadata={"format": "pt", "step": str(step)})
+    (tmp / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    if trainer_state is not None:
+        torch.save(trainer_state, tmp / "trainer.pt")
+    files = sorted(p.name for p in tmp.iterdir())
+    manifest = {"step": step, "files": {name: _sha256(tmp / name) for name in files}}
+    for name in files:
+        with open(tmp / name, "rb+") as f:
+            os.fsync(f.fileno())
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    _fsync_dir(tmp)
+    if final.exists():  # re-saving the same step: move the old one out of the way first
+        old = ckpt_root / f".old_step_{step:07d}_{os.getpid()}"
+        os.rename(final, old)
+        os.rename(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, final)
+    _fsync_dir(ckpt_root)
+    _prune(ckpt_root, keep_last)
+    return final
+
+
+def _prune(ckpt_root: Path, keep_last: int) -> None:
+    if keep_last <= 0:
+        return
+    steps = list_checkpoints(ckpt_root.parent)
+    for path in steps[:-keep_last]:
+        shutil.rmtree(path, ignore_errors=True)
+    for stale in ckpt_root.glob(".tmp_step_*"):  # left behind by a killed writer
+        if not stale.name.endswith(f"_{os.getpid()}"):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_"))
+
+
+def verify_checkpoint(path: Path) -> None:
+    """Raise CheckpointError unless every file matches the manifest."""
+    manifest_path = path / MANIFEST
+    if not manifest_path.is_file():
+        raise CheckpointError(f"checkpoint {path} has no manifest (partial write?)")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except json.JSONDecodeError:
+        raise CheckpointError(f"checkpoint {path}: manifest is not valid JSON") from None
+    for name, digest in manifest.get("files", {}).items():
+        f = path / name
+        if not f.is_file():
+            raise CheckpointError(f"checkpoint {path}: {name} is missing")
+        if _sha256(f) != digest:
+            raise CheckpointError(f"checkpoint {path}: {name} is corrupt (checksum mismatch)")
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint folder, or a run folder (its newest valid checkpoint, falling back to older
+    ones with a warning when the newest is corrupt)."""
+    path = Path(path).expanduser()
+    if (path / MANIFEST).exists() or (path / "model.safetensors").exists():
+        verify_checkpoint(path)
+        return path
+    candidates = list_checkpoints(path)
+    if not candidates:
+        if not path.exists():
+            raise CheckpointError(f"checkpoint path not found: {path}")
+        raise CheckpointError(f"no checkpoints under {path}")
+    errors = []
+    for cand in reversed(candidates):
+        try:
+            verify_checkpoint(cand)
+        except CheckpointError as e:
+            errors.append(str(e))
+            continue
+        if errors:
+            warnings.warn(f"skipping {len(errors)} unusable checkpoint(s): {'; '.join(errors)}; using {cand.name}",
+                          stacklevel=2)
+        return cand
+    raise CheckpointError("no valid checkpoint: " + "; ".join(errors))
+
+
+def load_config_from(path: Path) -> Config:
+    try:
+        return Config.from_dict(json.loads((path / "config.json").read_text())).validate()
+    except (json.JSONDecodeError, ConfigError) as e:
+        raise CheckpointError(f"checkpoint {path}: bad config.json ({e})") from None
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", with_trainer_state: bool = False):
+    """-> (model, cfg, trainer_state or None, checkpoint folder)."""
+    from .model import HourglassLM
+
+    ckpt = resolve_checkpoint(path)
+    cfg = load_config_from(ckpt)
+    model = HourglassLM(cfg.model)
+    try:
+        state = load_file(ckpt / "model.safetensors", device=str(device))
+    except Exception as e:  # safetensors raises its own error types for truncated files
+        raise CheckpointError(f"checkpoint {ckpt}: cannot read model.safetensors ({e})") from None
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise CheckpointError(f"checkpoint {ckpt} does not match its config: missing {missing}, unexpected {unexpected}")
+    model.to(device)
+    trainer_state = None
+    if with_trainer_state and (ckpt / "trainer.pt").is_file():
+        trainer_state = torch.load(ckpt / "trainer.pt", map_location="cpu", weights_only=False)
+    return model, cfg, trainer_state, ckpt

@@ -1,0 +1,270 @@
+"""Typed configuration: dataclasses, named presets, file loading and `key=value` overrides.
+
+Every user-facing knob lives here. Unknown keys are rejected with a suggestion, so a typo in a
+config file or on the command line never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Vocabulary: the 256 byte values, then specials. Padded to a multiple of 8 for matmul tiles.
+BOS, EOS, PAD = 256, 257, 258
+VOCAB_SIZE = 264
+
+
+class ConfigError(ValueError):
+    """A user mistake in a configuration (unknown key, bad value)."""
+
+
+@dataclass
+class ModelConfig:
+    d_byte: int = 128  # width of the byte-level encoder/decoder
+    d_chunk: int = 256  # width of the chunk-level main network
+    n_heads_byte: int = 4
+    n_heads_chunk: int = 4
+    encoder_layers: int = 2
+    main_layers: int = 4
+    decoder_layers: int = 2
+    window: int = 128  # sliding-window size of byte-level attention
+    mlp_ratio: float = 4.0
+    max_seq_len: int = 8192  # longest sequence the model accepts
+    rope_base: float = 10000.0
+    dropout: float = 0.0
+    # boundary rule: "rl" (learned policy), "fixed" (every `fixed_stride` bytes)
+    chunker: str = "rl"
+    policy_window: int = 1  # w: how many of its own previous decisions the policy sees
+    policy_detach: bool = False  # True: policy/rate losses do not flow into the encoder
+    target_rate: float = 0.2  # used to initialise the policy bias (and by the rate loss)
+    fixed_stride: int = 5
+    force_last_boundary: bool = True  # training: the last byte of a window closes a chunk
+
+    def validate(self) -> None:
+        if self.d_byte % self.n_heads_byte or self.d_chunk % self.n_heads_chunk:
+            raise ConfigError("d_byte/d_chunk must be divisible by their number of heads")
+        if (self.d_byte // self.n_heads_byte) % 2 or (self.d_chunk // self.n_heads_chunk) % 2:
+            raise ConfigError("head dimension must be even (RoPE rotates pairs)")
+        if self.chunker not in ("rl", "fixed"):
+            raise ConfigError(f"model.chunker must be 'rl' or 'fixed', got {self.chunker!r}")
+        if not 0 < self.target_rate <= 1:
+            raise ConfigError("model.target_rate must be in (0, 1]")
+        if not 1 <= self.policy_window <= 12:
+            raise ConfigError("model.policy_window must be between 1 and 12")
+        if self.window < 1 or self.fixed_stride < 1:
+            raise ConfigError("model.window and model.fixed_stride must be >= 1")
+
+
+@dataclass
+class ObjectiveConfig:
+    alpha: float = 0.1  # weight of the early-exit CE: L = (1-a) CE_final + a CE_early + ...
+    pg_weight: float = 0.01  # lambda_PG
+    rate_weight: float = 0.01  # lambda_rate
+    gamma: float = 0.99  # time discount of the boundary return
+    baseline: str = "batch"  # "batch" (per-position batch mean) | "none"
+    reward: str = "early_exit"  # "early_exit": CE_early - CE_final | "final": -CE_final
+    normalize_advantages: bool = False
+
+    def validate(self) -> None:
+        if self.baseline not in ("batch", "none"):
+            raise ConfigError(f"objective.baseline must be 'batch' or 'none', got {self.baseline!r}")
+        if self.reward not in ("early_exit", "final"):
+            raise ConfigError(f"objective.reward must be 'early_exit' or 'final', got {self.reward!r}")
+        if not 0 <= self.gamma <= 1:
+            raise ConfigError("objective.gamma must be in [0, 1]")
+        if not 0 <= self.alpha <= 1:
+            raise ConfigError("objective.alpha must be in [0, 1]")
+
+
+@dataclass
+class DataConfig:
+    # "stdlib" (this Python's standard library source), a file, a folder, a glob, or "hf:name[:config]"
+    train: str = "stdlib"
+    # explicit validation data; empty: a folder with train*/val* files uses them, otherwise
+    # the last `val_fraction` of every document is held out
+    val: str = ""
+    val_fraction: float = 0.02
+    max_bytes: int = 0  # cap on bytes read (0 = no cap); useful for hub datasets
+    hf_text_field: str = "text"
+
+    def validate(self) -> None:
+        if not 0 < self.val_fraction < 0.5:
+            raise ConfigError("data.val_fraction must be in (0, 0.5)")
+
+
+@dataclass
+class TrainConfig:
+    seq_len: int = 512
+    batch_size: int = 8
+    grad_accum: int = 1
+    max_steps: int = 600
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 50
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = 1.0
+    eval_every: int = 100
+    eval_batches: int = 8
+    log_every: int = 10
+    checkpoint_every: int = 200
+    seed: int = 0
+    device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N" | "mps"
+    dtype: str = "auto"  # "auto" (bf16 on CUDA, fp32 otherwise) | "fp32" | "bf16"
+    compile: bool = False
+    out_dir: str = "runs/default"
+    threads: int = 0  # torch CPU threads (0 = torch's default)
+
+    def validate(self) -> None:
+        for name in ("seq_len", "batch_size", "grad_accum", "max_steps", "eval_batches", "log_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"train.{name} must be >= 1")
+        if self.dtype not in ("auto", "fp32", "bf16"):
+            raise ConfigError(f"train.dtype must be auto, fp32 or bf16, got {self.dtype!r}")
+        if self.lr <= 0:
+            raise ConfigError("train.lr must be > 0")
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def validate(self) -> "Config":
+        self.model.validate()
+        self.objective.validate()
+        self.data.validate()
+        self.train.validate()
+        if self.train.seq_len > self.model.max_seq_len:
+            raise ConfigError("train.seq_len exceeds model.max_seq_len")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Config":
+        cfg = cls()
+        apply_dict(cfg, d)
+        return cfg
+
+
+# Named presets: overrides on top of the defaults. "tiny" is the CPU default.
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": {},
+    "test": {  # seconds on a CPU: unit tests and smoke runs
+        "model": {"d_byte": 32, "d_chunk": 64, "n_heads_byte": 2, "n_heads_chunk": 2,
+                  "encoder_layers": 1, "main_layers": 1, "decoder_layers": 1, "window": 16},
+        "train": {"seq_len": 64, "batch_size": 4, "max_steps": 20, "warmup_steps": 2,
+                  "eval_every": 10, "eval_batches": 2, "checkpoint_every": 10, "log_every": 5},
+    },
+}
+
+
+def _field_types(obj: Any) -> dict[str, Any]:
+    hints = typing.get_type_hints(type(obj))
+    return {f.name: hints[f.name] for f in dataclasses.fields(obj)}
+
+
+def _unknown(key: str, choices: list[str], where: str) -> ConfigError:
+    close = difflib.get_close_matches(key, choices, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(sorted(choices))}"
+    return ConfigError(f"unknown config key {where}{key!r}{hint}")
+
+
+def _coerce(value: Any, typ: Any, key: str) -> Any:
+    """Convert a parsed value (or a command-line string) to the field's declared type."""
+    origin = typing.get_origin(typ)
+    try:
+        if typ is bool:
+            if isinstance(value, str):
+                low = value.lower()
+                if low in ("1", "true", "yes", "on"):
+                    return True
+                if low in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(value)
+            return bool(value)
+        if typ is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(float(value)) if isinstance(value, str) and "e" in value.lower() else int(value)
+        if typ is float:
+            return float(value)
+        if typ is str:
+            return str(value)
+        if origin is tuple:
+            if isinstance(value, str):
+                value = [v for v in value.strip("()[] ").split(",") if v]
+            args = typing.get_args(typ)
+            return tuple(_coerce(v, a, key) for v, a in zip(value, args, strict=True))
+    except (ValueError, TypeError):
+        raise ConfigError(f"config key {key!r} expects {getattr(typ, '__name__', typ)}, got {value!r}") from None
+    return value
+
+
+def apply_dict(obj: Any, d: dict[str, Any], where: str = "") -> None:
+    types = _field_types(obj)
+    for key, value in d.items():
+        if key not in types:
+            raise _unknown(key, list(types), where)
+        current = getattr(obj, key)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"config section {where}{key!r} must be a mapping")
+            apply_dict(current, value, f"{where}{key}.")
+        else:
+            setattr(obj, key, _coerce(value, types[key], where + key))
+
+
+def apply_override(cfg: Config, assignment: str) -> None:
+    """Apply one `section.key=value` override (value parsed as JSON when it looks like JSON)."""
+    if "=" not in assignment:
+        raise ConfigError(f"override {assignment!r} must look like section.key=value")
+    dotted, raw = assignment.split("=", 1)
+    parts = dotted.strip().split(".")
+    obj: Any = cfg
+    for i, part in enumerate(parts):
+        types = _field_types(obj)
+        if part not in types:
+            raise _unknown(part, list(types), ".".join(parts[:i]) + ("." if i else ""))
+        if i == len(parts) - 1:
+            if dataclasses.is_dataclass(getattr(obj, part)):
+                raise ConfigError(f"{dotted!r} is a section; set one of its keys, e.g. {dotted}.<key>=...")
+            setattr(obj, part, _coerce(raw, types[part], dotted))
+        else:
+            obj = getattr(obj, part)
+            if not dataclasses.is_dataclass(obj):
+                raise ConfigError(f"{'.'.join(parts[: i + 1])!r} is not a section")
+
+
+def load_config(preset: str = "tiny", file: str | None = None, overrides: list[str] | None = None) -> Config:
+    """Defaults, then the preset, then a JSON/TOML file, then `key=value` overrides."""
+    if preset not in PRESETS:
+        raise _unknown(preset, list(PRESETS), "preset ")
+    cfg = Config.from_dict(PRESETS[preset])
+    if file:
+        path = Path(file)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {file}")
+        text = path.read_text()
+        if path.suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(text)
+        else:
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"config file {file} is not valid JSON: {e}") from None
+        apply_dict(cfg, data)
+    for ov in overrides or []:
+        apply_override(cfg, ov)
+    return cfg.validate()

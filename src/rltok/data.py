@@ -1,0 +1,256 @@
+"""Bytes from anywhere: the standard library, local files/folders/globs, hub datasets.
+
+Everything is read as raw bytes: any byte string is valid input, no decoding ever happens.
+Splits are deterministic: a folder holding `train*` and `val*` (and `test*`) files uses them
+as given; otherwise the last `val_fraction` of every document is held out (split per document,
+like enwik8, so no document leaks across the split boundary in the middle of a window).
+"""
+
+from __future__ import annotations
+
+import bz2
+import glob as globlib
+import gzip
+import lzma
+import os
+import sys
+import sysconfig
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+class DataError(ValueError):
+    """A user-facing data problem (missing path, empty corpus...)."""
+
+
+def _open_decompressed(path: Path):
+    name = path.name.lower()
+    if name.endswith(".gz"):
+        return gzip.open(path, "rb")
+    if name.endswith(".xz") or name.endswith(".lzma"):
+        return lzma.open(path, "rb")
+    if name.endswith(".bz2"):
+        return bz2.open(path, "rb")
+    if name.endswith(".zst") or name.endswith(".zstd"):
+        import zstandard
+
+        return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)
+    return open(path, "rb")
+
+
+@dataclass
+class ReadReport:
+    files: int = 0
+    bytes: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+
+
+def read_file(path: Path, limit: int = 0) -> bytes:
+    with _open_decompressed(path) as f:
+        return f.read(limit) if limit > 0 else f.read()
+
+
+def stdlib_files() -> list[Path]:
+    """The running Python's standard-library sources, in a fixed order."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = [p for p in root.rglob("*.py") if "site-packages" not in p.parts and "dist-packages" not in p.parts]
+    return sorted(files)
+
+
+def expand_paths(spec: str) -> list[Path]:
+    """A file, a folder (every file below it, hidden ones skipped) or a glob pattern."""
+    if spec == "stdlib":
+        files = stdlib_files()
+        if not files:
+            raise DataError(f"no standard-library sources found under {sysconfig.get_paths()['stdlib']}")
+        return files
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file()
+                       and not any(part.startswith(".") for part in p.relative_to(path).parts))
+        if not files:
+            raise DataError(f"folder {spec} contains no files")
+        return files
+    if any(c in spec for c in "*?["):
+        files = sorted(Path(p) for p in globlib.glob(os.path.expanduser(spec), recursive=True) if Path(p).is_file())
+        if not files:
+            raise DataError(f"glob {spec!r} matches no files")
+        return files
+    raise DataError(f"data path not found: {spec}")
+
+
+def read_documents(spec: str, max_bytes: int = 0, text_field: str = "text") -> tuple[list[bytes], ReadReport]:
+    """Read a source into a list of documents (one per file, or per hub record)."""
+    if spec.startswith("hf:"):
+        return read_hub_dataset(spec[3:], max_bytes, text_field)
+    report = ReadReport()
+    docs: list[bytes] = []
+    for path in expand_paths(spec):
+        remaining = max_bytes - report.bytes if max_bytes else 0
+        try:
+            data = read_file(path, remaining)
+        except (OSError, EOFError, lzma.LZMAError, ValueError) as e:  # unreadable / corrupt archive
+            report.skipped.append((str(path), f"{type(e).__name__}: {e}"))
+            continue
+        report.files += 1
+        if data:
+            docs.append(data)
+            report.bytes += len(data)
+        if max_bytes and report.bytes >= max_bytes:
+            break
+    if report.skipped:
+        warnings.warn(f"skipped {len(report.skipped)} unreadable file(s), first: {report.skipped[0][0]} "
+                      f"({report.skipped[0][1]})", stacklevel=2)
+    if report.bytes == 0:
+        raise DataError(f"data source {spec!r} is empty: {report.files} file(s) read, 0 bytes")
+    return docs, report
+
+
+def read_hub_dataset(spec: str, max_bytes: int, text_field: str) -> tuple[list[bytes], ReadReport]:
+    """`name[:config][@split]` through the `datasets` library, streamed (needs network)."""
+    try:
+        import datasets
+    except ImportError:
+        raise DataError("hub datasets need the optional extra: pip install 'rltok[hub]'") from None
+    split = "train"
+    if "@" in spec:
+        spec, split = spec.rsplit("@", 1)
+    name, _, config = spec.partition(":")
+    ds = datasets.load_dataset(name, config or None, split=split, streaming=True)
+    report = ReadReport()
+    docs = []
+    for record in ds:
+        if text_field not in record:
+            raise DataError(f"dataset {name} has no field {text_field!r}; fields: {sorted(record)}")
+        data = str(record[text_field]).encode("utf-8")
+        docs.append(data)
+        report.files += 1
+        report.bytes += len(data)
+        if max_bytes and report.bytes >= max_bytes:
+            break
+    if report.bytes == 0:
+        raise DataError(f"hub dataset {spec!r} yielded no text")
+    return docs, report
+
+
+def to_tensor(chunks: list[bytes]) -> torch.Tensor:
+    return torch.from_numpy(np.frombuffer(b"".join(chunks), dtype=np.uint8).copy())
+
+
+@dataclass
+class Corpus:
+    train: torch.Tensor  # uint8
+    val: torch.Tensor  # uint8
+    source: str
+
+    def describe(self) -> str:
+        return f"{self.source}: {len(self.train):,} train bytes, {len(self.val):,} val bytes"
+
+
+def _split_files(folder: Path, name: str) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.name.split(".")[0] == name)
+
+
+def named_split(spec: str, split: str) -> str | None:
+    """If `spec` is a folder holding `<split>.*` files, return a glob for them."""
+    path = Path(spec).expanduser()
+    if path.is_dir() and _split_files(path, split):
+        return str(path / f"{split}.*")
+    return None
+
+
+def load_corpus(train: str = "stdlib", val: str = "", val_fraction: float = 0.02, max_bytes: int = 0,
+                text_field: str = "text") -> Corpus:
+    train_spec = named_split(train, "train")
+    if train_spec and not val:
+        val = named_split(train, "val") or ""
+    if val:
+        tr_docs, _ = read_documents(train_spec or train, max_bytes, text_field)
+        va_docs, _ = read_documents(val, 0, text_field)
+        return Corpus(to_tensor(tr_docs), to_tensor(va_docs), train)
+    docs, _ = read_documents(train, max_bytes, text_field)
+    tr, va = [], []
+    for d in docs:
+        cut = len(d) - int(len(d) * val_fraction)
+        tr.append(d[:cut])
+        va.append(d[cut:])
+    corpus = Corpus(to_tensor(tr), to_tensor(va), train)
+    if len(corpus.val) < 2:
+        # tiny corpora: hold out the tail of the whole stream instead
+        joined = b"".join(docs)
+        cut = max(1, len(joined) - max(2, int(len(joined) * val_fraction)))
+        corpus = Corpus(to_tensor([joined[:cut]]), to_tensor([joined[cut:]]), train)
+    if len(corpus.train) < 2:
+        raise DataError(f"data source {train!r} is too small to train on ({len(corpus.train)} bytes)")
+    return corpus
+
+
+def load_eval_bytes(spec: str, split: str = "val", max_bytes: int = 0, val_fraction: float = 0.02) -> torch.Tensor:
+    """Bytes to evaluate on: the named split of a split folder, else the held-out tail of every
+    document (split="val") or the whole source (split="all")."""
+    named = named_split(spec, split)
+    if named:
+        docs, _ = read_documents(named, max_bytes)
+        return to_tensor(docs)
+    if split == "all":
+        docs, _ = read_documents(spec, max_bytes)
+        return to_tensor(docs)
+    return load_corpus(spec, val_fraction=val_fraction, max_bytes=max_bytes).val
+
+
+class WindowSampler:
+    """Random (x, y) windows of seq_len+1 bytes; its RNG state is the data position."""
+
+    def __init__(self, data: torch.Tensor, batch_size: int, seq_len: int, seed: int = 0):
+        if len(data) < 2:
+            raise DataError("need at least 2 bytes of training data")
+        self.data = data
+        self.batch_size = batch_size
+        self.seq_len = min(seq_len, len(data) - 1)
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        hi = len(self.data) - self.seq_len
+        starts = torch.randint(0, hi, (self.batch_size,), generator=self.gen)
+        win = self.data[starts.unsqueeze(1) + torch.arange(self.seq_len + 1)].long()
+        return win[:, :-1], win[:, 1:]
+
+    def state_dict(self) -> dict:
+        return {"gen": self.gen.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.gen.set_state(state["gen"])
+
+
+def eval_windows(data: torch.Tensor, seq_len: int, max_windows: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Non-overlapping (x, y) windows tiling `data` in order, the same on every call; with
+    `max_windows`, an evenly spaced subset of them. Returns (N, T) long tensors."""
+    if len(data) < 2:
+        raise DataError("evaluation data needs at least 2 bytes")
+    seq_len = min(seq_len, len(data) - 1)
+    n_all = (len(data) - 1) // seq_len
+    idx = np.arange(n_all)
+    if max_windows and n_all > max_windows:
+        idx = np.linspace(0, n_all - 1, max_windows).round().astype(np.int64)
+    starts = torch.from_numpy(idx * seq_len)
+    offsets = starts.unsqueeze(1) + torch.arange(seq_len + 1)
+    win = data[offsets].long()
+    return win[:, :-1], win[:, 1:]
+
+
+def read_user_text(text: str | None, file: str | None) -> bytes:
+    """Bytes for `segment`/`generate`: a literal string (UTF-8) or a file ('-' = stdin)."""
+    if file is not None:
+        if file == "-":
+            return sys.stdin.buffer.read()
+        path = Path(file).expanduser()
+        if not path.is_file():
+            raise DataError(f"file not found: {file}")
+        return read_file(path)
+    return (text or "").encode("utf-8", errors="surrogateescape")

@@ -1,0 +1,89 @@
+"""Held-out measurements: bpb, boundary rate, bytes per chunk, whitespace alignment.
+
+bpb = total nats over predicted bytes / (bytes * ln 2). A model's bpb should always be read with
+its achieved rate and a boundary-quality measure (whitespace alignment, chunk lengths).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .objective import token_nll
+
+WHITESPACE = torch.tensor([ord(c) for c in " \t\n\r\x0b\x0c"])
+
+
+def is_whitespace(x: torch.Tensor) -> torch.Tensor:
+    return torch.isin(x, WHITESPACE.to(x.device))
+
+
+def whitespace_alignment(x: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
+    """Share of whitespace bytes that carry a boundary.
+
+    space_end: the whitespace byte closes a chunk ("word |"); space_start: the chunk before it
+    closed, so the whitespace opens a chunk ("word| next"); space_align: either.
+    """
+    ws = is_whitespace(x)
+    prev = torch.zeros_like(b)
+    prev[:, 1:] = b[:, :-1]
+    n = ws.sum().clamp(min=1).item()
+    return {
+        "space_end": (b & ws).sum().item() / n,
+        "space_start": (prev & ws).sum().item() / n,
+        "space_align": ((b | prev) & ws).sum().item() / n,
+    }
+
+
+def chunk_lengths(b: torch.Tensor) -> torch.Tensor:
+    """Lengths of all complete chunks (bytes between consecutive boundaries) in a (B, T) mask."""
+    lengths = []
+    for row in b:
+        ends = torch.nonzero(row).flatten()
+        if len(ends):
+            lengths.append(torch.diff(ends, prepend=torch.tensor([-1], device=row.device)))
+    return torch.cat(lengths) if lengths else torch.zeros(0, dtype=torch.long)
+
+
+@torch.no_grad()
+def evaluate(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, mode: str = "sample",
+             seed: int = 1234, device: str | torch.device = "cpu", autocast_dtype=None) -> dict[str, float]:
+    """Evaluate on fixed windows (N, T). Boundary sampling uses its own seeded generator, so
+    the numbers are reproducible and the training RNG is untouched."""
+    was_training = model.training
+    model.eval()
+    device = torch.device(device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    nats = 0.0
+    n_bytes = 0
+    n_bound = 0
+    n_pos = 0
+    ws = {"space_end": 0.0, "space_start": 0.0, "space_align": 0.0}
+    n_ws = 0
+    hist = torch.zeros(65, dtype=torch.long)
+    for i in range(0, len(x), batch_size):
+        xb, yb = x[i : i + batch_size].to(device), y[i : i + batch_size].to(device)
+        with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            out = model(xb, mode=mode, generator=gen)
+        nll = token_nll(out.logits, yb)
+        mask = yb < 256
+        nats += nll[mask].sum().item()
+        n_bytes += int(mask.sum())
+        if out.boundaries is not None:
+            b = out.boundaries.b
+            n_bound += int(b.sum())
+            n_pos += b.numel()
+            w = int(is_whitespace(xb).sum())
+            for k, v in whitespace_alignment(xb, b).items():
+                ws[k] += v * w
+            n_ws += w
+            hist += torch.bincount(chunk_lengths(b).clamp(max=64).cpu(), minlength=65)[:65]
+    model.train(was_training)
+    result: dict[str, float] = {"bpb": nats / max(1, n_bytes) / math.log(2), "bytes": n_bytes}
+    if n_pos:
+        rate = n_bound / n_pos
+        result.update(rate=rate, bytes_per_chunk=1 / rate if rate else float("inf"))
+        result.update({k: v / max(1, n_ws) for k, v in ws.items()})
+        result["chunk_length_hist"] = hist[1:].tolist()  # counts of lengths 1..64 (64 = 64+)
+    return result

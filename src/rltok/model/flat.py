@@ -1,0 +1,32 @@
+"""A flat byte-level transformer: the non-hierarchical reference at matched parameters."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from ..config import VOCAB_SIZE
+from .hourglass import ModelOutput
+from .layers import Stack, init_weights
+
+
+class FlatByteLM(nn.Module):
+    def __init__(self, d_model: int, n_layers: int, n_heads: int, mlp_ratio: float = 4.0,
+                 window: int | None = None, max_seq_len: int = 8192, rope_base: float = 10000.0):
+        super().__init__()
+        self.max_seq_len = max_seq_len
+        self.embed = nn.Embedding(VOCAB_SIZE, d_model)
+        self.body = Stack(n_layers, d_model, n_heads, mlp_ratio, rope_base, window)
+        self.head = nn.Linear(d_model, VOCAB_SIZE, bias=False)
+        init_weights(self.body, n_layers)
+        nn.init.normal_(self.head.weight, 0.0, 0.02)
+        nn.init.normal_(self.embed.weight, 0.0, 1.0)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, idx: torch.Tensor, **_: object) -> ModelOutput:
+        if idx.shape[1] > self.max_seq_len:
+            raise ValueError(f"sequence of {idx.shape[1]} bytes exceeds max_seq_len={self.max_seq_len}")
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        return ModelOutput(logits=self.head(self.body(self.embed(idx), pos)), early_logits=None, boundaries=None)

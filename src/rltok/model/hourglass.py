@@ -1,0 +1,99 @@
+"""The hierarchical byte LM: encoder -> boundaries -> chunk-level main network -> decoder.
+
+    bytes -> embed -> encoder (local attention) -+-> early-exit head (next byte)
+                                                 +-> chunker -> b_t
+    downsample: the encoder vector at each boundary byte is its chunk's vector
+    main network over chunks (full causal attention, RoPE at the chunks' byte positions)
+    upsample: byte t receives the main output of the latest chunk ending at or before t,
+    added to the encoder output (skip) -> decoder (local attention) -> head (next byte)
+
+Causality: the chunk ending at byte s only sees bytes <= s and decisions <= s, and byte t only
+receives chunks that end at or before t, so the prediction for byte t+1 depends on bytes <= t.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from ..config import VOCAB_SIZE, ModelConfig
+from .chunkers import Boundaries, build_chunker, forced_mask
+from .layers import Stack, init_weights
+
+
+@dataclass
+class ModelOutput:
+    logits: torch.Tensor  # (B, T, V) next-byte logits of the full model
+    early_logits: torch.Tensor | None  # (B, T, V) encoder-only early-exit logits
+    boundaries: Boundaries | None
+    n_chunks: torch.Tensor | None = None  # (B,) chunks per sequence
+
+
+def chunk_index(b: torch.Tensor) -> torch.Tensor:
+    """For each byte, the index of the latest chunk that ends at or before it."""
+    return torch.cumsum(b.long(), dim=1) - 1
+
+
+def boundary_positions(b: torch.Tensor, n_max: int) -> torch.Tensor:
+    """(B, n_max) byte positions of the boundaries in order; padding slots hold 0."""
+    bsz, length = b.shape
+    idx = torch.where(b, chunk_index(b), n_max)  # non-boundaries go to a discarded slot
+    pos = torch.zeros(bsz, n_max + 1, dtype=torch.long, device=b.device)
+    pos.scatter_(1, idx, torch.arange(length, device=b.device).expand(bsz, length))
+    return pos[:, :n_max]
+
+
+class HourglassLM(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.embed = nn.Embedding(VOCAB_SIZE, cfg.d_byte)
+        kw = dict(mlp_ratio=cfg.mlp_ratio, rope_base=cfg.rope_base, dropout=cfg.dropout)
+        self.encoder = Stack(cfg.encoder_layers, cfg.d_byte, cfg.n_heads_byte, window=cfg.window, **kw)
+        self.early_head = nn.Linear(cfg.d_byte, VOCAB_SIZE, bias=False)
+        self.chunker = build_chunker(cfg)
+        self.down = nn.Linear(cfg.d_byte, cfg.d_chunk, bias=False)
+        self.main = Stack(cfg.main_layers, cfg.d_chunk, cfg.n_heads_chunk, window=None, **kw)
+        self.up = nn.Linear(cfg.d_chunk, cfg.d_byte, bias=False)
+        self.decoder = Stack(cfg.decoder_layers, cfg.d_byte, cfg.n_heads_byte, window=cfg.window, **kw)
+        self.head = nn.Linear(cfg.d_byte, VOCAB_SIZE, bias=False)
+        n_layers = cfg.encoder_layers + cfg.main_layers + cfg.decoder_layers
+        for stack in (self.encoder, self.main, self.decoder):
+            init_weights(stack, n_layers)
+        for lin in (self.early_head, self.down, self.up, self.head):
+            nn.init.normal_(lin.weight, 0.0, 0.02)
+        nn.init.normal_(self.embed.weight, 0.0, 1.0)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def encode(self, idx: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        return self.encoder(self.embed(idx), pos)
+
+    def forward(self, idx: torch.Tensor, boundaries: torch.Tensor | None = None, mode: str = "sample",
+                generator: torch.Generator | None = None, force_last: bool | None = None) -> ModelOutput:
+        """idx: (B, T) byte ids. `boundaries` (B, T) bool fixes the segmentation; otherwise the
+        chunker draws one (`mode` "sample" or "greedy")."""
+        bsz, length = idx.shape
+        if length > self.cfg.max_seq_len:
+            raise ValueError(f"sequence of {length} bytes exceeds model.max_seq_len={self.cfg.max_seq_len}")
+        force_last = self.cfg.force_last_boundary if force_last is None else force_last
+        pos = torch.arange(length, device=idx.device)
+        h = self.encode(idx)
+        early_logits = self.early_head(h)
+        forced = forced_mask(bsz, length, idx.device, force_last)
+        bd = self.chunker(h, forced, boundaries, mode, generator)
+
+        n_chunks = bd.b.sum(1)
+        n_max = int(n_chunks.max())  # the one host sync per step: the padded chunk count
+        chunk_pos = boundary_positions(bd.b, n_max)
+        z = torch.gather(h, 1, chunk_pos.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
+        # Padding chunks sit after every real chunk, so causal attention keeps them unseen.
+        z = self.up(self.main(self.down(z), chunk_pos))
+        up = torch.gather(z, 1, chunk_index(bd.b).unsqueeze(-1).expand(-1, -1, z.shape[-1]))
+        logits = self.head(self.decoder(h + up, pos))
+        return ModelOutput(logits=logits, early_logits=early_logits, boundaries=bd, n_chunks=n_chunks)

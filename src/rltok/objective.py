@@ -1,0 +1,74 @@
+"""The training objective of the hierarchical LM (DESIGN section 2).
+
+    L = (1 - alpha) CE_final + alpha CE_early + lambda_PG L_PG + lambda_rate L_rate
+
+Reward per byte position (detached): r_t = CE_early(t) - CE_final(t), how much the deep path
+improved the prediction of byte t+1 over the encoder-only head. Baseline, then discounted
+return G_t = sum_{k>=t} gamma^(k-t) A_k, then the score-function loss on the boundary
+decisions. The LM loss never reaches the boundary probabilities (hard selection).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .config import ObjectiveConfig
+from .model.hourglass import ModelOutput
+from .rl import batch_relative, discounted_cumsum, masked_mean, policy_gradient_loss, rate_loss
+
+LN2 = math.log(2.0)
+
+
+def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """(B, T) negative log-likelihood in nats, computed in fp32."""
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape)
+
+
+def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, target_rate: float,
+                 batch_mean=None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Total loss and detached metrics. `batch_mean` (optional) computes the per-position
+    batch mean of a (B, T) tensor; data-parallel training passes a global one."""
+    ce_final = token_nll(out.logits, targets)
+    byte_mask = targets < 256  # bpb counts bytes, not specials
+    metrics: dict[str, torch.Tensor] = {
+        "ce_final": ce_final.mean().detach(),
+        "bpb": (masked_mean(ce_final.detach(), byte_mask) / LN2),
+    }
+    if out.early_logits is None:  # flat model: plain LM loss
+        metrics["loss"] = metrics["ce_final"]
+        return ce_final.mean(), metrics
+
+    ce_early = token_nll(out.early_logits, targets)
+    loss = (1 - cfg.alpha) * ce_final.mean() + cfg.alpha * ce_early.mean()
+    metrics["ce_early"] = ce_early.mean().detach()
+    metrics["bpb_early"] = masked_mean(ce_early.detach(), byte_mask) / LN2
+
+    bd = out.boundaries
+    metrics["rate"] = bd.b.float().mean()
+    if bd.logits is not None:
+        free = bd.free
+        reward = (ce_early - ce_final).detach() if cfg.reward == "early_exit" else -ce_final.detach()
+        if cfg.baseline == "batch":
+            adv = batch_relative(reward, mean=None if batch_mean is None else batch_mean(reward))
+        else:
+            adv = reward
+        returns = discounted_cumsum(adv, cfg.gamma)
+        if cfg.normalize_advantages:
+            mu = masked_mean(returns, free)
+            sd = masked_mean((returns - mu).square(), free).sqrt().clamp(min=1e-6)
+            returns = (returns - mu) / sd
+        l_pg = policy_gradient_loss(bd.logp, returns, free)
+        l_rate = rate_loss(bd.logits, free, target_rate)
+        loss = loss + cfg.pg_weight * l_pg + cfg.rate_weight * l_rate
+        metrics.update(
+            pg_loss=l_pg.detach(), rate_loss=l_rate.detach(),
+            p_mean=masked_mean(torch.sigmoid(bd.logits.detach()), free),
+            reward=reward.mean(), return_std=returns.std(),
+            entropy=masked_mean(F.binary_cross_entropy_with_logits(
+                bd.logits.detach(), torch.sigmoid(bd.logits.detach()), reduction="none"), free),
+        )
+    metrics["loss"] = loss.detach()
+    return loss, metrics
