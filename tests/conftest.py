@@ -1,0 +1,27 @@
+import pytest
+import torch
+
+from rltok.config import ModelConfig
+
+
+def tiny_model_config(**kw) -> ModelConfig:
+    base = dict(d_byte=32, d_chunk=48, n_heads_byte=2, n_heads_chunk=2, encoder_layers=1, main_layers=1,
+                decoder_layers=1, window=8, max_seq_len=256)
+    base.update(kw)
+    return ModelConfig(**base)
+
+
+def randomize_(model: torch.nn.Module, scale: float = 0.3, seed: int = 0) -> torch.nn.Module:
+    """Give every parameter (including the zero-initialised policy weights) a random value, so
+    tests exercise paths that a fresh init would leave inert."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * scale)
+    return model
+
+
+@pytest.fixture(autouse=True)
+def _threads():
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
