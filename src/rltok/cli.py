@@ -1,4 +1,4 @@
-"""Command line: `rltok train`, `rltok eval`, `rltok segment`."""
+"""Command line: `rltok train`, `rltok eval`, `rltok segment`, `rltok generate`."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def cmd_eval(args) -> int:
 
 def cmd_segment(args) -> int:
     from .data import read_user_text
-    from .segment import print_colored, render_pipes, segment_bytes
+    from .segment import print_colored, render_pipes, segment_boundaries, split_chunks
 
     if args.text is None and args.file is None:
         raise ConfigError("give a text to segment, or --file PATH ('-' for stdin)")
@@ -93,7 +93,8 @@ def cmd_segment(args) -> int:
     if not data:
         raise DataError("nothing to segment: the input is empty")
     model, _, _, device = _load(args)
-    chunks, _ = segment_bytes(model, data, mode=args.mode, seed=args.seed, device=device)
+    b, probs = segment_boundaries(model, data, mode=args.mode, seed=args.seed, device=device)
+    chunks = split_chunks(data, b)
     use_color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     if use_color:
         print_colored(chunks)
@@ -102,6 +103,91 @@ def cmd_segment(args) -> int:
     n = len(data)
     print(f"\n{len(chunks)} chunks over {n} bytes: rate {len(chunks) / n:.3f}, "
           f"{n / len(chunks):.2f} bytes per chunk", file=sys.stderr)
+    if args.html or args.png:
+        _write_heatmaps(args, data, b.tolist(), probs)
+    return 0
+
+
+def _write_heatmaps(args, data: bytes, flags: list[bool], probs) -> None:
+    from .heatmap import write_html, write_png
+
+    if args.html:
+        write_html(args.html, data, probs, flags)
+        print(f"wrote {args.html}", file=sys.stderr)
+    if args.png:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ConfigError("--png needs matplotlib: pip install 'rltok[plot]'") from None
+        write_png(args.png, data, probs, flags)
+        print(f"wrote {args.png}", file=sys.stderr)
+
+
+def _unescape(s: str) -> bytes:
+    """Stop strings from the shell: \\n, \\t, \\r, \\\\ and \\xNN escapes become bytes."""
+    import re
+
+    simple = {"n": b"\n", "t": b"\t", "r": b"\r", "\\": b"\\"}
+
+    def one(m: re.Match) -> bytes:
+        e = m.group(1).decode()
+        return bytes([int(e[1:], 16)]) if e[0] == "x" else simple[e]
+
+    return re.sub(rb"\\(x[0-9a-fA-F]{2}|[ntr\\])", one, s.encode("utf-8", errors="surrogateescape"))
+
+
+def cmd_generate(args) -> int:
+    import time
+
+    from .generate import GenerationError, Utf8Streamer, check_args, context_length, generate
+
+    if args.text is not None and args.prompt_file is not None:
+        raise ConfigError("give a prompt or --prompt-file, not both")
+    try:  # before loading anything: bad arguments should fail fast
+        check_args(args.max_bytes, args.temperature, args.top_k, args.top_p, args.mode)
+    except GenerationError as e:
+        raise ConfigError(str(e)) from None
+    if args.prompt_file == "-":
+        prompt = sys.stdin.buffer.read()
+    elif args.prompt_file is not None:
+        try:
+            with open(args.prompt_file, "rb") as f:  # raw bytes: any byte string is a valid prompt
+                prompt = f.read()
+        except OSError as e:
+            raise DataError(f"cannot read prompt file {args.prompt_file}: {e.strerror}") from None
+    else:
+        prompt = (args.text or "").encode("utf-8", errors="surrogateescape")
+    model, _, _, _ = _load(args)
+    max_len = context_length(model)
+    if not prompt:
+        print("note: empty prompt, generating from a newline", file=sys.stderr)
+    elif len(prompt) > max_len:
+        print(f"note: the prompt has {len(prompt)} bytes, more than the model's context of {max_len}: "
+              f"keeping the last {max_len}", file=sys.stderr)
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")  # a non-UTF-8 terminal must not crash us
+    out = Utf8Streamer(sys.stdout)
+    if args.echo:
+        out.write(prompt)
+    start = time.perf_counter()
+    try:
+        result = generate(model, prompt, args.max_bytes, temperature=args.temperature, top_k=args.top_k,
+                          top_p=args.top_p, seed=args.seed, stop=[_unescape(s) for s in args.stop],
+                          mode=args.mode, on_bytes=lambda _, data: out.write(data))
+        out.close()
+        if sys.stdout.isatty() and not result.output.endswith(b"\n"):
+            print()
+    except GenerationError as e:
+        raise ConfigError(str(e)) from None
+    except BrokenPipeError:  # e.g. piped into `head`: the reader has all it wanted
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
+    secs = time.perf_counter() - start
+    n = len(result.output)
+    print(f"[{n} bytes in {secs:.2f} s ({n / max(secs, 1e-9):.0f} bytes/s), stop: {result.stop_reason}]",
+          file=sys.stderr)
     return 0
 
 
@@ -141,7 +227,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     p.add_argument("--sep", default="|", help="separator printed between chunks without colour")
     p.add_argument("--max-bytes", type=int, default=0)
+    p.add_argument("--html", metavar="OUT.html", help="also write an HTML heat map of per-byte boundary probabilities")
+    p.add_argument("--png", metavar="OUT.png", help="also write a PNG heat map (needs matplotlib)")
     p.set_defaults(func=cmd_segment, default_mode="greedy")
+
+    p = sub.add_parser(
+        "generate", help="sample a continuation (cached decoding, streamed as it is produced)",
+        description="Sample a continuation of a prompt with cached incremental decoding: each byte's "
+                    "boundary decision is made once and kept. Output is streamed; bytes of an incomplete "
+                    "UTF-8 character are held until it is complete (invalid bytes print as \\xNN).",
+        epilog="Prompt rules: an empty prompt starts generation from a newline (b'\\n') as context. A prompt "
+               "longer than the model's max_seq_len keeps only its last max_seq_len bytes. Positions are "
+               "absolute, so when prompt + generated bytes reach max_seq_len the context slides: its oldest "
+               "half is dropped and the rest re-read with the boundaries it already had, and generation "
+               "goes on. Prompts are bytes: any byte string (also invalid UTF-8) is a valid prompt.")
+    add_model_args(p)
+    p.add_argument("text", nargs="?", help="prompt (UTF-8); empty or omitted: start from a newline")
+    p.add_argument("--prompt-file", "-f", help="read the prompt as raw bytes from a file ('-' for stdin)")
+    p.add_argument("--max-bytes", "-n", type=int, default=256, help="generate at most this many bytes (default 256)")
+    p.add_argument("--temperature", "-t", type=float, default=1.0, help="sampling temperature; 0 = greedy (default 1)")
+    p.add_argument("--top-k", type=int, default=0, help="sample among the k likeliest bytes (0 = off)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling: smallest set with this mass (1 = off)")
+    p.add_argument("--stop", action="append", default=[], metavar="STR",
+                   help="stop when this string is produced (not printed); repeatable; \\n \\t \\xNN escapes work")
+    p.add_argument("--echo", action="store_true", help="print the prompt before the continuation")
+    p.set_defaults(func=cmd_generate, default_mode="sample")
     return parser
 
 

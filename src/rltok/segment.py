@@ -7,13 +7,22 @@ import torch
 from .model import HourglassLM
 
 
-@torch.no_grad()
 def segment_bytes(model: HourglassLM, data: bytes, mode: str = "greedy", seed: int = 0,
                   device: str | torch.device = "cpu") -> tuple[list[bytes], torch.Tensor]:
     """Split `data` into the model's chunks. Long inputs are processed in windows of
     model.cfg.max_seq_len bytes. Returns (chunks, per-byte boundary probabilities)."""
+    b, probs = segment_boundaries(model, data, mode, seed, device)
+    return split_chunks(data, b), probs
+
+
+@torch.no_grad()
+def segment_boundaries(model: HourglassLM, data: bytes, mode: str = "greedy", seed: int = 0,
+                       device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-byte boundary decisions (bool) and boundary probabilities, in windows of
+    model.cfg.max_seq_len bytes. Unlike the chunk list, this keeps apart a trailing chunk
+    that is still open (its last byte is no boundary)."""
     if not data:
-        return [], torch.zeros(0)
+        return torch.zeros(0, dtype=torch.bool), torch.zeros(0)
     model.eval()
     gen = torch.Generator(device=device).manual_seed(seed)
     step = model.cfg.max_seq_len
@@ -24,14 +33,17 @@ def segment_bytes(model: HourglassLM, data: bytes, mode: str = "greedy", seed: i
         all_b.append(out.boundaries.b[0].cpu())
         probs = out.boundaries.probs
         all_p.append(probs[0].float().cpu() if probs is not None else out.boundaries.b[0].float().cpu())
-    b = torch.cat(all_b)
+    return torch.cat(all_b), torch.cat(all_p)
+
+
+def split_chunks(data: bytes, b: torch.Tensor) -> list[bytes]:
     chunks, begin = [], 0
     for t in torch.nonzero(b).flatten().tolist():
         chunks.append(data[begin : t + 1])
         begin = t + 1
     if begin < len(data):
         chunks.append(data[begin:])
-    return chunks, torch.cat(all_p)
+    return chunks
 
 
 def show(chunk: bytes) -> str:

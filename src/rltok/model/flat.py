@@ -30,3 +30,9 @@ class FlatByteLM(nn.Module):
             raise ValueError(f"sequence of {idx.shape[1]} bytes exceeds max_seq_len={self.max_seq_len}")
         pos = torch.arange(idx.shape[1], device=idx.device)
         return ModelOutput(logits=self.head(self.body(self.embed(idx), pos)), early_logits=None, boundaries=None)
+
+    def generate(self, prompt, max_new_bytes: int = 256, **kwargs):
+        """Continue `prompt` with a KV-cached decoder; same controls as HourglassLM.generate."""
+        from ..generate import generate
+
+        return generate(self, prompt, max_new_bytes, **kwargs)

@@ -97,3 +97,10 @@ class HourglassLM(nn.Module):
         up = torch.gather(z, 1, chunk_index(bd.b).unsqueeze(-1).expand(-1, -1, z.shape[-1]))
         logits = self.head(self.decoder(h + up, pos))
         return ModelOutput(logits=logits, early_logits=early_logits, boundaries=bd, n_chunks=n_chunks)
+
+    def generate(self, prompt, max_new_bytes: int = 256, **kwargs):
+        """Continue `prompt` (bytes, str, or a list of them) with cached incremental decoding,
+        one boundary decision per byte kept for the whole generation. See rltok.generate.generate."""
+        from ..generate import generate
+
+        return generate(self, prompt, max_new_bytes, **kwargs)

@@ -1,4 +1,5 @@
-"""Transformer building blocks: RMSNorm, rotary embeddings, (local) causal attention, MLP.
+"""Transformer building blocks: RMSNorm, rotary embeddings, (local) causal attention, MLP,
+and the KV caches used by incremental decoding (`forward_kv` seeds them, `step` extends them).
 
 Attention always goes through `F.scaled_dot_product_attention` so GPUs use fused kernels.
 Positions are explicit tensors: byte layers use byte indices, the chunk-level network uses the
@@ -86,6 +87,24 @@ class Attention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
+    def forward_kv(self, x: torch.Tensor, positions: torch.Tensor):
+        """forward() in eval mode that also returns the rotated keys and values, to seed a KVCache."""
+        b, t, d = x.shape
+        q, k, v = self.split_heads(x, positions)
+        if self.window is None or self.window >= t:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=local_causal_mask(t, t, self.window, x.device))
+        return self.proj(y.transpose(1, 2).reshape(b, t, d)), k, v
+
+    def step(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: "KVCache", layer: int):
+        """One new position per row: x (n, 1, dim), cos/sin (n, 1, 1, head_dim/2)."""
+        n, _, d = x.shape
+        q, k, v = self.qkv(x).view(n, 1, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        keys, values, mask = cache.update(layer, apply_rope(k, cos, sin), v)
+        y = F.scaled_dot_product_attention(apply_rope(q, cos, sin), keys, values, attn_mask=mask)
+        return self.proj(y.transpose(1, 2).reshape(n, 1, d))
+
 
 class MLP(nn.Module):
     def __init__(self, dim: int, ratio: float):
@@ -111,6 +130,15 @@ class Block(nn.Module):
         x = x + self.attn(self.norm1(x), positions)
         return x + self.mlp(self.norm2(x))
 
+    def forward_kv(self, x: torch.Tensor, positions: torch.Tensor):
+        a, k, v = self.attn.forward_kv(self.norm1(x), positions)
+        x = x + a
+        return x + self.mlp(self.norm2(x)), k, v
+
+    def step(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: "KVCache", layer: int):
+        x = x + self.attn.step(self.norm1(x), cos, sin, cache, layer)
+        return x + self.mlp(self.norm2(x))
+
 
 class Stack(nn.Module):
     """A run of blocks with a final norm."""
@@ -127,6 +155,97 @@ class Stack(nn.Module):
         for block in self.blocks:
             x = block(x, positions)
         return self.norm(x)
+
+    def forward_kv(self, x: torch.Tensor, positions: torch.Tensor):
+        """forward() in eval mode that also returns every layer's (keys, values)."""
+        kvs = []
+        for block in self.blocks:
+            x, k, v = block.forward_kv(x, positions)
+            kvs.append((k, v))
+        return self.norm(x), kvs
+
+    def step(self, x: torch.Tensor, positions: torch.Tensor, cache: "KVCache",
+             rows: list[int] | None = None) -> torch.Tensor:
+        """Advance one position per row: x (n, 1, dim) at `positions` (n,), reading and extending
+        the cache rows `rows` (None: all rows, in order)."""
+        attn = self.blocks[0].attn
+        # RoPE angles once per step, shared by every layer
+        cos, sin = rope_angles(positions.view(-1, 1, 1), attn.head_dim, attn.rope_base)
+        cache.begin(rows)
+        for i, block in enumerate(self.blocks):
+            x = block.step(x, cos, sin, cache, i)
+        cache.end()
+        return self.norm(x)
+
+
+class KVCache:
+    """Keys and values of every layer of a Stack, for decoding one position per row at a time.
+
+    window=None keeps every entry, up to `size` (the chunk-level network); otherwise a ring
+    buffer of the last `window` entries, which is all a sliding-window layer can see: entry p
+    of a row lives in slot p % window. Attention ignores key order, so slots need no sorting.
+    Row lengths are kept on the host: the caller syncs once per step anyway (sampling).
+    """
+
+    def __init__(self, n_layers: int, batch: int, n_heads: int, head_dim: int, size: int,
+                 window: int | None, device, dtype=torch.float32):
+        self.window = window
+        self.size = size if window is None else window
+        shape = (batch, n_heads, self.size, head_dim)
+        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
+        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
+        self.lengths = [0] * batch  # entries ever written per row
+        self.device = device
+
+    @classmethod
+    def for_stack(cls, stack: Stack, batch: int, size: int, device, dtype=torch.float32) -> "KVCache":
+        attn = stack.blocks[0].attn
+        return cls(len(stack.blocks), batch, attn.n_heads, attn.head_dim, size, attn.window, device, dtype)
+
+    def fill(self, row: int, kvs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Reset `row` to the (1, H, T, D) keys/values of Stack.forward_kv over positions 0..T-1."""
+        t = kvs[0][0].shape[2]
+        if self.window is None and t > self.size:
+            raise ValueError(f"{t} entries do not fit a cache of {self.size}")
+        keep = min(t, self.size)
+        slots = torch.arange(t - keep, t, device=self.device) % self.size
+        for layer, (k, v) in enumerate(kvs):
+            self.k[layer][row][:, slots] = k[0, :, t - keep:]
+            self.v[layer][row][:, slots] = v[0, :, t - keep:]
+        self.lengths[row] = t
+
+    def begin(self, rows: list[int] | None) -> None:
+        """Work out the write slots and the attention mask, shared by every layer of this step."""
+        self._rows = rows
+        lens = self.lengths if rows is None else [self.lengths[r] for r in rows]
+        if self.window is None and max(lens) >= self.size:
+            raise RuntimeError(f"KV cache full ({self.size} entries)")
+        slots = [n % self.size for n in lens]
+        after = [n + 1 for n in lens]
+        self._span = min(max(after), self.size)
+        self._mask = None  # rows whose ring is not full yet must not see the empty slots
+        if min(after) < self._span:
+            valid = torch.arange(self._span, device=self.device) < torch.tensor(after, device=self.device).unsqueeze(1)
+            self._mask = valid.view(len(lens), 1, 1, self._span)
+        if rows is None and len(set(slots)) == 1:
+            self._index = (slice(None), slice(None), slots[0])  # plain slicing: cheapest
+        else:
+            r = torch.arange(len(lens)) if rows is None else torch.tensor(rows)
+            self._index = (r.to(self.device), slice(None), torch.tensor(slots, device=self.device))
+        self._read = None if rows is None else torch.tensor(rows, device=self.device)
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        """Write this step's (n, H, 1, D) keys/values; return (keys, values, mask) to attend to."""
+        keys, values = self.k[layer], self.v[layer]
+        keys[self._index] = k[:, :, 0]
+        values[self._index] = v[:, :, 0]
+        if self._read is None:
+            return keys[:, :, : self._span], values[:, :, : self._span], self._mask
+        return keys[self._read, :, : self._span], values[self._read, :, : self._span], self._mask
+
+    def end(self) -> None:
+        for r in range(len(self.lengths)) if self._rows is None else self._rows:
+            self.lengths[r] += 1
 
 
 def init_weights(module: nn.Module, n_residual_layers: int) -> None:
