@@ -48,27 +48,83 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _writer_pid(name: str) -> int | None:
+    try:
+        return int(name.rsplit("_", 1)[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def clean_stale(run_dir: str | Path) -> None:
+    """Tidy up after writers that were killed: delete their half-written `.tmp_step_*` folders
+    and put back a `.old_step_*` folder whose replacement never arrived (killed between the two
+    renames of a re-save). Folders of live writers are left alone."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return
+    for stale in root.iterdir():
+        if not stale.name.startswith((".tmp_step_", ".old_step_")):
+            continue
+        pid = _writer_pid(stale.name)
+        if pid is not None and _pid_alive(pid):
+            continue
+        if stale.name.startswith(".old_step_"):
+            final = root / stale.name[len(".old_"):].rsplit("_", 1)[0]
+            if not final.exists():
+                os.rename(stale, final)
+                continue
+        shutil.rmtree(stale, ignore_errors=True)
+
+
 def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, cfg: Config,
                     trainer_state: dict | None = None, keep_last: int = 3) -> Path:
+    """Write `<run_dir>/checkpoints/step_<step>` atomically and prune to the newest `keep_last`
+    (0 keeps all). A crash at any point leaves either the complete new checkpoint or none, and
+    the older ones untouched."""
     ckpt_root = Path(run_dir) / "checkpoints"
     ckpt_root.mkdir(parents=True, exist_ok=True)
+    clean_stale(run_dir)
     final = ckpt_root / f"step_{step:07d}"
     tmp = ckpt_root / f".tmp_step_{step:07d}_{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    save_file(state, tmp / "model.safetensors", metadata={"format": "pt", "step": str(step)})
-    (tmp / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
-    if trainer_state is not None:
-        torch.save(trainer_state, tmp / "trainer.pt")
-    files = sorted(p.name for p in tmp.iterdir())
-    manifest = {"step": step, "files": {name: _sha256(tmp / name) for name in files}}
-    for name in files:
-        with open(tmp / name, "rb+") as f:
-            os.fsync(f.fileno())
-    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
-    _fsync_dir(tmp)
+    try:
+        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        save_file(state, tmp / "model.safetensors", metadata={"format": "pt", "step": str(step)})
+        (tmp / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+        if trainer_state is not None:
+            torch.save(trainer_state, tmp / "trainer.pt")
+        files = sorted(p.name for p in tmp.iterdir())
+        manifest = {"step": step, "files": {name: _sha256(tmp / name) for name in files}}
+        for name in files:
+            with open(tmp / name, "rb+") as f:
+                os.fsync(f.fileno())
+        # the manifest is written last: a folder with a valid manifest is complete
+        _write_synced(tmp / MANIFEST, json.dumps(manifest, indent=2).encode())
+        _fsync_dir(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # e.g. a full disk: leave no half-written folder
+        raise
     if final.exists():  # re-saving the same step: move the old one out of the way first
         old = ckpt_root / f".old_step_{step:07d}_{os.getpid()}"
         os.rename(final, old)
@@ -84,31 +140,40 @@ def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, cfg:
 def _prune(ckpt_root: Path, keep_last: int) -> None:
     if keep_last <= 0:
         return
-    steps = list_checkpoints(ckpt_root.parent)
-    for path in steps[:-keep_last]:
+    for path in list_checkpoints(ckpt_root.parent)[:-keep_last]:
         shutil.rmtree(path, ignore_errors=True)
-    for stale in ckpt_root.glob(".tmp_step_*"):  # left behind by a killed writer
-        if not stale.name.endswith(f"_{os.getpid()}"):
-            shutil.rmtree(stale, ignore_errors=True)
+
+
+def checkpoint_step(path: Path) -> int:
+    return int(path.name.removeprefix("step_"))
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete-looking checkpoint folders, oldest step first (not yet verified)."""
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_"))
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_")
+             and p.name.removeprefix("step_").isdigit()]
+    return sorted(found, key=checkpoint_step)
+
+
+REQUIRED = ("model.safetensors", "config.json")
 
 
 def verify_checkpoint(path: Path) -> None:
-    """Raise CheckpointError unless every file matches the manifest."""
+    """Raise CheckpointError unless the manifest is complete and every file matches it."""
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():
         raise CheckpointError(f"checkpoint {path} has no manifest (partial write?)")
     try:
         manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError):
         raise CheckpointError(f"checkpoint {path}: manifest is not valid JSON") from None
-    for name, digest in manifest.get("files", {}).items():
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or any(name not in files for name in REQUIRED):
+        raise CheckpointError(f"checkpoint {path}: manifest does not list {' and '.join(REQUIRED)}")
+    for name, digest in files.items():
         f = path / name
         if not f.is_file():
             raise CheckpointError(f"checkpoint {path}: {name} is missing")
@@ -120,6 +185,8 @@ def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint folder, or a run folder (its newest valid checkpoint, falling back to older
     ones with a warning when the newest is corrupt)."""
     path = Path(path).expanduser()
+    if path.is_file():  # a file inside a checkpoint folder, e.g. .../model.safetensors
+        path = path.parent
     if (path / MANIFEST).exists() or (path / "model.safetensors").exists():
         verify_checkpoint(path)
         return path
@@ -136,10 +203,10 @@ def resolve_checkpoint(path: str | Path) -> Path:
             errors.append(str(e))
             continue
         if errors:
-            warnings.warn(f"skipping {len(errors)} unusable checkpoint(s): {'; '.join(errors)}; using {cand.name}",
-                          stacklevel=2)
+            warnings.warn(f"skipping {len(errors)} unusable checkpoint(s) ({'; '.join(errors)}); "
+                          f"falling back to {cand}", stacklevel=2)
         return cand
-    raise CheckpointError("no valid checkpoint: " + "; ".join(errors))
+    raise CheckpointError(f"no valid checkpoint under {path}: " + "; ".join(errors))
 
 
 def load_config_from(path: Path) -> Config:
@@ -160,11 +227,17 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", with_t
         state = load_file(ckpt / "model.safetensors", device=str(device))
     except Exception as e:  # safetensors raises its own error types for truncated files
         raise CheckpointError(f"checkpoint {ckpt}: cannot read model.safetensors ({e})") from None
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as e:  # shape mismatch: weights and config.json disagree
+        raise CheckpointError(f"checkpoint {ckpt} does not match its config: {e}") from None
     if missing or unexpected:
         raise CheckpointError(f"checkpoint {ckpt} does not match its config: missing {missing}, unexpected {unexpected}")
     model.to(device)
     trainer_state = None
     if with_trainer_state and (ckpt / "trainer.pt").is_file():
-        trainer_state = torch.load(ckpt / "trainer.pt", map_location="cpu", weights_only=False)
+        try:  # our own file, checksum-verified above; it holds numpy RNG state, hence no weights_only
+            trainer_state = torch.load(ckpt / "trainer.pt", map_location="cpu", weights_only=False)
+        except Exception as e:
+            raise CheckpointError(f"checkpoint {ckpt}: cannot read trainer.pt ({e})") from None
     return model, cfg, trainer_state, ckpt

@@ -28,11 +28,11 @@ def cmd_train(args) -> int:
     from .train import TrainingDiverged, train
 
     overrides = list(args.overrides)
-    if args.data:
+    if args.data is not None:  # `--data ""` is an error, not the default corpus
         overrides.append(f"data.train={args.data}")
-    if args.out:
+    if args.out is not None:
         overrides.append(f"train.out_dir={args.out}")
-    if args.steps:
+    if args.steps is not None:  # so `--steps 0` is refused rather than ignored
         overrides.append(f"train.max_steps={args.steps}")
     cfg = load_config(args.preset, args.config, overrides)
     if args.print_config:
@@ -257,7 +257,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # argparse takes only one run of positionals, so overrides after options (`--data x
+    # train.lr=1e-3`) arrive here; anything that is not an option is an override
+    if extra and hasattr(args, "overrides") and not any(a.startswith("-") for a in extra):
+        args.overrides += extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "mode", "unset") is None:
         args.mode = args.default_mode
     warnings.simplefilter("default")

@@ -58,6 +58,16 @@ class ModelConfig:
             raise ConfigError("model.policy_window must be between 1 and 12")
         if self.window < 1 or self.fixed_stride < 1:
             raise ConfigError("model.window and model.fixed_stride must be >= 1")
+        for name in ("d_byte", "d_chunk", "n_heads_byte", "n_heads_chunk", "max_seq_len"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"model.{name} must be >= 1")
+        for name in ("encoder_layers", "main_layers", "decoder_layers"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"model.{name} must be >= 0")
+        if not 0 <= self.dropout < 1:
+            raise ConfigError("model.dropout must be in [0, 1)")
+        if self.mlp_ratio <= 0:
+            raise ConfigError("model.mlp_ratio must be > 0")
 
 
 @dataclass
@@ -113,6 +123,7 @@ class TrainConfig:
     eval_batches: int = 8
     log_every: int = 10
     checkpoint_every: int = 200
+    keep_checkpoints: int = 3  # newest checkpoints kept in <out_dir>/checkpoints (0 = all)
     seed: int = 0
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N" | "mps"
     dtype: str = "auto"  # "auto" (bf16 on CUDA, fp32 otherwise) | "fp32" | "bf16"
@@ -121,13 +132,23 @@ class TrainConfig:
     threads: int = 0  # torch CPU threads (0 = torch's default)
 
     def validate(self) -> None:
-        for name in ("seq_len", "batch_size", "grad_accum", "max_steps", "eval_batches", "log_every"):
+        for name in ("seq_len", "batch_size", "grad_accum", "max_steps", "eval_batches", "log_every",
+                     "eval_every", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"train.{name} must be >= 1")
+        for name in ("warmup_steps", "keep_checkpoints", "threads", "weight_decay"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"train.{name} must be >= 0")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError("train.min_lr_ratio must be in [0, 1]")
+        if self.grad_clip <= 0:
+            raise ConfigError("train.grad_clip must be > 0")
+        if not self.out_dir.strip():
+            raise ConfigError("train.out_dir must not be empty")
         if self.dtype not in ("auto", "fp32", "bf16"):
             raise ConfigError(f"train.dtype must be auto, fp32 or bf16, got {self.dtype!r}")
-        if self.lr <= 0:
-            raise ConfigError("train.lr must be > 0")
+        if not 0 < self.lr < float("inf"):  # also rejects nan
+            raise ConfigError(f"train.lr must be a positive number, got {self.lr}")
 
 
 @dataclass
@@ -173,10 +194,10 @@ def _field_types(obj: Any) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(obj)}
 
 
-def _unknown(key: str, choices: list[str], where: str) -> ConfigError:
+def _unknown(key: str, choices: list[str], where: str, what: str = "config key") -> ConfigError:
     close = difflib.get_close_matches(key, choices, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(sorted(choices))}"
-    return ConfigError(f"unknown config key {where}{key!r}{hint}")
+    hint = f"; did you mean {close[0]!r}?" if close else f"; valid: {', '.join(sorted(choices))}"
+    return ConfigError(f"unknown {what} {where + key!r}{hint}")
 
 
 def _coerce(value: Any, typ: Any, key: str) -> Any:
@@ -199,6 +220,8 @@ def _coerce(value: Any, typ: Any, key: str) -> Any:
         if typ is float:
             return float(value)
         if typ is str:
+            if isinstance(value, (dict, list)):  # a JSON structure where a name/path belongs
+                raise ValueError(value)
             return str(value)
         if origin is tuple:
             if isinstance(value, str):
@@ -248,22 +271,30 @@ def apply_override(cfg: Config, assignment: str) -> None:
 def load_config(preset: str = "tiny", file: str | None = None, overrides: list[str] | None = None) -> Config:
     """Defaults, then the preset, then a JSON/TOML file, then `key=value` overrides."""
     if preset not in PRESETS:
-        raise _unknown(preset, list(PRESETS), "preset ")
+        raise _unknown(preset, list(PRESETS), "", what="preset")
     cfg = Config.from_dict(PRESETS[preset])
     if file:
         path = Path(file)
         if not path.is_file():
             raise ConfigError(f"config file not found: {file}")
-        text = path.read_text()
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"cannot read config file {file}: {e}") from None
         if path.suffix == ".toml":
             import tomllib
 
-            data = tomllib.loads(text)
+            try:
+                data = tomllib.loads(text)
+            except tomllib.TOMLDecodeError as e:
+                raise ConfigError(f"config file {file} is not valid TOML: {e}") from None
         else:
             try:
                 data = json.loads(text)
             except json.JSONDecodeError as e:
                 raise ConfigError(f"config file {file} is not valid JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {file} must hold a mapping of sections, got {type(data).__name__}")
         apply_dict(cfg, data)
     for ov in overrides or []:
         apply_override(cfg, ov)

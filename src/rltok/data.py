@@ -16,6 +16,7 @@ import os
 import sys
 import sysconfig
 import warnings
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,11 +43,33 @@ def _open_decompressed(path: Path):
     return open(path, "rb")
 
 
+def _read_errors() -> tuple[type[BaseException], ...]:
+    """What a damaged, vanished or unreadable file can raise while being read."""
+    errors: tuple[type[BaseException], ...] = (OSError, EOFError, lzma.LZMAError, zlib.error, ValueError)
+    try:
+        import zstandard
+
+        errors += (zstandard.ZstdError,)
+    except ImportError:
+        pass
+    return errors
+
+
 @dataclass
 class ReadReport:
-    files: int = 0
+    files: int = 0  # files read (empty ones included)
     bytes: int = 0
-    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason): unreadable
+    empty: list[str] = field(default_factory=list)  # files that held no bytes
+
+    def summary(self) -> str:
+        parts = []
+        if self.skipped:
+            path, reason = self.skipped[0]
+            parts.append(f"{len(self.skipped)} unreadable (first: {path}: {reason})")
+        if self.empty:
+            parts.append(f"{len(self.empty)} empty (first: {self.empty[0]})")
+        return ", ".join(parts)
 
 
 def read_file(path: Path, limit: int = 0) -> bytes:
@@ -63,12 +86,21 @@ def stdlib_files() -> list[Path]:
 
 def expand_paths(spec: str) -> list[Path]:
     """A file, a folder (every file below it, hidden ones skipped) or a glob pattern."""
+    if not spec.strip():
+        raise DataError("empty data path (set data.train / --data to a file, folder, glob or 'stdlib')")
     if spec == "stdlib":
         files = stdlib_files()
         if not files:
             raise DataError(f"no standard-library sources found under {sysconfig.get_paths()['stdlib']}")
         return files
     path = Path(spec).expanduser()
+    try:
+        return _expand_local(spec, path)
+    except OSError as e:  # e.g. a name too long, a folder we may not list
+        raise DataError(f"cannot list data path {spec}: {e}") from None
+
+
+def _expand_local(spec: str, path: Path) -> list[Path]:
     if path.is_file():
         return [path]
     if path.is_dir():
@@ -91,24 +123,32 @@ def read_documents(spec: str, max_bytes: int = 0, text_field: str = "text") -> t
         return read_hub_dataset(spec[3:], max_bytes, text_field)
     report = ReadReport()
     docs: list[bytes] = []
+    errors = _read_errors()
+    # The whole source is read into memory now, so a file that disappears or breaks later
+    # cannot hurt the run; one that vanished since listing is skipped like an unreadable one.
     for path in expand_paths(spec):
         remaining = max_bytes - report.bytes if max_bytes else 0
         try:
             data = read_file(path, remaining)
-        except (OSError, EOFError, lzma.LZMAError, ValueError) as e:  # unreadable / corrupt archive
+        except errors as e:
             report.skipped.append((str(path), f"{type(e).__name__}: {e}"))
             continue
+        except MemoryError:
+            raise DataError(f"{path} is too large to read into memory; cap it with data.max_bytes") from None
         report.files += 1
         if data:
             docs.append(data)
             report.bytes += len(data)
+        else:
+            report.empty.append(str(path))
         if max_bytes and report.bytes >= max_bytes:
             break
-    if report.skipped:
-        warnings.warn(f"skipped {len(report.skipped)} unreadable file(s), first: {report.skipped[0][0]} "
-                      f"({report.skipped[0][1]})", stacklevel=2)
     if report.bytes == 0:
-        raise DataError(f"data source {spec!r} is empty: {report.files} file(s) read, 0 bytes")
+        detail = f"; skipped {report.summary()}" if report.skipped or report.empty else ""
+        raise DataError(f"data source {spec!r} holds no bytes to train on: {report.files} file(s) read{detail}")
+    if report.skipped or report.empty:
+        warnings.warn(f"{spec}: skipped {report.summary()}; read {report.files - len(report.empty)} file(s), "
+                      f"{report.bytes:,} bytes", stacklevel=2)
     return docs, report
 
 
@@ -122,18 +162,23 @@ def read_hub_dataset(spec: str, max_bytes: int, text_field: str) -> tuple[list[b
     if "@" in spec:
         spec, split = spec.rsplit("@", 1)
     name, _, config = spec.partition(":")
-    ds = datasets.load_dataset(name, config or None, split=split, streaming=True)
     report = ReadReport()
     docs = []
-    for record in ds:
-        if text_field not in record:
-            raise DataError(f"dataset {name} has no field {text_field!r}; fields: {sorted(record)}")
-        data = str(record[text_field]).encode("utf-8")
-        docs.append(data)
-        report.files += 1
-        report.bytes += len(data)
-        if max_bytes and report.bytes >= max_bytes:
-            break
+    try:
+        ds = datasets.load_dataset(name, config or None, split=split, streaming=True)
+        for record in ds:
+            if text_field not in record:
+                raise DataError(f"dataset {name} has no field {text_field!r}; fields: {sorted(record)}")
+            data = str(record[text_field]).encode("utf-8", errors="replace")  # lone surrogates
+            docs.append(data)
+            report.files += 1
+            report.bytes += len(data)
+            if max_bytes and report.bytes >= max_bytes:
+                break
+    except DataError:
+        raise
+    except Exception as e:  # network, auth, unknown name: the library raises many types
+        raise DataError(f"cannot read hub dataset {spec!r}: {type(e).__name__}: {e}") from None
     if report.bytes == 0:
         raise DataError(f"hub dataset {spec!r} yielded no text")
     return docs, report
@@ -148,9 +193,11 @@ class Corpus:
     train: torch.Tensor  # uint8
     val: torch.Tensor  # uint8
     source: str
+    skipped_files: int = 0  # unreadable or empty files left out while reading
 
     def describe(self) -> str:
-        return f"{self.source}: {len(self.train):,} train bytes, {len(self.val):,} val bytes"
+        skipped = f" ({self.skipped_files} file(s) skipped)" if self.skipped_files else ""
+        return f"{self.source}: {len(self.train):,} train bytes, {len(self.val):,} val bytes{skipped}"
 
 
 def _split_files(folder: Path, name: str) -> list[Path]:
@@ -171,21 +218,23 @@ def load_corpus(train: str = "stdlib", val: str = "", val_fraction: float = 0.02
     if train_spec and not val:
         val = named_split(train, "val") or ""
     if val:
-        tr_docs, _ = read_documents(train_spec or train, max_bytes, text_field)
-        va_docs, _ = read_documents(val, 0, text_field)
-        return Corpus(to_tensor(tr_docs), to_tensor(va_docs), train)
-    docs, _ = read_documents(train, max_bytes, text_field)
+        tr_docs, tr_report = read_documents(train_spec or train, max_bytes, text_field)
+        va_docs, va_report = read_documents(val, 0, text_field)
+        skipped = sum(len(r.skipped) + len(r.empty) for r in (tr_report, va_report))
+        return Corpus(to_tensor(tr_docs), to_tensor(va_docs), train, skipped)
+    docs, report = read_documents(train, max_bytes, text_field)
+    skipped = len(report.skipped) + len(report.empty)
     tr, va = [], []
     for d in docs:
         cut = len(d) - int(len(d) * val_fraction)
         tr.append(d[:cut])
         va.append(d[cut:])
-    corpus = Corpus(to_tensor(tr), to_tensor(va), train)
+    corpus = Corpus(to_tensor(tr), to_tensor(va), train, skipped)
     if len(corpus.val) < 2:
         # tiny corpora: hold out the tail of the whole stream instead
         joined = b"".join(docs)
         cut = max(1, len(joined) - max(2, int(len(joined) * val_fraction)))
-        corpus = Corpus(to_tensor([joined[:cut]]), to_tensor([joined[cut:]]), train)
+        corpus = Corpus(to_tensor([joined[:cut]]), to_tensor([joined[cut:]]), train, skipped)
     if len(corpus.train) < 2:
         raise DataError(f"data source {train!r} is too small to train on ({len(corpus.train)} bytes)")
     return corpus

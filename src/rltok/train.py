@@ -3,12 +3,15 @@ JSONL metrics and a live progress display."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import os
 import random
 import signal
 import sys
 import time
+import zlib
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +20,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from .checkpoint import (CheckpointError, checkpoint_step, clean_stale, list_checkpoints, load_checkpoint,
+                         save_checkpoint)
 from .config import Config, ConfigError
 from .data import Corpus, WindowSampler, eval_windows, load_corpus
 from .evaluate import evaluate
@@ -26,15 +30,23 @@ from .objective import compute_loss
 
 
 class TrainingDiverged(RuntimeError):
-    pass
+    """Too many consecutive non-finite steps; the last good checkpoint is left as it was."""
+
+
+STATE_VERSION = 1  # of trainer.pt; bump when its keys change meaning
 
 
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(name)
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"train.device={name} requested but CUDA is not available")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"train.device={name} requested but MPS is not available")
     return dev
 
 
@@ -46,7 +58,8 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype | None:
 
 
 def lr_at(step: int, cfg) -> float:
-    """Linear warm-up, then cosine decay to min_lr_ratio * lr."""
+    """Linear warm-up, then cosine decay to min_lr_ratio * lr. A function of the step alone, so
+    a resumed run needs no scheduler state."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
     progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps))
@@ -60,6 +73,46 @@ def make_optimizer(model: torch.nn.Module, cfg, device: torch.device) -> torch.o
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=device.type == "cuda")
 
 
+def rate_collapse(p_mean: float, target_rate: float) -> str | None:
+    """'low' / 'high' when the policy's mean boundary probability sits at an extreme that the
+    target rate does not ask for, else None."""
+    if p_mean < 0.01 and target_rate >= 0.05:
+        return "low"
+    if p_mean > 0.95 and target_rate <= 0.9:
+        return "high"
+    return None
+
+
+COLLAPSE_ADVICE = {
+    "low": "the policy has stopped drawing boundaries, so the main network sees almost no chunks; "
+           "raise objective.rate_weight, lower objective.pg_weight or train.lr",
+    "high": "the policy puts a boundary on almost every byte (no compression); "
+            "raise objective.rate_weight so the rate loss can hold model.target_rate",
+}
+
+
+def read_metrics(path: Path, up_to_step: int | None = None) -> list[dict]:
+    """Records of a metrics.jsonl, optionally only those at or before `up_to_step`. A torn last
+    line (the process died while writing it) is dropped."""
+    records = []
+    if not path.is_file():
+        return records
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and (up_to_step is None or rec.get("step", 0) <= up_to_step):
+            records.append(rec)
+    return records
+
+
+def _write_metrics(path: Path, records: list[dict]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+    os.replace(tmp, path)
+
+
 @dataclass
 class TrainResult:
     step: int
@@ -69,17 +122,29 @@ class TrainResult:
 
 
 class Trainer:
+    max_bad_steps = 5  # consecutive non-finite steps before the run is declared diverged
+    collapse_patience = 3  # consecutive logged records with a collapsed rate before warning
+
     def __init__(self, cfg: Config, corpus: Corpus | None = None, resume: bool = False, quiet: bool = False):
         self.cfg = cfg.validate()
         tc = cfg.train
+        self.run_dir = Path(tc.out_dir)
+        self.quiet = quiet
+        existing = list_checkpoints(self.run_dir)
+        if existing and not resume:
+            # a second run in the same folder would mix trajectories, and pruning would delete
+            # the new run's checkpoints in favour of the old run's higher steps
+            raise ConfigError(f"{self.run_dir} already holds a run (newest checkpoint: {existing[-1].name}); "
+                              "pass --resume to continue it, or choose another --out / train.out_dir")
         if tc.threads > 0:
             torch.set_num_threads(tc.threads)
         self.device = resolve_device(tc.device)
         self.amp_dtype = resolve_dtype(tc.dtype, self.device)
-        self.run_dir = Path(tc.out_dir)
-        self.quiet = quiet
         self.corpus = corpus or load_corpus(cfg.data.train, cfg.data.val, cfg.data.val_fraction,
                                             cfg.data.max_bytes, cfg.data.hf_text_field)
+        # identifies the training bytes, so a resume can tell when the data changed under it
+        self.data_id = {"train_bytes": len(self.corpus.train),
+                        "crc32": zlib.crc32(self.corpus.train.contiguous().numpy())}
         torch.manual_seed(tc.seed)
         random.seed(tc.seed)
         np.random.seed(tc.seed)
@@ -91,33 +156,60 @@ class Trainer:
         self.val_x, self.val_y = eval_windows(self.corpus.val, tc.seq_len, tc.eval_batches * tc.batch_size)
         self.step = 0
         self.bytes_seen = 0
-        self.bad_steps = 0
+        self.bad_steps = 0  # consecutive non-finite steps
+        self.skipped_steps = 0  # all non-finite steps so far
+        self.warnings = 0  # rate collapses, failed periodic checkpoints
+        self.collapse_streak = 0
+        self.log_acc: dict[str, torch.Tensor] = {}  # metric sums since the last logged record
+        self.log_n = 0
+        self.last_saved_step: int | None = None
         self.stop_requested = False
         self.history: list[dict] = []
-        if resume and list_checkpoints(self.run_dir):
-            self._restore()
+        if resume:
+            clean_stale(self.run_dir)
+            if list_checkpoints(self.run_dir):
+                self._restore()
+            else:
+                self._log(f"no checkpoint in {self.run_dir}: starting from scratch")
 
     # ---- state -------------------------------------------------------------------------------
     def trainer_state(self) -> dict:
+        """Everything besides the weights that the next step depends on."""
         state = {
+            "version": STATE_VERSION,
             "step": self.step,
             "bytes_seen": self.bytes_seen,
             "optimizer": self.opt.state_dict(),
-            "sampler": self.sampler.state_dict(),
+            "sampler": self.sampler.state_dict(),  # the data position
             "boundary_gen": self.boundary_gen.get_state(),
-            "torch_rng": torch.get_rng_state(),
+            "torch_rng": torch.get_rng_state(),  # dropout
             "python_rng": random.getstate(),
             "numpy_rng": np.random.get_state(),
+            "bad_steps": self.bad_steps,
+            "skipped_steps": self.skipped_steps,
+            "warnings": self.warnings,
+            "collapse_streak": self.collapse_streak,
+            "log_acc": dict(self.log_acc),  # so the first record after a resume averages the same steps
+            "log_n": self.log_n,
+            "data": self.data_id,
         }
         if self.device.type == "cuda":
             state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
         return state
 
     def _restore(self) -> None:
-        model, _, state, ckpt = load_checkpoint(self.run_dir, device=self.device, with_trainer_state=True)
-        self.model.load_state_dict(model.state_dict())
+        model, ckpt_cfg, state, ckpt = load_checkpoint(self.run_dir, device=self.device, with_trainer_state=True)
         if state is None:
-            raise RuntimeError(f"checkpoint {ckpt} has no trainer state; cannot resume")
+            raise CheckpointError(f"checkpoint {ckpt} has no trainer.pt: it can be evaluated but not resumed")
+        if state.get("version", 1) > STATE_VERSION:
+            raise CheckpointError(f"checkpoint {ckpt} was written by a newer rltok; upgrade to resume it")
+        changed = [f"{f.name} {getattr(ckpt_cfg.model, f.name)!r} -> {getattr(self.cfg.model, f.name)!r}"
+                   for f in dataclasses.fields(ckpt_cfg.model)
+                   if getattr(ckpt_cfg.model, f.name) != getattr(self.cfg.model, f.name)]
+        if changed:
+            raise ConfigError(f"cannot resume {ckpt}: the model config differs from the checkpoint's "
+                              f"({'; '.join(changed)}); resume with the original model settings")
+        self.model.load_state_dict(model.state_dict())
         self.opt.load_state_dict(state["optimizer"])
         self.sampler.load_state_dict(state["sampler"])
         self.boundary_gen.set_state(state["boundary_gen"])
@@ -128,10 +220,45 @@ class Trainer:
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
         self.step = state["step"]
         self.bytes_seen = state["bytes_seen"]
+        self.bad_steps = state.get("bad_steps", 0)
+        self.skipped_steps = state.get("skipped_steps", 0)
+        self.warnings = state.get("warnings", 0)
+        self.collapse_streak = state.get("collapse_streak", 0)
+        self.log_acc = dict(state.get("log_acc", {}))
+        self.log_n = state.get("log_n", 0)
+        self.last_saved_step = self.step
+        if state.get("data", self.data_id) != self.data_id:
+            self._log(f"warning: the training data changed since {ckpt.name} "
+                      f"({state['data']['train_bytes']:,} -> {self.data_id['train_bytes']:,} bytes); "
+                      "the run continues, but not as an exact continuation")
+        # Checkpoints after the one resumed failed verification. Set them aside, so pruning
+        # and later resumes never mix them with the trajectory that continues from here.
+        for path in list_checkpoints(self.run_dir):
+            if checkpoint_step(path) > checkpoint_step(ckpt):
+                aside = path.with_name(f"corrupt_{path.name}_{int(time.time())}")
+                os.rename(path, aside)
+                self._log(f"warning: set aside unusable checkpoint {path.name} as {aside.name}")
         self._log(f"resumed from {ckpt} at step {self.step}")
 
-    def save(self) -> Path:
-        return save_checkpoint(self.run_dir, self.step, self.model, self.cfg, self.trainer_state())
+    def save(self, final: bool = True) -> Path | None:
+        """Checkpoint the current step. A periodic checkpoint that cannot be written (a full disk)
+        is reported and training goes on; a final one raises CheckpointError."""
+        if not all(torch.isfinite(p).all() for p in self.model.parameters()):
+            raise TrainingDiverged(f"parameters are not finite at step {self.step}; refusing to overwrite "
+                                   f"good checkpoints in {self.run_dir / 'checkpoints'}. Try a lower train.lr.")
+        try:
+            path = save_checkpoint(self.run_dir, self.step, self.model, self.cfg, self.trainer_state(),
+                                   keep_last=self.cfg.train.keep_checkpoints)
+        except OSError as e:
+            if final:
+                raise CheckpointError(f"cannot write the checkpoint of step {self.step} under "
+                                      f"{self.run_dir / 'checkpoints'}: {e}") from None
+            self.warnings += 1
+            self._log(f"warning: checkpoint at step {self.step} failed ({e}); training continues "
+                      "and the next checkpoint retries")
+            return None
+        self.last_saved_step = self.step
+        return path
 
     # ---- loop --------------------------------------------------------------------------------
     def _log(self, msg: str) -> None:
@@ -145,7 +272,8 @@ class Trainer:
 
     def train_step(self) -> dict[str, torch.Tensor] | None:
         """One optimiser step over grad_accum micro-batches. Returns summed metrics, or None
-        when the step was skipped because the loss or gradient was not finite."""
+        when the step was skipped because the loss or gradient was not finite (the parameters
+        and optimiser state are then left untouched)."""
         tc = self.cfg.train
         for group in self.opt.param_groups:
             group["lr"] = lr_at(self.step, tc)
@@ -172,67 +300,105 @@ class Trainer:
         return evaluate(self.model, self.val_x, self.val_y, batch_size=self.cfg.train.batch_size,
                         device=self.device, autocast_dtype=self.amp_dtype)
 
-    def fit(self) -> TrainResult:
+    def _start_metrics(self, path: Path) -> list[dict]:
+        """One consistent trajectory in metrics.jsonl: a resumed run drops the records written
+        after its checkpoint (it is about to log those steps again); a fresh run starts empty."""
+        history = read_metrics(path, self.step) if self.step else []
+        _write_metrics(path, history)
+        return history
+
+    def fit(self, stop_at: int | None = None) -> TrainResult:
+        """Train to train.max_steps (or, with `stop_at`, to that step, then checkpoint so that a
+        resumed run continues exactly)."""
         tc = self.cfg.train
+        end = tc.max_steps if stop_at is None else min(stop_at, tc.max_steps)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.json").write_text(json.dumps(self.cfg.to_dict(), indent=2))
-        metrics_file = open(self.run_dir / "metrics.jsonl", "a")
+        metrics_path = self.run_dir / "metrics.jsonl"
+        self.history = self._start_metrics(metrics_path)
+        metrics_file = open(metrics_path, "a")
         step_bytes = tc.batch_size * tc.grad_accum * self.sampler.seq_len
         self._log(f"rltok: {self.model.num_params() / 1e6:.2f}M params on {self.device}"
                   f"{' (bf16 autocast)' if self.amp_dtype else ''}; {self.corpus.describe()}")
+        if self.step >= tc.max_steps:
+            self._log(f"the run in {self.run_dir} is already at step {self.step} = train.max_steps; "
+                      "raise train.max_steps to train further")
         interactive = sys.stderr.isatty() and not self.quiet
         bar = tqdm(total=tc.max_steps, initial=self.step, disable=not interactive, unit="step", dynamic_ncols=True)
-        acc: dict[str, torch.Tensor] = {}
-        n_acc = 0
         t_last = time.perf_counter()
         bytes_last = self.bytes_seen
         val = {}
         previous_handlers = self._install_signal_handlers()
         try:
-            while self.step < tc.max_steps and not self.stop_requested:
+            while self.step < end and not self.stop_requested:
                 metrics = self.train_step()
                 if metrics is None:
-                    self.bad_steps += 1
-                    self._log(f"step {self.step}: non-finite loss or gradient, update skipped "
-                              f"({self.bad_steps} in a row)")
-                    if self.bad_steps >= 5:
-                        raise TrainingDiverged(
-                            f"{self.bad_steps} consecutive non-finite steps at step {self.step}; stopping. "
-                            f"The last good checkpoint is in {self.run_dir / 'checkpoints'}. "
-                            "Try a lower train.lr or train.grad_clip.")
+                    self._skipped_step()
                     continue
                 self.bad_steps = 0
                 self.step += 1
                 self.bytes_seen += step_bytes
                 for k, v in metrics.items():
-                    acc[k] = acc.get(k, 0.0) + v
-                n_acc += 1
+                    self.log_acc[k] = self.log_acc.get(k, 0.0) + v
+                self.log_n += 1
                 bar.update(1)
                 last = self.step == tc.max_steps
                 if self.step % tc.log_every == 0 or last:
                     now = time.perf_counter()
-                    rec = {k: float(v) / n_acc for k, v in acc.items()}
+                    rec = {k: float(v) / self.log_n for k, v in self.log_acc.items()}
                     rec.update(step=self.step, bytes=self.bytes_seen, lr=lr_at(self.step - 1, tc),
                                bytes_per_s=(self.bytes_seen - bytes_last) / max(1e-9, now - t_last))
-                    t_last, bytes_last, acc, n_acc = now, self.bytes_seen, {}, 0
+                    t_last, bytes_last, self.log_acc, self.log_n = now, self.bytes_seen, {}, 0
                     if self.step % tc.eval_every == 0 or last:
                         val = self.validate()
                         rec.update({f"val_{k}": v for k, v in val.items() if k != "chunk_length_hist"})
+                    self._check_rate(rec)
+                    rec.update(skipped_steps=self.skipped_steps, warnings=self.warnings)
                     self.history.append(rec)
                     metrics_file.write(json.dumps(rec) + "\n")
                     metrics_file.flush()
                     self._report(rec, bar, interactive)
                 if self.step % tc.checkpoint_every == 0 or last:
-                    self.save()
-            if self.stop_requested and self.step < tc.max_steps:
+                    self.save(final=last)
+                if self.step % tc.log_every == 0:  # keep validation/checkpoint time out of bytes/s
+                    t_last = time.perf_counter()
+            if self.step != self.last_saved_step and (self.stop_requested or self.step == end):
                 path = self.save()
-                self._log(f"interrupted: saved {path}; resume with --resume")
+                if self.stop_requested:
+                    self._log(f"interrupted: saved {path}; continue with --resume")
         finally:
             bar.close()
             metrics_file.close()
             for sig, handler in previous_handlers.items():
                 signal.signal(sig, handler)
         return TrainResult(step=self.step, val=val, run_dir=self.run_dir, history=self.history)
+
+    def _skipped_step(self) -> None:
+        self.bad_steps += 1
+        self.skipped_steps += 1
+        self._log(f"step {self.step + 1}: non-finite loss or gradient, update skipped "
+                  f"({self.bad_steps} in a row, {self.skipped_steps} in all)")
+        if self.bad_steps >= self.max_bad_steps:
+            ckpts = list_checkpoints(self.run_dir)
+            where = f"the last good checkpoint is {ckpts[-1]}" if ckpts else "no checkpoint was written yet"
+            raise TrainingDiverged(
+                f"{self.bad_steps} consecutive non-finite steps after step {self.step}; stopping ({where}). "
+                "Try a lower train.lr or train.grad_clip, or check the data.")
+
+    def _check_rate(self, rec: dict) -> None:
+        """Warn (once per episode) when the boundary policy stays collapsed at rate ~0 or ~1."""
+        p = rec.get("p_mean")  # mean boundary probability over free positions; RL chunker only
+        kind = None
+        if p is not None and self.step > 2 * self.cfg.train.warmup_steps:
+            kind = rate_collapse(p, self.cfg.model.target_rate)
+        if kind is None:
+            self.collapse_streak = 0
+            return
+        self.collapse_streak += 1
+        if self.collapse_streak == self.collapse_patience:
+            self.warnings += 1
+            self._log(f"warning: boundary rate collapsed {kind} at step {self.step} (mean p {p:.3f}, "
+                      f"target {self.cfg.model.target_rate}): {COLLAPSE_ADVICE[kind]}")
 
     def _install_signal_handlers(self) -> dict:
         """SIGINT/SIGTERM finish the current step, checkpoint and stop (a second SIGINT aborts)."""
@@ -266,10 +432,6 @@ class Trainer:
                 self._log(f"step {rec['step']}: {text}")
         else:
             self._log(f"step {rec['step']}/{self.cfg.train.max_steps}: {text}")
-        rate = rec.get("rate")
-        if rate is not None and rec["step"] > 2 * self.cfg.train.warmup_steps and (rate < 0.01 or rate > 0.95):
-            self._log(f"warning: boundary rate has collapsed to {rate:.3f}; raise objective.rate_weight "
-                      "or check model.target_rate")
 
 
 def train(cfg: Config, resume: bool = False, quiet: bool = False) -> TrainResult:

@@ -1,0 +1,268 @@
+"""Checkpoints: atomic writes that survive SIGKILL, corruption refused with a clear message,
+fallback to the previous valid checkpoint, pruning and stale-folder cleanup."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from rltok.checkpoint import (CheckpointError, clean_stale, list_checkpoints, load_checkpoint, resolve_checkpoint,
+                              save_checkpoint)
+from rltok.config import load_config
+from rltok.model import HourglassLM
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return load_config("test")
+
+
+@pytest.fixture
+def model(cfg):
+    torch.manual_seed(0)
+    return HourglassLM(cfg.model)
+
+
+def save_steps(run: Path, model, cfg, steps=(10, 20), keep_last=3):
+    for s in steps:
+        with torch.no_grad():  # distinct weights per step, so a fallback is observable
+            model.head.weight.fill_(float(s))
+        save_checkpoint(run, s, model, cfg, {"step": s}, keep_last=keep_last)
+
+
+def test_roundtrip(tmp_path, model, cfg):
+    path = save_checkpoint(tmp_path, 7, model, cfg, {"step": 7, "x": torch.arange(3)})
+    assert path.name == "step_0000007" and sorted(p.name for p in path.iterdir()) == [
+        "config.json", "manifest.json", "model.safetensors", "trainer.pt"]
+    loaded, cfg2, state, ckpt = load_checkpoint(tmp_path, with_trainer_state=True)
+    assert ckpt == path and cfg2 == cfg and state["step"] == 7 and torch.equal(state["x"], torch.arange(3))
+    for (name, p), q in zip(model.state_dict().items(), loaded.state_dict().values()):
+        assert torch.equal(p, q), name
+    # any path inside the checkpoint resolves to it
+    assert resolve_checkpoint(path / "model.safetensors") == path
+
+
+def _flip_byte(p: Path):
+    data = bytearray(p.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    p.write_bytes(bytes(data))
+
+
+CORRUPTIONS = {
+    "flipped byte in weights": (lambda c: _flip_byte(c / "model.safetensors"), "model.safetensors is corrupt"),
+    "truncated weights": (lambda c: os.truncate(c / "model.safetensors", 100), "model.safetensors is corrupt"),
+    "deleted weights": (lambda c: (c / "model.safetensors").unlink(), "model.safetensors is missing"),
+    "flipped byte in trainer state": (lambda c: _flip_byte(c / "trainer.pt"), "trainer.pt is corrupt"),
+    "deleted manifest": (lambda c: (c / "manifest.json").unlink(), "no manifest"),
+    "garbled manifest": (lambda c: (c / "manifest.json").write_bytes(b"{\"files\": \xff"), "not valid JSON"),
+    "manifest without files": (lambda c: (c / "manifest.json").write_text('{"step": 20}'), "does not list"),
+}
+
+
+@pytest.mark.parametrize("kind", list(CORRUPTIONS))
+def test_corrupt_checkpoint_is_refused_and_run_folder_falls_back(tmp_path, model, cfg, kind):
+    save_steps(tmp_path, model, cfg)
+    newest = tmp_path / "checkpoints" / "step_0000020"
+    damage, message = CORRUPTIONS[kind]
+    damage(newest)
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(newest)
+    with pytest.warns(UserWarning, match="falling back to .*step_0000010"):
+        loaded, _, state, ckpt = load_checkpoint(tmp_path, with_trainer_state=True)
+    assert ckpt.name == "step_0000010" and state["step"] == 10
+    assert torch.all(loaded.head.weight == 10.0)
+
+
+def test_no_valid_checkpoint_at_all(tmp_path, model, cfg):
+    save_steps(tmp_path, model, cfg)
+    for c in list_checkpoints(tmp_path):
+        _flip_byte(c / "model.safetensors")
+    with pytest.raises(CheckpointError, match="no valid checkpoint under"):
+        load_checkpoint(tmp_path)
+    with pytest.raises(CheckpointError, match="not found"):
+        load_checkpoint(tmp_path / "nope")
+    with pytest.raises(CheckpointError, match="no checkpoints under"):
+        load_checkpoint(tmp_path / "checkpoints")
+
+
+def test_undecodable_file_with_matching_checksum_is_still_refused(tmp_path, model, cfg):
+    """Second line of defence: a file that matches its manifest but does not parse."""
+    ckpt = save_checkpoint(tmp_path, 1, model, cfg)
+    (ckpt / "model.safetensors").write_bytes(b"not a safetensors file")
+    manifest = json.loads((ckpt / "manifest.json").read_text())
+    import hashlib
+
+    manifest["files"]["model.safetensors"] = hashlib.sha256(b"not a safetensors file").hexdigest()
+    (ckpt / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="cannot read model.safetensors"):
+        load_checkpoint(ckpt)
+
+
+def test_keep_last_k(tmp_path, model, cfg):
+    save_steps(tmp_path, model, cfg, steps=(1, 2, 3, 4, 5), keep_last=2)
+    assert [c.name for c in list_checkpoints(tmp_path)] == ["step_0000004", "step_0000005"]
+    save_steps(tmp_path / "all", model, cfg, steps=(1, 2, 3, 4), keep_last=0)
+    assert len(list_checkpoints(tmp_path / "all")) == 4
+
+
+def test_checkpoints_sort_by_step_number(tmp_path, model, cfg):
+    save_steps(tmp_path, model, cfg, steps=(9_999_999, 10_000_000), keep_last=1)
+    assert [c.name for c in list_checkpoints(tmp_path)] == ["step_10000000"]
+
+
+def test_resave_same_step_replaces_it(tmp_path, model, cfg):
+    save_steps(tmp_path, model, cfg, steps=(5, 5))
+    assert [c.name for c in list_checkpoints(tmp_path)] == ["step_0000005"]
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step_0000005"]
+
+
+def test_failed_write_leaves_no_partial_folder(tmp_path, model, cfg, monkeypatch):
+    import rltok.checkpoint as ck
+
+    save_steps(tmp_path, model, cfg, steps=(1,))
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ck.torch, "save", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        save_checkpoint(tmp_path, 2, model, cfg, {"step": 2})
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step_0000001"]
+
+
+def test_stale_folders_are_cleaned(tmp_path, model, cfg):
+    save_steps(tmp_path, model, cfg, steps=(1, 2))
+    root = tmp_path / "checkpoints"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)  # a process that has exited
+    (root / f".tmp_step_0000003_{dead_pid}").mkdir()
+    (root / f".tmp_step_0000003_{os.getppid()}").mkdir()  # a live writer: left alone
+    os.rename(root / "step_0000002", root / f".old_step_0000002_{dead_pid}")  # killed mid re-save
+    clean_stale(tmp_path)
+    names = sorted(p.name for p in root.iterdir())
+    assert names == [f".tmp_step_0000003_{os.getppid()}", "step_0000001", "step_0000002"]
+    assert resolve_checkpoint(tmp_path).name == "step_0000002"
+
+
+# ---- SIGKILL while writing -------------------------------------------------------------------
+
+# The child saves step 1, then starts step 2 with one write made slow (after doing half of
+# it), announces WRITING and waits to be killed.
+CHILD = r"""
+import os, sys, time
+import rltok.checkpoint as ck
+from rltok.config import load_config
+from rltok.model import HourglassLM
+
+run, point = sys.argv[1], sys.argv[2]
+cfg = load_config("test")
+model = HourglassLM(cfg.model)
+ck.save_checkpoint(run, 1, model, cfg, {"step": 1})
+
+def hang():
+    print("WRITING", flush=True)
+    time.sleep(120)
+
+if point == "weights":
+    real = ck.save_file
+    def slow(state, path, metadata=None):
+        real(state, path, metadata=metadata)
+        os.truncate(path, os.path.getsize(path) // 2)
+        hang()
+    ck.save_file = slow
+elif point == "trainer":
+    def slow(obj, path):
+        open(path, "wb").write(b"\x80\x02partial")
+        hang()
+    ck.torch.save = slow
+elif point == "manifest":
+    def slow(path, data):
+        open(path, "wb").write(data[: len(data) // 2])
+        hang()
+    ck._write_synced = slow
+elif point == "rename":  # re-saving a step: killed between moving the old copy out and the new in
+    ck.save_checkpoint(run, 2, model, cfg, {"step": 2})
+    real = os.rename
+    def slow(src, dst):
+        real(src, dst)
+        if ".old_" in str(dst):
+            hang()
+    ck.os.rename = slow
+ck.save_checkpoint(run, 2, model, cfg, {"step": 2})
+print("FINISHED", flush=True)
+"""
+
+
+def _kill_while_writing(run: Path, point: str) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(run), point], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.strip() == "WRITING", line
+        proc.kill()  # SIGKILL: no handler, no cleanup
+    finally:
+        proc.kill()
+        proc.wait(30)
+        proc.stdout.close()
+
+
+@pytest.mark.parametrize("point", ["weights", "trainer", "manifest", "rename"])
+def test_sigkill_while_writing_leaves_previous_checkpoint_loadable(tmp_path, point):
+    _kill_while_writing(tmp_path, point)
+    leftovers = [p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith(".")]
+    assert leftovers, "the kill should have interrupted a write"
+    # the previous checkpoint is what a reader gets, without any repair step
+    _, _, state, ckpt = load_checkpoint(tmp_path, with_trainer_state=True)
+    assert ckpt.name == "step_0000001" and state["step"] == 1
+    # the next writer tidies up; an interrupted re-save gets its old copy back
+    clean_stale(tmp_path)
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    expected = ["step_0000001", "step_0000002"] if point == "rename" else ["step_0000001"]
+    assert names == expected
+    assert load_checkpoint(tmp_path)[3].name == expected[-1]
+
+
+LOOP_CHILD = r"""
+import sys
+import rltok.checkpoint as ck
+from rltok.config import load_config
+from rltok.model import HourglassLM
+
+cfg = load_config("test", overrides=["model.d_byte=256", "model.d_chunk=512", "model.n_heads_byte=4",
+                                     "model.n_heads_chunk=4", "model.main_layers=4"])
+model = HourglassLM(cfg.model)
+step = int(sys.argv[2])
+while True:
+    step += 1
+    ck.save_checkpoint(sys.argv[1], step, model, cfg, {"step": step}, keep_last=2)
+    print(step, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_of_a_save_loop(tmp_path):
+    """Kill a process that checkpoints a ~20 MB model in a loop at random moments; every time
+    the newest complete checkpoint loads."""
+    import random
+
+    rng = random.Random(0)
+    last = 0
+    for _ in range(6):
+        proc = subprocess.Popen([sys.executable, "-c", LOOP_CHILD, str(tmp_path), str(last)],
+                                stdout=subprocess.PIPE, text=True)
+        first = proc.stdout.readline()  # at least one save completed
+        assert first.strip().isdigit(), first
+        time.sleep(rng.uniform(0.0, 1.0))
+        proc.kill()
+        proc.wait(30)
+        done = [int(x) for x in [first, *proc.stdout.read().split()]]
+        proc.stdout.close()
+        _, _, state, ckpt = load_checkpoint(tmp_path, with_trainer_state=True)
+        assert state["step"] >= done[-1] >= last
+        last = state["step"]
