@@ -1,0 +1,100 @@
+"""A BPE-token transformer: the non-hierarchical reference that reads tokens instead of bytes.
+
+Each row of bytes is tokenised on its own (rltok.bpe), padded, and run through a causal
+transformer over tokens (RoPE at token indices). Token j >= 1 is predicted from tokens < j; its
+nats are reported at its last byte, and the bytes of tokens 1..N-1 are the ones counted, so
+bpb = total nats / bytes covered (DESIGN section 4). Token 0 has no context and is not scored.
+
+The tokenizer lives in the state_dict as a uint8 buffer of its JSON, so a safetensors checkpoint
+carries everything needed to tokenise like the model was trained.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+
+from ..bpe import encode_rows, tokenizer_from_tensor, tokenizer_to_tensor
+from .hourglass import ModelOutput
+from .layers import Stack, init_weights
+
+
+class BPETokenLM(nn.Module):
+    def __init__(self, tokenizer: Tokenizer, d_model: int, n_layers: int, n_heads: int, mlp_ratio: float = 4.0,
+                 max_tokens: int = 2048, rope_base: float = 10000.0, dropout: float = 0.0):
+        super().__init__()
+        self.max_tokens = max_tokens
+        self.vocab_size = tokenizer.get_vocab_size()
+        self.register_buffer("tokenizer_json", tokenizer_to_tensor(tokenizer), persistent=True)
+        self.tokenizer = tokenizer
+        self.embed = nn.Embedding(self.vocab_size, d_model)
+        self.body = Stack(n_layers, d_model, n_heads, mlp_ratio, rope_base, None, dropout)
+        self.head = nn.Linear(d_model, self.vocab_size, bias=False)
+        init_weights(self.body, n_layers)
+        nn.init.normal_(self.head.weight, 0.0, 0.02)
+        nn.init.normal_(self.embed.weight, 0.0, 1.0)
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        n = sum(p.numel() for p in self.parameters())
+        return n - self.embed.weight.numel() if non_embedding else n
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        # The checkpoint's tokenizer replaces ours, whatever its JSON length: resize the buffer
+        # first so the default loader's shape check passes, and rebuild the Tokenizer object.
+        key = prefix + "tokenizer_json"
+        saved = state_dict.get(key)
+        if saved is not None and not (saved.shape == self.tokenizer_json.shape
+                                      and torch.equal(saved.cpu(), self.tokenizer_json.cpu())):
+            try:
+                tok = tokenizer_from_tensor(saved)
+            except Exception as e:  # malformed JSON: report it like any other load error
+                error_msgs.append(f"{key}: not a tokenizer ({type(e).__name__}: {e})")
+            else:
+                if tok.get_vocab_size() != self.vocab_size:
+                    error_msgs.append(f"{key}: checkpoint tokenizer has {tok.get_vocab_size()} tokens, "
+                                      f"this model {self.vocab_size}; build the model from that tokenizer")
+                else:
+                    self.tokenizer_json = torch.empty_like(saved, device=self.tokenizer_json.device)
+                    self.tokenizer = tok
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
+    def encode(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Tokenise each row of (B, T) bytes: token ids (B, N) padded with 0, each token's last
+        byte position (B, N) (0 in padding), and tokens per row (B,), all on idx's device."""
+        ids, ends = encode_rows(self.tokenizer, idx)
+        counts = np.array([len(i) for i in ids], dtype=np.int64)
+        n_max = max(1, int(counts.max()) if len(counts) else 1)
+        if n_max > self.max_tokens:
+            raise ValueError(f"a row holds {n_max} tokens, more than max_tokens={self.max_tokens}")
+        tok = np.zeros((len(ids), n_max), dtype=np.int64)
+        end = np.zeros((len(ids), n_max), dtype=np.int64)
+        for r, (i, e) in enumerate(zip(ids, ends)):
+            tok[r, : len(i)] = i
+            end[r, : len(e)] = e
+        dev = idx.device
+        return torch.from_numpy(tok).to(dev), torch.from_numpy(end).to(dev), torch.from_numpy(counts).to(dev)
+
+    def token_logits(self, tok: torch.Tensor) -> torch.Tensor:
+        """(B, N, V) next-token logits for token ids (B, N); position = token index."""
+        pos = torch.arange(tok.shape[1], device=tok.device)
+        return self.head(self.body(self.embed(tok), pos))
+
+    def forward(self, idx: torch.Tensor, **_: object) -> ModelOutput:
+        bsz, length = idx.shape
+        tok, end, counts = self.encode(idx)
+        n = tok.shape[1]
+        logits = self.token_logits(tok[:, :-1]) if n > 1 else self.head(self.embed(tok[:, :0]))
+        nll = F.cross_entropy(logits.float().flatten(0, 1), tok[:, 1:].flatten(), reduction="none").view(bsz, n - 1)
+        scored = torch.arange(1, n, device=idx.device) < counts.unsqueeze(1)  # real tokens 1..N-1
+        nll = torch.where(scored, nll, torch.zeros_like(nll))
+        # padding adds 0 at byte 0, which never ends a scored token, so every slot gets one value
+        byte_nll = torch.zeros(bsz, length, dtype=nll.dtype, device=idx.device).scatter_add(
+            1, torch.where(scored, end[:, 1:], 0), nll)
+        byte_mask = torch.arange(length, device=idx.device) > end[:, :1]  # after token 0
+        return ModelOutput(logits=None, early_logits=None, boundaries=None, n_chunks=counts,
+                           byte_nll=byte_nll, byte_mask=byte_mask)
