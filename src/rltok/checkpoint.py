@@ -218,15 +218,15 @@ def load_config_from(path: Path) -> Config:
 
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", with_trainer_state: bool = False):
     """-> (model, cfg, trainer_state or None, checkpoint folder)."""
-    from .model import HourglassLM
+    from .model.factory import build_model
 
     ckpt = resolve_checkpoint(path)
     cfg = load_config_from(ckpt)
-    model = HourglassLM(cfg.model)
     try:
         state = load_file(ckpt / "model.safetensors", device=str(device))
     except Exception as e:  # safetensors raises its own error types for truncated files
         raise CheckpointError(f"checkpoint {ckpt}: cannot read model.safetensors ({e})") from None
+    model = build_model(cfg.model, state_dict=state)
     try:
         missing, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as e:  # shape mismatch: weights and config.json disagree

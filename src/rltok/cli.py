@@ -191,6 +191,29 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    import shlex
+    from pathlib import Path
+
+    from .compare import METHODS, method_config, run_sweep, write_report
+    from .flops import hourglass_flops, train_flops_per_byte
+
+    for m in args.methods:
+        if m not in METHODS:
+            raise ConfigError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
+    out = Path(args.out)
+    ref = method_config("rl", args.overrides, args.data, out, 0, args.preset)
+    budget = args.budget_bytes * train_flops_per_byte(hourglass_flops(ref.model, ref.train.seq_len))
+    print(f"budget: {budget:.3e} training FLOPs (= {args.budget_bytes:,} bytes of the hierarchical model "
+          f"at rate {ref.model.target_rate})", file=sys.stderr)
+    results = run_sweep(args.data, args.methods, args.seeds, out, budget, args.overrides, args.preset,
+                        args.split, args.max_eval_windows, log=lambda m: print(m, file=sys.stderr))
+    command = "rltok " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if args.command_line is None else args.command_line
+    report = write_report(results, out, args.title or f"{args.data} ({args.split} split)", command)
+    print(report.read_text())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rltok", description="Byte-level LMs that learn their own tokenization with RL.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -252,6 +275,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop when this string is produced (not printed); repeatable; \\n \\t \\xNN escapes work")
     p.add_argument("--echo", action="store_true", help="print the prompt before the continuation")
     p.set_defaults(func=cmd_generate, default_mode="sample")
+    p = sub.add_parser("compare", help="train several boundary rules at equal training FLOPs and tabulate them")
+    p.add_argument("overrides", nargs="*", metavar="section.key=value", help="base config overrides for every method")
+    p.add_argument("--data", required=True, help="training data (a folder with train/val/test files is best)")
+    p.add_argument("--methods", nargs="+", default=["rl", "hnet", "gumbel", "entropy", "whitespace", "bpe", "fixed",
+                                                     "uniform", "flat", "bpe_token"])
+    p.add_argument("--seeds", nargs="+", type=int, default=[0])
+    p.add_argument("--budget-bytes", type=int, default=1_000_000,
+                   help="budget in bytes of the hierarchical model at the target rate; every method gets "
+                        "the same training FLOPs")
+    p.add_argument("--preset", default="tiny")
+    p.add_argument("--split", default="test", help="held-out split to evaluate on (test or val)")
+    p.add_argument("--max-eval-windows", type=int, default=0)
+    p.add_argument("--out", required=True, help="folder for per-run JSON, runs, the table and plots")
+    p.add_argument("--title", default="")
+    p.add_argument("--command-line", default=None, help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_compare)
     return parser
 
 

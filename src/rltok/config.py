@@ -37,21 +37,31 @@ class ModelConfig:
     max_seq_len: int = 8192  # longest sequence the model accepts
     rope_base: float = 10000.0
     dropout: float = 0.0
-    # boundary rule: "rl" (learned policy), "fixed" (every `fixed_stride` bytes)
+    # "hourglass" (the hierarchical model), "flat" (byte transformer of d_chunk x flat_layers),
+    # "bpe_token" (transformer over BPE tokens of the same size); the last two are references
+    arch: str = "hourglass"
+    flat_layers: int = 6
+    # boundary rule: rl (learned policy) | fixed | uniform | whitespace | entropy | hnet | gumbel | bpe
     chunker: str = "rl"
     policy_window: int = 1  # w: how many of its own previous decisions the policy sees
     policy_detach: bool = False  # True: policy/rate losses do not flow into the encoder
     target_rate: float = 0.2  # used to initialise the policy bias (and by the rate loss)
     fixed_stride: int = 5
     force_last_boundary: bool = True  # training: the last byte of a window closes a chunk
+    hnet_ratio_weight: float = 0.03  # H-Net ratio loss weight
+    gumbel_temperature: float = 1.0
+    gumbel_prior_weight: float = 1.0  # binomial prior on the boundary count (dynamic pooling)
 
     def validate(self) -> None:
         if self.d_byte % self.n_heads_byte or self.d_chunk % self.n_heads_chunk:
             raise ConfigError("d_byte/d_chunk must be divisible by their number of heads")
         if (self.d_byte // self.n_heads_byte) % 2 or (self.d_chunk // self.n_heads_chunk) % 2:
             raise ConfigError("head dimension must be even (RoPE rotates pairs)")
-        if self.chunker not in ("rl", "fixed"):
-            raise ConfigError(f"model.chunker must be 'rl' or 'fixed', got {self.chunker!r}")
+        chunkers = ("rl", "fixed", "uniform", "whitespace", "entropy", "hnet", "gumbel", "bpe")
+        if self.chunker not in chunkers:
+            raise _unknown(self.chunker, list(chunkers), "", what="model.chunker")
+        if self.arch not in ("hourglass", "flat", "bpe_token"):
+            raise _unknown(self.arch, ["hourglass", "flat", "bpe_token"], "", what="model.arch")
         if not 0 < self.target_rate <= 1:
             raise ConfigError("model.target_rate must be in (0, 1]")
         if not 1 <= self.policy_window <= 12:
@@ -180,6 +190,10 @@ class Config:
 # Named presets: overrides on top of the defaults. "tiny" is the CPU default.
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {},
+    "small": {  # the CPU comparison scale (rltok compare): ~1.5M params, ~3x the tiny speed
+        "model": {"d_byte": 96, "d_chunk": 192, "n_heads_byte": 3, "n_heads_chunk": 3,
+                  "encoder_layers": 1, "main_layers": 3, "decoder_layers": 1, "window": 64},
+    },
     "test": {  # seconds on a CPU: unit tests and smoke runs
         "model": {"d_byte": 32, "d_chunk": 64, "n_heads_byte": 2, "n_heads_chunk": 2,
                   "encoder_layers": 1, "main_layers": 1, "decoder_layers": 1, "window": 16},

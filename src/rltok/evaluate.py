@@ -66,8 +66,10 @@ def evaluate(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, mode:
         xb, yb = x[i : i + batch_size].to(device), y[i : i + batch_size].to(device)
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             out = model(xb, mode=mode, generator=gen)
-        nll = token_nll(out.logits, yb)
-        mask = yb < 256
+        if out.byte_nll is not None:
+            nll, mask = out.byte_nll, out.byte_mask
+        else:
+            nll, mask = token_nll(out.logits, yb), yb < 256
         nats += nll[mask].sum().item()
         n_bytes += int(mask.sum())
         if out.boundaries is not None:

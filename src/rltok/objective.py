@@ -31,6 +31,9 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
                  batch_mean=None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Total loss and detached metrics. `batch_mean` (optional) computes the per-position
     batch mean of a (B, T) tensor; data-parallel training passes a global one."""
+    if out.byte_nll is not None:  # token-level model: nats attributed to the bytes they cover
+        loss = out.byte_nll.sum() / out.byte_mask.sum().clamp(min=1)
+        return loss, {"loss": loss.detach(), "ce_final": loss.detach(), "bpb": loss.detach() / LN2}
     ce_final = token_nll(out.logits, targets)
     byte_mask = targets < 256  # bpb counts bytes, not specials
     metrics: dict[str, torch.Tensor] = {
@@ -48,6 +51,9 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
 
     bd = out.boundaries
     metrics["rate"] = bd.b.float().mean()
+    if bd.aux_loss is not None:
+        loss = loss + bd.aux_loss
+        metrics["aux_loss"] = bd.aux_loss.detach()
     if bd.logits is not None:
         free = bd.free
         reward = (ce_early - ce_final).detach() if cfg.reward == "early_exit" else -ce_final.detach()
@@ -66,7 +72,7 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
         metrics.update(
             pg_loss=l_pg.detach(), rate_loss=l_rate.detach(),
             p_mean=masked_mean(torch.sigmoid(bd.logits.detach()), free),
-            reward=reward.mean(), return_std=returns.std(),
+            reward=reward.mean(), return_std=returns.std(correction=0),
             entropy=masked_mean(F.binary_cross_entropy_with_logits(
                 bd.logits.detach(), torch.sigmoid(bd.logits.detach()), reduction="none"), free),
         )

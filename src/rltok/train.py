@@ -25,7 +25,7 @@ from .checkpoint import (CheckpointError, checkpoint_step, clean_stale, list_che
 from .config import Config, ConfigError
 from .data import Corpus, WindowSampler, eval_windows, load_corpus
 from .evaluate import evaluate
-from .model import HourglassLM
+from .model.factory import build_model
 from .objective import compute_loss
 
 
@@ -148,7 +148,7 @@ class Trainer:
         torch.manual_seed(tc.seed)
         random.seed(tc.seed)
         np.random.seed(tc.seed)
-        self.model = HourglassLM(cfg.model).to(self.device)
+        self.model = build_model(cfg.model, train_bytes=self.corpus.train).to(self.device)
         self.forward = torch.compile(self.model) if tc.compile else self.model
         self.opt = make_optimizer(self.model, tc, self.device)
         self.sampler = WindowSampler(self.corpus.train, tc.batch_size, tc.seq_len, seed=tc.seed)

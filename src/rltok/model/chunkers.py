@@ -25,10 +25,19 @@ class Boundaries:
     logits: torch.Tensor | None = None  # (B, T) policy logits (with grad), RL only
     logp: torch.Tensor | None = None  # (B, T) log pi(b_t | history), with grad, RL only
     sample_logp: torch.Tensor | None = None  # (B, T) log-prob computed inside the sampler
+    # straight-through rules (hnet, gumbel): tensors whose value is 1 but whose gradient reaches
+    # the boundary scorer, multiplied into the downsampled (gate) or upsampled (confidence) path
+    gate: torch.Tensor | None = None  # (B, T)
+    confidence: torch.Tensor | None = None  # (B, T)
+    smooth: torch.Tensor | None = None  # (B, T) boundary probability for EMA smoothing over chunks
+    scores: torch.Tensor | None = None  # (B, T) the rule's boundary probability/score, for display
+    aux_loss: torch.Tensor | None = None  # the rule's own regulariser, already weighted
 
     @property
     def probs(self) -> torch.Tensor | None:
-        return None if self.logits is None else torch.sigmoid(self.logits)
+        if self.logits is not None:
+            return torch.sigmoid(self.logits)
+        return self.scores
 
 
 def forced_mask(batch: int, length: int, device, force_last: bool) -> torch.Tensor:
@@ -108,7 +117,7 @@ class RLPolicy(nn.Module):
         return b, logp
 
     def forward(self, h: torch.Tensor, forced: torch.Tensor, b: torch.Tensor | None = None,
-                mode: str = "sample", generator: torch.Generator | None = None) -> Boundaries:
+                mode: str = "sample", generator: torch.Generator | None = None, **_) -> Boundaries:
         base = self.head(h.detach() if self.detach_input else h).squeeze(-1)
         sample_logp = None
         if b is None:
@@ -127,11 +136,203 @@ class FixedChunker(nn.Module):
         self.stride = stride
 
     def forward(self, h: torch.Tensor, forced: torch.Tensor, b: torch.Tensor | None = None,
-                mode: str = "sample", generator: torch.Generator | None = None) -> Boundaries:
+                mode: str = "sample", generator: torch.Generator | None = None, **_) -> Boundaries:
         if b is None:
             t = torch.arange(h.shape[1], device=h.device)
             b = ((t + 1) % self.stride == 0).unsqueeze(0).expand_as(forced)
         return Boundaries(b=b.bool() | forced, free=~forced)
+
+
+class UniformChunker(nn.Module):
+    """Exactly round(rate * free) boundaries per sequence at uniformly random free positions."""
+
+    def __init__(self, rate: float):
+        super().__init__()
+        self.rate = rate
+
+    def forward(self, h, forced, b=None, mode="sample", generator=None, **_) -> Boundaries:
+        if b is None:
+            free = ~forced
+            k = int(round(self.rate * int(free[0].sum())))
+            noise = torch.rand(forced.shape, device=forced.device, generator=generator)
+            noise = noise.masked_fill(forced, -1.0)  # forced slots never count towards k
+            b = torch.zeros_like(forced)
+            if k > 0:
+                b.scatter_(1, noise.topk(k, dim=1).indices, True)
+        return Boundaries(b=b.bool() | forced, free=~forced)
+
+
+def spacelike(idx: torch.Tensor) -> torch.Tensor:
+    """SpaceByte's rule: a byte is space-like unless it is an ASCII letter or digit or a UTF-8
+    continuation byte (0x80-0xBF)."""
+    letter = ((idx >= 65) & (idx <= 90)) | ((idx >= 97) & (idx <= 122))
+    digit = (idx >= 48) & (idx <= 57)
+    cont = (idx >= 0x80) & (idx <= 0xBF)
+    return ~(letter | digit | cont)
+
+
+class WhitespaceChunker(nn.Module):
+    """SpaceByte-style: a chunk ends at a space-like byte that follows a non-space-like one, so the
+    chunk-level network runs right before each new word."""
+
+    def forward(self, h, forced, b=None, mode="sample", generator=None, idx=None, **_) -> Boundaries:
+        if b is None:
+            sp = spacelike(idx)
+            prev = torch.ones_like(sp)
+            prev[:, 1:] = sp[:, :-1]
+            b = sp & ~prev
+        return Boundaries(b=b.bool() | forced, free=~forced)
+
+
+class EntropyChunker(nn.Module):
+    """BLT-style: a chunk ends at byte t when the early-exit head's entropy over byte t+1 spikes
+    (rises by more than a threshold over the entropy at t-1), i.e. the next byte is surprising.
+    The threshold tracks the quantile that gives the target rate (an EMA over training
+    batches, stored as a buffer so evaluation reuses it). No gradient reaches the rule."""
+
+    def __init__(self, rate: float, mode: str = "spike", momentum: float = 0.99):
+        super().__init__()
+        self.rate = rate
+        self.mode = mode
+        self.momentum = momentum
+        self.register_buffer("threshold", torch.tensor(float("nan")))
+
+    def score(self, early_logits: torch.Tensor) -> torch.Tensor:
+        logp = torch.log_softmax(early_logits.detach().float()[..., :256], dim=-1)
+        ent = -(logp.exp() * logp).sum(-1)
+        if self.mode == "global":
+            return ent
+        prev = torch.zeros_like(ent)
+        prev[:, 1:] = ent[:, :-1]
+        return ent - prev
+
+    def forward(self, h, forced, b=None, mode="sample", generator=None, early_logits=None, **_) -> Boundaries:
+        s = self.score(early_logits)
+        if b is None:
+            if self.training or torch.isnan(self.threshold):
+                q = torch.quantile(s[~forced].float()[:1_000_000], 1 - self.rate)
+                if torch.isnan(self.threshold):
+                    self.threshold.copy_(q)
+                elif self.training:
+                    self.threshold.mul_(self.momentum).add_((1 - self.momentum) * q)
+            b = s > self.threshold
+        return Boundaries(b=b.bool() | forced, free=~forced, scores=torch.sigmoid(s - self.threshold))
+
+
+class HNetRouter(nn.Module):
+    """H-Net's dynamic chunking: p_t = (1 - cos(q_t, k_{t-1})) / 2 on projected encoder states,
+    boundary where p_t >= 0.5. Trained straight-through: the upsampled vector is scaled by the
+    confidence (p_t or 1 - p_t) with its value replaced by 1, chunk outputs are smoothed by an
+    EMA weighted by p, and a ratio loss pulls the rate towards the target."""
+
+    def __init__(self, dim: int, rate: float, ratio_weight: float = 0.03):
+        super().__init__()
+        self.q = nn.Linear(dim, dim, bias=False)
+        self.k = nn.Linear(dim, dim, bias=False)
+        nn.init.eye_(self.q.weight)  # start as plain cosine similarity of adjacent states
+        nn.init.eye_(self.k.weight)
+        self.rate = rate
+        self.ratio_weight = ratio_weight
+
+    def forward(self, h, forced, b=None, mode="sample", generator=None, **_) -> Boundaries:
+        q, k = self.q(h), self.k(h)
+        cos = F.cosine_similarity(q[:, 1:], k[:, :-1], dim=-1)
+        p = torch.cat([torch.ones_like(cos[:, :1]), ((1 - cos) / 2).clamp(0, 1)], dim=1)
+        p = torch.where(forced, torch.ones_like(p), p)
+        if b is None:
+            b = p >= 0.5
+        b = b.bool() | forced
+        c = torch.where(b, p, 1 - p)
+        confidence = c + (1 - c).detach()  # straight-through: forward 1, gradient of c
+        # ratio loss (H-Net): N/(N-1) * ((N-1) F G + (1-F)(1-G)), minimal at F = G = 1/N
+        n = 1.0 / self.rate
+        f_sel = b[~forced].float().mean()
+        g_prob = p[~forced].mean()
+        ratio = n / (n - 1) * ((n - 1) * f_sel * g_prob + (1 - f_sel) * (1 - g_prob))
+        return Boundaries(b=b, free=~forced, confidence=confidence, smooth=p, scores=p.detach(),
+                          aux_loss=self.ratio_weight * ratio)
+
+
+class GumbelChunker(nn.Module):
+    """Dynamic-pooling style: an MLP scores each byte, a hard Gumbel-sigmoid sample decides, and
+    a straight-through gate (value 1, gradient of the soft sample) multiplies the selected
+    vectors. A binomial prior on the boundary count holds the rate near the target."""
+
+    def __init__(self, dim: int, rate: float, temperature: float = 1.0, prior_weight: float = 1.0):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(dim, dim), nn.GELU(), nn.Linear(dim, 1))
+        nn.init.zeros_(self.mlp[2].weight)
+        nn.init.constant_(self.mlp[2].bias, math.log(rate / (1 - rate)))
+        self.rate = rate
+        self.temperature = temperature
+        self.prior_weight = prior_weight
+
+    def forward(self, h, forced, b=None, mode="sample", generator=None, **_) -> Boundaries:
+        logits = self.mlp(h).squeeze(-1).float()
+        if mode == "greedy" or not self.training:
+            soft = torch.sigmoid(logits)
+        else:
+            u = torch.rand(logits.shape, device=logits.device, generator=generator).clamp(1e-6, 1 - 1e-6)
+            soft = torch.sigmoid((logits + torch.log(u) - torch.log1p(-u)) / self.temperature)
+        if b is None:
+            b = soft > 0.5
+        b = b.bool() | forced
+        gate = soft + (b.float() - soft).detach()
+        free = ~forced
+        count = gate.masked_fill(forced, 0).sum(1)
+        n_free = free.sum(1).float()
+        prior = torch.distributions.Binomial(total_count=n_free, probs=torch.full_like(n_free, self.rate))
+        nll = -prior.log_prob(count.clamp(max=n_free)).mean() / n_free.mean()
+        return Boundaries(b=b, free=free, gate=gate, scores=torch.sigmoid(logits.detach()),
+                          aux_loss=self.prior_weight * nll)
+
+
+class BPEChunker(nn.Module):
+    """Boundaries at the ends of BPE tokens (each row tokenised on its own). The tokenizer is
+    fitted to the target rate on the training split and stored as a buffer, so checkpoints
+    carry it. Note: a BPE boundary at t depends on whether byte t+1 merges with it, so this
+    rule sees one byte of the future through its boundaries, as in the published comparisons."""
+
+    def __init__(self, rate: float):
+        super().__init__()
+        self.rate = rate
+        self.register_buffer("tokenizer_json", torch.zeros(0, dtype=torch.uint8))
+        self._tok = None
+
+    def fit(self, data: bytes, seed: int = 0) -> dict:
+        from ..bpe import fit_bpe_to_rate, tokenizer_to_tensor
+
+        tok, achieved, vocab = fit_bpe_to_rate(data, self.rate, seed=seed)[:3]
+        self.tokenizer_json = tokenizer_to_tensor(tok).to(self.tokenizer_json.device)
+        self._tok = tok
+        return {"bpe_rate": achieved, "bpe_vocab_size": vocab}
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        key = prefix + "tokenizer_json"
+        if key in state_dict:
+            self.tokenizer_json = torch.empty_like(state_dict[key])
+            self._tok = None
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    @property
+    def tokenizer(self):
+        if self._tok is None:
+            if self.tokenizer_json.numel() == 0:
+                raise RuntimeError("BPE chunker has no tokenizer: call fit() on training bytes first")
+            from ..bpe import tokenizer_from_tensor
+
+            self._tok = tokenizer_from_tensor(self.tokenizer_json.cpu())
+        return self._tok
+
+    def forward(self, h, forced, b=None, mode="sample", generator=None, idx=None, **_) -> Boundaries:
+        if b is None:
+            from ..bpe import bpe_boundary_mask
+
+            b = bpe_boundary_mask(self.tokenizer, idx.cpu()).to(forced.device)
+        return Boundaries(b=b.bool() | forced, free=~forced)
+
+
+CHUNKERS = ("rl", "fixed", "uniform", "whitespace", "entropy", "hnet", "gumbel", "bpe")
 
 
 def build_chunker(cfg) -> nn.Module:
@@ -139,4 +340,16 @@ def build_chunker(cfg) -> nn.Module:
         return RLPolicy(cfg.d_byte, cfg.policy_window, cfg.target_rate, cfg.policy_detach)
     if cfg.chunker == "fixed":
         return FixedChunker(cfg.fixed_stride)
-    raise ValueError(f"unknown chunker {cfg.chunker!r}")
+    if cfg.chunker == "uniform":
+        return UniformChunker(cfg.target_rate)
+    if cfg.chunker == "whitespace":
+        return WhitespaceChunker()
+    if cfg.chunker == "entropy":
+        return EntropyChunker(cfg.target_rate)
+    if cfg.chunker == "hnet":
+        return HNetRouter(cfg.d_byte, cfg.target_rate, cfg.hnet_ratio_weight)
+    if cfg.chunker == "gumbel":
+        return GumbelChunker(cfg.d_byte, cfg.target_rate, cfg.gumbel_temperature, cfg.gumbel_prior_weight)
+    if cfg.chunker == "bpe":
+        return BPEChunker(cfg.target_rate)
+    raise ValueError(f"unknown chunker {cfg.chunker!r}; choose one of {', '.join(CHUNKERS)}")

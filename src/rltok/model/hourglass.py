@@ -29,6 +29,10 @@ class ModelOutput:
     early_logits: torch.Tensor | None  # (B, T, V) encoder-only early-exit logits
     boundaries: Boundaries | None
     n_chunks: torch.Tensor | None = None  # (B,) chunks per sequence
+    # Models that do not predict every byte (a BPE-token LM) report their NLL attributed to
+    # bytes instead: the nats of each predicted unit at its last byte, and which bytes it covered.
+    byte_nll: torch.Tensor | None = None  # (B, T) nats
+    byte_mask: torch.Tensor | None = None  # (B, T) bool: bytes whose prediction is counted
 
 
 def chunk_index(b: torch.Tensor) -> torch.Tensor:
@@ -43,6 +47,21 @@ def boundary_positions(b: torch.Tensor, n_max: int) -> torch.Tensor:
     pos = torch.zeros(bsz, n_max + 1, dtype=torch.long, device=b.device)
     pos.scatter_(1, idx, torch.arange(length, device=b.device).expand(bsz, length))
     return pos[:, :n_max]
+
+
+def ema_over_chunks(z: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """zbar_j = p_j z_j + (1 - p_j) zbar_{j-1}: a confident boundary keeps its own chunk, an
+    unsure one leans on the previous chunk (H-Net's smoothing; gives p a gradient).
+
+    Unrolled as zbar_j = sum_{i<=j} p_i prod_{i<k<=j} (1 - p_k) z_i: one (M x M) weight matrix
+    from cumulative log(1 - p), so there is no loop over chunks; exponents are <= 0 (stable).
+    """
+    p = p.float().clamp(0.0, 1.0)
+    log_keep = torch.cumsum(torch.log1p(-p.clamp(max=1 - 1e-6)), dim=1)  # (B, M)
+    expo = log_keep.unsqueeze(2) - log_keep.unsqueeze(1)  # [b, j, i] = L_j - L_i
+    causal = torch.ones(p.shape[1], p.shape[1], dtype=torch.bool, device=p.device).tril()
+    weights = torch.where(causal, expo, float("-inf")).exp() * p.unsqueeze(1)
+    return torch.bmm(weights.to(z.dtype), z)
 
 
 class HourglassLM(nn.Module):
@@ -86,15 +105,21 @@ class HourglassLM(nn.Module):
         h = self.encode(idx)
         early_logits = self.early_head(h)
         forced = forced_mask(bsz, length, idx.device, force_last)
-        bd = self.chunker(h, forced, boundaries, mode, generator)
+        bd = self.chunker(h, forced, boundaries, mode, generator, idx=idx, early_logits=early_logits)
 
         n_chunks = bd.b.sum(1)
         n_max = int(n_chunks.max())  # the one host sync per step: the padded chunk count
         chunk_pos = boundary_positions(bd.b, n_max)
         z = torch.gather(h, 1, chunk_pos.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
+        if bd.gate is not None:  # straight-through rules: value 1, gradient to the boundary score
+            z = z * torch.gather(bd.gate, 1, chunk_pos).unsqueeze(-1).to(z.dtype)
         # Padding chunks sit after every real chunk, so causal attention keeps them unseen.
         z = self.up(self.main(self.down(z), chunk_pos))
+        if bd.smooth is not None:  # H-Net: EMA over chunks, weighted by boundary probability
+            z = ema_over_chunks(z, torch.gather(bd.smooth, 1, chunk_pos))
         up = torch.gather(z, 1, chunk_index(bd.b).unsqueeze(-1).expand(-1, -1, z.shape[-1]))
+        if bd.confidence is not None:
+            up = up * bd.confidence.unsqueeze(-1).to(up.dtype)
         logits = self.head(self.decoder(h + up, pos))
         return ModelOutput(logits=logits, early_logits=early_logits, boundaries=bd, n_chunks=n_chunks)
 

@@ -1,0 +1,243 @@
+"""Compute-matched comparison of boundary rules (DESIGN sections 3-4).
+
+Every method uses the same backbone and optimiser settings; only the boundary rule differs (or,
+for the flat references, the architecture). The budget is total training FLOPs: a method's
+steps = budget / (its planned training FLOPs per byte x bytes per step), planned at the target
+rate. The flat byte model is sized so its FLOPs per byte match the hierarchical model's, so it
+sees the same bytes. Each run is evaluated on a held-out split and written to its own JSON file
+as soon as it finishes; a rerun skips finished runs and resumes interrupted ones.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+from .config import Config, load_config
+from .flops import flat_flops, hourglass_flops, train_flops_per_byte
+
+# method -> config overrides on top of the base config
+METHODS: dict[str, list[str]] = {
+    "rl": ["model.chunker=rl"],
+    "hnet": ["model.chunker=hnet"],
+    "gumbel": ["model.chunker=gumbel"],
+    "entropy": ["model.chunker=entropy"],
+    "whitespace": ["model.chunker=whitespace"],
+    "bpe": ["model.chunker=bpe"],
+    "fixed": ["model.chunker=fixed"],
+    "uniform": ["model.chunker=uniform"],
+    "flat": ["model.arch=flat"],
+    "bpe_token": ["model.arch=bpe_token"],
+}
+
+
+def git_commit() -> str:
+    try:
+        root = Path(__file__).resolve().parents[2]
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
+                                       stderr=subprocess.DEVNULL).strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def forward_flops_per_byte(cfg: Config, rate: float | None = None) -> float:
+    m, seq = cfg.model, cfg.train.seq_len
+    if m.arch == "flat":
+        return flat_flops(m.d_chunk, m.flat_layers, seq, None, m.mlp_ratio)["total"]
+    if m.arch == "bpe_token":  # a token position costs a flat layer stack; rate tokens per byte
+        rate = m.target_rate if rate is None else rate
+        n_tok = max(1, int(seq * rate))
+        return rate * flat_flops(m.d_chunk, m.flat_layers, n_tok, None, m.mlp_ratio)["total"]
+    return hourglass_flops(m, seq, rate)["total"]
+
+
+def matched_flat_layers(cfg: Config) -> int:
+    """Depth at which the flat byte model (width d_chunk) costs what the hourglass costs per byte."""
+    target = hourglass_flops(cfg.model, cfg.train.seq_len)["total"]
+    per_layer = flat_flops(cfg.model.d_chunk, 1, cfg.train.seq_len, None, cfg.model.mlp_ratio)
+    head = 2.0 * cfg.model.d_chunk * 264
+    return max(1, round((target - head) / (per_layer["total"] - head)))
+
+
+def method_config(method: str, base: list[str], data: str, out_dir: Path, seed: int, preset: str) -> Config:
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    cfg = load_config(preset, overrides=[*base, f"data.train={data}"])
+    extra = list(METHODS[method])
+    if method in ("flat", "bpe_token"):
+        extra.append(f"model.flat_layers={matched_flat_layers(cfg)}")
+    return load_config(preset, overrides=[*base, f"data.train={data}", *extra, f"train.seed={seed}",
+                                          f"train.out_dir={out_dir}"])
+
+
+def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: float, base: list[str],
+            preset: str = "tiny", eval_split: str = "test", max_eval_windows: int = 0) -> dict:
+    import torch
+
+    from .checkpoint import load_checkpoint
+    from .data import eval_windows, load_eval_bytes
+    from .evaluate import evaluate
+    from .train import Trainer
+
+    out_dir = run_root / f"{method}_s{seed}"
+    cfg = method_config(method, base, data, out_dir, seed, preset)
+    bytes_per_step = cfg.train.batch_size * cfg.train.grad_accum * cfg.train.seq_len
+    planned_fpb = train_flops_per_byte({"total": forward_flops_per_byte(cfg)})
+    steps = max(1, round(budget_flops / (planned_fpb * bytes_per_step)))
+    cfg.train.max_steps = steps
+    cfg.train.eval_every = max(1, steps // 6)
+    cfg.train.checkpoint_every = max(1, steps // 3)
+    cfg.train.warmup_steps = min(cfg.train.warmup_steps, max(1, steps // 10))
+    t0 = time.time()
+    trainer = Trainer(cfg, resume=True, quiet=True)
+    trainer.fit()
+    wall = time.time() - t0
+    model, cfg_loaded, _, _ = load_checkpoint(out_dir)
+    x, y = eval_windows(load_eval_bytes(data, eval_split), cfg.train.seq_len, max_eval_windows)
+    ev = evaluate(model, x, y, batch_size=16, mode="sample", seed=0)
+    rate = ev.get("rate")
+    achieved_fpb = train_flops_per_byte({"total": forward_flops_per_byte(cfg, rate)})
+    records = [r for r in trainer.history]
+    bps = [r["bytes_per_s"] for r in records[1:]] or [r["bytes_per_s"] for r in records]
+    curve = [{"step": r["step"], "bytes": r["bytes"], "train_flops": r["bytes"] * planned_fpb,
+              "val_bpb": r["val_bpb"]} for r in records if "val_bpb" in r]
+    return {
+        "method": method, "seed": seed, "data": data, "split": eval_split, "commit": git_commit(),
+        "params": model.num_params(), "steps": steps, "train_bytes": steps * bytes_per_step,
+        "planned_train_flops_per_byte": planned_fpb, "train_flops_per_byte": achieved_fpb,
+        "train_flops": steps * bytes_per_step * planned_fpb,
+        "bpb": ev["bpb"], "rate": rate, "bytes_per_chunk": ev.get("bytes_per_chunk"),
+        "space_align": ev.get("space_align"), "space_end": ev.get("space_end"),
+        "chunk_length_hist": ev.get("chunk_length_hist"),
+        "train_bytes_per_s": statistics.median(bps) if bps else None, "wall_s": wall,
+        "threads": torch.get_num_threads(), "curve": curve, "config": cfg_loaded.to_dict(),
+    }
+
+
+def run_sweep(data: str, methods: list[str], seeds: list[int], out: Path, budget_flops: float,
+              base: list[str], preset: str = "tiny", eval_split: str = "test", max_eval_windows: int = 0,
+              log=print) -> list[dict]:
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for seed in seeds:
+        for method in methods:
+            path = out / f"{method}_s{seed}.json"
+            if path.exists():
+                results.append(json.loads(path.read_text()))
+                log(f"{method} seed {seed}: done already")
+                continue
+            log(f"{method} seed {seed}: training ...")
+            res = run_one(method, seed, data, out / "runs", budget_flops, base, preset, eval_split, max_eval_windows)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(res, indent=2))
+            tmp.rename(path)
+            log(f"{method} seed {seed}: bpb {res['bpb']:.4f} rate {res['rate'] or float('nan'):.3f} "
+                f"({res['wall_s']:.0f} s)")
+            results.append(res)
+    return results
+
+
+def _fmt(values: list[float], digits: int = 3) -> str:
+    values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def summarize(results: list[dict]) -> list[dict]:
+    by_method: dict[str, list[dict]] = {}
+    for r in results:
+        by_method.setdefault(r["method"], []).append(r)
+    rows = []
+    for method, rs in by_method.items():
+        rows.append({
+            "method": method, "seeds": len(rs),
+            "bpb_mean": statistics.mean(r["bpb"] for r in rs),
+            "bpb_std": statistics.stdev([r["bpb"] for r in rs]) if len(rs) > 1 else None,
+            "bpb": _fmt([r["bpb"] for r in rs], 4),
+            "rate": _fmt([r["rate"] for r in rs]),
+            "bytes_per_chunk": _fmt([r["bytes_per_chunk"] for r in rs], 2),
+            "space_align": _fmt([r["space_align"] for r in rs]),
+            "train_flops_per_byte": statistics.mean(r["train_flops_per_byte"] for r in rs),
+            "train_flops": statistics.mean(r["train_flops"] for r in rs),
+            "train_bytes": statistics.mean(r["train_bytes"] for r in rs),
+            "train_bytes_per_s": statistics.mean(r["train_bytes_per_s"] or 0 for r in rs),
+            "params": rs[0]["params"],
+        })
+    rows.sort(key=lambda r: r["bpb_mean"])
+    return rows
+
+
+def markdown_table(rows: list[dict]) -> str:
+    lines = ["| method | seeds | test bpb | rate | bytes/chunk | space align | train FLOPs/byte | train FLOPs "
+             "| train bytes | train bytes/s | params |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['method']} | {r['seeds']} | {r['bpb']} | {r['rate']} | {r['bytes_per_chunk']} "
+                     f"| {r['space_align']} | {r['train_flops_per_byte'] / 1e6:.2f}M | {r['train_flops']:.2e} "
+                     f"| {r['train_bytes'] / 1e6:.2f}M | {r['train_bytes_per_s'] / 1e3:.1f}k | {r['params'] / 1e6:.2f}M |")
+    return "\n".join(lines)
+
+
+def plot(results: list[dict], out: Path, title: str) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    by_method: dict[str, list[dict]] = {}
+    for r in results:
+        by_method.setdefault(r["method"], []).append(r)
+    for method, rs in sorted(by_method.items()):
+        r = min(rs, key=lambda r: r["seed"])
+        xs = [c["train_flops"] for c in r["curve"]]
+        ys = [c["val_bpb"] for c in r["curve"]]
+        ax.plot(xs, ys, marker="o", ms=3, label=method)
+    ax.set_xlabel("training FLOPs")
+    ax.set_ylabel("validation bpb")
+    ax.set_xscale("log")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    p = out / "bpb_vs_flops.png"
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    paths.append(p)
+
+    hier = [m for m in sorted(by_method) if by_method[m][0].get("chunk_length_hist")]
+    if hier:
+        fig, axes = plt.subplots(1, len(hier), figsize=(2.2 * len(hier), 2.6), sharey=True)
+        axes = [axes] if len(hier) == 1 else axes
+        for ax, method in zip(axes, hier):
+            hist = by_method[method][0]["chunk_length_hist"][:24]
+            total = max(1, sum(by_method[method][0]["chunk_length_hist"]))
+            ax.bar(range(1, len(hist) + 1), [h / total for h in hist])
+            ax.set_title(method, fontsize=9)
+            ax.set_xlabel("chunk length (bytes)", fontsize=7)
+        axes[0].set_ylabel("share of chunks")
+        fig.tight_layout()
+        p = out / "chunk_lengths.png"
+        fig.savefig(p, dpi=120)
+        plt.close(fig)
+        paths.append(p)
+    return paths
+
+
+def write_report(results: list[dict], out: Path, title: str, command: str) -> Path:
+    rows = summarize(results)
+    (out / "summary.json").write_text(json.dumps({"command": command, "commit": git_commit(), "rows": rows}, indent=2))
+    plots = plot(results, out, title)
+    md = [f"## {title}", "", f"Command: `{command}`  ", f"Commit: `{git_commit()}`", "", markdown_table(rows), ""]
+    md += [f"![{p.stem}]({p.name})" for p in plots]
+    path = out / "README.md"
+    path.write_text("\n".join(md) + "\n")
+    return path

@@ -1,0 +1,82 @@
+"""Analytical matmul FLOPs per byte, for compute-matched comparisons (DESIGN section 4).
+
+FLOPs per byte = byte-level FLOPs + chunk-level FLOPs x rate, attention included. One
+multiply-add counts as 2 FLOPs. Only matrix products are counted (linear layers, QK^T and AV);
+norms, RoPE, activations and the loss are elementwise and ignored, as is usual. Attention counts
+the (query, key) pairs the model actually uses — a causal window, not whatever a kernel
+computes and then masks away. Training costs about 3x the forward pass (backward = 2x).
+"""
+
+from __future__ import annotations
+
+from .config import VOCAB_SIZE, ModelConfig
+
+
+def block_linear_flops(dim: int, mlp_ratio: float) -> float:
+    """Forward FLOPs per token of the linear layers of one transformer block."""
+    hidden = int(dim * mlp_ratio)  # as in layers.MLP
+    return 2.0 * (3 * dim * dim + dim * dim + 2 * dim * hidden)  # qkv, out proj, MLP in and out
+
+
+def mean_keys(seq_len: int, window: int | None) -> float:
+    """Average number of keys a query attends to: causal, optionally limited to a window."""
+    if seq_len <= 0:
+        return 0.0
+    if window is None or window >= seq_len:
+        return (seq_len + 1) / 2.0
+    # query i sees min(i + 1, window) keys
+    return (window * (window + 1) / 2.0 + (seq_len - window) * window) / seq_len
+
+
+def attention_flops(dim: int, keys: float) -> float:
+    """Forward FLOPs per query: QK^T and AV, each dim multiply-adds per key (all heads)."""
+    return 4.0 * dim * keys
+
+
+def hourglass_flops(cfg: ModelConfig, seq_len: int, rate: float | None = None) -> dict[str, float]:
+    """Forward FLOPs per byte of `HourglassLM(cfg)` on windows of `seq_len` bytes, by component.
+
+    `rate` is boundaries per byte (default: the config's target rate); the main network runs on
+    rate * seq_len chunks. Keys ending in `_attn` are attention, the rest linear layers;
+    `byte_level` + `chunk_level` = `total` (chunk-level terms already multiplied by the rate).
+    """
+    rate = cfg.target_rate if rate is None else rate
+    n_chunks = rate * seq_len
+    byte_keys = mean_keys(seq_len, cfg.window)
+    chunk_keys = (n_chunks + 1) / 2.0  # full causal attention over the chunks
+    db, dc = cfg.d_byte, cfg.d_chunk
+    out = {
+        "encoder": cfg.encoder_layers * block_linear_flops(db, cfg.mlp_ratio),
+        "encoder_attn": cfg.encoder_layers * attention_flops(db, byte_keys),
+        "early_head": 2.0 * db * VOCAB_SIZE,
+        "policy": 2.0 * db if cfg.chunker == "rl" else 0.0,
+        "down": rate * 2.0 * db * dc,
+        "main": rate * cfg.main_layers * block_linear_flops(dc, cfg.mlp_ratio),
+        "main_attn": rate * cfg.main_layers * attention_flops(dc, chunk_keys),
+        "up": rate * 2.0 * dc * db,
+        "decoder": cfg.decoder_layers * block_linear_flops(db, cfg.mlp_ratio),
+        "decoder_attn": cfg.decoder_layers * attention_flops(db, byte_keys),
+        "head": 2.0 * db * VOCAB_SIZE,
+    }
+    chunk_parts = ("down", "main", "main_attn", "up")
+    out["chunk_level"] = sum(out[k] for k in chunk_parts)
+    out["byte_level"] = sum(v for k, v in out.items() if k not in chunk_parts and k != "chunk_level")
+    out["total"] = out["byte_level"] + out["chunk_level"]
+    return out
+
+
+def flat_flops(d_model: int, n_layers: int, seq_len: int, window: int | None = None,
+               mlp_ratio: float = 4.0) -> dict[str, float]:
+    """Forward FLOPs per byte of `FlatByteLM` (same keys convention as `hourglass_flops`)."""
+    out = {
+        "body": n_layers * block_linear_flops(d_model, mlp_ratio),
+        "body_attn": n_layers * attention_flops(d_model, mean_keys(seq_len, window)),
+        "head": 2.0 * d_model * VOCAB_SIZE,
+    }
+    out["total"] = sum(out.values())
+    return out
+
+
+def train_flops_per_byte(forward: dict[str, float]) -> float:
+    """Forward + backward: the backward pass costs about twice the forward."""
+    return 3.0 * forward["total"]

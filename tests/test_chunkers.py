@@ -1,0 +1,122 @@
+"""Every boundary rule: causal decisions, a causal model, rates, gradients where promised."""
+
+import pytest
+import torch
+
+from conftest import randomize_, tiny_model_config
+from rltok.config import ObjectiveConfig
+from rltok.model import HourglassLM
+from rltok.model.chunkers import spacelike
+from rltok.model.hourglass import ema_over_chunks
+from rltok.objective import compute_loss, token_nll
+
+CAUSAL_RULES = ["rl", "fixed", "uniform", "whitespace", "entropy", "hnet", "gumbel"]
+
+
+def text_batch(n=4, length=48, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(97, 123, (n, length), generator=g)  # letters...
+    x[torch.rand(n, length, generator=g) < 0.18] = 32  # ...and spaces
+    return x
+
+
+@pytest.mark.parametrize("rule", CAUSAL_RULES)
+def test_decisions_and_predictions_are_causal(rule):
+    model = randomize_(HourglassLM(tiny_model_config(chunker=rule)), scale=0.2).eval()
+    x = text_batch()
+    ref = model(x, generator=torch.Generator().manual_seed(3), force_last=False)
+    t = 20
+    x2 = x.clone()
+    x2[:, t + 1 :] = text_batch(seed=9)[:, t + 1 :]
+    out = model(x2, generator=torch.Generator().manual_seed(3), force_last=False)
+    if rule != "uniform":  # uniform ignores the bytes entirely: its draw is the same either way
+        assert not torch.equal(x2, x)
+    assert torch.equal(out.boundaries.b[:, : t + 1], ref.boundaries.b[:, : t + 1])
+    assert torch.allclose(out.logits[:, : t + 1], ref.logits[:, : t + 1], atol=1e-5)
+
+
+def test_uniform_places_exactly_rate_times_free_positions():
+    model = HourglassLM(tiny_model_config(chunker="uniform", target_rate=0.25))
+    x = text_batch(8, 66)
+    b = model(x, generator=torch.Generator().manual_seed(0)).boundaries.b
+    assert (b[:, 1:-1].sum(1) == round(0.25 * 64)).all()
+    assert b[:, 0].all() and b[:, -1].all()
+    assert not torch.equal(b[0], b[1])  # random positions, per sequence
+
+
+def test_fixed_stride():
+    model = HourglassLM(tiny_model_config(chunker="fixed", fixed_stride=4))
+    b = model(text_batch(1, 20), force_last=False).boundaries.b[0]
+    assert torch.nonzero(b).flatten().tolist() == [0, 3, 7, 11, 15, 19]
+
+
+def test_whitespace_rule_ends_chunks_at_the_first_spacelike_byte():
+    model = HourglassLM(tiny_model_config(chunker="whitespace"))
+    text = b"ab cd, ef  g\xc3\xa9h"
+    x = torch.tensor([list(text)])
+    b = model(x, force_last=False).boundaries.b[0]
+    ends = [text[: i + 1] for i in torch.nonzero(b).flatten().tolist()]
+    # SpaceByte's rule: a UTF-8 lead byte is space-like (it ends the ASCII word before it),
+    # continuation bytes are not
+    assert ends == [b"a", b"ab ", b"ab cd,", b"ab cd, ef ", b"ab cd, ef  g\xc3"]
+    assert not spacelike(torch.tensor([0xA9])) and spacelike(torch.tensor([0xC3]))
+
+
+def test_entropy_rule_hits_target_rate_in_training_and_keeps_its_threshold():
+    model = randomize_(HourglassLM(tiny_model_config(chunker="entropy", target_rate=0.3)), scale=0.5)
+    x = torch.randint(0, 256, (8, 128))
+    model.train()
+    b = model(x).boundaries.b
+    assert abs(b[:, 1:-1].float().mean().item() - 0.3) < 0.03
+    thr = model.chunker.threshold.clone()
+    model.eval()
+    model(torch.randint(0, 256, (2, 64)))
+    assert torch.equal(model.chunker.threshold, thr)  # evaluation never moves the threshold
+
+
+@pytest.mark.parametrize("rule", ["hnet", "gumbel"])
+def test_straight_through_rules_pass_lm_gradient_to_their_predictor(rule):
+    model = randomize_(HourglassLM(tiny_model_config(chunker=rule)), scale=0.2)
+    x = text_batch()
+    out = model(x, generator=torch.Generator().manual_seed(0))
+    token_nll(out.logits, x.roll(-1, 1)).mean().backward()  # LM loss only, no aux loss
+    grads = [p.grad for p in model.chunker.parameters()]
+    assert all(g is not None for g in grads)
+    assert sum(g.abs().sum() for g in grads) > 0
+    assert out.boundaries.aux_loss is not None and out.boundaries.aux_loss.requires_grad
+
+
+@pytest.mark.parametrize("rule", ["hnet", "gumbel"])
+def test_straight_through_rules_move_towards_target_rate(rule):
+    torch.manual_seed(0)
+    model = HourglassLM(tiny_model_config(chunker=rule, target_rate=0.2, hnet_ratio_weight=1.0))
+    opt = torch.optim.Adam(model.chunker.parameters(), lr=1e-2)
+    x = text_batch(8, 64)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(120):
+        out = model(x, generator=gen)
+        opt.zero_grad()
+        out.boundaries.aux_loss.backward()
+        opt.step()
+    rate = model(x, generator=gen).boundaries.b[:, 1:-1].float().mean().item()
+    assert abs(rate - 0.2) < 0.06, rate
+
+
+def test_ema_over_chunks_matches_recurrence():
+    z, p = torch.randn(2, 30, 5), torch.rand(2, 30)
+    p[:, 0] = 1.0
+    prev, ref = torch.zeros(2, 5), []
+    for j in range(30):
+        prev = p[:, j, None] * z[:, j] + (1 - p[:, j, None]) * prev
+        ref.append(prev)
+    assert torch.allclose(ema_over_chunks(z, p), torch.stack(ref, 1), atol=1e-4)
+
+
+@pytest.mark.parametrize("rule", CAUSAL_RULES)
+def test_every_rule_trains_one_step(rule):
+    model = HourglassLM(tiny_model_config(chunker=rule))
+    x = text_batch()
+    out = model(x, generator=torch.Generator().manual_seed(0))
+    loss, metrics = compute_loss(out, x.roll(-1, 1), ObjectiveConfig(), 0.2)
+    loss.backward()
+    assert torch.isfinite(loss) and 0 < metrics["rate"] < 1
