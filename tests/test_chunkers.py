@@ -120,3 +120,25 @@ def test_every_rule_trains_one_step(rule):
     loss, metrics = compute_loss(out, x.roll(-1, 1), ObjectiveConfig(), 0.2)
     loss.backward()
     assert torch.isfinite(loss) and 0 < metrics["rate"] < 1
+
+
+def test_bpe_rule_uses_the_tokenizer_token_ends_and_travels_in_checkpoints(tmp_path):
+    from rltok.bpe import bpe_boundary_mask, encode_bytes
+    from rltok.checkpoint import load_checkpoint, save_checkpoint
+    from rltok.config import Config
+    from rltok.data import read_documents
+
+    docs, _ = read_documents("stdlib", max_bytes=300_000)
+    model = HourglassLM(tiny_model_config(chunker="bpe", target_rate=0.3))
+    fit = model.chunker.fit(b"".join(docs))
+    text = b"def forward(self, x):\n    return self.head(x)  # caf\xc3\xa9 \xff\n"
+    x = torch.tensor([list(text)])
+    b = model(x, force_last=False).boundaries.b
+    assert torch.equal(b[0, 1:], bpe_boundary_mask(fit.tokenizer, x)[0, 1:])
+    assert bpe_boundary_mask(fit.tokenizer, x).sum() == len(encode_bytes(fit.tokenizer, text))
+    cfg = Config()
+    cfg.model = model.cfg
+    cfg.train.seq_len = 64
+    save_checkpoint(tmp_path, 1, model, cfg)
+    loaded, *_ = load_checkpoint(tmp_path)
+    assert torch.equal(loaded(x, force_last=False).boundaries.b, b)

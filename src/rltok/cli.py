@@ -209,6 +209,12 @@ def cmd_compare(args) -> int:
     results = run_sweep(args.data, args.methods, args.seeds, out, budget, args.overrides, args.preset,
                         args.split, args.max_eval_windows, log=lambda m: print(m, file=sys.stderr))
     command = "rltok " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if args.command_line is None else args.command_line
+    # the report covers every finished run in the folder (earlier invocations with other seeds too)
+    names = {(r["method"], r["seed"]) for r in results}
+    for path in sorted(out.glob("*_s*.json")):
+        r = json.loads(path.read_text())
+        if (r["method"], r["seed"]) not in names:
+            results.append(r)
     report = write_report(results, out, args.title or f"{args.data} ({args.split} split)", command)
     print(report.read_text())
     return 0

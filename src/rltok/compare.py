@@ -28,6 +28,7 @@ METHODS: dict[str, list[str]] = {
     "entropy": ["model.chunker=entropy"],
     "whitespace": ["model.chunker=whitespace"],
     "bpe": ["model.chunker=bpe"],
+    "bpe_line": ["model.chunker=bpe", "model.bpe_pretokenize=line"],  # superword BPE, reaches 0.2
     "fixed": ["model.chunker=fixed"],
     "uniform": ["model.chunker=uniform"],
     "flat": ["model.arch=flat"],
@@ -44,14 +45,15 @@ def git_commit() -> str:
         return "unknown"
 
 
-def forward_flops_per_byte(cfg: Config, rate: float | None = None) -> float:
+def forward_flops_per_byte(cfg: Config, rate: float | None = None, vocab_size: int = 264) -> float:
     m, seq = cfg.model, cfg.train.seq_len
     if m.arch == "flat":
         return flat_flops(m.d_chunk, m.flat_layers, seq, None, m.mlp_ratio)["total"]
-    if m.arch == "bpe_token":  # a token position costs a flat layer stack; rate tokens per byte
+    if m.arch == "bpe_token":  # a token costs a flat layer stack plus a vocab-sized head; rate tokens/byte
         rate = m.target_rate if rate is None else rate
         n_tok = max(1, int(seq * rate))
-        return rate * flat_flops(m.d_chunk, m.flat_layers, n_tok, None, m.mlp_ratio)["total"]
+        per_token = flat_flops(m.d_chunk, m.flat_layers, n_tok, None, m.mlp_ratio)["total"]
+        return rate * (per_token + 2.0 * m.d_chunk * (vocab_size - 264))
     return hourglass_flops(m, seq, rate)["total"]
 
 
@@ -61,6 +63,36 @@ def matched_flat_layers(cfg: Config) -> int:
     per_layer = flat_flops(cfg.model.d_chunk, 1, cfg.train.seq_len, None, cfg.model.mlp_ratio)
     head = 2.0 * cfg.model.d_chunk * 264
     return max(1, round((target - head) / (per_layer["total"] - head)))
+
+
+LEARNED_RULES = ("rl", "hnet", "gumbel")
+
+
+def probe_rate(trainer) -> float | None:
+    """The rate to plan compute with: the target for learned rules (they are trained towards it),
+    the rate measured on the start of the training split for rules fixed by the data (BPE,
+    whitespace), so data-determined rates are paid for rather than assumed."""
+    import torch
+
+    from .data import eval_windows
+
+    m = trainer.cfg.model
+    if m.arch == "flat":
+        return None
+    if m.arch == "hourglass" and m.chunker in LEARNED_RULES:
+        return m.target_rate
+    x, y = eval_windows(trainer.corpus.train[:400_000], trainer.cfg.train.seq_len, 16)
+    with torch.no_grad():
+        if m.arch == "bpe_token":
+            from .bpe import encode_rows
+
+            ids, _ = encode_rows(trainer.model.tokenizer, x)
+            return sum(len(r) for r in ids) / x.numel()
+        was = trainer.model.training
+        trainer.model.eval()
+        out = trainer.model(x.to(trainer.device), generator=torch.Generator(device=trainer.device).manual_seed(0))
+        trainer.model.train(was)
+        return out.boundaries.b.float().mean().item()
 
 
 def method_config(method: str, base: list[str], data: str, out_dir: Path, seed: int, preset: str) -> Config:
@@ -86,21 +118,24 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
     out_dir = run_root / f"{method}_s{seed}"
     cfg = method_config(method, base, data, out_dir, seed, preset)
     bytes_per_step = cfg.train.batch_size * cfg.train.grad_accum * cfg.train.seq_len
-    planned_fpb = train_flops_per_byte({"total": forward_flops_per_byte(cfg)})
-    steps = max(1, round(budget_flops / (planned_fpb * bytes_per_step)))
-    cfg.train.max_steps = steps
-    cfg.train.eval_every = max(1, steps // 6)
-    cfg.train.checkpoint_every = max(1, steps // 3)
-    cfg.train.warmup_steps = min(cfg.train.warmup_steps, max(1, steps // 10))
     t0 = time.time()
-    trainer = Trainer(cfg, resume=True, quiet=True)
+    trainer = Trainer(cfg, resume=True, quiet=True)  # builds (and for BPE, fits) the model
+    vocab = getattr(trainer.model, "vocab_size", 264)
+    planned_rate = probe_rate(trainer)
+    planned_fpb = train_flops_per_byte({"total": forward_flops_per_byte(cfg, planned_rate, vocab)})
+    steps = max(1, round(budget_flops / (planned_fpb * bytes_per_step)))
+    tc = trainer.cfg.train
+    tc.max_steps = steps
+    tc.eval_every = max(1, steps // 6)
+    tc.checkpoint_every = max(1, steps // 3)
+    tc.warmup_steps = min(tc.warmup_steps, max(1, steps // 10))
     trainer.fit()
     wall = time.time() - t0
     model, cfg_loaded, _, _ = load_checkpoint(out_dir)
     x, y = eval_windows(load_eval_bytes(data, eval_split), cfg.train.seq_len, max_eval_windows)
     ev = evaluate(model, x, y, batch_size=16, mode="sample", seed=0)
     rate = ev.get("rate")
-    achieved_fpb = train_flops_per_byte({"total": forward_flops_per_byte(cfg, rate)})
+    achieved_fpb = train_flops_per_byte({"total": forward_flops_per_byte(cfg, rate, vocab)})
     records = [r for r in trainer.history]
     bps = [r["bytes_per_s"] for r in records[1:]] or [r["bytes_per_s"] for r in records]
     curve = [{"step": r["step"], "bytes": r["bytes"], "train_flops": r["bytes"] * planned_fpb,
@@ -108,7 +143,7 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
     return {
         "method": method, "seed": seed, "data": data, "split": eval_split, "commit": git_commit(),
         "params": model.num_params(), "steps": steps, "train_bytes": steps * bytes_per_step,
-        "planned_train_flops_per_byte": planned_fpb, "train_flops_per_byte": achieved_fpb,
+        "planned_rate": planned_rate, "planned_train_flops_per_byte": planned_fpb, "train_flops_per_byte": achieved_fpb,
         "train_flops": steps * bytes_per_step * planned_fpb,
         "bpb": ev["bpb"], "rate": rate, "bytes_per_chunk": ev.get("bytes_per_chunk"),
         "space_align": ev.get("space_align"), "space_end": ev.get("space_end"),

@@ -51,6 +51,9 @@ class ModelConfig:
     hnet_ratio_weight: float = 0.03  # H-Net ratio loss weight
     gumbel_temperature: float = 1.0
     gumbel_prior_weight: float = 1.0  # binomial prior on the boundary count (dynamic pooling)
+    # BPE pre-tokenisation for chunker=bpe / arch=bpe_token: "gpt2" (tokens within words; cannot
+    # go below ~0.24 tokens/byte on our corpora) or "line" (tokens may span words, not lines)
+    bpe_pretokenize: str = "gpt2"
 
     def validate(self) -> None:
         if self.d_byte % self.n_heads_byte or self.d_chunk % self.n_heads_chunk:
@@ -60,6 +63,8 @@ class ModelConfig:
         chunkers = ("rl", "fixed", "uniform", "whitespace", "entropy", "hnet", "gumbel", "bpe")
         if self.chunker not in chunkers:
             raise _unknown(self.chunker, list(chunkers), "", what="model.chunker")
+        if self.bpe_pretokenize not in ("gpt2", "line"):
+            raise _unknown(self.bpe_pretokenize, ["gpt2", "line"], "", what="model.bpe_pretokenize")
         if self.arch not in ("hourglass", "flat", "bpe_token"):
             raise _unknown(self.arch, ["hourglass", "flat", "bpe_token"], "", what="model.arch")
         if not 0 < self.target_rate <= 1:

@@ -293,19 +293,20 @@ class BPEChunker(nn.Module):
     carry it. Note: a BPE boundary at t depends on whether byte t+1 merges with it, so this
     rule sees one byte of the future through its boundaries, as in the published comparisons."""
 
-    def __init__(self, rate: float):
+    def __init__(self, rate: float, pretokenize: str = "gpt2"):
         super().__init__()
         self.rate = rate
+        self.pretokenize = pretokenize
         self.register_buffer("tokenizer_json", torch.zeros(0, dtype=torch.uint8))
         self._tok = None
 
     def fit(self, data: bytes, seed: int = 0) -> dict:
         from ..bpe import fit_bpe_to_rate, tokenizer_to_tensor
 
-        tok, achieved, vocab = fit_bpe_to_rate(data, self.rate, seed=seed)[:3]
-        self.tokenizer_json = tokenizer_to_tensor(tok).to(self.tokenizer_json.device)
-        self._tok = tok
-        return {"bpe_rate": achieved, "bpe_vocab_size": vocab}
+        fit = fit_bpe_to_rate(data, self.rate, seed=seed, pretokenize=self.pretokenize)
+        self.tokenizer_json = tokenizer_to_tensor(fit.tokenizer).to(self.tokenizer_json.device)
+        self._tok = fit.tokenizer
+        return fit
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         key = prefix + "tokenizer_json"
@@ -351,5 +352,5 @@ def build_chunker(cfg) -> nn.Module:
     if cfg.chunker == "gumbel":
         return GumbelChunker(cfg.d_byte, cfg.target_rate, cfg.gumbel_temperature, cfg.gumbel_prior_weight)
     if cfg.chunker == "bpe":
-        return BPEChunker(cfg.target_rate)
+        return BPEChunker(cfg.target_rate, cfg.bpe_pretokenize)
     raise ValueError(f"unknown chunker {cfg.chunker!r}; choose one of {', '.join(CHUNKERS)}")

@@ -24,7 +24,7 @@ def build_model(cfg: ModelConfig, train_bytes: torch.Tensor | None = None,
         if state_dict is not None and "tokenizer_json" in state_dict:
             tok = tokenizer_from_tensor(state_dict["tokenizer_json"].cpu())
         elif train_bytes is not None:
-            tok = fit_bpe_to_rate(bytes(train_bytes.numpy()), cfg.target_rate)[0]
+            tok = fit_bpe_to_rate(bytes(train_bytes.numpy()), cfg.target_rate, pretokenize=cfg.bpe_pretokenize).tokenizer
         else:
             raise ValueError("model.arch=bpe_token needs training bytes to fit its tokenizer")
         return BPETokenLM(tok, cfg.d_chunk, cfg.flat_layers, cfg.n_heads_chunk, cfg.mlp_ratio,

@@ -1,0 +1,31 @@
+"""Random numbers for boundary rules that stay the same under data parallelism.
+
+A chunker draws its noise with `uniform(shape, device, generator)`. Given a plain
+`torch.Generator` that is exactly `torch.rand(shape, generator=...)`. Given a `RowShard`
+(what the data-parallel trainer passes), every rank draws the noise of the whole global batch
+from its identically seeded generator and keeps its own rows, so an N-rank run samples the
+same boundaries as one process holding all the rows.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class RowShard:
+    """A generator plus this rank's place in the global batch (rows are split in contiguous
+    blocks, rank r holding rows r*B/N .. (r+1)*B/N - 1)."""
+
+    def __init__(self, generator: torch.Generator, rank: int, world_size: int):
+        self.generator = generator
+        self.rank = rank
+        self.world_size = world_size
+
+
+def uniform(shape, device, generator, dtype=torch.float32) -> torch.Tensor:
+    if isinstance(generator, RowShard):
+        rows = shape[0]
+        full = torch.rand((rows * generator.world_size, *shape[1:]), device=device,
+                          generator=generator.generator, dtype=dtype)
+        return full[generator.rank * rows:(generator.rank + 1) * rows]
+    return torch.rand(shape, device=device, generator=generator, dtype=dtype)
