@@ -48,6 +48,7 @@ class ModelConfig:
     target_rate: float = 0.2  # used to initialise the policy bias (and by the rate loss)
     fixed_stride: int = 5
     force_last_boundary: bool = True  # training: the last byte of a window closes a chunk
+    value_head: bool = False  # a critic V(h_t) on the encoder state (set by objective.baseline=...+value)
     hnet_ratio_weight: float = 0.03  # H-Net ratio loss weight
     gumbel_temperature: float = 1.0
     gumbel_prior_weight: float = 1.0  # binomial prior on the boundary count (dynamic pooling)
@@ -91,13 +92,34 @@ class ObjectiveConfig:
     pg_weight: float = 0.01  # lambda_PG
     rate_weight: float = 0.01  # lambda_rate
     gamma: float = 0.99  # time discount of the boundary return
-    baseline: str = "batch"  # "batch" (per-position batch mean) | "none"
+    # variance reducers, joined with "+": "batch" (per-position batch mean) or "group" (leave-one-
+    # out mean over the group_size segmentations of the same sequence), and/or "value" (a critic
+    # on the encoder state, advantages by GAE(gamma, gae_lambda)); "none" for plain REINFORCE
+    baseline: str = "batch"
+    group_size: int = 1  # K segmentations sampled per sequence, sharing one encoder pass
+    gae_lambda: float = 0.95
+    value_weight: float = 0.1  # weight of the critic's squared error
     reward: str = "early_exit"  # "early_exit": CE_early - CE_final | "final": -CE_final
     normalize_advantages: bool = False
 
+    def baseline_parts(self) -> set[str]:
+        return {p.strip() for p in self.baseline.split("+") if p.strip()}
+
     def validate(self) -> None:
-        if self.baseline not in ("batch", "none"):
-            raise ConfigError(f"objective.baseline must be 'batch' or 'none', got {self.baseline!r}")
+        parts = self.baseline_parts()
+        for part in parts:
+            if part not in ("none", "batch", "group", "value"):
+                raise _unknown(part, ["none", "batch", "group", "value"], "", what="objective.baseline part")
+        if "none" in parts and len(parts) > 1:
+            raise ConfigError("objective.baseline 'none' cannot be combined with other parts")
+        if {"batch", "group"} <= parts:
+            raise ConfigError("objective.baseline: choose one of 'batch' and 'group'")
+        if "group" in parts and self.group_size < 2:
+            raise ConfigError("objective.baseline 'group' needs objective.group_size >= 2")
+        if self.group_size < 1:
+            raise ConfigError("objective.group_size must be >= 1")
+        if not 0 <= self.gae_lambda <= 1:
+            raise ConfigError("objective.gae_lambda must be in [0, 1]")
         if self.reward not in ("early_exit", "final"):
             raise ConfigError(f"objective.reward must be 'early_exit' or 'final', got {self.reward!r}")
         if not 0 <= self.gamma <= 1:
@@ -178,6 +200,11 @@ class Config:
         self.objective.validate()
         self.data.validate()
         self.train.validate()
+        if "value" in self.objective.baseline_parts():
+            self.model.value_head = True  # the critic is part of the model (and its checkpoints)
+        if self.train.batch_size % self.objective.group_size:
+            raise ConfigError("train.batch_size must be a multiple of objective.group_size "
+                              "(it counts segmentations; batch_size / group_size distinct sequences)")
         if self.train.seq_len > self.model.max_seq_len:
             raise ConfigError("train.seq_len exceeds model.max_seq_len")
         return self

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from .config import ObjectiveConfig
 from .model.hourglass import ModelOutput
-from .rl import batch_relative, discounted_cumsum, masked_mean, policy_gradient_loss, rate_loss
+from .rl import batch_relative, discounted_cumsum, gae, group_relative, masked_mean, policy_gradient_loss, rate_loss
 
 LN2 = math.log(2.0)
 
@@ -27,6 +27,35 @@ def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape)
 
 
+def boundary_advantages(reward: torch.Tensor, free: torch.Tensor, cfg: ObjectiveConfig,
+                        values: torch.Tensor | None = None, batch_mean=None
+                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-decision advantages from per-position rewards (B, T), and the critic's loss.
+
+    Baseline first ("batch": per-position mean over the batch; "group": leave-one-out mean over
+    the K segmentations of the same sequence), then either the discounted return
+    sum_k gamma^(k-t) A_k, or with "value" GAE(gamma, lambda) on the critic, whose regression
+    target is that discounted return.
+    """
+    parts = cfg.baseline_parts()
+    if "batch" in parts:
+        reward = batch_relative(reward, mean=None if batch_mean is None else batch_mean(reward))
+    elif "group" in parts:
+        reward = group_relative(reward, cfg.group_size)
+    returns = discounted_cumsum(reward, cfg.gamma)
+    value_loss = None
+    if "value" in parts:
+        if values is None:
+            raise ValueError("objective.baseline uses 'value' but the model has no value head")
+        value_loss = masked_mean((values.float() - returns).square(), free)
+        returns = gae(reward, values.detach().float(), cfg.gamma, cfg.gae_lambda)
+    if cfg.normalize_advantages:
+        mu = masked_mean(returns, free)
+        sd = masked_mean((returns - mu).square(), free).sqrt().clamp(min=1e-6)
+        returns = (returns - mu) / sd
+    return returns, value_loss
+
+
 def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, target_rate: float,
                  batch_mean=None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Total loss and detached metrics. `batch_mean` (optional) computes the per-position
@@ -34,6 +63,8 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
     if out.byte_nll is not None:  # token-level model: nats attributed to the bytes they cover
         loss = out.byte_nll.sum() / out.byte_mask.sum().clamp(min=1)
         return loss, {"loss": loss.detach(), "ce_final": loss.detach(), "bpb": loss.detach() / LN2}
+    if out.logits.shape[0] != targets.shape[0]:  # K segmentations per sequence (group_size)
+        targets = targets.repeat_interleave(out.logits.shape[0] // targets.shape[0], 0)
     ce_final = token_nll(out.logits, targets)
     byte_mask = targets < 256  # bpb counts bytes, not specials
     metrics: dict[str, torch.Tensor] = {
@@ -57,17 +88,13 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
     if bd.logits is not None:
         free = bd.free
         reward = (ce_early - ce_final).detach() if cfg.reward == "early_exit" else -ce_final.detach()
-        if cfg.baseline == "batch":
-            adv = batch_relative(reward, mean=None if batch_mean is None else batch_mean(reward))
-        else:
-            adv = reward
-        returns = discounted_cumsum(adv, cfg.gamma)
-        if cfg.normalize_advantages:
-            mu = masked_mean(returns, free)
-            sd = masked_mean((returns - mu).square(), free).sqrt().clamp(min=1e-6)
-            returns = (returns - mu) / sd
+        returns, value_loss = boundary_advantages(reward, free, cfg, out.values, batch_mean)
+        if value_loss is not None:
+            loss = loss + cfg.value_weight * value_loss
+            metrics["value_loss"] = value_loss.detach()
         l_pg = policy_gradient_loss(bd.logp, returns, free)
-        l_rate = rate_loss(bd.logits, free, target_rate)
+        # a data-parallel batch_mean also supplies the global mean boundary probability
+        l_rate = rate_loss(bd.logits, free, target_rate, mean=getattr(batch_mean, "masked_mean", None))
         loss = loss + cfg.pg_weight * l_pg + cfg.rate_weight * l_rate
         metrics.update(
             pg_loss=l_pg.detach(), rate_loss=l_rate.detach(),

@@ -151,7 +151,10 @@ class Trainer:
         self.model = build_model(cfg.model, train_bytes=self.corpus.train).to(self.device)
         self.forward = torch.compile(self.model) if tc.compile else self.model
         self.opt = make_optimizer(self.model, tc, self.device)
-        self.sampler = WindowSampler(self.corpus.train, tc.batch_size, tc.seq_len, seed=tc.seed)
+        # batch_size counts segmentations: with group_size K, K of them share each sequence
+        self.group_size = cfg.objective.group_size if cfg.model.arch == "hourglass" else 1
+        self.group_kw = {"group_size": self.group_size} if self.group_size > 1 else {}
+        self.sampler = WindowSampler(self.corpus.train, tc.batch_size // self.group_size, tc.seq_len, seed=tc.seed)
         self.boundary_gen = torch.Generator(device=self.device).manual_seed(tc.seed + 1)
         self.val_x, self.val_y = eval_windows(self.corpus.val, tc.seq_len, tc.eval_batches * tc.batch_size)
         self.step = 0
@@ -283,7 +286,7 @@ class Trainer:
             x, y = self.sampler.next()
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             with self.autocast():
-                out = self.forward(x, generator=self.boundary_gen)
+                out = self.forward(x, generator=self.boundary_gen, **self.group_kw)
             loss, metrics = compute_loss(out, y, self.cfg.objective, self.cfg.model.target_rate)
             (loss / tc.grad_accum).backward()
             for k, v in metrics.items():
@@ -317,7 +320,7 @@ class Trainer:
         metrics_path = self.run_dir / "metrics.jsonl"
         self.history = self._start_metrics(metrics_path)
         metrics_file = open(metrics_path, "a")
-        step_bytes = tc.batch_size * tc.grad_accum * self.sampler.seq_len
+        step_bytes = self.sampler.batch_size * tc.grad_accum * self.sampler.seq_len  # distinct bytes
         self._log(f"rltok: {self.model.num_params() / 1e6:.2f}M params on {self.device}"
                   f"{' (bf16 autocast)' if self.amp_dtype else ''}; {self.corpus.describe()}")
         if self.step >= tc.max_steps:

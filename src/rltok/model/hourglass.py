@@ -33,6 +33,7 @@ class ModelOutput:
     # bytes instead: the nats of each predicted unit at its last byte, and which bytes it covered.
     byte_nll: torch.Tensor | None = None  # (B, T) nats
     byte_mask: torch.Tensor | None = None  # (B, T) bool: bytes whose prediction is counted
+    values: torch.Tensor | None = None  # (B, T) critic estimate of the discounted return from t
 
 
 def chunk_index(b: torch.Tensor) -> torch.Tensor:
@@ -47,6 +48,24 @@ def boundary_positions(b: torch.Tensor, n_max: int) -> torch.Tensor:
     pos = torch.zeros(bsz, n_max + 1, dtype=torch.long, device=b.device)
     pos.scatter_(1, idx, torch.arange(length, device=b.device).expand(bsz, length))
     return pos[:, :n_max]
+
+
+class ValueHead(nn.Module):
+    """Critic V(s_t): a small MLP on the encoder state and the share of the window still to
+    come (a discounted return over the rest of the window shrinks towards its end). It never
+    sees b_t, so as a baseline it leaves the policy gradient unbiased."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(dim + 1, dim), nn.GELU(), nn.Linear(dim, 1))
+        nn.init.zeros_(self.net[2].weight)
+        nn.init.zeros_(self.net[2].bias)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        length = h.shape[1]
+        remaining = torch.arange(length, 0, -1, device=h.device, dtype=h.dtype) / length
+        feats = torch.cat([h, remaining.view(1, length, 1).expand(h.shape[0], -1, -1)], dim=-1)
+        return self.net(feats)
 
 
 def ema_over_chunks(z: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
@@ -79,6 +98,8 @@ class HourglassLM(nn.Module):
         self.up = nn.Linear(cfg.d_chunk, cfg.d_byte, bias=False)
         self.decoder = Stack(cfg.decoder_layers, cfg.d_byte, cfg.n_heads_byte, window=cfg.window, **kw)
         self.head = nn.Linear(cfg.d_byte, VOCAB_SIZE, bias=False)
+        # the critic reads the encoder state detached: its regression never reshapes the encoder
+        self.value_head = ValueHead(cfg.d_byte) if cfg.value_head else None
         n_layers = cfg.encoder_layers + cfg.main_layers + cfg.decoder_layers
         for stack in (self.encoder, self.main, self.decoder):
             init_weights(stack, n_layers)
@@ -94,16 +115,22 @@ class HourglassLM(nn.Module):
         return self.encoder(self.embed(idx), pos)
 
     def forward(self, idx: torch.Tensor, boundaries: torch.Tensor | None = None, mode: str = "sample",
-                generator: torch.Generator | None = None, force_last: bool | None = None) -> ModelOutput:
+                generator: torch.Generator | None = None, force_last: bool | None = None,
+                group_size: int = 1) -> ModelOutput:
         """idx: (B, T) byte ids. `boundaries` (B, T) bool fixes the segmentation; otherwise the
-        chunker draws one (`mode` "sample" or "greedy")."""
-        bsz, length = idx.shape
+        chunker draws one (`mode` "sample" or "greedy"). With group_size K > 1, K segmentations
+        of every sequence share one encoder pass and the outputs have B*K rows (row b*K + k)."""
+        length = idx.shape[1]
         if length > self.cfg.max_seq_len:
             raise ValueError(f"sequence of {length} bytes exceeds model.max_seq_len={self.cfg.max_seq_len}")
         force_last = self.cfg.force_last_boundary if force_last is None else force_last
         pos = torch.arange(length, device=idx.device)
         h = self.encode(idx)
         early_logits = self.early_head(h)
+        if group_size > 1:
+            h, early_logits, idx = (t.repeat_interleave(group_size, 0) for t in (h, early_logits, idx))
+        bsz = idx.shape[0]
+        values = self.value_head(h.detach()).squeeze(-1) if self.value_head is not None else None
         forced = forced_mask(bsz, length, idx.device, force_last)
         bd = self.chunker(h, forced, boundaries, mode, generator, idx=idx, early_logits=early_logits)
 
@@ -121,7 +148,8 @@ class HourglassLM(nn.Module):
         if bd.confidence is not None:
             up = up * bd.confidence.unsqueeze(-1).to(up.dtype)
         logits = self.head(self.decoder(h + up, pos))
-        return ModelOutput(logits=logits, early_logits=early_logits, boundaries=bd, n_chunks=n_chunks)
+        return ModelOutput(logits=logits, early_logits=early_logits, boundaries=bd, n_chunks=n_chunks,
+                           values=values)
 
     def generate(self, prompt, max_new_bytes: int = 256, **kwargs):
         """Continue `prompt` (bytes, str, or a list of them) with cached incremental decoding,
