@@ -17,6 +17,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .noise import uniform  # noise that data-parallel ranks can slice from the global batch
+
 
 @dataclass
 class Boundaries:
@@ -94,7 +96,7 @@ class RLPolicy(nn.Module):
     def sample(self, base: torch.Tensor, forced: torch.Tensor, greedy: bool,
                generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Draw decisions (B, T) and their log-probs as computed during sampling."""
-        u = None if greedy else torch.rand(base.shape, device=base.device, generator=generator, dtype=torch.float32)
+        u = None if greedy else uniform(base.shape, base.device, generator)
         if self.history is None:
             logits = base.float()
             b = (logits > 0) if greedy else (u < torch.sigmoid(logits))
@@ -154,7 +156,7 @@ class UniformChunker(nn.Module):
         if b is None:
             free = ~forced
             k = int(round(self.rate * int(free[0].sum())))
-            noise = torch.rand(forced.shape, device=forced.device, generator=generator)
+            noise = uniform(forced.shape, forced.device, generator)
             noise = noise.masked_fill(forced, -1.0)  # forced slots never count towards k
             b = torch.zeros_like(forced)
             if k > 0:
@@ -272,7 +274,7 @@ class GumbelChunker(nn.Module):
         if mode == "greedy" or not self.training:
             soft = torch.sigmoid(logits)
         else:
-            u = torch.rand(logits.shape, device=logits.device, generator=generator).clamp(1e-6, 1 - 1e-6)
+            u = uniform(logits.shape, logits.device, generator).clamp(1e-6, 1 - 1e-6)
             soft = torch.sigmoid((logits + torch.log(u) - torch.log1p(-u)) / self.temperature)
         if b is None:
             b = soft > 0.5

@@ -22,8 +22,9 @@ def policy_gradient_loss(logp: torch.Tensor, advantages: torch.Tensor, mask: tor
     return -masked_mean(advantages * ratio, mask)
 
 
-def rate_loss(logits: torch.Tensor, mask: torch.Tensor, target: float) -> torch.Tensor:
+def rate_loss(logits: torch.Tensor, mask: torch.Tensor, target: float, mean=None) -> torch.Tensor:
     """mean(logit) * stopgrad(mean(p) - target): pushes every logit down when the rate is above
-    target and up when below, with a force proportional to the miss."""
-    p_mean = masked_mean(torch.sigmoid(logits.detach()), mask)
+    target and up when below, with a force proportional to the miss. `mean(x, mask)` may
+    replace the local masked mean for mean(p) (data-parallel ranks pass a global one)."""
+    p_mean = (masked_mean if mean is None else mean)(torch.sigmoid(logits.detach()), mask)
     return masked_mean(logits, mask) * (p_mean - target)
