@@ -220,6 +220,33 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_diagnose(args) -> int:
+    from pathlib import Path
+
+    from .data import eval_windows, load_eval_bytes
+    from .diagnose import VARIANTS, diagnose, markdown
+
+    for v in args.variants or []:
+        if v not in VARIANTS:
+            raise ConfigError(f"unknown variant {v!r}; choose from {', '.join(VARIANTS)}")
+    model, cfg, ckpt, device = _load(args)
+    if model.__class__.__name__ != "HourglassLM" or model.cfg.chunker != "rl":
+        raise ConfigError("diagnose needs a checkpoint of the hierarchical model with the rl chunker")
+    data = load_eval_bytes(args.data or cfg.data.train, args.split)
+    x, y = eval_windows(data, args.seq_len or cfg.train.seq_len, args.batch)
+    if len(x) < args.batch:
+        raise ConfigError(f"only {len(x)} windows of evaluation data; lower --batch or --seq-len")
+    result = diagnose(model, x.to(device), y.to(device), cfg.objective, cfg.model.target_rate,
+                      variants=args.variants, n_estimates=args.estimates, n_reference=args.reference,
+                      reference_group=args.reference_group, seed=args.seed,
+                      log=lambda m: print(m, file=sys.stderr))
+    result.update(checkpoint=str(ckpt), data=args.data or cfg.data.train, split=args.split)
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2))
+    print(markdown(result))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rltok", description="Byte-level LMs that learn their own tokenization with RL.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -281,6 +308,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop when this string is produced (not printed); repeatable; \\n \\t \\xNN escapes work")
     p.add_argument("--echo", action="store_true", help="print the prompt before the continuation")
     p.set_defaults(func=cmd_generate, default_mode="sample")
+    p = sub.add_parser("diagnose", help="variance, SNR and alignment of the boundary-policy gradient per variance reducer")
+    add_model_args(p)
+    p.add_argument("--data", help="data for the fixed batch (default: the training source)")
+    p.add_argument("--split", default="val")
+    p.add_argument("--batch", type=int, default=8, help="sequences in the fixed batch")
+    p.add_argument("--seq-len", type=int, default=0)
+    p.add_argument("--estimates", type=int, default=32, help="independent estimates per variant")
+    p.add_argument("--reference", type=int, default=64, help="estimates averaged into the reference gradient")
+    p.add_argument("--reference-group", type=int, default=8, help="segmentations per sequence in the reference")
+    p.add_argument("--variants", nargs="+", help="subset of variants (default: all)")
+    p.add_argument("--out", help="write the result as JSON")
+    p.set_defaults(func=cmd_diagnose, default_mode="sample")
+
     p = sub.add_parser("compare", help="train several boundary rules at equal training FLOPs and tabulate them")
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="base config overrides for every method")
     p.add_argument("--data", required=True, help="training data (a folder with train/val/test files is best)")

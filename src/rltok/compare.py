@@ -33,6 +33,15 @@ METHODS: dict[str, list[str]] = {
     "uniform": ["model.chunker=uniform"],
     "flat": ["model.arch=flat"],
     "bpe_token": ["model.arch=bpe_token"],
+    # issue 4: the reference's ablations and the new variance reducers (all: the rl rule)
+    "rl_gamma1": ["model.chunker=rl", "objective.gamma=1.0"],
+    "rl_no_batch": ["model.chunker=rl", "objective.baseline=none"],
+    "rl_final_reward": ["model.chunker=rl", "objective.reward=final"],
+    "rl_w8": ["model.chunker=rl", "model.policy_window=8"],
+    "rl_no_rate": ["model.chunker=rl", "objective.rate_weight=0"],
+    "rl_group4": ["model.chunker=rl", "objective.baseline=group", "objective.group_size=4"],
+    "rl_value": ["model.chunker=rl", "objective.baseline=batch+value"],
+    "rl_group4_value": ["model.chunker=rl", "objective.baseline=group+value", "objective.group_size=4"],
 }
 
 
@@ -54,7 +63,10 @@ def forward_flops_per_byte(cfg: Config, rate: float | None = None, vocab_size: i
         n_tok = max(1, int(seq * rate))
         per_token = flat_flops(m.d_chunk, m.flat_layers, n_tok, None, m.mlp_ratio)["total"]
         return rate * (per_token + 2.0 * m.d_chunk * (vocab_size - 264))
-    return hourglass_flops(m, seq, rate)["total"]
+    f = hourglass_flops(m, seq, rate)
+    k = cfg.objective.group_size  # K segmentations share one encoder pass: per distinct byte
+    shared = f["encoder"] + f["encoder_attn"] + f["early_head"]
+    return shared + k * (f["total"] - shared)
 
 
 def matched_flat_layers(cfg: Config) -> int:
@@ -117,7 +129,9 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
 
     out_dir = run_root / f"{method}_s{seed}"
     cfg = method_config(method, base, data, out_dir, seed, preset)
-    bytes_per_step = cfg.train.batch_size * cfg.train.grad_accum * cfg.train.seq_len
+    # distinct bytes: with group_size K, batch_size counts segmentations of batch_size / K sequences
+    k = cfg.objective.group_size if cfg.model.arch == "hourglass" else 1
+    bytes_per_step = cfg.train.batch_size // k * cfg.train.grad_accum * cfg.train.seq_len
     t0 = time.time()
     trainer = Trainer(cfg, resume=True, quiet=True)  # builds (and for BPE, fits) the model
     vocab = getattr(trainer.model, "vocab_size", 264)
@@ -135,6 +149,14 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
     x, y = eval_windows(load_eval_bytes(data, eval_split), cfg.train.seq_len, max_eval_windows)
     ev = evaluate(model, x, y, batch_size=16, mode="sample", seed=0)
     rate = ev.get("rate")
+    estimator = None
+    if cfg_loaded.model.arch == "hourglass" and cfg_loaded.model.chunker == "rl":
+        from .diagnose import diagnose
+
+        # SNR of the run's own gradient estimator at its final checkpoint, on 8 held-out windows
+        d = diagnose(model, x[:8], y[:8], cfg_loaded.objective, cfg_loaded.model.target_rate,
+                     variants={"own": {}}, n_estimates=16, n_reference=16, log=lambda m: None)
+        estimator = d["variants"]["own"]
     achieved_fpb = train_flops_per_byte({"total": forward_flops_per_byte(cfg, rate, vocab)})
     records = [r for r in trainer.history]
     bps = [r["bytes_per_s"] for r in records[1:]] or [r["bytes_per_s"] for r in records]
@@ -148,6 +170,8 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
         "bpb": ev["bpb"], "rate": rate, "bytes_per_chunk": ev.get("bytes_per_chunk"),
         "space_align": ev.get("space_align"), "space_end": ev.get("space_end"),
         "chunk_length_hist": ev.get("chunk_length_hist"),
+        "grad_snr": estimator["snr"] if estimator else None,
+        "grad_cos_ref": estimator["cos_ref"] if estimator else None,
         "train_bytes_per_s": statistics.median(bps) if bps else None, "wall_s": wall,
         "threads": torch.get_num_threads(), "curve": curve, "config": cfg_loaded.to_dict(),
     }
@@ -209,8 +233,8 @@ def summarize(results: list[dict]) -> list[dict]:
     return rows
 
 
-def markdown_table(rows: list[dict]) -> str:
-    lines = ["| method | seeds | test bpb | rate | bytes/chunk | space align | train FLOPs/byte | train FLOPs "
+def markdown_table(rows: list[dict], split: str = "test") -> str:
+    lines = [f"| method | seeds | {split} bpb | rate | bytes/chunk | space align | train FLOPs/byte | train FLOPs "
              "| train bytes | train bytes/s | params |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -271,7 +295,8 @@ def write_report(results: list[dict], out: Path, title: str, command: str) -> Pa
     rows = summarize(results)
     (out / "summary.json").write_text(json.dumps({"command": command, "commit": git_commit(), "rows": rows}, indent=2))
     plots = plot(results, out, title)
-    md = [f"## {title}", "", f"Command: `{command}`  ", f"Commit: `{git_commit()}`", "", markdown_table(rows), ""]
+    split = results[0].get("split", "test") if results else "test"
+    md = [f"## {title}", "", f"Command: `{command}`  ", f"Commit: `{git_commit()}`", "", markdown_table(rows, split), ""]
     md += [f"![{p.stem}]({p.name})" for p in plots]
     path = out / "README.md"
     path.write_text("\n".join(md) + "\n")

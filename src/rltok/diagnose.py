@@ -1,0 +1,175 @@
+"""Estimator diagnostics: how noisy is each policy-gradient variant, and how well aligned?
+
+For one checkpoint and one fixed batch, draw many independent score-function estimates of the
+boundary-policy gradient per variant (each estimate re-samples the segmentation) and report:
+
+- variance: E||g - E g||^2 (trace of the covariance) of a single estimate,
+- snr: ||E g||^2 / variance (scale-free: variants that rescale advantages are comparable),
+- cos_ref: mean cosine of a single estimate with a high-sample reference gradient, and
+  cos_mean_ref: cosine of the variant's mean with it (below 1: the variant is biased),
+- ms_per_estimate and the time of a full training step (forward + loss + backward) with it.
+
+The reference is the unbiased estimator of the gradient of the expected LM loss (gamma = 1,
+leave-one-out baseline over many segmentations per sequence), averaged over many draws.
+Gradients are taken with respect to the boundary policy's own parameters.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import statistics
+import time
+
+import torch
+
+from .config import ObjectiveConfig
+from .objective import boundary_advantages, compute_loss, token_nll
+from .rl import policy_gradient_loss
+
+# name -> objective overrides on top of the checkpoint's objective (issue 4's ablation set)
+VARIANTS: dict[str, dict] = {
+    "reference": {"reward": "early_exit", "baseline": "batch", "gamma": 0.99, "group_size": 1},
+    "gamma=1": {"reward": "early_exit", "baseline": "batch", "gamma": 1.0, "group_size": 1},
+    "no batch baseline": {"reward": "early_exit", "baseline": "none", "gamma": 0.99, "group_size": 1},
+    "no early-exit reward": {"reward": "final", "baseline": "batch", "gamma": 0.99, "group_size": 1},
+    "group K=4": {"reward": "early_exit", "baseline": "group", "gamma": 0.99, "group_size": 4},
+    "batch+value": {"reward": "early_exit", "baseline": "batch+value", "gamma": 0.99, "group_size": 1},
+    "group K=4 + value": {"reward": "early_exit", "baseline": "group+value", "gamma": 0.99, "group_size": 4},
+}
+
+
+def _flat_grad(loss: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    return torch.cat([(g if g is not None else torch.zeros_like(p)).flatten() for g, p in zip(grads, params)])
+
+
+def estimate(model, x: torch.Tensor, y: torch.Tensor, cfg: ObjectiveConfig, params, generator) -> torch.Tensor:
+    """One score-function estimate of the policy gradient on (x, y). With group_size K the
+    batch holds len(x) / K distinct sequences, so every variant pays for len(x) segmentations."""
+    k = cfg.group_size
+    xs, ys = (x, y) if k == 1 else (x[: len(x) // k], y[: len(x) // k])
+    out = model(xs, generator=generator, group_size=k)
+    ys = ys.repeat_interleave(k, 0) if k > 1 else ys
+    ce_final = token_nll(out.logits, ys).detach()
+    reward = (token_nll(out.early_logits, ys).detach() - ce_final) if cfg.reward == "early_exit" else -ce_final
+    adv, _ = boundary_advantages(reward, out.boundaries.free, cfg, out.values)
+    return _flat_grad(policy_gradient_loss(out.boundaries.logp, adv, out.boundaries.free), params)
+
+
+def fit_critic(model, x, y, cfg: ObjectiveConfig, generator, steps: int = 200, lr: float = 3e-3) -> float:
+    """Fit the value head on the fixed policy and batch (the checkpoint's critic, if any, is the
+    starting point). Returns the final critic loss."""
+    critic = list(model.value_head.parameters())
+    flags = [p.requires_grad for p in critic]
+    for p in critic:
+        p.requires_grad_(True)
+    opt = torch.optim.Adam(critic, lr=lr)
+    k = cfg.group_size
+    xs, ys = (x, y) if k == 1 else (x[: len(x) // k], y[: len(x) // k].repeat_interleave(k, 0))
+    loss = torch.tensor(float("nan"))
+    for _ in range(steps):
+        out = model(xs, generator=generator, group_size=k)
+        ce_final = token_nll(out.logits, ys).detach()
+        reward = (token_nll(out.early_logits, ys).detach() - ce_final) if cfg.reward == "early_exit" else -ce_final
+        _, loss = boundary_advantages(reward, out.boundaries.free, cfg, out.values)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    for p, f in zip(critic, flags):
+        p.requires_grad_(f)
+    return float(loss)
+
+
+def step_time(model, x, y, cfg: ObjectiveConfig, target_rate: float, generator, repeats: int = 3) -> float:
+    """Median seconds of a full training step's compute (forward, loss, backward) with `cfg`."""
+    k = cfg.group_size
+    xs, ys = (x, y) if k == 1 else (x[: len(x) // k], y[: len(x) // k])
+    times = []
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        out = model(xs, generator=generator, group_size=k)
+        loss, _ = compute_loss(out, ys, cfg, target_rate)
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+        if i:  # the first is a warm-up
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, target_rate: float,
+             variants: list[str] | dict[str, dict] | None = None, n_estimates: int = 32, n_reference: int = 64,
+             reference_group: int = 8, seed: int = 0, log=print) -> dict:
+    """`variants`: names from VARIANTS, or a mapping name -> objective overrides on `base`
+    ({"own": {}} measures the checkpoint's own estimator)."""
+    from .model.hourglass import ValueHead
+
+    specs = variants if isinstance(variants, dict) else {v: VARIANTS[v] for v in (variants or VARIANTS)}
+    model = copy.deepcopy(model).train()
+    if model.value_head is None:  # a critic for the value variants, fitted below
+        model.value_head = ValueHead(model.cfg.d_byte)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    params = list(model.chunker.parameters())
+    for p in params:
+        p.requires_grad_(True)
+    if not params:
+        raise ValueError(f"chunker {model.cfg.chunker!r} has no parameters: nothing to diagnose")
+    gen = torch.Generator().manual_seed(seed)
+
+    if len(x) % reference_group:
+        raise ValueError(f"batch of {len(x)} is not a multiple of the reference group size {reference_group}")
+    ref_cfg = dataclasses.replace(base, gamma=1.0, baseline="group", group_size=reference_group,
+                                  reward="early_exit", normalize_advantages=False)
+    t0 = time.perf_counter()
+    # the reference sees len(x) distinct sequences, each segmented reference_group times
+    xr, yr = x.repeat(reference_group, 1), y.repeat(reference_group, 1)
+    reference = torch.stack([estimate(model, xr, yr, ref_cfg, params, gen) for _ in range(n_reference)]).mean(0)
+    log(f"reference gradient: {n_reference} estimates x {len(x)} sequences x {reference_group} "
+        f"segmentations ({time.perf_counter() - t0:.0f} s)")
+
+    rows = {}
+    for name, spec in specs.items():
+        cfg = dataclasses.replace(base, **spec)
+        cfg.validate()
+        critic_loss = None
+        if "value" in cfg.baseline_parts():
+            critic_loss = fit_critic(model, x, y, cfg, gen)
+        t0 = time.perf_counter()
+        g = torch.stack([estimate(model, x, y, cfg, params, gen) for _ in range(n_estimates)])
+        ms = 1000 * (time.perf_counter() - t0) / n_estimates
+        for p in model.parameters():  # time a full step with every parameter trainable
+            p.requires_grad_(True)
+        st = step_time(model, x, y, cfg, target_rate, gen)
+        for p in model.parameters():
+            p.requires_grad_(False)
+        for p in params:
+            p.requires_grad_(True)
+        mean = g.mean(0)
+        var = (g - mean).square().sum(1).mean().item()
+        cos = torch.nn.functional.cosine_similarity(g, reference.unsqueeze(0), dim=1)
+        rows[name] = {
+            "variance": var, "snr": mean.square().sum().item() / max(var, 1e-30),
+            "cos_ref": cos.mean().item(), "cos_ref_std": cos.std().item(),
+            "cos_mean_ref": torch.nn.functional.cosine_similarity(mean, reference, dim=0).item(),
+            "ms_per_estimate": ms, "step_seconds": st, "critic_loss": critic_loss,
+        }
+        log(f"{name:>22}: snr {rows[name]['snr']:.4f}  cos_ref {rows[name]['cos_ref']:.3f}  "
+            f"cos_mean_ref {rows[name]['cos_mean_ref']:.3f}  {ms:.0f} ms/estimate  step {st * 1000:.0f} ms")
+    ref_row = rows.get("reference") or rows.get("own")
+    if ref_row:
+        for r in rows.values():
+            r["snr_vs_reference"] = r["snr"] / max(ref_row["snr"], 1e-30)
+            r["step_time_vs_reference"] = r["step_seconds"] / ref_row["step_seconds"]
+    return {"variants": rows, "n_estimates": n_estimates, "n_reference": n_reference,
+            "batch": list(x.shape), "reference_group": reference_group}
+
+
+def markdown(result: dict) -> str:
+    lines = ["| variant | gradient SNR | SNR vs reference | cos(single, ref) | cos(mean, ref) | step time vs reference |",
+             "|---|---|---|---|---|---|"]
+    for name, r in result["variants"].items():
+        lines.append(f"| {name} | {r['snr']:.4f} | {r.get('snr_vs_reference', float('nan')):.2f}x "
+                     f"| {r['cos_ref']:.3f} ± {r['cos_ref_std']:.3f} | {r['cos_mean_ref']:.3f} "
+                     f"| {r.get('step_time_vs_reference', float('nan')):.2f}x |")
+    return "\n".join(lines)
