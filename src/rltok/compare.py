@@ -144,6 +144,8 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
     tc.checkpoint_every = max(1, steps // 3)
     tc.warmup_steps = min(tc.warmup_steps, max(1, steps // 10))
     trainer.fit()
+    if trainer.stop_requested:  # SIGINT/SIGTERM: the run is checkpointed; stop the whole sweep
+        raise KeyboardInterrupt
     wall = time.time() - t0
     model, cfg_loaded, _, _ = load_checkpoint(out_dir)
     x, y = eval_windows(load_eval_bytes(data, eval_split), cfg.train.seq_len, max_eval_windows)
