@@ -266,7 +266,7 @@ def test_rate_loss_drives_rate_to_target(start, target):
     opt = torch.optim.Adam(model.parameters(), lr=3e-2)
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, 256, (8, 64))
-    for _ in range(150):
+    for _ in range(300):  # the pull shrinks with the miss: convergence is geometric
         out = model(x, generator=gen)
         loss, m = compute_loss(out, x.roll(-1, 1), cfg, target)
         opt.zero_grad()
@@ -326,3 +326,14 @@ def test_config_file_json_and_toml(tmp_path):
     (tmp_path / "bad.json").write_text('{"train": {"max_stepz": 3}}')
     with pytest.raises(ConfigError, match="max_steps"):
         load_config(file=str(tmp_path / "bad.json"))
+
+
+@pytest.mark.parametrize("length,window", [(512, 128), (100, 16), (37, 8), (17, 4), (64, 16)])
+def test_blocked_local_attention_equals_dense_masked_attention(length, window):
+    import torch.nn.functional as F
+
+    from rltok.model.layers import blocked_local_attention, local_causal_mask
+
+    q, k, v = (torch.randn(2, 3, length, 8, dtype=torch.float64) for _ in range(3))
+    dense = F.scaled_dot_product_attention(q, k, v, attn_mask=local_causal_mask(length, length, window, "cpu"))
+    assert torch.allclose(blocked_local_attention(q, k, v, window), dense, atol=1e-10)

@@ -32,7 +32,7 @@ class ModelConfig:
     encoder_layers: int = 2
     main_layers: int = 4
     decoder_layers: int = 2
-    window: int = 128  # sliding-window size of byte-level attention
+    window: int = 64  # sliding-window size of byte-level attention (blocked kernel when 4*window <= T)
     mlp_ratio: float = 4.0
     max_seq_len: int = 8192  # longest sequence the model accepts
     rope_base: float = 10000.0
@@ -167,6 +167,13 @@ class TrainConfig:
     compile: bool = False
     out_dir: str = "runs/default"
     threads: int = 0  # torch CPU threads (0 = torch's default)
+    # Data parallelism (launch with torchrun): batch_size is per rank, so the global batch is
+    # batch_size x ranks x grad_accum. fsdp: shard parameters, gradients and optimiser state
+    # with FSDP2 instead of replicating them (DDP), for models that do not fit one device.
+    fsdp: bool = False
+    ddp_find_unused: bool = False  # DDP find_unused_parameters, for configs with idle parameters
+    # peak FLOP/s of one device for the MFU log (0: measure a matmul at start-up)
+    peak_flops: float = 0.0
 
     def validate(self) -> None:
         for name in ("seq_len", "batch_size", "grad_accum", "max_steps", "eval_batches", "log_every",
@@ -186,6 +193,8 @@ class TrainConfig:
             raise ConfigError(f"train.dtype must be auto, fp32 or bf16, got {self.dtype!r}")
         if not 0 < self.lr < float("inf"):  # also rejects nan
             raise ConfigError(f"train.lr must be a positive number, got {self.lr}")
+        if not 0 <= self.peak_flops < float("inf"):
+            raise ConfigError("train.peak_flops must be >= 0 (0 = measure)")
 
 
 @dataclass

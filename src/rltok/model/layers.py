@@ -57,6 +57,39 @@ def local_causal_mask(t_q: int, t_k: int, window: int, device: torch.device, off
     return m
 
 
+_BLOCK_MASKS: dict[tuple, torch.Tensor] = {}
+
+
+def blocked_local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,
+                            dropout: float = 0.0) -> torch.Tensor:
+    """Sliding-window causal attention in O(T * window): queries are cut into blocks of `window`
+    and each block attends to its own block and the previous one (all its window can reach),
+    under a (window, 2 * window) mask. Same result as the dense masked form."""
+    bsz, heads, t, dim = q.shape
+    w = window
+    n = -(-t // w)
+    pad = n * w - t  # padded keys sit after every real query, so causality hides them
+    if pad:
+        q, k, v = (F.pad(z, (0, 0, 0, pad)) for z in (q, k, v))
+    qb = q.reshape(bsz, heads * n, w, dim)
+    kb, vb = k.view(bsz, heads, n, w, dim), v.view(bsz, heads, n, w, dim)
+    kk = torch.cat([F.pad(kb, (0, 0, 0, 0, 1, 0))[:, :, :-1], kb], dim=3).reshape(bsz, heads * n, 2 * w, dim)
+    vv = torch.cat([F.pad(vb, (0, 0, 0, 0, 1, 0))[:, :, :-1], vb], dim=3).reshape(bsz, heads * n, 2 * w, dim)
+    key = (n, w, heads, str(q.device))
+    mask = _BLOCK_MASKS.get(key)
+    if mask is None:
+        i = torch.arange(w, device=q.device).unsqueeze(1)
+        j = torch.arange(2 * w, device=q.device).unsqueeze(0)
+        m = ((j <= i + w) & (j > i)).expand(n, w, 2 * w).clone()  # key at j - w relative to the block
+        m[0, :, :w] = False  # the first block has no previous block
+        mask = m.repeat(heads, 1, 1)  # row h * n + block
+        if len(_BLOCK_MASKS) > 64:
+            _BLOCK_MASKS.clear()
+        _BLOCK_MASKS[key] = mask
+    y = F.scaled_dot_product_attention(qb, kk, vv, attn_mask=mask, dropout_p=dropout)
+    return y.view(bsz, heads, n * w, dim)[:, :, :t]
+
+
 class Attention(nn.Module):
     def __init__(self, dim: int, n_heads: int, rope_base: float, window: int | None = None, dropout: float = 0.0):
         super().__init__()
@@ -76,26 +109,26 @@ class Attention(nn.Module):
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float = 0.0) -> torch.Tensor:
+        t = q.shape[2]
+        if self.window is None or self.window >= t:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
+        if 4 * self.window <= t:  # blocked: each query reads 2 * window keys instead of t
+            return blocked_local_attention(q, k, v, self.window, dropout)
+        mask = local_causal_mask(t, t, self.window, q.device)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
         q, k, v = self.split_heads(x, positions)
-        drop = self.dropout if self.training else 0.0
-        if self.window is None or self.window >= t:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop)
-        else:
-            mask = local_causal_mask(t, t, self.window, x.device)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
+        y = self.attend(q, k, v, self.dropout if self.training else 0.0)
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
     def forward_kv(self, x: torch.Tensor, positions: torch.Tensor):
         """forward() in eval mode that also returns the rotated keys and values, to seed a KVCache."""
         b, t, d = x.shape
         q, k, v = self.split_heads(x, positions)
-        if self.window is None or self.window >= t:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=local_causal_mask(t, t, self.window, x.device))
-        return self.proj(y.transpose(1, 2).reshape(b, t, d)), k, v
+        return self.proj(self.attend(q, k, v).transpose(1, 2).reshape(b, t, d)), k, v
 
     def step(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: "KVCache", layer: int):
         """One new position per row: x (n, 1, dim), cos/sin (n, 1, 1, head_dim/2)."""
