@@ -149,7 +149,7 @@ class TrainConfig:
     seq_len: int = 512
     batch_size: int = 8
     grad_accum: int = 1
-    max_steps: int = 600
+    max_steps: int = 400
     lr: float = 2e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = 50
