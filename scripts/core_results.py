@@ -44,6 +44,8 @@ def run_corpus(name: str, data_root: Path, steps: int, run_root: Path, extra: li
     t0 = time.time()
     trainer = Trainer(cfg, resume=True)
     trainer.fit()
+    if trainer.stop_requested:  # interrupted: the run is checkpointed, rerun to continue
+        raise KeyboardInterrupt
     train_s = time.time() - t0
     model, cfg, _, ckpt = load_checkpoint(run_dir)
     val = load_eval_bytes(str(folder), "val")
