@@ -10,7 +10,7 @@ RLTOK=${RLTOK:-.venv/bin/rltok}
 run() {  # corpus
   local c=$1 out=runs/compare/$1
   $RLTOK compare train.threads=1 --data "$ROOT/$c" --preset small --budget-bytes "$BUDGET" --out "$out" --split test \
-    --seeds 0 --methods rl bpe hnet whitespace flat gumbel entropy fixed uniform bpe_line bpe_token
+    --seeds 0 --methods rl bpe hnet whitespace flat gumbel entropy fixed uniform bpe_token
   $RLTOK compare train.threads=1 --data "$ROOT/$c" --preset small --budget-bytes "$BUDGET" --out "$out" --split test \
     --seeds 1 --methods rl bpe hnet whitespace flat
 }
