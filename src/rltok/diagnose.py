@@ -4,7 +4,8 @@ For one checkpoint and one fixed batch, draw many independent score-function est
 boundary-policy gradient per variant (each estimate re-samples the segmentation) and report:
 
 - variance: E||g - E g||^2 (trace of the covariance) of a single estimate,
-- snr: ||E g||^2 / variance (scale-free: variants that rescale advantages are comparable),
+- snr: ||E g||^2 / variance, with ||E g||^2 estimated without the var/n bias of ||mean||^2
+  (scale-free: variants that rescale advantages are comparable),
 - cos_ref: mean cosine of a single estimate with a high-sample reference gradient, and
   cos_mean_ref: cosine of the variant's mean with it (below 1: the variant is biased),
 - ms_per_estimate and the time of a full training step (forward + loss + backward) with it.
@@ -146,10 +147,12 @@ def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, tar
         for p in params:
             p.requires_grad_(True)
         mean = g.mean(0)
-        var = (g - mean).square().sum(1).mean().item()
+        var = (g - mean).square().sum(1).sum().item() / (len(g) - 1)  # unbiased trace of the covariance
+        # ||mean||^2 overestimates ||E g||^2 by var / n: remove it, or small SNRs read as 1/n
+        signal = max(0.0, mean.square().sum().item() - var / len(g))
         cos = torch.nn.functional.cosine_similarity(g, reference.unsqueeze(0), dim=1)
         rows[name] = {
-            "variance": var, "snr": mean.square().sum().item() / max(var, 1e-30),
+            "variance": var, "snr": signal / max(var, 1e-30),
             "cos_ref": cos.mean().item(), "cos_ref_std": cos.std().item(),
             "cos_mean_ref": torch.nn.functional.cosine_similarity(mean, reference, dim=0).item(),
             "ms_per_estimate": ms, "step_seconds": st, "critic_loss": critic_loss,
