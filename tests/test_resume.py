@@ -18,7 +18,7 @@ import torch
 from rltok.checkpoint import list_checkpoints, load_checkpoint
 from rltok.config import ConfigError, load_config
 from rltok.data import Corpus
-from rltok.train import Trainer, lr_at
+from rltok.train import TIMING_KEYS, Trainer, lr_at
 
 TEXT = b"".join(b"%d the quick brown fox, %x lazy dogs; \xff\xfe binary \x00 bytes\n" % (i, i * 7) for i in range(600))
 
@@ -39,7 +39,7 @@ def make_cfg(out: Path, *extra: str):
 
 def trajectory(history: list[dict]) -> list[dict]:
     """Everything logged except wall-clock throughput."""
-    return [{k: v for k, v in rec.items() if k != "bytes_per_s"} for rec in history]
+    return [{k: v for k, v in rec.items() if k not in TIMING_KEYS} for rec in history]
 
 
 def assert_same_state(a: Trainer, b: Trainer):

@@ -10,6 +10,7 @@ from .checkpoint import load_checkpoint, save_checkpoint
 from .config import Config, DataConfig, ModelConfig, ObjectiveConfig, TrainConfig, load_config
 from .data import load_corpus
 from .evaluate import evaluate
+from .hub import from_pretrained, save_pretrained
 from .model import FlatByteLM, HourglassLM
 from .objective import compute_loss
 from .segment import segment_bytes
@@ -18,4 +19,4 @@ from .train import Trainer, train
 __version__ = "0.1.0"
 __all__ = ["Config", "DataConfig", "ModelConfig", "ObjectiveConfig", "TrainConfig", "load_config", "load_corpus",
            "HourglassLM", "FlatByteLM", "compute_loss", "Trainer", "train", "evaluate", "load_checkpoint",
-           "save_checkpoint", "segment_bytes"]
+           "save_checkpoint", "segment_bytes", "from_pretrained", "save_pretrained"]

@@ -95,11 +95,13 @@ def clean_stale(run_dir: str | Path) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
-def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, cfg: Config,
-                    trainer_state: dict | None = None, keep_last: int = 3) -> Path:
+def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module | None, cfg: Config,
+                    trainer_state: dict | None = None, keep_last: int = 3,
+                    state_dict: dict[str, torch.Tensor] | None = None) -> Path:
     """Write `<run_dir>/checkpoints/step_<step>` atomically and prune to the newest `keep_last`
     (0 keeps all). A crash at any point leaves either the complete new checkpoint or none, and
-    the older ones untouched."""
+    the older ones untouched. `state_dict` replaces `model.state_dict()` (a sharded model's
+    weights gathered beforehand)."""
     ckpt_root = Path(run_dir) / "checkpoints"
     ckpt_root.mkdir(parents=True, exist_ok=True)
     clean_stale(run_dir)
@@ -109,7 +111,8 @@ def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module, cfg:
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
-        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        weights = model.state_dict() if state_dict is None else state_dict
+        state = {k: v.detach().contiguous().cpu() for k, v in weights.items()}
         save_file(state, tmp / "model.safetensors", metadata={"format": "pt", "step": str(step)})
         (tmp / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
         if trainer_state is not None:
@@ -217,9 +220,17 @@ def load_config_from(path: Path) -> Config:
 
 
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", with_trainer_state: bool = False):
-    """-> (model, cfg, trainer_state or None, checkpoint folder)."""
+    """-> (model, cfg, trainer_state or None, checkpoint folder). A folder written by
+    `save_pretrained` (rltok.hub) loads too, without trainer state."""
+    from .hub import PretrainedError, from_pretrained, is_pretrained_dir
     from .model.factory import build_model
 
+    if is_pretrained_dir(path) and not (Path(path) / MANIFEST).exists():
+        try:
+            model, cfg, _ = from_pretrained(path, device=device, return_config=True)
+        except PretrainedError as e:
+            raise CheckpointError(str(e)) from None
+        return model.train(), cfg, None, Path(path)
     ckpt = resolve_checkpoint(path)
     cfg = load_config_from(ckpt)
     try:

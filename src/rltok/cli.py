@@ -1,4 +1,5 @@
-"""Command line: `rltok train`, `rltok eval`, `rltok segment`, `rltok generate`."""
+"""Command line: `rltok train`, `rltok eval`, `rltok segment`, `rltok generate`, `rltok presets`,
+`rltok export`, `rltok lm-eval` ..."""
 
 from __future__ import annotations
 
@@ -34,20 +35,102 @@ def cmd_train(args) -> int:
         overrides.append(f"train.out_dir={args.out}")
     if args.steps is not None:  # so `--steps 0` is refused rather than ignored
         overrides.append(f"train.max_steps={args.steps}")
+    if args.list_presets:
+        return cmd_presets(argparse.Namespace(name=None))
     cfg = load_config(args.preset, args.config, overrides)
     if args.print_config:
         print(json.dumps(cfg.to_dict(), indent=2))
         return 0
+    from . import distributed
+
     try:
         result = train(cfg, resume=args.resume)
     except TrainingDiverged as e:
         print(f"error: {e}", file=sys.stderr)
         return 3
+    main_rank = distributed.is_main_process()
+    distributed.shutdown()  # a no-op in one process; under torchrun a clean exit of every rank
+    if not main_rank:  # rank 0 alone prints the summary
+        return 0
     val = result.val
     if val:
         summary = {k: round(v, 4) if isinstance(v, float) else v for k, v in val.items() if k != "chunk_length_hist"}
         print(json.dumps({"step": result.step, "run_dir": str(result.run_dir), **summary}))
     return 0
+
+
+def cmd_presets(args) -> int:
+    """The named presets with their size (parameters counted on the meta device: no memory,
+    no time), or one preset's resolved config."""
+    import torch
+
+    from .config import PRESET_NOTES
+    from .model.factory import build_model
+
+    if args.name:
+        print(json.dumps(load_config(args.name).to_dict(), indent=2))
+        return 0
+    print(f"{'preset':<10} {'params':>8}  {'byte d x layers':<16} {'chunk d x layers':<17} {'seq':>5} {'batch':>5}  "
+          f"{'dtype':<5} description")
+    for name in PRESETS:
+        cfg = load_config(name)
+        m, t = cfg.model, cfg.train
+        try:
+            with torch.device("meta"):
+                n = f"{build_model(m).num_params() / 1e6:.1f}M"
+        except ValueError:  # data-fitted parts (BPE) need training bytes
+            n = "?"
+        print(f"{name:<10} {n:>8}  {f'{m.d_byte} x {m.encoder_layers}+{m.decoder_layers}':<16} "
+              f"{f'{m.d_chunk} x {m.main_layers}':<17} {t.seq_len:>5} {t.batch_size:>5}  {t.dtype:<5} "
+              f"{PRESET_NOTES.get(name, '')}")
+    print("\nuse: rltok train --preset NAME [section.key=value ...]; details: rltok presets NAME", file=sys.stderr)
+    return 0
+
+
+def _run_results(ckpt, cfg) -> dict:
+    """Validation results logged up to the checkpoint's step, from its run's metrics.jsonl."""
+    from .checkpoint import checkpoint_step
+    from .train import read_metrics
+
+    try:
+        step = checkpoint_step(ckpt)
+    except ValueError:
+        return {}
+    recs = read_metrics(ckpt.parent.parent / "metrics.jsonl", step)
+    out: dict = {"step": step}
+    if recs:
+        out["bytes"] = recs[-1].get("bytes")
+    with_val = [r for r in recs if "val_bpb" in r]
+    if with_val:
+        last = with_val[-1]
+        out.update({k: last[k] for k in ("val_bpb", "val_rate", "val_bytes_per_chunk", "val_space_align") if k in last})
+        if last["step"] != step:
+            out["val_step"] = last["step"]
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def cmd_export(args) -> int:
+    from .checkpoint import load_checkpoint
+    from .hub import push_to_hub, save_pretrained
+
+    model, cfg, _, ckpt = load_checkpoint(args.checkpoint)
+    results = _run_results(ckpt, cfg)
+    if args.out:
+        out = save_pretrained(model, args.out, cfg, results)
+        print(f"wrote {out} (model.safetensors, config.json, README.md) from {ckpt}", file=sys.stderr)
+    if args.push_to_hub:
+        url = push_to_hub(model, args.push_to_hub, cfg, results, private=args.private)
+        print(f"pushed to {url}", file=sys.stderr)
+    if not args.out and not args.push_to_hub:
+        raise ConfigError("give --out FOLDER and/or --push-to-hub REPO_ID")
+    print(json.dumps({"checkpoint": str(ckpt), **results}))
+    return 0
+
+
+def cmd_lm_eval(args) -> int:
+    from .lm_eval_adapter import main as lm_eval_main
+
+    return lm_eval_main(args.lm_eval_args)
 
 
 def _load(args):
@@ -255,7 +338,24 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(p)
     p.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in the run folder")
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    p.add_argument("--list-presets", action="store_true", help="list the named presets and exit")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("presets", help="list the named config presets (size, shape, purpose)")
+    p.add_argument("name", nargs="?", help="print this preset's full resolved config")
+    p.set_defaults(func=cmd_presets)
+
+    p = sub.add_parser("export", help="write a checkpoint as a Hub-style model folder (safetensors, config, model card)")
+    p.add_argument("--checkpoint", "-c", default="runs/default", help="checkpoint or run folder (newest checkpoint)")
+    p.add_argument("--out", "-o", help="folder to write (model.safetensors, config.json, README.md)")
+    p.add_argument("--push-to-hub", metavar="REPO_ID", help="also upload to this Hugging Face Hub repo (network, token)")
+    p.add_argument("--private", action="store_true", help="create the Hub repo private")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("lm-eval", add_help=False,
+                       help="lm-evaluation-harness with the 'rltok' model (needs rltok[eval]); arguments go to lm_eval")
+    p.add_argument("lm_eval_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_lm_eval)
 
     def add_model_args(q):
         q.add_argument("--checkpoint", "-c", default="runs/default", help="checkpoint or run folder (newest checkpoint)")
@@ -341,6 +441,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["lm-eval"]:  # everything after it belongs to lm_eval's own parser
+        return cmd_lm_eval(argparse.Namespace(lm_eval_args=argv[1:]))
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # argparse takes only one run of positionals, so overrides after options (`--data x

@@ -254,19 +254,27 @@ def load_eval_bytes(spec: str, split: str = "val", max_bytes: int = 0, val_fract
 
 
 class WindowSampler:
-    """Random (x, y) windows of seq_len+1 bytes; its RNG state is the data position."""
+    """Random (x, y) windows of seq_len+1 bytes; its RNG state is the data position.
 
-    def __init__(self, data: torch.Tensor, batch_size: int, seq_len: int, seed: int = 0):
+    Data-parallel sharding: with `world_size` N every rank draws the starts of the whole global
+    batch (batch_size * N windows) from the same seeded generator and keeps its own block of
+    batch_size rows, so N ranks together see exactly the batch one process with batch_size * N
+    would, and the generator state stays identical on every rank."""
+
+    def __init__(self, data: torch.Tensor, batch_size: int, seq_len: int, seed: int = 0,
+                 rank: int = 0, world_size: int = 1):
         if len(data) < 2:
             raise DataError("need at least 2 bytes of training data")
         self.data = data
-        self.batch_size = batch_size
+        self.batch_size = batch_size  # per rank
         self.seq_len = min(seq_len, len(data) - 1)
+        self.rank, self.world_size = rank, world_size
         self.gen = torch.Generator().manual_seed(seed)
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         hi = len(self.data) - self.seq_len
-        starts = torch.randint(0, hi, (self.batch_size,), generator=self.gen)
+        starts = torch.randint(0, hi, (self.batch_size * self.world_size,), generator=self.gen)
+        starts = starts[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]
         win = self.data[starts.unsqueeze(1) + torch.arange(self.seq_len + 1)].long()
         return win[:, :-1], win[:, 1:]
 

@@ -65,6 +65,10 @@ def init_from_env(device_type: str, timeout_s: float = 1800.0) -> DistInfo:
     return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, backend)
 
 
+def is_main_process() -> bool:
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+
+
 def shutdown() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
@@ -103,7 +107,7 @@ def mean_of_sums(values: dict[str, torch.Tensor | float], info: DistInfo, device
     every rank). Each rank's value is a mean over an equally sized shard, so the average over
     ranks is the global mean."""
     keys = sorted(values)
-    if not info.enabled:
+    if not info.enabled or not keys:
         return {k: float(values[k]) for k in keys}
     flat = torch.stack([torch.as_tensor(values[k], dtype=torch.float64, device=device).reshape(()) for k in keys])
     all_reduce_(flat, info)
@@ -143,3 +147,162 @@ def shard_rows(x: torch.Tensor, info: DistInfo) -> torch.Tensor:
         return x
     n = x.shape[0] // info.world_size
     return x[info.rank * n:(info.rank + 1) * n]
+
+
+# ---- wrapping the model ---------------------------------------------------------------------
+def wrap_model(model: torch.nn.Module, info: DistInfo, device: torch.device, fsdp: bool = False,
+               find_unused: bool = False) -> torch.nn.Module:
+    """The module the training forward/backward goes through: `model` itself in one process,
+    a DistributedDataParallel around it, or (fsdp=True) `model` sharded in place with FSDP2's
+    `fully_shard`, one unit per transformer block plus the root (parameters become DTensors;
+    `model` is then the module to call)."""
+    if not info.enabled:
+        return model
+    if fsdp:
+        from torch.distributed.fsdp import fully_shard
+
+        from .model.layers import Block
+
+        for module in list(model.modules()):
+            if isinstance(module, Block):
+                fully_shard(module)
+        fully_shard(model)
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids, find_unused_parameters=find_unused)
+
+
+def is_fsdp(module: torch.nn.Module) -> bool:
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:
+        return False
+    return isinstance(module, FSDPModule)
+
+
+class GradSync:
+    """Context for one micro-batch: gradients are all-reduced only on the last micro-batch of a
+    step (DDP `no_sync` / FSDP2 `set_requires_gradient_sync`), the others accumulate locally."""
+
+    def __init__(self, wrapped: torch.nn.Module, sync: bool):
+        self.wrapped, self.sync, self._ctx = wrapped, sync, None
+
+    def __enter__(self):
+        if is_fsdp(self.wrapped):
+            self.wrapped.set_requires_gradient_sync(self.sync)
+        elif not self.sync and hasattr(self.wrapped, "no_sync"):
+            self._ctx = self.wrapped.no_sync()
+            self._ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self._ctx is not None:
+            self._ctx.__exit__(*exc)
+        return False
+
+
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The part of a (possibly sharded DTensor) tensor that this rank holds."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def full_tensor(t: torch.Tensor) -> torch.Tensor:
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def _param_names(model: torch.nn.Module, opt: torch.optim.Optimizer) -> list[str]:
+    """Names of the optimiser's parameters in its own order (the order of the integer ids of
+    `opt.state_dict()`)."""
+    by_id = {id(p): n for n, p in model.named_parameters()}
+    return [by_id[id(p)] for g in opt.param_groups for p in g["params"]]
+
+
+def full_model_state(model: torch.nn.Module, info: DistInfo) -> dict[str, torch.Tensor]:
+    """A full (unsharded) CPU state dict. Collective under FSDP: every rank must call it, and
+    only rank 0 receives the tensors (others get an empty dict)."""
+    if is_fsdp(model):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+
+def load_full_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    if is_fsdp(model):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+    else:
+        model.load_state_dict(state)
+
+
+def full_optimizer_state(model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict:
+    """The optimiser state in the plain single-process format (integer parameter ids), so a
+    checkpoint resumes the same under 1 process, DDP or FSDP. Collective under FSDP."""
+    if not is_fsdp(model):
+        return opt.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    sd = get_optimizer_state_dict(model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if not sd:  # ranks > 0 with cpu_offload receive nothing
+        return {}
+    index = {n: i for i, n in enumerate(_param_names(model, opt))}
+    groups, start = [], 0
+    for g, own in zip(sd["param_groups"], opt.param_groups):
+        groups.append({**{k: v for k, v in g.items() if k != "params"}, "params": list(range(start, start + len(own["params"])))})
+        start += len(own["params"])
+    return {"state": {index[n]: v for n, v in sd["state"].items()}, "param_groups": groups}
+
+
+def load_full_optimizer_state(model: torch.nn.Module, opt: torch.optim.Optimizer, state: dict) -> None:
+    if not is_fsdp(model):
+        opt.load_state_dict(state)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    names = _param_names(model, opt)
+    fqn = {"state": {names[i]: v for i, v in state["state"].items()},
+           "param_groups": [{**{k: v for k, v in g.items() if k != "params"}, "params": [names[i] for i in g["params"]]}
+                            for g in state["param_groups"]]}
+    set_optimizer_state_dict(model, opt, optim_state_dict=fqn, options=StateDictOptions(full_state_dict=True))
+
+
+# ---- device peak, for MFU -----------------------------------------------------------------------
+_PEAK_CACHE: dict[tuple[str, str], float] = {}
+
+
+def measured_peak_flops(device: torch.device, dtype: torch.dtype | None = None, budget_s: float = 0.5) -> float:
+    """Best FLOP/s of a square matmul on `device` in `dtype` (bf16 under autocast, else fp32),
+    timed within about `budget_s` seconds; cached per (device, dtype) for the process."""
+    import time
+
+    dtype = dtype or torch.float32
+    key = (str(device), str(dtype))
+    if key in _PEAK_CACHE:
+        return _PEAK_CACHE[key]
+    n = 8192 if device.type == "cuda" else 512
+    gen = torch.Generator(device=device).manual_seed(0)  # never the global RNG: training draws dropout from it
+    a = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
+    b = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    a @ b  # warm-up: kernel selection, page faults
+    sync()
+    best, deadline = 0.0, time.perf_counter() + budget_s
+    reps = 4 if device.type == "cuda" else 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            a @ b
+        sync()
+        dt = time.perf_counter() - t0
+        best = max(best, reps * 2.0 * n ** 3 / dt)
+        if time.perf_counter() > deadline:
+            break
+    _PEAK_CACHE[key] = best
+    return best

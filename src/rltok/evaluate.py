@@ -51,6 +51,15 @@ def evaluate(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, mode:
              seed: int = 1234, device: str | torch.device = "cpu", autocast_dtype=None) -> dict[str, float]:
     """Evaluate on fixed windows (N, T). Boundary sampling uses its own seeded generator, so
     the numbers are reproducible and the training RNG is untouched."""
+    return summarize(evaluate_sums(model, x, y, batch_size, mode, seed, device, autocast_dtype))
+
+
+@torch.no_grad()
+def evaluate_sums(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, mode: str = "sample",
+                  seed: int = 1234, device: str | torch.device = "cpu", autocast_dtype=None) -> dict[str, torch.Tensor]:
+    """The additive counts behind `evaluate` (nats, bytes, boundaries, positions, whitespace,
+    chunk-length histogram) as one float64 vector per key, so that shards of an evaluation
+    (data-parallel ranks) can be summed before `summarize`."""
     was_training = model.training
     model.eval()
     device = torch.device(device)
@@ -82,10 +91,19 @@ def evaluate(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, mode:
             n_ws += w
             hist += torch.bincount(chunk_lengths(b).clamp(max=64).cpu(), minlength=65)[:65]
     model.train(was_training)
-    result: dict[str, float] = {"bpb": nats / max(1, n_bytes) / math.log(2), "bytes": n_bytes}
-    if n_pos:
-        rate = n_bound / n_pos
+    scalars = [nats, n_bytes, n_bound, n_pos, ws["space_end"], ws["space_start"], ws["space_align"], n_ws]
+    return {"scalars": torch.tensor(scalars, dtype=torch.float64), "hist": hist.to(torch.float64)}
+
+
+_SCALARS = ("nats", "bytes", "boundaries", "positions", "space_end", "space_start", "space_align", "ws")
+
+
+def summarize(sums: dict[str, torch.Tensor]) -> dict[str, float]:
+    s = dict(zip(_SCALARS, sums["scalars"].tolist()))
+    result: dict[str, float] = {"bpb": s["nats"] / max(1, s["bytes"]) / math.log(2), "bytes": int(s["bytes"])}
+    if s["positions"]:
+        rate = s["boundaries"] / s["positions"]
         result.update(rate=rate, bytes_per_chunk=1 / rate if rate else float("inf"))
-        result.update({k: v / max(1, n_ws) for k, v in ws.items()})
-        result["chunk_length_hist"] = hist[1:].tolist()  # counts of lengths 1..64 (64 = 64+)
+        result.update({k: s[k] / max(1, s["ws"]) for k in ("space_end", "space_start", "space_align")})
+        result["chunk_length_hist"] = [int(v) for v in sums["hist"][1:].tolist()]  # lengths 1..64 (64 = 64+)
     return result

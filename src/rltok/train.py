@@ -22,10 +22,13 @@ from tqdm import tqdm
 
 from .checkpoint import (CheckpointError, checkpoint_step, clean_stale, list_checkpoints, load_checkpoint,
                          save_checkpoint)
+from . import distributed as ddp
 from .config import Config, ConfigError
 from .data import Corpus, WindowSampler, eval_windows, load_corpus
-from .evaluate import evaluate
+from .evaluate import evaluate_sums, summarize
+from .flops import flat_flops, hourglass_flops, train_flops_per_byte
 from .model.factory import build_model
+from .model.noise import RowShard
 from .objective import compute_loss
 
 
@@ -34,6 +37,20 @@ class TrainingDiverged(RuntimeError):
 
 
 STATE_VERSION = 1  # of trainer.pt; bump when its keys change meaning
+# record keys that depend on wall-clock time (everything else is reproducible run to run)
+TIMING_KEYS = ("bytes_per_s", "flops_per_s", "mfu")
+
+
+def model_train_flops_per_byte(cfg, seq_len: int, rate: float | None = None) -> float | None:
+    """Analytical training FLOPs per byte (rltok.flops) of the model a config builds, at the
+    achieved boundary rate when given; None for the BPE-token reference (its cost per byte
+    depends on its tokenizer)."""
+    m = cfg.model
+    if m.arch == "hourglass":
+        return train_flops_per_byte(hourglass_flops(m, seq_len, rate))
+    if m.arch == "flat":
+        return train_flops_per_byte(flat_flops(m.d_chunk, m.flat_layers, seq_len, mlp_ratio=m.mlp_ratio))
+    return None
 
 
 def resolve_device(name: str) -> torch.device:
@@ -129,7 +146,6 @@ class Trainer:
         self.cfg = cfg.validate()
         tc = cfg.train
         self.run_dir = Path(tc.out_dir)
-        self.quiet = quiet
         existing = list_checkpoints(self.run_dir)
         if existing and not resume:
             # a second run in the same folder would mix trajectories, and pruning would delete
@@ -139,6 +155,11 @@ class Trainer:
         if tc.threads > 0:
             torch.set_num_threads(tc.threads)
         self.device = resolve_device(tc.device)
+        # under torchrun: join the process group; one process (no WORLD_SIZE) is unchanged
+        self.dist = ddp.init_from_env(self.device.type)
+        if self.dist.enabled and self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", self.dist.local_rank)
+        self.quiet = quiet or not self.dist.is_main  # rank 0 alone reports
         self.amp_dtype = resolve_dtype(tc.dtype, self.device)
         self.corpus = corpus or load_corpus(cfg.data.train, cfg.data.val, cfg.data.val_fraction,
                                             cfg.data.max_bytes, cfg.data.hf_text_field)
@@ -148,15 +169,35 @@ class Trainer:
         torch.manual_seed(tc.seed)
         random.seed(tc.seed)
         np.random.seed(tc.seed)
-        self.model = build_model(cfg.model, train_bytes=self.corpus.train).to(self.device)
-        self.forward = torch.compile(self.model) if tc.compile else self.model
+        self.model = self._build_model().to(self.device)
+        if self.dist.enabled:
+            torch.manual_seed(tc.seed + 1 + self.dist.rank)  # dropout masks differ between ranks
+        # the module forward/backward go through: the model, its DDP wrapper, or (FSDP) the
+        # model itself, sharded in place
+        self.wrapped = ddp.wrap_model(self.model, self.dist, self.device, fsdp=tc.fsdp,
+                                      find_unused=tc.ddp_find_unused)
+        self.forward = torch.compile(self.wrapped) if tc.compile else self.wrapped
         self.opt = make_optimizer(self.model, tc, self.device)
+        # the baseline and the rate loss' mean boundary probability over the global batch
+        self.batch_mean = ddp.GlobalBatchMean(self.dist) if self.dist.enabled else None
         # batch_size counts segmentations: with group_size K, K of them share each sequence
         self.group_size = cfg.objective.group_size if cfg.model.arch == "hourglass" else 1
         self.group_kw = {"group_size": self.group_size} if self.group_size > 1 else {}
-        self.sampler = WindowSampler(self.corpus.train, tc.batch_size // self.group_size, tc.seq_len, seed=tc.seed)
+        self.sampler = WindowSampler(self.corpus.train, tc.batch_size // self.group_size, tc.seq_len, seed=tc.seed,
+                                     rank=self.dist.rank, world_size=self.dist.world_size)
         self.boundary_gen = torch.Generator(device=self.device).manual_seed(tc.seed + 1)
-        self.val_x, self.val_y = eval_windows(self.corpus.val, tc.seq_len, tc.eval_batches * tc.batch_size)
+        # every rank draws the noise of the global batch and keeps its rows (model/noise.py)
+        self.noise = RowShard(self.boundary_gen, self.dist.rank, self.dist.world_size) if self.dist.enabled \
+            else self.boundary_gen
+        world = self.dist.world_size
+        val_x, val_y = eval_windows(self.corpus.val, tc.seq_len, tc.eval_batches * tc.batch_size * world)
+        # ranks evaluate equal shares (FSDP needs the same number of forwards on every rank);
+        # fewer windows than ranks: every rank evaluates all of them and the sums are averaged
+        self.val_shared = len(val_x) < world
+        n_val = len(val_x) if self.val_shared or world == 1 else len(val_x) // world
+        start = 0 if self.val_shared else self.dist.rank * n_val
+        self.val_x, self.val_y = val_x[start:start + n_val], val_y[start:start + n_val]
+        self.peak_flops = tc.peak_flops or None  # measured when fit() starts if not given
         self.step = 0
         self.bytes_seen = 0
         self.bad_steps = 0  # consecutive non-finite steps
@@ -166,14 +207,34 @@ class Trainer:
         self.log_acc: dict[str, torch.Tensor] = {}  # metric sums since the last logged record
         self.log_n = 0
         self.last_saved_step: int | None = None
-        self.stop_requested = False
+        self.stop_requested = False  # acted on; under DDP set on all ranks in the same step
+        self.stop_signal = False  # a signal arrived at this process
         self.history: list[dict] = []
         if resume:
-            clean_stale(self.run_dir)
+            if self.dist.is_main:
+                clean_stale(self.run_dir)
+            ddp.barrier(self.dist)
             if list_checkpoints(self.run_dir):
                 self._restore()
             else:
                 self._log(f"no checkpoint in {self.run_dir}: starting from scratch")
+
+    def _build_model(self) -> torch.nn.Module:
+        """The model; with data-fitted parts (BPE tokenizers) rank 0 fits them and the others
+        receive its state, so every rank holds the same tokenizer."""
+        cfg = self.cfg.model
+        fitted = cfg.arch == "bpe_token" or (cfg.arch == "hourglass" and cfg.chunker == "bpe")
+        if not (self.dist.enabled and fitted):
+            return build_model(cfg, train_bytes=self.corpus.train)
+        state = None
+        if self.dist.is_main:
+            model = build_model(cfg, train_bytes=self.corpus.train)
+            state = {k: v.cpu() for k, v in model.state_dict().items()}
+        state = ddp.broadcast_object(state, self.dist)
+        if not self.dist.is_main:
+            model = build_model(cfg, state_dict=state)
+            model.load_state_dict(state)
+        return model
 
     # ---- state -------------------------------------------------------------------------------
     def trainer_state(self) -> dict:
@@ -182,7 +243,7 @@ class Trainer:
             "version": STATE_VERSION,
             "step": self.step,
             "bytes_seen": self.bytes_seen,
-            "optimizer": self.opt.state_dict(),
+            "optimizer": ddp.full_optimizer_state(self.model, self.opt),  # collective under FSDP
             "sampler": self.sampler.state_dict(),  # the data position
             "boundary_gen": self.boundary_gen.get_state(),
             "torch_rng": torch.get_rng_state(),  # dropout
@@ -198,6 +259,13 @@ class Trainer:
         }
         if self.device.type == "cuda":
             state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
+        if self.dist.enabled:  # collectives: every rank calls trainer_state() together
+            # the global means so far: each rank restarts from them and adds its own new sums,
+            # and the all-reduce at the next record still averages the same steps
+            state["log_acc"] = ddp.mean_of_sums(self.log_acc, self.dist, self.device)
+            rngs = (torch.get_rng_state(), torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None)
+            state["rank_rng"] = ddp.all_gather_object(rngs, self.dist)  # each rank's dropout stream
+            state["world_size"] = self.dist.world_size
         return state
 
     def _restore(self) -> None:
@@ -212,8 +280,8 @@ class Trainer:
         if changed:
             raise ConfigError(f"cannot resume {ckpt}: the model config differs from the checkpoint's "
                               f"({'; '.join(changed)}); resume with the original model settings")
-        self.model.load_state_dict(model.state_dict())
-        self.opt.load_state_dict(state["optimizer"])
+        ddp.load_full_model_state(self.model, model.state_dict())
+        ddp.load_full_optimizer_state(self.model, self.opt, state["optimizer"])
         self.sampler.load_state_dict(state["sampler"])
         self.boundary_gen.set_state(state["boundary_gen"])
         torch.set_rng_state(state["torch_rng"])
@@ -221,6 +289,12 @@ class Trainer:
         np.random.set_state(state["numpy_rng"])
         if "cuda_rng" in state and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
+        rank_rng = state.get("rank_rng")
+        if self.dist.enabled and rank_rng and len(rank_rng) == self.dist.world_size:
+            cpu_rng, cuda_rng = rank_rng[self.dist.rank]
+            torch.set_rng_state(cpu_rng)
+            if cuda_rng is not None and self.device.type == "cuda":
+                torch.cuda.set_rng_state(cuda_rng, self.device)
         self.step = state["step"]
         self.bytes_seen = state["bytes_seen"]
         self.bad_steps = state.get("bad_steps", 0)
@@ -236,7 +310,8 @@ class Trainer:
                       "the run continues, but not as an exact continuation")
         # Checkpoints after the one resumed failed verification. Set them aside, so pruning
         # and later resumes never mix them with the trajectory that continues from here.
-        for path in list_checkpoints(self.run_dir):
+        ddp.barrier(self.dist)  # every rank has read its checkpoint before rank 0 renames any
+        for path in list_checkpoints(self.run_dir) if self.dist.is_main else []:
             if checkpoint_step(path) > checkpoint_step(ckpt):
                 aside = path.with_name(f"corrupt_{path.name}_{int(time.time())}")
                 os.rename(path, aside)
@@ -246,13 +321,25 @@ class Trainer:
     def save(self, final: bool = True) -> Path | None:
         """Checkpoint the current step. A periodic checkpoint that cannot be written (a full disk)
         is reported and training goes on; a final one raises CheckpointError."""
-        if not all(torch.isfinite(p).all() for p in self.model.parameters()):
+        finite = all(torch.isfinite(ddp.local_tensor(p)).all() for p in self.model.parameters())
+        if self.dist.enabled:  # shards (FSDP) are checked where they live; all ranks decide together
+            finite = ddp.all_reduce_(torch.tensor([0.0 if finite else 1.0], device=self.device), self.dist).item() == 0
+        if not finite:
             raise TrainingDiverged(f"parameters are not finite at step {self.step}; refusing to overwrite "
                                    f"good checkpoints in {self.run_dir / 'checkpoints'}. Try a lower train.lr.")
-        try:
-            path = save_checkpoint(self.run_dir, self.step, self.model, self.cfg, self.trainer_state(),
-                                   keep_last=self.cfg.train.keep_checkpoints)
-        except OSError as e:
+        weights = ddp.full_model_state(self.model, self.dist) if ddp.is_fsdp(self.model) else None
+        trainer_state = self.trainer_state()
+        error, path = None, None
+        if self.dist.is_main:  # rank 0 writes; the others wait for its outcome
+            try:
+                path = save_checkpoint(self.run_dir, self.step, self.model, self.cfg, trainer_state,
+                                       keep_last=self.cfg.train.keep_checkpoints, state_dict=weights)
+            except OSError as e:
+                error = e
+        if self.dist.enabled:
+            error, path = ddp.broadcast_object((None if error is None else OSError(str(error)), path), self.dist)
+        if error is not None:
+            e = error
             if final:
                 raise CheckpointError(f"cannot write the checkpoint of step {self.step} under "
                                       f"{self.run_dir / 'checkpoints'}: {e}") from None
@@ -282,26 +369,41 @@ class Trainer:
             group["lr"] = lr_at(self.step, tc)
         self.opt.zero_grad(set_to_none=True)
         sums: dict[str, torch.Tensor] = {}
-        for _ in range(tc.grad_accum):
+        for i in range(tc.grad_accum):
             x, y = self.sampler.next()
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-            with self.autocast():
-                out = self.forward(x, generator=self.boundary_gen, **self.group_kw)
-            loss, metrics = compute_loss(out, y, self.cfg.objective, self.cfg.model.target_rate)
-            (loss / tc.grad_accum).backward()
+            # data parallel: gradients are all-reduced on the last micro-batch only
+            with ddp.GradSync(self.wrapped, sync=i == tc.grad_accum - 1):
+                with self.autocast():
+                    out = self.forward(x, generator=self.noise, **self.group_kw)
+                loss, metrics = compute_loss(out, y, self.cfg.objective, self.cfg.model.target_rate,
+                                             batch_mean=self.batch_mean)
+                (loss / tc.grad_accum).backward()
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + v / tc.grad_accum
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip)
+        grad_norm = ddp.full_tensor(torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip))
         sums["grad_norm"] = grad_norm.detach()
-        if not (torch.isfinite(grad_norm) and torch.isfinite(sums["loss"])):
+        bad = not (torch.isfinite(grad_norm) and torch.isfinite(sums["loss"]))
+        if self.dist.enabled:
+            # one small collective per step: skip together, and stop together when any rank got a signal
+            flags = torch.tensor([float(bad), float(self.stop_signal)], device=self.device)
+            ddp.all_reduce_(flags, self.dist, op=torch.distributed.ReduceOp.MAX)
+            bad, self.stop_requested = bool(flags[0] > 0), self.stop_requested or bool(flags[1] > 0)
+        if bad:
             self.opt.zero_grad(set_to_none=True)
             return None
         self.opt.step()
         return sums
 
     def validate(self) -> dict:
-        return evaluate(self.model, self.val_x, self.val_y, batch_size=self.cfg.train.batch_size,
-                        device=self.device, autocast_dtype=self.amp_dtype)
+        """Held-out metrics; data-parallel ranks evaluate their shares and sum the counts."""
+        sums = evaluate_sums(self.model, self.val_x, self.val_y, batch_size=self.cfg.train.batch_size,
+                             device=self.device, autocast_dtype=self.amp_dtype)
+        if self.dist.enabled:
+            sums = {k: ddp.all_reduce_(v.to(self.device), self.dist).cpu() for k, v in sums.items()}
+            if self.val_shared:
+                sums = {k: v / self.dist.world_size for k, v in sums.items()}
+        return summarize(sums)
 
     def _start_metrics(self, path: Path) -> list[dict]:
         """One consistent trajectory in metrics.jsonl: a resumed run drops the records written
@@ -315,14 +417,25 @@ class Trainer:
         resumed run continues exactly)."""
         tc = self.cfg.train
         end = tc.max_steps if stop_at is None else min(stop_at, tc.max_steps)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.json").write_text(json.dumps(self.cfg.to_dict(), indent=2))
-        metrics_path = self.run_dir / "metrics.jsonl"
-        self.history = self._start_metrics(metrics_path)
-        metrics_file = open(metrics_path, "a")
-        step_bytes = self.sampler.batch_size * tc.grad_accum * self.sampler.seq_len  # distinct bytes
-        self._log(f"rltok: {self.model.num_params() / 1e6:.2f}M params on {self.device}"
-                  f"{' (bf16 autocast)' if self.amp_dtype else ''}; {self.corpus.describe()}")
+        metrics_file = None
+        if self.dist.is_main:  # rank 0 owns the run folder's files
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.json").write_text(json.dumps(self.cfg.to_dict(), indent=2))
+            metrics_path = self.run_dir / "metrics.jsonl"
+            self.history = self._start_metrics(metrics_path)
+            metrics_file = open(metrics_path, "a")
+        ddp.barrier(self.dist)
+        world = self.dist.world_size
+        # distinct bytes of the global batch
+        step_bytes = self.sampler.batch_size * world * tc.grad_accum * self.sampler.seq_len
+        if self.peak_flops is None:
+            self.peak_flops = ddp.measured_peak_flops(self.device, self.amp_dtype,
+                                                      budget_s=0.5 if self.device.type == "cuda" else 0.25)
+        parallel = f" x {world} ranks ({'FSDP' if tc.fsdp else 'DDP'}, {self.dist.backend})" if self.dist.enabled else ""
+        self._log(f"rltok: {self.model.num_params() / 1e6:.2f}M params on {self.device}{parallel}"
+                  f"{' (bf16 autocast)' if self.amp_dtype else ''}{' (compiled)' if tc.compile else ''}; "
+                  f"{self.corpus.describe()}; peak {self.peak_flops / 1e12:.3g} TFLOP/s per device "
+                  f"({'train.peak_flops' if tc.peak_flops else 'measured matmul'})")
         if self.step >= tc.max_steps:
             self._log(f"the run in {self.run_dir} is already at step {self.step} = train.max_steps; "
                       "raise train.max_steps to train further")
@@ -348,9 +461,16 @@ class Trainer:
                 last = self.step == tc.max_steps
                 if self.step % tc.log_every == 0 or last:
                     now = time.perf_counter()
-                    rec = {k: float(v) / self.log_n for k, v in self.log_acc.items()}
+                    if self.dist.enabled:  # global means: one all-reduce of the sums per record
+                        rec = {k: v / self.log_n for k, v in ddp.mean_of_sums(self.log_acc, self.dist, self.device).items()}
+                    else:
+                        rec = {k: float(v) / self.log_n for k, v in self.log_acc.items()}
                     rec.update(step=self.step, bytes=self.bytes_seen, lr=lr_at(self.step - 1, tc),
                                bytes_per_s=(self.bytes_seen - bytes_last) / max(1e-9, now - t_last))
+                    fpb = model_train_flops_per_byte(self.cfg, self.sampler.seq_len, rec.get("rate"))
+                    if fpb is not None:  # MFU: analytical FLOPs/byte x bytes/s against the peak of all devices
+                        rec["flops_per_s"] = fpb * rec["bytes_per_s"]
+                        rec["mfu"] = rec["flops_per_s"] / (self.peak_flops * world)
                     t_last, bytes_last, self.log_acc, self.log_n = now, self.bytes_seen, {}, 0
                     if self.step % tc.eval_every == 0 or last:
                         val = self.validate()
@@ -358,8 +478,9 @@ class Trainer:
                     self._check_rate(rec)
                     rec.update(skipped_steps=self.skipped_steps, warnings=self.warnings)
                     self.history.append(rec)
-                    metrics_file.write(json.dumps(rec) + "\n")
-                    metrics_file.flush()
+                    if metrics_file is not None:
+                        metrics_file.write(json.dumps(rec) + "\n")
+                        metrics_file.flush()
                     self._report(rec, bar, interactive)
                 if self.step % tc.checkpoint_every == 0 or last:
                     self.save(final=last)
@@ -371,7 +492,8 @@ class Trainer:
                     self._log(f"interrupted: saved {path}; continue with --resume")
         finally:
             bar.close()
-            metrics_file.close()
+            if metrics_file is not None:
+                metrics_file.close()
             for sig, handler in previous_handlers.items():
                 signal.signal(sig, handler)
         return TrainResult(step=self.step, val=val, run_dir=self.run_dir, history=self.history)
@@ -411,9 +533,11 @@ class Trainer:
             return {}
 
         def request_stop(signum, frame):
-            if self.stop_requested and signum == signal.SIGINT:
+            if self.stop_signal and signum == signal.SIGINT:
                 raise KeyboardInterrupt
-            self.stop_requested = True
+            self.stop_signal = True
+            if not self.dist.enabled:  # data parallel: all ranks stop together (train_step)
+                self.stop_requested = True
             self._log(f"received {signal.Signals(signum).name}: finishing the step and checkpointing")
 
         previous = {}
@@ -428,6 +552,8 @@ class Trainer:
         if "rate" in rec:
             parts.append(f"rate {rec['rate']:.3f}")
         parts.append(f"{rec['bytes_per_s'] / 1e3:.1f}k B/s")
+        if "mfu" in rec:
+            parts.append(f"MFU {100 * rec['mfu']:.1f}%")
         text = " | ".join(parts)
         if interactive:
             bar.set_postfix_str(text)

@@ -10,7 +10,14 @@ from ..config import ModelConfig
 def build_model(cfg: ModelConfig, train_bytes: torch.Tensor | None = None,
                 state_dict: dict[str, torch.Tensor] | None = None) -> torch.nn.Module:
     """`train_bytes` fits data-dependent parts (BPE tokenizers) on the training split;
-    `state_dict` (from a checkpoint) provides them instead."""
+    `state_dict` (from a checkpoint) provides them instead. The model keeps its config as
+    `model.model_config` (what save_pretrained writes)."""
+    model = _build(cfg, train_bytes, state_dict)
+    model.model_config = cfg
+    return model
+
+
+def _build(cfg: ModelConfig, train_bytes: torch.Tensor | None, state_dict: dict[str, torch.Tensor] | None):
     cfg.validate()
     if cfg.arch == "flat":
         from .flat import FlatByteLM

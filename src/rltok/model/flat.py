@@ -6,11 +6,12 @@ import torch
 import torch.nn as nn
 
 from ..config import VOCAB_SIZE
+from ..hub import HubMixin
 from .hourglass import ModelOutput
 from .layers import Stack, init_weights
 
 
-class FlatByteLM(nn.Module):
+class FlatByteLM(HubMixin, nn.Module):
     def __init__(self, d_model: int, n_layers: int, n_heads: int, mlp_ratio: float = 4.0,
                  window: int | None = None, max_seq_len: int = 8192, rope_base: float = 10000.0):
         super().__init__()

@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 
 from ..config import VOCAB_SIZE, ModelConfig
+from ..hub import HubMixin
 from .chunkers import Boundaries, build_chunker, forced_mask
 from .layers import Stack, init_weights
 
@@ -83,7 +84,7 @@ def ema_over_chunks(z: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     return torch.bmm(weights.to(z.dtype), z)
 
 
-class HourglassLM(nn.Module):
+class HourglassLM(HubMixin, nn.Module):  # HubMixin: save_pretrained / from_pretrained
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         cfg.validate()

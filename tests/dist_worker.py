@@ -1,0 +1,57 @@
+"""Run under torchrun by tests/test_distributed.py (not a test module itself).
+
+    torchrun --nproc_per_node 2 tests/dist_worker.py OUT DATA [override ...]
+
+Every rank takes part in: a DDP run stopped halfway and resumed (OUT/ddp_resume), an FSDP2 run
+stopped halfway and resumed (OUT/fsdp), a DDP run with K segmentations per sequence
+(OUT/ddp_group), and a DDP run through the CLI (OUT/ddp). Rank 0 writes the checkpoints and
+metrics that the test compares with a single-process run.
+"""
+
+import faulthandler
+import sys
+
+import torch
+
+from rltok import distributed
+from rltok.cli import main
+from rltok.config import load_config
+from rltok.train import Trainer
+
+
+# K=2 segmentations per sequence with the group-relative baseline (a group's rows stay on one
+# rank). Not with the critic: its bias regresses batch-centred returns, so its true gradient is
+# zero and Adam's first steps (about lr x sign(g)) turn rounding noise into different updates.
+GROUP = ["objective.baseline=group", "objective.group_size=2", "model.policy_window=1"]
+
+
+def run() -> None:
+    out, data, *overrides = sys.argv[1:]
+    faulthandler.dump_traceback_later(180, exit=True)  # a hang shows where each rank waits
+    torch.set_num_threads(1)
+    base = [f"data.train={data}", *overrides]
+    # 1. DDP stopped at step 3 and resumed in a new Trainer
+    cfg = load_config("test", overrides=[*base, f"train.out_dir={out}/ddp_resume"])
+    Trainer(cfg, quiet=True).fit(stop_at=3)
+    resumed = Trainer(load_config("test", overrides=[*base, f"train.out_dir={out}/ddp_resume"]), resume=True, quiet=True)
+    assert resumed.step == 3
+    resumed.fit()
+    # 2. parameters, gradients and optimiser state sharded with FSDP2, also stopped and resumed
+    fsdp = [*base, f"train.out_dir={out}/fsdp", "train.fsdp=true"]
+    trainer = Trainer(load_config("test", overrides=fsdp), quiet=True)
+    assert distributed.is_fsdp(trainer.model) and trainer.wrapped is trainer.model
+    trainer.fit(stop_at=3)
+    resumed = Trainer(load_config("test", overrides=fsdp), resume=True, quiet=True)
+    assert resumed.step == 3
+    resumed.fit()
+    # 3. group-relative baseline
+    Trainer(load_config("test", overrides=[*base, f"train.out_dir={out}/ddp_group", *GROUP]), quiet=True).fit()
+    # 4. DDP through the command line, as a user launches it (last: its
+    # exit destroys the process group, and re-creating one under torchrun is not reliable)
+    rc = main(["train", "--preset", "test", "--out", f"{out}/ddp", *base])
+    assert rc == 0, rc
+    distributed.shutdown()
+
+
+if __name__ == "__main__":
+    run()

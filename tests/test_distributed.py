@@ -1,0 +1,120 @@
+"""Data-parallel training: 2 gloo processes on CPU (launched with torchrun) reproduce a single
+process that holds the whole global batch — same loss at every step and the same final
+parameters within 1e-5 relative — with DDP (also through the CLI, with gradient accumulation
+and a resume in between) and with FSDP2. RL chunker with sampled boundaries (policy_window=2:
+the sequential sampler), so the shared data and boundary noise and the global batch-relative
+baseline and rate mean are all exercised; also K=2 segmentations per sequence with the
+group-relative baseline."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rltok.checkpoint import load_checkpoint
+from rltok.config import load_config
+from rltok.train import Trainer
+
+from dist_worker import GROUP
+
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                                reason="needs torch.distributed with gloo")
+
+STEPS = 6
+COMMON = [f"train.max_steps={STEPS}", "train.grad_accum=2", "train.log_every=1", "train.eval_every=3",
+          "train.checkpoint_every=3", "train.device=cpu", "train.threads=1", "train.warmup_steps=2",
+          "model.policy_window=2", "train.lr=3e-3"]
+GLOBAL_BATCH = 4
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def losses(run: Path) -> list[float]:
+    recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs] == list(range(1, STEPS + 1))
+    return [r["loss"] for r in recs]
+
+
+def assert_params_close(a: dict, b: dict, tol: float = 1e-5) -> float:
+    worst = 0.0
+    assert a.keys() == b.keys()
+    for k in a:
+        if not a[k].is_floating_point():
+            assert torch.equal(a[k], b[k]), k
+            continue
+        rel = ((a[k] - b[k]).norm() / b[k].norm().clamp(min=1e-12)).item()
+        worst = max(worst, rel)
+        assert rel <= tol, (k, rel)
+    return worst
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dist")
+    data = root / "corpus.txt"
+    data.write_bytes(b"".join(b"line %d: the quick brown fox %x jumps over lazy dogs\n" % (i, i * 31)
+                              for i in range(400)))
+    # the 2-rank runs hold half the global batch per rank
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
+           "--master_addr=127.0.0.1", f"--master_port={free_port()}",
+           str(Path(__file__).with_name("dist_worker.py")), str(root), str(data),
+           *COMMON, f"train.batch_size={GLOBAL_BATCH // 2}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # its own session, so a hung run can be killed with all its workers
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    # meanwhile, the single-process reference with the whole global batch
+    torch.set_num_threads(1)
+    cfg = load_config("test", overrides=[*COMMON, f"data.train={data}", f"train.out_dir={root / 'single'}",
+                                         f"train.batch_size={GLOBAL_BATCH}"])
+    Trainer(cfg, quiet=True).fit()
+    Trainer(load_config("test", overrides=[*COMMON, f"data.train={data}", f"train.out_dir={root / 'single_group'}",
+                                           f"train.batch_size={GLOBAL_BATCH}", *GROUP]), quiet=True).fit()
+    try:
+        out, _ = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail("the 2-rank run hung:\n" + out.decode(errors="replace")[-4000:])
+    assert proc.returncode == 0, out.decode(errors="replace")[-4000:]
+    return root, out.decode(errors="replace")
+
+
+def weights(run: Path) -> dict:
+    return load_checkpoint(run)[0].state_dict()
+
+
+@pytest.mark.parametrize("name", ["ddp", "ddp_resume", "fsdp", "ddp_group"])
+def test_two_ranks_match_one_process(runs, name):
+    root, _ = runs
+    single = root / ("single_group" if name == "ddp_group" else "single")
+    ref, got = losses(single), losses(root / name)
+    for a, b in zip(got, ref):
+        assert abs(a - b) <= 1e-5 * abs(b), (got, ref)
+    worst = assert_params_close(weights(root / name), weights(single))
+    print(f"{name}: worst parameter relative error {worst:.2e}, "
+          f"worst loss relative error {max(abs(a - b) / abs(b) for a, b in zip(got, ref)):.2e}")
+
+
+def test_rank_zero_alone_writes_and_reports(runs):
+    root, out = runs
+    ddp_dir = root / "ddp"
+    cfg = json.loads((ddp_dir / "config.json").read_text())
+    assert cfg["train"]["batch_size"] == GLOBAL_BATCH // 2
+    assert out.count("x 2 ranks (DDP, gloo)") == 1  # one start-up line: rank 0's
+    assert out.count('"step": 6') == 1  # the CLI's summary line, printed once
+    rec = json.loads((ddp_dir / "metrics.jsonl").read_text().splitlines()[-1])
+    assert rec["bytes"] == STEPS * 2 * GLOBAL_BATCH * 64  # global bytes: steps x accum x global batch x seq_len
+    assert 0 < rec["mfu"] < 1 and "val_bpb" in rec
+    assert sorted(p.name for p in (ddp_dir / "checkpoints").iterdir()) == ["step_0000003", "step_0000006"]
