@@ -52,6 +52,10 @@ def run_corpus(name: str, data_root: Path, steps: int, run_root: Path, extra: li
     x, y = eval_windows(val, cfg.train.seq_len)
     ev = evaluate(model, x, y, batch_size=16, mode="sample", seed=0)
     ev_greedy = evaluate(model, x, y, batch_size=16, mode="greedy", seed=0)
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    # training time from the log itself, so a rerun that only re-evaluates keeps the real figure
+    train_s = sum((r["bytes"] - p["bytes"]) / r["bytes_per_s"] for p, r in zip([{"bytes": 0}] + records, records)
+                  if r.get("bytes_per_s"))
     curve = [
         {k: r[k] for k in ("step", "bytes", "val_bpb", "val_rate", "val_space_align") if k in r}
         for r in (json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines())
@@ -60,7 +64,7 @@ def run_corpus(name: str, data_root: Path, steps: int, run_root: Path, extra: li
     sample_src = val[len(val) // 3 : len(val) // 3 + 2000].numpy().tobytes()
     start = sample_src.find(b"\n") + 1
     sample = sample_src[start : start + 600]
-    chunks, _ = segment_bytes(model, sample, mode="greedy")
+    chunks, _ = segment_bytes(model, sample, mode="sample", seed=0)
     return {
         "corpus": name,
         "commit": git_commit(),
@@ -116,9 +120,12 @@ def render() -> str:
         total = max(1, sum(hist))
         top = ", ".join(f"{i + 1}: {100 * n / total:.1f}%" for i, n in enumerate(hist[:12]))
         lines += ["", f"Chunk lengths (share of chunks, bytes 1..12): {top}.", "",
-                  f"Segmented validation sample (greedy boundaries, `|` after each chunk):", "", "```",
+                  "Segmented validation sample (boundaries sampled from the policy, seed 0; `|` after each chunk):", "", "```",
                   d["segmented_sample"].replace("```", "` ` `"), "```", "",
                   f"Command: `{d['command']}` ({d['threads']} threads, {d['train_seconds']:.0f} s of training)."]
+    notes = ROOT / "docs" / "notes" / "results.md"
+    if notes.exists():
+        lines += ["", "## Notes", "", notes.read_text().strip()]
     return "\n".join(lines) + "\n"
 
 

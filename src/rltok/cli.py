@@ -385,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-bytes", type=int, default=0)
     p.add_argument("--html", metavar="OUT.html", help="also write an HTML heat map of per-byte boundary probabilities")
     p.add_argument("--png", metavar="OUT.png", help="also write a PNG heat map (needs matplotlib)")
-    p.set_defaults(func=cmd_segment, default_mode="greedy")
+    p.set_defaults(func=cmd_segment, default_mode="sample")
 
     p = sub.add_parser(
         "generate", help="sample a continuation (cached decoding, streamed as it is produced)",
