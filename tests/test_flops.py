@@ -19,7 +19,8 @@ from rltok.model.layers import Attention
 
 # module-name prefix -> component key of the analytical counter
 COMPONENTS = {"encoder.": "encoder", "early_head": "early_head", "chunker.": "policy", "down": "down",
-              "main.": "main", "up": "up", "decoder.": "decoder", "head": "head", "body.": "body"}
+              "main.": "main", "up": "up", "decoder.": "decoder", "head": "head", "body.": "body",
+              "value_head.": "value_head"}
 
 
 def component(name: str) -> str:
@@ -65,7 +66,14 @@ def brute_force_flops(model: nn.Module, run, monkeypatch) -> dict[str, float]:
         add(component(current[-1]) + "_attn", 2.0 * 2 * allowed * q.shape[-1])  # QK^T and AV
         return real_sdpa(q, k, v, attn_mask=attn_mask, is_causal=is_causal, **kw)
 
+    real_bmm = torch.bmm
+
+    def counting_bmm(a, b, **kw):  # only H-Net's smoothing uses bmm in the model
+        add("smoothing", 2.0 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2])
+        return real_bmm(a, b, **kw)
+
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting_sdpa)
+    monkeypatch.setattr(torch, "bmm", counting_bmm)
     try:
         with torch.no_grad():
             run()
@@ -79,10 +87,14 @@ TINY = dict(d_byte=32, d_chunk=48, n_heads_byte=2, n_heads_chunk=2, encoder_laye
             main_layers=2, decoder_layers=2, mlp_ratio=3.0)
 
 
-@pytest.mark.parametrize("chunker,window,seq_len", [("fixed", 16, 64), ("rl", 16, 64), ("fixed", 64, 40)])
-def test_hourglass_flops_match_brute_force(chunker, window, seq_len, monkeypatch):
+@pytest.mark.parametrize("chunker,window,seq_len,value_head", [
+    # window 16 of 64 bytes: the blocked kernel; 16 of 40: the dense mask; 64 of 40: plain causal
+    ("fixed", 16, 64, False), ("fixed", 16, 40, False), ("fixed", 64, 40, False), ("rl", 16, 64, False),
+    ("rl", 16, 64, True),
+    ("hnet", 16, 64, False), ("gumbel", 16, 64, False)])
+def test_hourglass_flops_match_brute_force(chunker, window, seq_len, value_head, monkeypatch):
     torch.manual_seed(0)
-    cfg = ModelConfig(**TINY, window=window, chunker=chunker, fixed_stride=5)
+    cfg = ModelConfig(**TINY, window=window, chunker=chunker, fixed_stride=5, value_head=value_head)
     model = HourglassLM(cfg).eval()
     bsz = 3
     x = torch.randint(0, 256, (bsz, seq_len))

@@ -33,12 +33,25 @@ def attention_flops(dim: int, keys: float) -> float:
     return 4.0 * dim * keys
 
 
+def boundary_rule_flops(chunker: str, dim: int) -> float:
+    """Forward FLOPs per byte of the boundary rule's own layers (the `policy` component)."""
+    if chunker == "rl":
+        return 2.0 * dim  # Linear(dim, 1)
+    if chunker == "hnet":
+        return 2.0 * 2 * dim * dim  # q and k projections
+    if chunker == "gumbel":
+        return 2.0 * (dim * dim + dim)  # MLP dim -> dim -> 1
+    return 0.0  # fixed, uniform, whitespace, entropy (reuses the early-exit logits), bpe
+
+
 def hourglass_flops(cfg: ModelConfig, seq_len: int, rate: float | None = None) -> dict[str, float]:
     """Forward FLOPs per byte of `HourglassLM(cfg)` on windows of `seq_len` bytes, by component.
 
     `rate` is boundaries per byte (default: the config's target rate); the main network runs on
-    rate * seq_len chunks. Keys ending in `_attn` are attention, the rest linear layers;
-    `byte_level` + `chunk_level` = `total` (chunk-level terms already multiplied by the rate).
+    rate * seq_len chunks. Keys ending in `_attn` are attention, the rest linear layers (and
+    H-Net's smoothing product); `policy` is the boundary rule's own layers; `byte_level` +
+    `chunk_level` = `total` (chunk-level terms already multiplied by the rate). K segmentations
+    per sequence (group_size) are not modelled: they repeat everything after the encoder.
     """
     rate = cfg.target_rate if rate is None else rate
     n_chunks = rate * seq_len
@@ -49,16 +62,19 @@ def hourglass_flops(cfg: ModelConfig, seq_len: int, rate: float | None = None) -
         "encoder": cfg.encoder_layers * block_linear_flops(db, cfg.mlp_ratio),
         "encoder_attn": cfg.encoder_layers * attention_flops(db, byte_keys),
         "early_head": 2.0 * db * VOCAB_SIZE,
-        "policy": 2.0 * db if cfg.chunker == "rl" else 0.0,
+        "policy": boundary_rule_flops(cfg.chunker, db),
+        "value_head": 2.0 * ((db + 1) * db + db) if getattr(cfg, "value_head", False) else 0.0,
         "down": rate * 2.0 * db * dc,
         "main": rate * cfg.main_layers * block_linear_flops(dc, cfg.mlp_ratio),
         "main_attn": rate * cfg.main_layers * attention_flops(dc, chunk_keys),
         "up": rate * 2.0 * dc * db,
+        # H-Net's EMA over chunks: a dense (chunks x chunks) @ (chunks x d_byte) product per sequence
+        "smoothing": rate * 2.0 * n_chunks * db if cfg.chunker == "hnet" else 0.0,
         "decoder": cfg.decoder_layers * block_linear_flops(db, cfg.mlp_ratio),
         "decoder_attn": cfg.decoder_layers * attention_flops(db, byte_keys),
         "head": 2.0 * db * VOCAB_SIZE,
     }
-    chunk_parts = ("down", "main", "main_attn", "up")
+    chunk_parts = ("down", "main", "main_attn", "up", "smoothing")
     out["chunk_level"] = sum(out[k] for k in chunk_parts)
     out["byte_level"] = sum(v for k, v in out.items() if k not in chunk_parts and k != "chunk_level")
     out["total"] = out["byte_level"] + out["chunk_level"]
