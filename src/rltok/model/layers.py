@@ -86,7 +86,8 @@ def blocked_local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w
         if len(_BLOCK_MASKS) > 64:
             _BLOCK_MASKS.clear()
         _BLOCK_MASKS[key] = mask
-    y = F.scaled_dot_product_attention(qb, kk, vv, attn_mask=mask, dropout_p=dropout)
+    # a 4-D mask lets SDPA pick its fused CPU kernel instead of the math fallback
+    y = F.scaled_dot_product_attention(qb, kk, vv, attn_mask=mask.unsqueeze(0), dropout_p=dropout)
     return y.view(bsz, heads, n * w, dim)[:, :, :t]
 
 
