@@ -162,7 +162,7 @@ def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, tar
     ref_row = rows.get("reference") or rows.get("own")
     if ref_row:
         for r in rows.values():
-            r["snr_vs_reference"] = r["snr"] / max(ref_row["snr"], 1e-30)
+            r["snr_vs_reference"] = r["snr"] / ref_row["snr"] if ref_row["snr"] > 0 else None
             r["step_time_vs_reference"] = r["step_seconds"] / ref_row["step_seconds"]
     return {"variants": rows, "n_estimates": n_estimates, "n_reference": n_reference,
             "batch": list(x.shape), "reference_group": reference_group}
@@ -171,8 +171,12 @@ def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, tar
 def markdown(result: dict) -> str:
     lines = ["| variant | gradient SNR | SNR vs reference | cos(single, ref) | cos(mean, ref) | step time vs reference |",
              "|---|---|---|---|---|---|"]
-    for name, r in result["variants"].items():
-        lines.append(f"| {name} | {r['snr']:.4f} | {r.get('snr_vs_reference', float('nan')):.2f}x "
+    rows = result["variants"]
+    ref = rows.get("reference") or rows.get("own")
+    for name, r in rows.items():
+        # a reference SNR of 0 means its signal is below the noise of n estimates: no ratio
+        ratio = f"{r['snr'] / ref['snr']:.2f}x" if ref and ref["snr"] > 0 else "— (reference at noise floor)"
+        lines.append(f"| {name} | {r['snr']:.4f} | {ratio} "
                      f"| {r['cos_ref']:.3f} ± {r['cos_ref_std']:.3f} | {r['cos_mean_ref']:.3f} "
                      f"| {r.get('step_time_vs_reference', float('nan')):.2f}x |")
     return "\n".join(lines)
