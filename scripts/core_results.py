@@ -11,20 +11,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
 RESULTS = ROOT / "docs" / "results"
 
-
-def git_commit() -> str:
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+from rltok.compare import git_commit  # noqa: E402  (the one helper that names the commit)
 
 
 def run_corpus(name: str, data_root: Path, steps: int, run_root: Path, extra: list[str]) -> dict:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,12 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 RESULTS = ROOT / "docs" / "results"
 
-
-def commit() -> str:
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+from rltok.compare import git_commit  # noqa: E402  (the one helper that names the commit)
 
 
 def run(name: str, ckpt: str, args) -> dict:
@@ -44,7 +38,7 @@ def run(name: str, ckpt: str, args) -> dict:
     res = diagnose(model, x, y, cfg.objective, cfg.model.target_rate, n_estimates=args.estimates,
                    n_reference=args.reference, reference_group=args.reference_group, seed=0,
                    log=lambda m: print(f"[{name}] {m}", file=sys.stderr))
-    res.update(name=name, checkpoint=str(path), data=cfg.data.train, commit=commit(), threads=args.threads,
+    res.update(name=name, checkpoint=str(path), data=cfg.data.train, commit=git_commit(), threads=args.threads,
                command=" ".join(["python", "scripts/estimator_report.py", *sys.argv[1:]]))
     return res
 
