@@ -160,7 +160,7 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
                      variants={"own": {}}, n_estimates=16, n_reference=16, log=lambda m: None)
         estimator = d["variants"]["own"]
     achieved_fpb = train_flops_per_byte({"total": forward_flops_per_byte(cfg, rate, vocab)})
-    records = [r for r in trainer.history]
+    records = trainer.history
     bps = [r["bytes_per_s"] for r in records[1:]] or [r["bytes_per_s"] for r in records]
     curve = [{"step": r["step"], "bytes": r["bytes"], "train_flops": r["bytes"] * planned_fpb,
               "val_bpb": r["val_bpb"]} for r in records if "val_bpb" in r]

@@ -25,7 +25,7 @@ import time
 import torch
 
 from .config import ObjectiveConfig
-from .objective import boundary_advantages, compute_loss, token_nll
+from .objective import boundary_advantages, boundary_reward, compute_loss, token_nll
 from .rl import policy_gradient_loss
 
 # name -> objective overrides on top of the checkpoint's objective (issue 4's ablation set)
@@ -45,15 +45,24 @@ def _flat_grad(loss: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([(g if g is not None else torch.zeros_like(p)).flatten() for g, p in zip(grads, params)])
 
 
-def estimate(model, x: torch.Tensor, y: torch.Tensor, cfg: ObjectiveConfig, params, generator) -> torch.Tensor:
-    """One score-function estimate of the policy gradient on (x, y). With group_size K the
-    batch holds len(x) / K distinct sequences, so every variant pays for len(x) segmentations."""
+def _group_batch(x: torch.Tensor, y: torch.Tensor, k: int):
+    """With group_size K the batch holds len(x) / K distinct sequences, so every variant pays
+    for len(x) segmentations."""
+    return (x, y) if k == 1 else (x[: len(x) // k], y[: len(x) // k])
+
+
+def _rollout(model, x, y, cfg: ObjectiveConfig, generator):
+    """Sample segmentations of (x, y) and score them: (model output, per-position reward)."""
     k = cfg.group_size
-    xs, ys = (x, y) if k == 1 else (x[: len(x) // k], y[: len(x) // k])
+    xs, ys = _group_batch(x, y, k)
     out = model(xs, generator=generator, group_size=k)
     ys = ys.repeat_interleave(k, 0) if k > 1 else ys
-    ce_final = token_nll(out.logits, ys).detach()
-    reward = (token_nll(out.early_logits, ys).detach() - ce_final) if cfg.reward == "early_exit" else -ce_final
+    return out, boundary_reward(token_nll(out.early_logits, ys), token_nll(out.logits, ys), cfg.reward)
+
+
+def estimate(model, x: torch.Tensor, y: torch.Tensor, cfg: ObjectiveConfig, params, generator) -> torch.Tensor:
+    """One score-function estimate of the policy gradient on (x, y)."""
+    out, reward = _rollout(model, x, y, cfg, generator)
     adv, _ = boundary_advantages(reward, out.boundaries.free, cfg, out.values)
     return _flat_grad(policy_gradient_loss(out.boundaries.logp, adv, out.boundaries.free), params)
 
@@ -66,13 +75,9 @@ def fit_critic(model, x, y, cfg: ObjectiveConfig, generator, steps: int = 200, l
     for p in critic:
         p.requires_grad_(True)
     opt = torch.optim.Adam(critic, lr=lr)
-    k = cfg.group_size
-    xs, ys = (x, y) if k == 1 else (x[: len(x) // k], y[: len(x) // k].repeat_interleave(k, 0))
     loss = torch.tensor(float("nan"))
     for _ in range(steps):
-        out = model(xs, generator=generator, group_size=k)
-        ce_final = token_nll(out.logits, ys).detach()
-        reward = (token_nll(out.early_logits, ys).detach() - ce_final) if cfg.reward == "early_exit" else -ce_final
+        out, reward = _rollout(model, x, y, cfg, generator)
         _, loss = boundary_advantages(reward, out.boundaries.free, cfg, out.values)
         opt.zero_grad()
         loss.backward()
@@ -85,7 +90,7 @@ def fit_critic(model, x, y, cfg: ObjectiveConfig, generator, steps: int = 200, l
 def step_time(model, x, y, cfg: ObjectiveConfig, target_rate: float, generator, repeats: int = 3) -> float:
     """Median seconds of a full training step's compute (forward, loss, backward) with `cfg`."""
     k = cfg.group_size
-    xs, ys = (x, y) if k == 1 else (x[: len(x) // k], y[: len(x) // k])
+    xs, ys = _group_batch(x, y, k)
     times = []
     for i in range(repeats + 1):
         t0 = time.perf_counter()

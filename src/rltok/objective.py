@@ -27,6 +27,12 @@ def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape)
 
 
+def boundary_reward(ce_early: torch.Tensor, ce_final: torch.Tensor, kind: str) -> torch.Tensor:
+    """Detached per-position reward: "early_exit" = CE_early - CE_final (how much the deep path
+    helped), "final" = -CE_final."""
+    return (ce_early - ce_final).detach() if kind == "early_exit" else -ce_final.detach()
+
+
 def boundary_advantages(reward: torch.Tensor, free: torch.Tensor, cfg: ObjectiveConfig,
                         values: torch.Tensor | None = None, batch_mean=None
                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -87,7 +93,7 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
         metrics["aux_loss"] = bd.aux_loss.detach()
     if bd.logits is not None:
         free = bd.free
-        reward = (ce_early - ce_final).detach() if cfg.reward == "early_exit" else -ce_final.detach()
+        reward = boundary_reward(ce_early, ce_final, cfg.reward)
         returns, value_loss = boundary_advantages(reward, free, cfg, out.values, batch_mean)
         if value_loss is not None:
             loss = loss + cfg.value_weight * value_loss
