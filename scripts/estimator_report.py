@@ -6,8 +6,8 @@
 
 Each diagnosis is written to docs/results/estimators_<name>.json as soon as it exists; a name
 whose JSON exists is skipped (resumable). Ablation training runs made with `rltok compare`
-(methods rl_gamma1, rl_no_batch, ...) are added to the report when their JSON files exist in
-docs/results/compare/<corpus>/.
+(scripts/ablation_sweep.sh: methods rl_gamma1, rl_no_batch, ...) are tabulated from their JSON
+files in docs/results/ablation/<corpus>/.
 """
 
 from __future__ import annotations
@@ -43,6 +43,60 @@ def run(name: str, ckpt: str, args) -> dict:
     return res
 
 
+ABLATION_LABELS = {
+    "rl": "reference recipe (early-exit reward, batch baseline, γ 0.99, w 1, rate loss)",
+    "rl_gamma1": "γ = 1", "rl_no_batch": "no batch-relative baseline", "rl_final_reward": "no early-exit reward",
+    "rl_w8": "w = 8", "rl_no_rate": "no rate loss", "rl_group4": "group-relative, K = 4",
+    "rl_value": "batch + critic (GAE λ 0.95)", "rl_group4_value": "group K = 4 + critic",
+}
+
+
+def _mean_sd(values: list[float], digits: int = 3) -> str:
+    import statistics
+
+    values = [v for v in values if v is not None]
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def ablation_tables() -> list[str]:
+    """The training ablations at equal compute, one table per corpus, from their JSON files."""
+    root = RESULTS / "ablation"
+    corpora = sorted(p for p in root.glob("*") if p.is_dir()) if root.exists() else []
+    if not corpora:
+        return []
+    lines = ["## Training ablations at equal compute", "",
+             "Each variant trained with `rltok compare` (preset `small`, 3.48e12 training FLOPs = 1M bytes of the",
+             "reference model, test split), so a variant that costs more per byte sees fewer bytes. *grad SNR* and",
+             "*cos(mean, ref)* are the run's own estimator diagnosed at its final checkpoint (16 estimates, 16-estimate",
+             "reference, 8 test windows: noisy; 0 means the debiased ‖mean‖² did not exceed var/n). Commands:",
+             "`bash scripts/ablation_sweep.sh` then `python scripts/estimator_report.py --render-only`.", ""]
+    for corpus in corpora:
+        runs = [json.loads(p.read_text()) for p in sorted(corpus.glob("*_s*.json"))]
+        by: dict[str, list[dict]] = {}
+        for r in runs:
+            by.setdefault(r["method"], []).append(r)
+        commits = sorted({r["commit"] for r in runs})
+        lines += [f"### {corpus.name}", "", f"Commits: {', '.join(f'`{c}`' for c in commits)}.", "",
+                  "| variant | seeds | test bpb | rate | space align | grad SNR | cos(mean, ref) | train FLOPs/byte "
+                  "| bytes seen | train bytes/s |", "|---|---|---|---|---|---|---|---|---|---|"]
+        order = [m for m in ABLATION_LABELS if m in by] + sorted(m for m in by if m not in ABLATION_LABELS)
+        for m in order:
+            rs = by[m]
+            lines.append(
+                f"| {ABLATION_LABELS.get(m, m)} | {len(rs)} | {_mean_sd([r['bpb'] for r in rs], 4)} "
+                f"| {_mean_sd([r['rate'] for r in rs])} | {_mean_sd([r['space_align'] for r in rs])} "
+                f"| {_mean_sd([r.get('grad_snr') for r in rs])} | {_mean_sd([r.get('grad_cos_ref') for r in rs], 2)} "
+                f"| {sum(r['train_flops_per_byte'] for r in rs) / len(rs) / 1e6:.2f}M "
+                f"| {sum(r['train_bytes'] for r in rs) / len(rs) / 1e6:.2f}M "
+                f"| {sum(r['train_bytes_per_s'] or 0 for r in rs) / len(rs) / 1e3:.1f}k |")
+        lines += ["", f"![{corpus.name} curves](results/ablation/{corpus.name}/bpb_vs_flops.png)", ""]
+    return lines
+
+
 def render() -> str:
     from rltok.diagnose import markdown
 
@@ -61,6 +115,7 @@ def render() -> str:
         lines += [f"## {r['name']}", "", f"Checkpoint `{r['checkpoint']}`, batch {r['batch']}, "
                   f"{r['n_estimates']} estimates per variant, reference from {r['n_reference']} estimates; "
                   f"commit `{r['commit']}`.", "", markdown(r), "", f"Command: `{r['command']}`", ""]
+    lines += ablation_tables()
     notes = ROOT / "docs" / "notes" / "estimators.md"
     if notes.exists():
         lines += ["## Notes", "", notes.read_text().strip(), ""]
