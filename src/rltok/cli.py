@@ -278,13 +278,15 @@ def cmd_compare(args) -> int:
     import shlex
     from pathlib import Path
 
-    from .compare import METHODS, method_config, run_sweep, write_report
+    from .compare import method_config, run_sweep, write_report
     from .flops import hourglass_flops, train_flops_per_byte
 
-    for m in args.methods:
-        if m not in METHODS:
-            raise ConfigError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
     out = Path(args.out)
+    for m in args.methods:  # every method and its NAME@key=value overrides are checked before any run
+        try:
+            method_config(m, args.overrides, args.data, out, 0, args.preset)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     ref = method_config("rl", args.overrides, args.data, out, 0, args.preset)
     budget = args.budget_bytes * train_flops_per_byte(hourglass_flops(ref.model, ref.train.seq_len))
     print(f"budget: {budget:.3e} training FLOPs (= {args.budget_bytes:,} bytes of the hierarchical model "
@@ -327,6 +329,38 @@ def cmd_diagnose(args) -> int:
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2))
     print(markdown(result))
+    return 0
+
+
+def cmd_vocab(args) -> int:
+    from .vocab import load_vocab_data, print_report, vocab_report, write_json, write_markdown
+
+    if args.max_bytes < 0 or args.top < 1 or args.batch_size < 1 or args.bpe_sample_bytes < 1:
+        raise ConfigError("--top, --batch-size and --bpe-sample-bytes must be >= 1, --max-bytes >= 0")
+    model, cfg, ckpt, device = _load(args)
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    spec = args.data or cfg.data.train
+    # the BPE samples its training bytes from at most 25x its sample (and the run's own cap)
+    read_cap = min(cfg.data.max_bytes or 1 << 62, 25 * args.bpe_sample_bytes)
+    text, bpe_train = load_vocab_data(spec, args.split, args.max_bytes, cfg.data.val_fraction, read_cap, log=log)
+    result = vocab_report(model, text, cfg.train.seq_len, mode=args.mode, seed=args.seed, top=args.top,
+                          bpe=not args.no_bpe, bpe_data=bpe_train, bpe_pretokenize=args.bpe_pretokenize,
+                          bpe_sample_bytes=args.bpe_sample_bytes, device=device, batch_size=args.batch_size, log=log)
+    result.update(checkpoint=str(ckpt), data=spec, split=args.split)
+    # the files first: a reader that stops early (`| head`) must not cost them
+    if args.json:
+        log(f"wrote {write_json(result, args.json)}")
+    if args.markdown:
+        log(f"wrote {write_markdown(result, args.markdown, min(args.top, 30))}")
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")  # chunks may not be encodable on this terminal
+    try:
+        print_report(result)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
     return 0
 
 
@@ -437,6 +471,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--title", default="")
     p.add_argument("--command-line", default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("vocab", help="the learned vocabulary of a checkpoint on a corpus, against a BPE of the same rate")
+    p.add_argument("checkpoint", help="checkpoint or run folder (newest checkpoint)")
+    p.add_argument("--data", help="corpus: a file, folder, glob, 'stdlib' or hf:name (default: the training source)")
+    p.add_argument("--split", default="test", help="test (default) or val of a split folder (else the held-out "
+                                                   "tail), or all (the whole source)")
+    p.add_argument("--max-bytes", type=int, default=200_000, help="analyse the first N bytes of the split (default 200k; 0 = all)")
+    p.add_argument("--mode", choices=("greedy", "sample"), default="sample",
+                   help="boundary decisions: sampled with --seed (default: how the model trains and is "
+                        "evaluated) or thresholded at p=0.5 (few boundaries where the policy is unsure)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--top", type=int, default=30, help="most frequent chunks to list (default 30)")
+    p.add_argument("--bpe-pretokenize", choices=("line", "gpt2"), default="line",
+                   help="BPE pre-tokenisation: line (tokens may span words; default) or gpt2 (within words)")
+    p.add_argument("--bpe-sample-bytes", type=int, default=4_000_000,
+                   help="bytes the BPE is trained on, random blocks of the train split (default 4M)")
+    p.add_argument("--no-bpe", action="store_true", help="skip the BPE comparison")
+    p.add_argument("--json", metavar="PATH", help="also write the full result as JSON")
+    p.add_argument("--markdown", metavar="PATH", help="also write a markdown report")
+    p.add_argument("--batch-size", type=int, default=16, help="windows per forward pass")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=0)
+    p.set_defaults(func=cmd_vocab)
     return parser
 
 

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from .config import Config, load_config
-from .flops import flat_flops, hourglass_flops, train_flops_per_byte
+from .flops import config_forward_flops_per_byte, flat_flops, hourglass_flops, train_flops_per_byte
 
 # method -> config overrides on top of the base config
 METHODS: dict[str, list[str]] = {
@@ -55,18 +55,7 @@ def git_commit() -> str:
 
 
 def forward_flops_per_byte(cfg: Config, rate: float | None = None, vocab_size: int = 264) -> float:
-    m, seq = cfg.model, cfg.train.seq_len
-    if m.arch == "flat":
-        return flat_flops(m.d_chunk, m.flat_layers, seq, None, m.mlp_ratio)["total"]
-    if m.arch == "bpe_token":  # a token costs a flat layer stack plus a vocab-sized head; rate tokens/byte
-        rate = m.target_rate if rate is None else rate
-        n_tok = max(1, int(seq * rate))
-        per_token = flat_flops(m.d_chunk, m.flat_layers, n_tok, None, m.mlp_ratio)["total"]
-        return rate * (per_token + 2.0 * m.d_chunk * (vocab_size - 264))
-    f = hourglass_flops(m, seq, rate)
-    k = cfg.objective.group_size  # K segmentations share one encoder pass: per distinct byte
-    shared = f["encoder"] + f["encoder_attn"] + f["early_head"]
-    return shared + k * (f["total"] - shared)
+    return config_forward_flops_per_byte(cfg, rate, vocab_size)
 
 
 def matched_flat_layers(cfg: Config) -> int:
@@ -107,12 +96,30 @@ def probe_rate(trainer) -> float | None:
         return out.boundaries.b.float().mean().item()
 
 
+def method_overrides(method: str) -> list[str]:
+    """A method's config overrides. `NAME@key=value,key=value` is method NAME with extra
+    overrides, e.g. `rl@model.target_rate=0.3` or `bpe_line@model.target_rate=0.15`."""
+    name, _, extra = method.partition("@")
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)} (optionally NAME@key=value,...)")
+    return [*METHODS[name], *(e for e in extra.split(",") if e)]
+
+
+def method_slug(method: str) -> str:
+    """A file name for a method: `rl@objective.compute_price=0.1` -> `rl__objective.compute_price-0.1`."""
+    return method.replace("@", "__").replace("=", "-").replace(",", "_").replace("/", "_")
+
+
+def adaptive_rate(cfg: Config) -> bool:
+    """Rules whose rate is chosen in training rather than fixed in advance (a price per chunk
+    with no rate target): their FLOPs are counted at the rate each step achieves."""
+    return cfg.model.arch == "hourglass" and cfg.model.chunker == "rl" and cfg.objective.rate_control == "none"
+
+
 def method_config(method: str, base: list[str], data: str, out_dir: Path, seed: int, preset: str) -> Config:
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
     cfg = load_config(preset, overrides=[*base, f"data.train={data}"])
-    extra = list(METHODS[method])
-    if method in ("flat", "bpe_token"):
+    extra = method_overrides(method)
+    if method.partition("@")[0] in ("flat", "bpe_token"):
         extra.append(f"model.flat_layers={matched_flat_layers(cfg)}")
     return load_config(preset, overrides=[*base, f"data.train={data}", *extra, f"train.seed={seed}",
                                           f"train.out_dir={out_dir}"])
@@ -127,7 +134,7 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
     from .evaluate import evaluate
     from .train import Trainer
 
-    out_dir = run_root / f"{method}_s{seed}"
+    out_dir = run_root / f"{method_slug(method)}_s{seed}"
     cfg = method_config(method, base, data, out_dir, seed, preset)
     # distinct bytes: with group_size K, batch_size counts segmentations of batch_size / K sequences
     k = cfg.objective.group_size if cfg.model.arch == "hourglass" else 1
@@ -143,7 +150,11 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
     tc.eval_every = max(1, steps // 6)
     tc.checkpoint_every = max(1, steps // 3)
     tc.warmup_steps = min(tc.warmup_steps, max(1, steps // 10))
+    if adaptive_rate(cfg):  # stop at the budget as spent at the achieved rates; cap at 4x the plan
+        tc.flops_budget = budget_flops
+        tc.max_steps = 4 * steps
     trainer.fit()
+    steps = trainer.step
     if trainer.stop_requested:  # SIGINT/SIGTERM: the run is checkpointed; stop the whole sweep
         raise KeyboardInterrupt
     wall = time.time() - t0
@@ -162,13 +173,14 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
     achieved_fpb = train_flops_per_byte({"total": forward_flops_per_byte(cfg, rate, vocab)})
     records = trainer.history
     bps = [r["bytes_per_s"] for r in records[1:]] or [r["bytes_per_s"] for r in records]
-    curve = [{"step": r["step"], "bytes": r["bytes"], "train_flops": r["bytes"] * planned_fpb,
+    curve = [{"step": r["step"], "bytes": r["bytes"], "train_flops": r.get("train_flops", r["bytes"] * planned_fpb),
               "val_bpb": r["val_bpb"]} for r in records if "val_bpb" in r]
     return {
         "method": method, "seed": seed, "data": data, "split": eval_split, "commit": git_commit(),
         "params": model.num_params(), "steps": steps, "train_bytes": steps * bytes_per_step,
         "planned_rate": planned_rate, "planned_train_flops_per_byte": planned_fpb, "train_flops_per_byte": achieved_fpb,
-        "train_flops": steps * bytes_per_step * planned_fpb,
+        "train_flops": trainer.flops_spent if adaptive_rate(cfg) else steps * bytes_per_step * planned_fpb,
+        "forward_flops_per_byte": forward_flops_per_byte(cfg, rate, vocab),
         "bpb": ev["bpb"], "rate": rate, "bytes_per_chunk": ev.get("bytes_per_chunk"),
         "space_align": ev.get("space_align"), "space_end": ev.get("space_end"),
         "chunk_length_hist": ev.get("chunk_length_hist"),
@@ -186,7 +198,7 @@ def run_sweep(data: str, methods: list[str], seeds: list[int], out: Path, budget
     results = []
     for seed in seeds:
         for method in methods:
-            path = out / f"{method}_s{seed}.json"
+            path = out / f"{method_slug(method)}_s{seed}.json"
             if path.exists():
                 results.append(json.loads(path.read_text()))
                 log(f"{method} seed {seed}: done already")

@@ -58,6 +58,12 @@ class ModelConfig:
     # BPE pre-tokenisation for chunker=bpe / arch=bpe_token: "gpt2" (tokens within words; cannot
     # go below ~0.24 tokens/byte on our corpora) or "line" (tokens may span words, not lines)
     bpe_pretokenize: str = "gpt2"
+    # stages=2: chunks of chunks. A chunk-level encoder (stage2_layers, full causal attention),
+    # a second RL policy that groups chunks into supertokens at stage2_target_rate supertokens
+    # per chunk, the main network over supertokens, then a chunk-level decoder (stage2_layers).
+    stages: int = 1
+    stage2_layers: int = 1
+    stage2_target_rate: float = 0.33
 
     def validate(self) -> None:
         if self.d_byte % self.n_heads_byte or self.d_chunk % self.n_heads_chunk:
@@ -73,6 +79,12 @@ class ModelConfig:
             raise _unknown(self.arch, ["hourglass", "flat", "bpe_token"], "", what="model.arch")
         if not 0 < self.target_rate <= 1:
             raise ConfigError("model.target_rate must be in (0, 1]")
+        if self.stages not in (1, 2):
+            raise ConfigError(f"model.stages must be 1 or 2, got {self.stages}")
+        if self.stages == 2 and (self.arch != "hourglass" or self.chunker != "rl"):
+            raise ConfigError("model.stages=2 needs model.arch=hourglass and model.chunker=rl")
+        if not 0 < self.stage2_target_rate <= 1 or self.stage2_layers < 0:
+            raise ConfigError("model.stage2_target_rate must be in (0, 1] and model.stage2_layers >= 0")
         if not 1 <= self.policy_window <= 12:
             raise ConfigError("model.policy_window must be between 1 and 12")
         if self.window < 1 or self.fixed_stride < 1:
@@ -104,6 +116,20 @@ class ObjectiveConfig:
     value_weight: float = 0.1  # weight of the critic's squared error
     reward: str = "early_exit"  # "early_exit": CE_early - CE_final | "final": -CE_final
     normalize_advantages: bool = False
+    # How the boundary rate is held. "penalty": the reference's rate loss (weight rate_weight)
+    # towards model.target_rate. "lagrange": a price per chunk (a Lagrange multiplier) raised or
+    # lowered by dual ascent every step until the expected rate equals model.target_rate.
+    # "none": no rate term, so with compute_price the rate is set by the loss/compute trade-off.
+    rate_control: str = "penalty"
+    lagrange_lr: float = 0.2  # dual ascent step: nats per chunk, per unit of rate error, per step
+    lagrange_gain: float = 5.0  # proportional term added to the price (damps the integral's swing)
+    # The compute-aware objective: every chunk costs compute_price bits per million forward FLOPs
+    # that one more chunk adds to the chunk-level network (rltok.flops.chunk_cost_flops); 0 = off.
+    compute_price: float = 0.0
+    # How a price per chunk (compute_price, the Lagrange multiplier) reaches the policy: "exact"
+    # (its expected cost is p_t x price, differentiated in closed form: no variance) or "reward"
+    # (subtracted from the sampled reward at each boundary and estimated by the score function)
+    cost_estimator: str = "exact"
 
     def baseline_parts(self) -> set[str]:
         return {p.strip() for p in self.baseline.split("+") if p.strip()}
@@ -123,6 +149,12 @@ class ObjectiveConfig:
             raise ConfigError("objective.group_size must be >= 1")
         if not 0 <= self.gae_lambda <= 1:
             raise ConfigError("objective.gae_lambda must be in [0, 1]")
+        if self.rate_control not in ("penalty", "lagrange", "none"):
+            raise _unknown(self.rate_control, ["penalty", "lagrange", "none"], "", what="objective.rate_control")
+        if self.cost_estimator not in ("exact", "reward"):
+            raise _unknown(self.cost_estimator, ["exact", "reward"], "", what="objective.cost_estimator")
+        if self.compute_price < 0 or self.lagrange_lr < 0 or self.lagrange_gain < 0:
+            raise ConfigError("objective.compute_price, lagrange_lr and lagrange_gain must be >= 0")
         if self.reward not in ("early_exit", "final"):
             raise ConfigError(f"objective.reward must be 'early_exit' or 'final', got {self.reward!r}")
         if not 0 <= self.gamma <= 1:
@@ -177,6 +209,10 @@ class TrainConfig:
     ddp_find_unused: bool = False  # DDP find_unused_parameters, for configs with idle parameters
     # peak FLOP/s of one device for the MFU log (0: measure a matmul at start-up)
     peak_flops: float = 0.0
+    # Stop after this many training FLOPs, counted at the boundary rate each step achieves, and
+    # decay the learning rate by FLOPs spent instead of steps (0 = off; max_steps still caps the
+    # run). Equal training compute for rules whose rate is not known in advance.
+    flops_budget: float = 0.0
 
     def validate(self) -> None:
         for name in ("seq_len", "batch_size", "grad_accum", "max_steps", "eval_batches", "log_every",
@@ -198,6 +234,8 @@ class TrainConfig:
             raise ConfigError(f"train.lr must be a positive number, got {self.lr}")
         if not 0 <= self.peak_flops < float("inf"):
             raise ConfigError("train.peak_flops must be >= 0 (0 = measure)")
+        if not 0 <= self.flops_budget < float("inf"):
+            raise ConfigError("train.flops_budget must be >= 0 (0 = off)")
 
 
 @dataclass

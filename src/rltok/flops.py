@@ -44,7 +44,8 @@ def boundary_rule_flops(chunker: str, dim: int) -> float:
     return 0.0  # fixed, uniform, whitespace, entropy (reuses the early-exit logits), bpe
 
 
-def hourglass_flops(cfg: ModelConfig, seq_len: int, rate: float | None = None) -> dict[str, float]:
+def hourglass_flops(cfg: ModelConfig, seq_len: int, rate: float | None = None,
+                    rate2: float | None = None) -> dict[str, float]:
     """Forward FLOPs per byte of `HourglassLM(cfg)` on windows of `seq_len` bytes, by component.
 
     `rate` is boundaries per byte (default: the config's target rate); the main network runs on
@@ -52,9 +53,14 @@ def hourglass_flops(cfg: ModelConfig, seq_len: int, rate: float | None = None) -
     H-Net's smoothing product); `policy` is the boundary rule's own layers; `byte_level` +
     `chunk_level` = `total` (chunk-level terms already multiplied by the rate). K segmentations
     per sequence (group_size) are not modelled: they repeat everything after the encoder.
+    With model.stages=2, `rate2` is supertokens per chunk (default model.stage2_target_rate).
     """
     rate = cfg.target_rate if rate is None else rate
     n_chunks = rate * seq_len
+    two_stage = getattr(cfg, "stages", 1) == 2
+    # two stages: the main network runs on supertokens, rate2 of the chunks
+    rate2 = (cfg.stage2_target_rate if rate2 is None else rate2) if two_stage else 1.0
+    n_super = rate2 * n_chunks
     byte_keys = mean_keys(seq_len, cfg.window)
     chunk_keys = (n_chunks + 1) / 2.0  # full causal attention over the chunks
     db, dc = cfg.d_byte, cfg.d_chunk
@@ -65,8 +71,11 @@ def hourglass_flops(cfg: ModelConfig, seq_len: int, rate: float | None = None) -
         "policy": boundary_rule_flops(cfg.chunker, db),
         "value_head": 2.0 * ((db + 1) * db + db) if getattr(cfg, "value_head", False) else 0.0,
         "down": rate * 2.0 * db * dc,
-        "main": rate * cfg.main_layers * block_linear_flops(dc, cfg.mlp_ratio),
-        "main_attn": rate * cfg.main_layers * attention_flops(dc, chunk_keys),
+        "main": rate * rate2 * cfg.main_layers * block_linear_flops(dc, cfg.mlp_ratio),
+        "main_attn": rate * rate2 * cfg.main_layers * attention_flops(dc, (n_super + 1) / 2.0),
+        # two stages: chunk-level encoder and decoder (full causal attention) and the second policy
+        "stage2": rate * (2 * cfg.stage2_layers * block_linear_flops(dc, cfg.mlp_ratio) + 2.0 * dc) if two_stage else 0.0,
+        "stage2_attn": rate * 2 * cfg.stage2_layers * attention_flops(dc, chunk_keys) if two_stage else 0.0,
         "up": rate * 2.0 * dc * db,
         # H-Net's EMA over chunks: a dense (chunks x chunks) @ (chunks x d_byte) product per sequence
         "smoothing": rate * 2.0 * n_chunks * db if cfg.chunker == "hnet" else 0.0,
@@ -74,7 +83,7 @@ def hourglass_flops(cfg: ModelConfig, seq_len: int, rate: float | None = None) -
         "decoder_attn": cfg.decoder_layers * attention_flops(db, byte_keys),
         "head": 2.0 * db * VOCAB_SIZE,
     }
-    chunk_parts = ("down", "main", "main_attn", "up", "smoothing")
+    chunk_parts = ("down", "main", "main_attn", "stage2", "stage2_attn", "up", "smoothing")
     out["chunk_level"] = sum(out[k] for k in chunk_parts)
     out["byte_level"] = sum(v for k, v in out.items() if k not in chunk_parts and k != "chunk_level")
     out["total"] = out["byte_level"] + out["chunk_level"]
@@ -91,6 +100,37 @@ def flat_flops(d_model: int, n_layers: int, seq_len: int, window: int | None = N
     }
     out["total"] = sum(out.values())
     return out
+
+
+def chunk_cost_flops(cfg: ModelConfig, seq_len: int) -> tuple[float, float]:
+    """(a, c) such that one more chunk per byte costs a + c * rate forward FLOPs per byte: the
+    derivative of the chunk-level FLOPs per byte with respect to the rate. Those FLOPs are
+    quadratic in the rate (attention over the chunks), so the derivative is linear in it and the
+    central differences below are exact."""
+    def slope(r: float, h: float = 1e-3) -> float:
+        return (hourglass_flops(cfg, seq_len, r + h)["chunk_level"]
+                - hourglass_flops(cfg, seq_len, r - h)["chunk_level"]) / (2 * h)
+
+    a = slope(0.0)
+    return a, slope(1.0) - a
+
+
+def config_forward_flops_per_byte(cfg, rate: float | None = None, vocab_size: int = VOCAB_SIZE) -> float:
+    """Forward FLOPs per distinct training byte of the model a full `Config` builds, at `rate`
+    (default: the target). With objective.group_size K, the K segmentations of a sequence share
+    the encoder pass and repeat everything after it."""
+    m, seq = cfg.model, cfg.train.seq_len
+    if m.arch == "flat":
+        return flat_flops(m.d_chunk, m.flat_layers, seq, None, m.mlp_ratio)["total"]
+    if m.arch == "bpe_token":  # a token costs a flat layer stack plus a vocab-sized head; rate tokens/byte
+        rate = m.target_rate if rate is None else rate
+        n_tok = max(1, int(seq * rate))
+        per_token = flat_flops(m.d_chunk, m.flat_layers, n_tok, None, m.mlp_ratio)["total"]
+        return rate * (per_token + 2.0 * m.d_chunk * (vocab_size - VOCAB_SIZE))
+    f = hourglass_flops(m, seq, rate)
+    k = cfg.objective.group_size
+    shared = f["encoder"] + f["encoder_attn"] + f["early_head"]
+    return shared + k * (f["total"] - shared)
 
 
 def train_flops_per_byte(forward: dict[str, float]) -> float:

@@ -66,6 +66,9 @@ class HourglassState:
                  generator: torch.Generator | None = None):
         if not isinstance(model.chunker, (RLPolicy, FixedChunker)):
             raise GenerationError(f"no incremental boundary rule for {type(model.chunker).__name__}")
+        if getattr(model, "stage2", None) is not None:
+            raise GenerationError("cached generation does not support two-stage models (model.stages=2) yet; "
+                                  "score them with `rltok eval` or the forward pass")
         cfg, p = model.cfg, next(model.parameters())
         self.model, self.mode, self.generator = model, mode, generator
         self.enc = KVCache.for_stack(model.encoder, batch, cfg.window, p.device, p.dtype)

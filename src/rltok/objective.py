@@ -11,15 +11,76 @@ decisions. The LM loss never reaches the boundary probabilities (hard selection)
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from .config import ObjectiveConfig
+from .config import ModelConfig, ObjectiveConfig
 from .model.hourglass import ModelOutput
-from .rl import batch_relative, discounted_cumsum, gae, group_relative, masked_mean, policy_gradient_loss, rate_loss
+from .rl import (LagrangePrice, batch_relative, discounted_cumsum, gae, group_relative, masked_mean,
+                 policy_gradient_loss, rate_loss)
 
 LN2 = math.log(2.0)
+
+
+@dataclass
+class ChunkPrice:
+    """What the boundary policy pays per chunk, in nats: the compute one more chunk costs
+    (a + c * rate, from the chunk-level network's FLOPs, times objective.compute_price), plus
+    the Lagrange multiplier of the rate constraint when there is one."""
+    compute: float = 0.0  # nats per chunk at rate 0
+    compute_per_rate: float = 0.0  # its growth with the rate (attention over more chunks)
+    lagrange: LagrangePrice | None = None
+
+    def __call__(self, rate: torch.Tensor) -> torch.Tensor:
+        price = self.compute + self.compute_per_rate * rate.detach().float()
+        return price + self.lagrange.price if self.lagrange is not None else price
+
+
+def make_chunk_price(model_cfg: ModelConfig, cfg: ObjectiveConfig, seq_len: int, device=None) -> ChunkPrice | None:
+    """The price the config asks for (None when chunks are free, as in the reference recipe)."""
+    lagrange = None
+    if cfg.rate_control == "lagrange":
+        lagrange = LagrangePrice(model_cfg.target_rate, cfg.lagrange_lr, cfg.lagrange_gain, device)
+    if cfg.compute_price == 0 and lagrange is None:
+        return None
+    from .flops import chunk_cost_flops
+
+    a, c = chunk_cost_flops(model_cfg, seq_len)
+    nats_per_flop = cfg.compute_price * LN2 / 1e6  # compute_price is in bits per MFLOP
+    return ChunkPrice(a * nats_per_flop, c * nats_per_flop, lagrange)
+
+
+def expected_rate(logits: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
+    """E[boundaries per byte] under the policy: p_t at free positions, 1 at forced ones."""
+    p = torch.where(free, torch.sigmoid(logits.detach().float()), torch.ones((), device=logits.device))
+    return p.mean()
+
+
+def supertoken_terms(out: ModelOutput, returns: torch.Tensor, cfg: ObjectiveConfig, target_rate2: float | None,
+                     price2: ChunkPrice | None, metrics: dict) -> torch.Tensor:
+    """Policy-gradient, price and rate terms of a two-stage model's supertoken policy. Its
+    decision at chunk j first changes the prediction made at chunk j's last byte, so it is
+    credited with the stage-1 return from that byte on (same reward, baseline and discount)."""
+    bd2 = out.boundaries2
+    free2 = bd2.free
+    adv2 = torch.gather(returns, 1, out.chunk_pos)
+    loss = cfg.pg_weight * policy_gradient_loss(bd2.logp, adv2, free2)
+    p2 = torch.sigmoid(bd2.logits)
+    metrics["rate2"] = (bd2.b.sum() / out.n_chunks.sum().clamp(min=1)).detach().float()
+    valid = free2.clone()
+    valid[:, 0] = True
+    metrics["expected_rate2"] = torch.where(free2, p2.detach().float(), 1.0)[valid].mean()
+    if price2 is not None:
+        pr = price2(metrics["rate2"])
+        metrics["chunk_price2"] = pr.detach()
+        loss = loss + cfg.pg_weight * pr * masked_mean(p2, free2)
+    if cfg.rate_control == "penalty" and target_rate2 is not None:
+        l_rate2 = rate_loss(bd2.logits, free2, target_rate2)
+        metrics["rate_loss2"] = l_rate2.detach()
+        loss = loss + cfg.rate_weight * l_rate2
+    return loss
 
 
 def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -63,9 +124,13 @@ def boundary_advantages(reward: torch.Tensor, free: torch.Tensor, cfg: Objective
 
 
 def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, target_rate: float,
-                 batch_mean=None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                 batch_mean=None, price: ChunkPrice | None = None, target_rate2: float | None = None,
+                 price2: ChunkPrice | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Total loss and detached metrics. `batch_mean` (optional) computes the per-position
-    batch mean of a (B, T) tensor; data-parallel training passes a global one."""
+    batch mean of a (B, T) tensor; data-parallel training passes a global one. `price` (nats
+    per chunk, see ChunkPrice) makes every boundary cost the policy something. Two-stage
+    models: `target_rate2` (supertokens per chunk) and `price2` do the same for the second
+    policy."""
     if out.byte_nll is not None:  # token-level model: nats attributed to the bytes they cover
         loss = out.byte_nll.sum() / out.byte_mask.sum().clamp(min=1)
         return loss, {"loss": loss.detach(), "ce_final": loss.detach(), "bpb": loss.detach() / LN2}
@@ -94,16 +159,30 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
     if bd.logits is not None:
         free = bd.free
         reward = boundary_reward(ce_early, ce_final, cfg.reward)
+        chunk_price = None if price is None else price(metrics["rate"])
+        if chunk_price is not None and cfg.cost_estimator == "reward":  # sampled cost, score-function gradient
+            reward = reward - chunk_price * (bd.b & free).to(reward.dtype)
         returns, value_loss = boundary_advantages(reward, free, cfg, out.values, batch_mean)
         if value_loss is not None:
             loss = loss + cfg.value_weight * value_loss
             metrics["value_loss"] = value_loss.detach()
         l_pg = policy_gradient_loss(bd.logp, returns, free)
-        # a data-parallel batch_mean also supplies the global mean boundary probability
-        l_rate = rate_loss(bd.logits, free, target_rate, mean=getattr(batch_mean, "masked_mean", None))
-        loss = loss + cfg.pg_weight * l_pg + cfg.rate_weight * l_rate
+        loss = loss + cfg.pg_weight * l_pg
+        if chunk_price is not None:
+            metrics["chunk_price"] = chunk_price.detach()
+            if cfg.cost_estimator == "exact":
+                # a chunk's cost depends on its own decision alone, E[price * b_t] = price * p_t:
+                # the same expected gradient as the sampled cost in the reward, with no variance
+                loss = loss + cfg.pg_weight * chunk_price * masked_mean(torch.sigmoid(bd.logits), free)
+        if cfg.rate_control == "penalty":
+            # a data-parallel batch_mean also supplies the global mean boundary probability
+            l_rate = rate_loss(bd.logits, free, target_rate, mean=getattr(batch_mean, "masked_mean", None))
+            loss = loss + cfg.rate_weight * l_rate
+            metrics["rate_loss"] = l_rate.detach()
+        if out.boundaries2 is not None:
+            loss = loss + supertoken_terms(out, returns, cfg, target_rate2, price2, metrics)
         metrics.update(
-            pg_loss=l_pg.detach(), rate_loss=l_rate.detach(),
+            pg_loss=l_pg.detach(), expected_rate=expected_rate(bd.logits, free),
             p_mean=masked_mean(torch.sigmoid(bd.logits.detach()), free),
             reward=reward.mean(), return_std=returns.std(correction=0),
             entropy=masked_mean(F.binary_cross_entropy_with_logits(

@@ -26,10 +26,11 @@ from . import distributed as ddp
 from .config import Config, ConfigError
 from .data import Corpus, WindowSampler, eval_windows, load_corpus
 from .evaluate import evaluate_sums, summarize
-from .flops import flat_flops, hourglass_flops, train_flops_per_byte
+from .flops import config_forward_flops_per_byte, train_flops_per_byte
 from .model.factory import build_model
 from .model.noise import RowShard
-from .objective import compute_loss
+from .objective import ChunkPrice, compute_loss, make_chunk_price
+from .rl import LagrangePrice
 
 
 class TrainingDiverged(RuntimeError):
@@ -41,16 +42,15 @@ STATE_VERSION = 1  # of trainer.pt; bump when its keys change meaning
 TIMING_KEYS = ("bytes_per_s", "flops_per_s", "mfu")
 
 
-def model_train_flops_per_byte(cfg, seq_len: int, rate: float | None = None) -> float | None:
-    """Analytical training FLOPs per byte (rltok.flops) of the model a config builds, at the
-    achieved boundary rate when given; None for the BPE-token reference (its cost per byte
-    depends on its tokenizer)."""
-    m = cfg.model
-    if m.arch == "hourglass":
-        return train_flops_per_byte(hourglass_flops(m, seq_len, rate))
-    if m.arch == "flat":
-        return train_flops_per_byte(flat_flops(m.d_chunk, m.flat_layers, seq_len, mlp_ratio=m.mlp_ratio))
-    return None
+def model_train_flops_per_byte(cfg, seq_len: int | None = None, rate: float | None = None) -> float | None:
+    """Analytical training FLOPs per distinct byte (rltok.flops) of the model a config builds,
+    at the achieved boundary rate when given; None for the BPE-token reference (its cost per
+    byte depends on its tokenizer)."""
+    if cfg.model.arch == "bpe_token":
+        return None
+    if seq_len is not None and seq_len != cfg.train.seq_len:
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seq_len=seq_len))
+    return train_flops_per_byte({"total": config_forward_flops_per_byte(cfg, rate)})
 
 
 def resolve_device(name: str) -> torch.device:
@@ -74,12 +74,14 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype | None:
     return None
 
 
-def lr_at(step: int, cfg) -> float:
-    """Linear warm-up, then cosine decay to min_lr_ratio * lr. A function of the step alone, so
-    a resumed run needs no scheduler state."""
+def lr_at(step: int, cfg, progress: float | None = None) -> float:
+    """Linear warm-up, then cosine decay to min_lr_ratio * lr. A function of the step (or, under
+    a FLOPs budget, of the share of it spent) alone, so a resumed run needs no scheduler state."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
-    progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps))
+    if progress is None:
+        progress = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
+    progress = min(1.0, progress)
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
@@ -198,8 +200,18 @@ class Trainer:
         start = 0 if self.val_shared else self.dist.rank * n_val
         self.val_x, self.val_y = val_x[start:start + n_val], val_y[start:start + n_val]
         self.peak_flops = tc.peak_flops or None  # measured when fit() starts if not given
+        # a price per chunk (compute-aware objective, Lagrange rate control), RL policy only
+        learned = cfg.model.arch == "hourglass" and cfg.model.chunker == "rl"
+        self.price = make_chunk_price(cfg.model, cfg.objective, tc.seq_len, self.device) if learned else None
+        two_stage = learned and cfg.model.stages == 2
+        self.target_rate2 = cfg.model.stage2_target_rate if two_stage else None
+        self.price2 = None  # the supertoken policy's rate multiplier
+        if two_stage and cfg.objective.rate_control == "lagrange":
+            self.price2 = ChunkPrice(lagrange=LagrangePrice(cfg.model.stage2_target_rate, cfg.objective.lagrange_lr,
+                                                            cfg.objective.lagrange_gain, self.device))
         self.step = 0
         self.bytes_seen = 0
+        self.flops_spent = 0.0  # training FLOPs at the rate each step achieved (train.flops_budget)
         self.bad_steps = 0  # consecutive non-finite steps
         self.skipped_steps = 0  # all non-finite steps so far
         self.warnings = 0  # rate collapses, failed periodic checkpoints
@@ -243,6 +255,9 @@ class Trainer:
             "version": STATE_VERSION,
             "step": self.step,
             "bytes_seen": self.bytes_seen,
+            "flops_spent": self.flops_spent,
+            "lagrange": self.price.lagrange.state_dict() if self.price is not None and self.price.lagrange else None,
+            "lagrange2": self.price2.lagrange.state_dict() if self.price2 is not None else None,
             "optimizer": ddp.full_optimizer_state(self.model, self.opt),  # collective under FSDP
             "sampler": self.sampler.state_dict(),  # the data position
             "boundary_gen": self.boundary_gen.get_state(),
@@ -297,6 +312,11 @@ class Trainer:
                 torch.cuda.set_rng_state(cuda_rng, self.device)
         self.step = state["step"]
         self.bytes_seen = state["bytes_seen"]
+        self.flops_spent = state.get("flops_spent", 0.0)
+        if self.price is not None and self.price.lagrange is not None and state.get("lagrange"):
+            self.price.lagrange.load_state_dict(state["lagrange"])
+        if self.price2 is not None and state.get("lagrange2"):
+            self.price2.lagrange.load_state_dict(state["lagrange2"])
         self.bad_steps = state.get("bad_steps", 0)
         self.skipped_steps = state.get("skipped_steps", 0)
         self.warnings = state.get("warnings", 0)
@@ -366,7 +386,7 @@ class Trainer:
         and optimiser state are then left untouched)."""
         tc = self.cfg.train
         for group in self.opt.param_groups:
-            group["lr"] = lr_at(self.step, tc)
+            group["lr"] = lr_at(self.step, tc, self.budget_progress())
         self.opt.zero_grad(set_to_none=True)
         sums: dict[str, torch.Tensor] = {}
         for i in range(tc.grad_accum):
@@ -377,7 +397,8 @@ class Trainer:
                 with self.autocast():
                     out = self.forward(x, generator=self.noise, **self.group_kw)
                 loss, metrics = compute_loss(out, y, self.cfg.objective, self.cfg.model.target_rate,
-                                             batch_mean=self.batch_mean)
+                                             batch_mean=self.batch_mean, price=self.price,
+                                             target_rate2=self.target_rate2, price2=self.price2)
                 (loss / tc.grad_accum).backward()
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + v / tc.grad_accum
@@ -393,7 +414,36 @@ class Trainer:
             self.opt.zero_grad(set_to_none=True)
             return None
         self.opt.step()
+        self._after_step(sums)
         return sums
+
+    def budget_progress(self) -> float | None:
+        """Share of train.flops_budget spent (None without a budget: the schedule follows steps)."""
+        budget = self.cfg.train.flops_budget
+        return self.flops_spent / budget if budget > 0 else None
+
+    def budget_spent(self) -> bool:
+        return self.cfg.train.flops_budget > 0 and self.flops_spent >= self.cfg.train.flops_budget
+
+    def _after_step(self, sums: dict[str, torch.Tensor]) -> None:
+        """Per-step state fed by the step's global rate: the Lagrange price and the FLOPs spent."""
+        lagrange = self.price.lagrange if self.price is not None else None
+        if lagrange is None and self.price2 is None and self.cfg.train.flops_budget <= 0:
+            return
+        zero = torch.zeros((), device=self.device)
+        rates = torch.stack([torch.as_tensor(sums.get(k, zero), device=self.device).float()
+                             for k in ("expected_rate", "rate", "expected_rate2")])
+        if self.dist.enabled:  # every rank must hold the same price and stop at the same step
+            rates = ddp.all_reduce_(rates, self.dist) / self.dist.world_size
+        if lagrange is not None:
+            lagrange.update(rates[0])
+        if self.price2 is not None:
+            self.price2.lagrange.update(rates[2])
+        if self.cfg.train.flops_budget > 0:
+            rate = rates[1].item() if "rate" in sums else None
+            tc = self.cfg.train
+            step_bytes = self.sampler.batch_size * self.dist.world_size * tc.grad_accum * self.sampler.seq_len
+            self.flops_spent += (model_train_flops_per_byte(self.cfg, None, rate) or 0.0) * step_bytes
 
     def validate(self) -> dict:
         """Held-out metrics; data-parallel ranks evaluate their shares and sum the counts."""
@@ -446,7 +496,7 @@ class Trainer:
         val = {}
         previous_handlers = self._install_signal_handlers()
         try:
-            while self.step < end and not self.stop_requested:
+            while self.step < end and not self.stop_requested and not self.budget_spent():
                 metrics = self.train_step()
                 if metrics is None:
                     self._skipped_step()
@@ -458,14 +508,16 @@ class Trainer:
                     self.log_acc[k] = self.log_acc.get(k, 0.0) + v
                 self.log_n += 1
                 bar.update(1)
-                last = self.step == tc.max_steps
+                last = self.step == tc.max_steps or self.budget_spent()
                 if self.step % tc.log_every == 0 or last:
                     now = time.perf_counter()
                     if self.dist.enabled:  # global means: one all-reduce of the sums per record
                         rec = {k: v / self.log_n for k, v in ddp.mean_of_sums(self.log_acc, self.dist, self.device).items()}
                     else:
                         rec = {k: float(v) / self.log_n for k, v in self.log_acc.items()}
-                    rec.update(step=self.step, bytes=self.bytes_seen, lr=lr_at(self.step - 1, tc),
+                    if tc.flops_budget > 0:
+                        rec["train_flops"] = self.flops_spent
+                    rec.update(step=self.step, bytes=self.bytes_seen, lr=self.opt.param_groups[0]["lr"],
                                bytes_per_s=(self.bytes_seen - bytes_last) / max(1e-9, now - t_last))
                     fpb = model_train_flops_per_byte(self.cfg, self.sampler.seq_len, rec.get("rate"))
                     if fpb is not None:  # MFU: analytical FLOPs/byte x bytes/s against the peak of all devices

@@ -94,9 +94,10 @@ class RLPolicy(nn.Module):
 
     @torch.no_grad()
     def sample(self, base: torch.Tensor, forced: torch.Tensor, greedy: bool,
-               generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Draw decisions (B, T) and their log-probs as computed during sampling."""
-        u = None if greedy else uniform(base.shape, base.device, generator)
+               generator: torch.Generator | None, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Draw decisions (B, T) and their log-probs as computed during sampling. `noise`: the
+        uniform draws to use instead of drawing them from `generator`."""
+        u = None if greedy else (noise if noise is not None else uniform(base.shape, base.device, generator))
         if self.history is None:
             logits = base.float()
             b = (logits > 0) if greedy else (u < torch.sigmoid(logits))
@@ -119,11 +120,12 @@ class RLPolicy(nn.Module):
         return b, logp
 
     def forward(self, h: torch.Tensor, forced: torch.Tensor, b: torch.Tensor | None = None,
-                mode: str = "sample", generator: torch.Generator | None = None, **_) -> Boundaries:
+                mode: str = "sample", generator: torch.Generator | None = None,
+                noise: torch.Tensor | None = None, **_) -> Boundaries:
         base = self.head(h.detach() if self.detach_input else h).squeeze(-1)
         sample_logp = None
         if b is None:
-            b, sample_logp = self.sample(base.detach(), forced, mode == "greedy", generator)
+            b, sample_logp = self.sample(base.detach(), forced, mode == "greedy", generator, noise)
         else:
             b = b.bool() | forced
         logits = self.teacher_forced_logits(base, b)

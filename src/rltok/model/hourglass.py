@@ -9,6 +9,11 @@
 
 Causality: the chunk ending at byte s only sees bytes <= s and decisions <= s, and byte t only
 receives chunks that end at or before t, so the prediction for byte t+1 depends on bytes <= t.
+
+With model.stages=2 the main network is itself an hourglass over chunks (SupertokenStage):
+chunk encoder -> a second policy that closes supertokens -> main network over supertokens ->
+chunk j receives the latest supertoken ending at or before j -> chunk decoder. The same
+argument, one level up, keeps it causal.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ import torch.nn as nn
 
 from ..config import VOCAB_SIZE, ModelConfig
 from ..hub import HubMixin
-from .chunkers import Boundaries, build_chunker, forced_mask
+from .chunkers import Boundaries, RLPolicy, build_chunker, forced_mask
+from .noise import uniform
 from .layers import Stack, init_weights
 
 
@@ -35,6 +41,10 @@ class ModelOutput:
     byte_nll: torch.Tensor | None = None  # (B, T) nats
     byte_mask: torch.Tensor | None = None  # (B, T) bool: bytes whose prediction is counted
     values: torch.Tensor | None = None  # (B, T) critic estimate of the discounted return from t
+    # two-stage models: the supertoken decisions over chunks (B, M) and each chunk's last byte
+    boundaries2: Boundaries | None = None
+    chunk_pos: torch.Tensor | None = None  # (B, M) byte position of chunk j (padding slots: 0)
+    n_chunks2: torch.Tensor | None = None  # (B,) supertokens per sequence
 
 
 def chunk_index(b: torch.Tensor) -> torch.Tensor:
@@ -84,6 +94,45 @@ def ema_over_chunks(z: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     return torch.bmm(weights.to(z.dtype), z)
 
 
+class SupertokenStage(nn.Module):
+    """The second stage: chunks of chunks, in place of the main network of a one-stage model.
+
+    Works on the (B, M) downsampled chunk vectors. The second policy decides per chunk whether
+    it closes a supertoken; its noise is drawn per byte and read at the chunk's last byte, so a
+    decision never depends on how many chunks the future holds (sampling stays causal).
+    """
+
+    def __init__(self, cfg: ModelConfig, n_layers: int):
+        super().__init__()
+        kw = dict(mlp_ratio=cfg.mlp_ratio, rope_base=cfg.rope_base, dropout=cfg.dropout)
+        self.encoder = Stack(cfg.stage2_layers, cfg.d_chunk, cfg.n_heads_chunk, window=None, **kw)
+        self.chunker = RLPolicy(cfg.d_chunk, 1, cfg.stage2_target_rate, cfg.policy_detach)
+        self.main = Stack(cfg.main_layers, cfg.d_chunk, cfg.n_heads_chunk, window=None, **kw)
+        self.decoder = Stack(cfg.stage2_layers, cfg.d_chunk, cfg.n_heads_chunk, window=None, **kw)
+        for stack in (self.encoder, self.main, self.decoder):
+            init_weights(stack, n_layers)
+
+    def forward(self, z: torch.Tensor, chunk_pos: torch.Tensor, n_chunks: torch.Tensor, n_bytes: int,
+                boundaries: torch.Tensor | None, mode: str, generator) -> tuple[torch.Tensor, Boundaries]:
+        bsz, m = z.shape[:2]
+        hc = self.encoder(z, chunk_pos)
+        valid = torch.arange(m, device=z.device).unsqueeze(0) < n_chunks.unsqueeze(1)
+        forced = torch.zeros_like(valid)
+        forced[:, 0] = True  # every chunk has a supertoken ending at or before it
+        noise = None
+        if boundaries is None and mode != "greedy":
+            noise = torch.gather(uniform((bsz, n_bytes), z.device, generator), 1, chunk_pos)
+        bd = self.chunker(hc, forced, boundaries, mode, generator, noise=noise)
+        bd.b = bd.b & valid  # padding slots close nothing and carry no gradient
+        bd.free = bd.free & valid
+        n_super = bd.b.sum(1)
+        super_idx = boundary_positions(bd.b, int(n_super.max()))  # chunk index of each supertoken
+        zs = torch.gather(hc, 1, super_idx.unsqueeze(-1).expand(-1, -1, hc.shape[-1]))
+        zs = self.main(zs, torch.gather(chunk_pos, 1, super_idx))  # RoPE at the supertokens' last bytes
+        up = torch.gather(zs, 1, chunk_index(bd.b).unsqueeze(-1).expand(-1, -1, zs.shape[-1]))
+        return self.decoder(hc + up, chunk_pos), bd
+
+
 class HourglassLM(HubMixin, nn.Module):  # HubMixin: save_pretrained / from_pretrained
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -95,15 +144,23 @@ class HourglassLM(HubMixin, nn.Module):  # HubMixin: save_pretrained / from_pret
         self.early_head = nn.Linear(cfg.d_byte, VOCAB_SIZE, bias=False)
         self.chunker = build_chunker(cfg)
         self.down = nn.Linear(cfg.d_byte, cfg.d_chunk, bias=False)
-        self.main = Stack(cfg.main_layers, cfg.d_chunk, cfg.n_heads_chunk, window=None, **kw)
+        n_layers = cfg.encoder_layers + cfg.main_layers + cfg.decoder_layers
+        if cfg.stages == 2:
+            self.stage2 = SupertokenStage(cfg, n_layers + 2 * cfg.stage2_layers)
+            self.main = None
+        else:
+            self.stage2 = None
+            self.main = Stack(cfg.main_layers, cfg.d_chunk, cfg.n_heads_chunk, window=None, **kw)
         self.up = nn.Linear(cfg.d_chunk, cfg.d_byte, bias=False)
         self.decoder = Stack(cfg.decoder_layers, cfg.d_byte, cfg.n_heads_byte, window=cfg.window, **kw)
         self.head = nn.Linear(cfg.d_byte, VOCAB_SIZE, bias=False)
         # the critic reads the encoder state detached: its regression never reshapes the encoder
         self.value_head = ValueHead(cfg.d_byte) if cfg.value_head else None
-        n_layers = cfg.encoder_layers + cfg.main_layers + cfg.decoder_layers
+        if cfg.stages == 2:
+            n_layers += 2 * cfg.stage2_layers
         for stack in (self.encoder, self.main, self.decoder):
-            init_weights(stack, n_layers)
+            if stack is not None:
+                init_weights(stack, n_layers)
         for lin in (self.early_head, self.down, self.up, self.head):
             nn.init.normal_(lin.weight, 0.0, 0.02)
         nn.init.normal_(self.embed.weight, 0.0, 1.0)
@@ -117,10 +174,11 @@ class HourglassLM(HubMixin, nn.Module):  # HubMixin: save_pretrained / from_pret
 
     def forward(self, idx: torch.Tensor, boundaries: torch.Tensor | None = None, mode: str = "sample",
                 generator: torch.Generator | None = None, force_last: bool | None = None,
-                group_size: int = 1) -> ModelOutput:
+                group_size: int = 1, boundaries2: torch.Tensor | None = None) -> ModelOutput:
         """idx: (B, T) byte ids. `boundaries` (B, T) bool fixes the segmentation; otherwise the
         chunker draws one (`mode` "sample" or "greedy"). With group_size K > 1, K segmentations
-        of every sequence share one encoder pass and the outputs have B*K rows (row b*K + k)."""
+        of every sequence share one encoder pass and the outputs have B*K rows (row b*K + k).
+        `boundaries2` (B, M) bool fixes a two-stage model's supertoken decisions per chunk."""
         length = idx.shape[1]
         if length > self.cfg.max_seq_len:
             raise ValueError(f"sequence of {length} bytes exceeds model.max_seq_len={self.cfg.max_seq_len}")
@@ -142,7 +200,12 @@ class HourglassLM(HubMixin, nn.Module):  # HubMixin: save_pretrained / from_pret
         if bd.gate is not None:  # straight-through rules: value 1, gradient to the boundary score
             z = z * torch.gather(bd.gate, 1, chunk_pos).unsqueeze(-1).to(z.dtype)
         # Padding chunks sit after every real chunk, so causal attention keeps them unseen.
-        z = self.up(self.main(self.down(z), chunk_pos))
+        bd2 = None
+        if self.stage2 is not None:
+            z, bd2 = self.stage2(self.down(z), chunk_pos, n_chunks, length, boundaries2, mode, generator)
+            z = self.up(z)
+        else:
+            z = self.up(self.main(self.down(z), chunk_pos))
         if bd.smooth is not None:  # H-Net: EMA over chunks, weighted by boundary probability
             z = ema_over_chunks(z, torch.gather(bd.smooth, 1, chunk_pos))
         up = torch.gather(z, 1, chunk_index(bd.b).unsqueeze(-1).expand(-1, -1, z.shape[-1]))
@@ -150,7 +213,8 @@ class HourglassLM(HubMixin, nn.Module):  # HubMixin: save_pretrained / from_pret
             up = up * bd.confidence.unsqueeze(-1).to(up.dtype)
         logits = self.head(self.decoder(h + up, pos))
         return ModelOutput(logits=logits, early_logits=early_logits, boundaries=bd, n_chunks=n_chunks,
-                           values=values)
+                           values=values, boundaries2=bd2, chunk_pos=chunk_pos if bd2 is not None else None,
+                           n_chunks2=None if bd2 is None else bd2.b.sum(1))
 
     def generate(self, prompt, max_new_bytes: int = 256, **kwargs):
         """Continue `prompt` (bytes, str, or a list of them) with cached incremental decoding,

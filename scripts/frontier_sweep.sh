@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Issue 8: bpb against FLOPs per byte at equal training compute on both prepared corpora. The
+# compute-aware policy (a price per chunk, no rate target) at several prices, against fixed-rate
+# RL and superword BPE (`bpe_line`, which can reach low rates) at several rates. The rl and bpe
+# runs at rate 0.2 of the main comparison are reused. Resumable: rerun to continue.
+#   bash scripts/frontier_sweep.sh [BUDGET_BYTES] [DATA_ROOT]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUDGET=${1:-1000000}
+ROOT=${2:-../shared/data}
+RLTOK=${RLTOK:-.venv/bin/rltok}
+PRICE="rl@objective.rate_control=none,objective.compute_price"
+run() {  # corpus
+  local c=$1 out=runs/frontier/$1
+  mkdir -p "$out"
+  for m in rl_s0 rl_s1 bpe_s0 bpe_s1; do
+    [ -e "$out/$m.json" ] || cp "docs/results/compare/$c/$m.json" "$out/" 2>/dev/null || true
+  done
+  $RLTOK compare train.threads=1 --data "$ROOT/$c" --preset small --budget-bytes "$BUDGET" --out "$out" --split test \
+    --seeds 0 --methods "$PRICE=0.003" "$PRICE=0.001" "$PRICE=0.01" \
+    "rl@model.target_rate=0.1" "rl@model.target_rate=0.3" \
+    "bpe_line@model.target_rate=0.1" "bpe_line@model.target_rate=0.2" "bpe_line@model.target_rate=0.3" \
+    "rl@model.stages=2"
+}
+mkdir -p runs/frontier
+run code-py > runs/frontier/code-py.log 2>&1 &
+run docs-en > runs/frontier/docs-en.log 2>&1 &
+wait

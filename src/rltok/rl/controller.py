@@ -1,0 +1,36 @@
+"""A Lagrange multiplier that holds the expected boundary rate at a target.
+
+The constraint E[rate] = target enters the policy's objective as a price per chunk, lambda. After
+every step the price moves by dual ascent, lambda += lr * (rate - target): chunks get dearer
+while the policy draws too many of them and cheaper (even subsidised) while it draws too few, so
+the rate is held in expectation without a penalty weight to tune. A proportional term
+gain * (rate - target) on top of the integral damps the overshoot of pure dual ascent.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class LagrangePrice:
+    def __init__(self, target: float, lr: float, gain: float = 0.0, device=None):
+        self.target, self.lr, self.gain = float(target), float(lr), float(gain)
+        self.integral = torch.zeros((), device=device)  # the multiplier, nats per chunk
+        self.error = torch.zeros((), device=device)  # the last rate error
+
+    @property
+    def price(self) -> torch.Tensor:
+        return self.integral + self.gain * self.error
+
+    def update(self, expected_rate: torch.Tensor | float) -> None:
+        """One dual-ascent step from the step's expected rate (kept on the device: no sync)."""
+        err = torch.as_tensor(expected_rate, dtype=torch.float32, device=self.integral.device).detach() - self.target
+        self.error = err
+        self.integral = self.integral + self.lr * err
+
+    def state_dict(self) -> dict:
+        return {"integral": self.integral.cpu(), "error": self.error.cpu()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.integral = state["integral"].to(self.integral.device)
+        self.error = state["error"].to(self.integral.device)
