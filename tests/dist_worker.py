@@ -4,7 +4,7 @@
 
 Every rank takes part in: a DDP run stopped halfway and resumed (OUT/ddp_resume), an FSDP2 run
 stopped halfway and resumed (OUT/fsdp), a DDP run with K segmentations per sequence
-(OUT/ddp_group), and a DDP run through the CLI (OUT/ddp). Rank 0 writes the checkpoints and
+(OUT/ddp_group), one with Lagrange rate control and a FLOPs budget (OUT/ddp_priced), and a DDP run through the CLI (OUT/ddp). Rank 0 writes the checkpoints and
 metrics that the test compares with a single-process run.
 """
 
@@ -23,6 +23,8 @@ from rltok.train import Trainer
 # rank). Not with the critic: its bias regresses batch-centred returns, so its true gradient is
 # zero and Adam's first steps (about lr x sign(g)) turn rounding noise into different updates.
 GROUP = ["objective.baseline=group", "objective.group_size=2", "model.policy_window=1"]
+# the Lagrange price and the FLOPs spent come from the global rate: every rank must agree
+PRICED = ["objective.rate_control=lagrange", "model.target_rate=0.3", "train.flops_budget=1e12"]
 
 
 def run() -> None:
@@ -46,6 +48,8 @@ def run() -> None:
     resumed.fit()
     # 3. group-relative baseline
     Trainer(load_config("test", overrides=[*base, f"train.out_dir={out}/ddp_group", *GROUP]), quiet=True).fit()
+    # 3b. Lagrange rate control and a FLOPs budget
+    Trainer(load_config("test", overrides=[*base, f"train.out_dir={out}/ddp_priced", *PRICED]), quiet=True).fit()
     # 4. DDP through the command line, as a user launches it (last: its
     # exit destroys the process group, and re-creating one under torchrun is not reliable)
     rc = main(["train", "--preset", "test", "--out", f"{out}/ddp", *base])

@@ -4,7 +4,8 @@ parameters within 1e-5 relative — with DDP (also through the CLI, with gradien
 and a resume in between) and with FSDP2. RL chunker with sampled boundaries (policy_window=2:
 the sequential sampler), so the shared data and boundary noise and the global batch-relative
 baseline and rate mean are all exercised; also K=2 segmentations per sequence with the
-group-relative baseline."""
+group-relative baseline; and Lagrange rate control with a FLOPs budget (both fed by the global
+rate)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from rltok.checkpoint import load_checkpoint
 from rltok.config import load_config
 from rltok.train import Trainer
 
-from dist_worker import GROUP
+from dist_worker import GROUP, PRICED
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                                 reason="needs torch.distributed with gloo")
@@ -81,6 +82,8 @@ def runs(tmp_path_factory):
     Trainer(cfg, quiet=True).fit()
     Trainer(load_config("test", overrides=[*COMMON, f"data.train={data}", f"train.out_dir={root / 'single_group'}",
                                            f"train.batch_size={GLOBAL_BATCH}", *GROUP]), quiet=True).fit()
+    Trainer(load_config("test", overrides=[*COMMON, f"data.train={data}", f"train.out_dir={root / 'single_priced'}",
+                                           f"train.batch_size={GLOBAL_BATCH}", *PRICED]), quiet=True).fit()
     try:
         out, _ = proc.communicate(timeout=240)
     except subprocess.TimeoutExpired:
@@ -95,10 +98,10 @@ def weights(run: Path) -> dict:
     return load_checkpoint(run)[0].state_dict()
 
 
-@pytest.mark.parametrize("name", ["ddp", "ddp_resume", "fsdp", "ddp_group"])
+@pytest.mark.parametrize("name", ["ddp", "ddp_resume", "fsdp", "ddp_group", "ddp_priced"])
 def test_two_ranks_match_one_process(runs, name):
     root, _ = runs
-    single = root / ("single_group" if name == "ddp_group" else "single")
+    single = root / {"ddp_group": "single_group", "ddp_priced": "single_priced"}.get(name, "single")
     ref, got = losses(single), losses(root / name)
     for a, b in zip(got, ref):
         assert abs(a - b) <= 1e-5 * abs(b), (got, ref)

@@ -59,10 +59,12 @@ def expected_rate(logits: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
 
 
 def supertoken_terms(out: ModelOutput, returns: torch.Tensor, cfg: ObjectiveConfig, target_rate2: float | None,
-                     price2: ChunkPrice | None, metrics: dict) -> torch.Tensor:
+                     price2: ChunkPrice | None, metrics: dict, batch_mean=None) -> torch.Tensor:
     """Policy-gradient, price and rate terms of a two-stage model's supertoken policy. Its
     decision at chunk j first changes the prediction made at chunk j's last byte, so it is
-    credited with the stage-1 return from that byte on (same reward, baseline and discount)."""
+    credited with the stage-1 return from that byte on (same reward, baseline and discount).
+    Under data parallelism the means over chunks are per rank (ranks hold different numbers of
+    chunks), except the rate loss' mean probability, which is global."""
     bd2 = out.boundaries2
     free2 = bd2.free
     adv2 = torch.gather(returns, 1, out.chunk_pos)
@@ -77,7 +79,7 @@ def supertoken_terms(out: ModelOutput, returns: torch.Tensor, cfg: ObjectiveConf
         metrics["chunk_price2"] = pr.detach()
         loss = loss + cfg.pg_weight * pr * masked_mean(p2, free2)
     if cfg.rate_control == "penalty" and target_rate2 is not None:
-        l_rate2 = rate_loss(bd2.logits, free2, target_rate2)
+        l_rate2 = rate_loss(bd2.logits, free2, target_rate2, mean=getattr(batch_mean, "masked_mean", None))
         metrics["rate_loss2"] = l_rate2.detach()
         loss = loss + cfg.rate_weight * l_rate2
     return loss
@@ -180,7 +182,7 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
             loss = loss + cfg.rate_weight * l_rate
             metrics["rate_loss"] = l_rate.detach()
         if out.boundaries2 is not None:
-            loss = loss + supertoken_terms(out, returns, cfg, target_rate2, price2, metrics)
+            loss = loss + supertoken_terms(out, returns, cfg, target_rate2, price2, metrics, batch_mean)
         metrics.update(
             pg_loss=l_pg.detach(), expected_rate=expected_rate(bd.logits, free),
             p_mean=masked_mean(torch.sigmoid(bd.logits.detach()), free),
