@@ -280,3 +280,31 @@ def test_two_stage_config_errors():
         load_config("test", overrides=["model.stages=3"])
     with pytest.raises(ConfigError, match="chunker=rl"):
         load_config("test", overrides=["model.stages=2", "model.chunker=fixed"])
+
+
+def test_unsupported_combinations_are_refused():
+    with pytest.raises(ConfigError, match="stages=2 needs"):
+        load_config("test", overrides=["model.stages=2", "objective.rate_control=none"])
+    with pytest.raises(ConfigError, match="flops_budget"):
+        load_config("test", overrides=["model.arch=bpe_token", "train.flops_budget=1e9"])
+
+
+def test_lagrange_integral_is_bounded():
+    lp = LagrangePrice(target=0.2, lr=100.0)
+    for _ in range(50):
+        lp.update(1.0)  # a policy that never responds
+    assert lp.price.item() == pytest.approx(LagrangePrice.max_price)
+
+
+def test_matched_flat_depth_yields_to_explicit_overrides(tmp_path):
+    assert method_config("flat@model.flat_layers=2", [], "stdlib", tmp_path, 0, "test").model.flat_layers == 2
+    assert method_config("flat", [], "stdlib", tmp_path, 0, "test").model.flat_layers >= 1
+
+
+def test_two_stage_flops_follow_the_achieved_supertoken_rate():
+    cfg = load_config("test", overrides=["model.stages=2"])
+    lo = config_forward_flops_per_byte(cfg, 0.2, rate2=0.2)
+    hi = config_forward_flops_per_byte(cfg, 0.2, rate2=0.6)
+    assert hi > lo
+    assert config_forward_flops_per_byte(cfg, 0.2) == pytest.approx(
+        config_forward_flops_per_byte(cfg, 0.2, rate2=cfg.model.stage2_target_rate))

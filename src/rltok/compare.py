@@ -54,8 +54,9 @@ def git_commit() -> str:
         return "unknown"
 
 
-def forward_flops_per_byte(cfg: Config, rate: float | None = None, vocab_size: int = 264) -> float:
-    return config_forward_flops_per_byte(cfg, rate, vocab_size)
+def forward_flops_per_byte(cfg: Config, rate: float | None = None, vocab_size: int = 264,
+                           rate2: float | None = None) -> float:
+    return config_forward_flops_per_byte(cfg, rate, vocab_size, rate2)
 
 
 def matched_flat_layers(cfg: Config) -> int:
@@ -118,9 +119,10 @@ def adaptive_rate(cfg: Config) -> bool:
 
 def method_config(method: str, base: list[str], data: str, out_dir: Path, seed: int, preset: str) -> Config:
     cfg = load_config(preset, overrides=[*base, f"data.train={data}"])
+    name = method.partition("@")[0]
     extra = method_overrides(method)
-    if method.partition("@")[0] in ("flat", "bpe_token"):
-        extra.append(f"model.flat_layers={matched_flat_layers(cfg)}")
+    if name in ("flat", "bpe_token"):  # matched depth first, so NAME@model.flat_layers=... still wins
+        extra.insert(len(METHODS[name]), f"model.flat_layers={matched_flat_layers(cfg)}")
     return load_config(preset, overrides=[*base, f"data.train={data}", *extra, f"train.seed={seed}",
                                           f"train.out_dir={out_dir}"])
 
@@ -170,7 +172,10 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
         d = diagnose(model, x[:8], y[:8], cfg_loaded.objective, cfg_loaded.model.target_rate,
                      variants={"own": {}}, n_estimates=16, n_reference=16, log=lambda m: None)
         estimator = d["variants"]["own"]
-    achieved_fpb = train_flops_per_byte({"total": forward_flops_per_byte(cfg, rate, vocab)})
+    # two stages: supertokens per chunk as trained over the last logged steps (eval reports stage 1)
+    rate2s = [r["rate2"] for r in trainer.history if "rate2" in r][-3:]
+    rate2 = sum(rate2s) / len(rate2s) if rate2s else None
+    achieved_fpb = train_flops_per_byte({"total": forward_flops_per_byte(cfg, rate, vocab, rate2)})
     records = trainer.history
     bps = [r["bytes_per_s"] for r in records[1:]] or [r["bytes_per_s"] for r in records]
     curve = [{"step": r["step"], "bytes": r["bytes"], "train_flops": r.get("train_flops", r["bytes"] * planned_fpb),
@@ -180,7 +185,7 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
         "params": model.num_params(), "steps": steps, "train_bytes": steps * bytes_per_step,
         "planned_rate": planned_rate, "planned_train_flops_per_byte": planned_fpb, "train_flops_per_byte": achieved_fpb,
         "train_flops": trainer.flops_spent if adaptive_rate(cfg) else steps * bytes_per_step * planned_fpb,
-        "forward_flops_per_byte": forward_flops_per_byte(cfg, rate, vocab),
+        "forward_flops_per_byte": forward_flops_per_byte(cfg, rate, vocab, rate2), "rate2": rate2,
         "bpb": ev["bpb"], "rate": rate, "bytes_per_chunk": ev.get("bytes_per_chunk"),
         "space_align": ev.get("space_align"), "space_end": ev.get("space_end"),
         "chunk_length_hist": ev.get("chunk_length_hist"),

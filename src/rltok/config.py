@@ -127,8 +127,11 @@ class ObjectiveConfig:
     # that one more chunk adds to the chunk-level network (rltok.flops.chunk_cost_flops); 0 = off.
     compute_price: float = 0.0
     # How a price per chunk (compute_price, the Lagrange multiplier) reaches the policy: "exact"
-    # (its expected cost is p_t x price, differentiated in closed form: no variance) or "reward"
-    # (subtracted from the sampled reward at each boundary and estimated by the score function)
+    # (its expected cost is p_t x price, differentiated in closed form: no variance; the same
+    # expected gradient as "reward" for policy_window=1, while for w > 1 it leaves out how b_t
+    # changes the later decisions' costs) or "reward" (subtracted from the sampled reward at each
+    # boundary and estimated by the score function, with the other rewards' baseline/discount).
+    # The supertoken policy of stages=2 (w = 1) always uses "exact".
     cost_estimator: str = "exact"
 
     def baseline_parts(self) -> set[str]:
@@ -255,6 +258,12 @@ class Config:
         if self.train.batch_size % self.objective.group_size:
             raise ConfigError("train.batch_size must be a multiple of objective.group_size "
                               "(it counts segmentations; batch_size / group_size distinct sequences)")
+        if self.model.stages == 2 and self.objective.rate_control == "none":
+            raise ConfigError("model.stages=2 needs objective.rate_control=penalty or lagrange: the supertoken "
+                              "policy has no compute price of its own and would drift without a rate target")
+        if self.train.flops_budget > 0 and self.model.arch == "bpe_token":
+            raise ConfigError("train.flops_budget is not supported for model.arch=bpe_token (its FLOPs per byte "
+                              "depend on its tokenizer); set train.max_steps instead")
         if self.train.seq_len > self.model.max_seq_len:
             raise ConfigError("train.seq_len exceeds model.max_seq_len")
         return self

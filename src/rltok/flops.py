@@ -115,10 +115,11 @@ def chunk_cost_flops(cfg: ModelConfig, seq_len: int) -> tuple[float, float]:
     return a, slope(1.0) - a
 
 
-def config_forward_flops_per_byte(cfg, rate: float | None = None, vocab_size: int = VOCAB_SIZE) -> float:
+def config_forward_flops_per_byte(cfg, rate: float | None = None, vocab_size: int = VOCAB_SIZE,
+                                  rate2: float | None = None) -> float:
     """Forward FLOPs per distinct training byte of the model a full `Config` builds, at `rate`
     (default: the target). With objective.group_size K, the K segmentations of a sequence share
-    the encoder pass and repeat everything after it."""
+    the encoder pass and repeat everything after it. `rate2`: supertokens per chunk (stages=2)."""
     m, seq = cfg.model, cfg.train.seq_len
     if m.arch == "flat":
         return flat_flops(m.d_chunk, m.flat_layers, seq, None, m.mlp_ratio)["total"]
@@ -127,7 +128,7 @@ def config_forward_flops_per_byte(cfg, rate: float | None = None, vocab_size: in
         n_tok = max(1, int(seq * rate))
         per_token = flat_flops(m.d_chunk, m.flat_layers, n_tok, None, m.mlp_ratio)["total"]
         return rate * (per_token + 2.0 * m.d_chunk * (vocab_size - VOCAB_SIZE))
-    f = hourglass_flops(m, seq, rate)
+    f = hourglass_flops(m, seq, rate, rate2)
     k = cfg.objective.group_size
     shared = f["encoder"] + f["encoder_attn"] + f["early_head"]
     return shared + k * (f["total"] - shared)

@@ -161,7 +161,11 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
     if bd.logits is not None:
         free = bd.free
         reward = boundary_reward(ce_early, ce_final, cfg.reward)
-        chunk_price = None if price is None else price(metrics["rate"])
+        chunk_price = None
+        if price is not None:  # data parallel: the price grows with the global rate, the same on every rank
+            rate = metrics["rate"] if batch_mean is None else batch_mean.masked_mean(
+                bd.b.float(), torch.ones_like(bd.b))
+            chunk_price = price(rate)
         if chunk_price is not None and cfg.cost_estimator == "reward":  # sampled cost, score-function gradient
             reward = reward - chunk_price * (bd.b & free).to(reward.dtype)
         returns, value_loss = boundary_advantages(reward, free, cfg, out.values, batch_mean)
@@ -173,8 +177,8 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
         if chunk_price is not None:
             metrics["chunk_price"] = chunk_price.detach()
             if cfg.cost_estimator == "exact":
-                # a chunk's cost depends on its own decision alone, E[price * b_t] = price * p_t:
-                # the same expected gradient as the sampled cost in the reward, with no variance
+                # a chunk's cost depends on its own decision, E[price * b_t] = price * p_t: for
+                # w = 1 the same expected gradient as the sampled cost in the reward, with no variance
                 loss = loss + cfg.pg_weight * chunk_price * masked_mean(torch.sigmoid(bd.logits), free)
         if cfg.rate_control == "penalty":
             # a data-parallel batch_mean also supplies the global mean boundary probability

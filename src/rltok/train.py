@@ -42,7 +42,8 @@ STATE_VERSION = 1  # of trainer.pt; bump when its keys change meaning
 TIMING_KEYS = ("bytes_per_s", "flops_per_s", "mfu")
 
 
-def model_train_flops_per_byte(cfg, seq_len: int | None = None, rate: float | None = None) -> float | None:
+def model_train_flops_per_byte(cfg, seq_len: int | None = None, rate: float | None = None,
+                               rate2: float | None = None) -> float | None:
     """Analytical training FLOPs per distinct byte (rltok.flops) of the model a config builds,
     at the achieved boundary rate when given; None for the BPE-token reference (its cost per
     byte depends on its tokenizer)."""
@@ -50,7 +51,7 @@ def model_train_flops_per_byte(cfg, seq_len: int | None = None, rate: float | No
         return None
     if seq_len is not None and seq_len != cfg.train.seq_len:
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seq_len=seq_len))
-    return train_flops_per_byte({"total": config_forward_flops_per_byte(cfg, rate)})
+    return train_flops_per_byte({"total": config_forward_flops_per_byte(cfg, rate, rate2=rate2)})
 
 
 def resolve_device(name: str) -> torch.device:
@@ -432,7 +433,7 @@ class Trainer:
             return
         zero = torch.zeros((), device=self.device)
         rates = torch.stack([torch.as_tensor(sums.get(k, zero), device=self.device).float()
-                             for k in ("expected_rate", "rate", "expected_rate2")])
+                             for k in ("expected_rate", "rate", "expected_rate2", "rate2")])
         if self.dist.enabled:  # every rank must hold the same price and stop at the same step
             rates = ddp.all_reduce_(rates, self.dist) / self.dist.world_size
         if lagrange is not None:
@@ -440,10 +441,10 @@ class Trainer:
         if self.price2 is not None:
             self.price2.lagrange.update(rates[2])
         if self.cfg.train.flops_budget > 0:
-            rate = rates[1].item() if "rate" in sums else None
+            rate, rate2 = rates[1].item() if "rate" in sums else None, rates[3].item() if "rate2" in sums else None
             tc = self.cfg.train
             step_bytes = self.sampler.batch_size * self.dist.world_size * tc.grad_accum * self.sampler.seq_len
-            self.flops_spent += (model_train_flops_per_byte(self.cfg, None, rate) or 0.0) * step_bytes
+            self.flops_spent += model_train_flops_per_byte(self.cfg, None, rate, rate2) * step_bytes
 
     def validate(self) -> dict:
         """Held-out metrics; data-parallel ranks evaluate their shares and sum the counts."""
@@ -519,7 +520,7 @@ class Trainer:
                         rec["train_flops"] = self.flops_spent
                     rec.update(step=self.step, bytes=self.bytes_seen, lr=self.opt.param_groups[0]["lr"],
                                bytes_per_s=(self.bytes_seen - bytes_last) / max(1e-9, now - t_last))
-                    fpb = model_train_flops_per_byte(self.cfg, self.sampler.seq_len, rec.get("rate"))
+                    fpb = model_train_flops_per_byte(self.cfg, self.sampler.seq_len, rec.get("rate"), rec.get("rate2"))
                     if fpb is not None:  # MFU: analytical FLOPs/byte x bytes/s against the peak of all devices
                         rec["flops_per_s"] = fpb * rec["bytes_per_s"]
                         rec["mfu"] = rec["flops_per_s"] / (self.peak_flops * world)
