@@ -21,6 +21,12 @@ run() {  # corpus
     "rl@model.target_rate=0.1" "rl@model.target_rate=0.3" \
     "bpe_line@model.target_rate=0.1" "bpe_line@model.target_rate=0.2" "bpe_line@model.target_rate=0.3" \
     "rl@model.stages=2"
+  # the low-rate end, where the compute-aware policy settles at higher prices
+  $RLTOK compare train.threads=1 --data "$ROOT/$c" --preset small --budget-bytes "$BUDGET" --out "$out" --split test \
+    --seeds 0 --methods "$PRICE=0.03" "$PRICE=0.1" "rl@model.target_rate=0.05"
+  # a second seed where the comparison is decided (the seed spread is ~0.06-0.13 bpb)
+  $RLTOK compare train.threads=1 --data "$ROOT/$c" --preset small --budget-bytes "$BUDGET" --out "$out" --split test \
+    --seeds 1 --methods "$PRICE=0.01" "$PRICE=0.003" "rl@model.target_rate=0.1" "rl@model.target_rate=0.3" "rl@model.stages=2" "$PRICE=0.03"
 }
 mkdir -p runs/frontier
 run code-py > runs/frontier/code-py.log 2>&1 &
