@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 RESULTS = ROOT / "docs" / "results"
 
-from rltok.compare import git_commit  # noqa: E402  (the one helper that names the commit)
+from rltok.compare import git_commit, mean_sd  # noqa: E402  (shared with the comparison report)
 
 
 def run(name: str, ckpt: str, args) -> dict:
@@ -51,17 +51,6 @@ ABLATION_LABELS = {
 }
 
 
-def _mean_sd(values: list[float], digits: int = 3) -> str:
-    import statistics
-
-    values = [v for v in values if v is not None]
-    if not values:
-        return "–"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
-
-
 def ablation_tables() -> list[str]:
     """The training ablations at equal compute, one table per corpus, from their JSON files."""
     root = RESULTS / "ablation"
@@ -87,9 +76,9 @@ def ablation_tables() -> list[str]:
         for m in order:
             rs = by[m]
             lines.append(
-                f"| {ABLATION_LABELS.get(m, m)} | {len(rs)} | {_mean_sd([r['bpb'] for r in rs], 4)} "
-                f"| {_mean_sd([r['rate'] for r in rs])} | {_mean_sd([r['space_align'] for r in rs])} "
-                f"| {_mean_sd([r.get('grad_snr') for r in rs])} | {_mean_sd([r.get('grad_cos_ref') for r in rs], 2)} "
+                f"| {ABLATION_LABELS.get(m, m)} | {len(rs)} | {mean_sd([r['bpb'] for r in rs], 4)} "
+                f"| {mean_sd([r['rate'] for r in rs])} | {mean_sd([r['space_align'] for r in rs])} "
+                f"| {mean_sd([r.get('grad_snr') for r in rs])} | {mean_sd([r.get('grad_cos_ref') for r in rs], 2)} "
                 f"| {sum(r['train_flops_per_byte'] for r in rs) / len(rs) / 1e6:.2f}M "
                 f"| {sum(r['train_bytes'] for r in rs) / len(rs) / 1e6:.2f}M "
                 f"| {sum(r['train_bytes_per_s'] or 0 for r in rs) / len(rs) / 1e3:.1f}k |")

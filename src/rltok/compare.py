@@ -54,11 +54,6 @@ def git_commit() -> str:
         return "unknown"
 
 
-def forward_flops_per_byte(cfg: Config, rate: float | None = None, vocab_size: int = 264,
-                           rate2: float | None = None) -> float:
-    return config_forward_flops_per_byte(cfg, rate, vocab_size, rate2)
-
-
 def matched_flat_layers(cfg: Config) -> int:
     """Depth at which the flat byte model (width d_chunk) costs what the hourglass costs per byte."""
     target = hourglass_flops(cfg.model, cfg.train.seq_len)["total"]
@@ -145,7 +140,7 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
     trainer = Trainer(cfg, resume=True, quiet=True)  # builds (and for BPE, fits) the model
     vocab = getattr(trainer.model, "vocab_size", 264)
     planned_rate = probe_rate(trainer)
-    planned_fpb = train_flops_per_byte({"total": forward_flops_per_byte(cfg, planned_rate, vocab)})
+    planned_fpb = train_flops_per_byte({"total": config_forward_flops_per_byte(cfg, planned_rate, vocab)})
     steps = max(1, round(budget_flops / (planned_fpb * bytes_per_step)))
     tc = trainer.cfg.train
     tc.max_steps = steps
@@ -175,7 +170,7 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
     # two stages: supertokens per chunk as trained over the last logged steps (eval reports stage 1)
     rate2s = [r["rate2"] for r in trainer.history if "rate2" in r][-3:]
     rate2 = sum(rate2s) / len(rate2s) if rate2s else None
-    achieved_fpb = train_flops_per_byte({"total": forward_flops_per_byte(cfg, rate, vocab, rate2)})
+    achieved_fpb = train_flops_per_byte({"total": config_forward_flops_per_byte(cfg, rate, vocab, rate2)})
     records = trainer.history
     bps = [r["bytes_per_s"] for r in records[1:]] or [r["bytes_per_s"] for r in records]
     curve = [{"step": r["step"], "bytes": r["bytes"], "train_flops": r.get("train_flops", r["bytes"] * planned_fpb),
@@ -185,7 +180,7 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
         "params": model.num_params(), "steps": steps, "train_bytes": steps * bytes_per_step,
         "planned_rate": planned_rate, "planned_train_flops_per_byte": planned_fpb, "train_flops_per_byte": achieved_fpb,
         "train_flops": trainer.flops_spent if adaptive_rate(cfg) else steps * bytes_per_step * planned_fpb,
-        "forward_flops_per_byte": forward_flops_per_byte(cfg, rate, vocab, rate2), "rate2": rate2,
+        "forward_flops_per_byte": config_forward_flops_per_byte(cfg, rate, vocab, rate2), "rate2": rate2,
         "bpb": ev["bpb"], "rate": rate, "bytes_per_chunk": ev.get("bytes_per_chunk"),
         "space_align": ev.get("space_align"), "space_end": ev.get("space_end"),
         "chunk_length_hist": ev.get("chunk_length_hist"),
@@ -219,7 +214,7 @@ def run_sweep(data: str, methods: list[str], seeds: list[int], out: Path, budget
     return results
 
 
-def _fmt(values: list[float], digits: int = 3) -> str:
+def mean_sd(values: list[float], digits: int = 3) -> str:
     values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
     if not values:
         return "–"
@@ -238,10 +233,10 @@ def summarize(results: list[dict]) -> list[dict]:
             "method": method, "seeds": len(rs),
             "bpb_mean": statistics.mean(r["bpb"] for r in rs),
             "bpb_std": statistics.stdev([r["bpb"] for r in rs]) if len(rs) > 1 else None,
-            "bpb": _fmt([r["bpb"] for r in rs], 4),
-            "rate": _fmt([r["rate"] for r in rs]),
-            "bytes_per_chunk": _fmt([r["bytes_per_chunk"] for r in rs], 2),
-            "space_align": _fmt([r["space_align"] for r in rs]),
+            "bpb": mean_sd([r["bpb"] for r in rs], 4),
+            "rate": mean_sd([r["rate"] for r in rs]),
+            "bytes_per_chunk": mean_sd([r["bytes_per_chunk"] for r in rs], 2),
+            "space_align": mean_sd([r["space_align"] for r in rs]),
             "train_flops_per_byte": statistics.mean(r["train_flops_per_byte"] for r in rs),
             "train_flops": statistics.mean(r["train_flops"] for r in rs),
             "train_bytes": statistics.mean(r["train_bytes"] for r in rs),
