@@ -300,7 +300,7 @@ def cmd_compare(args) -> int:
         r = json.loads(path.read_text())
         if (r["method"], r["seed"]) not in names:
             results.append(r)
-    report = write_report(results, out, args.title or f"{args.data} ({args.split} split)", command)
+    report = write_report(results, out, args.title or f"{Path(args.data).name} ({args.split} split)", command)
     print(report.read_text())
     return 0
 
@@ -311,6 +311,8 @@ def cmd_diagnose(args) -> int:
     from .data import eval_windows, load_eval_bytes
     from .diagnose import VARIANTS, diagnose, markdown
 
+    if args.true_advantage:
+        return _diagnose_true_advantage(args)
     for v in args.variants or []:
         if v not in VARIANTS:
             raise ConfigError(f"unknown variant {v!r}; choose from {', '.join(VARIANTS)}")
@@ -329,6 +331,38 @@ def cmd_diagnose(args) -> int:
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2))
     print(markdown(result))
+    return 0
+
+
+def _diagnose_true_advantage(args) -> int:
+    """`rltok diagnose --true-advantage`: what a boundary at t does to the loss, per byte class,
+    and how well the estimators' advantages track it."""
+    from pathlib import Path
+
+    from .data import eval_windows, load_eval_bytes
+    from .true_advantage import format_true_advantage, true_advantage
+
+    if args.per_class < 1 or args.variant_batch < 1 or args.batch < 1:
+        raise ConfigError("--per-class, --variant-batch and --batch must be >= 1")
+    if args.horizon is not None and args.horizon < 0:
+        raise ConfigError("--horizon must be >= 0")
+    model, cfg, ckpt, device = _load(args)
+    if model.__class__.__name__ != "HourglassLM":
+        raise ConfigError("--true-advantage needs a checkpoint of the hierarchical (hourglass) model")
+    if model.cfg.stages == 2:
+        raise ConfigError("--true-advantage does not support two-stage (model.stages=2) checkpoints")
+    spec = args.data or cfg.data.train
+    data = load_eval_bytes(spec, args.split, val_fraction=cfg.data.val_fraction)
+    x, y = eval_windows(data, args.seq_len or cfg.train.seq_len, args.batch)
+    if x.shape[1] < 3:
+        raise ConfigError("windows of at least 3 bytes are needed; raise --seq-len or give more data")
+    result = true_advantage(model, x.to(device), y.to(device), cfg.objective, n_per_class=args.per_class,
+                            horizon=args.horizon, batch_size=args.variant_batch, seed=args.seed)
+    result.update(checkpoint=str(ckpt), data=spec, split=args.split)
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2))
+        print(f"wrote {args.out}", file=sys.stderr)
+    print(format_true_advantage(result))
     return 0
 
 
@@ -452,7 +486,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", type=int, default=64, help="estimates averaged into the reference gradient")
     p.add_argument("--reference-group", type=int, default=8, help="segmentations per sequence in the reference")
     p.add_argument("--variants", nargs="+", help="subset of variants (default: all)")
-    p.add_argument("--out", help="write the result as JSON")
+    p.add_argument("--out", "--json", dest="out", help="write the result as JSON")
+    p.add_argument("--true-advantage", action="store_true",
+                   help="instead: how much a boundary at t changes the loss (D_t = L(b_t=0) - L(b_t=1)) per "
+                        "byte class, and each estimator's correlation with the true advantage")
+    p.add_argument("--per-class", type=int, default=32, help="--true-advantage: positions per byte class")
+    p.add_argument("--horizon", type=int, default=None,
+                   help="--true-advantage: bytes after t whose loss counts (default: to the end of the window)")
+    p.add_argument("--variant-batch", type=int, default=32, help="--true-advantage: rows per forward pass")
     p.set_defaults(func=cmd_diagnose, default_mode="sample")
 
     p = sub.add_parser("compare", help="train several boundary rules at equal training FLOPs and tabulate them")
