@@ -9,7 +9,7 @@ from conftest import randomize_, tiny_model_config
 from rltok import cli
 from rltok.checkpoint import save_checkpoint
 from rltok.config import Config
-from rltok.generate import HourglassState, Utf8Streamer, _pending, make_state, sample_bytes
+from rltok.generate import HourglassState, Utf8Streamer, _pending, make_state, sample_bytes, slide_start
 from rltok.model import FlatByteLM, HourglassLM
 
 CHUNKERS = [dict(chunker="rl", policy_window=1), dict(chunker="rl", policy_window=4),
@@ -135,6 +135,62 @@ def test_context_slides_at_max_seq_len():
     model = make_model(max_seq_len=32)
     g = model.generate(b"p" * 40, 70, seed=0)  # overlong prompt and several slides
     assert g.prompt == b"p" * 32 and len(g.output) == 70 and len(g.boundaries) == 32 + 69
+
+
+def spy_prefills(monkeypatch) -> list:
+    """Record every HourglassState.prefill: (start, ids, given boundaries, boundaries used)."""
+    calls, real = [], HourglassState.prefill
+
+    def spy(self, row, ids, boundaries=None, **kw):
+        out = real(self, row, ids, boundaries, **kw)
+        calls.append((kw.get("start", 0), ids.clone(), None if boundaries is None else boundaries.clone(),
+                      out[1].clone()))
+        return out
+
+    monkeypatch.setattr(HourglassState, "prefill", spy)
+    return calls
+
+
+@pytest.mark.parametrize("kw", CHUNKERS, ids=IDS)
+def test_sliding_keeps_every_boundary_decision(kw, monkeypatch):
+    """A slide re-reads the newer part of the context with the decisions already made: no
+    boundary is forced at the new first byte, and every prediction after a slide is what the
+    parallel pass gives on that window with the recorded boundaries."""
+    model = make_model(max_seq_len=32, **kw)
+    calls = spy_prefills(monkeypatch)
+    g = model.generate(b"the prompt, ", 90, temperature=0, seed=0)  # boundaries sampled, rate ~0.3
+    data = g.prompt + g.output
+    slides = [c for c in calls if c[2] is not None]
+    assert len(slides) >= 3
+    for k, (start, ids, given, used) in enumerate(slides):
+        assert 0 < start and len(ids) <= 31 and bytes(ids.tolist()) == data[start:start + len(ids)]
+        later = {s for s, _, _, _ in slides[k + 1:]}  # a later slide may have to force its first byte
+        assert all(given[i] == g.boundaries[start + i] for i in range(len(ids)) if start + i not in later)
+        assert torch.equal(used, given.bool()) and bool(given[0])  # nothing forced, nothing changed
+    if kw["chunker"] == "fixed":  # the stride keeps its phase across slides
+        assert g.boundaries == [i == 0 or (i + 1) % 3 == 0 for i in range(len(g.boundaries))]
+    ends = [s + len(ids) for s, ids, _, _ in slides[1:]] + [len(g.boundaries)]
+    for (start, ids, _, _), stop in zip(slides, ends):
+        x = torch.tensor(list(data[start:stop])).unsqueeze(0)
+        with torch.no_grad():
+            out = model(x, boundaries=torch.tensor(g.boundaries[start:stop]).unsqueeze(0), force_last=False)
+        first = start + len(ids)  # the first byte the window's steps read
+        assert out.logits[0, first - start:, :256].argmax(-1).tolist() == list(data[first + 1:stop + 1])
+
+
+def test_slide_forces_a_boundary_only_when_none_is_in_reach(monkeypatch):
+    assert slide_start([True] + [False] * 39, 40, 32) == (24, True)  # byte 0 is out of reach
+    assert slide_start([False] * 20 + [True] + [False] * 19, 40, 32) == (20, False)  # nearest, older
+    assert slide_start([False] * 9 + [True] + [False] * 14 + [False] * 15 + [True], 40, 32) == (39, False)
+    assert slide_start([False] * 22 + [True, False, False, True] + [False] * 14, 40, 32) == (25, False)
+    model = make_model(max_seq_len=32)
+    with torch.no_grad():
+        model.chunker.head.bias.fill_(-100.0)  # a policy that never closes a chunk itself
+    calls = spy_prefills(monkeypatch)
+    g = model.generate(b"x", 80, temperature=0, mode="greedy", seed=0)
+    slides = [c for c in calls if c[2] is not None]
+    assert slides and all(torch.equal(used, given.bool()) for _, _, given, used in slides)
+    assert [i for i, b in enumerate(g.boundaries) if b] == [0] + [s for s, _, _, _ in slides]
 
 
 def test_sampling_controls():

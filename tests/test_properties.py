@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rltok.config import VOCAB_SIZE, load_config
-from rltok.data import DataError, WindowSampler, eval_windows, load_corpus, read_documents
+from rltok.data import DOC_SEP, DataError, WindowSampler, eval_windows, load_corpus, read_documents
 from rltok.model import HourglassLM
 from rltok.objective import compute_loss
 
@@ -162,7 +162,13 @@ def test_loader_on_arbitrary_files(files):
             except DataError:
                 assert sum(map(len, good)) < 4  # nothing usable, or too small to split off a val part
             else:
-                assert len(corpus.train) + len(corpus.val) == sum(map(len, good))
+                # every readable byte once, plus DOC_SEP between documents on each side of the split
+                seps = len(corpus.train) + len(corpus.val) - sum(map(len, good))
+                assert 0 <= seps <= 2 * (len(good) - 1)
+                joined = torch.cat([corpus.train, corpus.val]).long()
+                counts = torch.bincount(torch.tensor(list(b"".join(good)), dtype=torch.long), minlength=256)
+                counts[DOC_SEP] += seps
+                assert torch.equal(torch.bincount(joined, minlength=256), counts)
                 if len(good) == 1:  # one document: train then val is the file, byte for byte
                     assert bytes(torch.cat([corpus.train, corpus.val]).tolist()) == good[0]
                 assert len(corpus.val) >= 2 and len(corpus.train) >= 2

@@ -1,9 +1,11 @@
 """Bytes from anywhere: the standard library, local files/folders/globs, hub datasets.
 
 Everything is read as raw bytes: any byte string is valid input, no decoding ever happens.
-Splits are deterministic: a folder holding `train*` and `val*` (and `test*`) files uses them
-as given; otherwise the last `val_fraction` of every document is held out (split per document,
-like enwik8, so no document leaks across the split boundary in the middle of a window).
+Documents (files, hub records) are joined into one stream with DOC_SEP between them.
+Splits are deterministic (see `split_documents`): a folder holding `train*` and `val*` (and
+`test*`) files uses them as given; otherwise a source of at least MIN_DOCS_FOR_DOC_SPLIT
+documents holds out whole documents, chosen by a hash of their bytes, so train and val share
+no document; a smaller source holds out the last `val_fraction` of every document.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import bz2
 import glob as globlib
 import gzip
+import hashlib
 import lzma
 import os
 import sys
@@ -22,6 +25,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+
+# Written between two documents in every corpus stream, so a window that runs from the end of
+# one file into the next sees the change. 0xFF never occurs in valid UTF-8, so it cannot be
+# confused with any text document's bytes, and it still fits the uint8 storage. (A binary or
+# invalid-UTF-8 file may hold 0xFF itself; such files are read as they are.)
+DOC_SEP = 0xFF
+# Below this many documents the validation split is the tail of every document instead of
+# whole held-out documents (too few to pick from without a lopsided split).
+MIN_DOCS_FOR_DOC_SPLIT = 20
 
 
 class DataError(ValueError):
@@ -185,7 +198,53 @@ def read_hub_dataset(spec: str, max_bytes: int, text_field: str) -> tuple[list[b
 
 
 def to_tensor(chunks: list[bytes]) -> torch.Tensor:
-    return torch.from_numpy(np.frombuffer(b"".join(chunks), dtype=np.uint8).copy())
+    """One uint8 stream: the non-empty documents in order, DOC_SEP between two of them (none
+    at the start or the end)."""
+    joined = bytes([DOC_SEP]).join(c for c in chunks if c)
+    return torch.from_numpy(np.frombuffer(joined, dtype=np.uint8).copy())
+
+
+def _doc_key(doc: bytes) -> bytes:
+    return hashlib.blake2b(doc, digest_size=8).digest()
+
+
+def split_documents(docs: list[bytes], val_fraction: float) -> tuple[list[bytes], list[bytes], str]:
+    """(train documents, val documents, rule) for a source without an explicit val split.
+
+    "documents": with at least MIN_DOCS_FOR_DOC_SPLIT non-empty documents, whole documents are
+    held out. They are taken in the order of a hash of their bytes (so neither file order nor
+    file names matter, and identical documents always land on the same side), skipping any
+    that would take the held-out bytes past twice val_fraction, until val_fraction of the
+    bytes is held out. Train and val then share no document.
+    "tails": otherwise (too few documents, none small enough, or nothing left to train on) the
+    last val_fraction of every document is held out, as in enwik8-style splits.
+    Both keep the documents in their original order on each side."""
+    docs = [d for d in docs if d]
+    total = sum(map(len, docs))
+    if len(docs) >= MIN_DOCS_FOR_DOC_SPLIT:
+        target, cap = val_fraction * total, 2 * val_fraction * total
+        groups: dict[bytes, list[int]] = {}
+        for i, d in enumerate(docs):
+            groups.setdefault(_doc_key(d), []).append(i)
+        held: set[int] = set()
+        size = 0
+        for key in sorted(groups):
+            if size >= target:
+                break
+            n = sum(len(docs[i]) for i in groups[key])
+            if size + n <= cap:
+                held.update(groups[key])
+                size += n
+        train = [d for i, d in enumerate(docs) if i not in held]
+        val = [d for i, d in enumerate(docs) if i in held]
+        if size >= 2 and sum(map(len, train)) >= 2:
+            return train, val, "documents"
+    train, val = [], []
+    for d in docs:
+        cut = len(d) - int(len(d) * val_fraction)
+        train.append(d[:cut])
+        val.append(d[cut:])
+    return train, [v for v in val if v], "tails"
 
 
 @dataclass
@@ -194,10 +253,16 @@ class Corpus:
     val: torch.Tensor  # uint8
     source: str
     skipped_files: int = 0  # unreadable or empty files left out while reading
+    # how val was made: "given" (an explicit val source or train.*/val.* files), "documents"
+    # (whole held-out documents), "tails" (the end of every document), "stream" (the end of a
+    # tiny corpus); see split_documents
+    split: str = ""
 
     def describe(self) -> str:
         skipped = f" ({self.skipped_files} file(s) skipped)" if self.skipped_files else ""
-        return f"{self.source}: {len(self.train):,} train bytes, {len(self.val):,} val bytes{skipped}"
+        rule = {"documents": "; val = whole held-out documents", "tails": "; val = the tail of every document",
+                "stream": "; val = the tail of the stream"}.get(self.split, "")
+        return f"{self.source}: {len(self.train):,} train bytes, {len(self.val):,} val bytes{skipped}{rule}"
 
 
 def _split_files(folder: Path, name: str) -> list[Path]:
@@ -221,28 +286,32 @@ def load_corpus(train: str = "stdlib", val: str = "", val_fraction: float = 0.02
         tr_docs, tr_report = read_documents(train_spec or train, max_bytes, text_field)
         va_docs, va_report = read_documents(val, 0, text_field)
         skipped = sum(len(r.skipped) + len(r.empty) for r in (tr_report, va_report))
-        return Corpus(to_tensor(tr_docs), to_tensor(va_docs), train, skipped)
+        return Corpus(to_tensor(tr_docs), to_tensor(va_docs), train, skipped, "given")
     docs, report = read_documents(train, max_bytes, text_field)
     skipped = len(report.skipped) + len(report.empty)
-    tr, va = [], []
-    for d in docs:
-        cut = len(d) - int(len(d) * val_fraction)
-        tr.append(d[:cut])
-        va.append(d[cut:])
-    corpus = Corpus(to_tensor(tr), to_tensor(va), train, skipped)
+    tr, va, rule = split_documents(docs, val_fraction)
+    corpus = Corpus(to_tensor(tr), to_tensor(va), train, skipped, rule)
     if len(corpus.val) < 2:
-        # tiny corpora: hold out the tail of the whole stream instead
-        joined = b"".join(docs)
-        cut = max(1, len(joined) - max(2, int(len(joined) * val_fraction)))
-        corpus = Corpus(to_tensor([joined[:cut]]), to_tensor([joined[cut:]]), train, skipped)
+        # tiny corpora: hold out the tail of the whole stream (as documents: the one cut
+        # in two ends train and starts val, with no separator on either side of the cut)
+        total = sum(map(len, docs))
+        cut = max(1, total - max(2, int(total * val_fraction)))
+        tr, va, seen = [], [], 0
+        for d in docs:
+            k = min(max(cut - seen, 0), len(d))
+            tr.append(d[:k])
+            va.append(d[k:])
+            seen += len(d)
+        corpus = Corpus(to_tensor(tr), to_tensor(va), train, skipped, "stream")
     if len(corpus.train) < 2:
         raise DataError(f"data source {train!r} is too small to train on ({len(corpus.train)} bytes)")
     return corpus
 
 
 def load_eval_bytes(spec: str, split: str = "val", max_bytes: int = 0, val_fraction: float = 0.02) -> torch.Tensor:
-    """Bytes to evaluate on: the named split of a split folder, else the held-out tail of every
-    document (split="val") or the whole source (split="all")."""
+    """Bytes to evaluate on: the named split of a split folder, else exactly the val bytes
+    `load_corpus` holds out (split="val": whole documents or document tails, see
+    `split_documents`) or the whole source (split="all"); documents separated by DOC_SEP."""
     named = named_split(spec, split)
     if named:
         docs, _ = read_documents(named, max_bytes)
