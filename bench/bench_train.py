@@ -190,8 +190,8 @@ def run_steps(trainer: Trainer, steps: int) -> tuple[float, float, list[float]]:
     for _ in range(steps):
         metrics = trainer.train_step()
         trainer.step += 1  # as fit() does: advances the warm-up schedule
-        if metrics is not None and "rate" in metrics:
-            rates.append(metrics["rate"])
+        if metrics is not None and "chunks_per_byte" in metrics:
+            rates.append(metrics["chunks_per_byte"])
     sync(trainer.device)
     wall, cpu = (time.perf_counter() - w0) / steps, (time.process_time() - c0) / steps
     return wall, cpu, [float(r) for r in rates]

@@ -127,7 +127,7 @@ def main() -> int:
             continue
         if i >= warmup:
             times.append(dt)
-            rates.append(float(metrics["rate"]) if "rate" in metrics else None)
+            rates.append(float(metrics["chunks_per_byte"]) if "chunks_per_byte" in metrics else None)
         losses.append(float(metrics["loss"]))
         if i == warmup - 1:
             print(f"  warm-up done in {time.perf_counter() - t_warm:.1f} s", file=sys.stderr)

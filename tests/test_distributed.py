@@ -55,7 +55,9 @@ def assert_params_close(a: dict, b: dict, tol: float = 1e-5) -> float:
         if not a[k].is_floating_point():
             assert torch.equal(a[k], b[k]), k
             continue
-        rel = ((a[k] - b[k]).norm() / b[k].norm().clamp(min=1e-12)).item()
+        # relative to the tensor's norm, floored: a near-zero tensor (the policy's history table
+        # starts at 0) would turn float32 round-off in the all-reduce into a large ratio
+        rel = ((a[k] - b[k]).norm() / b[k].norm().clamp(min=1e-2)).item()
         worst = max(worst, rel)
         assert rel <= tol, (k, rel)
     return worst

@@ -102,13 +102,14 @@ def test_crash_after_checkpoint_resumes_with_one_consistent_metrics_file(tmp_pat
             os.rename(c, c.with_name(".tmp_step_0000015_999999999"))
     with open(tmp_path / "metrics.jsonl", "a") as f:
         f.write('{"loss": 1.0, "st')
+    # a record every log_every steps and at every evaluation (eval_every=10)
     assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()[:-1]] == [3, 6, 9,
-                                                                                                          12, 15]
+                                                                                                          10, 12, 15]
     resumed = Trainer(make_cfg(tmp_path), corpus=corpus, resume=True, quiet=True)
     assert resumed.step == 10
     result = resumed.fit()
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(x)["step"] for x in lines] == [3, 6, 9, 12, 15, 18, 20]
+    assert [json.loads(x)["step"] for x in lines] == [3, 6, 9, 10, 12, 15, 18, 20]
     assert trajectory(json.loads(x) for x in lines) == trajectory(full_result.history) == trajectory(result.history)
     assert not any(p.name.startswith(".") for p in (tmp_path / "checkpoints").iterdir())  # stale tmp cleaned
 

@@ -1,11 +1,14 @@
-"""Compute-matched comparison of boundary rules (DESIGN sections 3-4).
+"""Compute-matched comparison of boundary rules.
 
 Every method uses the same backbone and optimiser settings; only the boundary rule differs (or,
-for the flat references, the architecture). The budget is total training FLOPs: a method's
-steps = budget / (its planned training FLOPs per byte x bytes per step), planned at the target
-rate. The flat byte model is sized so its FLOPs per byte match the hierarchical model's, so it
-sees the same bytes. Each run is evaluated on a held-out split and written to its own JSON file
-as soon as it finishes; a rerun skips finished runs and resumes interrupted ones.
+for the flat references, the architecture). The budget is total training FLOPs *spent*: every
+run counts each step's FLOPs at the chunks (tokens) per byte that step drew and stops when the
+budget is spent, so a rule whose rate drifts or is set by the data pays for what it used. A
+run that ends more than `BUDGET_TOLERANCE` away from the budget is flagged. The flat byte model
+is sized so its FLOPs per byte match the hierarchical model's at the target rate. Each rule is
+evaluated with the rule it trained with (sampled where it samples); rules with a separate
+inference rule (greedy thresholding) report it as well. Each run is written to its own JSON
+file as soon as it finishes; a rerun skips finished runs and resumes interrupted ones.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ METHODS: dict[str, list[str]] = {
     "uniform": ["model.chunker=uniform"],
     "flat": ["model.arch=flat"],
     "bpe_token": ["model.arch=bpe_token"],
-    # issue 4: the reference's ablations and the new variance reducers (all: the rl rule)
+    # the reference's ablations and the variance reducers (all: the rl rule)
     "rl_gamma1": ["model.chunker=rl", "objective.gamma=1.0"],
     "rl_no_batch": ["model.chunker=rl", "objective.baseline=none"],
     "rl_final_reward": ["model.chunker=rl", "objective.reward=final"],
@@ -62,13 +65,16 @@ def matched_flat_layers(cfg: Config) -> int:
     return max(1, round((target - head) / (per_layer["total"] - head)))
 
 
-LEARNED_RULES = ("rl", "hnet", "gumbel")
+LEARNED_RULES = ("rl", "hnet", "gumbel", "entropy")  # rate set in training, towards the target
+BUDGET_TOLERANCE = 0.02  # a run whose spend misses the budget by more is flagged
+GREEDY_RULES = ("rl", "gumbel")  # rules that sample in training and have a thresholded variant
 
 
 def probe_rate(trainer) -> float | None:
-    """The rate to plan compute with: the target for learned rules (they are trained towards it),
-    the rate measured on the start of the training split for rules fixed by the data (BPE,
-    whitespace), so data-determined rates are paid for rather than assumed."""
+    """The rate to plan the schedule with (warm-up, evaluation and checkpoint intervals; the run
+    itself stops on the FLOPs it spends): the target for rules that learn or track their rate,
+    the chunks per byte measured on the start of the training split for rules fixed by the data
+    (BPE, whitespace) and for the BPE-token reference."""
     import torch
 
     from .data import eval_windows
@@ -92,6 +98,12 @@ def probe_rate(trainer) -> float | None:
         return out.boundaries.b.float().mean().item()
 
 
+def training_rate(history: list[dict], key: str = "rate", last: int = 3) -> float | None:
+    """The mean of `key` over the last logged training records (what the rule drew in training)."""
+    vals = [r[key] for r in history if key in r][-last:]
+    return sum(vals) / len(vals) if vals else None
+
+
 def method_overrides(method: str) -> list[str]:
     """A method's config overrides. `NAME@key=value,key=value` is method NAME with extra
     overrides, e.g. `rl@model.target_rate=0.3` or `bpe_line@model.target_rate=0.15`."""
@@ -104,12 +116,6 @@ def method_overrides(method: str) -> list[str]:
 def method_slug(method: str) -> str:
     """A file name for a method: `rl@objective.compute_price=0.1` -> `rl__objective.compute_price-0.1`."""
     return method.replace("@", "__").replace("=", "-").replace(",", "_").replace("/", "_")
-
-
-def adaptive_rate(cfg: Config) -> bool:
-    """Rules whose rate is chosen in training rather than fixed in advance (a price per chunk
-    with no rate target): their FLOPs are counted at the rate each step achieves."""
-    return cfg.model.arch == "hourglass" and cfg.model.chunker == "rl" and cfg.objective.rate_control == "none"
 
 
 def method_config(method: str, base: list[str], data: str, out_dir: Path, seed: int, preset: str) -> Config:
@@ -143,13 +149,13 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
     planned_fpb = train_flops_per_byte({"total": config_forward_flops_per_byte(cfg, planned_rate, vocab)})
     steps = max(1, round(budget_flops / (planned_fpb * bytes_per_step)))
     tc = trainer.cfg.train
-    tc.max_steps = steps
     tc.eval_every = max(1, steps // 6)
     tc.checkpoint_every = max(1, steps // 3)
     tc.warmup_steps = min(tc.warmup_steps, max(1, steps // 10))
-    if adaptive_rate(cfg):  # stop at the budget as spent at the achieved rates; cap at 4x the plan
-        tc.flops_budget = budget_flops
-        tc.max_steps = 4 * steps
+    # every method stops on the FLOPs it spends (and the LR follows the share spent); the step
+    # cap only guards against a rule that spends far less than planned
+    tc.flops_budget = budget_flops
+    tc.max_steps = 4 * steps
     trainer.fit()
     steps = trainer.step
     if trainer.stop_requested:  # SIGINT/SIGTERM: the run is checkpointed; stop the whole sweep
@@ -158,7 +164,9 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
     model, cfg_loaded, _, _ = load_checkpoint(out_dir)
     x, y = eval_windows(load_eval_bytes(data, eval_split), cfg.train.seq_len, max_eval_windows)
     ev = evaluate(model, x, y, batch_size=16, mode="sample", seed=0)
-    rate = ev.get("rate")
+    greedy = None
+    if cfg_loaded.model.arch == "hourglass" and cfg_loaded.model.chunker in GREEDY_RULES:
+        greedy = evaluate(model, x, y, batch_size=16, mode="greedy", seed=0)
     estimator = None
     if cfg_loaded.model.arch == "hourglass" and cfg_loaded.model.chunker == "rl":
         from .diagnose import diagnose
@@ -167,23 +175,29 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
         d = diagnose(model, x[:8], y[:8], cfg_loaded.objective, cfg_loaded.model.target_rate,
                      variants={"own": {}}, n_estimates=16, n_reference=16, log=lambda m: None)
         estimator = d["variants"]["own"]
-    # two stages: supertokens per chunk as trained over the last logged steps (eval reports stage 1)
-    rate2s = [r["rate2"] for r in trainer.history if "rate2" in r][-3:]
-    rate2 = sum(rate2s) / len(rate2s) if rate2s else None
-    achieved_fpb = train_flops_per_byte({"total": config_forward_flops_per_byte(cfg, rate, vocab, rate2)})
     records = trainer.history
+    train_bytes = steps * bytes_per_step
+    spent = trainer.flops_spent
+    supertokens = training_rate(records, "supertokens_per_chunk")
     bps = [r["bytes_per_s"] for r in records[1:]] or [r["bytes_per_s"] for r in records]
-    curve = [{"step": r["step"], "bytes": r["bytes"], "train_flops": r.get("train_flops", r["bytes"] * planned_fpb),
-              "val_bpb": r["val_bpb"]} for r in records if "val_bpb" in r]
+    curve = [{"step": r["step"], "bytes": r["bytes"], "train_flops": r["train_flops"], "val_bpb": r["val_bpb"],
+              "val_rate": r.get("val_rate")} for r in records if "val_bpb" in r]
     return {
         "method": method, "seed": seed, "data": data, "split": eval_split, "commit": git_commit(),
-        "params": model.num_params(), "steps": steps, "train_bytes": steps * bytes_per_step,
-        "planned_rate": planned_rate, "planned_train_flops_per_byte": planned_fpb, "train_flops_per_byte": achieved_fpb,
-        "train_flops": trainer.flops_spent if adaptive_rate(cfg) else steps * bytes_per_step * planned_fpb,
-        "forward_flops_per_byte": config_forward_flops_per_byte(cfg, rate, vocab, rate2), "rate2": rate2,
-        "bpb": ev["bpb"], "rate": rate, "bytes_per_chunk": ev.get("bytes_per_chunk"),
+        "params": model.num_params(), "steps": steps, "train_bytes": train_bytes,
+        "planned_rate": planned_rate, "planned_train_flops_per_byte": planned_fpb,
+        "budget_flops": budget_flops, "train_flops": spent, "budget_ratio": spent / budget_flops,
+        "budget_flag": abs(spent / budget_flops - 1) > BUDGET_TOLERANCE,
+        "train_flops_per_byte": spent / max(1, train_bytes),
+        "forward_flops_per_byte": config_forward_flops_per_byte(cfg, ev.get("chunks_per_byte"), vocab, supertokens),
+        "train_rate": training_rate(records), "train_chunks_per_byte": training_rate(records, "chunks_per_byte"),
+        "rate2": training_rate(records, "rate2"), "supertokens_per_chunk": supertokens,
+        "bpb": ev["bpb"], "rate": ev.get("rate"), "chunks_per_byte": ev.get("chunks_per_byte"),
+        "bytes_per_chunk": ev.get("bytes_per_chunk"),
         "space_align": ev.get("space_align"), "space_end": ev.get("space_end"),
         "chunk_length_hist": ev.get("chunk_length_hist"),
+        "bpb_greedy": greedy["bpb"] if greedy else None, "rate_greedy": greedy.get("rate") if greedy else None,
+        "space_align_greedy": greedy.get("space_align") if greedy else None,
         "grad_snr": estimator["snr"] if estimator else None,
         "grad_cos_ref": estimator["cos_ref"] if estimator else None,
         "train_bytes_per_s": statistics.median(bps) if bps else None, "wall_s": wall,
@@ -229,16 +243,23 @@ def summarize(results: list[dict]) -> list[dict]:
         by_method.setdefault(r["method"], []).append(r)
     rows = []
     for method, rs in by_method.items():
+        ratios = [r["train_flops"] / r["budget_flops"] for r in rs if r.get("budget_flops")]
         rows.append({
             "method": method, "seeds": len(rs),
             "bpb_mean": statistics.mean(r["bpb"] for r in rs),
             "bpb_std": statistics.stdev([r["bpb"] for r in rs]) if len(rs) > 1 else None,
             "bpb": mean_sd([r["bpb"] for r in rs], 4),
+            "bpb_greedy": mean_sd([r.get("bpb_greedy") for r in rs], 4),
             "rate": mean_sd([r["rate"] for r in rs]),
+            "train_rate": mean_sd([r.get("train_rate") for r in rs]),
+            "rate_greedy": mean_sd([r.get("rate_greedy") for r in rs]),
             "bytes_per_chunk": mean_sd([r["bytes_per_chunk"] for r in rs], 2),
             "space_align": mean_sd([r["space_align"] for r in rs]),
             "train_flops_per_byte": statistics.mean(r["train_flops_per_byte"] for r in rs),
             "train_flops": statistics.mean(r["train_flops"] for r in rs),
+            "budget_ratio_min": min(ratios) if ratios else None,
+            "budget_ratio_max": max(ratios) if ratios else None,
+            "budget_flag": any(abs(x - 1) > BUDGET_TOLERANCE for x in ratios) or len(ratios) < len(rs),
             "train_bytes": statistics.mean(r["train_bytes"] for r in rs),
             "train_bytes_per_s": statistics.mean(r["train_bytes_per_s"] or 0 for r in rs),
             "params": rs[0]["params"],
@@ -248,12 +269,22 @@ def summarize(results: list[dict]) -> list[dict]:
 
 
 def markdown_table(rows: list[dict], split: str = "test") -> str:
-    lines = [f"| method | seeds | {split} bpb | rate | bytes/chunk | space align | train FLOPs/byte | train FLOPs "
-             "| train bytes | train bytes/s | params |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    """One row per method. `train FLOPs` is what the runs spent (counted step by step at the
+    chunks they drew); `spend/budget` its range over seeds, flagged (!) beyond the tolerance."""
+    lines = [f"| method | seeds | {split} bpb | rate (eval) | rate (train) | bytes/chunk | space align "
+             "| greedy bpb | greedy rate | train FLOPs/byte | train FLOPs | spend/budget | train bytes "
+             "| train bytes/s | params |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['method']} | {r['seeds']} | {r['bpb']} | {r['rate']} | {r['bytes_per_chunk']} "
-                     f"| {r['space_align']} | {r['train_flops_per_byte'] / 1e6:.2f}M | {r['train_flops']:.2e} "
+        if r["budget_ratio_min"] is None:
+            spend = "– (!)"
+        else:
+            lo, hi = r["budget_ratio_min"], r["budget_ratio_max"]
+            spend = f"{lo:.3f}" if abs(hi - lo) < 5e-4 else f"{lo:.3f}–{hi:.3f}"
+            spend += " (!)" if r["budget_flag"] else ""
+        lines.append(f"| {r['method']} | {r['seeds']} | {r['bpb']} | {r['rate']} | {r['train_rate']} "
+                     f"| {r['bytes_per_chunk']} | {r['space_align']} | {r['bpb_greedy']} | {r['rate_greedy']} "
+                     f"| {r['train_flops_per_byte'] / 1e6:.2f}M | {r['train_flops']:.3e} | {spend} "
                      f"| {r['train_bytes'] / 1e6:.2f}M | {r['train_bytes_per_s'] / 1e3:.1f}k | {r['params'] / 1e6:.2f}M |")
     return "\n".join(lines)
 
@@ -269,11 +300,13 @@ def plot(results: list[dict], out: Path, title: str) -> list[Path]:
     by_method: dict[str, list[dict]] = {}
     for r in results:
         by_method.setdefault(r["method"], []).append(r)
-    for method, rs in sorted(by_method.items()):
-        r = min(rs, key=lambda r: r["seed"])
-        xs = [c["train_flops"] for c in r["curve"]]
-        ys = [c["val_bpb"] for c in r["curve"]]
-        ax.plot(xs, ys, marker="o", ms=3, label=method)
+    for i, (method, rs) in enumerate(sorted(by_method.items())):
+        color = f"C{i % 10}"
+        for j, r in enumerate(sorted(rs, key=lambda r: r["seed"])):  # every seed's whole curve
+            xs = [c["train_flops"] for c in r["curve"]]
+            ys = [c["val_bpb"] for c in r["curve"]]
+            ax.plot(xs, ys, marker="o", ms=3, color=color, alpha=0.9 if j == 0 else 0.45,
+                    label=method if j == 0 else None, ls="-" if i < 10 else "--")
     ax.set_xlabel("training FLOPs")
     ax.set_ylabel("validation bpb")
     ax.set_xscale("log")

@@ -212,9 +212,9 @@ class TrainConfig:
     ddp_find_unused: bool = False  # DDP find_unused_parameters, for configs with idle parameters
     # peak FLOP/s of one device for the MFU log (0: measure a matmul at start-up)
     peak_flops: float = 0.0
-    # Stop after this many training FLOPs, counted at the boundary rate each step achieves, and
-    # decay the learning rate by FLOPs spent instead of steps (0 = off; max_steps still caps the
-    # run). Equal training compute for rules whose rate is not known in advance.
+    # Stop after this many training FLOPs, each step counted at the chunks (tokens) per byte it
+    # drew, and decay the learning rate by FLOPs spent instead of steps (0 = off; max_steps still
+    # caps the run). Equal training compute for rules whose rate is not known in advance.
     flops_budget: float = 0.0
 
     def validate(self) -> None:
@@ -261,9 +261,6 @@ class Config:
         if self.model.stages == 2 and self.objective.rate_control == "none":
             raise ConfigError("model.stages=2 needs objective.rate_control=penalty or lagrange: the supertoken "
                               "policy has no compute price of its own and would drift without a rate target")
-        if self.train.flops_budget > 0 and self.model.arch == "bpe_token":
-            raise ConfigError("train.flops_budget is not supported for model.arch=bpe_token (its FLOPs per byte "
-                              "depend on its tokenizer); set train.max_steps instead")
         if self.train.seq_len > self.model.max_seq_len:
             raise ConfigError("train.seq_len exceeds model.max_seq_len")
         return self

@@ -68,6 +68,8 @@ def evaluate_sums(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, 
     n_bytes = 0
     n_bound = 0
     n_pos = 0
+    n_free_bound = 0  # boundaries at free positions, and free positions: the rate
+    n_free = 0
     ws = {"space_end": 0.0, "space_start": 0.0, "space_align": 0.0}
     n_ws = 0
     hist = torch.zeros(65, dtype=torch.long)
@@ -82,28 +84,35 @@ def evaluate_sums(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, 
         nats += nll[mask].sum().item()
         n_bytes += int(mask.sum())
         if out.boundaries is not None:
-            b = out.boundaries.b
+            b, free = out.boundaries.b, out.boundaries.free
             n_bound += int(b.sum())
             n_pos += b.numel()
+            n_free_bound += int((b & free).sum())
+            n_free += int(free.sum())
             w = int(is_whitespace(xb).sum())
             for k, v in whitespace_alignment(xb, b).items():
                 ws[k] += v * w
             n_ws += w
             hist += torch.bincount(chunk_lengths(b).clamp(max=64).cpu(), minlength=65)[:65]
     model.train(was_training)
-    scalars = [nats, n_bytes, n_bound, n_pos, ws["space_end"], ws["space_start"], ws["space_align"], n_ws]
+    scalars = [nats, n_bytes, n_bound, n_pos, ws["space_end"], ws["space_start"], ws["space_align"], n_ws,
+               n_free_bound, n_free]
     return {"scalars": torch.tensor(scalars, dtype=torch.float64), "hist": hist.to(torch.float64)}
 
 
-_SCALARS = ("nats", "bytes", "boundaries", "positions", "space_end", "space_start", "space_align", "ws")
+_SCALARS = ("nats", "bytes", "boundaries", "positions", "space_end", "space_start", "space_align", "ws",
+            "free_boundaries", "free")
 
 
 def summarize(sums: dict[str, torch.Tensor]) -> dict[str, float]:
     s = dict(zip(_SCALARS, sums["scalars"].tolist()))
     result: dict[str, float] = {"bpb": s["nats"] / max(1, s["bytes"]) / math.log(2), "bytes": int(s["bytes"])}
     if s["positions"]:
-        rate = s["boundaries"] / s["positions"]
-        result.update(rate=rate, bytes_per_chunk=1 / rate if rate else float("inf"))
+        # rate: boundaries per byte over free positions (as in training); chunks per byte and
+        # bytes per chunk count every chunk, forced ones included (what the compute sees)
+        cpb = s["boundaries"] / s["positions"]
+        result.update(rate=s["free_boundaries"] / max(1, s["free"]), chunks_per_byte=cpb,
+                      bytes_per_chunk=1 / cpb if cpb else float("inf"))
         result.update({k: s[k] / max(1, s["ws"]) for k in ("space_end", "space_start", "space_align")})
         result["chunk_length_hist"] = [int(v) for v in sums["hist"][1:].tolist()]  # lengths 1..64 (64 = 64+)
     return result

@@ -1,4 +1,4 @@
-"""The training objective of the hierarchical LM (DESIGN section 2).
+"""The training objective of the hierarchical LM.
 
     L = (1 - alpha) CE_final + alpha CE_early + lambda_PG L_PG + lambda_rate L_rate
 
@@ -27,14 +27,14 @@ LN2 = math.log(2.0)
 @dataclass
 class ChunkPrice:
     """What the boundary policy pays per chunk, in nats: the compute one more chunk costs
-    (a + c * rate, from the chunk-level network's FLOPs, times objective.compute_price), plus
-    the Lagrange multiplier of the rate constraint when there is one."""
-    compute: float = 0.0  # nats per chunk at rate 0
-    compute_per_rate: float = 0.0  # its growth with the rate (attention over more chunks)
+    (a + c * chunks_per_byte, from the chunk-level network's FLOPs, times
+    objective.compute_price), plus the Lagrange multiplier of the rate constraint when there is one."""
+    compute: float = 0.0  # nats per chunk with no chunks
+    compute_per_rate: float = 0.0  # its growth with chunks per byte (attention over more chunks)
     lagrange: LagrangePrice | None = None
 
-    def __call__(self, rate: torch.Tensor) -> torch.Tensor:
-        price = self.compute + self.compute_per_rate * rate.detach().float()
+    def __call__(self, chunks_per_byte: torch.Tensor) -> torch.Tensor:
+        price = self.compute + self.compute_per_rate * chunks_per_byte.detach().float()
         return price + self.lagrange.price if self.lagrange is not None else price
 
 
@@ -52,10 +52,15 @@ def make_chunk_price(model_cfg: ModelConfig, cfg: ObjectiveConfig, seq_len: int,
     return ChunkPrice(a * nats_per_flop, c * nats_per_flop, lagrange)
 
 
+def boundary_rate(b: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
+    """THE rate, used by the logs, eval, the rate loss and the controller alike: boundaries per
+    byte over the free positions (the decisions the rule makes; forced ones are left out)."""
+    return masked_mean(b.float(), free)
+
+
 def expected_rate(logits: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
-    """E[boundaries per byte] under the policy: p_t at free positions, 1 at forced ones."""
-    p = torch.where(free, torch.sigmoid(logits.detach().float()), torch.ones((), device=logits.device))
-    return p.mean()
+    """E[rate] under the policy: the mean boundary probability over free positions."""
+    return masked_mean(torch.sigmoid(logits.detach().float()), free)
 
 
 def supertoken_terms(out: ModelOutput, returns: torch.Tensor, cfg: ObjectiveConfig, target_rate2: float | None,
@@ -69,13 +74,13 @@ def supertoken_terms(out: ModelOutput, returns: torch.Tensor, cfg: ObjectiveConf
     free2 = bd2.free
     adv2 = torch.gather(returns, 1, out.chunk_pos)
     loss = cfg.pg_weight * policy_gradient_loss(bd2.logp, adv2, free2)
-    p2 = torch.sigmoid(bd2.logits)
-    metrics["rate2"] = (bd2.b.sum() / out.n_chunks.sum().clamp(min=1)).detach().float()
-    valid = free2.clone()
-    valid[:, 0] = True
-    metrics["expected_rate2"] = torch.where(free2, p2.detach().float(), 1.0)[valid].mean()
+    p2 = torch.sigmoid(bd2.logits.float())
+    # the rate over free chunk slots (as for stage 1); compute follows supertokens per chunk
+    metrics["rate2"] = boundary_rate(bd2.b, free2).detach()
+    metrics["expected_rate2"] = expected_rate(bd2.logits, free2)
+    metrics["supertokens_per_chunk"] = (bd2.b.sum() / out.n_chunks.sum().clamp(min=1)).detach().float()
     if price2 is not None:
-        pr = price2(metrics["rate2"])
+        pr = price2(metrics["supertokens_per_chunk"])
         metrics["chunk_price2"] = pr.detach()
         loss = loss + cfg.pg_weight * pr * masked_mean(p2, free2)
     if cfg.rate_control == "penalty" and target_rate2 is not None:
@@ -135,7 +140,10 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
     policy."""
     if out.byte_nll is not None:  # token-level model: nats attributed to the bytes they cover
         loss = out.byte_nll.sum() / out.byte_mask.sum().clamp(min=1)
-        return loss, {"loss": loss.detach(), "ce_final": loss.detach(), "bpb": loss.detach() / LN2}
+        metrics = {"loss": loss.detach(), "ce_final": loss.detach(), "bpb": loss.detach() / LN2}
+        if out.n_chunks is not None:  # tokens per byte: what its compute scales with
+            metrics["chunks_per_byte"] = (out.n_chunks.sum() / out.byte_nll.numel()).detach().float()
+        return loss, metrics
     if out.logits.shape[0] != targets.shape[0]:  # K segmentations per sequence (group_size)
         targets = targets.repeat_interleave(out.logits.shape[0] // targets.shape[0], 0)
     ce_final = token_nll(out.logits, targets)
@@ -154,7 +162,8 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
     metrics["bpb_early"] = masked_mean(ce_early.detach(), byte_mask) / LN2
 
     bd = out.boundaries
-    metrics["rate"] = bd.b.float().mean()
+    metrics["rate"] = boundary_rate(bd.b, bd.free).detach()
+    metrics["chunks_per_byte"] = bd.b.float().mean().detach()  # what the chunk-level compute scales with
     if bd.aux_loss is not None:
         loss = loss + bd.aux_loss
         metrics["aux_loss"] = bd.aux_loss.detach()
@@ -163,9 +172,9 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
         reward = boundary_reward(ce_early, ce_final, cfg.reward)
         chunk_price = None
         if price is not None:  # data parallel: the price grows with the global rate, the same on every rank
-            rate = metrics["rate"] if batch_mean is None else batch_mean.masked_mean(
+            cpb = metrics["chunks_per_byte"] if batch_mean is None else batch_mean.masked_mean(
                 bd.b.float(), torch.ones_like(bd.b))
-            chunk_price = price(rate)
+            chunk_price = price(cpb)
         if chunk_price is not None and cfg.cost_estimator == "reward":  # sampled cost, score-function gradient
             reward = reward - chunk_price * (bd.b & free).to(reward.dtype)
         returns, value_loss = boundary_advantages(reward, free, cfg, out.values, batch_mean)
@@ -179,7 +188,7 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
             if cfg.cost_estimator == "exact":
                 # a chunk's cost depends on its own decision, E[price * b_t] = price * p_t: for
                 # w = 1 the same expected gradient as the sampled cost in the reward, with no variance
-                loss = loss + cfg.pg_weight * chunk_price * masked_mean(torch.sigmoid(bd.logits), free)
+                loss = loss + cfg.pg_weight * chunk_price * masked_mean(torch.sigmoid(bd.logits.float()), free)
         if cfg.rate_control == "penalty":
             # a data-parallel batch_mean also supplies the global mean boundary probability
             l_rate = rate_loss(bd.logits, free, target_rate, mean=getattr(batch_mean, "masked_mean", None))
@@ -188,7 +197,10 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
         if out.boundaries2 is not None:
             loss = loss + supertoken_terms(out, returns, cfg, target_rate2, price2, metrics, batch_mean)
         metrics.update(
-            pg_loss=l_pg.detach(), expected_rate=expected_rate(bd.logits, free),
+            pg_loss=l_pg.detach(),
+            # data parallel: the global mean, so the controller moves as in one process
+            expected_rate=expected_rate(bd.logits, free) if batch_mean is None else batch_mean.masked_mean(
+                torch.sigmoid(bd.logits.detach().float()), free),
             p_mean=masked_mean(torch.sigmoid(bd.logits.detach()), free),
             reward=reward.mean(), return_std=returns.std(correction=0),
             entropy=masked_mean(F.binary_cross_entropy_with_logits(

@@ -23,7 +23,7 @@ from tqdm import tqdm
 from .checkpoint import (CheckpointError, checkpoint_step, clean_stale, list_checkpoints, load_checkpoint,
                          save_checkpoint)
 from . import distributed as ddp
-from .config import Config, ConfigError
+from .config import VOCAB_SIZE, Config, ConfigError
 from .data import Corpus, WindowSampler, eval_windows, load_corpus
 from .evaluate import evaluate_sums, summarize
 from .flops import config_forward_flops_per_byte, train_flops_per_byte
@@ -42,16 +42,15 @@ STATE_VERSION = 1  # of trainer.pt; bump when its keys change meaning
 TIMING_KEYS = ("bytes_per_s", "flops_per_s", "mfu")
 
 
-def model_train_flops_per_byte(cfg, seq_len: int | None = None, rate: float | None = None,
-                               rate2: float | None = None) -> float | None:
-    """Analytical training FLOPs per distinct byte (rltok.flops) of the model a config builds,
-    at the achieved boundary rate when given; None for the BPE-token reference (its cost per
-    byte depends on its tokenizer)."""
-    if cfg.model.arch == "bpe_token":
-        return None
+def model_train_flops_per_byte(cfg, seq_len: int | None = None, chunks_per_byte: float | None = None,
+                               supertokens_per_chunk: float | None = None, vocab_size: int = VOCAB_SIZE) -> float:
+    """Analytical training FLOPs per distinct byte (rltok.flops) of the model a config builds, at
+    the chunks per byte (tokens per byte for the BPE-token reference) and supertokens per chunk a
+    batch actually drew; the config's target where not given."""
     if seq_len is not None and seq_len != cfg.train.seq_len:
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seq_len=seq_len))
-    return train_flops_per_byte({"total": config_forward_flops_per_byte(cfg, rate, rate2=rate2)})
+    return train_flops_per_byte({"total": config_forward_flops_per_byte(cfg, chunks_per_byte, vocab_size,
+                                                                        rate2=supertokens_per_chunk)})
 
 
 def resolve_device(name: str) -> torch.device:
@@ -173,6 +172,7 @@ class Trainer:
         random.seed(tc.seed)
         np.random.seed(tc.seed)
         self.model = self._build_model().to(self.device)
+        self.vocab_size = getattr(self.model, "vocab_size", VOCAB_SIZE)  # BPE-token reference: its own
         if self.dist.enabled:
             torch.manual_seed(tc.seed + 1 + self.dist.rank)  # dropout masks differ between ranks
         # the module forward/backward go through: the model, its DDP wrapper, or (FSDP) the
@@ -212,7 +212,7 @@ class Trainer:
                                                             cfg.objective.lagrange_gain, self.device))
         self.step = 0
         self.bytes_seen = 0
-        self.flops_spent = 0.0  # training FLOPs at the rate each step achieved (train.flops_budget)
+        self.flops_spent = 0.0  # training FLOPs, each step counted at the chunks it drew
         self.bad_steps = 0  # consecutive non-finite steps
         self.skipped_steps = 0  # all non-finite steps so far
         self.warnings = 0  # rate collapses, failed periodic checkpoints
@@ -427,24 +427,25 @@ class Trainer:
         return self.cfg.train.flops_budget > 0 and self.flops_spent >= self.cfg.train.flops_budget
 
     def _after_step(self, sums: dict[str, torch.Tensor]) -> None:
-        """Per-step state fed by the step's global rate: the Lagrange price and the FLOPs spent."""
-        lagrange = self.price.lagrange if self.price is not None else None
-        if lagrange is None and self.price2 is None and self.cfg.train.flops_budget <= 0:
-            return
+        """Per-step state fed by the step's global rates: the Lagrange prices, and the training
+        FLOPs spent, counted for every model at the chunks (tokens, supertokens) it drew."""
         zero = torch.zeros((), device=self.device)
-        rates = torch.stack([torch.as_tensor(sums.get(k, zero), device=self.device).float()
-                             for k in ("expected_rate", "rate", "expected_rate2", "rate2")])
-        if self.dist.enabled:  # every rank must hold the same price and stop at the same step
+        keys = ("expected_rate", "chunks_per_byte", "expected_rate2", "supertokens_per_chunk")
+        rates = torch.stack([torch.as_tensor(sums.get(k, zero), device=self.device).float() for k in keys])
+        if self.dist.enabled:  # every rank must hold the same prices and stop at the same step
             rates = ddp.all_reduce_(rates, self.dist) / self.dist.world_size
+        lagrange = self.price.lagrange if self.price is not None else None
         if lagrange is not None:
             lagrange.update(rates[0])
         if self.price2 is not None:
             self.price2.lagrange.update(rates[2])
-        if self.cfg.train.flops_budget > 0:
-            rate, rate2 = rates[1].item() if "rate" in sums else None, rates[3].item() if "rate2" in sums else None
-            tc = self.cfg.train
-            step_bytes = self.sampler.batch_size * self.dist.world_size * tc.grad_accum * self.sampler.seq_len
-            self.flops_spent += model_train_flops_per_byte(self.cfg, None, rate, rate2) * step_bytes
+        tc = self.cfg.train
+        step_bytes = self.sampler.batch_size * self.dist.world_size * tc.grad_accum * self.sampler.seq_len
+        # one host sync per step: cheap next to the step itself, and what makes the count exact
+        cpb = rates[1].item() if "chunks_per_byte" in sums else None
+        spc = rates[3].item() if "supertokens_per_chunk" in sums else None
+        self.flops_spent += model_train_flops_per_byte(self.cfg, self.sampler.seq_len, cpb, spc,
+                                                       self.vocab_size) * step_bytes
 
     def validate(self) -> dict:
         """Held-out metrics; data-parallel ranks evaluate their shares and sum the counts."""
@@ -510,22 +511,23 @@ class Trainer:
                 self.log_n += 1
                 bar.update(1)
                 last = self.step == tc.max_steps or self.budget_spent()
-                if self.step % tc.log_every == 0 or last:
+                evaluate_now = self.step % tc.eval_every == 0 or last
+                if self.step % tc.log_every == 0 or evaluate_now:
                     now = time.perf_counter()
                     if self.dist.enabled:  # global means: one all-reduce of the sums per record
                         rec = {k: v / self.log_n for k, v in ddp.mean_of_sums(self.log_acc, self.dist, self.device).items()}
                     else:
                         rec = {k: float(v) / self.log_n for k, v in self.log_acc.items()}
-                    if tc.flops_budget > 0:
-                        rec["train_flops"] = self.flops_spent
+                    rec["train_flops"] = self.flops_spent
                     rec.update(step=self.step, bytes=self.bytes_seen, lr=self.opt.param_groups[0]["lr"],
                                bytes_per_s=(self.bytes_seen - bytes_last) / max(1e-9, now - t_last))
-                    fpb = model_train_flops_per_byte(self.cfg, self.sampler.seq_len, rec.get("rate"), rec.get("rate2"))
-                    if fpb is not None:  # MFU: analytical FLOPs/byte x bytes/s against the peak of all devices
-                        rec["flops_per_s"] = fpb * rec["bytes_per_s"]
-                        rec["mfu"] = rec["flops_per_s"] / (self.peak_flops * world)
+                    # MFU: analytical FLOPs/byte x bytes/s against the peak of all devices
+                    fpb = model_train_flops_per_byte(self.cfg, self.sampler.seq_len, rec.get("chunks_per_byte"),
+                                                     rec.get("supertokens_per_chunk"), self.vocab_size)
+                    rec["flops_per_s"] = fpb * rec["bytes_per_s"]
+                    rec["mfu"] = rec["flops_per_s"] / (self.peak_flops * world)
                     t_last, bytes_last, self.log_acc, self.log_n = now, self.bytes_seen, {}, 0
-                    if self.step % tc.eval_every == 0 or last:
+                    if evaluate_now:
                         val = self.validate()
                         rec.update({f"val_{k}": v for k, v in val.items() if k != "chunk_length_hist"})
                     self._check_rate(rec)
@@ -537,7 +539,7 @@ class Trainer:
                     self._report(rec, bar, interactive)
                 if self.step % tc.checkpoint_every == 0 or last:
                     self.save(final=last)
-                if self.step % tc.log_every == 0:  # keep validation/checkpoint time out of bytes/s
+                if self.step % tc.log_every == 0 or evaluate_now:  # keep validation/checkpoint time out of bytes/s
                     t_last = time.perf_counter()
             if self.step != self.last_saved_step and (self.stop_requested or self.step == end):
                 path = self.save()

@@ -50,6 +50,13 @@ def forced_mask(batch: int, length: int, device, force_last: bool) -> torch.Tens
     return forced
 
 
+def fp32_linear(layer: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    """layer(h) in fp32 even under autocast: boundary logits feed log-probabilities, rate and
+    price terms whose small differences bf16 would round away."""
+    with torch.autocast(h.device.type, enabled=False):
+        return layer(h.float())
+
+
 def bernoulli_logp(b: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     """log pi(b) for a Bernoulli with the given logits, elementwise and numerically stable."""
     return -F.binary_cross_entropy_with_logits(logits, b.to(logits.dtype), reduction="none")
@@ -122,7 +129,7 @@ class RLPolicy(nn.Module):
     def forward(self, h: torch.Tensor, forced: torch.Tensor, b: torch.Tensor | None = None,
                 mode: str = "sample", generator: torch.Generator | None = None,
                 noise: torch.Tensor | None = None, **_) -> Boundaries:
-        base = self.head(h.detach() if self.detach_input else h).squeeze(-1)
+        base = fp32_linear(self.head, h.detach() if self.detach_input else h).squeeze(-1)
         sample_logp = None
         if b is None:
             b, sample_logp = self.sample(base.detach(), forced, mode == "greedy", generator, noise)
@@ -191,8 +198,15 @@ class WhitespaceChunker(nn.Module):
 class EntropyChunker(nn.Module):
     """BLT-style: a chunk ends at byte t when the early-exit head's entropy over byte t+1 spikes
     (rises by more than a threshold over the entropy at t-1), i.e. the next byte is surprising.
-    The threshold tracks the quantile that gives the target rate (an EMA over training
-    batches, stored as a buffer so evaluation reuses it). No gradient reaches the rule."""
+
+    The threshold is a running estimate of the score quantile that gives the target rate, fed by
+    training batches *after* they are segmented, so a batch is cut with a threshold learned from
+    earlier batches only (a batch's own quantile would let every boundary depend on the bytes
+    after it). The estimate is a running mean of batch quantiles for the first `1/(1-momentum)`
+    batches, then an EMA; under data parallelism the ranks average their quantiles, so every
+    rank holds the same threshold. Before the first training batch there is no threshold and
+    the rule draws no free boundary. Stored as buffers, so evaluation and resumes reuse it. No
+    gradient reaches the rule."""
 
     def __init__(self, rate: float, mode: str = "spike", momentum: float = 0.99):
         super().__init__()
@@ -200,6 +214,13 @@ class EntropyChunker(nn.Module):
         self.mode = mode
         self.momentum = momentum
         self.register_buffer("threshold", torch.tensor(float("nan")))
+        self.register_buffer("updates", torch.tensor(0, dtype=torch.long))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # checkpoints from before the update counter: treat their threshold as settled
+        if prefix + "threshold" in state_dict and prefix + "updates" not in state_dict:
+            state_dict[prefix + "updates"] = torch.tensor(int(1 / (1 - self.momentum)), dtype=torch.long)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def score(self, early_logits: torch.Tensor) -> torch.Tensor:
         logp = torch.log_softmax(early_logits.detach().float()[..., :256], dim=-1)
@@ -210,16 +231,23 @@ class EntropyChunker(nn.Module):
         prev[:, 1:] = ent[:, :-1]
         return ent - prev
 
+    @torch.no_grad()
+    def _update_threshold(self, s: torch.Tensor, forced: torch.Tensor) -> None:
+        q = torch.quantile(s[~forced].float()[:1_000_000], 1 - self.rate)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(q)
+            q = q / torch.distributed.get_world_size()
+        n = int(self.updates)
+        keep = min(self.momentum, n / (n + 1))  # running mean at first, then the EMA
+        self.threshold.copy_(q if n == 0 else keep * self.threshold + (1 - keep) * q)
+        self.updates.add_(1)
+
     def forward(self, h, forced, b=None, mode="sample", generator=None, early_logits=None, **_) -> Boundaries:
         s = self.score(early_logits)
         if b is None:
-            if self.training or torch.isnan(self.threshold):
-                q = torch.quantile(s[~forced].float()[:1_000_000], 1 - self.rate)
-                if torch.isnan(self.threshold):
-                    self.threshold.copy_(q)
-                elif self.training:
-                    self.threshold.mul_(self.momentum).add_((1 - self.momentum) * q)
-            b = s > self.threshold
+            b = s > self.threshold if not torch.isnan(self.threshold) else torch.zeros_like(forced)
+            if self.training:  # after cutting: this batch informs later batches only
+                self._update_threshold(s, forced)
         return Boundaries(b=b.bool() | forced, free=~forced, scores=torch.sigmoid(s - self.threshold))
 
 
@@ -239,7 +267,7 @@ class HNetRouter(nn.Module):
         self.ratio_weight = ratio_weight
 
     def forward(self, h, forced, b=None, mode="sample", generator=None, **_) -> Boundaries:
-        q, k = self.q(h), self.k(h)
+        q, k = fp32_linear(self.q, h), fp32_linear(self.k, h)
         cos = F.cosine_similarity(q[:, 1:], k[:, :-1], dim=-1)
         p = torch.cat([torch.ones_like(cos[:, :1]), ((1 - cos) / 2).clamp(0, 1)], dim=1)
         p = torch.where(forced, torch.ones_like(p), p)
@@ -272,8 +300,12 @@ class GumbelChunker(nn.Module):
         self.prior_weight = prior_weight
 
     def forward(self, h, forced, b=None, mode="sample", generator=None, **_) -> Boundaries:
-        logits = self.mlp(h).squeeze(-1).float()
-        if mode == "greedy" or not self.training:
+        logits = fp32_linear(self.mlp, h).squeeze(-1)
+        # "sample" draws the hard Gumbel-sigmoid sample in training and evaluation alike (the rule
+        # the model trained with); "greedy" thresholds the noiseless probability at 0.5, an
+        # inference rule the model never trained with (with the bias at logit(0.2) it draws no
+        # free boundary at all until the scorer has learned confident boundaries)
+        if mode == "greedy":
             soft = torch.sigmoid(logits)
         else:
             u = uniform(logits.shape, logits.device, generator).clamp(1e-6, 1 - 1e-6)

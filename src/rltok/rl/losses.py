@@ -6,7 +6,10 @@ import torch
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    mask = mask.to(x.dtype)
+    """Mean of x over mask, in fp32 whatever x's dtype (under bf16 autocast a bf16 count would
+    round: 65,504 positions become 65,536)."""
+    x = x.float()
+    mask = mask.to(torch.float32)
     return (x * mask).sum() / mask.sum().clamp(min=1)
 
 
@@ -15,7 +18,8 @@ def policy_gradient_loss(logp: torch.Tensor, advantages: torch.Tensor, mask: tor
     """-mean_t[A_t log pi(a_t)] over `mask`; its gradient is the score-function estimate.
     With `ratio_logp` (log-probs of the behaviour policy), uses the importance-weighted
     surrogate A_t * pi/mu, whose gradient equals the on-policy one when pi == mu."""
-    advantages = advantages.detach()
+    advantages = advantages.detach().float()
+    logp = logp.float()
     if ratio_logp is None:
         return -masked_mean(advantages * logp, mask)
     ratio = torch.exp(logp - ratio_logp.detach())
@@ -26,5 +30,6 @@ def rate_loss(logits: torch.Tensor, mask: torch.Tensor, target: float, mean=None
     """mean(logit) * stopgrad(mean(p) - target): pushes every logit down when the rate is above
     target and up when below, with a force proportional to the miss. `mean(x, mask)` may
     replace the local masked mean for mean(p) (data-parallel ranks pass a global one)."""
+    logits = logits.float()
     p_mean = (masked_mean if mean is None else mean)(torch.sigmoid(logits.detach()), mask)
     return masked_mean(logits, mask) * (p_mean - target)
