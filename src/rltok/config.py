@@ -133,6 +133,23 @@ class ObjectiveConfig:
     # boundary and estimated by the score function, with the other rewards' baseline/discount).
     # The supertoken policy of stages=2 (w = 1) always uses "exact".
     cost_estimator: str = "exact"
+    # How the boundary policy's gradient is estimated. "score_function": REINFORCE on the
+    # discounted, baselined reward above (the reference recipe). "flips": counterfactual flips —
+    # one extra pass without gradients through the chunk level and decoder with every
+    # flip_stride-th free decision flipped; each flipped decision gets the loss change up to the
+    # next flip as its own credit (a truncated local-expectation gradient, rl/flips.py), weighted
+    # by flip_weight. Exact in expectation for policy_window=1 when a decision's effect ends
+    # within flip_stride bytes.
+    estimator: str = "score_function"
+    flip_stride: int = 16
+    flip_weight: float = 1.0
+    flip_center: bool = True  # subtract the mean credit over the flips (the rate is the rate control's job)
+    flip_normalize: bool = True  # divide by its standard deviation (scale-free while boundaries are worth little)
+    # Warm start: for this many steps the policy is left alone (no policy, rate or price term),
+    # so an RL policy draws its initial i.i.d. boundaries at the target rate while the
+    # chunk-level path learns to use chunks; then it learns where to cut.
+    policy_start_step: int = 0
+    policy_lr_mult: float = 1.0  # the boundary policy's learning rate as a multiple of train.lr
 
     def baseline_parts(self) -> set[str]:
         return {p.strip() for p in self.baseline.split("+") if p.strip()}
@@ -158,8 +175,13 @@ class ObjectiveConfig:
             raise _unknown(self.cost_estimator, ["exact", "reward"], "", what="objective.cost_estimator")
         if self.compute_price < 0 or self.lagrange_lr < 0 or self.lagrange_gain < 0:
             raise ConfigError("objective.compute_price, lagrange_lr and lagrange_gain must be >= 0")
-        if self.reward not in ("early_exit", "final"):
-            raise ConfigError(f"objective.reward must be 'early_exit' or 'final', got {self.reward!r}")
+        if self.reward not in ("early_exit", "final", "whitespace_probe"):
+            raise _unknown(self.reward, ["early_exit", "final", "whitespace_probe"], "", what="objective.reward")
+        if self.estimator not in ("score_function", "flips"):
+            raise _unknown(self.estimator, ["score_function", "flips"], "", what="objective.estimator")
+        if self.flip_stride < 1 or self.flip_weight < 0 or self.policy_start_step < 0 or self.policy_lr_mult <= 0:
+            raise ConfigError("objective.flip_stride >= 1, flip_weight >= 0, policy_start_step >= 0 and "
+                              "policy_lr_mult > 0 are required")
         if not 0 <= self.gamma <= 1:
             raise ConfigError("objective.gamma must be in [0, 1]")
         if not 0 <= self.alpha <= 1:
@@ -261,6 +283,8 @@ class Config:
         if self.model.stages == 2 and self.objective.rate_control == "none":
             raise ConfigError("model.stages=2 needs objective.rate_control=penalty or lagrange: the supertoken "
                               "policy has no compute price of its own and would drift without a rate target")
+        if self.objective.estimator == "flips" and self.model.stages == 2:
+            raise ConfigError("objective.estimator=flips supports one stage only (model.stages=1)")
         if self.train.seq_len > self.model.max_seq_len:
             raise ConfigError("train.seq_len exceeds model.max_seq_len")
         return self

@@ -1,4 +1,4 @@
-"""Analytical matmul FLOPs per byte, for compute-matched comparisons (DESIGN section 4).
+"""Analytical matmul FLOPs per byte, for compute-matched comparisons.
 
 FLOPs per byte = byte-level FLOPs + chunk-level FLOPs x rate, attention included. One
 multiply-add counts as 2 FLOPs. Only matrix products are counted (linear layers, QK^T and AV);
@@ -132,6 +132,15 @@ def config_forward_flops_per_byte(cfg, rate: float | None = None, vocab_size: in
     k = cfg.objective.group_size
     shared = f["encoder"] + f["encoder_attn"] + f["early_head"]
     return shared + k * (f["total"] - shared)
+
+
+def counterfactual_flops_per_byte(cfg, rate: float | None = None, rate2: float | None = None) -> float:
+    """Forward FLOPs per distinct byte of the counterfactual pass (objective.estimator="flips"):
+    everything after the encoder, once more, without a backward pass."""
+    m = cfg.model
+    f = hourglass_flops(m, cfg.train.seq_len, rate, rate2)
+    shared = f["encoder"] + f["encoder_attn"] + f["early_head"]
+    return cfg.objective.group_size * (f["total"] - shared)
 
 
 def train_flops_per_byte(forward: dict[str, float]) -> float:

@@ -20,6 +20,7 @@ from .config import ModelConfig, ObjectiveConfig
 from .model.hourglass import ModelOutput
 from .rl import (LagrangePrice, batch_relative, discounted_cumsum, gae, group_relative, masked_mean,
                  policy_gradient_loss, rate_loss)
+from .rl.flips import boundary_values, draw_flips, local_expectation_loss
 
 LN2 = math.log(2.0)
 
@@ -95,10 +96,52 @@ def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape)
 
 
-def boundary_reward(ce_early: torch.Tensor, ce_final: torch.Tensor, kind: str) -> torch.Tensor:
+def is_whitespace_byte(x: torch.Tensor) -> torch.Tensor:
+    """Space, tab, newline, vertical tab, form feed, carriage return."""
+    return (x == 32) | ((x >= 9) & (x <= 13))
+
+
+def probe_reward(b: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The plumbing check's synthetic reward: +1 for a boundary on a whitespace byte, -1 for one
+    anywhere else, 0 without a boundary. Byte t is targets[t - 1] (position 0 is forced)."""
+    x = targets.roll(1, dims=1)
+    return b.float() * (is_whitespace_byte(x).float() * 2 - 1)
+
+
+def boundary_reward(ce_early: torch.Tensor, ce_final: torch.Tensor, kind: str, b: torch.Tensor | None = None,
+                    targets: torch.Tensor | None = None) -> torch.Tensor:
     """Detached per-position reward: "early_exit" = CE_early - CE_final (how much the deep path
-    helped), "final" = -CE_final."""
+    helped), "final" = -CE_final, "whitespace_probe" = the synthetic reward of `probe_reward`
+    (needs the decisions `b` and the `targets`): a check that the estimator learns at all."""
+    if kind == "whitespace_probe":
+        return probe_reward(b, targets)
     return (ce_early - ce_final).detach() if kind == "early_exit" else -ce_final.detach()
+
+
+@dataclass
+class Counterfactual:
+    """The loss of the same batch with a sparse set of boundary decisions flipped."""
+    flips: torch.Tensor  # (B, T) bool: the flipped decisions
+    nll: torch.Tensor  # (B, T) per-position loss with them flipped (no grad)
+
+
+@torch.no_grad()
+def counterfactual_pass(model, idx: torch.Tensor, targets: torch.Tensor, out: ModelOutput, cfg: ObjectiveConfig,
+                        generator: torch.Generator | None = None) -> Counterfactual:
+    """Flip every `cfg.flip_stride`-th free decision (random phase per row) and re-run what
+    comes after the encoder (its output is reused). With the synthetic probe reward no model
+    pass is needed: its per-position loss is a function of the decisions alone."""
+    bd = out.boundaries
+    flips = draw_flips(bd.free, cfg.flip_stride, generator)
+    b_flipped = bd.b ^ flips
+    rows = bd.b.shape[0]
+    if targets.shape[0] != rows:  # K segmentations per sequence
+        k = rows // targets.shape[0]
+        idx, targets = idx.repeat_interleave(k, 0), targets.repeat_interleave(k, 0)
+    if cfg.reward == "whitespace_probe":
+        return Counterfactual(flips, -probe_reward(b_flipped, targets))
+    alt = model(idx, boundaries=b_flipped, encoded=(out.encoder_state.detach(), out.early_logits.detach()))
+    return Counterfactual(flips, token_nll(alt.logits, targets))
 
 
 def boundary_advantages(reward: torch.Tensor, free: torch.Tensor, cfg: ObjectiveConfig,
@@ -132,12 +175,15 @@ def boundary_advantages(reward: torch.Tensor, free: torch.Tensor, cfg: Objective
 
 def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, target_rate: float,
                  batch_mean=None, price: ChunkPrice | None = None, target_rate2: float | None = None,
-                 price2: ChunkPrice | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                 price2: ChunkPrice | None = None, counterfactual: Counterfactual | None = None,
+                 policy_on: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Total loss and detached metrics. `batch_mean` (optional) computes the per-position
     batch mean of a (B, T) tensor; data-parallel training passes a global one. `price` (nats
     per chunk, see ChunkPrice) makes every boundary cost the policy something. Two-stage
     models: `target_rate2` (supertokens per chunk) and `price2` do the same for the second
-    policy."""
+    policy. `counterfactual`: the flipped pass that objective.estimator="flips" learns from.
+    `policy_on=False` (the warm start) leaves the boundary policy untouched: no policy, rate
+    or price term, so an RL policy keeps drawing its initial i.i.d. boundaries."""
     if out.byte_nll is not None:  # token-level model: nats attributed to the bytes they cover
         loss = out.byte_nll.sum() / out.byte_mask.sum().clamp(min=1)
         metrics = {"loss": loss.detach(), "ce_final": loss.detach(), "bpb": loss.detach() / LN2}
@@ -167,9 +213,12 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
     if bd.aux_loss is not None:
         loss = loss + bd.aux_loss
         metrics["aux_loss"] = bd.aux_loss.detach()
-    if bd.logits is not None:
+    if bd.logits is not None and not policy_on:
+        metrics.update(expected_rate=expected_rate(bd.logits, free=bd.free),
+                       p_mean=masked_mean(torch.sigmoid(bd.logits.detach()), bd.free))
+    if bd.logits is not None and policy_on:
         free = bd.free
-        reward = boundary_reward(ce_early, ce_final, cfg.reward)
+        reward = boundary_reward(ce_early, ce_final, cfg.reward, bd.b, targets)
         chunk_price = None
         if price is not None:  # data parallel: the price grows with the global rate, the same on every rank
             cpb = metrics["chunks_per_byte"] if batch_mean is None else batch_mean.masked_mean(
@@ -181,8 +230,18 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
         if value_loss is not None:
             loss = loss + cfg.value_weight * value_loss
             metrics["value_loss"] = value_loss.detach()
-        l_pg = policy_gradient_loss(bd.logp, returns, free)
-        loss = loss + cfg.pg_weight * l_pg
+        if cfg.estimator == "flips":
+            if counterfactual is None:
+                raise ValueError("objective.estimator='flips' needs the counterfactual pass (counterfactual_pass)")
+            base = -reward if cfg.reward == "whitespace_probe" else ce_final.detach()
+            values = boundary_values(base, counterfactual.nll, counterfactual.flips, bd.b)
+            l_pg = local_expectation_loss(bd.logits, values, counterfactual.flips, cfg.flip_center,
+                                          cfg.flip_normalize, mean=getattr(batch_mean, "masked_mean", None))
+            loss = loss + cfg.flip_weight * l_pg
+            metrics["flip_value"] = masked_mean(values, counterfactual.flips).detach()
+        else:
+            l_pg = policy_gradient_loss(bd.logp, returns, free)
+            loss = loss + cfg.pg_weight * l_pg
         if chunk_price is not None:
             metrics["chunk_price"] = chunk_price.detach()
             if cfg.cost_estimator == "exact":

@@ -26,10 +26,10 @@ from . import distributed as ddp
 from .config import VOCAB_SIZE, Config, ConfigError
 from .data import Corpus, WindowSampler, eval_windows, load_corpus
 from .evaluate import evaluate_sums, summarize
-from .flops import config_forward_flops_per_byte, train_flops_per_byte
+from .flops import config_forward_flops_per_byte, counterfactual_flops_per_byte, train_flops_per_byte
 from .model.factory import build_model
 from .model.noise import RowShard
-from .objective import ChunkPrice, compute_loss, make_chunk_price
+from .objective import ChunkPrice, compute_loss, counterfactual_pass, make_chunk_price
 from .rl import LagrangePrice
 
 
@@ -43,14 +43,19 @@ TIMING_KEYS = ("bytes_per_s", "flops_per_s", "mfu")
 
 
 def model_train_flops_per_byte(cfg, seq_len: int | None = None, chunks_per_byte: float | None = None,
-                               supertokens_per_chunk: float | None = None, vocab_size: int = VOCAB_SIZE) -> float:
+                               supertokens_per_chunk: float | None = None, vocab_size: int = VOCAB_SIZE,
+                               counterfactual: bool = False) -> float:
     """Analytical training FLOPs per distinct byte (rltok.flops) of the model a config builds, at
     the chunks per byte (tokens per byte for the BPE-token reference) and supertokens per chunk a
-    batch actually drew; the config's target where not given."""
+    batch actually drew; the config's target where not given. `counterfactual`: the step also
+    ran the flipped pass of objective.estimator="flips"."""
     if seq_len is not None and seq_len != cfg.train.seq_len:
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seq_len=seq_len))
-    return train_flops_per_byte({"total": config_forward_flops_per_byte(cfg, chunks_per_byte, vocab_size,
-                                                                        rate2=supertokens_per_chunk)})
+    total = train_flops_per_byte({"total": config_forward_flops_per_byte(cfg, chunks_per_byte, vocab_size,
+                                                                         rate2=supertokens_per_chunk)})
+    if counterfactual:
+        total += counterfactual_flops_per_byte(cfg, chunks_per_byte, supertokens_per_chunk)
+    return total
 
 
 def resolve_device(name: str) -> torch.device:
@@ -85,10 +90,19 @@ def lr_at(step: int, cfg, progress: float | None = None) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def make_optimizer(model: torch.nn.Module, cfg, device: torch.device) -> torch.optim.Optimizer:
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+def make_optimizer(model: torch.nn.Module, cfg, device: torch.device, policy_lr_mult: float = 1.0) -> torch.optim.Optimizer:
+    """AdamW; matrices decay, vectors do not. With policy_lr_mult != 1 the boundary rule's own
+    parameters (model.chunker) form their own groups whose lr is that multiple of the schedule's."""
+    chunker = getattr(model, "chunker", None)
+    policy_ids = {id(p) for p in chunker.parameters()} if chunker is not None and policy_lr_mult != 1.0 else set()
+    groups = []
+    for policy in (False, True):
+        params = [p for p in model.parameters() if (id(p) in policy_ids) == policy]
+        for decay in (True, False):
+            chosen = [p for p in params if (p.dim() >= 2) == decay]
+            if chosen or not policy:  # keep the two base groups even when empty (state layout)
+                groups.append({"params": chosen, "weight_decay": cfg.weight_decay if decay else 0.0,
+                               "lr_scale": policy_lr_mult if policy else 1.0})
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=device.type == "cuda")
 
 
@@ -180,7 +194,8 @@ class Trainer:
         self.wrapped = ddp.wrap_model(self.model, self.dist, self.device, fsdp=tc.fsdp,
                                       find_unused=tc.ddp_find_unused)
         self.forward = torch.compile(self.wrapped) if tc.compile else self.wrapped
-        self.opt = make_optimizer(self.model, tc, self.device)
+        self.opt = make_optimizer(self.model, tc, self.device, cfg.objective.policy_lr_mult)
+        self.flip_gen = torch.Generator().manual_seed(tc.seed + 2)  # which decisions the flips estimator flips
         # the baseline and the rate loss' mean boundary probability over the global batch
         self.batch_mean = ddp.GlobalBatchMean(self.dist) if self.dist.enabled else None
         # batch_size counts segmentations: with group_size K, K of them share each sequence
@@ -204,6 +219,7 @@ class Trainer:
         # a price per chunk (compute-aware objective, Lagrange rate control), RL policy only
         learned = cfg.model.arch == "hourglass" and cfg.model.chunker == "rl"
         self.price = make_chunk_price(cfg.model, cfg.objective, tc.seq_len, self.device) if learned else None
+        self.uses_flips = learned and cfg.objective.estimator == "flips"
         two_stage = learned and cfg.model.stages == 2
         self.target_rate2 = cfg.model.stage2_target_rate if two_stage else None
         self.price2 = None  # the supertoken policy's rate multiplier
@@ -262,6 +278,7 @@ class Trainer:
             "optimizer": ddp.full_optimizer_state(self.model, self.opt),  # collective under FSDP
             "sampler": self.sampler.state_dict(),  # the data position
             "boundary_gen": self.boundary_gen.get_state(),
+            "flip_gen": self.flip_gen.get_state(),
             "torch_rng": torch.get_rng_state(),  # dropout
             "python_rng": random.getstate(),
             "numpy_rng": np.random.get_state(),
@@ -300,6 +317,8 @@ class Trainer:
         ddp.load_full_optimizer_state(self.model, self.opt, state["optimizer"])
         self.sampler.load_state_dict(state["sampler"])
         self.boundary_gen.set_state(state["boundary_gen"])
+        if "flip_gen" in state:
+            self.flip_gen.set_state(state["flip_gen"])
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])
         np.random.set_state(state["numpy_rng"])
@@ -387,7 +406,10 @@ class Trainer:
         and optimiser state are then left untouched)."""
         tc = self.cfg.train
         for group in self.opt.param_groups:
-            group["lr"] = lr_at(self.step, tc, self.budget_progress())
+            group["lr"] = lr_at(self.step, tc, self.budget_progress()) * group.get("lr_scale", 1.0)
+        oc = self.cfg.objective
+        policy_on = self.step >= oc.policy_start_step
+        flips = self.uses_flips and policy_on
         self.opt.zero_grad(set_to_none=True)
         sums: dict[str, torch.Tensor] = {}
         for i in range(tc.grad_accum):
@@ -397,9 +419,11 @@ class Trainer:
             with ddp.GradSync(self.wrapped, sync=i == tc.grad_accum - 1):
                 with self.autocast():
                     out = self.forward(x, generator=self.noise, **self.group_kw)
-                loss, metrics = compute_loss(out, y, self.cfg.objective, self.cfg.model.target_rate,
+                    cf = counterfactual_pass(self.model, x, y, out, oc, self.flip_gen) if flips else None
+                loss, metrics = compute_loss(out, y, oc, self.cfg.model.target_rate,
                                              batch_mean=self.batch_mean, price=self.price,
-                                             target_rate2=self.target_rate2, price2=self.price2)
+                                             target_rate2=self.target_rate2, price2=self.price2,
+                                             counterfactual=cf, policy_on=policy_on)
                 (loss / tc.grad_accum).backward()
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + v / tc.grad_accum
@@ -435,17 +459,18 @@ class Trainer:
         if self.dist.enabled:  # every rank must hold the same prices and stop at the same step
             rates = ddp.all_reduce_(rates, self.dist) / self.dist.world_size
         lagrange = self.price.lagrange if self.price is not None else None
-        if lagrange is not None:
+        policy_on = self.step >= self.cfg.objective.policy_start_step  # the step just taken
+        if lagrange is not None and policy_on:  # a frozen (warm-start) policy cannot answer a price
             lagrange.update(rates[0])
-        if self.price2 is not None:
+        if self.price2 is not None and policy_on:
             self.price2.lagrange.update(rates[2])
         tc = self.cfg.train
         step_bytes = self.sampler.batch_size * self.dist.world_size * tc.grad_accum * self.sampler.seq_len
         # one host sync per step: cheap next to the step itself, and what makes the count exact
         cpb = rates[1].item() if "chunks_per_byte" in sums else None
         spc = rates[3].item() if "supertokens_per_chunk" in sums else None
-        self.flops_spent += model_train_flops_per_byte(self.cfg, self.sampler.seq_len, cpb, spc,
-                                                       self.vocab_size) * step_bytes
+        self.flops_spent += model_train_flops_per_byte(self.cfg, self.sampler.seq_len, cpb, spc, self.vocab_size,
+                                                       counterfactual=self.uses_flips and policy_on) * step_bytes
 
     def validate(self) -> dict:
         """Held-out metrics; data-parallel ranks evaluate their shares and sum the counts."""

@@ -45,6 +45,7 @@ class ModelOutput:
     boundaries2: Boundaries | None = None
     chunk_pos: torch.Tensor | None = None  # (B, M) byte position of chunk j (padding slots: 0)
     n_chunks2: torch.Tensor | None = None  # (B,) supertokens per sequence
+    encoder_state: torch.Tensor | None = None  # (B, T, d_byte) encoder output, for re-running the rest
 
 
 def chunk_index(b: torch.Tensor) -> torch.Tensor:
@@ -174,18 +175,24 @@ class HourglassLM(HubMixin, nn.Module):  # HubMixin: save_pretrained / from_pret
 
     def forward(self, idx: torch.Tensor, boundaries: torch.Tensor | None = None, mode: str = "sample",
                 generator: torch.Generator | None = None, force_last: bool | None = None,
-                group_size: int = 1, boundaries2: torch.Tensor | None = None) -> ModelOutput:
+                group_size: int = 1, boundaries2: torch.Tensor | None = None,
+                encoded: tuple[torch.Tensor, torch.Tensor] | None = None) -> ModelOutput:
         """idx: (B, T) byte ids. `boundaries` (B, T) bool fixes the segmentation; otherwise the
         chunker draws one (`mode` "sample" or "greedy"). With group_size K > 1, K segmentations
         of every sequence share one encoder pass and the outputs have B*K rows (row b*K + k).
-        `boundaries2` (B, M) bool fixes a two-stage model's supertoken decisions per chunk."""
+        `boundaries2` (B, M) bool fixes a two-stage model's supertoken decisions per chunk.
+        `encoded` = (encoder_state, early_logits) of an earlier call on the same idx skips the
+        encoder (a counterfactual segmentation re-runs only what comes after it)."""
         length = idx.shape[1]
         if length > self.cfg.max_seq_len:
             raise ValueError(f"sequence of {length} bytes exceeds model.max_seq_len={self.cfg.max_seq_len}")
         force_last = self.cfg.force_last_boundary if force_last is None else force_last
         pos = torch.arange(length, device=idx.device)
-        h = self.encode(idx)
-        early_logits = self.early_head(h)
+        if encoded is None:
+            h = self.encode(idx)
+            early_logits = self.early_head(h)
+        else:
+            h, early_logits = encoded
         if group_size > 1:
             h, early_logits, idx = (t.repeat_interleave(group_size, 0) for t in (h, early_logits, idx))
         bsz = idx.shape[0]
@@ -214,7 +221,7 @@ class HourglassLM(HubMixin, nn.Module):  # HubMixin: save_pretrained / from_pret
         logits = self.head(self.decoder(h + up, pos))
         return ModelOutput(logits=logits, early_logits=early_logits, boundaries=bd, n_chunks=n_chunks,
                            values=values, boundaries2=bd2, chunk_pos=chunk_pos if bd2 is not None else None,
-                           n_chunks2=None if bd2 is None else bd2.b.sum(1))
+                           n_chunks2=None if bd2 is None else bd2.b.sum(1), encoder_state=h)
 
     def generate(self, prompt, max_new_bytes: int = 256, **kwargs):
         """Continue `prompt` (bytes, str, or a list of them) with cached incremental decoding,

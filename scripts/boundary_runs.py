@@ -1,0 +1,74 @@
+"""Boundary-learning experiments: named training configurations on a corpus, one run each,
+resumable (a finished run is skipped, an interrupted one resumes from its checkpoint), each
+result written to docs/results/boundary/<corpus>/<name>.json as soon as it exists.
+
+    .venv/bin/python scripts/boundary_runs.py DATA_DIR NAME [NAME ...] [--steps N] [--seed S]
+
+DATA_DIR: a folder with train.*/val.* files. Results hold the validation curve (bpb, rate,
+whitespace alignment) and the final boundary probability by byte class.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from rltok.compare import git_commit  # noqa: E402
+from rltok.config import load_config  # noqa: E402
+from rltok.train import Trainer  # noqa: E402
+
+# name -> overrides on the default (tiny) config
+RUNS: dict[str, list[str]] = {
+    "reference": [],
+    "flips": ["objective.estimator=flips"],
+    "warm": ["objective.policy_start_step=250"],
+    "warm_flips": ["objective.estimator=flips", "objective.policy_start_step=250"],
+    "warm_flips_s8": ["objective.estimator=flips", "objective.policy_start_step=250", "objective.flip_stride=8"],
+    "warm_flips_w01": ["objective.estimator=flips", "objective.policy_start_step=250", "objective.flip_weight=0.1"],
+}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("data")
+    ap.add_argument("names", nargs="+", choices=sorted(RUNS))
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--eval-every", type=int, default=100)
+    args = ap.parse_args()
+    corpus = Path(args.data).name
+    out_dir = ROOT / "docs" / "results" / "boundary" / corpus
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in args.names:
+        tag = f"{name}_s{args.seed}"
+        dest = out_dir / f"{tag}.json"
+        if dest.exists():
+            print(f"{tag}: done already", file=sys.stderr)
+            continue
+        overrides = [f"data.train={args.data}", f"train.max_steps={args.steps}", f"train.seed={args.seed}",
+                     f"train.eval_every={args.eval_every}", "train.log_every=50", "train.threads=1",
+                     f"train.checkpoint_every={args.eval_every}", f"train.out_dir={ROOT / 'runs' / 'boundary' / corpus / tag}",
+                     *RUNS[name]]
+        t0 = time.time()
+        trainer = Trainer(load_config("tiny", overrides=overrides), resume=True, quiet=True)
+        trainer.fit()
+        curve = [{k: r[k] for k in ("step", "bytes", "train_flops", "val_bpb", "val_rate", "val_space_align",
+                                    "val_space_end") if k in r} for r in trainer.history if "val_bpb" in r]
+        result = {"name": name, "seed": args.seed, "data": corpus, "overrides": RUNS[name], "steps": trainer.step,
+                  "commit": git_commit(), "wall_s": time.time() - t0, "curve": curve,
+                  "command": f"python scripts/boundary_runs.py DATA/{corpus} {name} --steps {args.steps} --seed {args.seed}"}
+        dest.write_text(json.dumps(result, indent=2))
+        last = curve[-1]
+        print(f"{tag}: val bpb {last['val_bpb']:.3f} rate {last['val_rate']:.3f} "
+              f"space_align {last['val_space_align']:.3f}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
