@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# Issue 4: the reference's ablations and the new variance reducers at equal training FLOPs on both
-# prepared corpora (small preset, test split). The plain `rl` runs of the main comparison are reused
-# as the reference row. Resumable: rerun to continue.
-#   bash scripts/ablation_sweep.sh [BUDGET_BYTES] [DATA_ROOT]
+# Variance reduction: the reference's ablations and the new variance reducers (group baselines,
+# the critic with GAE) at equal training FLOPs on both prepared corpora (small preset, test split).
+# The plain `rl` runs of the main comparison are reused as the reference row. Resumable: rerun to
+# continue.
+#   bash scripts/ablation_sweep.sh DATA_ROOT [BUDGET_BYTES]
+# DATA_ROOT holds code-py/ and docs-en/, each with train.*, val.* and test.* files.
 set -euo pipefail
+USAGE="usage: scripts/ablation_sweep.sh DATA_ROOT [BUDGET_BYTES]  (DATA_ROOT holds code-py/ and docs-en/)"
+if [ $# -lt 1 ] || [ ! -d "$1" ]; then
+  [ $# -lt 1 ] || echo "error: DATA_ROOT $1 is not a folder" >&2
+  echo "$USAGE" >&2
+  exit 2
+fi
+ROOT=$(cd "$1" && pwd)  # before the cd below, so a relative DATA_ROOT keeps its meaning
+BUDGET=${2:-1000000}
 cd "$(dirname "$0")/.."
-BUDGET=${1:-1000000}
-ROOT=${2:-../shared/data}
 RLTOK=${RLTOK:-.venv/bin/rltok}
 run() {  # corpus
   local c=$1 out=runs/ablation/$1

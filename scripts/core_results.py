@@ -3,14 +3,17 @@
 Resumable: a corpus whose result JSON exists is skipped, an interrupted training run continues
 from its newest checkpoint. Every result is written as soon as it exists.
 
-    .venv/bin/python scripts/core_results.py --data-root ../shared/data [--steps N] [--corpora code-py docs-en]
+    .venv/bin/python scripts/core_results.py --data-root DATA_ROOT [--steps N] [--corpora code-py docs-en]
     .venv/bin/python scripts/core_results.py --render-only   # rebuild docs/RESULTS.md from the JSON
+
+DATA_ROOT holds one folder per corpus (code-py/, docs-en/), each with train.*, val.* and test.* files.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -79,6 +82,12 @@ def run_corpus(name: str, data_root: Path, steps: int, run_root: Path, extra: li
     }
 
 
+def shown_command(command: str) -> str:
+    """A recorded command with its data root written as DATA_ROOT: where the corpora lie differs
+    from machine to machine."""
+    return re.sub(r"--data-root \S+", "--data-root DATA_ROOT", command)
+
+
 def render() -> str:
     rows = sorted(RESULTS.glob("core_*.json"))
     lines = [
@@ -88,7 +97,8 @@ def render() -> str:
         "",
         "## Core model, default CPU config (`--preset tiny`)",
         "",
-        "Trained on the `train` split of each prepared corpus (`../shared/data/<corpus>`), evaluated on its",
+        "Trained on the `train` split of each prepared corpus (`DATA_ROOT/<corpus>`, a folder of `train.*`,",
+        "`val.*` and `test.*` files; `DATA_ROOT` is the folder passed as `--data-root`), evaluated on its",
         "full `val` split in non-overlapping 512-byte windows. bpb counts every predicted byte. *rate* =",
         "boundaries per byte; *space align* = share of whitespace bytes at which a chunk starts or ends",
         "(`space_end`: the chunk closes on the whitespace byte). Boundaries are sampled from the policy",
@@ -117,7 +127,8 @@ def render() -> str:
         lines += ["", f"Chunk lengths (share of chunks, bytes 1..12): {top}.", "",
                   "Segmented validation sample (boundaries sampled from the policy, seed 0; `|` after each chunk):", "", "```",
                   d["segmented_sample"].replace("```", "` ` `"), "```", "",
-                  f"Command: `{d['command']}` ({d['threads']} threads, {d['train_seconds']:.0f} s of training)."]
+                  f"Command: `{shown_command(d['command'])}` ({d['threads']} threads, "
+                  f"{d['train_seconds']:.0f} s of training)."]
     notes = ROOT / "docs" / "notes" / "results.md"
     if notes.exists():
         lines += ["", "## Notes", "", notes.read_text().strip()]
@@ -126,13 +137,16 @@ def render() -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data-root", default=str(ROOT.parent / "shared" / "data"))
+    ap.add_argument("--data-root", help="folder holding one folder per corpus (code-py/, docs-en/), each with "
+                                        "train.*, val.* and test.* files (required unless --render-only)")
     ap.add_argument("--corpora", nargs="+", default=["code-py", "docs-en"])
     ap.add_argument("--steps", type=int, default=0, help="training steps (default: the preset's max_steps)")
     ap.add_argument("--run-root", default=str(ROOT / "runs" / "results"))
     ap.add_argument("--render-only", action="store_true")
     ap.add_argument("overrides", nargs="*", help="extra config overrides")
     args = ap.parse_args()
+    if not args.render_only and not args.data_root:
+        ap.error("--data-root is required (the folder holding the prepared corpora), unless --render-only")
     RESULTS.mkdir(parents=True, exist_ok=True)
     if not args.render_only:
         from rltok.config import load_config

@@ -62,7 +62,8 @@ def ablation_tables() -> list[str]:
              "reference model, test split), so a variant that costs more per byte sees fewer bytes. *grad SNR* and",
              "*cos(mean, ref)* are the run's own estimator diagnosed at its final checkpoint (16 estimates, 16-estimate",
              "reference, 8 test windows: noisy; 0 means the debiased ‖mean‖² did not exceed var/n). Commands:",
-             "`bash scripts/ablation_sweep.sh` then `python scripts/estimator_report.py --render-only`.", ""]
+             "`bash scripts/ablation_sweep.sh DATA_ROOT` (the folder holding the prepared corpora code-py/ and",
+             "docs-en/) then `python scripts/estimator_report.py --render-only`.", ""]
     for corpus in corpora:
         runs = [json.loads(p.read_text()) for p in sorted(corpus.glob("*_s*.json"))]
         by: dict[str, list[dict]] = {}

@@ -1,7 +1,8 @@
-"""The supertoken frontier (issue 8): test bpb against forward FLOPs per byte at equal training
-compute, rendered into docs/SUPERTOKENS.md with one plot per corpus.
+"""The supertoken frontier (the compute-aware policy, fixed-rate and two-stage RL, and BPE): test bpb
+against forward FLOPs per byte at equal training compute, rendered into docs/SUPERTOKENS.md with one
+plot per corpus.
 
-    bash scripts/frontier_sweep.sh                      # trains (resumable), runs/frontier/<corpus>/
+    bash scripts/frontier_sweep.sh DATA_ROOT            # trains (resumable), runs/frontier/<corpus>/
     .venv/bin/python scripts/frontier_report.py --collect   # copies the JSONs to docs/results/frontier/
     .venv/bin/python scripts/frontier_report.py             # renders from docs/results/frontier/
 """
@@ -99,6 +100,13 @@ def plot(pts: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def shown_command(r: dict) -> str:
+    """A recorded command with its data folder written as DATA_ROOT/<corpus>: where the corpora
+    lie differs from machine to machine."""
+    data = r.get("data") or ""
+    return r["command"].replace(data, f"DATA_ROOT/{Path(data).name}") if data else r["command"]
+
+
 def controller_section() -> list[str]:
     """The Lagrange controller holding requested rates (`bench/controller_check.py`)."""
     paths = sorted((ROOT / "docs" / "results").glob("controller_*.json"))
@@ -113,7 +121,7 @@ def controller_section() -> list[str]:
         r = json.loads(p.read_text())
         lines.append(f"| {Path(r['data']).name} | {r['target']:g} | {r['steps']} | {r['expected_rate']:.4f} "
                      f"| {r['sampled_rate']:.4f} | {r['max_record_deviation']:.4f} | {r['final_price']:.4f} "
-                     f"| `{r['command']}` |")
+                     f"| `{shown_command(r)}` |")
     return lines + [""]
 
 
@@ -160,7 +168,9 @@ def render() -> str:
              "`objective.compute_price` bits per MFLOP of the chunk-level network it adds, and training stops when",
              "the FLOPs spent at the rates actually drawn reach the budget (`train.flops_budget`). x = forward",
              "FLOPs per byte at the achieved rate (the model's inference cost).", "",
-             "Commands: `bash scripts/frontier_sweep.sh && python scripts/frontier_report.py --collect`.",
+             "Commands: `bash scripts/frontier_sweep.sh DATA_ROOT && python scripts/frontier_report.py --collect`",
+             "(`DATA_ROOT`: the folder holding the prepared corpora code-py/ and docs-en/, each with `train.*`,",
+             "`val.*` and `test.*` files).",
              f"Rendered at commit `{git_commit()}`.", ""]
     for corpus in sorted(p for p in RESULTS.glob("*") if p.is_dir()):
         runs = [json.loads(p.read_text()) for p in sorted(corpus.glob("*_s*.json"))]

@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# Issue 8: bpb against FLOPs per byte at equal training compute on both prepared corpora. The
+# Supertokens: bpb against FLOPs per byte at equal training compute on both prepared corpora. The
 # compute-aware policy (a price per chunk, no rate target) at several prices, against fixed-rate
 # RL and superword BPE (`bpe_line`, which can reach low rates) at several rates. The rl and bpe
 # runs at rate 0.2 of the main comparison are reused. Resumable: rerun to continue.
-#   bash scripts/frontier_sweep.sh [BUDGET_BYTES] [DATA_ROOT]
+#   bash scripts/frontier_sweep.sh DATA_ROOT [BUDGET_BYTES]
+# DATA_ROOT holds code-py/ and docs-en/, each with train.*, val.* and test.* files.
 set -euo pipefail
+USAGE="usage: scripts/frontier_sweep.sh DATA_ROOT [BUDGET_BYTES]  (DATA_ROOT holds code-py/ and docs-en/)"
+if [ $# -lt 1 ] || [ ! -d "$1" ]; then
+  [ $# -lt 1 ] || echo "error: DATA_ROOT $1 is not a folder" >&2
+  echo "$USAGE" >&2
+  exit 2
+fi
+ROOT=$(cd "$1" && pwd)  # before the cd below, so a relative DATA_ROOT keeps its meaning
+BUDGET=${2:-1000000}
 cd "$(dirname "$0")/.."
-BUDGET=${1:-1000000}
-ROOT=${2:-../shared/data}
 RLTOK=${RLTOK:-.venv/bin/rltok}
 PRICE="rl@objective.rate_control=none,objective.compute_price"
 run() {  # corpus

@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# Issue 8: the learned vocabularies of frontier checkpoints against BPE at the same rate, on the
-# test split of each corpus (200k bytes), into docs/results/vocab/. Run after frontier_sweep.sh;
+# Supertokens: the learned vocabularies of frontier checkpoints against BPE at the same rate, on
+# the test split of each corpus (200k bytes), into docs/results/vocab/. Run after frontier_sweep.sh;
 # then `python scripts/frontier_report.py` tabulates them in docs/SUPERTOKENS.md. Resumable.
+#   bash scripts/vocab_report.sh DATA_ROOT
+# DATA_ROOT holds code-py/ and docs-en/, each with train.*, val.* and test.* files.
 set -euo pipefail
+USAGE="usage: scripts/vocab_report.sh DATA_ROOT  (DATA_ROOT holds code-py/ and docs-en/)"
+if [ $# -lt 1 ] || [ ! -d "$1" ]; then
+  [ $# -lt 1 ] || echo "error: DATA_ROOT $1 is not a folder" >&2
+  echo "$USAGE" >&2
+  exit 2
+fi
+ROOT=$(cd "$1" && pwd)  # before the cd below, so a relative DATA_ROOT keeps its meaning
 cd "$(dirname "$0")/.."
-ROOT=${1:-../shared/data}
 RLTOK=${RLTOK:-.venv/bin/rltok}
 OUT=docs/results/vocab
 mkdir -p "$OUT"

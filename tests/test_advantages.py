@@ -1,4 +1,5 @@
-"""Issue 4's variance reducers: group-relative (leave-one-out) baselines, the critic, GAE."""
+"""The policy gradient's variance reducers: group-relative (leave-one-out) baselines, the critic,
+GAE."""
 
 import itertools
 import math

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import time
 import warnings
@@ -12,11 +13,13 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
+from tokenizers import Regex, pre_tokenizers
 
-from rltok.bpe import (bpe_boundary_mask, bytes_to_text, decode_bytes, encode_bytes, fit_bpe_to_rate,
-                       text_to_bytes, tokenizer_from_tensor, tokenizer_to_tensor, train_bpe, truncate_bpe)
+from rltok.bpe import (PRETOKENIZERS, bpe_boundary_mask, bytes_to_text, decode_bytes, encode_bytes, fit_bpe_to_rate,
+                       new_tokenizer, pretokenize_name, text_to_bytes, tokenizer_from_tensor, tokenizer_to_tensor,
+                       train_bpe, truncate_bpe)
 from rltok.config import ObjectiveConfig
-from rltok.data import read_documents
+from rltok.data import DOC_SEP, read_documents, to_tensor
 from rltok.evaluate import evaluate
 from rltok.model.token_lm import BPETokenLM
 from rltok.objective import compute_loss
@@ -82,6 +85,63 @@ def test_round_trip_on_text_binary_and_utf8(tok, corpus):
     for t in enc.tokens:
         word = t[1:] if t.startswith(" ") else t
         assert not t.strip() or not any(c.isspace() for c in word), t  # whitespace runs, or " word"
+
+
+SEP = bytes([DOC_SEP])
+
+
+@pytest.mark.parametrize("pretokenize", sorted(PRETOKENIZERS))
+def test_no_token_spans_a_document_separator(pretokenize):
+    """0xFF (DOC_SEP) is a pre-token of its own: no learned token holds it beside other bytes, so
+    no token spans two documents of a corpus stream, and the byte before it ends a token."""
+    assert DOC_SEP == 0xFF
+    docs, _ = read_documents("stdlib", max_bytes=150_000)
+    # short documents (one per top-level function), every other one quoted like prose (“...”),
+    # so non-ASCII bytes sit on both sides of many separators: without the split, pairs such as
+    # (”, 0xFF) and (0xFF, “) are among the most frequent and get merged
+    parts = b"".join(docs).split(b"\ndef ")
+    quote = [("\u201c".encode(), "\u201d".encode()) if i % 2 else (b"", b"") for i in range(len(parts))]
+    stream = to_tensor([q[0] + b"def " + d + q[1] for d, q in zip(parts, quote)]).numpy().tobytes()
+    assert stream.count(SEP) >= 30
+    fit = fit_bpe_to_rate(stream, 0.3, sample_bytes=100_000,
+                          heldout_bytes=30_000, pretokenize=pretokenize, max_vocab=3000)
+    for t in (train_bpe(stream, 1500, pretokenize), fit.tokenizer):
+        assert [v for v in t.get_vocab() if "\xff" in v] == ["\xff"], pretokenize
+        # separators inside lines, words, whitespace and runs of themselves
+        data = stream[:60_000] + b"x = 1" + SEP + b"y\n  " + SEP + SEP + b" caf\xc3\xa9" + SEP + b"'s\n" + SEP
+        ids = encode_bytes(t, data)
+        assert decode_bytes(t, ids) == data
+        tokens = [text_to_bytes(t.id_to_token(i)) for i in ids]
+        assert all(tk == SEP or DOC_SEP not in tk for tk in tokens)
+        assert tokens.count(SEP) == data.count(SEP)
+        mask = bpe_boundary_mask(t, torch.tensor([list(data[-400:])]))[0]
+        at = [i for i, c in enumerate(data[-400:]) if c == DOC_SEP]
+        assert mask[at].all() and mask[[i - 1 for i in at if i > 0]].all()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.binary(max_size=40), min_size=1, max_size=6), st.sampled_from(sorted(PRETOKENIZERS)))
+def test_pre_tokens_split_at_every_separator(docs, pretokenize):
+    text = bytes_to_text(SEP.join(docs))
+    pieces = [text_to_bytes(w) for w, _ in new_tokenizer(pretokenize).pre_tokenizer.pre_tokenize_str(text)]
+    assert b"".join(pieces) == text_to_bytes(text)
+    assert all(p == SEP or DOC_SEP not in p for p in pieces)
+
+
+def test_gpt2_pre_tokens_keep_utf8_words_whole_and_old_patterns_are_known():
+    pre = new_tokenizer("gpt2").pre_tokenizer
+    words = [text_to_bytes(w) for w, _ in pre.pre_tokenize_str(bytes_to_text(" naïve café x=1".encode()))]
+    assert words == [" naïve".encode(), " café".encode(), b" x", b"=", b"1"]
+    # a tokenizer saved before the separator split (an older checkpoint) is still recognised,
+    # and truncating it keeps its own pattern
+    old_gpt2 = (r"'(?:[sdmt]|ll|ve|re)| ?[A-Za-z\x80-\xff]+| ?[0-9]+| ?[^\t\n\x0b\x0c\r A-Za-z\x80-\xff0-9]+"
+                r"|[\t\n\x0b\x0c\r ]+(?![^\t\n\x0b\x0c\r ])|[\t\n\x0b\x0c\r ]+")
+    old = train_bpe(b"ab ab ab abc abc", 260)
+    old.pre_tokenizer = pre_tokenizers.Split(Regex(old_gpt2), behavior="isolated")
+    assert pretokenize_name(old) == "gpt2"
+    cut = truncate_bpe(old, 257)
+    assert json.loads(cut.to_str())["pre_tokenizer"] == json.loads(old.to_str())["pre_tokenizer"]
+    assert cut.get_vocab_size() == 257
 
 
 def test_ids_below_256_are_bytes(tok):

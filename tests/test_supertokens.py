@@ -1,4 +1,4 @@
-"""Issue 8: the compute-aware objective, the Lagrange rate controller, FLOPs-budgeted training
+"""Supertokens: the compute-aware objective, the Lagrange rate controller, FLOPs-budgeted training
 and the two-stage (chunks of chunks) model."""
 
 from __future__ import annotations

@@ -13,10 +13,11 @@ from rltok.bpe import train_bpe
 from rltok.checkpoint import save_checkpoint
 from rltok.cli import main
 from rltok.config import ConfigError, load_config
+from rltok.data import DOC_SEP, load_corpus
 from rltok.model.chunkers import spacelike
 from rltok.model.factory import build_model
-from rltok.vocab import (bpe_chunks, chunk_stats, learned_boundaries, learned_chunks, markdown, overlap_stats,
-                         vocab_report)
+from rltok.vocab import (bpe_chunks, chunk_stats, learned_boundaries, learned_chunks, load_vocab_data, markdown,
+                         overlap_stats, vocab_report)
 
 WORDS = [b"the", b"cat", b"sat", b"on", b"mat", b"a", b"dog", b"ran", b"to", b"it", b"and", b"was", b"def", b"x=1"]
 
@@ -175,6 +176,43 @@ def test_cli_writes_consistent_json_and_markdown(run_and_data, tmp_path, capsys)
     assert rc == 0
     r = json.loads(out_json.read_text())
     assert "bpe" not in r and r["mode"] == "sample" and r["bytes"] == 5002  # the whole test split
+
+
+def test_vocab_data_is_the_data_loaders_stream_with_separators(tmp_path):
+    """Documents are separated by DOC_SEP as in training, for split folders, "all" and sources
+    without a split (whose held-out documents are analysed and whose other documents fit the BPE)."""
+    sep = bytes([DOC_SEP])
+    folder = tmp_path / "splits"
+    folder.mkdir()
+    for name, seed in (("train.a", 0), ("train.b", 1), ("test.a", 2), ("test.b", 3)):
+        (folder / f"{name}.txt").write_bytes(synthetic_text(500, seed))
+    text, bpe_train = load_vocab_data(str(folder), "test", max_bytes=0)
+    assert text == synthetic_text(500, 2) + sep + synthetic_text(500, 3)
+    assert bpe_train == synthetic_text(500, 0) + sep + synthetic_text(500, 1)
+    assert load_vocab_data(str(folder), "test", max_bytes=700)[0] == text[:700]
+    assert load_vocab_data(str(folder), "train", max_bytes=0) == (bpe_train, None)
+
+    docs = [synthetic_text(300, seed) for seed in range(30)]  # >= 20 documents: whole ones held out
+    source = tmp_path / "docs"
+    source.mkdir()
+    for i, d in enumerate(docs):
+        (source / f"{i:02d}.txt").write_bytes(d)
+    whole, none = load_vocab_data(str(source), "all", max_bytes=0)
+    assert whole == sep.join(docs) and none is None
+    notes = []
+    text, bpe_train = load_vocab_data(str(source), "test", max_bytes=0, val_fraction=0.1, log=notes.append)
+    corpus = load_corpus(str(source), val_fraction=0.1)
+    assert corpus.split == "documents"
+    assert text == corpus.val.numpy().tobytes() and bpe_train == corpus.train.numpy().tobytes()
+    assert text.count(sep) >= 1 and all(piece in docs for piece in text.split(sep))  # whole documents
+    assert len(notes) == 1 and "whole held-out documents" in notes[0] and "tail" not in notes[0]
+    few = tmp_path / "few"
+    few.mkdir()
+    for i in range(3):
+        (few / f"{i}.txt").write_bytes(docs[i])
+    notes = []
+    text, _ = load_vocab_data(str(few), "test", max_bytes=0, val_fraction=0.1, log=notes.append)
+    assert text == sep.join(d[len(d) - 30:] for d in docs[:3]) and "tail of every document" in notes[0]
 
 
 def test_cli_errors_are_clear(run_and_data, tmp_path, capsys):

@@ -8,12 +8,15 @@ exactly.
 
 Pre-tokenisation decides which bytes a token may span:
   "gpt2"  GPT-2's split (contractions, letter runs, digit runs, punctuation runs, whitespace
-          runs, a leading space attached to the next word). Bytes >= 0x80 count as letters, so a
-          UTF-8 character stays inside its word (the latin-1 view would otherwise scatter its
+          runs, a leading space attached to the next word). Bytes 0x80-0xFE count as letters, so
+          a UTF-8 character stays inside its word (the latin-1 view would otherwise scatter its
           bytes over letter and symbol classes). Tokens never cross words, as in real BPE, which
           bounds bytes per token: on Python code and English prose ~4.2 bytes per pre-token,
           ~3.8 per token once the merges of a 4 MB sample run out (rate ~0.26).
   "line"  tokens may span words but not lines ("superword" BPE): rates down to ~0.18 there.
+In both, the document separator 0xFF (rltok.data.DOC_SEP, which never occurs in UTF-8) is a
+pre-token of its own, so no token holds 0xFF together with other bytes and no token spans two
+documents of a corpus stream. (In the latin-1 view 0xFF is the character U+00FF, "ÿ".)
 """
 
 from __future__ import annotations
@@ -36,11 +39,23 @@ if tuple(int(p) for p in tokenizers.__version__.split(".")[:2]) < (0, 20):
     raise ImportError(f"rltok.bpe needs tokenizers>=0.20 (found {tokenizers.__version__})")
 
 _WS = r"\t\n\x0b\x0c\r "  # ASCII whitespace only: 0x85 and 0xA0 are UTF-8 continuation bytes here
-_LETTER = r"A-Za-z\x80-\xff"
+# Characters >= 0x80 are named by code point, \x{..}: the regex engine (Oniguruma, on the UTF-8
+# form of the text) reads \xff as a raw byte rather than U+00FF, so [\x80-\xff] matches none of
+# the characters 0x80-0xFF of the latin-1 view (and [^...\x80-\xff] none of them either).
+_LETTER = r"A-Za-z\x{80}-\x{fe}"
+_SEP = r"\x{ff}"  # rltok.data.DOC_SEP, always a pre-token of its own
 PRETOKENIZERS = {
-    "gpt2": (rf"'(?:[sdmt]|ll|ve|re)| ?[{_LETTER}]+| ?[0-9]+| ?[^{_WS}{_LETTER}0-9]+"
-             rf"|[{_WS}]+(?![^{_WS}])|[{_WS}]+"),
-    "line": r"[^\n]*\n|[^\n]+",
+    "gpt2": (rf"'(?:[sdmt]|ll|ve|re)| ?[{_LETTER}]+| ?[0-9]+| ?[^{_WS}{_LETTER}0-9{_SEP}]+"
+             rf"|[{_WS}]+(?![^{_WS}{_SEP}])|[{_WS}]+|{_SEP}"),
+    "line": rf"[^\n{_SEP}]*\n|[^\n{_SEP}]+|{_SEP}",
+}
+# The patterns before 0xFF was split off (they wrote bytes >= 0x80 as \x80-\xff), which the
+# tokenizers in older checkpoints carry: pretokenize_name still recognises them.
+_OLD_LETTER = r"A-Za-z\x80-\xff"
+_OLD_PRETOKENIZERS = {
+    (rf"'(?:[sdmt]|ll|ve|re)| ?[{_OLD_LETTER}]+| ?[0-9]+| ?[^{_WS}{_OLD_LETTER}0-9]+"
+     rf"|[{_WS}]+(?![^{_WS}])|[{_WS}]+"): "gpt2",
+    r"[^\n]*\n|[^\n]+": "line",
 }
 ALPHABET = [chr(i) for i in range(256)]
 _PIECE = 1 << 16  # texts are fed to the trainer in pieces of at most this many bytes
@@ -96,6 +111,8 @@ def pretokenize_name(tok: Tokenizer) -> str:
     for name, p in PRETOKENIZERS.items():
         if p == pattern:
             return name
+    if pattern in _OLD_PRETOKENIZERS:  # an older checkpoint's tokenizer
+        return _OLD_PRETOKENIZERS[pattern]
     raise ValueError("tokenizer was not built by rltok.bpe")
 
 
@@ -116,10 +133,13 @@ def _prefix(id_to_token: list[str], merges: list[tuple[str, str]], vocab_size: i
 
 
 def truncate_bpe(tok: Tokenizer, vocab_size: int) -> Tokenizer:
-    """`tok` cut down to its first `vocab_size` tokens: the same as training with that size."""
+    """`tok` cut down to its first `vocab_size` tokens: the same as training with that size.
+    It keeps `tok`'s own pre-tokenizer (an older checkpoint's pattern stays as it was)."""
     id_to_token, merges = _vocab_merges(tok)
     vocab, kept = _prefix(id_to_token, merges, max(256, vocab_size))
-    return new_tokenizer(pretokenize_name(tok), vocab, kept)
+    out = new_tokenizer(pretokenize_name(tok), vocab, kept)
+    out.pre_tokenizer = tok.pre_tokenizer
+    return out
 
 
 def encode_bytes(tok: Tokenizer, data: bytes) -> list[int]:

@@ -516,8 +516,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("vocab", help="the learned vocabulary of a checkpoint on a corpus, against a BPE of the same rate")
     p.add_argument("checkpoint", help="checkpoint or run folder (newest checkpoint)")
     p.add_argument("--data", help="corpus: a file, folder, glob, 'stdlib' or hf:name (default: the training source)")
-    p.add_argument("--split", default="test", help="test (default) or val of a split folder (else the held-out "
-                                                   "tail), or all (the whole source)")
+    p.add_argument("--split", default="test", help="test (default) or val of a split folder (else the validation "
+                                                   "part the data loader holds out: whole documents, or the tail "
+                                                   "of each when there are fewer than 20), or all (the whole source)")
     p.add_argument("--max-bytes", type=int, default=200_000, help="analyse the first N bytes of the split (default 200k; 0 = all)")
     p.add_argument("--mode", choices=("greedy", "sample"), default="sample",
                    help="boundary decisions: sampled with --seed (default: how the model trains and is "

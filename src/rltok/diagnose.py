@@ -28,7 +28,9 @@ from .config import ObjectiveConfig
 from .objective import boundary_advantages, boundary_reward, compute_loss, token_nll
 from .rl import policy_gradient_loss
 
-# name -> objective overrides on top of the checkpoint's objective (issue 4's ablation set)
+# name -> objective overrides on top of the checkpoint's objective: the reference estimator, its
+# ablations (gamma = 1, no batch baseline, final-loss reward) and the variance reducers (group
+# baselines, the critic)
 VARIANTS: dict[str, dict] = {
     "reference": {"reward": "early_exit", "baseline": "batch", "gamma": 0.99, "group_size": 1},
     "gamma=1": {"reward": "early_exit", "baseline": "batch", "gamma": 1.0, "group_size": 1},

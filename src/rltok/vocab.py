@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .config import ConfigError
-from .data import DataError, load_corpus, named_split, read_documents
+from .data import DataError, load_corpus, load_eval_bytes, named_split
 from .segment import show, split_chunks
 
 # What bytes.strip() / bytes.split() treat as whitespace: ASCII only, since 0x85 and 0xA0 are
@@ -236,22 +236,27 @@ def load_vocab_data(spec: str, split: str = "test", max_bytes: int = 200_000, va
     """(text to analyse: its first `max_bytes` bytes (0 = all), BPE training bytes or None = fit
     on the text itself).
 
-    A split folder gives its `<split>.*` files and, for the BPE, its `train.*` files. split="all"
-    analyses the whole source with no separate BPE data. Otherwise the held-out tail of every
-    document is analysed and the BPE learns from the rest (the split training used). `read_cap`
-    caps the bytes read for training data (0 = no cap), e.g. for hub datasets."""
+    Both are the byte streams the data loader (rltok.data) builds, DOC_SEP (0xFF) between two
+    documents, so the model sees the text as it saw its training data. A split folder gives its
+    `<split>.*` files and, for the BPE, its `train.*` files. split="all" analyses the whole
+    source with no separate BPE data. Otherwise the text is what `load_corpus` holds out for
+    validation (whole documents when the source has at least MIN_DOCS_FOR_DOC_SPLIT = 20 of them,
+    else the tail of every document; see rltok.data.split_documents) and the BPE learns from
+    the rest, as in training (split="train": the training part, with no separate BPE data).
+    `read_cap` caps the bytes read for training data (0 = no cap), e.g. for hub datasets."""
     named = named_split(spec, split)
-    if named:
-        docs, _ = read_documents(named, max_bytes)
-        train_spec = named_split(spec, "train") if split != "train" else None
-        train = read_documents(train_spec, read_cap)[0] if train_spec else None
-        text, bpe_train = b"".join(docs), (b"".join(train) if train else None)
-    elif split == "all":
-        text, bpe_train = b"".join(read_documents(spec, max_bytes)[0]), None
+    if named or split == "all":
+        text = load_eval_bytes(spec, split, max_bytes).numpy().tobytes()
+        bpe_train = None
+        if named and split != "train" and named_split(spec, "train"):
+            bpe_train = load_eval_bytes(spec, "train", read_cap).numpy().tobytes()
     else:
-        if split not in ("val", "train") and log:
-            log(f"note: {spec} has no '{split}' split; using its held-out tail (val_fraction={val_fraction})")
         corpus = load_corpus(spec, val_fraction=val_fraction, max_bytes=read_cap)
+        if split not in ("val", "train") and log:
+            rule = {"documents": "whole held-out documents",
+                    "tails": "the held-out tail of every document"}.get(corpus.split, "the end of the stream")
+            log(f"note: {spec} has no '{split}' split; using its validation part: {rule} "
+                f"(val_fraction={val_fraction})")
         if split == "train":
             text, bpe_train = corpus.train.numpy().tobytes(), None
         else:
