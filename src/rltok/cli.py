@@ -137,7 +137,7 @@ def _load(args):
     import torch
 
     from .checkpoint import load_checkpoint
-    from .train import resolve_device
+    from .device import resolve_device
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -17,6 +17,8 @@ from typing import Any
 # Vocabulary: the 256 byte values, then specials. Padded to a multiple of 8 for matmul tiles.
 BOS, EOS, PAD = 256, 257, 258
 VOCAB_SIZE = 264
+# model.chunker: the boundary rules rltok.model.chunkers.build_chunker makes
+CHUNKERS = ("rl", "fixed", "uniform", "whitespace", "entropy", "hnet", "gumbel", "bpe")
 
 
 class ConfigError(ValueError):
@@ -70,7 +72,7 @@ class ModelConfig:
             raise ConfigError("d_byte/d_chunk must be divisible by their number of heads")
         if (self.d_byte // self.n_heads_byte) % 2 or (self.d_chunk // self.n_heads_chunk) % 2:
             raise ConfigError("head dimension must be even (RoPE rotates pairs)")
-        chunkers = ("rl", "fixed", "uniform", "whitespace", "entropy", "hnet", "gumbel", "bpe")
+        chunkers = CHUNKERS
         if self.chunker not in chunkers:
             raise _unknown(self.chunker, list(chunkers), "", what="model.chunker")
         if self.bpe_pretokenize not in ("gpt2", "line"):

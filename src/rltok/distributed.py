@@ -141,14 +141,6 @@ class GlobalBatchMean:
         return (buf[0] / buf[1].clamp(min=1)).to(x.dtype)
 
 
-def shard_rows(x: torch.Tensor, info: DistInfo) -> torch.Tensor:
-    """This rank's contiguous block of rows of a global batch (B_global divisible by N)."""
-    if not info.enabled:
-        return x
-    n = x.shape[0] // info.world_size
-    return x[info.rank * n:(info.rank + 1) * n]
-
-
 # ---- wrapping the model ---------------------------------------------------------------------
 def wrap_model(model: torch.nn.Module, info: DistInfo, device: torch.device, fsdp: bool = False,
                find_unused: bool = False) -> torch.nn.Module:

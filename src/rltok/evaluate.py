@@ -10,13 +10,8 @@ import math
 
 import torch
 
+from .bytes_classes import is_whitespace_byte
 from .objective import token_nll
-
-WHITESPACE = torch.tensor([ord(c) for c in " \t\n\r\x0b\x0c"])
-
-
-def is_whitespace(x: torch.Tensor) -> torch.Tensor:
-    return torch.isin(x, WHITESPACE.to(x.device))
 
 
 def whitespace_alignment(x: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
@@ -25,7 +20,7 @@ def whitespace_alignment(x: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
     space_end: the whitespace byte closes a chunk ("word |"); space_start: the chunk before it
     closed, so the whitespace opens a chunk ("word| next"); space_align: either.
     """
-    ws = is_whitespace(x)
+    ws = is_whitespace_byte(x)
     prev = torch.zeros_like(b)
     prev[:, 1:] = b[:, :-1]
     n = ws.sum().clamp(min=1).item()
@@ -89,7 +84,7 @@ def evaluate_sums(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, 
             n_pos += b.numel()
             n_free_bound += int((b & free).sum())
             n_free += int(free.sum())
-            w = int(is_whitespace(xb).sum())
+            w = int(is_whitespace_byte(xb).sum())
             for k, v in whitespace_alignment(xb, b).items():
                 ws[k] += v * w
             n_ws += w

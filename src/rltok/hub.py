@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from .config import Config, ConfigError, ModelConfig
+from .model.factory import build_model
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
@@ -144,8 +145,6 @@ def from_pretrained(name_or_path: str | Path, device: str | torch.device = "cpu"
     `dtype`); with return_config, (model, Config, metadata)."""
     from safetensors.torch import load_file
 
-    from .model.factory import build_model
-
     folder = resolve_pretrained(name_or_path, revision, cache_dir, token, local_files_only)
     cfg, meta = read_pretrained_config(folder)
     if not (folder / WEIGHTS).is_file():
@@ -179,26 +178,6 @@ def push_to_hub(model: torch.nn.Module, repo_id: str, config: Config | ModelConf
         save_pretrained(model, tmp, config, results, name=repo_id.split("/")[-1])
         info = api.upload_folder(repo_id=repo_id, folder_path=tmp, commit_message=commit_message)
     return str(getattr(info, "commit_url", info))
-
-
-class HubMixin:
-    """save_pretrained / from_pretrained / push_to_hub as methods of the model classes."""
-
-    def save_pretrained(self, save_directory: str | Path, config: Config | ModelConfig | None = None,
-                        results: dict | None = None) -> Path:
-        return save_pretrained(self, save_directory, config, results)
-
-    def push_to_hub(self, repo_id: str, **kwargs) -> str:
-        return push_to_hub(self, repo_id, **kwargs)
-
-    @classmethod
-    def from_pretrained(cls, name_or_path: str | Path, **kwargs):
-        model = from_pretrained(name_or_path, **kwargs)
-        got = model[0] if isinstance(model, tuple) else model
-        if not isinstance(got, cls):
-            raise PretrainedError(f"{name_or_path} holds a {type(got).__name__}, not a {cls.__name__}; "
-                                  "use rltok.hub.from_pretrained to load whatever it holds")
-        return model
 
 
 # ---- model card ------------------------------------------------------------------------------

@@ -72,7 +72,7 @@ class RLTokLM(_LMBase):
             super().__init__()
         if (pretrained is None) == (model is None):
             raise ValueError("give pretrained=<folder, checkpoint or repo id> or model=<module>")
-        from .train import resolve_device
+        from .device import resolve_device
 
         device = str(device or "auto")
         if device.startswith("cuda") and not torch.cuda.is_available():

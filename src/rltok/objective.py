@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .bytes_classes import is_whitespace_byte
 from .config import ModelConfig, ObjectiveConfig
-from .model.hourglass import ModelOutput
+from .model.output import ModelOutput
 from .rl import (LagrangePrice, batch_relative, discounted_cumsum, gae, group_relative, masked_mean,
                  policy_gradient_loss, rate_loss)
 from .rl.flips import boundary_values, draw_flips, local_expectation_loss
@@ -94,11 +95,6 @@ def supertoken_terms(out: ModelOutput, returns: torch.Tensor, cfg: ObjectiveConf
 def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """(B, T) negative log-likelihood in nats, computed in fp32."""
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape)
-
-
-def is_whitespace_byte(x: torch.Tensor) -> torch.Tensor:
-    """Space, tab, newline, vertical tab, form feed, carriage return."""
-    return (x == 32) | ((x >= 9) & (x <= 13))
 
 
 def probe_reward(b: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

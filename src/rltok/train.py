@@ -25,6 +25,7 @@ from .checkpoint import (CheckpointError, checkpoint_step, clean_stale, list_che
 from . import distributed as ddp
 from .config import VOCAB_SIZE, Config, ConfigError
 from .data import Corpus, WindowSampler, eval_windows, load_corpus
+from .device import resolve_device, resolve_dtype
 from .evaluate import evaluate_sums, summarize
 from .flops import config_forward_flops_per_byte, counterfactual_flops_per_byte, train_flops_per_byte
 from .model.factory import build_model
@@ -56,27 +57,6 @@ def model_train_flops_per_byte(cfg, seq_len: int | None = None, chunks_per_byte:
     if counterfactual:
         total += counterfactual_flops_per_byte(cfg, chunks_per_byte, supertokens_per_chunk)
     return total
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"train.device={name} requested but CUDA is not available")
-    if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"train.device={name} requested but MPS is not available")
-    return dev
-
-
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype, or None for plain fp32."""
-    if name == "bf16" or (name == "auto" and device.type == "cuda"):
-        return torch.bfloat16
-    return None
 
 
 def lr_at(step: int, cfg, progress: float | None = None) -> float:

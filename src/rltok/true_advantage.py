@@ -33,12 +33,14 @@ from typing import Callable
 
 import torch
 
+from .bytes_classes import ASCII_WHITESPACE
 from .config import ObjectiveConfig
 from .objective import boundary_advantages, boundary_reward, token_nll
 
 CLASSES = ("indentation", "whitespace", "before_whitespace", "after_whitespace", "punctuation", "mid_word",
            "other")
-WHITESPACE = frozenset(b" \t\n\r")
+# space, tab, LF, CR: vertical tab and form feed (rare in text) are not the classes' whitespace
+WHITESPACE = ASCII_WHITESPACE - frozenset(b"\x0b\x0c")
 NEWLINES = frozenset(b"\n\r")
 PUNCTUATION = frozenset(string.punctuation.encode())
 

@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..config import CHUNKERS
 from .noise import uniform  # noise that data-parallel ranks can slice from the global batch
 
 
@@ -367,9 +368,6 @@ class BPEChunker(nn.Module):
 
             b = bpe_boundary_mask(self.tokenizer, idx.cpu()).to(forced.device)
         return Boundaries(b=b.bool() | forced, free=~forced)
-
-
-CHUNKERS = ("rl", "fixed", "uniform", "whitespace", "entropy", "hnet", "gumbel", "bpe")
 
 
 def build_chunker(cfg) -> nn.Module:

@@ -6,12 +6,11 @@ import torch
 import torch.nn as nn
 
 from ..config import VOCAB_SIZE
-from ..hub import HubMixin
-from .hourglass import ModelOutput
 from .layers import Stack, init_weights
+from .output import ModelOutput
 
 
-class FlatByteLM(HubMixin, nn.Module):
+class FlatByteLM(nn.Module):  # generate / save_pretrained / from_pretrained: rltok.model_methods
     def __init__(self, d_model: int, n_layers: int, n_heads: int, mlp_ratio: float = 4.0,
                  window: int | None = None, max_seq_len: int = 8192, rope_base: float = 10000.0):
         super().__init__()
@@ -31,9 +30,3 @@ class FlatByteLM(HubMixin, nn.Module):
             raise ValueError(f"sequence of {idx.shape[1]} bytes exceeds max_seq_len={self.max_seq_len}")
         pos = torch.arange(idx.shape[1], device=idx.device)
         return ModelOutput(logits=self.head(self.body(self.embed(idx), pos)), early_logits=None, boundaries=None)
-
-    def generate(self, prompt, max_new_bytes: int = 256, **kwargs):
-        """Continue `prompt` with a KV-cached decoder; same controls as HourglassLM.generate."""
-        from ..generate import generate
-
-        return generate(self, prompt, max_new_bytes, **kwargs)

@@ -18,34 +18,14 @@ argument, one level up, keeps it causal.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn as nn
 
 from ..config import VOCAB_SIZE, ModelConfig
-from ..hub import HubMixin
 from .chunkers import Boundaries, RLPolicy, build_chunker, forced_mask
 from .noise import uniform
 from .layers import Stack, init_weights
-
-
-@dataclass
-class ModelOutput:
-    logits: torch.Tensor  # (B, T, V) next-byte logits of the full model
-    early_logits: torch.Tensor | None  # (B, T, V) encoder-only early-exit logits
-    boundaries: Boundaries | None
-    n_chunks: torch.Tensor | None = None  # (B,) chunks per sequence
-    # Models that do not predict every byte (a BPE-token LM) report their NLL attributed to
-    # bytes instead: the nats of each predicted unit at its last byte, and which bytes it covered.
-    byte_nll: torch.Tensor | None = None  # (B, T) nats
-    byte_mask: torch.Tensor | None = None  # (B, T) bool: bytes whose prediction is counted
-    values: torch.Tensor | None = None  # (B, T) critic estimate of the discounted return from t
-    # two-stage models: the supertoken decisions over chunks (B, M) and each chunk's last byte
-    boundaries2: Boundaries | None = None
-    chunk_pos: torch.Tensor | None = None  # (B, M) byte position of chunk j (padding slots: 0)
-    n_chunks2: torch.Tensor | None = None  # (B,) supertokens per sequence
-    encoder_state: torch.Tensor | None = None  # (B, T, d_byte) encoder output, for re-running the rest
+from .output import ModelOutput
 
 
 def chunk_index(b: torch.Tensor) -> torch.Tensor:
@@ -134,7 +114,7 @@ class SupertokenStage(nn.Module):
         return self.decoder(hc + up, chunk_pos), bd
 
 
-class HourglassLM(HubMixin, nn.Module):  # HubMixin: save_pretrained / from_pretrained
+class HourglassLM(nn.Module):  # generate / save_pretrained / from_pretrained: rltok.model_methods
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         cfg.validate()
@@ -222,10 +202,3 @@ class HourglassLM(HubMixin, nn.Module):  # HubMixin: save_pretrained / from_pret
         return ModelOutput(logits=logits, early_logits=early_logits, boundaries=bd, n_chunks=n_chunks,
                            values=values, boundaries2=bd2, chunk_pos=chunk_pos if bd2 is not None else None,
                            n_chunks2=None if bd2 is None else bd2.b.sum(1), encoder_state=h)
-
-    def generate(self, prompt, max_new_bytes: int = 256, **kwargs):
-        """Continue `prompt` (bytes, str, or a list of them) with cached incremental decoding,
-        one boundary decision per byte kept for the whole generation. See rltok.generate.generate."""
-        from ..generate import generate
-
-        return generate(self, prompt, max_new_bytes, **kwargs)

@@ -18,12 +18,11 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 
 from ..bpe import encode_rows, tokenizer_from_tensor, tokenizer_to_tensor
-from ..hub import HubMixin
-from .hourglass import ModelOutput
 from .layers import Stack, init_weights
+from .output import ModelOutput
 
 
-class BPETokenLM(HubMixin, nn.Module):
+class BPETokenLM(nn.Module):  # save_pretrained / from_pretrained: rltok.model_methods
     def __init__(self, tokenizer: Tokenizer, d_model: int, n_layers: int, n_heads: int, mlp_ratio: float = 4.0,
                  max_tokens: int = 2048, rope_base: float = 10000.0, dropout: float = 0.0):
         super().__init__()

@@ -13,17 +13,9 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1)
 
 
-def policy_gradient_loss(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                         ratio_logp: torch.Tensor | None = None) -> torch.Tensor:
-    """-mean_t[A_t log pi(a_t)] over `mask`; its gradient is the score-function estimate.
-    With `ratio_logp` (log-probs of the behaviour policy), uses the importance-weighted
-    surrogate A_t * pi/mu, whose gradient equals the on-policy one when pi == mu."""
-    advantages = advantages.detach().float()
-    logp = logp.float()
-    if ratio_logp is None:
-        return -masked_mean(advantages * logp, mask)
-    ratio = torch.exp(logp - ratio_logp.detach())
-    return -masked_mean(advantages * ratio, mask)
+def policy_gradient_loss(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """-mean_t[A_t log pi(a_t)] over `mask`; its gradient is the score-function estimate."""
+    return -masked_mean(advantages.detach().float() * logp.float(), mask)
 
 
 def rate_loss(logits: torch.Tensor, mask: torch.Tensor, target: float, mean=None) -> torch.Tensor:

@@ -1,0 +1,22 @@
+"""Byte classes shared by the measurements, rewards and diagnostics.
+
+Whitespace is ASCII whitespace, what bytes.isspace() / bytes.split() / bytes.strip() treat as
+whitespace: space, tab, LF, vertical tab, form feed, CR. Nothing >= 0x80: 0x85 and 0xA0 are
+UTF-8 continuation bytes in our byte view, not spaces. (The SpaceByte chunker's "spacelike"
+rule in rltok.model.chunkers is a different, wider class.)
+"""
+
+from __future__ import annotations
+
+import torch
+
+ASCII_WHITESPACE = frozenset(b" \t\n\x0b\x0c\r")
+
+
+def is_whitespace_byte(x: torch.Tensor) -> torch.Tensor:
+    """Which entries of a tensor of byte ids (any integer dtype, any device) are ASCII
+    whitespace: a bool tensor of x's shape."""
+    out = torch.zeros_like(x, dtype=torch.bool)
+    for c in sorted(ASCII_WHITESPACE):
+        out |= x == c
+    return out
