@@ -31,6 +31,10 @@ RUNS: dict[str, list[str]] = {
     "warm_flips": ["objective.estimator=flips", "objective.policy_start_step=250"],
     "warm_flips_s8": ["objective.estimator=flips", "objective.policy_start_step=250", "objective.flip_stride=8"],
     "warm_flips_w01": ["objective.estimator=flips", "objective.policy_start_step=250", "objective.flip_weight=0.1"],
+    # a learned chunk vocabulary: recurring chunks get their own embedding
+    "warm_flips_vocab": ["objective.estimator=flips", "objective.policy_start_step=250", "model.chunk_vocab=65536"],
+    "vocab": ["model.chunk_vocab=65536"],
+    "uniform_vocab": ["model.chunker=uniform", "model.chunk_vocab=65536"],
 }
 
 

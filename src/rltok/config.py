@@ -66,6 +66,12 @@ class ModelConfig:
     stages: int = 1
     stage2_layers: int = 1
     stage2_target_rate: float = 0.33
+    # A learned vocabulary of chunks: the content of each chunk (its last chunk_vocab_max_len
+    # bytes and its length) is hashed into chunk_vocab embeddings added to the chunk vector before
+    # the main network (0 = off). Parameters and memory, no FLOPs: recurring chunks get their own
+    # vector, so where the boundaries fall starts to matter (rltok.model.chunk_vocab).
+    chunk_vocab: int = 0
+    chunk_vocab_max_len: int = 16
 
     def validate(self) -> None:
         if self.d_byte % self.n_heads_byte or self.d_chunk % self.n_heads_chunk:
@@ -89,6 +95,8 @@ class ModelConfig:
             raise ConfigError("model.stage2_target_rate must be in (0, 1] and model.stage2_layers >= 0")
         if not 1 <= self.policy_window <= 12:
             raise ConfigError("model.policy_window must be between 1 and 12")
+        if self.chunk_vocab < 0 or self.chunk_vocab_max_len < 1:
+            raise ConfigError("model.chunk_vocab must be >= 0 (0 = off) and model.chunk_vocab_max_len >= 1")
         if self.window < 1 or self.fixed_stride < 1:
             raise ConfigError("model.window and model.fixed_stride must be >= 1")
         for name in ("d_byte", "d_chunk", "n_heads_byte", "n_heads_chunk", "max_seq_len"):

@@ -25,8 +25,9 @@ import time
 import torch
 
 from .config import ObjectiveConfig
-from .objective import boundary_advantages, boundary_reward, compute_loss, token_nll
+from .objective import boundary_advantages, boundary_reward, compute_loss, counterfactual_pass, token_nll
 from .rl import policy_gradient_loss
+from .rl.flips import boundary_values, local_expectation_loss
 
 # name -> objective overrides on top of the checkpoint's objective: the reference estimator, its
 # ablations (gamma = 1, no batch baseline, final-loss reward) and the variance reducers (group
@@ -39,6 +40,8 @@ VARIANTS: dict[str, dict] = {
     "group K=4": {"reward": "early_exit", "baseline": "group", "gamma": 0.99, "group_size": 4},
     "batch+value": {"reward": "early_exit", "baseline": "batch+value", "gamma": 0.99, "group_size": 1},
     "group K=4 + value": {"reward": "early_exit", "baseline": "group+value", "gamma": 0.99, "group_size": 4},
+    "flips/16": {"estimator": "flips", "flip_stride": 16, "group_size": 1, "baseline": "batch"},
+    "flips/4": {"estimator": "flips", "flip_stride": 4, "group_size": 1, "baseline": "batch"},
 }
 
 
@@ -63,10 +66,30 @@ def _rollout(model, x, y, cfg: ObjectiveConfig, generator):
 
 
 def estimate(model, x: torch.Tensor, y: torch.Tensor, cfg: ObjectiveConfig, params, generator) -> torch.Tensor:
-    """One score-function estimate of the policy gradient on (x, y)."""
+    """One estimate of the policy gradient on (x, y): the score function on the baselined,
+    discounted reward, or (estimator="flips") the counterfactual-flips surrogate."""
     out, reward = _rollout(model, x, y, cfg, generator)
-    adv, _ = boundary_advantages(reward, out.boundaries.free, cfg, out.values)
-    return _flat_grad(policy_gradient_loss(out.boundaries.logp, adv, out.boundaries.free), params)
+    bd = out.boundaries
+    if cfg.estimator == "flips":
+        xs, ys = _group_batch(x, y, cfg.group_size)
+        cf = counterfactual_pass(model, xs, ys, out, cfg, generator)
+        ys = ys.repeat_interleave(cfg.group_size, 0) if cfg.group_size > 1 else ys
+        values = boundary_values(token_nll(out.logits, ys).detach(), cf.nll, cf.flips, bd.b)
+        return _flat_grad(local_expectation_loss(bd.logits, values, cf.flips, cfg.flip_center, cfg.flip_normalize),
+                          params)
+    adv, _ = boundary_advantages(reward, bd.free, cfg, out.values)
+    return _flat_grad(policy_gradient_loss(bd.logp, adv, bd.free), params)
+
+
+def train_flops_per_byte_of(model, cfg: ObjectiveConfig, seq_len: int) -> float:
+    """Training FLOPs per distinct byte of a step with this estimator (the flips estimator adds
+    its no-grad pass), at the model's target rate."""
+    from .config import Config, TrainConfig
+    from .flops import config_forward_flops_per_byte, counterfactual_flops_per_byte, train_flops_per_byte
+
+    full = Config(model=model.cfg, objective=cfg, train=TrainConfig(seq_len=seq_len))
+    total = train_flops_per_byte({"total": config_forward_flops_per_byte(full)})
+    return total + (counterfactual_flops_per_byte(full) if cfg.estimator == "flips" else 0.0)
 
 
 def fit_critic(model, x, y, cfg: ObjectiveConfig, generator, steps: int = 200, lr: float = 3e-3) -> float:
@@ -97,7 +120,8 @@ def step_time(model, x, y, cfg: ObjectiveConfig, target_rate: float, generator, 
     for i in range(repeats + 1):
         t0 = time.perf_counter()
         out = model(xs, generator=generator, group_size=k)
-        loss, _ = compute_loss(out, ys, cfg, target_rate)
+        cf = counterfactual_pass(model, xs, ys, out, cfg, generator) if cfg.estimator == "flips" else None
+        loss, _ = compute_loss(out, ys, cfg, target_rate, counterfactual=cf)
         loss.backward()
         model.zero_grad(set_to_none=True)
         if i:  # the first is a warm-up
@@ -160,6 +184,7 @@ def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, tar
         cos = torch.nn.functional.cosine_similarity(g, reference.unsqueeze(0), dim=1)
         rows[name] = {
             "variance": var, "snr": signal / max(var, 1e-30),
+            "train_flops_per_byte": train_flops_per_byte_of(model, cfg, x.shape[1]),
             "cos_ref": cos.mean().item(), "cos_ref_std": cos.std().item(),
             "cos_mean_ref": torch.nn.functional.cosine_similarity(mean, reference, dim=0).item(),
             "ms_per_estimate": ms, "step_seconds": st, "critic_loss": critic_loss,
@@ -171,18 +196,25 @@ def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, tar
         for r in rows.values():
             r["snr_vs_reference"] = r["snr"] / ref_row["snr"] if ref_row["snr"] > 0 else None
             r["step_time_vs_reference"] = r["step_seconds"] / ref_row["step_seconds"]
+            # SNR grows linearly with the number of estimates averaged, so per training FLOP it is
+            # snr / FLOPs: the ratio at equal compute
+            flops_ratio = r["train_flops_per_byte"] / ref_row["train_flops_per_byte"]
+            r["snr_per_flop_vs_reference"] = (r["snr"] / ref_row["snr"] / flops_ratio) if ref_row["snr"] > 0 else None
     return {"variants": rows, "n_estimates": n_estimates, "n_reference": n_reference,
             "batch": list(x.shape), "reference_group": reference_group}
 
 
 def markdown(result: dict) -> str:
-    lines = ["| variant | gradient SNR | SNR vs reference | cos(single, ref) | cos(mean, ref) | step time vs reference |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| variant | gradient SNR | SNR vs reference | SNR per FLOP vs reference | cos(single, ref) "
+             "| cos(mean, ref) | step time vs reference |",
+             "|---|---|---|---|---|---|---|"]
     rows = result["variants"]
     ref = rows.get("reference") or rows.get("own")
     for name, r in rows.items():
         # a reference SNR of 0 means its signal is below the noise of n estimates: no ratio
         ratio = f"{r['snr'] / ref['snr']:.2f}x" if ref and ref["snr"] > 0 else "— (reference at noise floor)"
+        per_flop = r.get("snr_per_flop_vs_reference")
+        ratio += f" | {per_flop:.2f}x" if per_flop is not None else " | —"
         lines.append(f"| {name} | {r['snr']:.4f} | {ratio} "
                      f"| {r['cos_ref']:.3f} ± {r['cos_ref_std']:.3f} | {r['cos_mean_ref']:.3f} "
                      f"| {r.get('step_time_vs_reference', float('nan')):.2f}x |")

@@ -76,6 +76,9 @@ class HourglassState:
         if getattr(model, "stage2", None) is not None:
             raise GenerationError("cached generation does not support two-stage models (model.stages=2) yet; "
                                   "score them with `rltok eval` or the forward pass")
+        if getattr(model, "chunk_vocab", None) is not None:
+            raise GenerationError("cached generation does not support a chunk vocabulary (model.chunk_vocab) yet; "
+                                  "score such models with `rltok eval` or the forward pass")
         cfg, p = model.cfg, next(model.parameters())
         self.model, self.mode, self.generator = model, mode, generator
         self.enc = KVCache.for_stack(model.encoder, batch, cfg.window, p.device, p.dtype)

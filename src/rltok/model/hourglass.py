@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 
 from ..config import VOCAB_SIZE, ModelConfig
+from .chunk_vocab import ChunkVocab
 from .chunkers import Boundaries, RLPolicy, build_chunker, forced_mask
 from .noise import uniform
 from .layers import Stack, init_weights
@@ -125,6 +126,8 @@ class HourglassLM(nn.Module):  # generate / save_pretrained / from_pretrained: r
         self.early_head = nn.Linear(cfg.d_byte, VOCAB_SIZE, bias=False)
         self.chunker = build_chunker(cfg)
         self.down = nn.Linear(cfg.d_byte, cfg.d_chunk, bias=False)
+        # a learned vocabulary of chunk contents, added to the chunk vectors (model.chunk_vocab)
+        self.chunk_vocab = ChunkVocab(cfg.chunk_vocab, cfg.d_chunk, cfg.chunk_vocab_max_len) if cfg.chunk_vocab else None
         n_layers = cfg.encoder_layers + cfg.main_layers + cfg.decoder_layers
         if cfg.stages == 2:
             self.stage2 = SupertokenStage(cfg, n_layers + 2 * cfg.stage2_layers)
@@ -148,6 +151,14 @@ class HourglassLM(nn.Module):  # generate / save_pretrained / from_pretrained: r
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def chunk_input(self, z: torch.Tensor, idx: torch.Tensor, chunk_pos: torch.Tensor) -> torch.Tensor:
+        """The main network's input: the projected chunk vectors, plus each chunk's entry in the
+        learned chunk vocabulary when there is one."""
+        z = self.down(z)
+        if self.chunk_vocab is not None:
+            z = z + self.chunk_vocab(idx, chunk_pos).to(z.dtype)
+        return z
 
     def encode(self, idx: torch.Tensor) -> torch.Tensor:
         pos = torch.arange(idx.shape[1], device=idx.device)
@@ -189,10 +200,11 @@ class HourglassLM(nn.Module):  # generate / save_pretrained / from_pretrained: r
         # Padding chunks sit after every real chunk, so causal attention keeps them unseen.
         bd2 = None
         if self.stage2 is not None:
-            z, bd2 = self.stage2(self.down(z), chunk_pos, n_chunks, length, boundaries2, mode, generator)
+            z, bd2 = self.stage2(self.chunk_input(z, idx, chunk_pos), chunk_pos, n_chunks, length, boundaries2,
+                                 mode, generator)
             z = self.up(z)
         else:
-            z = self.up(self.main(self.down(z), chunk_pos))
+            z = self.up(self.main(self.chunk_input(z, idx, chunk_pos), chunk_pos))
         if bd.smooth is not None:  # H-Net: EMA over chunks, weighted by boundary probability
             z = ema_over_chunks(z, torch.gather(bd.smooth, 1, chunk_pos))
         up = torch.gather(z, 1, chunk_index(bd.b).unsqueeze(-1).expand(-1, -1, z.shape[-1]))

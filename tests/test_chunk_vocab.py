@@ -1,0 +1,48 @@
+"""The learned chunk vocabulary: content hashes that are causal and consistent."""
+
+import pytest
+import torch
+
+from conftest import randomize_, tiny_model_config
+from rltok.config import ConfigError, load_config
+from rltok.generate import GenerationError, generate
+from rltok.model import HourglassLM
+from rltok.model.chunk_vocab import ChunkVocab
+
+
+def test_equal_chunks_share_a_row_and_different_ones_rarely_do():
+    cv = ChunkVocab(1 << 16, 8, max_len=8)
+    idx = torch.tensor([list(b"the cat the dog the")])
+    ends = torch.tensor([[3, 7, 11, 15, 18]])  # "the ", "cat ", "the ", "dog ", "the"
+    h = cv.hashes(idx, ends)[0].tolist()
+    assert h[0] == h[2] and h[0] != h[1] and h[1] != h[3] and h[4] != h[0]  # "the" (3 bytes) != "the "
+    # long chunks hash their last max_len bytes and a capped length
+    idx2 = torch.tensor([list(b"abcdefghijklmnopqrstuvwxyz")])
+    assert cv.hashes(idx2, torch.tensor([[25]])).item() != cv.hashes(idx2, torch.tensor([[24]])).item()
+    many = torch.randint(0, 256, (64, 32))
+    ends = torch.arange(3, 32, 4).expand(64, -1)
+    rows = cv.hashes(many, ends).flatten()
+    assert rows.unique().numel() > 0.99 * rows.numel()  # random 4-byte chunks: almost no collisions
+
+
+def test_chunk_vocab_keeps_the_model_causal_and_learns():
+    model = randomize_(HourglassLM(tiny_model_config(chunk_vocab=512)), scale=0.3)
+    torch.nn.init.normal_(model.chunk_vocab.table.weight)
+    x = torch.randint(0, 256, (2, 48))
+    b = torch.rand(2, 48, generator=torch.Generator().manual_seed(0)) < 0.3
+    ref = model(x, boundaries=b).logits
+    for t in (5, 20, 40):
+        x2 = x.clone()
+        x2[:, t + 1:] = torch.randint(0, 256, (2, 48 - t - 1))
+        out = model(x2, boundaries=b).logits
+        assert torch.allclose(out[:, : t + 1], ref[:, : t + 1], atol=1e-5)
+    ref.sum().backward()
+    assert model.chunk_vocab.table.weight.grad.abs().sum() > 0
+
+
+def test_chunk_vocab_config_and_generation_refusal():
+    with pytest.raises(ConfigError):
+        load_config("test", overrides=["model.chunk_vocab=-1"])
+    model = HourglassLM(tiny_model_config(chunk_vocab=64)).eval()
+    with pytest.raises(GenerationError, match="chunk vocabulary"):
+        generate(model, b"abc", 4)
