@@ -150,13 +150,16 @@ def _load(args):
 def cmd_eval(args) -> int:
     from .data import eval_windows, load_eval_bytes
     from .evaluate import evaluate
+    from .token_alignment import looks_like_python
 
     model, cfg, ckpt, device = _load(args)
     spec = args.data or cfg.data.train
     data = load_eval_bytes(spec, args.split, args.max_bytes, cfg.data.val_fraction)
     seq_len = args.seq_len or cfg.train.seq_len
     x, y = eval_windows(data, seq_len, args.max_windows)
-    result = evaluate(model, x, y, batch_size=args.batch_size, mode=args.mode, seed=args.seed, device=device)
+    code = args.code if args.code is not None else looks_like_python(spec)
+    result = evaluate(model, x, y, batch_size=args.batch_size, mode=args.mode, seed=args.seed, device=device,
+                      code_metrics=code)
     result.update(checkpoint=str(ckpt), data=spec, split=args.split, seq_len=x.shape[1], mode=args.mode)
     if not args.hist:
         result.pop("chunk_length_hist", None)
@@ -442,6 +445,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-windows", type=int, default=0, help="evaluate on at most this many windows (0 = all)")
     p.add_argument("--max-bytes", type=int, default=0, help="read at most this many bytes")
     p.add_argument("--hist", action="store_true", help="include the chunk-length histogram")
+    p.add_argument("--code", action=argparse.BooleanOptionalAction, default=None,
+                   help="report token_end_precision/chance/recall (chunk ends at Python token ends); default: "
+                        "on when the data is Python source ('stdlib', .py files)")
     p.set_defaults(func=cmd_eval, default_mode="sample")
 
     p = sub.add_parser("segment", help="show how a trained model chunks a text")

@@ -12,6 +12,7 @@ import torch
 
 from .bytes_classes import is_whitespace_byte
 from .objective import token_nll
+from .token_alignment import summarize_counts, token_alignment_counts
 
 
 def whitespace_alignment(x: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
@@ -43,15 +44,18 @@ def chunk_lengths(b: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def evaluate(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, mode: str = "sample",
-             seed: int = 1234, device: str | torch.device = "cpu", autocast_dtype=None) -> dict[str, float]:
+             seed: int = 1234, device: str | torch.device = "cpu", autocast_dtype=None,
+             code_metrics: bool = False) -> dict[str, float]:
     """Evaluate on fixed windows (N, T). Boundary sampling uses its own seeded generator, so
-    the numbers are reproducible and the training RNG is untouched."""
-    return summarize(evaluate_sums(model, x, y, batch_size, mode, seed, device, autocast_dtype))
+    the numbers are reproducible and the training RNG is untouched. code_metrics: also
+    token_end_precision/chance/recall (Python sources, see rltok.token_alignment)."""
+    return summarize(evaluate_sums(model, x, y, batch_size, mode, seed, device, autocast_dtype, code_metrics))
 
 
 @torch.no_grad()
 def evaluate_sums(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, mode: str = "sample",
-                  seed: int = 1234, device: str | torch.device = "cpu", autocast_dtype=None) -> dict[str, torch.Tensor]:
+                  seed: int = 1234, device: str | torch.device = "cpu", autocast_dtype=None,
+                  code_metrics: bool = False) -> dict[str, torch.Tensor]:
     """The additive counts behind `evaluate` (nats, bytes, boundaries, positions, whitespace,
     chunk-length histogram) as one float64 vector per key, so that shards of an evaluation
     (data-parallel ranks) can be summed before `summarize`."""
@@ -68,6 +72,7 @@ def evaluate_sums(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, 
     ws = {"space_end": 0.0, "space_start": 0.0, "space_align": 0.0}
     n_ws = 0
     hist = torch.zeros(65, dtype=torch.long)
+    token_align = torch.zeros(4, dtype=torch.float64)  # code_metrics: rltok.token_alignment counts
     for i in range(0, len(x), batch_size):
         xb, yb = x[i : i + batch_size].to(device), y[i : i + batch_size].to(device)
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
@@ -89,10 +94,15 @@ def evaluate_sums(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, 
                 ws[k] += v * w
             n_ws += w
             hist += torch.bincount(chunk_lengths(b).clamp(max=64).cpu(), minlength=65)[:65]
+            if code_metrics:
+                token_align += token_alignment_counts(xb, b, free)
     model.train(was_training)
     scalars = [nats, n_bytes, n_bound, n_pos, ws["space_end"], ws["space_start"], ws["space_align"], n_ws,
                n_free_bound, n_free]
-    return {"scalars": torch.tensor(scalars, dtype=torch.float64), "hist": hist.to(torch.float64)}
+    sums = {"scalars": torch.tensor(scalars, dtype=torch.float64), "hist": hist.to(torch.float64)}
+    if code_metrics:
+        sums["token_align"] = token_align
+    return sums
 
 
 _SCALARS = ("nats", "bytes", "boundaries", "positions", "space_end", "space_start", "space_align", "ws",
@@ -110,4 +120,6 @@ def summarize(sums: dict[str, torch.Tensor]) -> dict[str, float]:
                       bytes_per_chunk=1 / cpb if cpb else float("inf"))
         result.update({k: s[k] / max(1, s["ws"]) for k in ("space_end", "space_start", "space_align")})
         result["chunk_length_hist"] = [int(v) for v in sums["hist"][1:].tolist()]  # lengths 1..64 (64 = 64+)
+    if "token_align" in sums and sums["token_align"][3] > 0:
+        result.update(summarize_counts(sums["token_align"]))
     return result
