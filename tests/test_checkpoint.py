@@ -39,8 +39,9 @@ def save_steps(run: Path, model, cfg, steps=(10, 20), keep_last=3):
 
 def test_roundtrip(tmp_path, model, cfg):
     path = save_checkpoint(tmp_path, 7, model, cfg, {"step": 7, "x": torch.arange(3)})
+    # a checkpoint is what save_pretrained writes, plus the trainer state and the manifest
     assert path.name == "step_0000007" and sorted(p.name for p in path.iterdir()) == [
-        "config.json", "manifest.json", "model.safetensors", "trainer.pt"]
+        "README.md", "config.json", "manifest.json", "model.safetensors", "trainer.pt"]
     loaded, cfg2, state, ckpt = load_checkpoint(tmp_path, with_trainer_state=True)
     assert ckpt == path and cfg2 == cfg and state["step"] == 7 and torch.equal(state["x"], torch.arange(3))
     for (name, p), q in zip(model.state_dict().items(), loaded.state_dict().values()):
@@ -266,3 +267,111 @@ def test_sigkill_at_random_moments_of_a_save_loop(tmp_path):
         _, _, state, ckpt = load_checkpoint(tmp_path, with_trainer_state=True)
         assert state["step"] >= done[-1] >= last
         last = state["step"]
+
+
+# ---- one format, one loader ------------------------------------------------------------------
+
+def test_checkpoint_folder_is_an_export_folder_and_both_load_everywhere(tmp_path, model, cfg):
+    from rltok.hub import from_pretrained, save_pretrained
+
+    ckpt = save_checkpoint(tmp_path / "run", 3, model, cfg, {"step": 3})
+    exported = save_pretrained(model, tmp_path / "exported", cfg)
+    model_files = sorted(p.name for p in exported.iterdir())
+    assert sorted(p.name for p in ckpt.iterdir()) == sorted([*model_files, "manifest.json", "trainer.pt"])
+    assert (ckpt / "model.safetensors").read_bytes() == (exported / "model.safetensors").read_bytes()
+    meta = json.loads((ckpt / "config.json").read_text())
+    assert meta["model_type"] == "rltok" and meta["architecture"] == "HourglassLM"
+    assert meta["results"] == {"step": 3}  # no metrics.jsonl in this run folder
+    # from_pretrained takes the checkpoint folder and the run folder; load_checkpoint the export
+    for where in (ckpt, tmp_path / "run"):
+        loaded, full, got_meta = from_pretrained(where, return_config=True)
+        assert full == cfg and got_meta["results"] == {"step": 3} and not loaded.training
+        for (k, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
+            assert torch.equal(a, b), k
+    loaded, cfg2, state, folder = load_checkpoint(exported)
+    assert state is None and folder == exported and cfg2 == cfg
+    for (k, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
+        assert torch.equal(a, b), k
+
+
+def _rewrite_weights(ckpt: Path, change) -> None:
+    """Change the weights and re-write the manifest to match, so only strict loading can object."""
+    import hashlib
+
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(ckpt / "model.safetensors")
+    change(state)
+    save_file(state, ckpt / "model.safetensors", metadata={"format": "pt"})
+    if (ckpt / "manifest.json").exists():
+        manifest = json.loads((ckpt / "manifest.json").read_text())
+        manifest["files"]["model.safetensors"] = hashlib.sha256((ckpt / "model.safetensors").read_bytes()).hexdigest()
+        (ckpt / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_strict_loading_names_missing_and_unexpected_keys(tmp_path, model, cfg):
+    from rltok.hub import PretrainedError, from_pretrained, save_pretrained
+
+    extra = save_checkpoint(tmp_path / "a", 1, model, cfg)
+    _rewrite_weights(extra, lambda s: s.__setitem__("head.extra", torch.zeros(2)))
+    with pytest.raises(CheckpointError, match=r"missing keys \[\], unexpected keys \['head.extra'\]"):
+        load_checkpoint(extra)
+    missing = save_pretrained(model, tmp_path / "b", cfg)
+    _rewrite_weights(missing, lambda s: s.pop("head.weight"))
+    with pytest.raises(PretrainedError, match=r"does not match its config.json: missing keys \['head.weight'\], "
+                                              r"unexpected keys \[\]"):
+        from_pretrained(missing)
+    with pytest.raises(CheckpointError, match="missing keys"):  # PretrainedError is a CheckpointError too
+        load_checkpoint(missing)
+    shape = save_checkpoint(tmp_path / "c", 1, model, cfg)
+    _rewrite_weights(shape, lambda s: s.__setitem__("head.weight", torch.zeros(3, 3)))
+    with pytest.raises(CheckpointError, match="does not match its config.json.*size mismatch"):
+        load_checkpoint(shape)
+
+
+def test_checkpoint_without_manifest_is_not_taken_for_an_export(tmp_path, model, cfg):
+    ckpt = save_checkpoint(tmp_path, 1, model, cfg)  # no trainer state: only the step name says "checkpoint"
+    (ckpt / "manifest.json").unlink()
+    with pytest.raises(CheckpointError, match="no manifest"):
+        load_checkpoint(ckpt)
+
+
+def write_old_format_checkpoint(run: Path, step: int, model, cfg, trainer_state: dict | None) -> Path:
+    """A checkpoint as rltok wrote them before the shared format: config.json without the
+    metadata keys, no model card, step in the safetensors metadata, optimiser state (if any)
+    keyed by integer ids."""
+    import hashlib
+
+    from safetensors.torch import save_file
+
+    ckpt = run / "checkpoints" / f"step_{step:07d}"
+    ckpt.mkdir(parents=True)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, ckpt / "model.safetensors",
+              metadata={"format": "pt", "step": str(step)})
+    (ckpt / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    if trainer_state is not None:
+        torch.save(trainer_state, ckpt / "trainer.pt")
+    files = sorted(p.name for p in ckpt.iterdir())
+    manifest = {"step": step, "files": {n: hashlib.sha256((ckpt / n).read_bytes()).hexdigest() for n in files}}
+    (ckpt / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return ckpt
+
+
+def test_old_format_checkpoint_loads_for_evaluation_and_export(tmp_path, model, cfg, capsys):
+    from rltok.cli import main
+    from rltok.hub import from_pretrained
+
+    ckpt = write_old_format_checkpoint(tmp_path / "old", 5, model, cfg, {"step": 5})
+    loaded, cfg2, state, folder = load_checkpoint(tmp_path / "old", with_trainer_state=True)
+    assert folder == ckpt and cfg2 == cfg and state == {"step": 5}
+    for (k, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
+        assert torch.equal(a, b), k
+    _, _, meta = from_pretrained(ckpt, return_config=True)
+    assert meta == {}
+    assert main(["export", "-c", str(tmp_path / "old"), "--out", str(tmp_path / "exported")]) == 0
+    capsys.readouterr()
+    exported = sorted(p.name for p in (tmp_path / "exported").iterdir())
+    assert exported == ["README.md", "config.json", "model.safetensors"]
+    again = from_pretrained(tmp_path / "exported")
+    for (k, a), b in zip(model.state_dict().items(), again.state_dict().values()):
+        assert torch.equal(a, b), k

@@ -123,3 +123,31 @@ def test_rank_zero_alone_writes_and_reports(runs):
     assert rec["bytes"] == STEPS * 2 * GLOBAL_BATCH * 64  # global bytes: steps x accum x global batch x seq_len
     assert 0 < rec["mfu"] < 1 and "val_bpb" in rec
     assert sorted(p.name for p in (ddp_dir / "checkpoints").iterdir()) == ["step_0000003", "step_0000006"]
+
+
+def test_optimizer_state_is_keyed_by_name_under_fsdp_and_ddp_as_in_one_process(runs):
+    """trainer.pt holds one format: FSDP gathers the full optimiser state keyed by parameter name,
+    the same names, groups and tensor shapes a single process and DDP write."""
+    from rltok.checkpoint import list_checkpoints
+
+    root, _ = runs
+
+    def optimizer_of(run: Path) -> dict:
+        return torch.load(list_checkpoints(run)[-1] / "trainer.pt", weights_only=False)["optimizer"]
+
+    def hyper(group: dict) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in group.items() if k != "params"}
+
+    single = optimizer_of(root / "single")
+    names = [n for g in single["param_groups"] for n in g["params"]]
+    assert names and all(isinstance(n, str) for n in names) and set(single["state"]) <= set(names)
+    for name in ("fsdp", "ddp_resume"):
+        got = optimizer_of(root / name)
+        assert [g["params"] for g in got["param_groups"]] == [g["params"] for g in single["param_groups"]], name
+        # the hyperparameters (torch.distributed.checkpoint hands betas back as a list, not a tuple)
+        assert [hyper(g) for g in got["param_groups"]] == [hyper(g) for g in single["param_groups"]], name
+        assert got["state"].keys() == single["state"].keys(), name
+        for p, s in single["state"].items():
+            assert got["state"][p].keys() == s.keys(), (name, p)
+            for k, v in s.items():
+                assert got["state"][p][k].shape == v.shape and got["state"][p][k].device.type == "cpu", (name, p, k)

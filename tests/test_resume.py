@@ -128,6 +128,57 @@ def test_resume_falls_back_past_a_corrupt_newest_checkpoint(tmp_path, corpus, un
     assert_same_state(full, resumed)
 
 
+def _as_old_format(ckpt: Path, names: list[str]) -> None:
+    """Turn a checkpoint into the format rltok wrote before the shared one: optimiser state keyed
+    by integer ids (the optimiser's parameter order), config.json without the metadata keys, no
+    model card; the manifest re-written to match."""
+    import hashlib
+
+    state = torch.load(ckpt / "trainer.pt", weights_only=False)
+    opt = state["optimizer"]
+    index = {n: i for i, n in enumerate(names)}
+    groups = [{**g, "params": [index[n] for n in g["params"]]} for g in opt["param_groups"]]
+    state["optimizer"] = {"state": {index[n]: v for n, v in opt["state"].items()}, "param_groups": groups}
+    torch.save(state, ckpt / "trainer.pt")
+    full = json.loads((ckpt / "config.json").read_text())
+    sections = ("model", "objective", "data", "train")
+    (ckpt / "config.json").write_text(json.dumps({k: v for k, v in full.items() if k in sections}))
+    (ckpt / "README.md").unlink()
+    files = sorted(p.name for p in ckpt.iterdir() if p.name != "manifest.json")
+    (ckpt / "manifest.json").write_text(json.dumps(
+        {"step": state["step"], "files": {n: hashlib.sha256((ckpt / n).read_bytes()).hexdigest() for n in files}}))
+
+
+def test_optimizer_state_is_keyed_by_name_and_old_integer_keyed_checkpoints_resume_exactly(tmp_path, corpus,
+                                                                                          uninterrupted):
+    full, full_result, _ = uninterrupted
+    first = Trainer(make_cfg(tmp_path), corpus=corpus, quiet=True)
+    first.fit(stop_at=10)
+    ckpt = list_checkpoints(tmp_path)[-1]
+    opt = torch.load(ckpt / "trainer.pt", weights_only=False)["optimizer"]
+    by_id = {id(p): n for n, p in first.model.named_parameters()}
+    names = [by_id[id(p)] for g in first.opt.param_groups for p in g["params"]]  # the optimiser's order
+    assert [n for g in opt["param_groups"] for n in g["params"]] == names
+    assert set(opt["state"]) <= set(names) and "head.weight" in opt["state"]
+    assert torch.equal(opt["state"]["head.weight"]["exp_avg"], first.opt.state[first.model.head.weight]["exp_avg"])
+    _as_old_format(ckpt, names)
+    assert load_checkpoint(tmp_path)[3] == ckpt  # evaluates as before
+    resumed = Trainer(make_cfg(tmp_path), corpus=corpus, resume=True, quiet=True)
+    assert resumed.step == 10
+    assert trajectory(resumed.fit().history) == trajectory(full_result.history)
+    assert_same_state(full, resumed)
+
+
+def test_optimizer_state_of_other_parameter_groups_is_refused_clearly(tmp_path, corpus):
+    from rltok.checkpoint import CheckpointError
+
+    Trainer(make_cfg(tmp_path, "train.max_steps=2"), corpus=corpus, quiet=True).fit()
+    with pytest.raises(CheckpointError, match="does not match the model's optimiser .*2 parameter groups, "
+                                              "the optimiser 4"):
+        Trainer(make_cfg(tmp_path, "train.max_steps=4", "objective.policy_lr_mult=2.0"), corpus=corpus, resume=True,
+                quiet=True)
+
+
 def test_fresh_run_into_an_existing_run_folder_is_refused(tmp_path, corpus):
     Trainer(make_cfg(tmp_path, "train.max_steps=2"), corpus=corpus, quiet=True).fit()
     with pytest.raises(ConfigError, match="already holds a run .*--resume"):

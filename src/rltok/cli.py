@@ -89,24 +89,13 @@ def cmd_presets(args) -> int:
 
 def _run_results(ckpt, cfg) -> dict:
     """Validation results logged up to the checkpoint's step, from its run's metrics.jsonl."""
-    from .checkpoint import checkpoint_step
-    from .train import read_metrics
+    from .checkpoint import checkpoint_step, run_results
 
     try:
         step = checkpoint_step(ckpt)
-    except ValueError:
+    except ValueError:  # a model folder, not a checkpoint of a run
         return {}
-    recs = read_metrics(ckpt.parent.parent / "metrics.jsonl", step)
-    out: dict = {"step": step}
-    if recs:
-        out["bytes"] = recs[-1].get("bytes")
-    with_val = [r for r in recs if "val_bpb" in r]
-    if with_val:
-        last = with_val[-1]
-        out.update({k: last[k] for k in ("val_bpb", "val_rate", "val_bytes_per_chunk", "val_space_align") if k in last})
-        if last["step"] != step:
-            out["val_step"] = last["step"]
-    return {k: v for k, v in out.items() if v is not None}
+    return run_results(ckpt.parent.parent, step)
 
 
 def cmd_export(args) -> int:

@@ -211,6 +211,47 @@ def _param_names(model: torch.nn.Module, opt: torch.optim.Optimizer) -> list[str
     return [by_id[id(p)] for g in opt.param_groups for p in g["params"]]
 
 
+def _checked_by_name(state: dict, names: list[str], opt: torch.optim.Optimizer) -> dict:
+    """`state` keyed by parameter name, checked against the optimiser: the same parameter groups,
+    each with the same parameters. A state keyed by integer ids (checkpoints written before the
+    optimiser state was keyed by name) is read in the optimiser's own order."""
+    from .checkpoint import CheckpointError
+
+    groups = state.get("param_groups") if isinstance(state, dict) else None
+    if not isinstance(groups, list) or not isinstance(state.get("state"), dict):
+        raise CheckpointError("the optimiser state in trainer.pt is not an optimiser state dict")
+    saved = [p for g in groups for p in g["params"]]
+    if saved and all(isinstance(p, int) for p in saved):  # the integer-id format
+        if sorted(saved) != list(range(len(names))):
+            raise CheckpointError(f"the optimiser state in trainer.pt (integer ids) holds {len(saved)} parameters, "
+                                  f"the model's optimiser {len(names)}: it belongs to another model")
+        state = {"state": {names[i]: v for i, v in state["state"].items()},
+                 "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in groups]}
+        groups = state["param_groups"]
+    own, start = [], 0  # the optimiser's own groups, as names
+    for g in opt.param_groups:
+        own.append(names[start:start + len(g["params"])])
+        start += len(g["params"])
+    if len(groups) != len(own) or any(set(g["params"]) != set(o) for g, o in zip(groups, own)):
+        missing = sorted(set(names) - {p for g in groups for p in g["params"]})
+        unexpected = sorted({p for g in groups for p in g["params"]} - set(names))
+        raise CheckpointError(f"the optimiser state in trainer.pt does not match the model's optimiser "
+                              f"({len(groups)} parameter groups, the optimiser {len(own)}; missing {missing}, "
+                              f"unexpected {unexpected}); resume with the original settings (objective.policy_lr_mult)")
+    if set(state["state"]) - set(names):
+        raise CheckpointError(f"the optimiser state in trainer.pt names unknown parameters "
+                              f"{sorted(set(state['state']) - set(names))}")
+    return state
+
+
+def optimizer_state_by_name(model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict:
+    """`opt.state_dict()` with every integer id replaced by its parameter's name in `model`."""
+    names = _param_names(model, opt)
+    sd = opt.state_dict()
+    return {"state": {names[i]: v for i, v in sd["state"].items()},
+            "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in sd["param_groups"]]}
+
+
 def full_model_state(model: torch.nn.Module, info: DistInfo) -> dict[str, torch.Tensor]:
     """A full (unsharded) CPU state dict. Collective under FSDP: every rank must call it, and
     only rank 0 receives the tensors (others get an empty dict)."""
@@ -231,34 +272,35 @@ def load_full_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor]
 
 
 def full_optimizer_state(model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict:
-    """The optimiser state in the plain single-process format (integer parameter ids), so a
-    checkpoint resumes the same under 1 process, DDP or FSDP. Collective under FSDP."""
+    """The full optimiser state keyed by parameter name ({"state": {name: {...}}, "param_groups":
+    [{..., "params": [names]}]}), the same in 1 process, under DDP (pass the unwrapped model) and
+    under FSDP, where torch.distributed.checkpoint's get_optimizer_state_dict gathers it (a
+    collective: every rank calls it, rank 0 receives the state, the others an empty dict)."""
     if not is_fsdp(model):
-        return opt.state_dict()
+        return optimizer_state_by_name(model, opt)
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-    sd = get_optimizer_state_dict(model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    if not sd:  # ranks > 0 with cpu_offload receive nothing
-        return {}
-    index = {n: i for i, n in enumerate(_param_names(model, opt))}
-    groups, start = [], 0
-    for g, own in zip(sd["param_groups"], opt.param_groups):
-        groups.append({**{k: v for k, v in g.items() if k != "params"}, "params": list(range(start, start + len(own["params"])))})
-        start += len(own["params"])
-    return {"state": {index[n]: v for n, v in sd["state"].items()}, "param_groups": groups}
+    return get_optimizer_state_dict(model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 def load_full_optimizer_state(model: torch.nn.Module, opt: torch.optim.Optimizer, state: dict) -> None:
-    if not is_fsdp(model):
-        opt.load_state_dict(state)
-        return
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
+    """Load a full optimiser state keyed by parameter name (or by the integer ids of older
+    checkpoints) into `opt`, matching parameters by name; FSDP shards it (every rank calls)."""
     names = _param_names(model, opt)
-    fqn = {"state": {names[i]: v for i, v in state["state"].items()},
-           "param_groups": [{**{k: v for k, v in g.items() if k != "params"}, "params": [names[i] for i in g["params"]]}
-                            for g in state["param_groups"]]}
-    set_optimizer_state_dict(model, opt, optim_state_dict=fqn, options=StateDictOptions(full_state_dict=True))
+    state = _checked_by_name(state, names, opt)
+    if is_fsdp(model):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(model, opt, optim_state_dict=state, options=StateDictOptions(full_state_dict=True))
+        return
+    # torch's load_state_dict pairs saved and current parameters by position: give it the
+    # current optimiser's own ids, each group's in its own order
+    index = {n: i for i, n in enumerate(names)}
+    groups, start = [], 0
+    for g, own in zip(state["param_groups"], opt.param_groups):
+        groups.append({**g, "params": list(range(start, start + len(own["params"])))})
+        start += len(own["params"])
+    opt.load_state_dict({"state": {index[n]: v for n, v in state["state"].items()}, "param_groups": groups})
 
 
 # ---- device peak, for MFU -----------------------------------------------------------------------

@@ -7,58 +7,33 @@ Hub layout, and a generated model card.
                              "objective"/"data"/"train": {...} when known, "results": {...}}
         README.md           model card: architecture, training config, results
 
-`from_pretrained` takes a local folder (no network needed) or a Hub repo id, fetched with
+This is the one on-disk format of rltok (rltok.checkpoint): a training checkpoint is the same
+folder plus trainer.pt and manifest.json, and both functions here are thin wrappers over
+rltok.checkpoint's writer and loader. `from_pretrained` takes a model folder, a checkpoint
+folder or a run folder (no network needed), or a Hub repo id, fetched with
 `huggingface_hub.snapshot_download`. Any model `rltok.model.factory.build_model` makes works:
 the hierarchical HourglassLM with every boundary rule, FlatByteLM and BPETokenLM.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from .config import Config, ConfigError, ModelConfig
-from .model.factory import build_model
-
-WEIGHTS = "model.safetensors"
-CONFIG = "config.json"
-CARD = "README.md"
-META_KEYS = ("model_type", "rltok_version", "architecture", "num_parameters", "results")
+from .checkpoint import CARD, CONFIG, WEIGHTS, CheckpointError  # noqa: F401 (names kept for callers)
+from .config import Config, ModelConfig
 
 
-class PretrainedError(ValueError):
+class PretrainedError(CheckpointError, ValueError):
     """A folder or repo that does not hold an rltok model."""
 
 
-def _version() -> str:
-    from . import __version__
-
-    return __version__
-
-
 def model_config_of(model: torch.nn.Module) -> ModelConfig:
-    cfg = getattr(model, "model_config", None) or getattr(model, "cfg", None)
-    if not isinstance(cfg, ModelConfig):
-        raise PretrainedError(f"{type(model).__name__} carries no ModelConfig; build it with "
-                              "rltok.model.factory.build_model, or pass config=")
-    return cfg
+    from .checkpoint import model_config_of as model_config_of_
 
-
-def _clean(results: dict | None) -> dict:
-    """JSON-safe scalar results (histograms and non-finite values left out)."""
-    out = {}
-    for k, v in (results or {}).items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            continue
-        if isinstance(v, float) and not math.isfinite(v):
-            continue
-        out[k] = v
-    return out
+    return model_config_of_(model)
 
 
 def save_pretrained(model: torch.nn.Module, save_directory: str | Path, config: Config | ModelConfig | None = None,
@@ -66,28 +41,20 @@ def save_pretrained(model: torch.nn.Module, save_directory: str | Path, config: 
     """Write weights, config.json and a model card to `save_directory` (created if needed).
     `config` is the full training Config (its sections go into config.json and the card) or
     just a ModelConfig (default: the model's own); `results` e.g. {"val_bpb": 1.28, "val_rate": 0.2}."""
-    from safetensors.torch import save_file
+    from .checkpoint import write_model_files
 
     out = Path(save_directory)
     out.mkdir(parents=True, exist_ok=True)
-    if isinstance(config, Config):
-        full: dict[str, Any] = config.to_dict()
-    else:
-        full = {"model": dataclasses.asdict(config if isinstance(config, ModelConfig) else model_config_of(model))}
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    n_params = sum(p.numel() for p in model.parameters())
-    meta = {"model_type": "rltok", "rltok_version": _version(), "architecture": type(model).__name__,
-            "num_parameters": n_params, "results": _clean(results)}
-    save_file(state, out / WEIGHTS, metadata={"format": "pt"})
-    (out / CONFIG).write_text(json.dumps({**meta, **full}, indent=2) + "\n")
-    (out / CARD).write_text(model_card(full, meta["results"], n_params, type(model).__name__, name or out.name))
+    write_model_files(out, model, config, results, name=name or out.name)
     return out
 
 
 def is_pretrained_dir(path: str | Path) -> bool:
-    """A folder written by save_pretrained (not a training checkpoint, which has a manifest)."""
+    """A model folder written by save_pretrained (not a training checkpoint, which has a manifest)."""
+    from .checkpoint import is_model_dir
+
     cfg = Path(path) / CONFIG
-    if not cfg.is_file() or not (Path(path) / WEIGHTS).is_file():
+    if not is_model_dir(Path(path)):
         return False
     try:
         return json.loads(cfg.read_text()).get("model_type") == "rltok"
@@ -95,72 +62,23 @@ def is_pretrained_dir(path: str | Path) -> bool:
         return False
 
 
-def resolve_pretrained(name_or_path: str | Path, revision: str | None = None, cache_dir: str | None = None,
-                       token: str | None = None, local_files_only: bool = False) -> Path:
-    """A local folder as it is; anything else is a Hub repo id, downloaded (or taken from the
-    local Hub cache) with huggingface_hub."""
-    path = Path(name_or_path).expanduser()
-    if path.is_dir():
-        return path
-    text = str(name_or_path)
-    if path.exists() or text.startswith((".", "/", "~")) or text.count("/") > 1:
-        raise PretrainedError(f"{text} is not a folder holding an rltok model")
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError:
-        raise PretrainedError(f"{text!r} is not a local folder, and loading from the Hub needs "
-                              "huggingface_hub: pip install 'rltok[hub]'") from None
-    try:
-        return Path(snapshot_download(text, revision=revision, cache_dir=cache_dir, token=token,
-                                      local_files_only=local_files_only, allow_patterns=[CONFIG, WEIGHTS, CARD]))
-    except Exception as e:  # offline, unknown repo, auth: the library raises many types
-        raise PretrainedError(f"cannot fetch {text!r} from the Hugging Face Hub ({type(e).__name__}: {e}); "
-                              "for a local folder, check the path") from None
-
-
-def read_pretrained_config(folder: Path) -> tuple[Config, dict]:
-    try:
-        data = json.loads((folder / CONFIG).read_text())
-    except FileNotFoundError:
-        raise PretrainedError(f"{folder} has no {CONFIG}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise PretrainedError(f"{folder / CONFIG} is not valid JSON: {e}") from None
-    if not isinstance(data, dict) or data.get("model_type") != "rltok" or "model" not in data:
-        raise PretrainedError(f"{folder / CONFIG} does not describe an rltok model")
-    meta = {k: data.pop(k) for k in META_KEYS if k in data}
-    try:
-        cfg = Config.from_dict(data)
-        if set(data) == {"model"}:  # a bare model export: the other sections are defaults, not a run
-            cfg.model.validate()
-            return cfg, meta
-        return cfg.validate(), meta
-    except ConfigError as e:
-        raise PretrainedError(f"{folder / CONFIG}: {e}") from None
-
-
 def from_pretrained(name_or_path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
                     revision: str | None = None, cache_dir: str | None = None, token: str | None = None,
                     local_files_only: bool = False, return_config: bool = False):
-    """The model saved in a folder or Hub repo, in eval mode on `device` (optionally cast to
-    `dtype`); with return_config, (model, Config, metadata)."""
-    from safetensors.torch import load_file
+    """The model saved in a model folder, a checkpoint folder, a run folder (its newest valid
+    checkpoint) or a Hub repo, in eval mode on `device` (optionally cast to `dtype`); with
+    return_config, (model, Config, metadata). Raises PretrainedError."""
+    from .checkpoint import load
 
-    folder = resolve_pretrained(name_or_path, revision, cache_dir, token, local_files_only)
-    cfg, meta = read_pretrained_config(folder)
-    if not (folder / WEIGHTS).is_file():
-        raise PretrainedError(f"{folder} has no {WEIGHTS}")
     try:
-        state = load_file(folder / WEIGHTS)
-    except Exception as e:  # safetensors raises its own types for damaged files
-        raise PretrainedError(f"cannot read {folder / WEIGHTS}: {e}") from None
-    model = build_model(cfg.model, state_dict=state)
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as e:
-        raise PretrainedError(f"{folder}: weights do not match config.json ({e})") from None
-    model.to(device=device, dtype=dtype)
-    model.eval()
-    return (model, cfg, meta) if return_config else model
+        got = load(name_or_path, device=device, dtype=dtype, hub=True, revision=revision, cache_dir=cache_dir,
+                   token=token, local_files_only=local_files_only)
+    except PretrainedError:
+        raise
+    except CheckpointError as e:
+        raise PretrainedError(str(e)) from None
+    got.model.eval()
+    return (got.model, got.config, got.meta) if return_config else got.model
 
 
 def push_to_hub(model: torch.nn.Module, repo_id: str, config: Config | ModelConfig | None = None,

@@ -238,15 +238,9 @@ class RLTokLM(_LMBase):
 
 
 def load_any(spec: str, device) -> torch.nn.Module:
-    """A run folder / checkpoint (newest valid) or a save_pretrained folder / Hub repo id."""
-    from pathlib import Path
-
-    from .checkpoint import load_checkpoint
+    """A run folder (newest valid checkpoint), a checkpoint, a save_pretrained folder or a Hub repo id."""
     from .hub import from_pretrained
 
-    path = Path(spec).expanduser()
-    if path.exists():
-        return load_checkpoint(path, device=device)[0]
     return from_pretrained(spec, device=device)
 
 
