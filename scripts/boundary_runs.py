@@ -33,6 +33,8 @@ RUNS: dict[str, list[str]] = {
     "warm_flips_w01": ["objective.estimator=flips", "objective.policy_start_step=250", "objective.flip_weight=0.1"],
     # a learned chunk vocabulary: recurring chunks get their own embedding
     "warm_flips_vocab": ["objective.estimator=flips", "objective.policy_start_step=250", "model.chunk_vocab=65536"],
+    "warm_flips_vocab_detach": ["objective.estimator=flips", "objective.policy_start_step=250", "model.chunk_vocab=65536",
+                                "model.policy_detach=true"],
     "vocab": ["model.chunk_vocab=65536"],
     "uniform_vocab": ["model.chunker=uniform", "model.chunk_vocab=65536"],
 }
@@ -62,6 +64,9 @@ def main() -> int:
         t0 = time.time()
         trainer = Trainer(load_config("tiny", overrides=overrides), resume=True, quiet=True)
         trainer.fit()
+        if trainer.stop_requested:  # SIGINT/SIGTERM: checkpointed, not finished; rerun to resume
+            print(f"{tag}: interrupted at step {trainer.step}; rerun to resume", file=sys.stderr)
+            return 1
         curve = [{k: r[k] for k in ("step", "bytes", "train_flops", "val_bpb", "val_rate", "val_space_align",
                                     "val_space_end") if k in r} for r in trainer.history if "val_bpb" in r]
         result = {"name": name, "seed": args.seed, "data": corpus, "overrides": RUNS[name], "steps": trainer.step,
