@@ -150,3 +150,28 @@ def test_flips_config_validation():
         load_config("test", overrides=["objective.estimator=flips", "model.stages=2"])
     with pytest.raises(ConfigError):
         load_config("test", overrides=["objective.flip_stride=0"])
+
+
+def test_boundary_objective_state_round_trip_and_legacy_keys():
+    from rltok.objective import BoundaryObjective
+
+    cfg = load_config("test", overrides=["objective.rate_control=lagrange", "objective.estimator=flips"])
+    a = BoundaryObjective(cfg)
+    rates = {"expected_rate": 0.3, "chunks_per_byte": 0.25, "expected_rate2": None, "supertokens_per_chunk": None}
+    a.after_step(0, rates, step_bytes=256, seq_len=64)
+    torch.rand(3, generator=a.flip_gen)
+    b = BoundaryObjective(cfg)
+    b.load_state_dict(a.state_dict())
+    assert b.flops_spent == a.flops_spent > 0
+    assert b.price.lagrange.price.item() == a.price.lagrange.price.item() != 0
+    assert torch.equal(torch.rand(4, generator=b.flip_gen), torch.rand(4, generator=a.flip_gen))
+    # trainer states written before the component kept these keys at their top level
+    c = BoundaryObjective(cfg)
+    legacy = a.state_dict()
+    c.load_state_dict({"flops_spent": legacy["flops_spent"], "lagrange": legacy["lagrange"]})
+    assert c.flops_spent == a.flops_spent and c.price.lagrange.price.item() == a.price.lagrange.price.item()
+    # the warm start: a frozen policy does not move the controller, but the FLOPs still count
+    w = BoundaryObjective(load_config("test", overrides=["objective.rate_control=lagrange",
+                                                         "objective.policy_start_step=5"]))
+    w.after_step(0, rates, step_bytes=256, seq_len=64)
+    assert w.price.lagrange.price.item() == 0 and w.flops_spent > 0

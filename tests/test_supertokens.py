@@ -156,7 +156,7 @@ def test_resume_restores_the_multiplier_and_flops(tmp_path, corpus):
     resumed = Trainer(cfg, corpus=corpus, quiet=True, resume=True)
     assert resumed.step == 9 and resumed.flops_spent > 0
     resumed.fit()
-    assert resumed.price.lagrange.price.item() == full.price.lagrange.price.item()
+    assert resumed.objective.price.lagrange.price.item() == full.objective.price.lagrange.price.item()
     assert resumed.flops_spent == full.flops_spent
     for p, q in zip(full.model.parameters(), resumed.model.parameters()):
         assert torch.equal(p, q)

@@ -146,3 +146,21 @@ def counterfactual_flops_per_byte(cfg, rate: float | None = None, rate2: float |
 def train_flops_per_byte(forward: dict[str, float]) -> float:
     """Forward + backward: the backward pass costs about twice the forward."""
     return 3.0 * forward["total"]
+
+
+def step_train_flops_per_byte(cfg, seq_len: int | None = None, chunks_per_byte: float | None = None,
+                              supertokens_per_chunk: float | None = None, vocab_size: int = VOCAB_SIZE,
+                              counterfactual: bool = False) -> float:
+    """Training FLOPs per distinct byte of one step of the model a full `Config` builds, at the
+    chunks per byte (tokens per byte for the BPE-token reference) and supertokens per chunk the
+    step actually drew (the config's targets where not given). `counterfactual`: the step also
+    ran the flipped pass of objective.estimator="flips"."""
+    import dataclasses
+
+    if seq_len is not None and seq_len != cfg.train.seq_len:
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seq_len=seq_len))
+    total = train_flops_per_byte({"total": config_forward_flops_per_byte(cfg, chunks_per_byte, vocab_size,
+                                                                         rate2=supertokens_per_chunk)})
+    if counterfactual:
+        total += counterfactual_flops_per_byte(cfg, chunks_per_byte, supertokens_per_chunk)
+    return total

@@ -26,6 +26,22 @@ from .rl.flips import boundary_values, draw_flips, local_expectation_loss
 LN2 = math.log(2.0)
 
 
+class LocalMean:
+    """Batch statistics within one process. The reduction protocol the objective uses:
+    `reduce(x)` is the per-position mean over the batch rows of a (B, T) tensor, and
+    `reduce.masked_mean(x, mask)` a scalar mean over a mask; both of detached quantities.
+    Data-parallel training passes the global implementation (distributed.GlobalBatchMean)."""
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return x.detach().mean(0, keepdim=True)
+
+    def masked_mean(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return masked_mean(x.detach(), mask)
+
+
+LOCAL = LocalMean()
+
+
 @dataclass
 class ChunkPrice:
     """What the boundary policy pays per chunk, in nats: the compute one more chunk costs
@@ -66,7 +82,7 @@ def expected_rate(logits: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
 
 
 def supertoken_terms(out: ModelOutput, returns: torch.Tensor, cfg: ObjectiveConfig, target_rate2: float | None,
-                     price2: ChunkPrice | None, metrics: dict, batch_mean=None) -> torch.Tensor:
+                     price2: ChunkPrice | None, metrics: dict, batch_mean: LocalMean = LOCAL) -> torch.Tensor:
     """Policy-gradient, price and rate terms of a two-stage model's supertoken policy. Its
     decision at chunk j first changes the prediction made at chunk j's last byte, so it is
     credited with the stage-1 return from that byte on (same reward, baseline and discount).
@@ -86,7 +102,7 @@ def supertoken_terms(out: ModelOutput, returns: torch.Tensor, cfg: ObjectiveConf
         metrics["chunk_price2"] = pr.detach()
         loss = loss + cfg.pg_weight * pr * masked_mean(p2, free2)
     if cfg.rate_control == "penalty" and target_rate2 is not None:
-        l_rate2 = rate_loss(bd2.logits, free2, target_rate2, mean=getattr(batch_mean, "masked_mean", None))
+        l_rate2 = rate_loss(bd2.logits, free2, target_rate2, mean=batch_mean.masked_mean)
         metrics["rate_loss2"] = l_rate2.detach()
         loss = loss + cfg.rate_weight * l_rate2
     return loss
@@ -141,7 +157,7 @@ def counterfactual_pass(model, idx: torch.Tensor, targets: torch.Tensor, out: Mo
 
 
 def boundary_advantages(reward: torch.Tensor, free: torch.Tensor, cfg: ObjectiveConfig,
-                        values: torch.Tensor | None = None, batch_mean=None
+                        values: torch.Tensor | None = None, batch_mean: LocalMean = LOCAL
                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-decision advantages from per-position rewards (B, T), and the critic's loss.
 
@@ -152,7 +168,7 @@ def boundary_advantages(reward: torch.Tensor, free: torch.Tensor, cfg: Objective
     """
     parts = cfg.baseline_parts()
     if "batch" in parts:
-        reward = batch_relative(reward, mean=None if batch_mean is None else batch_mean(reward))
+        reward = batch_relative(reward, mean=batch_mean(reward))
     elif "group" in parts:
         reward = group_relative(reward, cfg.group_size)
     returns = discounted_cumsum(reward, cfg.gamma)
@@ -170,7 +186,8 @@ def boundary_advantages(reward: torch.Tensor, free: torch.Tensor, cfg: Objective
 
 
 def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, target_rate: float,
-                 batch_mean=None, price: ChunkPrice | None = None, target_rate2: float | None = None,
+                 batch_mean: LocalMean | None = None, price: ChunkPrice | None = None,
+                 target_rate2: float | None = None,
                  price2: ChunkPrice | None = None, counterfactual: Counterfactual | None = None,
                  policy_on: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Total loss and detached metrics. `batch_mean` (optional) computes the per-position
@@ -180,6 +197,7 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
     policy. `counterfactual`: the flipped pass that objective.estimator="flips" learns from.
     `policy_on=False` (the warm start) leaves the boundary policy untouched: no policy, rate
     or price term, so an RL policy keeps drawing its initial i.i.d. boundaries."""
+    batch_mean = LOCAL if batch_mean is None else batch_mean
     if out.byte_nll is not None:  # token-level model: nats attributed to the bytes they cover
         loss = out.byte_nll.sum() / out.byte_mask.sum().clamp(min=1)
         metrics = {"loss": loss.detach(), "ce_final": loss.detach(), "bpb": loss.detach() / LN2}
@@ -217,8 +235,7 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
         reward = boundary_reward(ce_early, ce_final, cfg.reward, bd.b, targets)
         chunk_price = None
         if price is not None:  # data parallel: the price grows with the global rate, the same on every rank
-            cpb = metrics["chunks_per_byte"] if batch_mean is None else batch_mean.masked_mean(
-                bd.b.float(), torch.ones_like(bd.b))
+            cpb = batch_mean.masked_mean(bd.b.float(), torch.ones_like(bd.b))
             chunk_price = price(cpb)
         if chunk_price is not None and cfg.cost_estimator == "reward":  # sampled cost, score-function gradient
             reward = reward - chunk_price * (bd.b & free).to(reward.dtype)
@@ -232,7 +249,7 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
             base = -reward if cfg.reward == "whitespace_probe" else ce_final.detach()
             values = boundary_values(base, counterfactual.nll, counterfactual.flips, bd.b)
             l_pg = local_expectation_loss(bd.logits, values, counterfactual.flips, cfg.flip_center,
-                                          cfg.flip_normalize, mean=getattr(batch_mean, "masked_mean", None))
+                                          cfg.flip_normalize, mean=batch_mean.masked_mean)
             loss = loss + cfg.flip_weight * l_pg
             metrics["flip_value"] = masked_mean(values, counterfactual.flips).detach()
         else:
@@ -246,7 +263,7 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
                 loss = loss + cfg.pg_weight * chunk_price * masked_mean(torch.sigmoid(bd.logits.float()), free)
         if cfg.rate_control == "penalty":
             # a data-parallel batch_mean also supplies the global mean boundary probability
-            l_rate = rate_loss(bd.logits, free, target_rate, mean=getattr(batch_mean, "masked_mean", None))
+            l_rate = rate_loss(bd.logits, free, target_rate, mean=batch_mean.masked_mean)
             loss = loss + cfg.rate_weight * l_rate
             metrics["rate_loss"] = l_rate.detach()
         if out.boundaries2 is not None:
@@ -254,8 +271,7 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
         metrics.update(
             pg_loss=l_pg.detach(),
             # data parallel: the global mean, so the controller moves as in one process
-            expected_rate=expected_rate(bd.logits, free) if batch_mean is None else batch_mean.masked_mean(
-                torch.sigmoid(bd.logits.detach().float()), free),
+            expected_rate=batch_mean.masked_mean(torch.sigmoid(bd.logits.detach().float()), free),
             p_mean=masked_mean(torch.sigmoid(bd.logits.detach()), free),
             reward=reward.mean(), return_std=returns.std(correction=0),
             entropy=masked_mean(F.binary_cross_entropy_with_logits(
@@ -263,3 +279,81 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
         )
     metrics["loss"] = loss.detach()
     return loss, metrics
+
+
+class BoundaryObjective:
+    """Everything about the boundary decisions' part of training, in one place: the targets, the
+    prices and rate controllers of both stages, the estimator's counterfactual pass and its
+    random stream, the warm start, and the meter of training FLOPs spent. The trainer calls
+    `loss` for every micro-batch and `after_step` once per optimiser step with the step's global
+    rates; `state_dict`/`load_state_dict` carry its state through checkpoints.
+
+    `reduce`: the batch-statistics protocol (LocalMean, or distributed.GlobalBatchMean)."""
+
+    def __init__(self, cfg, device=None, reduce: LocalMean | None = None, vocab_size: int | None = None):
+        from .config import VOCAB_SIZE
+
+        self.cfg = cfg
+        m, o = cfg.model, cfg.objective
+        self.reduce = reduce or LOCAL
+        self.vocab_size = vocab_size or VOCAB_SIZE
+        learned = m.arch == "hourglass" and m.chunker == "rl"
+        # a price per chunk (compute-aware objective, Lagrange rate control): the RL policy only
+        self.price = make_chunk_price(m, o, cfg.train.seq_len, device) if learned else None
+        two_stage = learned and m.stages == 2
+        self.target_rate2 = m.stage2_target_rate if two_stage else None
+        self.price2 = None  # the supertoken policy's rate multiplier
+        if two_stage and o.rate_control == "lagrange":
+            self.price2 = ChunkPrice(lagrange=LagrangePrice(m.stage2_target_rate, o.lagrange_lr, o.lagrange_gain, device))
+        self.uses_flips = learned and o.estimator == "flips"
+        self.flip_gen = torch.Generator().manual_seed(cfg.train.seed + 2)  # which decisions get flipped
+        self.flops_spent = 0.0  # training FLOPs, each step counted at the chunks it drew
+
+    def policy_on(self, step: int) -> bool:
+        """False during the warm start (objective.policy_start_step)."""
+        return step >= self.cfg.objective.policy_start_step
+
+    def counterfactual(self, model, idx: torch.Tensor, targets: torch.Tensor, out: ModelOutput,
+                       step: int) -> Counterfactual | None:
+        """The flipped pass the flips estimator learns from (None when it is not needed)."""
+        if not (self.uses_flips and self.policy_on(step)):
+            return None
+        return counterfactual_pass(model, idx, targets, out, self.cfg.objective, self.flip_gen)
+
+    def loss(self, out: ModelOutput, targets: torch.Tensor, step: int,
+             counterfactual: Counterfactual | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return compute_loss(out, targets, self.cfg.objective, self.cfg.model.target_rate, batch_mean=self.reduce,
+                            price=self.price, target_rate2=self.target_rate2, price2=self.price2,
+                            counterfactual=counterfactual, policy_on=self.policy_on(step))
+
+    RATE_KEYS = ("expected_rate", "chunks_per_byte", "expected_rate2", "supertokens_per_chunk")
+
+    def after_step(self, step: int, rates: dict[str, float | None], step_bytes: int, seq_len: int) -> None:
+        """Feed the step's global rates (RATE_KEYS; None where the model has none) to the rate
+        controllers and the FLOPs meter. `step` is the index of the step just taken."""
+        from .flops import step_train_flops_per_byte
+
+        on = self.policy_on(step)
+        if on and self.price is not None and self.price.lagrange is not None and rates["expected_rate"] is not None:
+            self.price.lagrange.update(rates["expected_rate"])  # a frozen (warm-start) policy cannot answer a price
+        if on and self.price2 is not None and rates["expected_rate2"] is not None:
+            self.price2.lagrange.update(rates["expected_rate2"])
+        self.flops_spent += step_train_flops_per_byte(
+            self.cfg, seq_len, rates["chunks_per_byte"], rates["supertokens_per_chunk"], self.vocab_size,
+            counterfactual=self.uses_flips and on) * step_bytes
+
+    def state_dict(self) -> dict:
+        lagrange = self.price.lagrange if self.price is not None else None
+        return {"flops_spent": self.flops_spent, "flip_gen": self.flip_gen.get_state(),
+                "lagrange": lagrange.state_dict() if lagrange is not None else None,
+                "lagrange2": self.price2.lagrange.state_dict() if self.price2 is not None else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Also reads the keys older trainer states kept at their top level."""
+        self.flops_spent = state.get("flops_spent", 0.0)
+        if state.get("flip_gen") is not None:
+            self.flip_gen.set_state(state["flip_gen"])
+        if self.price is not None and self.price.lagrange is not None and state.get("lagrange"):
+            self.price.lagrange.load_state_dict(state["lagrange"])
+        if self.price2 is not None and state.get("lagrange2"):
+            self.price2.lagrange.load_state_dict(state["lagrange2"])

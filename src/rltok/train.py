@@ -27,36 +27,23 @@ from .config import VOCAB_SIZE, Config, ConfigError
 from .data import Corpus, WindowSampler, eval_windows, load_corpus
 from .device import resolve_device, resolve_dtype
 from .evaluate import evaluate_sums, summarize
-from .flops import config_forward_flops_per_byte, counterfactual_flops_per_byte, train_flops_per_byte
+from .flops import step_train_flops_per_byte
 from .model.factory import build_model
 from .model.noise import RowShard
-from .objective import ChunkPrice, compute_loss, counterfactual_pass, make_chunk_price
-from .rl import LagrangePrice
+from .objective import BoundaryObjective, LocalMean
 
 
 class TrainingDiverged(RuntimeError):
     """Too many consecutive non-finite steps; the last good checkpoint is left as it was."""
 
 
-STATE_VERSION = 1  # of trainer.pt; bump when its keys change meaning
+STATE_VERSION = 2  # of trainer.pt; bump when its keys change meaning (2: the objective's state under "objective", optimiser state by name)
 # record keys that depend on wall-clock time (everything else is reproducible run to run)
 TIMING_KEYS = ("bytes_per_s", "flops_per_s", "mfu")
 
 
-def model_train_flops_per_byte(cfg, seq_len: int | None = None, chunks_per_byte: float | None = None,
-                               supertokens_per_chunk: float | None = None, vocab_size: int = VOCAB_SIZE,
-                               counterfactual: bool = False) -> float:
-    """Analytical training FLOPs per distinct byte (rltok.flops) of the model a config builds, at
-    the chunks per byte (tokens per byte for the BPE-token reference) and supertokens per chunk a
-    batch actually drew; the config's target where not given. `counterfactual`: the step also
-    ran the flipped pass of objective.estimator="flips"."""
-    if seq_len is not None and seq_len != cfg.train.seq_len:
-        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seq_len=seq_len))
-    total = train_flops_per_byte({"total": config_forward_flops_per_byte(cfg, chunks_per_byte, vocab_size,
-                                                                         rate2=supertokens_per_chunk)})
-    if counterfactual:
-        total += counterfactual_flops_per_byte(cfg, chunks_per_byte, supertokens_per_chunk)
-    return total
+# the training FLOPs of one step (kept under this name for scripts that import it from here)
+model_train_flops_per_byte = step_train_flops_per_byte
 
 
 def lr_at(step: int, cfg, progress: float | None = None) -> float:
@@ -175,9 +162,8 @@ class Trainer:
                                       find_unused=tc.ddp_find_unused)
         self.forward = torch.compile(self.wrapped) if tc.compile else self.wrapped
         self.opt = make_optimizer(self.model, tc, self.device, cfg.objective.policy_lr_mult)
-        self.flip_gen = torch.Generator().manual_seed(tc.seed + 2)  # which decisions the flips estimator flips
         # the baseline and the rate loss' mean boundary probability over the global batch
-        self.batch_mean = ddp.GlobalBatchMean(self.dist) if self.dist.enabled else None
+        self.batch_mean = ddp.GlobalBatchMean(self.dist) if self.dist.enabled else LocalMean()
         # batch_size counts segmentations: with group_size K, K of them share each sequence
         self.group_size = cfg.objective.group_size if cfg.model.arch == "hourglass" else 1
         self.group_kw = {"group_size": self.group_size} if self.group_size > 1 else {}
@@ -196,19 +182,10 @@ class Trainer:
         start = 0 if self.val_shared else self.dist.rank * n_val
         self.val_x, self.val_y = val_x[start:start + n_val], val_y[start:start + n_val]
         self.peak_flops = tc.peak_flops or None  # measured when fit() starts if not given
-        # a price per chunk (compute-aware objective, Lagrange rate control), RL policy only
-        learned = cfg.model.arch == "hourglass" and cfg.model.chunker == "rl"
-        self.price = make_chunk_price(cfg.model, cfg.objective, tc.seq_len, self.device) if learned else None
-        self.uses_flips = learned and cfg.objective.estimator == "flips"
-        two_stage = learned and cfg.model.stages == 2
-        self.target_rate2 = cfg.model.stage2_target_rate if two_stage else None
-        self.price2 = None  # the supertoken policy's rate multiplier
-        if two_stage and cfg.objective.rate_control == "lagrange":
-            self.price2 = ChunkPrice(lagrange=LagrangePrice(cfg.model.stage2_target_rate, cfg.objective.lagrange_lr,
-                                                            cfg.objective.lagrange_gain, self.device))
+        # the boundary decisions' loss and its state: prices, controllers, flips, FLOPs meter
+        self.objective = BoundaryObjective(cfg, self.device, reduce=self.batch_mean, vocab_size=self.vocab_size)
         self.step = 0
         self.bytes_seen = 0
-        self.flops_spent = 0.0  # training FLOPs, each step counted at the chunks it drew
         self.bad_steps = 0  # consecutive non-finite steps
         self.skipped_steps = 0  # all non-finite steps so far
         self.warnings = 0  # rate collapses, failed periodic checkpoints
@@ -252,13 +229,10 @@ class Trainer:
             "version": STATE_VERSION,
             "step": self.step,
             "bytes_seen": self.bytes_seen,
-            "flops_spent": self.flops_spent,
-            "lagrange": self.price.lagrange.state_dict() if self.price is not None and self.price.lagrange else None,
-            "lagrange2": self.price2.lagrange.state_dict() if self.price2 is not None else None,
+            "objective": self.objective.state_dict(),
             "optimizer": ddp.full_optimizer_state(self.model, self.opt),  # collective under FSDP
             "sampler": self.sampler.state_dict(),  # the data position
             "boundary_gen": self.boundary_gen.get_state(),
-            "flip_gen": self.flip_gen.get_state(),
             "torch_rng": torch.get_rng_state(),  # dropout
             "python_rng": random.getstate(),
             "numpy_rng": np.random.get_state(),
@@ -297,8 +271,6 @@ class Trainer:
         ddp.load_full_optimizer_state(self.model, self.opt, state["optimizer"])
         self.sampler.load_state_dict(state["sampler"])
         self.boundary_gen.set_state(state["boundary_gen"])
-        if "flip_gen" in state:
-            self.flip_gen.set_state(state["flip_gen"])
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])
         np.random.set_state(state["numpy_rng"])
@@ -312,11 +284,7 @@ class Trainer:
                 torch.cuda.set_rng_state(cuda_rng, self.device)
         self.step = state["step"]
         self.bytes_seen = state["bytes_seen"]
-        self.flops_spent = state.get("flops_spent", 0.0)
-        if self.price is not None and self.price.lagrange is not None and state.get("lagrange"):
-            self.price.lagrange.load_state_dict(state["lagrange"])
-        if self.price2 is not None and state.get("lagrange2"):
-            self.price2.lagrange.load_state_dict(state["lagrange2"])
+        self.objective.load_state_dict(state.get("objective", state))  # older states: top-level keys
         self.bad_steps = state.get("bad_steps", 0)
         self.skipped_steps = state.get("skipped_steps", 0)
         self.warnings = state.get("warnings", 0)
@@ -387,9 +355,6 @@ class Trainer:
         tc = self.cfg.train
         for group in self.opt.param_groups:
             group["lr"] = lr_at(self.step, tc, self.budget_progress()) * group.get("lr_scale", 1.0)
-        oc = self.cfg.objective
-        policy_on = self.step >= oc.policy_start_step
-        flips = self.uses_flips and policy_on
         self.opt.zero_grad(set_to_none=True)
         sums: dict[str, torch.Tensor] = {}
         for i in range(tc.grad_accum):
@@ -399,11 +364,8 @@ class Trainer:
             with ddp.GradSync(self.wrapped, sync=i == tc.grad_accum - 1):
                 with self.autocast():
                     out = self.forward(x, generator=self.noise, **self.group_kw)
-                    cf = counterfactual_pass(self.model, x, y, out, oc, self.flip_gen) if flips else None
-                loss, metrics = compute_loss(out, y, oc, self.cfg.model.target_rate,
-                                             batch_mean=self.batch_mean, price=self.price,
-                                             target_rate2=self.target_rate2, price2=self.price2,
-                                             counterfactual=cf, policy_on=policy_on)
+                    cf = self.objective.counterfactual(self.model, x, y, out, self.step)
+                loss, metrics = self.objective.loss(out, y, self.step, cf)
                 (loss / tc.grad_accum).backward()
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + v / tc.grad_accum
@@ -431,26 +393,22 @@ class Trainer:
         return self.cfg.train.flops_budget > 0 and self.flops_spent >= self.cfg.train.flops_budget
 
     def _after_step(self, sums: dict[str, torch.Tensor]) -> None:
-        """Per-step state fed by the step's global rates: the Lagrange prices, and the training
-        FLOPs spent, counted for every model at the chunks (tokens, supertokens) it drew."""
+        """The step's global rates to the objective (rate controllers, FLOPs meter)."""
+        keys = BoundaryObjective.RATE_KEYS
         zero = torch.zeros((), device=self.device)
-        keys = ("expected_rate", "chunks_per_byte", "expected_rate2", "supertokens_per_chunk")
         rates = torch.stack([torch.as_tensor(sums.get(k, zero), device=self.device).float() for k in keys])
         if self.dist.enabled:  # every rank must hold the same prices and stop at the same step
             rates = ddp.all_reduce_(rates, self.dist) / self.dist.world_size
-        lagrange = self.price.lagrange if self.price is not None else None
-        policy_on = self.step >= self.cfg.objective.policy_start_step  # the step just taken
-        if lagrange is not None and policy_on:  # a frozen (warm-start) policy cannot answer a price
-            lagrange.update(rates[0])
-        if self.price2 is not None and policy_on:
-            self.price2.lagrange.update(rates[2])
+        # one host sync per step: cheap next to the step itself, and what makes the count exact
+        values = {k: (v if k in sums else None) for k, v in zip(keys, rates.tolist())}
         tc = self.cfg.train
         step_bytes = self.sampler.batch_size * self.dist.world_size * tc.grad_accum * self.sampler.seq_len
-        # one host sync per step: cheap next to the step itself, and what makes the count exact
-        cpb = rates[1].item() if "chunks_per_byte" in sums else None
-        spc = rates[3].item() if "supertokens_per_chunk" in sums else None
-        self.flops_spent += model_train_flops_per_byte(self.cfg, self.sampler.seq_len, cpb, spc, self.vocab_size,
-                                                       counterfactual=self.uses_flips and policy_on) * step_bytes
+        self.objective.after_step(self.step, values, step_bytes, self.sampler.seq_len)
+
+    @property
+    def flops_spent(self) -> float:
+        """Training FLOPs spent so far, each step at the chunks it drew."""
+        return self.objective.flops_spent
 
     def validate(self) -> dict:
         """Held-out metrics; data-parallel ranks evaluate their shares and sum the counts."""
