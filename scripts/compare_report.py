@@ -84,12 +84,18 @@ def main() -> int:
         commits = sorted({r["commit"] for r in results})
         tr = first["config"]["train"]
         md += [f"## {corpus} ({first['split']} split)", "",
-               f"Budget: {statistics.mean(r['train_flops'] for r in results):.3g} training FLOPs per run; "
+               f"Budget: {statistics.mean(r.get('budget_flops', r['train_flops']) for r in results):.3g} training "
+               f"FLOPs per run, spent as counted step by step at the chunks each step drew (column `spend/budget`; "
+               f"`(!)` marks a run more than 2% off); "
                f"preset `small` (byte width {first['config']['model']['d_byte']}, chunk width "
                f"{first['config']['model']['d_chunk']}), seq_len {tr['seq_len']}, batch {tr['batch_size']}, "
                f"lr {tr['lr']}, every method with the same optimiser settings and no per-method tuning. "
                f"Commits: {', '.join(f'`{c}`' for c in commits)}.", "",
                markdown_table(rows, first["split"]), ""]
+        md += ["Rates are boundaries per byte over the positions a rule decides (first and last forced "
+               "positions left out), measured on the test split with the rule the model trained with (sampled "
+               "where it samples); `rate (train)` is the mean over the last logged training steps. `greedy` "
+               "columns: the same checkpoint with its sampling rule replaced by thresholding p > 0.5.", ""]
         snr = [(r["method"], r["seed"], r["grad_snr"]) for r in results if r.get("grad_snr") is not None]
         if snr:
             md += ["Gradient SNR of the rl runs' own estimator at their final checkpoint: " +

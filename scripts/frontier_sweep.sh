@@ -6,13 +6,7 @@
 #   bash scripts/frontier_sweep.sh DATA_ROOT [BUDGET_BYTES]
 # DATA_ROOT holds code-py/ and docs-en/, each with train.*, val.* and test.* files.
 set -euo pipefail
-USAGE="usage: scripts/frontier_sweep.sh DATA_ROOT [BUDGET_BYTES]  (DATA_ROOT holds code-py/ and docs-en/)"
-if [ $# -lt 1 ] || [ ! -d "$1" ]; then
-  [ $# -lt 1 ] || echo "error: DATA_ROOT $1 is not a folder" >&2
-  echo "$USAGE" >&2
-  exit 2
-fi
-ROOT=$(cd "$1" && pwd)  # before the cd below, so a relative DATA_ROOT keeps its meaning
+source "$(dirname "$0")/data_root.sh" "usage: scripts/frontier_sweep.sh DATA_ROOT [BUDGET_BYTES]  (DATA_ROOT holds code-py/ and docs-en/)" "$@"
 BUDGET=${2:-1000000}
 cd "$(dirname "$0")/.."
 RLTOK=${RLTOK:-.venv/bin/rltok}
