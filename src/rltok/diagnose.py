@@ -33,13 +33,13 @@ from .rl.flips import boundary_values, local_expectation_loss
 # ablations (gamma = 1, no batch baseline, final-loss reward) and the variance reducers (group
 # baselines, the critic)
 VARIANTS: dict[str, dict] = {
-    "reference": {"reward": "early_exit", "baseline": "batch", "gamma": 0.99, "group_size": 1},
-    "gamma=1": {"reward": "early_exit", "baseline": "batch", "gamma": 1.0, "group_size": 1},
-    "no batch baseline": {"reward": "early_exit", "baseline": "none", "gamma": 0.99, "group_size": 1},
-    "no early-exit reward": {"reward": "final", "baseline": "batch", "gamma": 0.99, "group_size": 1},
-    "group K=4": {"reward": "early_exit", "baseline": "group", "gamma": 0.99, "group_size": 4},
-    "batch+value": {"reward": "early_exit", "baseline": "batch+value", "gamma": 0.99, "group_size": 1},
-    "group K=4 + value": {"reward": "early_exit", "baseline": "group+value", "gamma": 0.99, "group_size": 4},
+    "reference": {"estimator": "score_function", "reward": "early_exit", "baseline": "batch", "gamma": 0.99, "group_size": 1},
+    "gamma=1": {"estimator": "score_function", "reward": "early_exit", "baseline": "batch", "gamma": 1.0, "group_size": 1},
+    "no batch baseline": {"estimator": "score_function", "reward": "early_exit", "baseline": "none", "gamma": 0.99, "group_size": 1},
+    "no early-exit reward": {"estimator": "score_function", "reward": "final", "baseline": "batch", "gamma": 0.99, "group_size": 1},
+    "group K=4": {"estimator": "score_function", "reward": "early_exit", "baseline": "group", "gamma": 0.99, "group_size": 4},
+    "batch+value": {"estimator": "score_function", "reward": "early_exit", "baseline": "batch+value", "gamma": 0.99, "group_size": 1},
+    "group K=4 + value": {"estimator": "score_function", "reward": "early_exit", "baseline": "group+value", "gamma": 0.99, "group_size": 4},
     "flips/16": {"estimator": "flips", "flip_stride": 16, "group_size": 1, "baseline": "batch"},
     "flips/4": {"estimator": "flips", "flip_stride": 4, "group_size": 1, "baseline": "batch"},
 }
@@ -151,8 +151,9 @@ def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, tar
 
     if len(x) % reference_group:
         raise ValueError(f"batch of {len(x)} is not a multiple of the reference group size {reference_group}")
-    ref_cfg = dataclasses.replace(base, gamma=1.0, baseline="group", group_size=reference_group,
-                                  reward="early_exit", normalize_advantages=False)
+    # whatever the checkpoint trained with: the reference is the score function's unbiased estimate
+    ref_cfg = dataclasses.replace(base, estimator="score_function", gamma=1.0, baseline="group",
+                                  group_size=reference_group, reward="early_exit", normalize_advantages=False)
     t0 = time.perf_counter()
     # the reference sees len(x) distinct sequences, each segmented reference_group times
     xr, yr = x.repeat(reference_group, 1), y.repeat(reference_group, 1)
