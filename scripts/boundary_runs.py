@@ -35,6 +35,9 @@ RUNS: dict[str, list[str]] = {
     "warm_flips_vocab": ["objective.estimator=flips", "objective.policy_start_step=250", "model.chunk_vocab=65536"],
     "warm_flips_vocab_detach": ["objective.estimator=flips", "objective.policy_start_step=250", "model.chunk_vocab=65536",
                                 "model.policy_detach=true"],
+    "warm_flips_vocab_lr01": ["objective.estimator=flips", "objective.policy_start_step=250", "model.chunk_vocab=65536",
+                              "objective.policy_lr_mult=0.1"],
+    "warm500_flips_vocab": ["objective.estimator=flips", "objective.policy_start_step=500", "model.chunk_vocab=65536"],
     "vocab": ["model.chunk_vocab=65536"],
     "uniform_vocab": ["model.chunker=uniform", "model.chunk_vocab=65536"],
 }
