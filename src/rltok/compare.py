@@ -48,13 +48,27 @@ METHODS: dict[str, list[str]] = {
 }
 
 
-def git_commit() -> str:
+def _head_commit() -> str:
+    """HEAD's short hash, with "+dirty" when tracked files differ from it."""
+    root = Path(__file__).resolve().parents[2]
     try:
-        root = Path(__file__).resolve().parents[2]
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
+        head = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
                                        stderr=subprocess.DEVNULL).strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "src"], cwd=root,
+                               stderr=subprocess.DEVNULL).returncode == 1
+        return head + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+# taken when this module is imported, with the rest of the package: a long sweep records the code
+# it runs, not whatever HEAD has moved to by the time a run finishes
+_COMMIT_AT_IMPORT = _head_commit()
+
+
+def git_commit() -> str:
+    """The commit of the code this process runs (as of importing rltok.compare)."""
+    return _COMMIT_AT_IMPORT
 
 
 def matched_flat_layers(cfg: Config) -> int:
