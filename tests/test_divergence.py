@@ -5,7 +5,6 @@ advice; a checkpoint that cannot be written does not kill the run."""
 from __future__ import annotations
 
 import errno
-import importlib
 
 import pytest
 import torch
@@ -17,7 +16,6 @@ from rltok.config import load_config
 from rltok.data import Corpus
 from rltok.train import Trainer, TrainingDiverged
 
-train_mod = importlib.import_module("rltok.train")  # `rltok.train` the attribute is the function
 
 TEXT = b"".join(b"line %d: some words, some \xc3\xa9 accents and spaces\n" % i for i in range(500))
 
@@ -35,8 +33,10 @@ def make_trainer(out, corpus, *extra, quiet=True):
 
 
 def poison_calls(monkeypatch, calls: set[int]):
-    """Make compute_loss return a NaN loss on the given (0-based) calls."""
-    real = train_mod.compute_loss
+    """Make the objective's loss NaN on the given (0-based) calls."""
+    from rltok.objective import BoundaryObjective
+
+    real = BoundaryObjective.loss
     count = {"n": 0}
 
     def wrapped(*args, **kwargs):
@@ -48,7 +48,7 @@ def poison_calls(monkeypatch, calls: set[int]):
             metrics = {**metrics, "loss": loss.detach()}
         return loss, metrics
 
-    monkeypatch.setattr(train_mod, "compute_loss", wrapped)
+    monkeypatch.setattr(BoundaryObjective, "loss", wrapped)
 
 
 def snapshot(trainer):
