@@ -38,6 +38,11 @@ RUNS: dict[str, list[str]] = {
     "warm_flips_vocab_lr01": ["objective.estimator=flips", "objective.policy_start_step=250", "model.chunk_vocab=65536",
                               "objective.policy_lr_mult=0.1"],
     "warm500_flips_vocab": ["objective.estimator=flips", "objective.policy_start_step=500", "model.chunk_vocab=65536"],
+    # byte attention over 8 bytes only: the decoder cannot predict from local context alone, so
+    # the chunk level (and where it cuts) has to carry more
+    "window8_warm_flips": ["objective.estimator=flips", "objective.policy_start_step=250", "model.window=8"],
+    "window8_warm_flips_vocab": ["objective.estimator=flips", "objective.policy_start_step=250", "model.window=8",
+                                 "model.chunk_vocab=65536"],
     "vocab": ["model.chunk_vocab=65536"],
     "uniform_vocab": ["model.chunker=uniform", "model.chunk_vocab=65536"],
 }
