@@ -3,7 +3,7 @@
 Each row of bytes is tokenised on its own (rltok.bpe), padded, and run through a causal
 transformer over tokens (RoPE at token indices). Token j >= 1 is predicted from tokens < j; its
 nats are reported at its last byte, and the bytes of tokens 1..N-1 are the ones counted, so
-bpb = total nats / bytes covered (DESIGN section 4). Token 0 has no context and is not scored.
+bpb = total nats / bytes covered, as for the byte models. Token 0 has no context and is not scored.
 
 The tokenizer lives in the state_dict as a uint8 buffer of its JSON, so a safetensors checkpoint
 carries everything needed to tokenise like the model was trained.
