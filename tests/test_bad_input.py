@@ -20,6 +20,13 @@ TEXT = b"".join(b"row %d: plain words and punctuation.\n" % i for i in range(300
 FAST = ["--preset", "test", "train.device=cpu", "train.threads=1", "train.eval_batches=1"]
 
 
+@pytest.fixture(autouse=True)
+def _own_cwd(tmp_path, monkeypatch):
+    """Commands without --out write runs/default relative to the working directory: run them in a
+    fresh one, so a run the developer made in the repository cannot answer before the data check."""
+    monkeypatch.chdir(tmp_path)
+
+
 def run_cli(capsys, *argv) -> tuple[int, str]:
     code = main(list(argv))
     return code, capsys.readouterr().err
