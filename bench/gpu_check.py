@@ -28,7 +28,8 @@ import torch
 from rltok import distributed
 from rltok.config import load_config
 from rltok.data import Corpus, load_corpus
-from rltok.train import Trainer, model_train_flops_per_byte
+from rltok.flops import step_train_flops_per_byte
+from rltok.train import Trainer
 
 # datasheet dense (no sparsity) bf16 FLOP/s; the measured matmul peak is reported beside it
 NOMINAL_BF16 = {"H200": 989.4e12, "H100": 989.4e12, "GH200": 989.4e12, "A100": 312e12, "L40S": 362e12,
@@ -143,7 +144,7 @@ def main() -> int:
     bytes_per_s = step_bytes * len(times) / total
     rate = sum(r for r in rates if r is not None) / max(1, sum(r is not None for r in rates)) if any(
         r is not None for r in rates) else None
-    fpb = model_train_flops_per_byte(cfg, trainer.sampler.seq_len, rate)
+    fpb = step_train_flops_per_byte(cfg, trainer.sampler.seq_len, rate)
     flops_per_s = fpb * bytes_per_s if fpb else None
     report = {
         "preset": preset, "device": device_name, "torch": torch.__version__,

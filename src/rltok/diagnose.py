@@ -25,9 +25,9 @@ import time
 import torch
 
 from .config import ObjectiveConfig
-from .objective import boundary_advantages, boundary_reward, compute_loss, counterfactual_pass, token_nll
+from .objective import (boundary_advantages, boundary_reward, compute_loss, counterfactual_pass, flips_policy_loss,
+                        token_nll)
 from .rl import policy_gradient_loss
-from .rl.flips import boundary_values, local_expectation_loss
 
 # name -> objective overrides on top of the checkpoint's objective: the reference estimator, its
 # ablations (gamma = 1, no batch baseline, final-loss reward) and the variance reducers (group
@@ -62,7 +62,8 @@ def _rollout(model, x, y, cfg: ObjectiveConfig, generator):
     xs, ys = _group_batch(x, y, k)
     out = model(xs, generator=generator, group_size=k)
     ys = ys.repeat_interleave(k, 0) if k > 1 else ys
-    return out, boundary_reward(token_nll(out.early_logits, ys), token_nll(out.logits, ys), cfg.reward)
+    return out, boundary_reward(token_nll(out.early_logits, ys), token_nll(out.logits, ys), cfg.reward,
+                                out.boundaries.b, ys)
 
 
 def estimate(model, x: torch.Tensor, y: torch.Tensor, cfg: ObjectiveConfig, params, generator) -> torch.Tensor:
@@ -74,22 +75,18 @@ def estimate(model, x: torch.Tensor, y: torch.Tensor, cfg: ObjectiveConfig, para
         xs, ys = _group_batch(x, y, cfg.group_size)
         cf = counterfactual_pass(model, xs, ys, out, cfg, generator)
         ys = ys.repeat_interleave(cfg.group_size, 0) if cfg.group_size > 1 else ys
-        values = boundary_values(token_nll(out.logits, ys).detach(), cf.nll, cf.flips, bd.b)
-        return _flat_grad(local_expectation_loss(bd.logits, values, cf.flips, cfg.flip_center, cfg.flip_normalize),
-                          params)
+        return _flat_grad(flips_policy_loss(bd, reward, token_nll(out.logits, ys), cf, cfg)[0], params)
     adv, _ = boundary_advantages(reward, bd.free, cfg, out.values)
     return _flat_grad(policy_gradient_loss(bd.logp, adv, bd.free), params)
 
 
 def train_flops_per_byte_of(model, cfg: ObjectiveConfig, seq_len: int) -> float:
-    """Training FLOPs per distinct byte of a step with this estimator (the flips estimator adds
-    its no-grad pass), at the model's target rate."""
+    """Training FLOPs per distinct byte of a step with this estimator, at the model's target rate."""
     from .config import Config, TrainConfig
-    from .flops import config_forward_flops_per_byte, counterfactual_flops_per_byte, train_flops_per_byte
+    from .flops import step_train_flops_per_byte
 
     full = Config(model=model.cfg, objective=cfg, train=TrainConfig(seq_len=seq_len))
-    total = train_flops_per_byte({"total": config_forward_flops_per_byte(full)})
-    return total + (counterfactual_flops_per_byte(full) if cfg.estimator == "flips" else 0.0)
+    return step_train_flops_per_byte(full, counterfactual=cfg.estimator == "flips")
 
 
 def fit_critic(model, x, y, cfg: ObjectiveConfig, generator, steps: int = 200, lr: float = 3e-3) -> float:

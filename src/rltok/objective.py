@@ -185,6 +185,17 @@ def boundary_advantages(reward: torch.Tensor, free: torch.Tensor, cfg: Objective
     return returns, value_loss
 
 
+def flips_policy_loss(bd, reward: torch.Tensor, ce_final: torch.Tensor, counterfactual: Counterfactual,
+                      cfg: ObjectiveConfig, batch_mean: LocalMean = LOCAL) -> tuple[torch.Tensor, torch.Tensor]:
+    """The flips estimator's surrogate (unweighted) and the per-flip credits D_f. The per-position
+    loss it compares with the counterfactual one is the LM's (or, for the probe, minus the reward)."""
+    base = -reward if cfg.reward == "whitespace_probe" else ce_final.detach()
+    values = boundary_values(base, counterfactual.nll, counterfactual.flips, bd.b)
+    loss = local_expectation_loss(bd.logits, values, counterfactual.flips, cfg.flip_center, cfg.flip_normalize,
+                                  mean=batch_mean.masked_mean)
+    return loss, values
+
+
 def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, target_rate: float,
                  batch_mean: LocalMean | None = None, price: ChunkPrice | None = None,
                  target_rate2: float | None = None,
@@ -246,10 +257,7 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
         if cfg.estimator == "flips":
             if counterfactual is None:
                 raise ValueError("objective.estimator='flips' needs the counterfactual pass (counterfactual_pass)")
-            base = -reward if cfg.reward == "whitespace_probe" else ce_final.detach()
-            values = boundary_values(base, counterfactual.nll, counterfactual.flips, bd.b)
-            l_pg = local_expectation_loss(bd.logits, values, counterfactual.flips, cfg.flip_center,
-                                          cfg.flip_normalize, mean=batch_mean.masked_mean)
+            l_pg, values = flips_policy_loss(bd, reward, ce_final, counterfactual, cfg, batch_mean)
             loss = loss + cfg.flip_weight * l_pg
             metrics["flip_value"] = masked_mean(values, counterfactual.flips).detach()
         else:

@@ -42,10 +42,6 @@ STATE_VERSION = 2  # of trainer.pt; bump when its keys change meaning (2: the ob
 TIMING_KEYS = ("bytes_per_s", "flops_per_s", "mfu")
 
 
-# the training FLOPs of one step (kept under this name for scripts that import it from here)
-model_train_flops_per_byte = step_train_flops_per_byte
-
-
 def lr_at(step: int, cfg, progress: float | None = None) -> float:
     """Linear warm-up, then cosine decay to min_lr_ratio * lr. A function of the step (or, under
     a FLOPs budget, of the share of it spent) alone, so a resumed run needs no scheduler state."""
@@ -163,7 +159,6 @@ class Trainer:
         self.forward = torch.compile(self.wrapped) if tc.compile else self.wrapped
         self.opt = make_optimizer(self.model, tc, self.device, cfg.objective.policy_lr_mult)
         # the baseline and the rate loss' mean boundary probability over the global batch
-        self.batch_mean = ddp.GlobalBatchMean(self.dist) if self.dist.enabled else LocalMean()
         # batch_size counts segmentations: with group_size K, K of them share each sequence
         self.group_size = cfg.objective.group_size if cfg.model.arch == "hourglass" else 1
         self.group_kw = {"group_size": self.group_size} if self.group_size > 1 else {}
@@ -183,7 +178,8 @@ class Trainer:
         self.val_x, self.val_y = val_x[start:start + n_val], val_y[start:start + n_val]
         self.peak_flops = tc.peak_flops or None  # measured when fit() starts if not given
         # the boundary decisions' loss and its state: prices, controllers, flips, FLOPs meter
-        self.objective = BoundaryObjective(cfg, self.device, reduce=self.batch_mean, vocab_size=self.vocab_size)
+        self.objective = BoundaryObjective(cfg, self.device, vocab_size=self.vocab_size,
+                                           reduce=ddp.GlobalBatchMean(self.dist) if self.dist.enabled else LocalMean())
         self.step = 0
         self.bytes_seen = 0
         self.bad_steps = 0  # consecutive non-finite steps
@@ -485,7 +481,7 @@ class Trainer:
                     rec.update(step=self.step, bytes=self.bytes_seen, lr=self.opt.param_groups[0]["lr"],
                                bytes_per_s=(self.bytes_seen - bytes_last) / max(1e-9, now - t_last))
                     # MFU: analytical FLOPs/byte x bytes/s against the peak of all devices
-                    fpb = model_train_flops_per_byte(self.cfg, self.sampler.seq_len, rec.get("chunks_per_byte"),
+                    fpb = step_train_flops_per_byte(self.cfg, self.sampler.seq_len, rec.get("chunks_per_byte"),
                                                      rec.get("supertokens_per_chunk"), self.vocab_size)
                     rec["flops_per_s"] = fpb * rec["bytes_per_s"]
                     rec["mfu"] = rec["flops_per_s"] / (self.peak_flops * world)
