@@ -72,6 +72,12 @@ class ModelConfig:
     # vector, so where the boundaries fall starts to matter (rltok.model.chunk_vocab).
     chunk_vocab: int = 0
     chunk_vocab_max_len: int = 16
+    # Hashed byte n-gram embeddings (Byte Latent Transformer): for each byte, the n-grams ending at
+    # it (n in ngram_sizes) are hashed into ngram_vocab rows per n, and their vectors are added to
+    # the byte embedding (0 = off). On the hourglass and on the flat byte model; a lookup, no
+    # matrix product (rltok.model.ngram_embed).
+    ngram_vocab: int = 0
+    ngram_sizes: tuple[int, ...] = (3, 4, 5, 6)
 
     def validate(self) -> None:
         if self.d_byte % self.n_heads_byte or self.d_chunk % self.n_heads_chunk:
@@ -97,6 +103,11 @@ class ModelConfig:
             raise ConfigError("model.policy_window must be between 1 and 12")
         if self.chunk_vocab < 0 or self.chunk_vocab_max_len < 1:
             raise ConfigError("model.chunk_vocab must be >= 0 (0 = off) and model.chunk_vocab_max_len >= 1")
+        if self.ngram_vocab < 0 or (self.ngram_vocab and (not self.ngram_sizes or min(self.ngram_sizes) < 1
+                                                          or max(self.ngram_sizes) > 16)):
+            raise ConfigError("model.ngram_vocab must be >= 0 (0 = off) and model.ngram_sizes between 1 and 16")
+        if self.ngram_vocab and self.arch == "bpe_token":
+            raise ConfigError("model.ngram_vocab is for byte models (hourglass, flat); bpe_token has a vocabulary")
         if self.window < 1 or self.fixed_stride < 1:
             raise ConfigError("model.window and model.fixed_stride must be >= 1")
         for name in ("d_byte", "d_chunk", "n_heads_byte", "n_heads_chunk", "max_seq_len"):
@@ -399,6 +410,8 @@ def _coerce(value: Any, typ: Any, key: str) -> Any:
             if isinstance(value, str):
                 value = [v for v in value.strip("()[] ").split(",") if v]
             args = typing.get_args(typ)
+            if len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]: any length
+                return tuple(_coerce(v, args[0], key) for v in value)
             return tuple(_coerce(v, a, key) for v, a in zip(value, args, strict=True))
     except (ValueError, TypeError):
         raise ConfigError(f"config key {key!r} expects {getattr(typ, '__name__', typ)}, got {value!r}") from None

@@ -44,6 +44,11 @@ def boundary_rule_flops(chunker: str, dim: int) -> float:
     return 0.0  # fixed, uniform, whitespace, entropy (reuses the early-exit logits), bpe
 
 
+def ngram_flops(cfg: ModelConfig, dim: int) -> float:
+    """Per byte: one add per n-gram table per dimension (model.ngram_vocab; 0 when off)."""
+    return float(len(cfg.ngram_sizes) * dim) if getattr(cfg, "ngram_vocab", 0) else 0.0
+
+
 def hourglass_flops(cfg: ModelConfig, seq_len: int, rate: float | None = None,
                     rate2: float | None = None) -> dict[str, float]:
     """Forward FLOPs per byte of `HourglassLM(cfg)` on windows of `seq_len` bytes, by component.
@@ -65,6 +70,8 @@ def hourglass_flops(cfg: ModelConfig, seq_len: int, rate: float | None = None,
     chunk_keys = (n_chunks + 1) / 2.0  # full causal attention over the chunks
     db, dc = cfg.d_byte, cfg.d_chunk
     out = {
+        # hashed n-gram embeddings: lookups, not matrix products; count the adds that sum them
+        "ngram": ngram_flops(cfg, db),
         "encoder": cfg.encoder_layers * block_linear_flops(db, cfg.mlp_ratio),
         "encoder_attn": cfg.encoder_layers * attention_flops(db, byte_keys),
         "early_head": 2.0 * db * VOCAB_SIZE,
@@ -91,9 +98,11 @@ def hourglass_flops(cfg: ModelConfig, seq_len: int, rate: float | None = None,
 
 
 def flat_flops(d_model: int, n_layers: int, seq_len: int, window: int | None = None,
-               mlp_ratio: float = 4.0) -> dict[str, float]:
-    """Forward FLOPs per byte of `FlatByteLM` (same keys convention as `hourglass_flops`)."""
+               mlp_ratio: float = 4.0, ngram_tables: int = 0) -> dict[str, float]:
+    """Forward FLOPs per byte of `FlatByteLM` (same keys convention as `hourglass_flops`);
+    `ngram_tables`: how many n-gram embeddings are summed into each byte's input."""
     out = {
+        "ngram": float(ngram_tables * d_model),
         "body": n_layers * block_linear_flops(d_model, mlp_ratio),
         "body_attn": n_layers * attention_flops(d_model, mean_keys(seq_len, window)),
         "head": 2.0 * d_model * VOCAB_SIZE,
@@ -122,7 +131,8 @@ def config_forward_flops_per_byte(cfg, rate: float | None = None, vocab_size: in
     the encoder pass and repeat everything after it. `rate2`: supertokens per chunk (stages=2)."""
     m, seq = cfg.model, cfg.train.seq_len
     if m.arch == "flat":
-        return flat_flops(m.d_chunk, m.flat_layers, seq, None, m.mlp_ratio)["total"]
+        tables = len(m.ngram_sizes) if m.ngram_vocab else 0
+        return flat_flops(m.d_chunk, m.flat_layers, seq, None, m.mlp_ratio, tables)["total"]
     if m.arch == "bpe_token":  # a token costs a flat layer stack plus a vocab-sized head; rate tokens/byte
         rate = m.target_rate if rate is None else rate
         n_tok = max(1, int(seq * rate))

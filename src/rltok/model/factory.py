@@ -23,7 +23,8 @@ def _build(cfg: ModelConfig, train_bytes: torch.Tensor | None, state_dict: dict[
         from .flat import FlatByteLM
 
         return FlatByteLM(cfg.d_chunk, cfg.flat_layers, cfg.n_heads_chunk, cfg.mlp_ratio,
-                          max_seq_len=cfg.max_seq_len, rope_base=cfg.rope_base)
+                          max_seq_len=cfg.max_seq_len, rope_base=cfg.rope_base,
+                          ngram_sizes=cfg.ngram_sizes, ngram_vocab=cfg.ngram_vocab)
     if cfg.arch == "bpe_token":
         from ..bpe import fit_bpe_to_rate, tokenizer_from_tensor
         from .token_lm import BPETokenLM

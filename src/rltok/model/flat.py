@@ -7,15 +7,19 @@ import torch.nn as nn
 
 from ..config import VOCAB_SIZE
 from .layers import Stack, init_weights
+from .ngram_embed import NgramEmbedding
 from .output import ModelOutput
 
 
 class FlatByteLM(nn.Module):  # generate / save_pretrained / from_pretrained: rltok.model_methods
     def __init__(self, d_model: int, n_layers: int, n_heads: int, mlp_ratio: float = 4.0,
-                 window: int | None = None, max_seq_len: int = 8192, rope_base: float = 10000.0):
+                 window: int | None = None, max_seq_len: int = 8192, rope_base: float = 10000.0,
+                 ngram_sizes: tuple[int, ...] = (), ngram_vocab: int = 0):
         super().__init__()
         self.max_seq_len = max_seq_len
         self.embed = nn.Embedding(VOCAB_SIZE, d_model)
+        # hashed byte n-gram embeddings, as on the hierarchical model (model.ngram_vocab)
+        self.ngram_embed = NgramEmbedding(ngram_sizes, ngram_vocab, d_model) if ngram_vocab else None
         self.body = Stack(n_layers, d_model, n_heads, mlp_ratio, rope_base, window)
         self.head = nn.Linear(d_model, VOCAB_SIZE, bias=False)
         init_weights(self.body, n_layers)
@@ -29,4 +33,10 @@ class FlatByteLM(nn.Module):  # generate / save_pretrained / from_pretrained: rl
         if idx.shape[1] > self.max_seq_len:
             raise ValueError(f"sequence of {idx.shape[1]} bytes exceeds max_seq_len={self.max_seq_len}")
         pos = torch.arange(idx.shape[1], device=idx.device)
-        return ModelOutput(logits=self.head(self.body(self.embed(idx), pos)), early_logits=None, boundaries=None)
+        return ModelOutput(logits=self.head(self.body(self.embed_bytes(idx), pos)), early_logits=None, boundaries=None)
+
+    def embed_bytes(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.embed(idx)
+        if self.ngram_embed is not None:
+            x = x + self.ngram_embed(idx).to(x.dtype)
+        return x

@@ -23,6 +23,7 @@ import torch.nn as nn
 
 from ..config import VOCAB_SIZE, ModelConfig
 from .chunk_vocab import ChunkVocab
+from .ngram_embed import NgramEmbedding
 from .chunkers import Boundaries, RLPolicy, build_chunker, forced_mask
 from .noise import uniform
 from .layers import Stack, init_weights
@@ -121,6 +122,8 @@ class HourglassLM(nn.Module):  # generate / save_pretrained / from_pretrained: r
         cfg.validate()
         self.cfg = cfg
         self.embed = nn.Embedding(VOCAB_SIZE, cfg.d_byte)
+        # the byte n-grams ending at each byte, hashed into learned tables (model.ngram_vocab)
+        self.ngram_embed = NgramEmbedding(cfg.ngram_sizes, cfg.ngram_vocab, cfg.d_byte) if cfg.ngram_vocab else None
         kw = dict(mlp_ratio=cfg.mlp_ratio, rope_base=cfg.rope_base, dropout=cfg.dropout)
         self.encoder = Stack(cfg.encoder_layers, cfg.d_byte, cfg.n_heads_byte, window=cfg.window, **kw)
         self.early_head = nn.Linear(cfg.d_byte, VOCAB_SIZE, bias=False)
@@ -160,9 +163,16 @@ class HourglassLM(nn.Module):  # generate / save_pretrained / from_pretrained: r
             z = z + self.chunk_vocab(idx, chunk_pos).to(z.dtype)
         return z
 
+    def embed_bytes(self, idx: torch.Tensor) -> torch.Tensor:
+        """The encoder's input: each byte's embedding, plus its n-grams' when there are any."""
+        x = self.embed(idx)
+        if self.ngram_embed is not None:
+            x = x + self.ngram_embed(idx).to(x.dtype)
+        return x
+
     def encode(self, idx: torch.Tensor) -> torch.Tensor:
         pos = torch.arange(idx.shape[1], device=idx.device)
-        return self.encoder(self.embed(idx), pos)
+        return self.encoder(self.embed_bytes(idx), pos)
 
     def forward(self, idx: torch.Tensor, boundaries: torch.Tensor | None = None, mode: str = "sample",
                 generator: torch.Generator | None = None, force_last: bool | None = None,

@@ -1,0 +1,56 @@
+"""Hashed byte n-gram embeddings (as in the Byte Latent Transformer's encoder).
+
+For each byte, the n-grams ending at it (one per n in `sizes`) are hashed into tables of `rows`
+learned vectors each; their sum is added to the byte's own embedding. A byte model then has a
+vocabulary's memory: "def ", "self", "tion" get vectors of their own, at the cost of parameters
+and memory but almost no compute (a lookup, not a matrix product).
+
+Causal: the n-gram ending at byte t hashes bytes t-n+1..t only. Positions before the start of the
+sequence hash as "no byte" (distinct from byte 0), so cached generation, which sees the same
+prefix, computes the same vectors.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+_HASH_SEED = 0xB17E_9A3D
+
+
+class NgramEmbedding(nn.Module):
+    def __init__(self, sizes: tuple[int, ...], rows: int, dim: int):
+        super().__init__()
+        if not sizes or min(sizes) < 1 or rows < 1:
+            raise ValueError("n-gram embeddings need n >= 1 and rows >= 1")
+        self.sizes = tuple(sorted(set(int(n) for n in sizes)))
+        self.rows = rows
+        self.max_n = max(self.sizes)
+        # one table, len(sizes) blocks of `rows`: a single embedding_bag call sums the lookups
+        self.table = nn.Embedding(len(self.sizes) * rows, dim)
+        nn.init.zeros_(self.table.weight)  # a no-op at the start; rows grow as n-grams recur
+        gen = torch.Generator().manual_seed(_HASH_SEED)
+        # odd multipliers < 2^31 per (n, offset from the newest byte); byte values + 1 <= 256, so a
+        # sum of <= 16 terms stays below 2^44: no int64 overflow anywhere
+        mult = torch.randint(1, 2 ** 30, (len(self.sizes), self.max_n), generator=gen, dtype=torch.long) * 2 + 1
+        self.register_buffer("mult", mult, persistent=False)
+        self.register_buffer("offset", torch.arange(len(self.sizes)) * rows, persistent=False)
+        keep = torch.tensor([[k < n for k in range(self.max_n)] for n in self.sizes])
+        self.register_buffer("keep", keep, persistent=False)  # (sizes, max_n): offsets inside each n-gram
+
+    def hashes(self, idx: torch.Tensor) -> torch.Tensor:
+        """(B, T) byte ids -> (B, T, len(sizes)) rows of the table."""
+        length = idx.shape[1]
+        # (B, T, max_n): byte t-k at [..., k], 0 for "before the sequence", byte + 1 otherwise
+        padded = F.pad(idx.long() + 1, (self.max_n - 1, 0))
+        window = padded.unfold(1, self.max_n, 1).flip(-1)[:, :length]
+        terms = window.unsqueeze(2) * (self.mult * self.keep)  # (B, T, sizes, max_n)
+        h = terms.sum(-1)
+        h = h ^ (h >> 17)  # fold the high bits in: the table index is taken modulo `rows`
+        return torch.remainder(h, self.rows) + self.offset
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        rows = self.hashes(idx)
+        out = F.embedding_bag(rows.flatten(0, 1), self.table.weight, mode="sum")
+        return out.view(*idx.shape, -1)
