@@ -71,3 +71,37 @@ def test_ngram_config_flops_and_round_trip(tmp_path):
     x = torch.randint(0, 256, (1, 40))
     b = torch.rand(1, 40, generator=torch.Generator().manual_seed(1)) < 0.3
     assert torch.equal(model(x, boundaries=b).logits, loaded(x, boundaries=b).logits)
+
+
+def test_compare_adds_pieces_to_any_byte_method_and_reports_memory(tmp_path):
+    import json
+
+    from rltok.cli import main
+    from rltok.compare import method_config, method_overrides, method_slug
+
+    assert method_overrides("rl+ngram+cvocab@model.target_rate=0.3") == [
+        "model.chunker=rl", "model.ngram_vocab=32768", "model.chunk_vocab=32768", "model.target_rate=0.3"]
+    assert method_slug("rl+ngram@model.ngram_vocab=8") == "rl-ngram__model.ngram_vocab-8"
+    with pytest.raises(ValueError, match="unknown piece"):
+        method_overrides("rl+ngrams")
+    flat = method_config("flat+ngram", [], "stdlib", tmp_path, 0, "test")
+    assert flat.model.arch == "flat" and flat.model.ngram_vocab == 32768 and flat.model.flat_layers >= 1
+    for bad in ("bpe_token+ngram", "flat+cvocab"):  # a token vocabulary already; no chunks
+        with pytest.raises(ConfigError):
+            method_config(bad, [], "stdlib", tmp_path, 0, "test")
+
+    data = tmp_path / "corpus.txt"
+    data.write_bytes(b"def f(x):\n    return x + 1\n\n" * 200)
+    method = "whitespace+ngram+cvocab@model.ngram_vocab=256,model.chunk_vocab=128"
+    rc = main(["compare", "--data", str(data), "--preset", "test", "--budget-bytes", "2000", "--split", "val",
+               "--seeds", "0", "--methods", method, "--out", str(tmp_path / "cmp"), "train.threads=1"])
+    assert rc == 0
+    res = json.loads((tmp_path / "cmp" / f"{method_slug(method)}_s0.json").read_text())
+    assert res["config"]["model"]["ngram_vocab"] == 256 and res["config"]["model"]["chunk_vocab"] == 128
+    plain = build_model(load_config("test", overrides=["model.chunker=whitespace"]).model).num_params()
+    d = res["config"]["model"]
+    assert res["params"] == plain + 4 * 256 * d["d_byte"] + 128 * d["d_chunk"]
+    assert res["state_mb"] == pytest.approx(16 * res["params"] / 2 ** 20)
+    assert res["peak_mem_mb"] > res["state_mb"]  # the whole process's resident set on a CPU
+    report = (tmp_path / "cmp" / "README.md").read_text()
+    assert "state MB" in report and "peak mem MB" in report

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
+import threading
 import subprocess
 import time
 from pathlib import Path
@@ -45,6 +47,13 @@ METHODS: dict[str, list[str]] = {
     "rl_group4": ["model.chunker=rl", "objective.baseline=group", "objective.group_size=4"],
     "rl_value": ["model.chunker=rl", "objective.baseline=batch+value"],
     "rl_group4_value": ["model.chunker=rl", "objective.baseline=group+value", "objective.group_size=4"],
+}
+
+# pieces a byte model can add to any method (`rl+ngram+cvocab`): a vocabulary's memory at no
+# matrix-product cost. The sizes give the small preset roughly the BPE-token model's parameters.
+PIECES: dict[str, list[str]] = {
+    "ngram": ["model.ngram_vocab=32768"],  # hashed byte 3..6-grams, 32768 rows per n
+    "cvocab": ["model.chunk_vocab=32768"],  # hashed chunk contents, 32768 rows
 }
 
 
@@ -84,6 +93,55 @@ BUDGET_TOLERANCE = 0.02  # a run whose spend misses the budget by more is flagge
 GREEDY_RULES = ("rl", "gumbel")  # rules that sample in training and have a thresholded variant
 
 
+def train_state_mb(model) -> float:
+    """Weights, gradients and AdamW's two moments in fp32: what the parameters cost in memory."""
+    return 4 * 4 * sum(p.numel() for p in model.parameters()) / 2 ** 20
+
+
+class PeakMemory:
+    """Peak memory while training: the CUDA allocator's peak on a GPU; on a CPU the largest
+    resident set size sampled every 20 ms (the process's, so it includes the data and Python)."""
+
+    def __init__(self):
+        self.peak_mb: float | None = None
+        self.kind = "cpu_rss"
+
+    def _rss_mb(self) -> float:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+    def _sample(self):
+        while not self._done.wait(0.02):
+            self.peak_mb = max(self.peak_mb or 0.0, self._rss_mb())
+
+    def __enter__(self):
+        import torch
+
+        self._cuda = torch.cuda.is_available()
+        if self._cuda:
+            self.kind = "cuda_allocated"
+            torch.cuda.reset_peak_memory_stats()
+        elif os.path.exists("/proc/self/statm"):
+            self._done = threading.Event()
+            self.peak_mb = self._rss_mb()
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
+        else:
+            self.kind = "unavailable"
+        return self
+
+    def __exit__(self, *exc):
+        if self._cuda:
+            import torch
+
+            self.peak_mb = torch.cuda.max_memory_allocated() / 2 ** 20
+        elif self.kind == "cpu_rss":
+            self._done.set()
+            self._thread.join()
+            self.peak_mb = max(self.peak_mb, self._rss_mb())
+        return False
+
+
 def probe_rate(trainer) -> float | None:
     """The rate to plan the schedule with (warm-up, evaluation and checkpoint intervals; the run
     itself stops on the FLOPs it spends): the target for rules that learn or track their rate,
@@ -119,22 +177,28 @@ def training_rate(history: list[dict], key: str = "rate", last: int = 3) -> floa
 
 
 def method_overrides(method: str) -> list[str]:
-    """A method's config overrides. `NAME@key=value,key=value` is method NAME with extra
-    overrides, e.g. `rl@model.target_rate=0.3` or `bpe_line@model.target_rate=0.15`."""
-    name, _, extra = method.partition("@")
+    """A method's config overrides. `NAME+PIECE+...@key=value,key=value` is method NAME with the
+    PIECES named and extra overrides, e.g. `rl+ngram`, `rl@model.target_rate=0.3` or
+    `whitespace+ngram+cvocab@model.chunk_vocab=65536`."""
+    spec, _, extra = method.partition("@")
+    name, *pieces = spec.split("+")
     if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)} (optionally NAME@key=value,...)")
-    return [*METHODS[name], *(e for e in extra.split(",") if e)]
+        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)} "
+                         "(optionally NAME+PIECE...@key=value,...)")
+    for piece in pieces:
+        if piece not in PIECES:
+            raise ValueError(f"unknown piece {piece!r} in {method!r}; choose from {', '.join(PIECES)}")
+    return [*METHODS[name], *(o for piece in pieces for o in PIECES[piece]), *(e for e in extra.split(",") if e)]
 
 
 def method_slug(method: str) -> str:
     """A file name for a method: `rl@objective.compute_price=0.1` -> `rl__objective.compute_price-0.1`."""
-    return method.replace("@", "__").replace("=", "-").replace(",", "_").replace("/", "_")
+    return method.replace("@", "__").replace("+", "-").replace("=", "-").replace(",", "_").replace("/", "_")
 
 
 def method_config(method: str, base: list[str], data: str, out_dir: Path, seed: int, preset: str) -> Config:
     cfg = load_config(preset, overrides=[*base, f"data.train={data}"])
-    name = method.partition("@")[0]
+    name = method.partition("@")[0].partition("+")[0]
     extra = method_overrides(method)
     if name in ("flat", "bpe_token"):  # matched depth first, so NAME@model.flat_layers=... still wins
         extra.insert(len(METHODS[name]), f"model.flat_layers={matched_flat_layers(cfg)}")
@@ -157,6 +221,7 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
     k = cfg.objective.group_size if cfg.model.arch == "hourglass" else 1
     bytes_per_step = cfg.train.batch_size // k * cfg.train.grad_accum * cfg.train.seq_len
     t0 = time.time()
+    memory = PeakMemory()
     trainer = Trainer(cfg, resume=True, quiet=True)  # builds (and for BPE, fits) the model
     vocab = getattr(trainer.model, "vocab_size", 264)
     planned_rate = probe_rate(trainer)
@@ -170,7 +235,8 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
     # cap only guards against a rule that spends far less than planned
     tc.flops_budget = budget_flops
     tc.max_steps = 4 * steps
-    trainer.fit()
+    with memory:
+        trainer.fit()
     steps = trainer.step
     if trainer.stop_requested:  # SIGINT/SIGTERM: the run is checkpointed; stop the whole sweep
         raise KeyboardInterrupt
@@ -198,7 +264,8 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
               "val_rate": r.get("val_rate")} for r in records if "val_bpb" in r]
     return {
         "method": method, "seed": seed, "data": data, "split": eval_split, "commit": git_commit(),
-        "params": model.num_params(), "steps": steps, "train_bytes": train_bytes,
+        "params": model.num_params(), "state_mb": train_state_mb(model), "peak_mem_mb": memory.peak_mb,
+        "peak_mem_kind": memory.kind, "steps": steps, "train_bytes": train_bytes,
         "planned_rate": planned_rate, "planned_train_flops_per_byte": planned_fpb,
         "budget_flops": budget_flops, "train_flops": spent, "budget_ratio": spent / budget_flops,
         "budget_flag": abs(spent / budget_flops - 1) > BUDGET_TOLERANCE,
@@ -277,6 +344,8 @@ def summarize(results: list[dict]) -> list[dict]:
             "train_bytes": statistics.mean(r["train_bytes"] for r in rs),
             "train_bytes_per_s": statistics.mean(r["train_bytes_per_s"] or 0 for r in rs),
             "params": rs[0]["params"],
+            "state_mb": rs[0].get("state_mb"),
+            "peak_mem_mb": max((r.get("peak_mem_mb") or 0.0) for r in rs) or None,
         })
     rows.sort(key=lambda r: r["bpb_mean"])
     return rows
@@ -284,11 +353,12 @@ def summarize(results: list[dict]) -> list[dict]:
 
 def markdown_table(rows: list[dict], split: str = "test") -> str:
     """One row per method. `train FLOPs` is what the runs spent (counted step by step at the
-    chunks they drew); `spend/budget` its range over seeds, flagged (!) beyond the tolerance."""
+    chunks they drew); `spend/budget` its range over seeds, flagged (!) beyond the tolerance.
+    `state MB`: weights, gradients and AdamW moments; `peak mem MB`: see PeakMemory."""
     lines = [f"| method | seeds | {split} bpb | rate (eval) | rate (train) | bytes/chunk | space align "
              "| greedy bpb | greedy rate | train FLOPs/byte | train FLOPs | spend/budget | train bytes "
-             "| train bytes/s | params |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| train bytes/s | params | state MB | peak mem MB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["budget_ratio_min"] is None:
             spend = "– (!)"
@@ -299,8 +369,13 @@ def markdown_table(rows: list[dict], split: str = "test") -> str:
         lines.append(f"| {r['method']} | {r['seeds']} | {r['bpb']} | {r['rate']} | {r['train_rate']} "
                      f"| {r['bytes_per_chunk']} | {r['space_align']} | {r['bpb_greedy']} | {r['rate_greedy']} "
                      f"| {r['train_flops_per_byte'] / 1e6:.2f}M | {r['train_flops']:.3e} | {spend} "
-                     f"| {r['train_bytes'] / 1e6:.2f}M | {r['train_bytes_per_s'] / 1e3:.1f}k | {r['params'] / 1e6:.2f}M |")
+                     f"| {r['train_bytes'] / 1e6:.2f}M | {r['train_bytes_per_s'] / 1e3:.1f}k | {r['params'] / 1e6:.2f}M "
+                     f"| {_mb(r.get('state_mb'))} | {_mb(r.get('peak_mem_mb'))} |")
     return "\n".join(lines)
+
+
+def _mb(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0f}"
 
 
 def plot(results: list[dict], out: Path, title: str) -> list[Path]:

@@ -106,6 +106,8 @@ class ModelConfig:
         if self.ngram_vocab < 0 or (self.ngram_vocab and (not self.ngram_sizes or min(self.ngram_sizes) < 1
                                                           or max(self.ngram_sizes) > 16)):
             raise ConfigError("model.ngram_vocab must be >= 0 (0 = off) and model.ngram_sizes between 1 and 16")
+        if self.chunk_vocab and self.arch != "hourglass":
+            raise ConfigError("model.chunk_vocab needs chunks: it is for model.arch=hourglass")
         if self.ngram_vocab and self.arch == "bpe_token":
             raise ConfigError("model.ngram_vocab is for byte models (hourglass, flat); bpe_token has a vocabulary")
         if self.window < 1 or self.fixed_stride < 1:
