@@ -43,6 +43,10 @@ RUNS: dict[str, list[str]] = {
     "window8_warm_flips": ["objective.estimator=flips", "objective.policy_start_step=250", "model.window=8"],
     "window8_warm_flips_vocab": ["objective.estimator=flips", "objective.policy_start_step=250", "model.window=8",
                                  "model.chunk_vocab=65536"],
+    # and hashed byte n-gram embeddings: the byte level gets a vocabulary's memory too
+    "warm_flips_vocab_ngram": ["objective.estimator=flips", "objective.policy_start_step=250", "model.chunk_vocab=65536",
+                               "model.ngram_vocab=32768"],
+    "vocab_ngram": ["model.chunk_vocab=65536", "model.ngram_vocab=32768"],
     "vocab": ["model.chunk_vocab=65536"],
     "uniform_vocab": ["model.chunker=uniform", "model.chunk_vocab=65536"],
 }
