@@ -1,5 +1,5 @@
-"""Command line: `rltok train`, `rltok eval`, `rltok segment`, `rltok generate`, `rltok presets`,
-`rltok export`, `rltok lm-eval` ..."""
+"""Command line: `rltok train`, `rltok prepare`, `rltok eval`, `rltok segment`, `rltok generate`,
+`rltok presets`, `rltok export`, `rltok lm-eval` ..."""
 
 from __future__ import annotations
 
@@ -56,6 +56,44 @@ def cmd_train(args) -> int:
     if val:
         summary = {k: round(v, 4) if isinstance(v, float) else v for k, v in val.items() if k != "chunk_length_hist"}
         print(json.dumps({"step": result.step, "run_dir": str(result.run_dir), **summary}))
+    return 0
+
+
+def _size(text: str) -> int:
+    """'256M', '64k', '1G' or a plain number of bytes."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)i?[bB]?\s*", text)
+    if not m:
+        raise ConfigError(f"not a size: {text!r} (e.g. 256M, 64k, 1G or a number of bytes)")
+    return int(float(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()])
+
+
+def cmd_prepare(args) -> int:
+    """`rltok prepare SRC --out DIR`: byte shards + manifest; `rltok prepare --verify DIR` checks them."""
+    from .prepare import prepare, summary
+    from .shards import verify_prepared
+
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    if args.out is None:
+        if not args.verify:
+            raise ConfigError("give --out DIR (the folder to write), or --verify DIR to check a prepared folder")
+        checked = verify_prepared(args.source, log=log)
+        print(json.dumps({**summary(args.source), "verified_bytes": checked["bytes"]}))
+        return 0
+    if args.num_proc < 1:
+        raise ConfigError("--num-proc must be >= 1")
+    try:
+        out = prepare(args.source, args.out, val=args.val, val_fraction=args.val_fraction, max_bytes=args.max_bytes,
+                      text_field=args.text_field, shard_bytes=_size(args.shard_size), num_proc=args.num_proc,
+                      progress=not args.quiet, log=log)
+    except KeyboardInterrupt:
+        print(f"interrupted: run the same command again to resume the preparation of {args.out}", file=sys.stderr)
+        return 130
+    result = summary(out)
+    if args.verify:
+        result["verified_bytes"] = verify_prepared(out, log=log)["bytes"]
+    print(json.dumps(result))
     return 0
 
 
@@ -400,6 +438,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     p.add_argument("--list-presets", action="store_true", help="list the named presets and exit")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser(
+        "prepare", help="write a corpus once as byte shards that training reads without loading it",
+        description="Read a source (file, folder, glob, archives, 'stdlib', hf:NAME[:CONFIG][@SPLIT], "
+                    "hf:json:PATH / hf:parquet:PATH, a save_to_disk folder as hf:PATH) and write its "
+                    "train/val(/test) byte streams as shards with a document index and a manifest. The "
+                    "splits are those `rltok train --data SRC` makes in memory. Re-running is a no-op; "
+                    "an interrupted run resumes. Then: rltok train --data DIR.")
+    p.add_argument("source", help="the data to prepare (or, with --verify and no --out, a prepared folder)")
+    p.add_argument("--out", "-o", help="folder to write (new or empty, or an unfinished preparation to resume)")
+    p.add_argument("--val", default="", help="explicit validation source (default: the folder's val.* files, "
+                                             "else whole held-out documents)")
+    p.add_argument("--val-fraction", type=float, default=0.02, help="share of the bytes held out (default 0.02)")
+    p.add_argument("--max-bytes", type=int, default=0, help="read at most this many bytes of the source (0 = all)")
+    p.add_argument("--text-field", default="text", help="hub datasets: the record field holding the text")
+    p.add_argument("--shard-size", default="256M", help="bytes per shard, e.g. 256M (default), 64k, 1G")
+    p.add_argument("--num-proc", type=int, default=1,
+                   help="processes reading and decompressing files in parallel (local files; default 1)")
+    p.add_argument("--verify", action="store_true", help="check every shard's SHA-256 against the manifest")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_prepare)
 
     p = sub.add_parser("presets", help="list the named config presets (size, shape, purpose)")
     p.add_argument("name", nargs="?", help="print this preset's full resolved config")

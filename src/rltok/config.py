@@ -213,7 +213,9 @@ class ObjectiveConfig:
 
 @dataclass
 class DataConfig:
-    # "stdlib" (this Python's standard library source), a file, a folder, a glob, or "hf:name[:config]"
+    # "stdlib" (this Python's standard library source), a file, a folder, a glob, "hf:name[:config]",
+    # a folder written by `rltok prepare` (read from its shards), or "mix:DIR=W,DIR=W" (prepared
+    # folders drawn with weights W)
     train: str = "stdlib"
     # explicit validation data; empty: a folder with train*/val* files uses them, otherwise
     # the last `val_fraction` of every document is held out
@@ -221,10 +223,17 @@ class DataConfig:
     val_fraction: float = 0.02
     max_bytes: int = 0  # cap on bytes read (0 = no cap); useful for hub datasets
     hf_text_field: str = "text"
+    # an unprepared source of more bytes than this on disk (a hub dataset: unless max_bytes caps
+    # it below) is prepared into byte shards under cache_dir on first use, not read into memory
+    # (0 = never)
+    prepare_above: int = 1_000_000_000
+    cache_dir: str = ""  # empty: $RLTOK_CACHE, else ~/.cache/rltok
 
     def validate(self) -> None:
         if not 0 < self.val_fraction < 0.5:
             raise ConfigError("data.val_fraction must be in (0, 0.5)")
+        if self.prepare_above < 0:
+            raise ConfigError("data.prepare_above must be >= 0 (0 = never prepare into the cache)")
 
 
 @dataclass

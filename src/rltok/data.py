@@ -6,6 +6,10 @@ Splits are deterministic (see `split_documents`): a folder holding `train*` and 
 `test*`) files uses them as given; otherwise a source of at least MIN_DOCS_FOR_DOC_SPLIT
 documents holds out whole documents, chosen by a hash of their bytes, so train and val share
 no document; a smaller source holds out the last `val_fraction` of every document.
+
+A folder written by `rltok prepare` (rltok.prepare, rltok.shards) is read from its byte shards
+without loading it; `mix:DIR=W,DIR=W` mixes several of them; a large unprepared source is
+prepared into a cache folder on first use (`load_corpus(prepare_above=...)`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from .config import DataConfig
 
 
 # Written between two documents in every corpus stream, so a window that runs from the end of
@@ -165,8 +171,12 @@ def read_documents(spec: str, max_bytes: int = 0, text_field: str = "text") -> t
     return docs, report
 
 
-def read_hub_dataset(spec: str, max_bytes: int, text_field: str) -> tuple[list[bytes], ReadReport]:
-    """`name[:config][@split]` through the `datasets` library, streamed (needs network)."""
+def open_hub_dataset(spec: str):
+    """The records of `name[:config][@split]` (split "train" by default), through `datasets`:
+    a Hub dataset streamed (network), a folder written by `save_to_disk`, local data files of a
+    packaged builder (`json:PATH`, `parquet:PATH`, `csv:PATH`, `text:PATH`, `arrow:PATH`; globs
+    allowed) or a local folder of such files. Streamed where the source allows: nothing is
+    downloaded or converted as a whole first."""
     try:
         import datasets
     except ImportError:
@@ -175,14 +185,40 @@ def read_hub_dataset(spec: str, max_bytes: int, text_field: str) -> tuple[list[b
     if "@" in spec:
         spec, split = spec.rsplit("@", 1)
     name, _, config = spec.partition(":")
+    local = Path(name).expanduser()
+    if (local / "state.json").is_file() or (local / "dataset_dict.json").is_file():  # save_to_disk
+        ds = datasets.load_from_disk(str(local))
+        if isinstance(ds, datasets.DatasetDict):
+            if split not in ds:
+                raise DataError(f"dataset {name} has no split {split!r}; splits: {sorted(ds)}")
+            ds = ds[split]
+        return ds
+    if name in HUB_FILE_BUILDERS:
+        return datasets.load_dataset(name, data_files=os.path.expanduser(config), split=split, streaming=True)
+    return datasets.load_dataset(name, config or None, split=split, streaming=True)
+
+
+# `hf:BUILDER:PATH` reads local data files with one of these `datasets` builders
+HUB_FILE_BUILDERS = ("json", "parquet", "csv", "text", "arrow")
+
+
+def iter_hub_texts(ds, text_field: str, start: int = 0):
+    """The text of every record of a dataset from `open_hub_dataset`, from record `start` on, as
+    UTF-8 bytes (lone surrogates replaced)."""
+    if start:
+        ds = ds.skip(start)
+    for record in ds:
+        if text_field not in record:
+            raise DataError(f"the dataset has no field {text_field!r}; fields: {sorted(record)}")
+        yield str(record[text_field]).encode("utf-8", errors="replace")
+
+
+def read_hub_dataset(spec: str, max_bytes: int, text_field: str) -> tuple[list[bytes], ReadReport]:
+    """`name[:config][@split]` (see `open_hub_dataset`) into memory, up to max_bytes."""
     report = ReadReport()
     docs = []
     try:
-        ds = datasets.load_dataset(name, config or None, split=split, streaming=True)
-        for record in ds:
-            if text_field not in record:
-                raise DataError(f"dataset {name} has no field {text_field!r}; fields: {sorted(record)}")
-            data = str(record[text_field]).encode("utf-8", errors="replace")  # lone surrogates
+        for data in iter_hub_texts(open_hub_dataset(spec), text_field):
             docs.append(data)
             report.files += 1
             report.bytes += len(data)
@@ -204,8 +240,56 @@ def to_tensor(chunks: list[bytes]) -> torch.Tensor:
     return torch.from_numpy(np.frombuffer(joined, dtype=np.uint8).copy())
 
 
-def _doc_key(doc: bytes) -> bytes:
-    return hashlib.blake2b(doc, digest_size=8).digest()
+def doc_key(doc: bytes) -> int:
+    """The hash that orders documents for the validation split (the first 8 bytes of a BLAKE2b
+    digest, read big-endian); rltok.prepare computes the same one incrementally."""
+    return int.from_bytes(hashlib.blake2b(doc, digest_size=8).digest(), "big")
+
+
+def _stream_len(lengths: np.ndarray) -> int:
+    """Length of the stream to_tensor makes of pieces of these lengths (DOC_SEP between non-empty ones)."""
+    nonempty = int(np.count_nonzero(lengths))
+    return int(lengths.sum()) + max(0, nonempty - 1)
+
+
+def split_cuts(keys, lengths, val_fraction: float) -> tuple[np.ndarray, str]:
+    """The rule of `split_documents` on the documents' keys (`doc_key`) and lengths alone, so that
+    a corpus prepared on disk splits exactly as one read into memory: for each document, how
+    many of its first bytes go to train (the rest is held out), and the rule ("documents" or
+    "tails")."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    keys = np.asarray(keys, dtype=np.uint64)
+    total = int(lengths.sum())
+    if len(lengths) >= MIN_DOCS_FOR_DOC_SPLIT:
+        target, cap = val_fraction * total, 2 * val_fraction * total
+        # groups of identical documents, in the order of their key (big-endian = the byte order)
+        groups, member = np.unique(keys, return_inverse=True)
+        group_bytes = np.bincount(member.reshape(-1), weights=lengths, minlength=len(groups))
+        chosen = np.zeros(len(groups), dtype=bool)
+        size = 0
+        for g, n in enumerate(group_bytes.tolist()):
+            if size >= target:
+                break
+            if size + n <= cap:
+                chosen[g] = True
+                size += int(n)
+        if size >= 2 and total - size >= 2:
+            return np.where(chosen[member.reshape(-1)], 0, lengths), "documents"
+    return lengths - (lengths * val_fraction).astype(np.int64), "tails"
+
+
+def corpus_cuts(keys, lengths, val_fraction: float) -> tuple[np.ndarray, str]:
+    """`split_cuts`, and for a corpus whose held-out part would be under 2 bytes the "stream"
+    rule: the tail of the whole stream is held out (the document cut in two ends train and
+    starts val, with no separator on either side of the cut)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    cuts, rule = split_cuts(keys, lengths, val_fraction)
+    if _stream_len(lengths - cuts) >= 2:
+        return cuts, rule
+    total = int(lengths.sum())
+    cut = max(1, total - max(2, int(total * val_fraction)))
+    seen = np.cumsum(lengths) - lengths
+    return np.clip(cut - seen, 0, lengths), "stream"
 
 
 def split_documents(docs: list[bytes], val_fraction: float) -> tuple[list[bytes], list[bytes], str]:
@@ -220,49 +304,41 @@ def split_documents(docs: list[bytes], val_fraction: float) -> tuple[list[bytes]
     last val_fraction of every document is held out, as in enwik8-style splits.
     Both keep the documents in their original order on each side."""
     docs = [d for d in docs if d]
-    total = sum(map(len, docs))
-    if len(docs) >= MIN_DOCS_FOR_DOC_SPLIT:
-        target, cap = val_fraction * total, 2 * val_fraction * total
-        groups: dict[bytes, list[int]] = {}
-        for i, d in enumerate(docs):
-            groups.setdefault(_doc_key(d), []).append(i)
-        held: set[int] = set()
-        size = 0
-        for key in sorted(groups):
-            if size >= target:
-                break
-            n = sum(len(docs[i]) for i in groups[key])
-            if size + n <= cap:
-                held.update(groups[key])
-                size += n
-        train = [d for i, d in enumerate(docs) if i not in held]
-        val = [d for i, d in enumerate(docs) if i in held]
-        if size >= 2 and sum(map(len, train)) >= 2:
-            return train, val, "documents"
-    train, val = [], []
-    for d in docs:
-        cut = len(d) - int(len(d) * val_fraction)
-        train.append(d[:cut])
-        val.append(d[cut:])
-    return train, [v for v in val if v], "tails"
+    cuts, rule = split_cuts([doc_key(d) for d in docs], [len(d) for d in docs], val_fraction)
+    train = [d[:c] for d, c in zip(docs, cuts.tolist())]
+    val = [d[c:] for d, c in zip(docs, cuts.tolist())]
+    if rule == "documents":
+        return [d for d in train if d], [v for v in val if v], rule
+    return train, [v for v in val if v], rule
 
 
 @dataclass
 class Corpus:
-    train: torch.Tensor  # uint8
-    val: torch.Tensor  # uint8
+    # uint8 tensors, or byte streams read from a prepared folder without loading it
+    # (rltok.shards.ByteStream: len(), slices, gather(), numpy())
+    train: torch.Tensor
+    val: torch.Tensor
     source: str
     skipped_files: int = 0  # unreadable or empty files left out while reading
     # how val was made: "given" (an explicit val source or train.*/val.* files), "documents"
     # (whole held-out documents), "tails" (the end of every document), "stream" (the end of a
     # tiny corpus); see split_documents
     split: str = ""
+    prepared: str = ""  # the prepared folder the streams are read from, if any
 
     def describe(self) -> str:
         skipped = f" ({self.skipped_files} file(s) skipped)" if self.skipped_files else ""
         rule = {"documents": "; val = whole held-out documents", "tails": "; val = the tail of every document",
                 "stream": "; val = the tail of the stream"}.get(self.split, "")
-        return f"{self.source}: {len(self.train):,} train bytes, {len(self.val):,} val bytes{skipped}{rule}"
+        where = f" (byte shards in {self.prepared})" if self.prepared and self.prepared != self.source else ""
+        return f"{self.source}{where}: {len(self.train):,} train bytes, {len(self.val):,} val bytes{skipped}{rule}"
+
+    def fingerprint(self) -> dict:
+        """Identifies the training bytes, so a resume can tell when the data changed under it. A
+        prepared stream's CRC-32 comes from its manifest (nothing is read); it equals the CRC of
+        the same bytes loaded into memory, so the two are interchangeable."""
+        crc = self.train.crc32() if hasattr(self.train, "crc32") else zlib.crc32(self.train.contiguous().numpy())
+        return {"train_bytes": len(self.train), "crc32": crc}
 
 
 def _split_files(folder: Path, name: str) -> list[Path]:
@@ -277,8 +353,48 @@ def named_split(spec: str, split: str) -> str | None:
     return None
 
 
+def _prepared_source(spec: str, val: str, val_fraction: float, max_bytes: int, text_field: str,
+                     prepare_above: int | None, cache_dir: str) -> str | None:
+    """The prepared folder to read `spec` from: the folder itself when `rltok prepare` wrote it,
+    the cache folder when the source is large (prepared there on first use), else None."""
+    from .shards import is_prepared
+
+    if is_prepared(spec):
+        return spec
+    from .prepare import is_large, prepare_cached
+
+    limit = DataConfig.prepare_above if prepare_above is None else prepare_above
+    if not is_large(spec, val, max_bytes, limit):
+        return None
+    return str(prepare_cached(spec, val=val, val_fraction=val_fraction, max_bytes=max_bytes,
+                              text_field=text_field, cache_dir=cache_dir))
+
+
 def load_corpus(train: str = "stdlib", val: str = "", val_fraction: float = 0.02, max_bytes: int = 0,
-                text_field: str = "text") -> Corpus:
+                text_field: str = "text", *, prepare_above: int | None = None, cache_dir: str = "") -> Corpus:
+    """The train and val streams of a source (see the module docstring). A prepared folder is
+    read from its shards (`max_bytes` then keeps the first bytes of its train split); a source
+    larger than `prepare_above` bytes (default data.prepare_above; 0 = never) is prepared into
+    `cache_dir` first, with a message."""
+    if train.startswith("mix:"):
+        from .shards import open_mixture
+
+        return open_mixture(train[4:])
+    prepared = _prepared_source(train, val, val_fraction, max_bytes, text_field, prepare_above, cache_dir)
+    if prepared is not None:
+        from .shards import open_prepared
+
+        corpus = open_prepared(prepared).corpus(source=train)
+        if prepared == train:  # the user's own prepared folder: caps and a val source apply on top
+            if max_bytes:
+                corpus.train = corpus.train.prefix(max_bytes)
+            if val:
+                docs, _ = read_documents(val, 0, text_field)
+                corpus.val, corpus.split = to_tensor(docs), "given"
+        if len(corpus.train) < 2 or len(corpus.val) < 2:
+            raise DataError(f"prepared corpus {prepared} is too small ({len(corpus.train)} train bytes, "
+                            f"{len(corpus.val)} val bytes)")
+        return corpus
     train_spec = named_split(train, "train")
     if train_spec and not val:
         val = named_split(train, "val") or ""
@@ -289,29 +405,33 @@ def load_corpus(train: str = "stdlib", val: str = "", val_fraction: float = 0.02
         return Corpus(to_tensor(tr_docs), to_tensor(va_docs), train, skipped, "given")
     docs, report = read_documents(train, max_bytes, text_field)
     skipped = len(report.skipped) + len(report.empty)
-    tr, va, rule = split_documents(docs, val_fraction)
+    cuts, rule = corpus_cuts([doc_key(d) for d in docs], [len(d) for d in docs], val_fraction)
+    tr = [d[:c] for d, c in zip(docs, cuts.tolist())]
+    va = [d[c:] for d, c in zip(docs, cuts.tolist())]
     corpus = Corpus(to_tensor(tr), to_tensor(va), train, skipped, rule)
-    if len(corpus.val) < 2:
-        # tiny corpora: hold out the tail of the whole stream (as documents: the one cut
-        # in two ends train and starts val, with no separator on either side of the cut)
-        total = sum(map(len, docs))
-        cut = max(1, total - max(2, int(total * val_fraction)))
-        tr, va, seen = [], [], 0
-        for d in docs:
-            k = min(max(cut - seen, 0), len(d))
-            tr.append(d[:k])
-            va.append(d[k:])
-            seen += len(d)
-        corpus = Corpus(to_tensor(tr), to_tensor(va), train, skipped, "stream")
     if len(corpus.train) < 2:
         raise DataError(f"data source {train!r} is too small to train on ({len(corpus.train)} bytes)")
     return corpus
 
 
-def load_eval_bytes(spec: str, split: str = "val", max_bytes: int = 0, val_fraction: float = 0.02) -> torch.Tensor:
-    """Bytes to evaluate on: the named split of a split folder, else exactly the val bytes
-    `load_corpus` holds out (split="val": whole documents or document tails, see
-    `split_documents`) or the whole source (split="all"); documents separated by DOC_SEP."""
+def load_eval_bytes(spec: str, split: str = "val", max_bytes: int = 0, val_fraction: float = 0.02,
+                    *, prepare_above: int | None = None, cache_dir: str = "") -> torch.Tensor:
+    """Bytes to evaluate on: the named split of a split folder or of a prepared folder, else
+    exactly the val bytes `load_corpus` holds out (split="val": whole documents or document
+    tails, see `split_documents`) or the whole source (split="all"); documents separated by
+    DOC_SEP. From a prepared folder the result is a byte stream read on demand."""
+    if spec.startswith("mix:"):
+        if split != "val":
+            raise DataError(f"a mix: source has only its sources' val splits, not {split!r}")
+        return load_corpus(spec, val_fraction=val_fraction).val
+    from .shards import is_prepared, open_prepared
+
+    if is_prepared(spec):
+        if split == "all":
+            raise DataError(f"{spec} is a prepared corpus: its splits are kept, not the whole source; "
+                            "evaluate on --split train, val or test")
+        stream = open_prepared(spec).stream(split)
+        return stream.prefix(max_bytes) if max_bytes else stream
     named = named_split(spec, split)
     if named:
         docs, _ = read_documents(named, max_bytes)
@@ -319,7 +439,16 @@ def load_eval_bytes(spec: str, split: str = "val", max_bytes: int = 0, val_fract
     if split == "all":
         docs, _ = read_documents(spec, max_bytes)
         return to_tensor(docs)
-    return load_corpus(spec, val_fraction=val_fraction, max_bytes=max_bytes).val
+    return load_corpus(spec, val_fraction=val_fraction, max_bytes=max_bytes, prepare_above=prepare_above,
+                       cache_dir=cache_dir).val
+
+
+def take_windows(data, starts: torch.Tensor, length: int) -> torch.Tensor:
+    """The `length` bytes from each start, (len(starts), length) uint8. A byte stream reads just
+    these windows from disk."""
+    if isinstance(data, torch.Tensor):
+        return data[starts.unsqueeze(1) + torch.arange(length)]
+    return torch.from_numpy(data.gather(starts.numpy(), length))
 
 
 class WindowSampler:
@@ -328,7 +457,9 @@ class WindowSampler:
     Data-parallel sharding: with `world_size` N every rank draws the starts of the whole global
     batch (batch_size * N windows) from the same seeded generator and keeps its own block of
     batch_size rows, so N ranks together see exactly the batch one process with batch_size * N
-    would, and the generator state stays identical on every rank."""
+    would, and the generator state stays identical on every rank. Each rank reads only its own
+    windows. `data` is a uint8 tensor or a byte stream (rltok.shards); a stream that draws its
+    own starts (a weighted mixture of sources) is asked for them."""
 
     def __init__(self, data: torch.Tensor, batch_size: int, seq_len: int, seed: int = 0,
                  rank: int = 0, world_size: int = 1):
@@ -336,15 +467,18 @@ class WindowSampler:
             raise DataError("need at least 2 bytes of training data")
         self.data = data
         self.batch_size = batch_size  # per rank
-        self.seq_len = min(seq_len, len(data) - 1)
+        self.seq_len = min(seq_len, getattr(data, "window_limit", len(data)) - 1)
         self.rank, self.world_size = rank, world_size
         self.gen = torch.Generator().manual_seed(seed)
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
-        hi = len(self.data) - self.seq_len
-        starts = torch.randint(0, hi, (self.batch_size * self.world_size,), generator=self.gen)
+        n = self.batch_size * self.world_size
+        if hasattr(self.data, "draw_starts"):
+            starts = self.data.draw_starts(self.gen, n, self.seq_len + 1)
+        else:
+            starts = torch.randint(0, len(self.data) - self.seq_len, (n,), generator=self.gen)
         starts = starts[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]
-        win = self.data[starts.unsqueeze(1) + torch.arange(self.seq_len + 1)].long()
+        win = take_windows(self.data, starts, self.seq_len + 1).long()
         return win[:, :-1], win[:, 1:]
 
     def state_dict(self) -> dict:
@@ -354,20 +488,38 @@ class WindowSampler:
         self.gen.set_state(state["gen"])
 
 
-def eval_windows(data: torch.Tensor, seq_len: int, max_windows: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Non-overlapping (x, y) windows tiling `data` in order, the same on every call; with
-    `max_windows`, an evenly spaced subset of them. Returns (N, T) long tensors."""
-    if len(data) < 2:
+def _eval_starts(n: int, seq_len: int, max_windows: int) -> tuple[torch.Tensor, int]:
+    if n < 2:
         raise DataError("evaluation data needs at least 2 bytes")
-    seq_len = min(seq_len, len(data) - 1)
-    n_all = (len(data) - 1) // seq_len
+    seq_len = min(seq_len, n - 1)
+    n_all = (n - 1) // seq_len
     idx = np.arange(n_all)
     if max_windows and n_all > max_windows:
         idx = np.linspace(0, n_all - 1, max_windows).round().astype(np.int64)
-    starts = torch.from_numpy(idx * seq_len)
-    offsets = starts.unsqueeze(1) + torch.arange(seq_len + 1)
-    win = data[offsets].long()
+    return torch.from_numpy(idx * seq_len), seq_len
+
+
+def eval_windows(data: torch.Tensor, seq_len: int, max_windows: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Non-overlapping (x, y) windows tiling `data` in order, the same on every call; with
+    `max_windows`, an evenly spaced subset of them. Returns (N, T) long tensors."""
+    starts, seq_len = _eval_starts(len(data), seq_len, max_windows)
+    win = take_windows(data, starts, seq_len + 1).long()
     return win[:, :-1], win[:, 1:]
+
+
+def rank_eval_windows(data: torch.Tensor, seq_len: int, max_windows: int, rank: int = 0,
+                      world_size: int = 1) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """A data-parallel rank's share of `eval_windows(data, seq_len, max_windows)`, reading only
+    those windows: ranks take equal consecutive blocks (FSDP needs the same number of forwards on
+    every rank; a remainder is left out). With fewer windows than ranks every rank takes all of
+    them, and `shared` (the third value) says so: their sums are then averaged, not added."""
+    starts, seq_len = _eval_starts(len(data), seq_len, max_windows)
+    shared = len(starts) < world_size
+    if not shared and world_size > 1:
+        n = len(starts) // world_size
+        starts = starts[rank * n:(rank + 1) * n]
+    win = take_windows(data, starts, seq_len + 1).long()
+    return win[:, :-1], win[:, 1:], shared
 
 
 def read_user_text(text: str | None, file: str | None) -> bytes:

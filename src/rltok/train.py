@@ -11,7 +11,6 @@ import random
 import signal
 import sys
 import time
-import zlib
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from .checkpoint import (CheckpointError, checkpoint_step, clean_stale, list_che
                          save_checkpoint)
 from . import distributed as ddp
 from .config import VOCAB_SIZE, Config, ConfigError
-from .data import Corpus, WindowSampler, eval_windows, load_corpus
+from .data import Corpus, WindowSampler, load_corpus, rank_eval_windows
 from .device import resolve_device, resolve_dtype
 from .evaluate import evaluate_sums, summarize
 from .flops import step_train_flops_per_byte
@@ -141,10 +140,10 @@ class Trainer:
         self.quiet = quiet or not self.dist.is_main  # rank 0 alone reports
         self.amp_dtype = resolve_dtype(tc.dtype, self.device)
         self.corpus = corpus or load_corpus(cfg.data.train, cfg.data.val, cfg.data.val_fraction,
-                                            cfg.data.max_bytes, cfg.data.hf_text_field)
+                                            cfg.data.max_bytes, cfg.data.hf_text_field,
+                                            prepare_above=cfg.data.prepare_above, cache_dir=cfg.data.cache_dir)
         # identifies the training bytes, so a resume can tell when the data changed under it
-        self.data_id = {"train_bytes": len(self.corpus.train),
-                        "crc32": zlib.crc32(self.corpus.train.contiguous().numpy())}
+        self.data_id = self.corpus.fingerprint()
         torch.manual_seed(tc.seed)
         random.seed(tc.seed)
         np.random.seed(tc.seed)
@@ -169,13 +168,10 @@ class Trainer:
         self.noise = RowShard(self.boundary_gen, self.dist.rank, self.dist.world_size) if self.dist.enabled \
             else self.boundary_gen
         world = self.dist.world_size
-        val_x, val_y = eval_windows(self.corpus.val, tc.seq_len, tc.eval_batches * tc.batch_size * world)
         # ranks evaluate equal shares (FSDP needs the same number of forwards on every rank);
         # fewer windows than ranks: every rank evaluates all of them and the sums are averaged
-        self.val_shared = len(val_x) < world
-        n_val = len(val_x) if self.val_shared or world == 1 else len(val_x) // world
-        start = 0 if self.val_shared else self.dist.rank * n_val
-        self.val_x, self.val_y = val_x[start:start + n_val], val_y[start:start + n_val]
+        self.val_x, self.val_y, self.val_shared = rank_eval_windows(
+            self.corpus.val, tc.seq_len, tc.eval_batches * tc.batch_size * world, self.dist.rank, world)
         self.peak_flops = tc.peak_flops or None  # measured when fit() starts if not given
         # the boundary decisions' loss and its state: prices, controllers, flips, FLOPs meter
         self.objective = BoundaryObjective(cfg, self.device, vocab_size=self.vocab_size,
