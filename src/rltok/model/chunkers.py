@@ -5,7 +5,9 @@ boundary (so every byte has a chunk ending at or before it); in training the las
 one too. Forced positions carry no gradient (`free` marks the ones that do).
 
 Every chunker returns a `Boundaries` record so the model and the objective never need to know
-which rule produced it.
+which rule produced it. For cached decoding each causal rule also decides one new byte at a time
+(`Chunker.step`), from its running state (`Chunker.start_state`); its decisions are the ones its
+forward makes on the same inputs.
 """
 
 from __future__ import annotations
@@ -43,6 +45,32 @@ class Boundaries:
         return self.scores
 
 
+class NonCausalRule(ValueError):
+    """A boundary rule whose decision at byte t depends on later bytes: it cannot decode."""
+
+
+class Chunker(nn.Module):
+    """A boundary rule. forward(h, forced, b, mode, generator, idx=, early_logits=) decides a
+    whole window; step() decides the newest byte of each row with the same inputs at that byte,
+    keeping what it needs of the past in a state dict of (B, ...) tensors that start_state()
+    builds from a context read by forward (one row: h (1, T, d), b (1, T), idx (1, T),
+    early_logits (1, T, V); `offset` is the row's byte index of the context's first byte)."""
+
+    uses_early_logits = False  # step reads the early-exit logits (decoding computes them only then)
+    noncausal: str | None = None  # why the rule cannot decide byte t from bytes <= t, if it cannot
+
+    def start_state(self, h, b, idx, early_logits, offset: int = 0) -> dict[str, torch.Tensor]:
+        return {}
+
+    def step(self, state: dict[str, torch.Tensor], h: torch.Tensor, forced: torch.Tensor,
+             b: torch.Tensor | None = None, mode: str = "sample", generator=None, idx=None,
+             early_logits=None, noise: torch.Tensor | None = None) -> Boundaries:
+        """Decisions (B,) for one new byte per row: h (B, d) its encoder state, idx (B,) the byte,
+        early_logits (B, V), forced (B,) positions that must close a chunk, b (B,) given decisions,
+        noise (B,) uniform draws to use instead of drawing from `generator`. Updates `state`."""
+        raise NonCausalRule(self.noncausal or f"{type(self).__name__} has no one-byte decision")
+
+
 def forced_mask(batch: int, length: int, device, force_last: bool) -> torch.Tensor:
     forced = torch.zeros(batch, length, dtype=torch.bool, device=device)
     forced[:, 0] = True
@@ -63,7 +91,7 @@ def bernoulli_logp(b: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     return -F.binary_cross_entropy_with_logits(logits, b.to(logits.dtype), reduction="none")
 
 
-class RLPolicy(nn.Module):
+class RLPolicy(Chunker):
     """Autoregressive Bernoulli boundary policy.
 
     logit_t = w . h_t + c + table[pattern_t], where pattern_t encodes the policy's previous
@@ -100,6 +128,14 @@ class RLPolicy(nn.Module):
             return base
         return base + self.history(self.history_pattern(b)).squeeze(-1)
 
+    def push(self, pattern: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """The next position's pattern: the newest decision enters at bit 0."""
+        return ((pattern << 1) | b.long()) & (2 ** (self.window - 1) - 1)
+
+    @staticmethod
+    def draw(logits: torch.Tensor, u: torch.Tensor | None, greedy: bool) -> torch.Tensor:
+        return (logits > 0) if greedy else (u < torch.sigmoid(logits))
+
     @torch.no_grad()
     def sample(self, base: torch.Tensor, forced: torch.Tensor, greedy: bool,
                generator: torch.Generator | None, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -108,23 +144,20 @@ class RLPolicy(nn.Module):
         u = None if greedy else (noise if noise is not None else uniform(base.shape, base.device, generator))
         if self.history is None:
             logits = base.float()
-            b = (logits > 0) if greedy else (u < torch.sigmoid(logits))
-            b = b | forced
+            b = self.draw(logits, u, greedy) | forced
             return b, bernoulli_logp(b, logits)
         bsz, length = base.shape
         table = self.history.weight.squeeze(-1).float()
         b = torch.zeros(bsz, length, dtype=torch.bool, device=base.device)
         logp = torch.zeros(bsz, length, dtype=torch.float32, device=base.device)
         pattern = torch.zeros(bsz, dtype=torch.long, device=base.device)
-        mask = 2 ** (self.window - 1) - 1
         base = base.float()
         for t in range(length):
             lt = base[:, t] + table[pattern]
-            bt = (lt > 0) if greedy else (u[:, t] < torch.sigmoid(lt))
-            bt = bt | forced[:, t]
+            bt = self.draw(lt, None if u is None else u[:, t], greedy) | forced[:, t]
             b[:, t] = bt
             logp[:, t] = bernoulli_logp(bt, lt)
-            pattern = ((pattern << 1) | bt.long()) & mask
+            pattern = self.push(pattern, bt)
         return b, logp
 
     def forward(self, h: torch.Tensor, forced: torch.Tensor, b: torch.Tensor | None = None,
@@ -139,8 +172,28 @@ class RLPolicy(nn.Module):
         logits = self.teacher_forced_logits(base, b)
         return Boundaries(b=b, free=~forced, logits=logits, logp=bernoulli_logp(b, logits), sample_logp=sample_logp)
 
+    def start_state(self, h, b, idx=None, early_logits=None, offset: int = 0) -> dict[str, torch.Tensor]:
+        if self.history is None:
+            return {}
+        # the pattern the position after the context sees: its last window - 1 decisions
+        return {"pattern": self.history_pattern(F.pad(b.long(), (0, 1)))[:, -1]}
 
-class FixedChunker(nn.Module):
+    def step(self, state, h, forced, b=None, mode="sample", generator=None, idx=None, early_logits=None,
+             noise=None) -> Boundaries:
+        logits = fp32_linear(self.head, h).squeeze(-1)
+        if self.history is not None:
+            logits = logits + self.history(state["pattern"]).squeeze(-1)
+        if b is None:
+            greedy = mode == "greedy"
+            u = None if greedy else (noise if noise is not None else uniform(logits.shape, logits.device, generator))
+            b = self.draw(logits, u, greedy)
+        b = b.bool() | forced
+        if self.history is not None:
+            state["pattern"] = self.push(state["pattern"], b)
+        return Boundaries(b=b, free=~forced, logits=logits)  # (no log-probabilities: nothing learns here)
+
+
+class FixedChunker(Chunker):
     """A boundary every `stride` bytes (byte stride-1, 2*stride-1, ...), plus the forced ones."""
 
     def __init__(self, stride: int):
@@ -154,9 +207,23 @@ class FixedChunker(nn.Module):
             b = ((t + 1) % self.stride == 0).unsqueeze(0).expand_as(forced)
         return Boundaries(b=b.bool() | forced, free=~forced)
 
+    def start_state(self, h, b, idx=None, early_logits=None, offset: int = 0) -> dict[str, torch.Tensor]:
+        # the stride counts from the row's first byte, also after a context slid past it
+        return {"next": torch.full((1,), offset + b.shape[1], dtype=torch.long, device=b.device)}
 
-class UniformChunker(nn.Module):
-    """Exactly round(rate * free) boundaries per sequence at uniformly random free positions."""
+    def step(self, state, h, forced, b=None, mode="sample", generator=None, idx=None, early_logits=None,
+             noise=None) -> Boundaries:
+        if b is None:
+            b = (state["next"] + 1) % self.stride == 0
+        state["next"] = state["next"] + 1
+        return Boundaries(b=b.bool() | forced, free=~forced)
+
+
+class UniformChunker(Chunker):
+    """Exactly round(rate * free) boundaries per sequence at uniformly random free positions.
+    Decoding cannot know the window's length or its later draws, so it decides each byte by an
+    independent draw at the same rate (the same positions are equally likely; only the count
+    varies). Boundaries are independent of the bytes either way."""
 
     def __init__(self, rate: float):
         super().__init__()
@@ -173,6 +240,12 @@ class UniformChunker(nn.Module):
                 b.scatter_(1, noise.topk(k, dim=1).indices, True)
         return Boundaries(b=b.bool() | forced, free=~forced)
 
+    def step(self, state, h, forced, b=None, mode="sample", generator=None, idx=None, early_logits=None,
+             noise=None) -> Boundaries:
+        if b is None:
+            b = (noise if noise is not None else uniform(forced.shape, forced.device, generator)) < self.rate
+        return Boundaries(b=b.bool() | forced, free=~forced)
+
 
 def spacelike(idx: torch.Tensor) -> torch.Tensor:
     """SpaceByte's rule: a byte is space-like unless it is an ASCII letter or digit or a UTF-8
@@ -183,7 +256,7 @@ def spacelike(idx: torch.Tensor) -> torch.Tensor:
     return ~(letter | digit | cont)
 
 
-class WhitespaceChunker(nn.Module):
+class WhitespaceChunker(Chunker):
     """SpaceByte-style: a chunk ends at a space-like byte that follows a non-space-like one, so the
     chunk-level network runs right before each new word."""
 
@@ -195,8 +268,19 @@ class WhitespaceChunker(nn.Module):
             b = sp & ~prev
         return Boundaries(b=b.bool() | forced, free=~forced)
 
+    def start_state(self, h, b, idx=None, early_logits=None, offset: int = 0) -> dict[str, torch.Tensor]:
+        return {"space": spacelike(idx[:, -1])}
 
-class EntropyChunker(nn.Module):
+    def step(self, state, h, forced, b=None, mode="sample", generator=None, idx=None, early_logits=None,
+             noise=None) -> Boundaries:
+        sp = spacelike(idx)
+        if b is None:
+            b = sp & ~state["space"]
+        state["space"] = sp
+        return Boundaries(b=b.bool() | forced, free=~forced)
+
+
+class EntropyChunker(Chunker):
     """BLT-style: a chunk ends at byte t when the early-exit head's entropy over byte t+1 spikes
     (rises by more than a threshold over the entropy at t-1), i.e. the next byte is surprising.
 
@@ -223,9 +307,15 @@ class EntropyChunker(nn.Module):
             state_dict[prefix + "updates"] = torch.tensor(int(1 / (1 - self.momentum)), dtype=torch.long)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
-    def score(self, early_logits: torch.Tensor) -> torch.Tensor:
+    uses_early_logits = True
+
+    @staticmethod
+    def entropy(early_logits: torch.Tensor) -> torch.Tensor:
         logp = torch.log_softmax(early_logits.detach().float()[..., :256], dim=-1)
-        ent = -(logp.exp() * logp).sum(-1)
+        return -(logp.exp() * logp).sum(-1)
+
+    def score(self, early_logits: torch.Tensor) -> torch.Tensor:
+        ent = self.entropy(early_logits)
         if self.mode == "global":
             return ent
         prev = torch.zeros_like(ent)
@@ -251,8 +341,21 @@ class EntropyChunker(nn.Module):
                 self._update_threshold(s, forced)
         return Boundaries(b=b.bool() | forced, free=~forced, scores=torch.sigmoid(s - self.threshold))
 
+    def start_state(self, h, b, idx=None, early_logits=None, offset: int = 0) -> dict[str, torch.Tensor]:
+        return {"entropy": self.entropy(early_logits[:, -1])}
 
-class HNetRouter(nn.Module):
+    def step(self, state, h, forced, b=None, mode="sample", generator=None, idx=None, early_logits=None,
+             noise=None) -> Boundaries:
+        # decoding reads the threshold and never moves it: that is training's business
+        ent = self.entropy(early_logits)
+        s = ent if self.mode == "global" else ent - state["entropy"]
+        state["entropy"] = ent
+        if b is None:
+            b = s > self.threshold if not torch.isnan(self.threshold) else torch.zeros_like(forced)
+        return Boundaries(b=b.bool() | forced, free=~forced, scores=torch.sigmoid(s - self.threshold))
+
+
+class HNetRouter(Chunker):
     """H-Net's dynamic chunking: p_t = (1 - cos(q_t, k_{t-1})) / 2 on projected encoder states,
     boundary where p_t >= 0.5. Trained straight-through: the upsampled vector is scaled by the
     confidence (p_t or 1 - p_t) with its value replaced by 1, chunk outputs are smoothed by an
@@ -270,7 +373,7 @@ class HNetRouter(nn.Module):
     def forward(self, h, forced, b=None, mode="sample", generator=None, **_) -> Boundaries:
         q, k = fp32_linear(self.q, h), fp32_linear(self.k, h)
         cos = F.cosine_similarity(q[:, 1:], k[:, :-1], dim=-1)
-        p = torch.cat([torch.ones_like(cos[:, :1]), ((1 - cos) / 2).clamp(0, 1)], dim=1)
+        p = torch.cat([cos.new_ones(cos.shape[0], 1), ((1 - cos) / 2).clamp(0, 1)], dim=1)  # (a 1-byte window too)
         p = torch.where(forced, torch.ones_like(p), p)
         if b is None:
             b = p >= 0.5
@@ -285,8 +388,23 @@ class HNetRouter(nn.Module):
         return Boundaries(b=b, free=~forced, confidence=confidence, smooth=p, scores=p.detach(),
                           aux_loss=self.ratio_weight * ratio)
 
+    def start_state(self, h, b, idx=None, early_logits=None, offset: int = 0) -> dict[str, torch.Tensor]:
+        return {"key": fp32_linear(self.k, h[:, -1])}
 
-class GumbelChunker(nn.Module):
+    def step(self, state, h, forced, b=None, mode="sample", generator=None, idx=None, early_logits=None,
+             noise=None) -> Boundaries:
+        q, k = fp32_linear(self.q, h), fp32_linear(self.k, h)
+        cos = F.cosine_similarity(q, state["key"], dim=-1)
+        state["key"] = k
+        p = torch.where(forced, torch.ones_like(cos), ((1 - cos) / 2).clamp(0, 1))
+        if b is None:
+            b = p >= 0.5
+        b = b.bool() | forced
+        c = torch.where(b, p, 1 - p)
+        return Boundaries(b=b, free=~forced, confidence=c + (1 - c), smooth=p, scores=p)
+
+
+class GumbelChunker(Chunker):
     """Dynamic-pooling style: an MLP scores each byte, a hard Gumbel-sigmoid sample decides, and
     a straight-through gate (value 1, gradient of the soft sample) multiplies the selected
     vectors. A binomial prior on the boundary count holds the rate near the target."""
@@ -300,17 +418,19 @@ class GumbelChunker(nn.Module):
         self.temperature = temperature
         self.prior_weight = prior_weight
 
-    def forward(self, h, forced, b=None, mode="sample", generator=None, **_) -> Boundaries:
-        logits = fp32_linear(self.mlp, h).squeeze(-1)
+    def soft(self, logits: torch.Tensor, mode: str, generator, noise: torch.Tensor | None = None) -> torch.Tensor:
         # "sample" draws the hard Gumbel-sigmoid sample in training and evaluation alike (the rule
         # the model trained with); "greedy" thresholds the noiseless probability at 0.5, an
         # inference rule the model never trained with (with the bias at logit(0.2) it draws no
         # free boundary at all until the scorer has learned confident boundaries)
         if mode == "greedy":
-            soft = torch.sigmoid(logits)
-        else:
-            u = uniform(logits.shape, logits.device, generator).clamp(1e-6, 1 - 1e-6)
-            soft = torch.sigmoid((logits + torch.log(u) - torch.log1p(-u)) / self.temperature)
+            return torch.sigmoid(logits)
+        u = (noise if noise is not None else uniform(logits.shape, logits.device, generator)).clamp(1e-6, 1 - 1e-6)
+        return torch.sigmoid((logits + torch.log(u) - torch.log1p(-u)) / self.temperature)
+
+    def forward(self, h, forced, b=None, mode="sample", generator=None, **_) -> Boundaries:
+        logits = fp32_linear(self.mlp, h).squeeze(-1)
+        soft = self.soft(logits, mode, generator)
         if b is None:
             b = soft > 0.5
         b = b.bool() | forced
@@ -323,12 +443,24 @@ class GumbelChunker(nn.Module):
         return Boundaries(b=b, free=free, gate=gate, scores=torch.sigmoid(logits.detach()),
                           aux_loss=self.prior_weight * nll)
 
+    def step(self, state, h, forced, b=None, mode="sample", generator=None, idx=None, early_logits=None,
+             noise=None) -> Boundaries:
+        logits = fp32_linear(self.mlp, h).squeeze(-1)
+        soft = self.soft(logits, mode, generator, noise)  # drawn as forward does, given b or not
+        if b is None:
+            b = soft > 0.5
+        b = b.bool() | forced
+        return Boundaries(b=b, free=~forced, gate=soft + (b.float() - soft), scores=torch.sigmoid(logits))
 
-class BPEChunker(nn.Module):
+
+class BPEChunker(Chunker):
     """Boundaries at the ends of BPE tokens (each row tokenised on its own). The tokenizer is
     fitted to the target rate on the training split and stored as a buffer, so checkpoints
     carry it. Note: a BPE boundary at t depends on whether byte t+1 merges with it, so this
     rule sees one byte of the future through its boundaries, as in the published comparisons."""
+
+    noncausal = ("chunker=bpe cannot generate: a BPE boundary at byte t depends on whether byte t+1 merges "
+                 "with it, so it cannot be decided before byte t+1 exists")
 
     def __init__(self, rate: float, pretokenize: str = "gpt2"):
         super().__init__()
