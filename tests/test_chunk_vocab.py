@@ -5,7 +5,7 @@ import torch
 
 from conftest import randomize_, tiny_model_config
 from rltok.config import ConfigError, load_config
-from rltok.generate import GenerationError, generate
+from rltok.generate import generate
 from rltok.model import HourglassLM
 from rltok.model.chunk_vocab import ChunkVocab
 
@@ -40,9 +40,24 @@ def test_chunk_vocab_keeps_the_model_causal_and_learns():
     assert model.chunk_vocab.table.weight.grad.abs().sum() > 0
 
 
-def test_chunk_vocab_config_and_generation_refusal():
+def test_chunk_vocab_config_and_cached_generation():
+    """Cached decoding hashes each chunk as it closes, from the bytes it kept: the same logits as
+    the parallel pass, chunks longer than max_len included."""
     with pytest.raises(ConfigError):
         load_config("test", overrides=["model.chunk_vocab=-1"])
-    model = HourglassLM(tiny_model_config(chunk_vocab=64)).eval()
-    with pytest.raises(GenerationError, match="chunk vocabulary"):
-        generate(model, b"abc", 4)
+    model = randomize_(HourglassLM(tiny_model_config(chunk_vocab=64, chunk_vocab_max_len=3, max_seq_len=64)))
+    torch.nn.init.normal_(model.chunk_vocab.table.weight)
+    model.eval()
+    g = generate(model, b"the cat, the dog", 30, temperature=0, seed=0)
+    data = g.prompt + g.output
+    b = torch.tensor(g.boundaries)
+    ends = torch.nonzero(b).flatten()
+    assert (ends[1:] - ends[:-1]).max() > 3  # some chunk is longer than max_len
+    with torch.no_grad():
+        ref = model(torch.tensor([list(data[:-1])]), boundaries=b.unsqueeze(0), force_last=False)
+    assert ref.logits[0, len(g.prompt) - 1:, :256].argmax(-1).tolist() == list(g.output)
+    st = model.start_decoding(1, 64)
+    x = torch.tensor(list(data[:-1]))
+    logits = [model.prefill(st, 0, x[:4], b[:4]).logits]
+    logits += [model.step(st, x[t:t + 1], b[t:t + 1]).logits[0] for t in range(4, len(x))]
+    assert (torch.stack(logits) - ref.logits[0, 3:]).abs().max() <= 1e-4

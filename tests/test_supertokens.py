@@ -274,6 +274,28 @@ def test_two_stage_trains_and_holds_both_rates(tmp_path, corpus):
         0.25 * 0.4 * hourglass_flops(load_config("test", overrides=["model.target_rate=0.25"]).model, 64)["main"] / 0.25)
 
 
+def test_two_stage_model_generates_with_its_caches():
+    """Cached decoding runs the chunk encoder per closed chunk and the main network per closed
+    supertoken: greedy output is the parallel pass's argmax with the kept decisions of both
+    stages, also across context slides (which start where a supertoken closed)."""
+    model = two_stage_model(max_seq_len=32)
+    with torch.no_grad():
+        model.chunker.head.bias.fill_(-0.8)
+    for n, prompt in ((20, b"def f(x):"), (60, b"x")):
+        g = model.generate(prompt, n, temperature=0, seed=0)
+        data = g.prompt + g.output
+        b, b2 = torch.tensor(g.boundaries), torch.tensor(g.boundaries2)
+        assert len(b) == len(b2) == len(data) - 1 and not (b2 & ~b).any() and b2[0]
+        if n == 20:  # no slide: one parallel pass over everything
+            with torch.no_grad():
+                out = model(torch.tensor([list(data[:-1])]), boundaries=b.unsqueeze(0),
+                            boundaries2=b2[b].unsqueeze(0), force_last=False)
+            assert out.logits[0, len(g.prompt) - 1:, :256].argmax(-1).tolist() == list(g.output)
+            assert 2 <= int(b2.sum()) < int(b.sum())
+        else:
+            assert len(g.output) == 60  # slid (context 32) and kept going
+
+
 def test_two_stage_config_errors():
     with pytest.raises(ConfigError, match="stages"):
         load_config("test", overrides=["model.stages=3"])

@@ -1,24 +1,30 @@
 """Cached incremental generation, with sampling controls and a UTF-8-aware streamer.
 
-Per new byte an HourglassLM runs
-  - the encoder layers, against sliding-window KV caches (only the last `window` keys/values),
-  - one boundary decision, made once and kept (the RL policy sees its own earlier decisions),
-  - the chunk-level main network only when that byte closes a chunk (its KV cache then grows
-    by one chunk); otherwise the row keeps the output of its latest chunk,
-  - the decoder layers (sliding-window caches) on encoder state + latest chunk output.
+The models do the decoding themselves (HourglassLM / FlatByteLM .start_decoding, .prefill,
+.step; caches in rltok.model.decoding). Per new byte an HourglassLM runs
+  - its input embedding (with its byte n-grams) and the encoder layers, against sliding-window
+    KV caches (only the last `window` keys/values),
+  - its boundary rule's one-byte decision, made once and kept (the RL policy sees its own earlier
+    decisions, the entropy rule the previous entropy, ...),
+  - the chunk level only when that byte closes a chunk (the chunk vocabulary, then the main
+    network - or, with two stages, the chunk encoder, the supertoken decision and the main network
+    only when that chunk closes a supertoken - whose KV caches grow by one); otherwise the row
+    keeps the output of its latest chunk,
+  - the decoder layers (sliding-window caches) on encoder state + latest chunk output, the head.
 So the prediction is exactly what the parallel forward pass gives for the same bytes and the
 same boundaries (force_last=False: in generation the last byte is not forced to close a chunk).
+Every causal boundary rule decodes; `bpe` cannot (its boundary at t depends on byte t+1).
 
 Prompts are read by the parallel pass, one row at a time, which also seeds the caches; every
 row keeps its own positions, so a batch may mix prompt lengths. Positions are absolute (RoPE),
 so a row whose context reaches max_seq_len slides: about its oldest half is dropped and the
 rest is re-read by the parallel pass with the boundaries it already had. The first byte of a
-context always closes a chunk, so the new context starts at the byte nearest its middle that
-already closed one (see `slide_start`), and no decision changes: the sliding window is read
-exactly as the parallel pass reads those bytes with those boundaries. A fixed chunker keeps its
-stride counted from the row's first byte. Only a genuinely new context (the prompt) gets a
-forced boundary at its first byte - and a slide where none of the last max_seq_len - 1 bytes
-closed a chunk, which must start at a forced one (recorded in Generation.boundaries).
+context always closes a chunk (and, with two stages, a supertoken), so the new context starts at
+the byte nearest its middle that already did (see `slide_start`), and no decision changes: the
+sliding window is read exactly as the parallel pass reads those bytes with those boundaries. A
+fixed chunker keeps its stride counted from the row's first byte. Only a genuinely new context
+(the prompt) gets a forced boundary at its first byte - and a slide where none of the last
+max_seq_len - 1 bytes closed one, which must start at a forced one (recorded in Generation).
 """
 
 from __future__ import annotations
@@ -29,10 +35,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .model.chunkers import FixedChunker, RLPolicy, forced_mask
-from .model.flat import FlatByteLM
-from .model.hourglass import HourglassLM, chunk_index
-from .model.layers import KVCache
+from .model.chunkers import NonCausalRule
 
 EMPTY_PROMPT = b"\n"  # what an empty prompt is replaced by: training windows hold raw bytes, no BOS
 
@@ -50,6 +53,8 @@ class Generation:
     # read (a final byte it never read has no entry); None for models without chunks. Slides
     # keep these decisions (see the module docstring), so the list is the one history they used
     boundaries: list[bool] | None = None
+    # two-stage models: whether each of those bytes closed a supertoken (None otherwise)
+    boundaries2: list[bool] | None = None
 
     @property
     def text(self) -> str:
@@ -66,135 +71,14 @@ def prepare_prompt(prompt: bytes | str, max_len: int) -> bytes:
     return (data or EMPTY_PROMPT)[-max_len:]
 
 
-class HourglassState:
-    """Caches and per-row bookkeeping for decoding a batch of rows with an HourglassLM."""
-
-    def __init__(self, model: HourglassLM, batch: int, capacity: int, mode: str = "sample",
-                 generator: torch.Generator | None = None):
-        if not isinstance(model.chunker, (RLPolicy, FixedChunker)):
-            raise GenerationError(f"no incremental boundary rule for {type(model.chunker).__name__}")
-        if getattr(model, "stage2", None) is not None:
-            raise GenerationError("cached generation does not support two-stage models (model.stages=2) yet; "
-                                  "score them with `rltok eval` or the forward pass")
-        if getattr(model, "chunk_vocab", None) is not None:
-            raise GenerationError("cached generation does not support a chunk vocabulary (model.chunk_vocab) yet; "
-                                  "score such models with `rltok eval` or the forward pass")
-        cfg, p = model.cfg, next(model.parameters())
-        self.model, self.mode, self.generator = model, mode, generator
-        self.enc = KVCache.for_stack(model.encoder, batch, cfg.window, p.device, p.dtype)
-        self.dec = KVCache.for_stack(model.decoder, batch, cfg.window, p.device, p.dtype)
-        self.main = KVCache.for_stack(model.main, batch, capacity, p.device, p.dtype)
-        self.up = torch.zeros(batch, 1, cfg.d_byte, device=p.device, dtype=p.dtype)  # latest chunk, per row
-        self.pos = torch.zeros(batch, dtype=torch.long, device=p.device)  # next byte position, per row
-        self.start = torch.zeros(batch, dtype=torch.long, device=p.device)  # row's byte index at pos 0
-        self.pattern = torch.zeros(batch, dtype=torch.long, device=p.device)  # RL: last w-1 decisions
-        self.batch = batch
-
-    @torch.inference_mode()
-    def prefill(self, row: int, ids: torch.Tensor, boundaries: torch.Tensor | None = None, start: int = 0):
-        """Read one row's context ids (T,) in parallel, replacing whatever the row held. `start`:
-        the index of ids[0] among all the bytes the row has read (after a slide), which a fixed
-        chunker counts its stride from. The first byte always closes a chunk (forced).
-        Returns (next-byte logits (V,), boundaries (T,) bool, boundary logits (T,) or None)."""
-        m = self.model
-        x = ids.view(1, -1).to(self.pos.device)
-        t = x.shape[1]
-        pos = torch.arange(t, device=x.device)
-        h, enc_kv = m.encoder.forward_kv(m.embed(x), pos)
-        forced = forced_mask(1, t, x.device, force_last=False)
-        if boundaries is None and start and isinstance(m.chunker, FixedChunker):
-            boundaries = (start + pos + 1) % m.chunker.stride == 0
-        given = None if boundaries is None else boundaries.view(1, -1).to(x.device)
-        bd = m.chunker(h, forced, given, self.mode, self.generator)
-        b = bd.b
-        cpos = torch.nonzero(b[0]).flatten()
-        z, main_kv = m.main.forward_kv(m.down(h[:, cpos]), cpos)
-        z = m.up(z)
-        out, dec_kv = m.decoder.forward_kv(h + z[:, chunk_index(b)[0]], pos)
-        self.enc.fill(row, enc_kv)
-        self.main.fill(row, main_kv)
-        self.dec.fill(row, dec_kv)
-        self.up[row] = z[0, -1:]
-        self.pos[row] = t
-        self.start[row] = start
-        if isinstance(m.chunker, RLPolicy) and m.chunker.window > 1:
-            recent = b[0, -(m.chunker.window - 1):].flip(0).long()  # newest decision -> bit 0
-            self.pattern[row] = (recent << torch.arange(len(recent), device=x.device)).sum()
-        return m.head(out[0, -1]), b[0], None if bd.logits is None else bd.logits[0]
-
-    def _decide(self, h: torch.Tensor, given: torch.Tensor | None):
-        """Boundary decision for the byte at self.pos in every row, from its encoder state h (B, d)."""
-        c = self.model.chunker
-        first = self.pos == 0
-        if isinstance(c, FixedChunker):
-            rule = (self.start + self.pos + 1) % c.stride == 0
-            return (rule if given is None else given.bool()) | first, None
-        logits = c.head(h).squeeze(-1)
-        if c.history is not None:
-            logits = logits + c.history(self.pattern).squeeze(-1)
-        if given is not None:
-            b = given.bool()
-        elif self.mode == "greedy":
-            b = logits > 0
-        else:
-            u = torch.rand(logits.shape, device=logits.device, generator=self.generator)
-            b = u < torch.sigmoid(logits.float())
-        b = b | first
-        if c.history is not None:
-            self.pattern = ((self.pattern << 1) | b.long()) & (2 ** (c.window - 1) - 1)
-        return b, logits
-
-    @torch.inference_mode()
-    def step(self, ids: torch.Tensor, boundaries: torch.Tensor | None = None):
-        """Read one byte per row, ids (B,). Returns (next-byte logits (B, V), boundaries (B,),
-        boundary logits (B,) or None)."""
-        m = self.model
-        h = m.encoder.step(m.embed(ids.to(self.pos.device)).unsqueeze(1), self.pos, self.enc)
-        given = None if boundaries is None else boundaries.to(self.pos.device)
-        b, blogits = self._decide(h[:, 0], given)
-        rows = torch.nonzero(b).flatten().tolist()  # host sync: which rows advance the main network
-        if rows:
-            sel = None if len(rows) == self.batch else rows
-            r = slice(None) if sel is None else torch.tensor(rows, device=h.device)
-            z = m.main.step(m.down(h[r]), self.pos[r], self.main, sel)
-            self.up[r] = m.up(z)
-        out = m.decoder.step(h + self.up, self.pos, self.dec)
-        self.pos += 1
-        return m.head(out[:, 0]), b, blogits
-
-
-class FlatState:
-    """KV cache and positions for decoding a batch of rows with a FlatByteLM."""
-
-    def __init__(self, model: FlatByteLM, batch: int, capacity: int, **_):
-        p = next(model.parameters())
-        self.model = model
-        self.cache = KVCache.for_stack(model.body, batch, capacity, p.device, p.dtype)
-        self.pos = torch.zeros(batch, dtype=torch.long, device=p.device)
-
-    @torch.inference_mode()
-    def prefill(self, row: int, ids: torch.Tensor, boundaries=None, start: int = 0):
-        m = self.model
-        x = ids.view(1, -1).to(self.pos.device)
-        out, kvs = m.body.forward_kv(m.embed(x), torch.arange(x.shape[1], device=x.device))
-        self.cache.fill(row, kvs)
-        self.pos[row] = x.shape[1]
-        return m.head(out[0, -1]), None, None
-
-    @torch.inference_mode()
-    def step(self, ids: torch.Tensor, boundaries=None):
-        m = self.model
-        out = m.body.step(m.embed(ids.to(self.pos.device)).unsqueeze(1), self.pos, self.cache)
-        self.pos += 1
-        return m.head(out[:, 0]), None, None
-
-
 def make_state(model, batch: int, capacity: int, mode: str = "sample", generator=None):
-    if isinstance(model, HourglassLM):
-        return HourglassState(model, batch, capacity, mode, generator)
-    if isinstance(model, FlatByteLM):
-        return FlatState(model, batch, capacity)
-    raise GenerationError(f"cannot generate with a {type(model).__name__}")
+    """The model's decoding state for `batch` rows of up to `capacity` bytes (model in eval mode)."""
+    if not hasattr(model, "start_decoding"):
+        raise GenerationError(f"cannot generate with a {type(model).__name__}")
+    try:
+        return model.start_decoding(batch, capacity, mode, generator)
+    except NonCausalRule as e:
+        raise GenerationError(str(e)) from None
 
 
 def sample_bytes(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
@@ -255,8 +139,8 @@ def generate(model, prompt: bytes | str | Sequence[bytes | str], max_new_bytes: 
     - empty prompt: generation starts from EMPTY_PROMPT (a newline) as context;
     - prompt longer than the model's max_seq_len: only its last max_seq_len bytes are read;
     - when a row's context reaches max_seq_len it slides: about the oldest half is dropped, the
-      new context starts at a byte that already closed a chunk, and every boundary decision is
-      kept (a boundary is forced only if none of the last max_seq_len - 1 bytes closed a chunk);
+      new context starts at a byte that already closed a chunk (two stages: a supertoken), and
+      every boundary decision is kept (one is forced only if no byte in reach closed one);
     - stop: generation of a row ends at the first stop string, which is not part of the output;
     - temperature 0 (or top_k 1) picks bytes greedily; top_k 0 and top_p 1 switch those off;
     - mode: boundary decisions sampled from the policy ("sample") or thresholded ("greedy");
@@ -283,7 +167,7 @@ def generate(model, prompt: bytes | str | Sequence[bytes | str], max_new_bytes: 
     model.eval()
     try:
         state = make_state(model, len(contexts), min(max_len, max(map(len, contexts)) + max_new_bytes), mode, gen)
-        results = _decode(state, contexts, max_new_bytes, max_len, stops, on_bytes,
+        results = _decode(model, state, contexts, max_new_bytes, max_len, stops, on_bytes,
                           lambda logits: sample_bytes(logits, temperature, top_k, top_p, gen))
     finally:
         model.train(was_training)
@@ -306,21 +190,26 @@ def slide_start(bounds: list[bool], end: int, max_len: int) -> tuple[int, bool]:
     return mid, True
 
 
-def _decode(state, contexts: list[bytes], max_new_bytes: int, max_len: int, stops: list[bytes],
+def _decode(model, state, contexts: list[bytes], max_new_bytes: int, max_len: int, stops: list[bytes],
             on_bytes, sample) -> list[Generation]:
     n = len(contexts)
     fed = [bytearray(c) for c in contexts]  # every byte each row has been given
-    bounds: list[list[bool]] = [[] for _ in contexts]
+    bounds: list[list[bool]] = [[] for _ in contexts]  # per byte read: closed a chunk
+    bounds2: list[list[bool]] = [[] for _ in contexts]  # two stages: closed a supertoken
     ctx = [0] * n  # bytes in each row's current (possibly slid) context
 
     def read(row: int, start: int, end: int):
         ids = torch.tensor(list(fed[row][start:end]), dtype=torch.long)
-        given = torch.tensor(bounds[row][start:end]) if start and bounds[row] else None  # slides keep them
-        logits, b, _ = state.prefill(row, ids, given, start=start)
-        if b is not None and not start:
-            bounds[row] = b.tolist()
+        given = given2 = None
+        if start and bounds[row]:  # slides keep their decisions
+            given = torch.tensor(bounds[row][start:end])
+            given2 = torch.tensor(bounds2[row][start:end]) if bounds2[row] else None
+        out = model.prefill(state, row, ids, given, start=start, boundaries2=given2)
+        if out.boundaries is not None and not start:
+            bounds[row] = out.boundaries.tolist()
+            bounds2[row] = [] if out.boundaries2 is None else out.boundaries2.tolist()
         ctx[row] = len(ids)
-        return logits
+        return out.logits
 
     logits = torch.stack([read(i, 0, len(fed[i])) for i in range(n)])
     outs = [bytearray() for _ in contexts]
@@ -347,19 +236,27 @@ def _decode(state, contexts: list[bytes], max_new_bytes: int, max_len: int, stop
             if ctx[i] >= max_len:  # positions are absolute: slide before reading past the context
                 end = len(fed[i]) - 1  # the byte just sampled is read by the step below
                 if bounds[i]:
-                    start, forced = slide_start(bounds[i], end, max_len)
-                    if forced:  # no decision to start from: the new first byte closes a chunk
+                    # a context's first byte closes a chunk (two stages: and a supertoken)
+                    start, forced = slide_start(bounds2[i] or bounds[i], end, max_len)
+                    if forced:  # no decision to start from: the new first byte closes one
                         bounds[i][start] = True
+                        if bounds2[i]:
+                            bounds2[i][start] = True
                 else:
                     start = end - max(1, max_len // 2)
                 read(i, start, end)
-        logits, b, _ = state.step(nxt)
-        for i, bi in enumerate(b.tolist() if b is not None else [None] * n):
+        out = model.step(state, nxt)
+        b = None if out.boundaries is None else out.boundaries.tolist()
+        b2 = None if out.boundaries2 is None else out.boundaries2.tolist()
+        for i in range(n):
             ctx[i] += 1
-            if bi is not None:
-                bounds[i].append(bi)
-    chunked = isinstance(state, HourglassState)
-    return [Generation(c, bytes(o), r, bounds[i][: len(c) + len(o)] if chunked else None)
+            if b is not None:
+                bounds[i].append(b[i])
+            if b2 is not None:
+                bounds2[i].append(b2[i])
+        logits = out.logits
+    return [Generation(c, bytes(o), r, bounds[i][: len(c) + len(o)] if bounds[i] else None,
+                       bounds2[i][: len(c) + len(o)] if bounds2[i] else None)
             for i, (c, o, r) in enumerate(zip(contexts, outs, reason))]
 
 

@@ -6,6 +6,7 @@ import torch
 import torch.nn as nn
 
 from ..config import VOCAB_SIZE
+from .decoding import FlatState, StepOutput
 from .layers import Stack, init_weights
 from .ngram_embed import NgramEmbedding
 from .output import ModelOutput
@@ -40,3 +41,27 @@ class FlatByteLM(nn.Module):  # generate / save_pretrained / from_pretrained: rl
         if self.ngram_embed is not None:
             x = x + self.ngram_embed(idx).to(x.dtype)
         return x
+
+    # ---- cached decoding (see rltok.model.decoding) ------------------------------------------
+
+    def start_decoding(self, batch: int, capacity: int, mode: str = "sample",
+                       generator: torch.Generator | None = None) -> FlatState:
+        if self.training:
+            raise ValueError("decode with the model in eval mode (model.eval())")
+        return FlatState(self, batch, capacity, mode, generator)
+
+    @torch.inference_mode()
+    def prefill(self, state: FlatState, row: int, ids: torch.Tensor, boundaries=None, start: int = 0,
+                boundaries2=None) -> StepOutput:
+        """Read one row's context ids (T,) in parallel (filling its cache); no boundaries here."""
+        x = ids.view(1, -1).to(state.device)
+        out = self.body(self.embed_bytes(x), torch.arange(x.shape[1], device=x.device), cache=state.prefill_cache(row))
+        state.start_row(row, x)
+        return StepOutput(self.head(out[0, -1]))
+
+    @torch.inference_mode()
+    def step(self, state: FlatState, ids: torch.Tensor, boundaries=None, boundaries2=None, noise=None) -> StepOutput:
+        state.push(ids.to(state.device))
+        out = self.body.step(state.embed_newest(self.embed_bytes).unsqueeze(1), state.pos, state.caches[self.body])
+        state.advance()
+        return StepOutput(self.head(out[:, 0]))

@@ -14,6 +14,11 @@ With model.stages=2 the main network is itself an hourglass over chunks (Superto
 chunk encoder -> a second policy that closes supertokens -> main network over supertokens ->
 chunk j receives the latest supertoken ending at or before j -> chunk decoder. The same
 argument, one level up, keeps it causal.
+
+Cached decoding (start_decoding / prefill / step, below the forward) runs the same modules: a
+context is read by this forward pass given a cache, then each new byte goes through the encoder
+against its caches, the boundary rule's one-byte decision (Chunker.step), the chunk level only
+when that byte closes a chunk, the decoder and the head. Causality is what makes the two agree.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ import torch.nn as nn
 from ..config import VOCAB_SIZE, ModelConfig
 from .chunk_vocab import ChunkVocab
 from .ngram_embed import NgramEmbedding
-from .chunkers import Boundaries, RLPolicy, build_chunker, forced_mask
+from .chunkers import Boundaries, NonCausalRule, RLPolicy, build_chunker, forced_mask
+from .decoding import HourglassState, StepOutput, put_row
 from .noise import uniform
 from .layers import Stack, init_weights
 from .output import ModelOutput
@@ -77,6 +83,14 @@ def ema_over_chunks(z: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     return torch.bmm(weights.to(z.dtype), z)
 
 
+def ema_step(z: torch.Tensor, prev: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """ema_over_chunks for one new chunk: zbar = p z + (1 - p) zbar_prev, with p clamped as there.
+    z, prev (n, d); p (n,)."""
+    p = p.float().clamp(0.0, 1.0)
+    keep = 1 - p.clamp(max=1 - 1e-6)
+    return (p.unsqueeze(-1) * z + keep.unsqueeze(-1) * prev).to(z.dtype)
+
+
 class SupertokenStage(nn.Module):
     """The second stage: chunks of chunks, in place of the main network of a one-stage model.
 
@@ -96,9 +110,9 @@ class SupertokenStage(nn.Module):
             init_weights(stack, n_layers)
 
     def forward(self, z: torch.Tensor, chunk_pos: torch.Tensor, n_chunks: torch.Tensor, n_bytes: int,
-                boundaries: torch.Tensor | None, mode: str, generator) -> tuple[torch.Tensor, Boundaries]:
+                boundaries: torch.Tensor | None, mode: str, generator, cache=None) -> tuple[torch.Tensor, Boundaries]:
         bsz, m = z.shape[:2]
-        hc = self.encoder(z, chunk_pos)
+        hc = self.encoder(z, chunk_pos, cache=cache)
         valid = torch.arange(m, device=z.device).unsqueeze(0) < n_chunks.unsqueeze(1)
         forced = torch.zeros_like(valid)
         forced[:, 0] = True  # every chunk has a supertoken ending at or before it
@@ -111,9 +125,35 @@ class SupertokenStage(nn.Module):
         n_super = bd.b.sum(1)
         super_idx = boundary_positions(bd.b, int(n_super.max()))  # chunk index of each supertoken
         zs = torch.gather(hc, 1, super_idx.unsqueeze(-1).expand(-1, -1, hc.shape[-1]))
-        zs = self.main(zs, torch.gather(chunk_pos, 1, super_idx))  # RoPE at the supertokens' last bytes
+        zs = self.main(zs, torch.gather(chunk_pos, 1, super_idx), cache=cache)  # RoPE at the supertokens' last bytes
+        if cache is not None:
+            cache.keep("chunk_states", hc)
+            cache.keep("supertokens", zs)
         up = torch.gather(zs, 1, chunk_index(bd.b).unsqueeze(-1).expand(-1, -1, zs.shape[-1]))
-        return self.decoder(hc + up, chunk_pos), bd
+        return self.decoder(hc + up, chunk_pos, cache=cache), bd
+
+    def step(self, state: HourglassState, c: torch.Tensor, pos: torch.Tensor, rows: list[int] | None,
+             given: torch.Tensor | None, noise: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rows (None: all) whose newest byte closed a chunk, c (n, d_chunk) their chunk
+        vectors at byte positions pos (n,): each chunk is encoded against the chunk-level caches,
+        the second rule decides whether it closes a supertoken (the main network then runs), and
+        the chunk decoder gives its output (n, d_chunk). Also returns those decisions (n,)."""
+        r = slice(None) if rows is None else torch.tensor(rows, device=c.device)
+        hc = self.encoder.step(c.unsqueeze(1), pos, state.caches[self.encoder], rows)[:, 0]
+        sub = {k: v[r] for k, v in state.chunker2.items()}
+        bd = self.chunker.step(sub, hc, state.n_chunks[r] == 0, given, state.mode, state.generator, noise=noise)
+        for k, v in sub.items():
+            state.chunker2[k][r] = v
+        state.n_chunks[r] += 1
+        close = torch.nonzero(bd.b).flatten().tolist()  # host sync: which rows run the main network
+        if close:
+            all_rows = list(range(state.batch)) if rows is None else rows
+            sel = [all_rows[i] for i in close]
+            zs = self.main.step(hc[close].unsqueeze(1), pos[close], state.caches[self.main],
+                                None if len(sel) == state.batch else sel)
+            state.latest2[sel] = zs[:, 0]
+        out = self.decoder.step((hc + state.latest2[r]).unsqueeze(1), pos, state.caches[self.decoder], rows)
+        return out[:, 0], bd.b
 
 
 class HourglassLM(nn.Module):  # generate / save_pretrained / from_pretrained: rltok.model_methods
@@ -170,27 +210,28 @@ class HourglassLM(nn.Module):  # generate / save_pretrained / from_pretrained: r
             x = x + self.ngram_embed(idx).to(x.dtype)
         return x
 
-    def encode(self, idx: torch.Tensor) -> torch.Tensor:
+    def encode(self, idx: torch.Tensor, cache=None) -> torch.Tensor:
         pos = torch.arange(idx.shape[1], device=idx.device)
-        return self.encoder(self.embed_bytes(idx), pos)
+        return self.encoder(self.embed_bytes(idx), pos, cache=cache)
 
     def forward(self, idx: torch.Tensor, boundaries: torch.Tensor | None = None, mode: str = "sample",
                 generator: torch.Generator | None = None, force_last: bool | None = None,
                 group_size: int = 1, boundaries2: torch.Tensor | None = None,
-                encoded: tuple[torch.Tensor, torch.Tensor] | None = None) -> ModelOutput:
+                encoded: tuple[torch.Tensor, torch.Tensor] | None = None, cache=None) -> ModelOutput:
         """idx: (B, T) byte ids. `boundaries` (B, T) bool fixes the segmentation; otherwise the
         chunker draws one (`mode` "sample" or "greedy"). With group_size K > 1, K segmentations
         of every sequence share one encoder pass and the outputs have B*K rows (row b*K + k).
         `boundaries2` (B, M) bool fixes a two-stage model's supertoken decisions per chunk.
         `encoded` = (encoder_state, early_logits) of an earlier call on the same idx skips the
-        encoder (a counterfactual segmentation re-runs only what comes after it)."""
+        encoder (a counterfactual segmentation re-runs only what comes after it). `cache`: a
+        PrefillCache for one row (decoding; see prefill), which every layer stack fills."""
         length = idx.shape[1]
         if length > self.cfg.max_seq_len:
             raise ValueError(f"sequence of {length} bytes exceeds model.max_seq_len={self.cfg.max_seq_len}")
         force_last = self.cfg.force_last_boundary if force_last is None else force_last
         pos = torch.arange(length, device=idx.device)
         if encoded is None:
-            h = self.encode(idx)
+            h = self.encode(idx, cache)
             early_logits = self.early_head(h)
         else:
             h, early_logits = encoded
@@ -211,16 +252,110 @@ class HourglassLM(nn.Module):  # generate / save_pretrained / from_pretrained: r
         bd2 = None
         if self.stage2 is not None:
             z, bd2 = self.stage2(self.chunk_input(z, idx, chunk_pos), chunk_pos, n_chunks, length, boundaries2,
-                                 mode, generator)
+                                 mode, generator, cache=cache)
             z = self.up(z)
         else:
-            z = self.up(self.main(self.chunk_input(z, idx, chunk_pos), chunk_pos))
+            z = self.up(self.main(self.chunk_input(z, idx, chunk_pos), chunk_pos, cache=cache))
         if bd.smooth is not None:  # H-Net: EMA over chunks, weighted by boundary probability
             z = ema_over_chunks(z, torch.gather(bd.smooth, 1, chunk_pos))
+        if cache is not None:
+            cache.keep("chunks", z)
         up = torch.gather(z, 1, chunk_index(bd.b).unsqueeze(-1).expand(-1, -1, z.shape[-1]))
         if bd.confidence is not None:
             up = up * bd.confidence.unsqueeze(-1).to(up.dtype)
-        logits = self.head(self.decoder(h + up, pos))
+        logits = self.head(self.decoder(h + up, pos, cache=cache))
         return ModelOutput(logits=logits, early_logits=early_logits, boundaries=bd, n_chunks=n_chunks,
                            values=values, boundaries2=bd2, chunk_pos=chunk_pos if bd2 is not None else None,
                            n_chunks2=None if bd2 is None else bd2.b.sum(1), encoder_state=h)
+
+    # ---- cached decoding: one byte per row through the same modules ------------------------
+
+    def start_decoding(self, batch: int, capacity: int, mode: str = "sample",
+                       generator: torch.Generator | None = None) -> HourglassState:
+        """Caches for `batch` rows of up to `capacity` bytes each. `mode` decides boundaries as in
+        forward ("sample" / "greedy"), drawing from `generator`. Needs eval mode (no dropout, no
+        threshold updates) and a causal boundary rule."""
+        if self.training:
+            raise ValueError("decode with the model in eval mode (model.eval())")
+        if self.chunker.noncausal:
+            raise NonCausalRule(self.chunker.noncausal)
+        return HourglassState(self, batch, capacity, mode, generator)
+
+    @torch.inference_mode()
+    def prefill(self, state: HourglassState, row: int, ids: torch.Tensor, boundaries: torch.Tensor | None = None,
+                start: int = 0, boundaries2: torch.Tensor | None = None) -> StepOutput:
+        """Read one row's context ids (T,) with the forward pass, replacing whatever the row held.
+        boundaries (T,) fix its decisions (byte 0 always closes a chunk; the last one is not
+        forced), boundaries2 (T,) the bytes that close a supertoken (two stages; with
+        boundaries). `start`: the row's byte index of ids[0] (after a slide, which passes the
+        decisions it keeps), from which a fixed stride goes on counting in the steps. Returns the
+        last byte's next-byte logits and the per-byte decisions."""
+        x = ids.view(1, -1).to(state.device)
+        given = None if boundaries is None else boundaries.view(1, -1).to(state.device).bool()
+        given2 = None
+        if boundaries2 is not None:  # per byte -> per chunk, as forward takes them
+            if given is None:
+                raise ValueError("boundaries2 needs the boundaries they group")
+            ends = given.clone()
+            ends[:, 0] = True
+            given2 = boundaries2.view(1, -1).to(state.device).bool()[ends].view(1, -1)
+        cache = state.prefill_cache(row)
+        out = self(x, given, state.mode, state.generator, force_last=False, boundaries2=given2, cache=cache)
+        b = out.boundaries.b
+        state.start_row(row, x)
+        put_row(state.chunker, row, self.chunker.start_state(out.encoder_state, b, x, out.early_logits, start),
+                state.batch)
+        state.latest[row] = cache.kept["chunks"][0, -1]
+        ends = torch.nonzero(b[0]).flatten()
+        state.chunk_start[row] = ends[-1] + 1
+        b2 = None
+        if self.stage2 is not None:
+            bd2 = out.boundaries2.b
+            state.n_chunks[row] = len(ends)
+            state.latest2[row] = cache.kept["supertokens"][0, -1]
+            rule2 = self.stage2.chunker.start_state(cache.kept["chunk_states"], bd2, None, None)
+            put_row(state.chunker2, row, rule2, state.batch)
+            b2 = torch.zeros_like(b[0])
+            b2[ends] = bd2[0]
+        logits = out.boundaries.logits
+        return StepOutput(out.logits[0, -1], b[0], None if logits is None else logits[0], b2)
+
+    @torch.inference_mode()
+    def step(self, state: HourglassState, ids: torch.Tensor, boundaries: torch.Tensor | None = None,
+             boundaries2: torch.Tensor | None = None, noise: torch.Tensor | None = None) -> StepOutput:
+        """Read one byte per row, ids (B,). boundaries / boundaries2 (B,) fix its decisions;
+        noise (B, stages) are the uniform draws for them (None: drawn from the state's generator)."""
+        dev = state.device
+        ids = ids.to(dev)
+        given = None if boundaries is None else boundaries.to(dev).bool()
+        state.push(ids)
+        pos = state.pos
+        x = state.embed_newest(self.embed_bytes)  # (with its n-grams)
+        h = self.encoder.step(x.unsqueeze(1), pos, state.caches[self.encoder])[:, 0]
+        early = self.early_head(h) if self.chunker.uses_early_logits else None
+        bd = self.chunker.step(state.chunker, h, pos == 0, given, state.mode, state.generator, idx=ids,
+                               early_logits=early, noise=None if noise is None else noise[:, 0].to(dev))
+        rows = torch.nonzero(bd.b).flatten().tolist()  # host sync: which rows reach the chunk level
+        b2 = None if self.stage2 is None else torch.zeros_like(bd.b)
+        if rows:
+            sel = None if len(rows) == state.batch else rows
+            r = slice(None) if sel is None else torch.tensor(rows, device=dev)
+            z = h[r] if bd.gate is None else h[r] * bd.gate[r].unsqueeze(-1).to(h.dtype)
+            window, cpos = state.chunk_window(r) if self.chunk_vocab is not None else (None, None)
+            # (with a chunk vocabulary: two chunks, the previous one only marks where this one starts)
+            c = self.chunk_input(z.unsqueeze(1), window, cpos)[:, -1]
+            if self.stage2 is not None:
+                z, b2[r] = self.stage2.step(state, c, pos[r], sel,
+                                            None if boundaries2 is None else boundaries2.to(dev).bool()[r],
+                                            None if noise is None else noise[r, 1].to(dev))
+            else:
+                z = self.main.step(c.unsqueeze(1), pos[r], state.caches[self.main], sel)[:, 0]
+            z = self.up(z)
+            if bd.smooth is not None:
+                z = ema_step(z, state.latest[r], bd.smooth[r])
+            state.latest[r] = z
+            state.chunk_start[r] = pos[r] + 1
+        up = state.latest if bd.confidence is None else state.latest * bd.confidence.unsqueeze(-1).to(h.dtype)
+        out = self.decoder.step((h + up).unsqueeze(1), pos, state.caches[self.decoder])
+        state.advance()
+        return StepOutput(self.head(out[:, 0]), bd.b, bd.logits, b2)

@@ -1,5 +1,6 @@
 """Transformer building blocks: RMSNorm, rotary embeddings, (local) causal attention, MLP,
-and the KV caches used by incremental decoding (`forward_kv` seeds them, `step` extends them).
+and the KV caches used by incremental decoding (a forward pass given `cache=` seeds them, `step`
+extends them by one position).
 
 Attention always goes through `F.scaled_dot_product_attention` so GPUs use fused kernels.
 Positions are explicit tensors: byte layers use byte indices, the chunk-level network uses the
@@ -126,7 +127,8 @@ class Attention(nn.Module):
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
     def forward_kv(self, x: torch.Tensor, positions: torch.Tensor):
-        """forward() in eval mode that also returns the rotated keys and values, to seed a KVCache."""
+        """forward() in eval mode that also returns the rotated keys and values, to seed a KVCache
+        (Stack.forward with a cache)."""
         b, t, d = x.shape
         q, k, v = self.split_heads(x, positions)
         return self.proj(self.attend(q, k, v).transpose(1, 2).reshape(b, t, d)), k, v
@@ -185,23 +187,26 @@ class Stack(nn.Module):
         )
         self.norm = RMSNorm(dim)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        for block in self.blocks:
-            x = block(x, positions)
-        return self.norm(x)
-
-    def forward_kv(self, x: torch.Tensor, positions: torch.Tensor):
-        """forward() in eval mode that also returns every layer's (keys, values)."""
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache=None) -> torch.Tensor:
+        """`cache`: when given (decoding; eval mode), every layer's rotated keys and values go to
+        `cache.fill(self, [(k, v), ...])`, from which `step` continues."""
+        if cache is None:
+            for block in self.blocks:
+                x = block(x, positions)
+            return self.norm(x)
         kvs = []
         for block in self.blocks:
             x, k, v = block.forward_kv(x, positions)
             kvs.append((k, v))
-        return self.norm(x), kvs
+        cache.fill(self, kvs)
+        return self.norm(x)
 
     def step(self, x: torch.Tensor, positions: torch.Tensor, cache: "KVCache",
              rows: list[int] | None = None) -> torch.Tensor:
         """Advance one position per row: x (n, 1, dim) at `positions` (n,), reading and extending
         the cache rows `rows` (None: all rows, in order)."""
+        if not self.blocks:  # a stack of no layers is its norm (stage2_layers=0)
+            return self.norm(x)
         attn = self.blocks[0].attn
         # RoPE angles once per step, shared by every layer
         cos, sin = rope_angles(positions.view(-1, 1, 1), attn.head_dim, attn.rope_base)
@@ -233,11 +238,16 @@ class KVCache:
 
     @classmethod
     def for_stack(cls, stack: Stack, batch: int, size: int, device, dtype=torch.float32) -> "KVCache":
+        if not stack.blocks:
+            return cls(0, batch, 1, 1, size, None, device, dtype)
         attn = stack.blocks[0].attn
         return cls(len(stack.blocks), batch, attn.n_heads, attn.head_dim, size, attn.window, device, dtype)
 
     def fill(self, row: int, kvs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Reset `row` to the (1, H, T, D) keys/values of Stack.forward_kv over positions 0..T-1."""
+        """Reset `row` to the (1, H, T, D) keys/values a Stack's forward over positions 0..T-1
+        gave its cache."""
+        if not kvs:
+            return
         t = kvs[0][0].shape[2]
         if self.window is None and t > self.size:
             raise ValueError(f"{t} entries do not fit a cache of {self.size}")

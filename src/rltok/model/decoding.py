@@ -1,0 +1,146 @@
+"""What cached decoding keeps between bytes, for a batch of rows.
+
+The computing is done by the models themselves, next to their forward passes: HourglassLM and
+FlatByteLM have start_decoding() (-> a state from here), prefill(state, row, ids, ...) (read one
+row's context with the parallel forward, which fills the caches) and step(state, ids, ...) (one
+new byte per row, through the same modules). A state holds
+  - one KVCache per layer stack: sliding-window rings for the byte-level stacks, growing caches
+    for the chunk-level ones, filled by a forward pass given `prefill_cache(row)` as `cache=`;
+  - per row: the position of its next byte, its last bytes (n-gram embeddings and the chunk
+    vocabulary read them), where its open chunk started, the latest chunk's output and the
+    boundary rules' own running state.
+Every row keeps its own positions, so a batch may mix context lengths.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import torch
+
+from .layers import KVCache, Stack
+
+
+class StepOutput(NamedTuple):
+    """What prefill (one row: logits (V,), per-byte tensors (T,)) and step (all rows: logits
+    (B, V), per-row tensors (B,)) return."""
+
+    logits: torch.Tensor  # next-byte logits
+    boundaries: torch.Tensor | None = None  # bool: the byte closed a chunk (chunked models)
+    boundary_logits: torch.Tensor | None = None  # the RL policy's logits for those decisions
+    boundaries2: torch.Tensor | None = None  # bool: the byte closed a supertoken (two stages)
+
+
+class PrefillCache:
+    """The `cache=` a forward pass over one row's context is given: each Stack sends its keys
+    and values to that row of its KVCache, and the model keeps the intermediate values that
+    decoding continues from (keep(name, value), read back from `kept`)."""
+
+    def __init__(self, caches: dict[Stack, KVCache], row: int):
+        self.caches, self.row, self.kept = caches, row, {}
+
+    def fill(self, stack: Stack, kvs) -> None:
+        self.caches[stack].fill(self.row, kvs)
+
+    def keep(self, name: str, value: torch.Tensor) -> None:
+        self.kept[name] = value
+
+
+def put_row(states: dict[str, torch.Tensor], row: int, values: dict[str, torch.Tensor], batch: int) -> None:
+    """Write one row's (1, ...) values into batch tensors (B, ...), made on first use: what a
+    boundary rule keeps is up to the rule."""
+    for name, v in values.items():
+        if name not in states:
+            states[name] = torch.zeros((batch, *v.shape[1:]), dtype=v.dtype, device=v.device)
+        states[name][row] = v[0]
+
+
+class DecodingState:
+    """Caches, positions and the last bytes of every row (what every byte model needs)."""
+
+    def __init__(self, stacks: dict[Stack, int], batch: int, keep_bytes: int, embed_bytes_read: int,
+                 device, dtype, mode: str = "sample", generator: torch.Generator | None = None):
+        # stacks: each layer stack and how many positions its cache must hold (windowed stacks
+        # keep only their window, whatever is asked)
+        self.caches = {s: KVCache.for_stack(s, batch, size, device, dtype) for s, size in stacks.items()}
+        self.batch, self.device, self.mode, self.generator = batch, device, mode, generator
+        self.pos = torch.zeros(batch, dtype=torch.long, device=device)  # position of each row's next byte
+        self.lengths = [0] * batch  # the same on the host
+        self.recent = torch.zeros(batch, keep_bytes, dtype=torch.long, device=device)  # last bytes, newest last
+        self.embed_reads = embed_bytes_read  # how many bytes one byte's input embedding reads
+
+    def prefill_cache(self, row: int) -> PrefillCache:
+        return PrefillCache(self.caches, row)
+
+    def start_row(self, row: int, ids: torch.Tensor) -> None:
+        """Row `row` now holds the context ids (1, T)."""
+        t = ids.shape[1]
+        keep = min(t, self.recent.shape[1])
+        self.recent[row].zero_()
+        self.recent[row, self.recent.shape[1] - keep:] = ids[0, t - keep:]
+        self.pos[row] = t
+        self.lengths[row] = t
+
+    def push(self, ids: torch.Tensor) -> None:
+        """Each row's newest byte (B,), read at self.pos until advance()."""
+        self.recent = torch.cat([self.recent[:, 1:], ids.view(-1, 1)], dim=1)
+
+    def advance(self) -> None:
+        self.pos += 1
+        self.lengths = [n + 1 for n in self.lengths]
+
+    def embed_newest(self, embed_bytes: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """The model's input embedding of each row's newest byte, (B, d): embed_bytes over the
+        bytes it reads (its n-grams), never reaching before the row's context, which the parallel
+        pass sees as 'no byte' - so rows near their context's start are embedded on their own."""
+        k = self.embed_reads
+        have = [min(n + 1, k) for n in self.lengths]
+        if min(have) == k:
+            return embed_bytes(self.recent[:, -k:])[:, -1]
+        out = None
+        for n in sorted(set(have)):
+            rows = torch.tensor([i for i, h in enumerate(have) if h == n], device=self.device)
+            e = embed_bytes(self.recent[rows, -n:])[:, -1]
+            out = e.new_zeros(self.batch, e.shape[-1]) if out is None else out
+            out[rows] = e
+        return out
+
+
+class HourglassState(DecodingState):
+    """Also: each row's latest chunk output (what its bytes add to the decoder input until the
+    next chunk closes), where its open chunk starts, the boundary rule's state, and for two
+    stages the chunk count, latest supertoken output and the second rule's state."""
+
+    def __init__(self, model, batch: int, capacity: int, mode: str = "sample", generator=None):
+        cfg, p = model.cfg, next(model.parameters())
+        stacks = [model.encoder, model.decoder] + ([model.main] if model.stage2 is None else
+                                                   [model.stage2.encoder, model.stage2.main, model.stage2.decoder])
+        reads = model.ngram_embed.max_n if model.ngram_embed is not None else 1
+        # the chunk vocabulary hashes a chunk's last max_len bytes and its length (capped at max_len + 1)
+        window = model.chunk_vocab.max_len + 1 if model.chunk_vocab is not None else 1
+        super().__init__({s: capacity for s in stacks}, batch, max(reads, window), reads, p.device, p.dtype,
+                         mode, generator)
+        self.latest = torch.zeros(batch, cfg.d_byte, device=p.device, dtype=p.dtype)
+        self.chunk_start = torch.zeros(batch, dtype=torch.long, device=p.device)  # first byte of the open chunk
+        self.chunker: dict[str, torch.Tensor] = {}
+        if model.stage2 is not None:
+            self.n_chunks = torch.zeros(batch, dtype=torch.long, device=p.device)
+            self.latest2 = torch.zeros(batch, cfg.d_chunk, device=p.device, dtype=p.dtype)
+            self.chunker2: dict[str, torch.Tensor] = {}
+
+    def chunk_window(self, rows) -> tuple[torch.Tensor, torch.Tensor]:
+        """For rows whose newest byte closes a chunk: their last bytes (n, L) and the chunk
+        positions (n, 2) within them of the previous chunk's end and this chunk's end, which is
+        all ChunkVocab reads (a chunk starts after the previous one ends; its length counts from
+        there even when it started before the window; bytes before the context are never read)."""
+        window = self.recent[rows]
+        first = self.pos[rows] - (window.shape[1] - 1)  # context position of window[:, 0]
+        end = torch.full_like(first, window.shape[1] - 1)
+        return window, torch.stack([self.chunk_start[rows] - 1 - first, end], dim=1)
+
+
+class FlatState(DecodingState):
+    def __init__(self, model, batch: int, capacity: int, mode: str = "sample", generator=None):
+        p = next(model.parameters())
+        reads = model.ngram_embed.max_n if model.ngram_embed is not None else 1
+        super().__init__({model.body: capacity}, batch, reads, reads, p.device, p.dtype, mode, generator)
