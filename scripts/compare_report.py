@@ -1,9 +1,11 @@
-"""Collect the comparison runs (runs/compare/<corpus>/*_s*.json) into docs/ and render
-docs/COMPARISON.md: one table per corpus, plots, and a computed verdict for the rl rule.
+"""Collect the comparison runs (runs/<section>/<corpus>/*_s*.json, from scripts/compare_sweep.sh
+and scripts/embedding_sweep.sh) into docs/ and render docs/COMPARISON.md: one table per section
+and corpus, plots, and a computed verdict (rl against every rule; the best byte models against
+the BPE-token transformer).
 
-    .venv/bin/python scripts/compare_report.py [--runs runs/compare] [--corpora code-py docs-en]
+    .venv/bin/python scripts/compare_report.py [--runs runs] [--corpora code-py docs-en]
 
-The per-run JSON files are copied to docs/results/compare/<corpus>/ (small; the checkpoints
+The per-run JSON files are copied to docs/results/<section>/<corpus>/ (small; the checkpoints
 stay in runs/), so the report can be regenerated from the repository alone with --from-docs.
 Hand-written interpretation lives in docs/notes/comparison.md and is included verbatim.
 """
@@ -45,65 +47,108 @@ def verdict(rows: list[dict], method: str = "rl") -> list[str]:
     return lines
 
 
+# (results folder under docs/results and runs/, section title, the verdict it computes)
+SECTIONS = [
+    ("compare", "Boundary rules", "rl"),
+    ("embedding/b1000000", "With a vocabulary's memory: 1M-byte budget", "gap"),
+    ("embedding/b4000000", "With a vocabulary's memory: 4M-byte budget", "gap"),
+]
+
+
+def gap_to_tokens(rows: list[dict]) -> list[str]:
+    """The best byte-level model of each family against the BPE-token transformer."""
+    by = {r["method"]: r for r in rows}
+    if "bpe_token" not in by:
+        return []
+    ref = by["bpe_token"]
+    lines = []
+    for family, test in (("hierarchical", lambda m: not m.startswith(("flat", "bpe_token"))),
+                         ("flat byte", lambda m: m.startswith("flat"))):
+        cands = [r for r in rows if test(r["method"])]
+        if not cands:
+            continue
+        best = min(cands, key=lambda r: r["bpb_mean"])
+        spread = max(ref["bpb_std"] or 0.0, best["bpb_std"] or 0.0)
+        lines.append(f"- best {family} model `{best['method']}`: {best['bpb_mean']:.4f} bpb against "
+                     f"`bpe_token` {ref['bpb_mean']:.4f} (Δ = {best['bpb_mean'] - ref['bpb_mean']:+.4f}; "
+                     f"seeds {best['seeds']}/{ref['seeds']}, largest seed sd {spread:.4f})")
+    return lines
+
+
+def render_corpus(name: str, corpus: str, src: Path, from_docs: bool, only, kind: str) -> list[str]:
+    dest = ROOT / "docs" / "results" / name / corpus
+    src = dest if from_docs else src
+    files = sorted(src.glob("*_s*.json"))
+    if not files:
+        return [f"### {corpus}", "", "No finished runs.", ""]
+    dest.mkdir(parents=True, exist_ok=True)
+    results = []
+    for f in files:
+        r = json.loads(f.read_text())
+        if only and r["method"] not in only:
+            continue
+        results.append(r)
+        if not from_docs:
+            slim = {k: v for k, v in r.items() if k != "config"}
+            slim["config"] = {"model": r["config"]["model"], "objective": r["config"]["objective"],
+                              "train": r["config"]["train"]}
+            (dest / f.name).write_text(json.dumps(slim, indent=2))
+    rows = summarize(results)
+    plots = plot(results, dest, corpus)
+    first = results[0]
+    commits = sorted({r["commit"] for r in results})
+    tr = first["config"]["train"]
+    md = [f"### {corpus} ({first['split']} split)", "",
+          f"Budget: {statistics.mean(r.get('budget_flops', r['train_flops']) for r in results):.3g} training "
+          f"FLOPs per run, spent as counted step by step at the chunks each step drew (column `spend/budget`; "
+          f"`(!)` marks a run more than 2% off); "
+          f"preset `small` (byte width {first['config']['model']['d_byte']}, chunk width "
+          f"{first['config']['model']['d_chunk']}), seq_len {tr['seq_len']}, batch {tr['batch_size']}, "
+          f"lr {tr['lr']}, every method with the same optimiser settings and no per-method tuning. "
+          f"Commits: {', '.join(f'`{c}`' for c in commits)}.", "",
+          markdown_table(rows, first["split"]), ""]
+    snr = [(r["method"], r["seed"], r["grad_snr"]) for r in results if r.get("grad_snr") is not None]
+    if snr:
+        md += ["Gradient SNR of the rl runs' own estimator at their final checkpoint: " +
+               ", ".join(f"{m} s{s}: {v:.3f}" for m, s, v in snr) + ".", ""]
+    if kind == "rl":
+        v = verdict(rows)
+        if v:
+            md += ["Verdict for `rl` (mean over seeds):", "", *v, ""]
+    else:
+        v = gap_to_tokens(rows)
+        if v:
+            md += ["Gap to the BPE-token transformer (mean over seeds):", "", *v, ""]
+    md += [f"![bpb vs FLOPs, {corpus}](results/{name}/{corpus}/{p.name})" for p in plots] + [""]
+    return md
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", default=str(ROOT / "runs" / "compare"))
+    ap.add_argument("--runs", default=str(ROOT / "runs"), help="the folder holding compare/ and embedding/")
     ap.add_argument("--corpora", nargs="+", default=["code-py", "docs-en"])
     ap.add_argument("--from-docs", action="store_true", help="use the JSON already copied into docs/")
     ap.add_argument("--only", nargs="*", help="methods to include (default: all found)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "COMPARISON.md"))
     ap.add_argument("--notes", default=str(ROOT / "docs" / "notes" / "comparison.md"))
-    ap.add_argument("--title", default="Boundary rules at equal training compute")
+    ap.add_argument("--title", default="Byte-level models at equal training compute")
     args = ap.parse_args()
     out_md = Path(args.out)
     md = [f"# {args.title}", "",
           f"Generated by `python scripts/compare_report.py {' '.join(sys.argv[1:])}` from the per-run JSON in",
-          "`docs/results/compare/<corpus>/`; do not edit by hand (interpretation: the notes section below).", ""]
-    for corpus in args.corpora:
-        dest = ROOT / "docs" / "results" / "compare" / corpus
-        src = dest if args.from_docs else Path(args.runs) / corpus
-        files = sorted(src.glob("*_s*.json"))
-        if not files:
-            md += [f"## {corpus}", "", "No finished runs.", ""]
-            continue
-        dest.mkdir(parents=True, exist_ok=True)
-        results = []
-        for f in files:
-            r = json.loads(f.read_text())
-            if args.only and r["method"] not in args.only:
-                continue
-            results.append(r)
-            if not args.from_docs:
-                slim = {k: v for k, v in r.items() if k != "config"}
-                slim["config"] = {"model": r["config"]["model"], "objective": r["config"]["objective"],
-                                  "train": r["config"]["train"]}
-                (dest / f.name).write_text(json.dumps(slim, indent=2))
-        rows = summarize(results)
-        plots = plot(results, dest, corpus)
-        first = results[0]
-        commits = sorted({r["commit"] for r in results})
-        tr = first["config"]["train"]
-        md += [f"## {corpus} ({first['split']} split)", "",
-               f"Budget: {statistics.mean(r.get('budget_flops', r['train_flops']) for r in results):.3g} training "
-               f"FLOPs per run, spent as counted step by step at the chunks each step drew (column `spend/budget`; "
-               f"`(!)` marks a run more than 2% off); "
-               f"preset `small` (byte width {first['config']['model']['d_byte']}, chunk width "
-               f"{first['config']['model']['d_chunk']}), seq_len {tr['seq_len']}, batch {tr['batch_size']}, "
-               f"lr {tr['lr']}, every method with the same optimiser settings and no per-method tuning. "
-               f"Commits: {', '.join(f'`{c}`' for c in commits)}.", "",
-               markdown_table(rows, first["split"]), ""]
-        md += ["Rates are boundaries per byte over the positions a rule decides (first and last forced "
-               "positions left out), measured on the test split with the rule the model trained with (sampled "
-               "where it samples); `rate (train)` is the mean over the last logged training steps. `greedy` "
-               "columns: the same checkpoint with its sampling rule replaced by thresholding p > 0.5.", ""]
-        snr = [(r["method"], r["seed"], r["grad_snr"]) for r in results if r.get("grad_snr") is not None]
-        if snr:
-            md += ["Gradient SNR of the rl runs' own estimator at their final checkpoint: " +
-                   ", ".join(f"{m} s{s}: {v:.3f}" for m, s, v in snr) + ".", ""]
-        v = verdict(rows)
-        if v:
-            md += ["Verdict for `rl` (mean over seeds):", "", *v, ""]
-        md += [f"![bpb vs FLOPs, {corpus}](results/compare/{corpus}/{p.name})" for p in plots] + [""]
+          "`docs/results/<section>/<corpus>/`; do not edit by hand (interpretation: the notes section below).", "",
+          "Rates are boundaries per byte over the positions a rule decides (first and last forced positions "
+          "left out), measured on the test split with the rule the model trained with (sampled where it "
+          "samples); `rate (train)` is the mean over the last logged training steps. `greedy` columns: the "
+          "same checkpoint with its sampling rule replaced by thresholding p > 0.5. `+ngram`: hashed byte "
+          "3..6-gram embeddings (32768 rows per n) added to each byte's embedding; `+cvocab`: a hashed "
+          "chunk-content vocabulary (32768 rows) added to each chunk vector; `state MB`: weights, gradients "
+          "and AdamW moments in fp32; `peak mem MB`: the training process's peak resident set on a CPU (the "
+          "allocator's peak on a GPU).", ""]
+    for name, title, kind in SECTIONS:
+        md += [f"## {title}", ""]
+        for corpus in args.corpora:
+            md += render_corpus(name, corpus, Path(args.runs) / name / corpus, args.from_docs, args.only, kind)
     notes = Path(args.notes)
     if notes.exists():
         md += ["## Notes", "", notes.read_text().strip(), ""]
