@@ -330,7 +330,8 @@ class Corpus:
         skipped = f" ({self.skipped_files} file(s) skipped)" if self.skipped_files else ""
         rule = {"documents": "; val = whole held-out documents", "tails": "; val = the tail of every document",
                 "stream": "; val = the tail of the stream"}.get(self.split, "")
-        where = f" (byte shards in {self.prepared})" if self.prepared and self.prepared != self.source else ""
+        where = "" if not self.prepared else " (byte shards)" if self.prepared == self.source \
+            else f" (byte shards in {self.prepared})"
         return f"{self.source}{where}: {len(self.train):,} train bytes, {len(self.val):,} val bytes{skipped}{rule}"
 
     def fingerprint(self) -> dict:
