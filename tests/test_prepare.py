@@ -17,6 +17,8 @@ import textwrap
 import pytest
 import torch
 
+import rltok.prepare
+
 from rltok.cli import main
 from rltok.config import load_config
 from rltok.data import DOC_SEP, DataError, WindowSampler, load_corpus, load_eval_bytes
@@ -176,21 +178,31 @@ def _commits(src, shard_bytes) -> int:
 
 
 @pytest.fixture(scope="module")
-def big_source(tmp_path_factory):
-    """One large document first (read in one chunk, written across many shards: a kill lands
-    inside it), then 40 small ones; and its uninterrupted preparation."""
+def kill_sources(tmp_path_factory):
+    """Sources with one large document among small ones (read in one chunk, written across many
+    shards: a kill lands inside it), each with its uninterrupted preparation."""
     root = tmp_path_factory.mktemp("kill")
     src = root / "src"
     write_docs(src, 40, seed=3)
-    (src / "a_big.txt").write_bytes(b"".join(b"big line %d of the first document\n" % i for i in range(3000)))
-    prepare(str(src), root / "reference", shard_bytes=8192, progress=False)
-    return root, src
+    big = b"".join(b"big line %d of the first document\n" % i for i in range(3000))
+    (src / "a_big.txt").write_bytes(big)
+    with open(root / "records.jsonl", "w") as f:  # the large record after 20 small ones
+        for i in range(41):
+            f.write(json.dumps({"text": big.decode() if i == 20 else f"record {i} " * (i + 3)}) + "\n")
+    specs = {"files": str(src), "hub": f"hf:json:{root / 'records.jsonl'}"}
+    return root, specs
 
 
-@pytest.mark.parametrize("phase", ["read", "split"])
-def test_a_killed_preparation_resumes_to_the_same_shards(big_source, tmp_path, phase, capsys):
-    root, src = big_source
-    kill_at = 3 if phase == "read" else _commits(src, 8192) + 2
+@pytest.mark.parametrize("kind, phase", [("files", "read"), ("files", "split"), ("hub", "read")])
+def test_a_killed_preparation_resumes_to_the_same_shards(kill_sources, tmp_path, kind, phase, capsys):
+    root, specs = kill_sources
+    if kind == "hub":
+        pytest.importorskip("datasets")
+    spec = specs[kind]
+    reference = root / f"reference_{kind}"
+    if not reference.exists():
+        prepare(spec, reference, shard_bytes=8192, progress=False)
+    kill_at = 3 if phase == "read" else _commits(root / "src", 8192) + 2
     out = tmp_path / "prep"
     script = textwrap.dedent(f"""
         import os, signal
@@ -206,16 +218,18 @@ def test_a_killed_preparation_resumes_to_the_same_shards(big_source, tmp_path, p
                 os.kill(os.getpid(), signal.SIGKILL)
             return record
         ShardWriter.commit = killing_commit
-        prepare({str(src)!r}, {str(out)!r}, shard_bytes=8192, progress=False)
+        prepare({spec!r}, {str(out)!r}, shard_bytes=8192, progress=False)
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
     assert (out / WORK_DIR).is_dir() and not (out / MANIFEST).exists()
+    if kind == "hub":  # a streamed dataset resumes from its own iteration state, not by counting records
+        assert json.loads((out / WORK_DIR / "state.json").read_text())["parts"]["all"]["position"]
     with pytest.raises(DataError, match="did not finish"):
         load_corpus(str(out))
-    assert main(["prepare", str(src), "--out", str(out), "--shard-size", "8192", "-q"]) == 0
+    assert main(["prepare", spec, "--out", str(out), "--shard-size", "8192", "-q"]) == 0
     assert "resuming the preparation" in capsys.readouterr().err
-    ref, got = open_prepared(root / "reference").manifest, open_prepared(out).manifest
+    ref, got = open_prepared(reference).manifest, open_prepared(out).manifest
     for split in ("train", "val"):
         for key in ("bytes", "docs", "crc32"):
             assert got["splits"][split][key] == ref["splits"][split][key], (split, key)
@@ -223,7 +237,7 @@ def test_a_killed_preparation_resumes_to_the_same_shards(big_source, tmp_path, p
         assert got["splits"][split]["index"]["sha256"] == ref["splits"][split]["index"]["sha256"]
     verify_prepared(out)
     assert not (out / WORK_DIR).exists() and not list(out.rglob("*.tmp"))
-    assert_same_corpus(out, src)
+    assert_same_corpus(out, spec)
 
 
 def _train_cfg(out, data, *extra):
@@ -310,7 +324,7 @@ def test_parallel_reading_gives_the_same_shards(tmp_path):
         {k: [s["sha256"] for s in v["shards"]] for k, v in b.items()}
 
 
-def test_unreadable_files_are_left_out_as_in_memory(tmp_path):
+def test_unreadable_files_are_left_out_as_in_memory(tmp_path, monkeypatch):
     src = tmp_path / "src"
     write_docs(src, 25)
     (src / "broken.xz").write_bytes(b"not xz at all")
@@ -320,3 +334,8 @@ def test_unreadable_files_are_left_out_as_in_memory(tmp_path):
     with pytest.warns(UserWarning):
         assert_same_corpus(tmp_path / "prep", src)
     assert load_corpus(str(tmp_path / "prep")).skipped_files == 2
+    # a file that breaks after part of it is in the shards cannot be left out: an error
+    monkeypatch.setattr(rltok.prepare, "READ_BLOCK", 1000)
+    (src / "broken.xz").write_bytes(lzma.compress(bytes(range(256)) * 40)[:-30])
+    with pytest.raises(DataError, match="broken.xz after .* bytes were written"):
+        prepare(str(src), tmp_path / "prep2", progress=False)

@@ -121,7 +121,10 @@ class FileSource:
     def total(self) -> int | None:
         return len(self.paths)
 
-    def items(self, start: int) -> Iterator[Item]:
+    def position(self, item: int) -> None:
+        return None  # files are counted from the start
+
+    def items(self, start: int, position=None) -> Iterator[Item]:
         if self.num_proc <= 1 or len(self.paths) - start < 2:
             for i in range(start, len(self.paths)):
                 yield Item(i, str(self.paths[i]), _file_chunks(self.paths[i]))
@@ -153,7 +156,9 @@ class FileSource:
 
 
 class HubSource:
-    """Records of an `hf:` dataset, streamed (rltok.data.open_hub_dataset)."""
+    """Records of an `hf:` dataset, streamed (rltok.data.open_hub_dataset). A streamed dataset
+    resumes from the `datasets` iteration state saved with the last shard (shard and record
+    within it), not by reading every record before it again."""
     truncates = False  # a byte cap stops after the record that reaches it, as read_hub_dataset does
     unit = "doc"
 
@@ -165,6 +170,8 @@ class HubSource:
             raise
         except Exception as e:  # network, auth, unknown name, unreadable files
             raise DataError(f"cannot read hub dataset {spec!r}: {type(e).__name__}: {e}") from None
+        self.stateful = hasattr(self.ds, "state_dict") and hasattr(self.ds, "load_state_dict")
+        self._at: tuple[int, dict | None] = (0, None)  # (record, the iteration state before it)
 
     def total(self) -> int | None:
         try:
@@ -172,10 +179,22 @@ class HubSource:
         except TypeError:  # streamed: unknown
             return None
 
-    def items(self, start: int) -> Iterator[Item]:
+    def position(self, item: int) -> dict | None:
+        """What `items` needs to start again at record `item` (None: count records from the start)."""
+        index, state = self._at
+        return state if self.stateful and index == item else None
+
+    def items(self, start: int, position: dict | None = None) -> Iterator[Item]:
         try:
-            for i, text in enumerate(iter_hub_texts(self.ds, self.text_field, start), start):
+            ds, texts_from = self.ds, start
+            if self.stateful and position is not None:
+                ds.load_state_dict(position)
+                texts_from = 0
+            before = position
+            for i, text in enumerate(iter_hub_texts(ds, self.text_field, texts_from), start):
+                self._at = (i, before)
                 yield Item(i, f"{self.spec} record {i}", iter((text,)))
+                before = ds.state_dict() if self.stateful else None
         except DataError:
             raise
         except Exception as e:
@@ -206,6 +225,25 @@ def _save_docs(path: Path, docs: list[tuple[int, int, int]]) -> None:
     os.replace(tmp, path)
 
 
+class _SourceError(Exception):
+    """Reading an item of the source failed (not writing the shards: that is never skipped)."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(f"{type(error).__name__}: {error}")
+
+
+def _guarded(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    it = iter(chunks)
+    while True:
+        try:
+            chunk = next(it)
+        except StopIteration:
+            return
+        except _read_errors() as e:
+            raise _SourceError(e) from None
+        yield chunk
+
+
 class Ingest:
     """One source into one stream, resumable at every shard.
 
@@ -225,13 +263,15 @@ class Ingest:
         self.read = state.get("read", 0)  # items read (empty ones included)
         self.skipped = [tuple(s) for s in state.get("skipped", [])]
         self.empty = list(state.get("empty", []))
+        self.position = state.get("position")  # the source's own resume state at `item`, if it has one
         self.new_docs: list[tuple[int, int, int]] = []
         self.hasher = None
 
     def state(self, done: bool = False) -> dict:
         return {"done": done, "item": self.item, "offset": self.offset, "doc_start": self.doc_start,
                 "doc_bytes": self.doc_bytes, "commits": self.commits, "read": self.read,
-                "skipped": self.skipped, "empty": self.empty, "writer": self.writer.state()}
+                "skipped": self.skipped, "empty": self.empty, "writer": self.writer.state(),
+                "position": self.source.position(self.item) if self.source is not None and not done else None}
 
     def commit(self, done: bool = False) -> None:
         self.writer.commit()
@@ -263,7 +303,7 @@ class Ingest:
             self.emit(SEP, advance=False)
 
     def run(self, bar) -> None:
-        for item in self.source.items(self.item):
+        for item in self.source.items(self.item, self.position):
             if self.limit and self.doc_bytes >= self.limit:
                 break
             self._read_item(item)
@@ -279,7 +319,7 @@ class Ingest:
             self.hasher = hashlib.blake2b(digest_size=8) if self.keyed else None
         taken = 0
         try:
-            for chunk in item.chunks:
+            for chunk in _guarded(item.chunks):
                 if cap:
                     chunk = chunk[:cap - taken]
                 taken += len(chunk)
@@ -294,11 +334,11 @@ class Ingest:
                     self.emit(chunk, advance=True)
                 if cap and taken >= cap:
                     break
-        except _read_errors() as e:
+        except _SourceError as e:
             if self.doc_start is not None:  # part of it is in the stream already: it cannot be left out
                 raise DataError(f"cannot read {item.name} after {self.offset:,} of its bytes were written "
-                                f"({type(e).__name__}: {e}); fix or remove it, then prepare into an empty folder") from None
-            self.skipped.append((item.name, f"{type(e).__name__}: {e}"))
+                                f"({e}); fix or remove it, then prepare into an empty folder") from None
+            self.skipped.append((item.name, str(e)))
             self.item, self.offset = self.item + 1, 0
             return
         if skip:
@@ -385,7 +425,10 @@ def fingerprint(specs: list[str]) -> str:
     for spec in specs:
         h.update(f"{_canonical(spec)}\n".encode())
         for path in _local_files(spec):
-            st = path.stat()
+            try:
+                st = path.stat()
+            except OSError:  # gone since it was listed: reading will leave it out too
+                continue
             h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()
 
@@ -490,8 +533,12 @@ def prepare(source: str, out: str | Path, *, val: str = "", val_fraction: float 
             log(f"{out}: already prepared from {source} with these settings, nothing to do")
             return out
         _check_out(out, source)
-        return _run(source, out, parts, given, want, val, val_fraction, text_field, shard_bytes, num_proc,
-                    progress, log)
+        try:
+            return _run(source, out, parts, given, want, val, val_fraction, text_field, shard_bytes, num_proc,
+                        progress, log)
+        except OSError as e:  # reading errors are handled per file: this is the output (a full disk...)
+            raise DataError(f"cannot write the prepared corpus in {out}: {e}; run the same command again to "
+                            "resume once that is fixed") from None
 
 
 def _run(source, out, parts, given, want, val, val_fraction, text_field, shard_bytes, num_proc, progress, log) -> Path:
