@@ -72,6 +72,10 @@ def test_prepared_splits_are_the_in_memory_splits(tmp_path, n, rule):
         pieces = as_bytes(disk.train).split(b"\xff") + as_bytes(disk.val).split(b"\xff")
         assert sorted(pieces) == sorted(docs)
     assert torch.equal(load_eval_bytes(str(out), "val")[:], mem.val)
+    # a cap and an explicit val source apply on top of a prepared folder, as on any source
+    capped = load_corpus(str(out), val=str(tmp_path / "src" / "doc000.txt"), max_bytes=100)
+    assert capped.split == "given" and as_bytes(capped.val) == docs[0]
+    assert as_bytes(capped.train) == as_bytes(mem.train)[:100]
 
 
 def test_tiny_sources_capped_sources_and_binary_documents(tmp_path):
