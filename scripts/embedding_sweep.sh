@@ -4,7 +4,7 @@
 # vocabulary (+cvocab), each alone and together, on the learned rule, on fixed rules and on the
 # flat byte model. Seed by seed (all methods and corpora of a seed before the next), so a sweep
 # cut short has whole seeds. Resumable: rerun to continue; finished runs are skipped.
-#   bash scripts/embedding_sweep.sh DATA_ROOT [BUDGET_BYTES] [METHOD ...]
+#   [SEEDS="0 1 2"] bash scripts/embedding_sweep.sh DATA_ROOT [BUDGET_BYTES] [METHOD ...]
 # DATA_ROOT holds code-py/ and docs-en/, each with train.*, val.* and test.* files.
 set -euo pipefail
 source "$(dirname "$0")/data_root.sh" "usage: scripts/embedding_sweep.sh DATA_ROOT [BUDGET_BYTES] [METHOD ...]" "$@"
@@ -17,7 +17,7 @@ METHODS=("$@")
 RLTOK=${RLTOK:-.venv/bin/rltok}
 OUT=runs/embedding/b$BUDGET
 mkdir -p "$OUT"
-for seed in 0 1 2; do
+for seed in ${SEEDS:-0 1 2}; do
   for c in code-py docs-en; do
     $RLTOK compare train.threads=1 --data "$ROOT/$c" --preset small --budget-bytes "$BUDGET" --out "$OUT/$c" \
       --split test --seeds "$seed" --methods "${METHODS[@]}" >> "$OUT/$c.log" 2>&1
