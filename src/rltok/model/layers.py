@@ -5,6 +5,10 @@ extends them by one position).
 Attention always goes through `F.scaled_dot_product_attention` so GPUs use fused kernels.
 Positions are explicit tensors: byte layers use byte indices, the chunk-level network uses the
 byte index of each chunk's boundary, so both levels share one notion of position.
+
+Rows of different lengths (the chunks of each sequence) can run packed end to end (`Packing`):
+every per-position layer then works on the real items only, and attention alone sees them
+padded per row, where causality keeps the padding after each row's items unseen.
 """
 
 from __future__ import annotations
@@ -38,6 +42,28 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     x1, x2 = x.float().chunk(2, dim=-1)
     out = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
     return out.to(x.dtype)
+
+
+class Packing:
+    """Where N items packed end to end, (1, N, ...), sit in a padded (batch, width, ...) layout:
+    row r's lengths[r] items fill its first slots, in order; the rest is padding. No host sync."""
+
+    def __init__(self, lengths: torch.Tensor, width: int, total: int):
+        self.batch, self.width = lengths.shape[0], width
+        dev = lengths.device
+        starts = torch.cumsum(lengths, 0) - lengths  # of each row in the packed order
+        row = torch.repeat_interleave(torch.arange(self.batch, device=dev), lengths, output_size=total)
+        slot = torch.arange(total, device=dev) - starts[row]
+        self.index = row * width + slot  # (N,) flat padded slot of each item
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """(1, N, ...) -> (batch, width, ...), zeros in the padding."""
+        out = x.new_zeros(self.batch * self.width, *x.shape[2:])  # (in place: index_copy would clone it)
+        return out.index_copy_(0, self.index, x[0]).view(self.batch, self.width, *x.shape[2:])
+
+    def unpad(self, x: torch.Tensor) -> torch.Tensor:
+        """(batch, width, ...) -> (1, N, ...)."""
+        return x.reshape(self.batch * self.width, *x.shape[2:]).index_select(0, self.index).unsqueeze(0)
 
 
 _MASKS: dict[tuple, torch.Tensor] = {}
@@ -103,9 +129,12 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.proj = nn.Linear(dim, dim, bias=False)
 
-    def split_heads(self, x: torch.Tensor, positions: torch.Tensor):
-        b, t, _ = x.shape
-        q, k, v = self.qkv(x).view(b, t, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+    def split_heads(self, x: torch.Tensor, positions: torch.Tensor, packing: Packing | None = None):
+        qkv = self.qkv(x)
+        if packing is not None:  # attention runs per row: the packed rows, padded
+            qkv = packing.pad(qkv)
+        b, t, _ = qkv.shape
+        q, k, v = qkv.view(b, t, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         cos, sin = rope_angles(positions, self.head_dim, self.rope_base)
         if cos.dim() == 3:  # per-sequence positions (B, T, D/2) -> (B, 1, T, D/2)
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
@@ -120,11 +149,14 @@ class Attention(nn.Module):
         mask = local_causal_mask(t, t, self.window, q.device)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.split_heads(x, positions)
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, packing: Packing | None = None) -> torch.Tensor:
+        """x (B, T, dim) at positions (T,) or (B, T); packed: x (1, N, dim) and the padded
+        positions (batch, width) of `packing`'s layout."""
+        q, k, v = self.split_heads(x, positions, packing)
         y = self.attend(q, k, v, self.dropout if self.training else 0.0)
-        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+        b, _, t, _ = y.shape
+        y = y.transpose(1, 2).reshape(b, t, x.shape[-1])
+        return self.proj(y if packing is None else packing.unpad(y))
 
     def forward_kv(self, x: torch.Tensor, positions: torch.Tensor):
         """forward() in eval mode that also returns the rotated keys and values, to seed a KVCache
@@ -162,8 +194,8 @@ class Block(nn.Module):
         self.norm2 = RMSNorm(dim)
         self.mlp = MLP(dim, mlp_ratio)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x), positions)
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, packing: Packing | None = None) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), positions, packing)
         return x + self.mlp(self.norm2(x))
 
     def forward_kv(self, x: torch.Tensor, positions: torch.Tensor):
@@ -187,13 +219,17 @@ class Stack(nn.Module):
         )
         self.norm = RMSNorm(dim)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache=None,
+                packing: Packing | None = None) -> torch.Tensor:
         """`cache`: when given (decoding; eval mode), every layer's rotated keys and values go to
-        `cache.fill(self, [(k, v), ...])`, from which `step` continues."""
+        `cache.fill(self, [(k, v), ...])`, from which `step` continues. `packing`: x holds the
+        rows packed (1, N, dim), positions are padded (see Attention.forward); not with a cache."""
         if cache is None:
             for block in self.blocks:
-                x = block(x, positions)
+                x = block(x, positions, packing)
             return self.norm(x)
+        if packing is not None:
+            raise ValueError("a cache is filled from one row: it takes no packing")
         kvs = []
         for block in self.blocks:
             x, k, v = block.forward_kv(x, positions)
