@@ -7,14 +7,18 @@ first and last step, the last step's rate, validation bpb and rate, the sum and 
 of all parameters (float64), and a sha256 of the final state dict's bytes.
 
 How the numbers were produced: `python tests/test_regression.py` prints RECORDED for the code it
-runs on; the values below come from main at commit dec411a (chunk batches padded to the longest
+runs on (padded path); the values below come from main at commit dec411a (chunk batches padded to the longest
 row), torch 2.13.0+cpu, on the machine named by RECORDED_ON. Bit-exact float results depend on
 the torch build and the CPU's instruction set, so elsewhere the test skips rather than fail.
 
-A change that alters the order of float summations (e.g. packing the chunks changes the matrix
-shapes the chunk-level layers run on, and so how the BLAS kernels block their sums) moves
-results in the last bits; such a change may relax the comparison to REL_TOL = 1e-5 relative
-and drop the sha256 check, and must say so here.
+A change that alters the order of float summations moves results in the last bits; such a
+change may relax the comparison to 1e-5 relative and drop the sha256 check, and must say so
+here. Packing the chunks (model.pack_chunks, the default since) is one: the chunk-level layers
+run on (N, d) real chunks instead of (B * n_max, d) padded ones, so the weight gradients sum
+over other matrix shapes, which BLAS blocks differently (the forward values per chunk stay
+equal). So the default, packed path is held to PACKED_REL_TOL (measured: <= 1e-7 after 50
+steps), and the padded path (model.pack_chunks=false), which computes what the recorded
+commit computed, is still held bit for bit.
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ CASES = {
     # K = 2 segmentations per sequence sharing an encoder pass, and the chunk vocabulary
     "rl_group_vocab": ["objective.baseline=group", "objective.group_size=2", "model.chunk_vocab=256"],
 }
-REL_TOL = 0.0  # 0: bit-identical (the sha256 of the weights is checked too)
+# packed: float summation order differs from the recorded (padded) run, see above
+PACKED_REL_TOL = 1e-5
 
 RECORDED_ON = {"torch": "2.13.0+cpu", "cpu": "AVX512"}
 RECORDED = {
@@ -113,10 +118,11 @@ def state_digest(model: torch.nn.Module) -> dict:
             "sha256": sha.hexdigest()}
 
 
-def run(case: str, out_dir) -> dict:
+def run(case: str, out_dir, pack: bool = True) -> dict:
     cfg = load_config("test", overrides=[
         f"train.out_dir={out_dir}", f"train.max_steps={STEPS}", "train.threads=1", "train.seed=0",
-        "train.log_every=1", f"train.eval_every={STEPS}", "train.checkpoint_every=1000", *CASES[case]])
+        "train.log_every=1", f"train.eval_every={STEPS}", "train.checkpoint_every=1000",
+        f"model.pack_chunks={str(pack).lower()}", *CASES[case]])
     trainer = Trainer(cfg, corpus=corpus(), quiet=True)
     trainer.peak_flops = 1e12  # skip the matmul timing: MFU is not pinned
     result = trainer.fit()
@@ -134,22 +140,24 @@ def recorded_here() -> bool:
             and torch.backends.cpu.get_cpu_capability() == RECORDED_ON["cpu"])
 
 
+@pytest.mark.parametrize("pack", [True, False], ids=["packed", "padded"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_training_reproduces_recorded_numbers(case, tmp_path):
+def test_training_reproduces_recorded_numbers(case, pack, tmp_path):
     if not recorded_here():
         pytest.skip(f"numbers recorded with torch {RECORDED_ON['torch']} on {RECORDED_ON['cpu']}; this is "
                     f"torch {torch.__version__} on {torch.backends.cpu.get_cpu_capability()}")
-    got = run(case, tmp_path)
+    got = run(case, tmp_path, pack)
     want = RECORDED[case]
+    tol = PACKED_REL_TOL if pack else 0.0
     for key, value in want.items():
         if key == "sha256":
-            if REL_TOL == 0:
+            if not pack:
                 assert got[key] == value, f"{case}: weights differ"
         else:
-            assert got[key] == pytest.approx(value, rel=REL_TOL, abs=0), f"{case}: {key}"
+            assert got[key] == pytest.approx(value, rel=tol, abs=0), f"{case}: {key}"
 
 
-if __name__ == "__main__":  # print the numbers of the code as it is, to record above
+if __name__ == "__main__":  # print the numbers of the code as it is (padded path: bit-exact), to record above
     import pprint
     import tempfile
 
@@ -158,6 +166,6 @@ if __name__ == "__main__":  # print the numbers of the code as it is, to record 
     results = {}
     for name in CASES:
         with tempfile.TemporaryDirectory() as d:
-            results[name] = run(name, d)
+            results[name] = run(name, d, pack=False)
     print("RECORDED = ", end="")
     pprint.pprint(results, sort_dicts=False, width=110)

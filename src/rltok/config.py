@@ -78,6 +78,10 @@ class ModelConfig:
     # matrix product (rltok.model.ngram_embed).
     ngram_vocab: int = 0
     ngram_sizes: tuple[int, ...] = (3, 4, 5, 6)
+    # Run the chunk-level layers on the batch's real chunks only, packed end to end (attention
+    # alone pads them per sequence), instead of padding every sequence to the batch's largest
+    # chunk count. The same model; results differ from the padded path in the last float bits.
+    pack_chunks: bool = True
 
     def validate(self) -> None:
         if self.d_byte % self.n_heads_byte or self.d_chunk % self.n_heads_chunk:

@@ -3,7 +3,8 @@
     bytes -> embed -> encoder (local attention) -+-> early-exit head (next byte)
                                                  +-> chunker -> b_t
     downsample: the encoder vector at each boundary byte is its chunk's vector
-    main network over chunks (full causal attention, RoPE at the chunks' byte positions)
+    main network over chunks (full causal attention, RoPE at the chunks' byte positions; the
+    batch's chunks run packed end to end, attention alone padded per sequence: pack_chunks)
     upsample: byte t receives the main output of the latest chunk ending at or before t,
     added to the encoder output (skip) -> decoder (local attention) -> head (next byte)
 
@@ -32,13 +33,25 @@ from .ngram_embed import NgramEmbedding
 from .chunkers import Boundaries, NonCausalRule, RLPolicy, build_chunker, forced_mask
 from .decoding import HourglassState, StepOutput, put_row
 from .noise import uniform
-from .layers import Stack, init_weights
+from .layers import Packing, Stack, init_weights
 from .output import ModelOutput
 
 
 def chunk_index(b: torch.Tensor) -> torch.Tensor:
     """For each byte, the index of the latest chunk that ends at or before it."""
     return torch.cumsum(b.long(), dim=1) - 1
+
+
+def counts(n: torch.Tensor) -> tuple[int, int]:
+    """The largest and the total of per-row counts n (B,): one host sync."""
+    top, total = torch.stack([n.max(), n.sum()]).tolist()
+    return int(top), int(total)
+
+
+def packing_for(n: torch.Tensor, width: int, total: int, enabled: bool) -> Packing | None:
+    """How to pack rows of n (B,) items (`width` the largest, `total` their sum), or None when
+    packing is off or would save nothing (every row equally long)."""
+    return Packing(n, width, total) if enabled and total < n.shape[0] * width else None
 
 
 def boundary_positions(b: torch.Tensor, n_max: int) -> torch.Tensor:
@@ -94,8 +107,10 @@ def ema_step(z: torch.Tensor, prev: torch.Tensor, p: torch.Tensor) -> torch.Tens
 class SupertokenStage(nn.Module):
     """The second stage: chunks of chunks, in place of the main network of a one-stage model.
 
-    Works on the (B, M) downsampled chunk vectors. The second policy decides per chunk whether
-    it closes a supertoken; its noise is drawn per byte and read at the chunk's last byte, so a
+    Works on the (B, M) downsampled chunk vectors, or with `packing` on the real ones packed
+    (1, N), and then returns them packed; supertokens are packed when cfg.pack_chunks is on.
+    The second policy decides per chunk whether it closes a supertoken (on the padded layout:
+    it is one linear head); its noise is drawn per byte and read at the chunk's last byte, so a
     decision never depends on how many chunks the future holds (sampling stays causal).
     """
 
@@ -108,11 +123,15 @@ class SupertokenStage(nn.Module):
         self.decoder = Stack(cfg.stage2_layers, cfg.d_chunk, cfg.n_heads_chunk, window=None, **kw)
         for stack in (self.encoder, self.main, self.decoder):
             init_weights(stack, n_layers)
+        self.pack = cfg.pack_chunks
 
     def forward(self, z: torch.Tensor, chunk_pos: torch.Tensor, n_chunks: torch.Tensor, n_bytes: int,
-                boundaries: torch.Tensor | None, mode: str, generator, cache=None) -> tuple[torch.Tensor, Boundaries]:
-        bsz, m = z.shape[:2]
-        hc = self.encoder(z, chunk_pos, cache=cache)
+                boundaries: torch.Tensor | None, mode: str, generator, cache=None,
+                packing: Packing | None = None) -> tuple[torch.Tensor, Boundaries]:
+        bsz, m = chunk_pos.shape
+        hc = self.encoder(z, chunk_pos, cache=cache, packing=packing)
+        if packing is not None:
+            hc = packing.pad(hc)
         valid = torch.arange(m, device=z.device).unsqueeze(0) < n_chunks.unsqueeze(1)
         forced = torch.zeros_like(valid)
         forced[:, 0] = True  # every chunk has a supertoken ending at or before it
@@ -123,14 +142,22 @@ class SupertokenStage(nn.Module):
         bd.b = bd.b & valid  # padding slots close nothing and carry no gradient
         bd.free = bd.free & valid
         n_super = bd.b.sum(1)
-        super_idx = boundary_positions(bd.b, int(n_super.max()))  # chunk index of each supertoken
+        s_max, s_total = counts(n_super)
+        super_idx = boundary_positions(bd.b, s_max)  # chunk index of each supertoken
         zs = torch.gather(hc, 1, super_idx.unsqueeze(-1).expand(-1, -1, hc.shape[-1]))
-        zs = self.main(zs, torch.gather(chunk_pos, 1, super_idx), cache=cache)  # RoPE at the supertokens' last bytes
+        packing2 = packing_for(n_super, s_max, s_total, self.pack and cache is None)
+        if packing2 is not None:
+            zs = packing2.unpad(zs)
+        zs = self.main(zs, torch.gather(chunk_pos, 1, super_idx), cache=cache,  # RoPE at the supertokens' last bytes
+                       packing=packing2)
+        if packing2 is not None:
+            zs = packing2.pad(zs)
         if cache is not None:
             cache.keep("chunk_states", hc)
             cache.keep("supertokens", zs)
         up = torch.gather(zs, 1, chunk_index(bd.b).unsqueeze(-1).expand(-1, -1, zs.shape[-1]))
-        return self.decoder(hc + up, chunk_pos, cache=cache), bd
+        x = hc + up
+        return self.decoder(x if packing is None else packing.unpad(x), chunk_pos, cache=cache, packing=packing), bd
 
     def step(self, state: HourglassState, c: torch.Tensor, pos: torch.Tensor, rows: list[int] | None,
              given: torch.Tensor | None, noise: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -195,12 +222,14 @@ class HourglassLM(nn.Module):  # generate / save_pretrained / from_pretrained: r
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def chunk_input(self, z: torch.Tensor, idx: torch.Tensor, chunk_pos: torch.Tensor) -> torch.Tensor:
+    def chunk_input(self, z: torch.Tensor, idx: torch.Tensor, chunk_pos: torch.Tensor,
+                    packing: Packing | None = None) -> torch.Tensor:
         """The main network's input: the projected chunk vectors, plus each chunk's entry in the
-        learned chunk vocabulary when there is one."""
+        learned chunk vocabulary when there is one (z packed with `packing`; chunk_pos padded)."""
         z = self.down(z)
         if self.chunk_vocab is not None:
-            z = z + self.chunk_vocab(idx, chunk_pos).to(z.dtype)
+            v = self.chunk_vocab(idx, chunk_pos)
+            z = z + (v if packing is None else packing.unpad(v)).to(z.dtype)
         return z
 
     def embed_bytes(self, idx: torch.Tensor) -> torch.Tensor:
@@ -243,19 +272,25 @@ class HourglassLM(nn.Module):  # generate / save_pretrained / from_pretrained: r
         bd = self.chunker(h, forced, boundaries, mode, generator, idx=idx, early_logits=early_logits)
 
         n_chunks = bd.b.sum(1)
-        n_max = int(n_chunks.max())  # the one host sync per step: the padded chunk count
+        n_max, total = counts(n_chunks)  # the one host sync per step: the chunk counts
         chunk_pos = boundary_positions(bd.b, n_max)
         z = torch.gather(h, 1, chunk_pos.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
         if bd.gate is not None:  # straight-through rules: value 1, gradient to the boundary score
             z = z * torch.gather(bd.gate, 1, chunk_pos).unsqueeze(-1).to(z.dtype)
-        # Padding chunks sit after every real chunk, so causal attention keeps them unseen.
+        # Packed, the chunk level computes only the real chunks (attention pads them per row).
+        # Padded, padding chunks sit after every real chunk, so causal attention keeps them unseen.
+        packing = packing_for(n_chunks, n_max, total, self.cfg.pack_chunks and cache is None)
+        if packing is not None:
+            z = packing.unpad(z)
         bd2 = None
         if self.stage2 is not None:
-            z, bd2 = self.stage2(self.chunk_input(z, idx, chunk_pos), chunk_pos, n_chunks, length, boundaries2,
-                                 mode, generator, cache=cache)
-            z = self.up(z)
+            z, bd2 = self.stage2(self.chunk_input(z, idx, chunk_pos, packing), chunk_pos, n_chunks, length,
+                                 boundaries2, mode, generator, cache=cache, packing=packing)
         else:
-            z = self.up(self.main(self.chunk_input(z, idx, chunk_pos), chunk_pos, cache=cache))
+            z = self.main(self.chunk_input(z, idx, chunk_pos, packing), chunk_pos, cache=cache, packing=packing)
+        z = self.up(z)
+        if packing is not None:  # back to (B, M): the EMA and the upsampling work per sequence
+            z = packing.pad(z)
         if bd.smooth is not None:  # H-Net: EMA over chunks, weighted by boundary probability
             z = ema_over_chunks(z, torch.gather(bd.smooth, 1, chunk_pos))
         if cache is not None:
