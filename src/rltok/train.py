@@ -1,44 +1,36 @@
-"""The training loop: AdamW, warm-up + cosine, clipping, accumulation, validation, checkpoints,
-JSONL metrics and a live progress display."""
+"""The training loop: build the model, optimiser and objective; step (AdamW, warm-up + cosine,
+clipping, accumulation); validate; checkpoint. Around it, each in a module of its own: the run
+folder's rules (run_folder), stopping on a signal (signals), what a record holds and what the
+user sees (metrics), where records go (tracking), and what trainer.pt
+holds (trainer_state)."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
-import os
 import random
-import signal
-import sys
-import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
-from .checkpoint import (CheckpointError, checkpoint_step, clean_stale, list_checkpoints, load_checkpoint,
-                         save_checkpoint)
 from . import distributed as ddp
-from .config import VOCAB_SIZE, Config, ConfigError
+from . import run_folder, tracking, trainer_state
+from .checkpoint import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
+from .config import VOCAB_SIZE, Config
 from .data import Corpus, WindowSampler, load_corpus, rank_eval_windows
 from .device import resolve_device, resolve_dtype
 from .evaluate import evaluate_sums, summarize
-from .flops import step_train_flops_per_byte
+from .metrics import TIMING_KEYS, IntervalMeter, Reporter  # noqa: F401  (TIMING_KEYS: part of this module's API)
 from .model.factory import build_model
 from .model.noise import RowShard
 from .objective import BoundaryObjective, LocalMean
+from .signals import StopRequest
 
 
 class TrainingDiverged(RuntimeError):
     """Too many consecutive non-finite steps; the last good checkpoint is left as it was."""
-
-
-STATE_VERSION = 2  # of trainer.pt; bump when its keys change meaning (2: the objective's state under "objective", optimiser state by name)
-# record keys that depend on wall-clock time (everything else is reproducible run to run)
-TIMING_KEYS = ("bytes_per_s", "flops_per_s", "mfu")
 
 
 def lr_at(step: int, cfg, progress: float | None = None) -> float:
@@ -68,46 +60,6 @@ def make_optimizer(model: torch.nn.Module, cfg, device: torch.device, policy_lr_
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=device.type == "cuda")
 
 
-def rate_collapse(p_mean: float, target_rate: float) -> str | None:
-    """'low' / 'high' when the policy's mean boundary probability sits at an extreme that the
-    target rate does not ask for, else None."""
-    if p_mean < 0.01 and target_rate >= 0.05:
-        return "low"
-    if p_mean > 0.95 and target_rate <= 0.9:
-        return "high"
-    return None
-
-
-COLLAPSE_ADVICE = {
-    "low": "the policy has stopped drawing boundaries, so the main network sees almost no chunks; "
-           "raise objective.rate_weight, lower objective.pg_weight or train.lr",
-    "high": "the policy puts a boundary on almost every byte (no compression); "
-            "raise objective.rate_weight so the rate loss can hold model.target_rate",
-}
-
-
-def read_metrics(path: Path, up_to_step: int | None = None) -> list[dict]:
-    """Records of a metrics.jsonl, optionally only those at or before `up_to_step`. A torn last
-    line (the process died while writing it) is dropped."""
-    records = []
-    if not path.is_file():
-        return records
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict) and (up_to_step is None or rec.get("step", 0) <= up_to_step):
-            records.append(rec)
-    return records
-
-
-def _write_metrics(path: Path, records: list[dict]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
-    os.replace(tmp, path)
-
-
 @dataclass
 class TrainResult:
     step: int
@@ -118,18 +70,12 @@ class TrainResult:
 
 class Trainer:
     max_bad_steps = 5  # consecutive non-finite steps before the run is declared diverged
-    collapse_patience = 3  # consecutive logged records with a collapsed rate before warning
 
     def __init__(self, cfg: Config, corpus: Corpus | None = None, resume: bool = False, quiet: bool = False):
         self.cfg = cfg.validate()
         tc = cfg.train
         self.run_dir = Path(tc.out_dir)
-        existing = list_checkpoints(self.run_dir)
-        if existing and not resume:
-            # a second run in the same folder would mix trajectories, and pruning would delete
-            # the new run's checkpoints in favour of the old run's higher steps
-            raise ConfigError(f"{self.run_dir} already holds a run (newest checkpoint: {existing[-1].name}); "
-                              "pass --resume to continue it, or choose another --out / train.out_dir")
+        run_folder.refuse_other_run(self.run_dir, resume)
         if tc.threads > 0:
             torch.set_num_threads(tc.threads)
         self.device = resolve_device(tc.device)
@@ -138,12 +84,15 @@ class Trainer:
         if self.dist.enabled and self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", self.dist.local_rank)
         self.quiet = quiet or not self.dist.is_main  # rank 0 alone reports
+        self.report = Reporter(cfg, self.quiet)
         self.amp_dtype = resolve_dtype(tc.dtype, self.device)
         self.corpus = corpus or load_corpus(cfg.data.train, cfg.data.val, cfg.data.val_fraction,
                                             cfg.data.max_bytes, cfg.data.hf_text_field,
                                             prepare_above=cfg.data.prepare_above, cache_dir=cfg.data.cache_dir)
         # identifies the training bytes, so a resume can tell when the data changed under it
         self.data_id = self.corpus.fingerprint()
+
+        # model and optimiser
         torch.manual_seed(tc.seed)
         random.seed(tc.seed)
         np.random.seed(tc.seed)
@@ -157,7 +106,8 @@ class Trainer:
                                       find_unused=tc.ddp_find_unused)
         self.forward = torch.compile(self.wrapped) if tc.compile else self.wrapped
         self.opt = make_optimizer(self.model, tc, self.device, cfg.objective.policy_lr_mult)
-        # the baseline and the rate loss' mean boundary probability over the global batch
+
+        # data and boundary noise
         # batch_size counts segmentations: with group_size K, K of them share each sequence
         self.group_size = cfg.objective.group_size if cfg.model.arch == "hourglass" else 1
         self.group_kw = {"group_size": self.group_size} if self.group_size > 1 else {}
@@ -172,30 +122,22 @@ class Trainer:
         # fewer windows than ranks: every rank evaluates all of them and the sums are averaged
         self.val_x, self.val_y, self.val_shared = rank_eval_windows(
             self.corpus.val, tc.seq_len, tc.eval_batches * tc.batch_size * world, self.dist.rank, world)
-        self.peak_flops = tc.peak_flops or None  # measured when fit() starts if not given
+
         # the boundary decisions' loss and its state: prices, controllers, flips, FLOPs meter
+        # (the baseline and the rate loss' mean boundary probability over the global batch)
         self.objective = BoundaryObjective(cfg, self.device, vocab_size=self.vocab_size,
                                            reduce=ddp.GlobalBatchMean(self.dist) if self.dist.enabled else LocalMean())
+        self.peak_flops = tc.peak_flops or None  # measured when fit() starts if not given
+        self.meter = IntervalMeter(cfg, self.dist, self.device, self.sampler.seq_len, self.vocab_size)
+        self.stop = StopRequest(self._log, across_ranks=self.dist.enabled)
         self.step = 0
         self.bytes_seen = 0
         self.bad_steps = 0  # consecutive non-finite steps
         self.skipped_steps = 0  # all non-finite steps so far
-        self.warnings = 0  # rate collapses, failed periodic checkpoints
-        self.collapse_streak = 0
-        self.log_acc: dict[str, torch.Tensor] = {}  # metric sums since the last logged record
-        self.log_n = 0
         self.last_saved_step: int | None = None
-        self.stop_requested = False  # acted on; under DDP set on all ranks in the same step
-        self.stop_signal = False  # a signal arrived at this process
         self.history: list[dict] = []
         if resume:
-            if self.dist.is_main:
-                clean_stale(self.run_dir)
-            ddp.barrier(self.dist)
-            if list_checkpoints(self.run_dir):
-                self._restore()
-            else:
-                self._log(f"no checkpoint in {self.run_dir}: starting from scratch")
+            self._resume()
 
     def _build_model(self) -> torch.nn.Module:
         """The model; with data-fitted parts (BPE tokenizers) rank 0 fits them and the others
@@ -214,88 +156,26 @@ class Trainer:
             model.load_state_dict(state)
         return model
 
-    # ---- state -------------------------------------------------------------------------------
+    # ---- checkpoints ---------------------------------------------------------------------------
     def trainer_state(self) -> dict:
-        """Everything besides the weights that the next step depends on."""
-        state = {
-            "version": STATE_VERSION,
-            "step": self.step,
-            "bytes_seen": self.bytes_seen,
-            "objective": self.objective.state_dict(),
-            "optimizer": ddp.full_optimizer_state(self.model, self.opt),  # collective under FSDP
-            "sampler": self.sampler.state_dict(),  # the data position
-            "boundary_gen": self.boundary_gen.get_state(),
-            "torch_rng": torch.get_rng_state(),  # dropout
-            "python_rng": random.getstate(),
-            "numpy_rng": np.random.get_state(),
-            "bad_steps": self.bad_steps,
-            "skipped_steps": self.skipped_steps,
-            "warnings": self.warnings,
-            "collapse_streak": self.collapse_streak,
-            "log_acc": dict(self.log_acc),  # so the first record after a resume averages the same steps
-            "log_n": self.log_n,
-            "data": self.data_id,
-        }
-        if self.device.type == "cuda":
-            state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
-        if self.dist.enabled:  # collectives: every rank calls trainer_state() together
-            # the global means so far: each rank restarts from them and adds its own new sums,
-            # and the all-reduce at the next record still averages the same steps
-            state["log_acc"] = ddp.mean_of_sums(self.log_acc, self.dist, self.device)
-            rngs = (torch.get_rng_state(), torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None)
-            state["rank_rng"] = ddp.all_gather_object(rngs, self.dist)  # each rank's dropout stream
-            state["world_size"] = self.dist.world_size
-        return state
+        """Everything besides the weights that the next step depends on (rltok.trainer_state)."""
+        return trainer_state.capture(self)
 
-    def _restore(self) -> None:
+    def _resume(self) -> None:
+        if self.dist.is_main:
+            run_folder.tidy_for_resume(self.run_dir)
+        ddp.barrier(self.dist)
+        if not list_checkpoints(self.run_dir):
+            self._log(f"no checkpoint in {self.run_dir}: starting from scratch")
+            return
         model, ckpt_cfg, state, ckpt = load_checkpoint(self.run_dir, device=self.device, with_trainer_state=True)
-        if state is None:
-            raise CheckpointError(f"checkpoint {ckpt} has no trainer.pt: it can be evaluated but not resumed")
-        if state.get("version", 1) > STATE_VERSION:
-            raise CheckpointError(f"checkpoint {ckpt} was written by a newer rltok; upgrade to resume it")
-        changed = [f"{f.name} {getattr(ckpt_cfg.model, f.name)!r} -> {getattr(self.cfg.model, f.name)!r}"
-                   for f in dataclasses.fields(ckpt_cfg.model)
-                   if getattr(ckpt_cfg.model, f.name) != getattr(self.cfg.model, f.name)]
-        if changed:
-            raise ConfigError(f"cannot resume {ckpt}: the model config differs from the checkpoint's "
-                              f"({'; '.join(changed)}); resume with the original model settings")
+        trainer_state.check_resumable(state, ckpt, ckpt_cfg.model, self.cfg.model)
         ddp.load_full_model_state(self.model, model.state_dict())
-        ddp.load_full_optimizer_state(self.model, self.opt, state["optimizer"])
-        self.sampler.load_state_dict(state["sampler"])
-        self.boundary_gen.set_state(state["boundary_gen"])
-        torch.set_rng_state(state["torch_rng"])
-        random.setstate(state["python_rng"])
-        np.random.set_state(state["numpy_rng"])
-        if "cuda_rng" in state and self.device.type == "cuda":
-            torch.cuda.set_rng_state(state["cuda_rng"], self.device)
-        rank_rng = state.get("rank_rng")
-        if self.dist.enabled and rank_rng and len(rank_rng) == self.dist.world_size:
-            cpu_rng, cuda_rng = rank_rng[self.dist.rank]
-            torch.set_rng_state(cpu_rng)
-            if cuda_rng is not None and self.device.type == "cuda":
-                torch.cuda.set_rng_state(cuda_rng, self.device)
-        self.step = state["step"]
-        self.bytes_seen = state["bytes_seen"]
-        self.objective.load_state_dict(state.get("objective", state))  # older states: top-level keys
-        self.bad_steps = state.get("bad_steps", 0)
-        self.skipped_steps = state.get("skipped_steps", 0)
-        self.warnings = state.get("warnings", 0)
-        self.collapse_streak = state.get("collapse_streak", 0)
-        self.log_acc = dict(state.get("log_acc", {}))
-        self.log_n = state.get("log_n", 0)
+        trainer_state.restore(self, state, ckpt)
         self.last_saved_step = self.step
-        if state.get("data", self.data_id) != self.data_id:
-            self._log(f"warning: the training data changed since {ckpt.name} "
-                      f"({state['data']['train_bytes']:,} -> {self.data_id['train_bytes']:,} bytes); "
-                      "the run continues, but not as an exact continuation")
-        # Checkpoints after the one resumed failed verification. Set them aside, so pruning
-        # and later resumes never mix them with the trajectory that continues from here.
         ddp.barrier(self.dist)  # every rank has read its checkpoint before rank 0 renames any
-        for path in list_checkpoints(self.run_dir) if self.dist.is_main else []:
-            if checkpoint_step(path) > checkpoint_step(ckpt):
-                aside = path.with_name(f"corrupt_{path.name}_{int(time.time())}")
-                os.rename(path, aside)
-                self._log(f"warning: set aside unusable checkpoint {path.name} as {aside.name}")
+        if self.dist.is_main:
+            run_folder.set_aside_after(self.run_dir, ckpt, self._log)
         self._log(f"resumed from {ckpt} at step {self.step}")
 
     def save(self, final: bool = True) -> Path | None:
@@ -308,32 +188,38 @@ class Trainer:
             raise TrainingDiverged(f"parameters are not finite at step {self.step}; refusing to overwrite "
                                    f"good checkpoints in {self.run_dir / 'checkpoints'}. Try a lower train.lr.")
         weights = ddp.full_model_state(self.model, self.dist) if ddp.is_fsdp(self.model) else None
-        trainer_state = self.trainer_state()
+        state = self.trainer_state()
         error, path = None, None
         if self.dist.is_main:  # rank 0 writes; the others wait for its outcome
             try:
-                path = save_checkpoint(self.run_dir, self.step, self.model, self.cfg, trainer_state,
+                path = save_checkpoint(self.run_dir, self.step, self.model, self.cfg, state,
                                        keep_last=self.cfg.train.keep_checkpoints, state_dict=weights)
             except OSError as e:
                 error = e
         if self.dist.enabled:
             error, path = ddp.broadcast_object((None if error is None else OSError(str(error)), path), self.dist)
         if error is not None:
-            e = error
             if final:
                 raise CheckpointError(f"cannot write the checkpoint of step {self.step} under "
-                                      f"{self.run_dir / 'checkpoints'}: {e}") from None
-            self.warnings += 1
-            self._log(f"warning: checkpoint at step {self.step} failed ({e}); training continues "
-                      "and the next checkpoint retries")
+                                      f"{self.run_dir / 'checkpoints'}: {error}") from None
+            self.report.warn(f"warning: checkpoint at step {self.step} failed ({error}); training continues "
+                             "and the next checkpoint retries")
             return None
         self.last_saved_step = self.step
         return path
 
-    # ---- loop --------------------------------------------------------------------------------
+    # ---- one step ------------------------------------------------------------------------------
     def _log(self, msg: str) -> None:
-        if not self.quiet:
-            tqdm.write(msg, file=sys.stderr)
+        self.report.log(msg)
+
+    @property
+    def stop_requested(self) -> bool:
+        """True once a signal asked training to stop (under DDP: on every rank in the same step)."""
+        return self.stop.requested
+
+    @stop_requested.setter
+    def stop_requested(self, value: bool) -> None:
+        self.stop.requested = value
 
     def autocast(self):
         if self.amp_dtype is None:
@@ -366,9 +252,9 @@ class Trainer:
         bad = not (torch.isfinite(grad_norm) and torch.isfinite(sums["loss"]))
         if self.dist.enabled:
             # one small collective per step: skip together, and stop together when any rank got a signal
-            flags = torch.tensor([float(bad), float(self.stop_signal)], device=self.device)
+            flags = torch.tensor([float(bad), float(self.stop.received)], device=self.device)
             ddp.all_reduce_(flags, self.dist, op=torch.distributed.ReduceOp.MAX)
-            bad, self.stop_requested = bool(flags[0] > 0), self.stop_requested or bool(flags[1] > 0)
+            bad, self.stop.requested = bool(flags[0] > 0), self.stop.requested or bool(flags[1] > 0)
         if bad:
             self.opt.zero_grad(set_to_none=True)
             return None
@@ -393,9 +279,12 @@ class Trainer:
             rates = ddp.all_reduce_(rates, self.dist) / self.dist.world_size
         # one host sync per step: cheap next to the step itself, and what makes the count exact
         values = {k: (v if k in sums else None) for k, v in zip(keys, rates.tolist())}
-        tc = self.cfg.train
-        step_bytes = self.sampler.batch_size * self.dist.world_size * tc.grad_accum * self.sampler.seq_len
-        self.objective.after_step(self.step, values, step_bytes, self.sampler.seq_len)
+        self.objective.after_step(self.step, values, self.step_bytes, self.sampler.seq_len)
+
+    @property
+    def step_bytes(self) -> int:
+        """Distinct bytes of the global batch of one step."""
+        return self.sampler.batch_size * self.dist.world_size * self.cfg.train.grad_accum * self.sampler.seq_len
 
     @property
     def flops_spent(self) -> float:
@@ -412,102 +301,6 @@ class Trainer:
                 sums = {k: v / self.dist.world_size for k, v in sums.items()}
         return summarize(sums)
 
-    def _start_metrics(self, path: Path) -> list[dict]:
-        """One consistent trajectory in metrics.jsonl: a resumed run drops the records written
-        after its checkpoint (it is about to log those steps again); a fresh run starts empty."""
-        history = read_metrics(path, self.step) if self.step else []
-        _write_metrics(path, history)
-        return history
-
-    def fit(self, stop_at: int | None = None) -> TrainResult:
-        """Train to train.max_steps (or, with `stop_at`, to that step, then checkpoint so that a
-        resumed run continues exactly)."""
-        tc = self.cfg.train
-        end = tc.max_steps if stop_at is None else min(stop_at, tc.max_steps)
-        metrics_file = None
-        if self.dist.is_main:  # rank 0 owns the run folder's files
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "config.json").write_text(json.dumps(self.cfg.to_dict(), indent=2))
-            metrics_path = self.run_dir / "metrics.jsonl"
-            self.history = self._start_metrics(metrics_path)
-            metrics_file = open(metrics_path, "a")
-        ddp.barrier(self.dist)
-        world = self.dist.world_size
-        # distinct bytes of the global batch
-        step_bytes = self.sampler.batch_size * world * tc.grad_accum * self.sampler.seq_len
-        if self.peak_flops is None:
-            self.peak_flops = ddp.measured_peak_flops(self.device, self.amp_dtype,
-                                                      budget_s=0.5 if self.device.type == "cuda" else 0.25)
-        parallel = f" x {world} ranks ({'FSDP' if tc.fsdp else 'DDP'}, {self.dist.backend})" if self.dist.enabled else ""
-        self._log(f"rltok: {self.model.num_params() / 1e6:.2f}M params on {self.device}{parallel}"
-                  f"{' (bf16 autocast)' if self.amp_dtype else ''}{' (compiled)' if tc.compile else ''}; "
-                  f"{self.corpus.describe()}; peak {self.peak_flops / 1e12:.3g} TFLOP/s per device "
-                  f"({'train.peak_flops' if tc.peak_flops else 'measured matmul'})")
-        if self.step >= tc.max_steps:
-            self._log(f"the run in {self.run_dir} is already at step {self.step} = train.max_steps; "
-                      "raise train.max_steps to train further")
-        interactive = sys.stderr.isatty() and not self.quiet
-        bar = tqdm(total=tc.max_steps, initial=self.step, disable=not interactive, unit="step", dynamic_ncols=True)
-        t_last = time.perf_counter()
-        bytes_last = self.bytes_seen
-        val = {}
-        previous_handlers = self._install_signal_handlers()
-        try:
-            while self.step < end and not self.stop_requested and not self.budget_spent():
-                metrics = self.train_step()
-                if metrics is None:
-                    self._skipped_step()
-                    continue
-                self.bad_steps = 0
-                self.step += 1
-                self.bytes_seen += step_bytes
-                for k, v in metrics.items():
-                    self.log_acc[k] = self.log_acc.get(k, 0.0) + v
-                self.log_n += 1
-                bar.update(1)
-                last = self.step == tc.max_steps or self.budget_spent()
-                evaluate_now = self.step % tc.eval_every == 0 or last
-                if self.step % tc.log_every == 0 or evaluate_now:
-                    now = time.perf_counter()
-                    if self.dist.enabled:  # global means: one all-reduce of the sums per record
-                        rec = {k: v / self.log_n for k, v in ddp.mean_of_sums(self.log_acc, self.dist, self.device).items()}
-                    else:
-                        rec = {k: float(v) / self.log_n for k, v in self.log_acc.items()}
-                    rec["train_flops"] = self.flops_spent
-                    rec.update(step=self.step, bytes=self.bytes_seen, lr=self.opt.param_groups[0]["lr"],
-                               bytes_per_s=(self.bytes_seen - bytes_last) / max(1e-9, now - t_last))
-                    # MFU: analytical FLOPs/byte x bytes/s against the peak of all devices
-                    fpb = step_train_flops_per_byte(self.cfg, self.sampler.seq_len, rec.get("chunks_per_byte"),
-                                                     rec.get("supertokens_per_chunk"), self.vocab_size)
-                    rec["flops_per_s"] = fpb * rec["bytes_per_s"]
-                    rec["mfu"] = rec["flops_per_s"] / (self.peak_flops * world)
-                    t_last, bytes_last, self.log_acc, self.log_n = now, self.bytes_seen, {}, 0
-                    if evaluate_now:
-                        val = self.validate()
-                        rec.update({f"val_{k}": v for k, v in val.items() if k != "chunk_length_hist"})
-                    self._check_rate(rec)
-                    rec.update(skipped_steps=self.skipped_steps, warnings=self.warnings)
-                    self.history.append(rec)
-                    if metrics_file is not None:
-                        metrics_file.write(json.dumps(rec) + "\n")
-                        metrics_file.flush()
-                    self._report(rec, bar, interactive)
-                if self.step % tc.checkpoint_every == 0 or last:
-                    self.save(final=last)
-                if self.step % tc.log_every == 0 or evaluate_now:  # keep validation/checkpoint time out of bytes/s
-                    t_last = time.perf_counter()
-            if self.step != self.last_saved_step and (self.stop_requested or self.step == end):
-                path = self.save()
-                if self.stop_requested:
-                    self._log(f"interrupted: saved {path}; continue with --resume")
-        finally:
-            bar.close()
-            if metrics_file is not None:
-                metrics_file.close()
-            for sig, handler in previous_handlers.items():
-                signal.signal(sig, handler)
-        return TrainResult(step=self.step, val=val, run_dir=self.run_dir, history=self.history)
-
     def _skipped_step(self) -> None:
         self.bad_steps += 1
         self.skipped_steps += 1
@@ -520,57 +313,77 @@ class Trainer:
                 f"{self.bad_steps} consecutive non-finite steps after step {self.step}; stopping ({where}). "
                 "Try a lower train.lr or train.grad_clip, or check the data.")
 
-    def _check_rate(self, rec: dict) -> None:
-        """Warn (once per episode) when the boundary policy stays collapsed at rate ~0 or ~1."""
-        p = rec.get("p_mean")  # mean boundary probability over free positions; RL chunker only
-        kind = None
-        if p is not None and self.step > 2 * self.cfg.train.warmup_steps:
-            kind = rate_collapse(p, self.cfg.model.target_rate)
-        if kind is None:
-            self.collapse_streak = 0
-            return
-        self.collapse_streak += 1
-        if self.collapse_streak == self.collapse_patience:
-            self.warnings += 1
-            self._log(f"warning: boundary rate collapsed {kind} at step {self.step} (mean p {p:.3f}, "
-                      f"target {self.cfg.model.target_rate}): {COLLAPSE_ADVICE[kind]}")
+    # ---- the loop ------------------------------------------------------------------------------
+    def fit(self, stop_at: int | None = None) -> TrainResult:
+        """Train to train.max_steps (or, with `stop_at`, to that step, then checkpoint so that a
+        resumed run continues exactly)."""
+        tc = self.cfg.train
+        end = tc.max_steps if stop_at is None else min(stop_at, tc.max_steps)
+        trackers = None
+        if self.dist.is_main:  # rank 0 owns the run folder's files
+            run_folder.start(self.run_dir, self.cfg)
+            trackers = tracking.Trackers(self.run_dir, self.cfg, self.step)
+            self.history = trackers.history
+        ddp.barrier(self.dist)
+        if self.peak_flops is None:
+            self.peak_flops = ddp.measured_peak_flops(self.device, self.amp_dtype,
+                                                      budget_s=0.5 if self.device.type == "cuda" else 0.25)
+        self._log_start()
+        self.report.open_bar(self.step)
+        self.meter.restart_clock(self.bytes_seen)
+        val = {}
+        try:
+            with self.stop.installed():
+                while self.step < end and not self.stop.requested and not self.budget_spent():
+                    metrics = self.train_step()
+                    if metrics is None:
+                        self._skipped_step()
+                        continue
+                    self.bad_steps = 0
+                    self.step += 1
+                    self.bytes_seen += self.step_bytes
+                    self.meter.add(metrics)
+                    self.report.advance()
+                    last = self.step == tc.max_steps or self.budget_spent()
+                    evaluate_now = self.step % tc.eval_every == 0 or last
+                    log_now = self.step % tc.log_every == 0 or evaluate_now
+                    if log_now:
+                        rec = self.meter.record(self.step, self.bytes_seen, self.opt.param_groups[0]["lr"],
+                                                self.flops_spent, self.peak_flops)
+                        if evaluate_now:
+                            val = self.validate()
+                            rec.update({f"val_{k}": v for k, v in val.items() if k != "chunk_length_hist"})
+                        self.report.check_rate(rec, self.step)
+                        rec.update(skipped_steps=self.skipped_steps, warnings=self.report.warnings)
+                        self.history.append(rec)
+                        if trackers is not None:
+                            trackers.log(rec)
+                        self.report.show(rec)
+                    if self.step % tc.checkpoint_every == 0 or last:
+                        self.save(final=last)
+                    if log_now:
+                        self.meter.restart_clock()
+                if self.step != self.last_saved_step and (self.stop.requested or self.step == end):
+                    path = self.save()
+                    if self.stop.requested:
+                        self._log(f"interrupted: saved {path}; continue with --resume")
+        finally:
+            self.report.close_bar()
+            if trackers is not None:
+                trackers.close()
+        return TrainResult(step=self.step, val=val, run_dir=self.run_dir, history=self.history)
 
-    def _install_signal_handlers(self) -> dict:
-        """SIGINT/SIGTERM finish the current step, checkpoint and stop (a second SIGINT aborts)."""
-        import threading
-
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-
-        def request_stop(signum, frame):
-            if self.stop_signal and signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            self.stop_signal = True
-            if not self.dist.enabled:  # data parallel: all ranks stop together (train_step)
-                self.stop_requested = True
-            self._log(f"received {signal.Signals(signum).name}: finishing the step and checkpointing")
-
-        previous = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, request_stop)
-        return previous
-
-    def _report(self, rec: dict, bar, interactive: bool) -> None:
-        parts = [f"loss {rec['loss']:.3f}", f"bpb {rec['bpb']:.3f}"]
-        if "val_bpb" in rec:
-            parts.append(f"val_bpb {rec['val_bpb']:.3f}")
-        if "rate" in rec:
-            parts.append(f"rate {rec['rate']:.3f}")
-        parts.append(f"{rec['bytes_per_s'] / 1e3:.1f}k B/s")
-        if "mfu" in rec:
-            parts.append(f"MFU {100 * rec['mfu']:.1f}%")
-        text = " | ".join(parts)
-        if interactive:
-            bar.set_postfix_str(text)
-            if "val_bpb" in rec:
-                self._log(f"step {rec['step']}: {text}")
-        else:
-            self._log(f"step {rec['step']}/{self.cfg.train.max_steps}: {text}")
+    def _log_start(self) -> None:
+        tc = self.cfg.train
+        parallel = (f" x {self.dist.world_size} ranks ({'FSDP' if tc.fsdp else 'DDP'}, {self.dist.backend})"
+                    if self.dist.enabled else "")
+        self._log(f"rltok: {self.model.num_params() / 1e6:.2f}M params on {self.device}{parallel}"
+                  f"{' (bf16 autocast)' if self.amp_dtype else ''}{' (compiled)' if tc.compile else ''}; "
+                  f"{self.corpus.describe()}; peak {self.peak_flops / 1e12:.3g} TFLOP/s per device "
+                  f"({'train.peak_flops' if tc.peak_flops else 'measured matmul'})")
+        if self.step >= tc.max_steps:
+            self._log(f"the run in {self.run_dir} is already at step {self.step} = train.max_steps; "
+                      "raise train.max_steps to train further")
 
 
 def train(cfg: Config, resume: bool = False, quiet: bool = False) -> TrainResult:

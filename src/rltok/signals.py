@@ -1,0 +1,46 @@
+"""Stopping on a signal: SIGINT/SIGTERM ask training to finish the current step, checkpoint and
+stop (a second SIGINT aborts at once)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Callable
+
+
+class StopRequest:
+    """Whether training should stop after the current step.
+
+    `received`: a signal arrived at this process. `requested`: the loop acts on it. In one
+    process they go together; under data parallelism only `received` is set by the handler,
+    and the trainer sets `requested` on every rank in the same step (one all-reduce), so that
+    all ranks stop together."""
+
+    def __init__(self, log: Callable[[str], None], across_ranks: bool = False):
+        self.log = log
+        self.across_ranks = across_ranks
+        self.received = False
+        self.requested = False
+
+    def handle(self, signum, frame) -> None:
+        if self.received and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.received = True
+        if not self.across_ranks:
+            self.requested = True
+        self.log(f"received {signal.Signals(signum).name}: finishing the step and checkpointing")
+
+    @contextmanager
+    def installed(self):
+        """Handle SIGINT/SIGTERM while the block runs, then restore the previous handlers.
+        Python delivers signals to the main thread only, so elsewhere this does nothing."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {sig: signal.signal(sig, self.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
