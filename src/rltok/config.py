@@ -274,6 +274,11 @@ class TrainConfig:
     # drew, and decay the learning rate by FLOPs spent instead of steps (0 = off; max_steps still
     # caps the run). Equal training compute for rules whose rate is not known in advance.
     flops_budget: float = 0.0
+    # Metric sinks besides metrics.jsonl, optional extras (pip install 'rltok[track]'): TensorBoard
+    # event files in <out_dir>/tensorboard, and a Weights & Biases run in the project named here
+    # ("" = off; WANDB_MODE=offline keeps it on this machine).
+    tensorboard: bool = False
+    wandb: str = ""
 
     def validate(self) -> None:
         for name in ("seq_len", "batch_size", "grad_accum", "max_steps", "eval_batches", "log_every",

@@ -1,7 +1,7 @@
 """The training loop: build the model, optimiser and objective; step (AdamW, warm-up + cosine,
 clipping, accumulation); validate; checkpoint. Around it, each in a module of its own: the run
 folder's rules (run_folder), stopping on a signal (signals), what a record holds and what the
-user sees (metrics), where records go (tracking), and what trainer.pt
+user sees (metrics), where records go (tracking: JSONL, TensorBoard, W&B), and what trainer.pt
 holds (trainer_state)."""
 
 from __future__ import annotations
@@ -76,6 +76,7 @@ class Trainer:
         tc = cfg.train
         self.run_dir = Path(tc.out_dir)
         run_folder.refuse_other_run(self.run_dir, resume)
+        tracking.require(cfg)
         if tc.threads > 0:
             torch.set_num_threads(tc.threads)
         self.device = resolve_device(tc.device)
