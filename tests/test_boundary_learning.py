@@ -2,7 +2,6 @@
 (a synthetic reward the policy must learn through the real estimator path)."""
 
 import itertools
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,9 +12,21 @@ from rltok.flops import config_forward_flops_per_byte, counterfactual_flops_per_
 from rltok.rl.flips import boundary_values, draw_flips, flip_segment_sums, local_expectation_loss
 from rltok.train import Trainer
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "rltok"
-TEXT = b"".join(p.read_bytes() for p in sorted(SRC.rglob("*.py")))
-DATA = torch.frombuffer(bytearray(TEXT), dtype=torch.uint8)
+def synthetic_text(n_bytes: int = 260_000, seed: int = 0) -> bytes:
+    """Fixed pseudo-code text (words, punctuation, indented lines) from a seeded generator: the
+    same bytes on every machine and whatever the repository's own files hold."""
+    words = [b"def", b"return", b"self", b"value", b"import", b"for", b"in", b"range", b"if", b"else",
+             b"the", b"model", b"data", b"x", b"y", b"batch", b"loss", b"step", b"print", b"None"]
+    g = torch.Generator().manual_seed(seed)
+    out = bytearray()
+    while len(out) < n_bytes:
+        line = [words[i] for i in torch.randint(0, len(words), (int(torch.randint(2, 9, (1,), generator=g)),),
+                                                   generator=g).tolist()]
+        out += b"    " * int(torch.randint(0, 3, (1,), generator=g)) + b" ".join(line) + b":\n"
+    return bytes(out[:n_bytes])
+
+
+DATA = torch.frombuffer(bytearray(synthetic_text()), dtype=torch.uint8)
 
 
 def corpus() -> Corpus:
