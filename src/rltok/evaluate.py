@@ -11,7 +11,6 @@ import math
 import torch
 
 from .bytes_classes import is_whitespace_byte
-from .objective import token_nll
 from .token_alignment import summarize_counts, token_alignment_counts
 
 
@@ -77,10 +76,7 @@ def evaluate_sums(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, 
         xb, yb = x[i : i + batch_size].to(device), y[i : i + batch_size].to(device)
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             out = model(xb, mode=mode, generator=gen)
-        if out.byte_nll is not None:
-            nll, mask = out.byte_nll, out.byte_mask
-        else:
-            nll, mask = token_nll(out.logits, yb), yb < 256
+        nll, mask = out.per_byte_nll(yb)
         nats += nll[mask].sum().item()
         n_bytes += int(mask.sum())
         if out.boundaries is not None:

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from .bytes_classes import is_whitespace_byte
 from .config import ModelConfig, ObjectiveConfig
-from .model.output import ModelOutput
+from .model.output import ModelOutput, token_nll
 from .rl import (LagrangePrice, batch_relative, discounted_cumsum, gae, group_relative, masked_mean,
                  policy_gradient_loss, rate_loss)
 from .rl.flips import boundary_values, draw_flips, local_expectation_loss
@@ -106,11 +106,6 @@ def supertoken_terms(out: ModelOutput, returns: torch.Tensor, cfg: ObjectiveConf
         metrics["rate_loss2"] = l_rate2.detach()
         loss = loss + cfg.rate_weight * l_rate2
     return loss
-
-
-def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """(B, T) negative log-likelihood in nats, computed in fp32."""
-    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape)
 
 
 def probe_reward(b: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -209,28 +204,21 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
     `policy_on=False` (the warm start) leaves the boundary policy untouched: no policy, rate
     or price term, so an RL policy keeps drawing its initial i.i.d. boundaries."""
     batch_mean = LOCAL if batch_mean is None else batch_mean
-    if out.byte_nll is not None:  # token-level model: nats attributed to the bytes they cover
-        loss = out.byte_nll.sum() / out.byte_mask.sum().clamp(min=1)
-        metrics = {"loss": loss.detach(), "ce_final": loss.detach(), "bpb": loss.detach() / LN2}
-        if out.n_chunks is not None:  # tokens per byte: what its compute scales with
-            metrics["chunks_per_byte"] = (out.n_chunks.sum() / out.byte_nll.numel()).detach().float()
+    targets = out.rows_targets(targets)
+    ce_final, counted = out.per_byte_nll(targets)
+    bpb = masked_mean(ce_final.detach(), counted) / LN2
+    if out.early_logits is None:  # a plain LM (flat byte or BPE-token): the mean over the counted bytes
+        loss = ce_final.sum() / counted.sum().clamp(min=1)
+        metrics = {"loss": loss.detach(), "ce_final": loss.detach(), "bpb": bpb}
+        if out.n_chunks is not None:  # tokens per byte: what a token model's compute scales with
+            metrics["chunks_per_byte"] = (out.n_chunks.sum() / ce_final.numel()).detach().float()
         return loss, metrics
-    if out.logits.shape[0] != targets.shape[0]:  # K segmentations per sequence (group_size)
-        targets = targets.repeat_interleave(out.logits.shape[0] // targets.shape[0], 0)
-    ce_final = token_nll(out.logits, targets)
-    byte_mask = targets < 256  # bpb counts bytes, not specials
-    metrics: dict[str, torch.Tensor] = {
-        "ce_final": ce_final.mean().detach(),
-        "bpb": (masked_mean(ce_final.detach(), byte_mask) / LN2),
-    }
-    if out.early_logits is None:  # flat model: plain LM loss
-        metrics["loss"] = metrics["ce_final"]
-        return ce_final.mean(), metrics
+    metrics: dict[str, torch.Tensor] = {"ce_final": ce_final.mean().detach(), "bpb": bpb}
 
     ce_early = token_nll(out.early_logits, targets)
     loss = (1 - cfg.alpha) * ce_final.mean() + cfg.alpha * ce_early.mean()
     metrics["ce_early"] = ce_early.mean().detach()
-    metrics["bpb_early"] = masked_mean(ce_early.detach(), byte_mask) / LN2
+    metrics["bpb_early"] = masked_mean(ce_early.detach(), counted) / LN2
 
     bd = out.boundaries
     metrics["rate"] = boundary_rate(bd.b, bd.free).detach()
