@@ -34,11 +34,15 @@ import torch
 import tokenizers
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from .bytes_classes import ASCII_WHITESPACE
+
 # Before 0.20 merges were serialised as "a b" strings, which breaks for tokens holding spaces.
 if tuple(int(p) for p in tokenizers.__version__.split(".")[:2]) < (0, 20):
     raise ImportError(f"rltok.bpe needs tokenizers>=0.20 (found {tokenizers.__version__})")
 
-_WS = r"\t\n\x0b\x0c\r "  # ASCII whitespace only: 0x85 and 0xA0 are UTF-8 continuation bytes here
+# bytes_classes.ASCII_WHITESPACE as the body of a regex character class (0x85 and 0xA0 are UTF-8
+# continuation bytes here, not spaces); the text stays "\t\n\x0b\x0c\r ", which tokenizers store
+_WS = "".join({9: r"\t", 10: r"\n", 13: r"\r", 32: " "}.get(c, rf"\x{c:02x}") for c in sorted(ASCII_WHITESPACE))
 # Characters >= 0x80 are named by code point, \x{..}: the regex engine (Oniguruma, on the UTF-8
 # form of the text) reads \xff as a raw byte rather than U+00FF, so [\x80-\xff] matches none of
 # the characters 0x80-0xFF of the latin-1 view (and [^...\x80-\xff] none of them either).

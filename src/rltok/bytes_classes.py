@@ -3,7 +3,8 @@
 Whitespace is ASCII whitespace, what bytes.isspace() / bytes.split() / bytes.strip() treat as
 whitespace: space, tab, LF, vertical tab, form feed, CR. Nothing >= 0x80: 0x85 and 0xA0 are
 UTF-8 continuation bytes in our byte view, not spaces. (The SpaceByte chunker's "spacelike"
-rule in rltok.model.chunkers is a different, wider class.)
+rule in rltok.model.chunkers is a different, wider class.) Modules that draw the line elsewhere
+on purpose use a named subset of it, defined here with the reason.
 """
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ from __future__ import annotations
 import torch
 
 ASCII_WHITESPACE = frozenset(b" \t\n\x0b\x0c\r")
+# true_advantage's byte classes: vertical tab and form feed are too rare in text to be whitespace there
+TEXT_WHITESPACE = ASCII_WHITESPACE - frozenset(b"\x0b\x0c")
+# token_alignment's Python lexer: Python separates the tokens of a line with space, tab and form feed
+PYTHON_BLANKS = ASCII_WHITESPACE - frozenset(b"\n\r\x0b")
 
 
 def is_whitespace_byte(x: torch.Tensor) -> torch.Tensor:

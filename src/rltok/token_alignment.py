@@ -64,11 +64,13 @@ import tokenize
 
 import torch
 
+from .bytes_classes import PYTHON_BLANKS
+
 # ---------------------------------------------------------------------------------------------
 # the regex lexer
 
 _NEWLINE = rb"\r\n|\r|\n"
-_SPACE = rb"(?:[ \t\f]|\\(?:\r\n|\r|\n))+"
+_SPACE = rb"(?:[" + re.escape(bytes(sorted(PYTHON_BLANKS))) + rb"]|\\(?:\r\n|\r|\n))+"
 _COMMENT = rb"#[^\r\n\xff]*"
 # string prefixes: Python's, and t/tr/rt (template strings, Python 3.14)
 _PREFIX = rb"(?:[bB][rR]|[rR][bB]|[fF][rR]|[rR][fF]|[tT][rR]|[rR][tT]|[rRbBuUfFtT])?"

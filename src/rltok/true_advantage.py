@@ -33,14 +33,13 @@ from typing import Callable
 
 import torch
 
-from .bytes_classes import ASCII_WHITESPACE
+from .bytes_classes import TEXT_WHITESPACE
 from .config import ObjectiveConfig
 from .objective import boundary_advantages, boundary_reward, token_nll
 
 CLASSES = ("indentation", "whitespace", "before_whitespace", "after_whitespace", "punctuation", "mid_word",
            "other")
-# space, tab, LF, CR: vertical tab and form feed (rare in text) are not the classes' whitespace
-WHITESPACE = ASCII_WHITESPACE - frozenset(b"\x0b\x0c")
+WHITESPACE = TEXT_WHITESPACE  # space, tab, LF, CR
 NEWLINES = frozenset(b"\n\r")
 PUNCTUATION = frozenset(string.punctuation.encode())
 

@@ -22,13 +22,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .bytes_classes import ASCII_WHITESPACE
 from .config import ConfigError
 from .data import DataError, load_corpus, load_eval_bytes, named_split
 from .segment import show, split_chunks
 
-# What bytes.strip() / bytes.split() treat as whitespace: ASCII only, since 0x85 and 0xA0 are
-# UTF-8 continuation bytes in our byte view, not spaces.
-ASCII_WS = frozenset(b" \t\n\r\x0b\x0c")
 HIST_MAX = 32  # chunk length histogram: lengths 1..31, the last bin is 32 or more
 COVERAGE_AT = (1_000, 10_000)
 
@@ -165,8 +163,8 @@ def chunk_stats(chunks: list[bytes], top: int = 30) -> dict:
         elif len(words) > 1:
             multi += 1
         else:
-            starts = c[0] in ASCII_WS or i == 0 or chunks[i - 1][-1] in ASCII_WS
-            ends = c[-1] in ASCII_WS or i == n - 1 or chunks[i + 1][0] in ASCII_WS
+            starts = c[0] in ASCII_WHITESPACE or i == 0 or chunks[i - 1][-1] in ASCII_WHITESPACE
+            ends = c[-1] in ASCII_WHITESPACE or i == n - 1 or chunks[i + 1][0] in ASCII_WHITESPACE
             whole += starts and ends
     by_count = sorted(counts.values(), reverse=True)
     cum = np.cumsum(by_count) if by_count else np.zeros(1, dtype=np.int64)
