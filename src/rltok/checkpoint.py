@@ -387,10 +387,6 @@ def read_config(folder: Path) -> tuple[Config, dict]:
         raise CheckpointError(f"checkpoint {folder}: bad {CONFIG} ({e})") from None
 
 
-def load_config_from(path: Path) -> Config:
-    return read_config(path)[0]
-
-
 def load_weights(folder: Path, cfg: Config) -> torch.nn.Module:
     """The model config.json describes, with the folder's weights loaded strictly (on CPU)."""
     from .model.factory import build_model
