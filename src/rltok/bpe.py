@@ -234,6 +234,7 @@ class BPEFit:
     seconds: float
     searched: list[tuple[int, float]] = field(default_factory=list)  # (vocab size, rate), in order
     note: str = ""
+    max_vocab_size: int = 0  # the trained vocabulary, before sizing (below max_vocab when merges ran out)
 
     def __iter__(self):
         return iter((self.tokenizer, self.rate, self.vocab_size))
@@ -273,19 +274,43 @@ def fit_bpe_to_rate(data: bytes | Sequence[bytes], target_rate: float, sample_by
                     max_vocab: int = 65536, min_frequency: int = 2, vocab_tol: float = 0.005) -> BPEFit:
     """A BPE whose tokens per byte on held-out bytes of `data` is closest to `target_rate`.
 
-    Trains once, at `max_vocab`, on `sample_bytes` of random blocks of `data`; a smaller
-    vocabulary is a prefix of that one (see truncate_bpe), so the bisection over vocab size only
-    re-encodes the held-out blocks - as counts of distinct pre-tokens, which BPE encodes one by
-    one. The bisection stops once its bracket is narrower than `vocab_tol` of the vocab size
-    (such neighbours differ by ~1e-4 in rate). Deterministic for a given seed. If the target is
-    out of reach, the closest vocabulary comes back with `reachable=False`, the reason in
-    `note`, and a warning.
+    Trains once, at `max_vocab`, on `sample_bytes` of random blocks of `data` and sizes the
+    vocabulary on `heldout_bytes` of other blocks (fit_bpe_sized_on). Deterministic for a given
+    seed. If the target is out of reach, the closest vocabulary comes back with
+    `reachable=False`, the reason in `note`, and a warning.
     """
     start = time.perf_counter()
     docs = [bytes(data)] if isinstance(data, (bytes, bytearray, memoryview)) else [bytes(d) for d in data if len(d)]
     if not docs or not any(docs):
         raise ValueError("fit_bpe_to_rate needs some bytes")
     train, heldout = _split_blocks(docs, sample_bytes, heldout_bytes, seed)
+    fit = fit_bpe_sized_on(train, heldout, target_rate, pretokenize, max_vocab, min_frequency, vocab_tol)
+    if not fit.reachable:
+        if target_rate > 1.0:
+            note = f"target rate {target_rate} > 1: a token holds at least one byte"
+        else:
+            why = (f"merges ran out at vocab {fit.max_vocab_size} (min_frequency={min_frequency}, "
+                   f"{fit.train_bytes:,} sample bytes)" if fit.max_vocab_size < max_vocab else f"max_vocab={max_vocab}")
+            note = (f"target rate {target_rate} unreachable with pretokenize={pretokenize!r}: the lowest rate is "
+                    f"{fit.min_rate:.4f} ({why}); pre-tokens alone give {fit.pretoken_rate:.4f} tokens/byte")
+        fit.note = note
+        warnings.warn(note + f"; using vocab {fit.vocab_size} at rate {fit.rate:.4f}", stacklevel=2)
+    fit.seconds = time.perf_counter() - start
+    return fit
+
+
+def fit_bpe_sized_on(train: Sequence[bytes], heldout: Sequence[bytes], target_rate: float,
+                     pretokenize: str = "gpt2", max_vocab: int = 65536, min_frequency: int = 2,
+                     vocab_tol: float = 0.005) -> BPEFit:
+    """A BPE trained on the pieces `train` whose tokens per byte on the pieces `heldout` is
+    closest to `target_rate`; reachable means min_rate <= target_rate <= 1 (no note, no warning:
+    the caller words them).
+
+    Trains once, at `max_vocab`; a smaller vocabulary is a prefix of that one (see truncate_bpe),
+    so the bisection over vocab size only re-encodes the held-out bytes - as counts of distinct
+    pre-tokens, which BPE encodes one by one. The bisection stops once its bracket is narrower
+    than `vocab_tol` of the vocab size (such neighbours differ by ~1e-4 in rate)."""
+    start = time.perf_counter()
     full = train_bpe(train, max_vocab, pretokenize, min_frequency)
     id_to_token, merges = _vocab_merges(full)
 
@@ -322,25 +347,14 @@ def fit_bpe_to_rate(data: bytes | Sequence[bytes], target_rate: float, sample_by
                 hi = mid
     best = min(rates, key=lambda v: (abs(rates[v] - target_rate), v))
     min_rate = rates[len(id_to_token)]
-    pretoken_rate = float(weights.sum()) / n_bytes
-    reachable = min_rate <= target_rate <= 1.0
-    note = ""
-    if not reachable:
-        if target_rate > 1.0:
-            note = f"target rate {target_rate} > 1: a token holds at least one byte"
-        else:
-            why = (f"merges ran out at vocab {len(id_to_token)} (min_frequency={min_frequency}, "
-                   f"{sum(map(len, train)):,} sample bytes)" if len(id_to_token) < max_vocab else f"max_vocab={max_vocab}")
-            note = (f"target rate {target_rate} unreachable with pretokenize={pretokenize!r}: the lowest rate is "
-                    f"{min_rate:.4f} ({why}); pre-tokens alone give {pretoken_rate:.4f} tokens/byte")
-        warnings.warn(note + f"; using vocab {best} at rate {rates[best]:.4f}", stacklevel=2)
     vocab, kept = _prefix(id_to_token, merges, best)
     return BPEFit(tokenizer=new_tokenizer(pretokenize, vocab, kept), rate=rates[best], vocab_size=len(vocab),
-                  target_rate=target_rate, reachable=reachable, min_rate=min_rate, pretoken_rate=pretoken_rate,
-                  train_bytes=sum(map(len, train)), heldout_bytes=n_bytes,
-                  seconds=time.perf_counter() - start, searched=searched, note=note)
+                  target_rate=target_rate, reachable=min_rate <= target_rate <= 1.0, min_rate=min_rate,
+                  pretoken_rate=float(weights.sum()) / n_bytes, train_bytes=sum(map(len, train)),
+                  heldout_bytes=n_bytes, seconds=time.perf_counter() - start, searched=searched,
+                  max_vocab_size=len(id_to_token))
 
 
 __all__ = ["BPEFit", "PRETOKENIZERS", "bpe_boundary_mask", "bytes_to_text", "decode_bytes", "encode_bytes",
-           "encode_rows", "fit_bpe_to_rate", "new_tokenizer", "pretokenize_name", "text_to_bytes",
+           "encode_rows", "fit_bpe_sized_on", "fit_bpe_to_rate", "new_tokenizer", "pretokenize_name", "text_to_bytes",
            "token_lengths", "tokenizer_from_tensor", "tokenizer_to_tensor", "train_bpe", "truncate_bpe"]

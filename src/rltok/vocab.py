@@ -16,7 +16,6 @@ import sys
 import time
 import warnings
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -277,59 +276,27 @@ def _sample_blocks(data: bytes, n: int, seed: int = 0, block: int = 1 << 16) -> 
     return [data[i * block : (i + 1) * block] for i in sorted(picks)]
 
 
-@dataclass
-class BPEMatch:
-    tokenizer: object
-    rate: float  # tokens per byte on the text
-    vocab_size: int
-    target_rate: float
-    reachable: bool  # False: even the largest vocabulary leaves the rate above the target
-    min_rate: float  # the rate of the largest vocabulary on the text
-    train_bytes: int
-    seconds: float
-    note: str = ""
-
-
 def fit_bpe_on_text(train: bytes, text: bytes, target_rate: float, pretokenize: str = "line",
                     sample_bytes: int = 4_000_000, seed: int = 0, max_vocab: int = 65536,
-                    vocab_tol: float = 0.005) -> BPEMatch:
-    """A BPE trained on `train` whose rate *on `text`* is closest to `target_rate`.
-
-    Like bpe.fit_bpe_to_rate (one training at `max_vocab` on random blocks, then a bisection
-    over vocabulary prefixes), except that the vocabulary size is chosen on the analysed text
-    itself: a BPE sized on held-out blocks of its training split can land 20% off the target on
-    another split of a mixed corpus, and the comparison is only fair at equal rates."""
-    from .bpe import encode_bytes, train_bpe, truncate_bpe
+                    vocab_tol: float = 0.005):
+    """A BPE trained on `train` whose rate *on `text`* is closest to `target_rate`
+    (bpe.fit_bpe_sized_on, with `text` as the bytes it is sized on): a BPE sized on held-out
+    blocks of its training split can land 20% off the target on another split of a mixed
+    corpus, and the comparison is only fair at equal rates. Returns a bpe.BPEFit."""
+    from .bpe import fit_bpe_sized_on
 
     start = time.perf_counter()
-    sample = _sample_blocks(train, sample_bytes, seed)
-    full = train_bpe(sample, max_vocab, pretokenize)
-    toks: dict[int, object] = {}
-    rates: dict[int, float] = {}
-
-    def rate(v: int) -> float:
-        if v not in rates:
-            toks[v] = full if v >= full.get_vocab_size() else truncate_bpe(full, v)
-            rates[v] = len(encode_bytes(toks[v], text)) / len(text)
-        return rates[v]
-
-    lo, hi = 256, full.get_vocab_size()
-    if rate(hi) < target_rate < rate(lo):  # the rate falls (weakly) with the vocabulary size
-        while hi - lo > max(1, int(vocab_tol * hi)):
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if rate(mid) > target_rate else (lo, mid)
-    best = min(rates, key=lambda v: (abs(rates[v] - target_rate), v))
-    min_rate = rates[full.get_vocab_size()]
-    reachable = min_rate <= target_rate
-    note = "" if reachable else (
-        f"BPE cannot reach rate {target_rate:.4f} with pretokenize={pretokenize!r}: its lowest rate on the text is "
-        f"{min_rate:.4f} (vocab {full.get_vocab_size():,} from {sum(map(len, sample)):,} training bytes; more "
-        f"training bytes{' or pretokenize line' if pretokenize != 'line' else ''} can go lower)")
-    if note:
-        warnings.warn(note, stacklevel=2)
-    return BPEMatch(tokenizer=toks[best], rate=rates[best], vocab_size=toks[best].get_vocab_size(),
-                    target_rate=target_rate, reachable=reachable, min_rate=min_rate,
-                    train_bytes=sum(map(len, sample)), seconds=time.perf_counter() - start, note=note)
+    fit = fit_bpe_sized_on(_sample_blocks(train, sample_bytes, seed), [text], target_rate, pretokenize,
+                           max_vocab=max_vocab, vocab_tol=vocab_tol)
+    fit.reachable = fit.min_rate <= target_rate  # a learned rate is at most 1
+    if not fit.reachable:
+        fit.note = (
+            f"BPE cannot reach rate {target_rate:.4f} with pretokenize={pretokenize!r}: its lowest rate on the text is "
+            f"{fit.min_rate:.4f} (vocab {fit.max_vocab_size:,} from {fit.train_bytes:,} training bytes; more "
+            f"training bytes{' or pretokenize line' if pretokenize != 'line' else ''} can go lower)")
+        warnings.warn(fit.note, stacklevel=2)
+    fit.seconds = time.perf_counter() - start
+    return fit
 
 
 # ---- the report ----------------------------------------------------------------------------------
@@ -568,5 +535,5 @@ def write_markdown(result: dict, path: str | Path, top: int = 30) -> Path:
     return path
 
 
-__all__ = ["BPEMatch", "bpe_chunks", "chunk_stats", "fit_bpe_on_text", "format_text", "learned_boundaries", "learned_chunks", "load_vocab_data",
+__all__ = ["bpe_chunks", "chunk_stats", "fit_bpe_on_text", "format_text", "learned_boundaries", "learned_chunks", "load_vocab_data",
            "markdown", "metric_rows", "overlap_stats", "print_report", "vocab_report", "write_json", "write_markdown"]
