@@ -3,7 +3,7 @@
     torchrun --nproc_per_node 2 tests/dist_worker.py OUT DATA [override ...]
 
 Every rank takes part in: a DDP run stopped halfway and resumed (OUT/ddp_resume), an FSDP2 run
-stopped halfway and resumed (OUT/fsdp), a DDP run with K segmentations per sequence
+stopped halfway and resumed (OUT/fsdp) and the same run uninterrupted (OUT/fsdp_straight), a DDP run with K segmentations per sequence
 (OUT/ddp_group), one with Lagrange rate control and a FLOPs budget (OUT/ddp_priced), and a DDP run through the CLI (OUT/ddp). Rank 0 writes the checkpoints and
 metrics that the test compares with a single-process run.
 """
@@ -46,6 +46,8 @@ def run() -> None:
     resumed = Trainer(load_config("test", overrides=fsdp), resume=True, quiet=True)
     assert resumed.step == 3
     resumed.fit()
+    straight = [*base, f"train.out_dir={out}/fsdp_straight", "train.fsdp=true"]
+    Trainer(load_config("test", overrides=straight), quiet=True).fit()
     # 3. group-relative baseline
     Trainer(load_config("test", overrides=[*base, f"train.out_dir={out}/ddp_group", *GROUP]), quiet=True).fit()
     # 3b. Lagrange rate control and a FLOPs budget

@@ -125,10 +125,13 @@ def test_rank_zero_alone_writes_and_reports(runs):
     assert sorted(p.name for p in (ddp_dir / "checkpoints").iterdir()) == ["step_0000003", "step_0000006"]
 
 
-def test_optimizer_state_is_keyed_by_name_under_fsdp_and_ddp_as_in_one_process(runs):
-    """trainer.pt holds one format: FSDP gathers the full optimiser state keyed by parameter name,
-    the same names, groups and tensor shapes a single process and DDP write."""
-    from rltok.checkpoint import list_checkpoints
+def test_optimizer_state_is_keyed_by_name_under_fsdp_and_ddp_as_in_one_process(runs, tmp_path):
+    """trainer.pt holds the optimiser state keyed by parameter name in one process and under DDP
+    (the same names, groups and tensor shapes); under FSDP it is in the checkpoint's dcp/ folder
+    (torch.distributed.checkpoint, every rank's shards, keyed by name), which one process loads
+    into its own model and optimiser: the same state, to the 2-rank tolerance."""
+    from rltok import distributed
+    from rltok.checkpoint import SHARDED, list_checkpoints, verify_checkpoint
 
     root, _ = runs
 
@@ -141,8 +144,22 @@ def test_optimizer_state_is_keyed_by_name_under_fsdp_and_ddp_as_in_one_process(r
     single = optimizer_of(root / "single")
     names = [n for g in single["param_groups"] for n in g["params"]]
     assert names and all(isinstance(n, str) for n in names) and set(single["state"]) <= set(names)
-    for name in ("fsdp", "ddp_resume"):
-        got = optimizer_of(root / name)
+    assert not (list_checkpoints(root / "single")[-1] / SHARDED).exists()
+
+    # FSDP: no optimiser state in trainer.pt; the shards load into a single process's optimiser
+    ckpt = list_checkpoints(root / "fsdp")[-1]
+    verify_checkpoint(ckpt)  # the manifest covers dcp/'s files
+    manifest = json.loads((ckpt / "manifest.json").read_text())
+    assert any(f.startswith(SHARDED + "/") for f in manifest["files"]), manifest
+    assert optimizer_of(root / "fsdp") is None
+    torch.set_num_threads(1)
+    cfg = load_config("test", overrides=[*COMMON, f"train.out_dir={tmp_path / 'load'}", "data.train=stdlib",
+                                         "data.max_bytes=20000", f"train.batch_size={GLOBAL_BATCH}"])
+    trainer = Trainer(cfg, quiet=True)
+    distributed.load_sharded_state(trainer.model, trainer.opt, ckpt / SHARDED)
+    from_dcp = distributed.optimizer_state_by_name(trainer.model, trainer.opt)
+    assert_params_close(trainer.model.state_dict(), weights(root / "fsdp"), tol=0.0)  # the same weights
+    for name, got in (("fsdp", from_dcp), ("ddp_resume", optimizer_of(root / "ddp_resume"))):
         assert [g["params"] for g in got["param_groups"]] == [g["params"] for g in single["param_groups"]], name
         # the hyperparameters (torch.distributed.checkpoint hands betas back as a list, not a tuple)
         assert [hyper(g) for g in got["param_groups"]] == [hyper(g) for g in single["param_groups"]], name
@@ -151,3 +168,14 @@ def test_optimizer_state_is_keyed_by_name_under_fsdp_and_ddp_as_in_one_process(r
             assert got["state"][p].keys() == s.keys(), (name, p)
             for k, v in s.items():
                 assert got["state"][p][k].shape == v.shape and got["state"][p][k].device.type == "cpu", (name, p, k)
+    assert_params_close({f"{p}.{k}": v for p, s in from_dcp["state"].items() for k, v in s.items()},
+                        {f"{p}.{k}": v for p, s in single["state"].items() for k, v in s.items()}, tol=1e-4)
+
+
+def test_fsdp_resume_continues_exactly(runs):
+    """An FSDP run stopped at step 3 and resumed from its sharded state (dcp/) ends bit for bit
+    where the same run without the stop ends."""
+    root, _ = runs
+    assert losses(root / "fsdp") == losses(root / "fsdp_straight")
+    a, b = weights(root / "fsdp"), weights(root / "fsdp_straight")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

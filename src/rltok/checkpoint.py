@@ -14,7 +14,10 @@ temporary name and renamed into place (atomic on POSIX):
     <run>/checkpoints/step_0000600/
         model.safetensors, config.json, README.md   exactly what save_pretrained writes
         trainer.pt          optimiser state keyed by parameter name, every RNG stream, data position, step
-        manifest.json       file -> sha256, written last
+        dcp/                under FSDP only: every rank's shards of the model and optimiser state
+                            (torch.distributed.checkpoint, keyed by parameter name); trainer.pt
+                            then holds no optimiser state
+        manifest.json       file (dcp/ files by relative path) -> sha256, written last
 
 `load` (behind `load_checkpoint`, `from_pretrained` and every command that takes `-c`) accepts a
 run folder (its newest valid checkpoint), a checkpoint folder, a model folder, or (`hub=True`) a
@@ -46,6 +49,7 @@ CONFIG = "config.json"
 CARD = "README.md"
 TRAINER = "trainer.pt"
 MANIFEST = "manifest.json"
+SHARDED = "dcp"  # FSDP's sharded model and optimiser state, a folder inside the checkpoint
 MODEL_FILES = (WEIGHTS, CONFIG, CARD)  # a model folder; a checkpoint adds TRAINER and MANIFEST
 META_KEYS = ("model_type", "rltok_version", "architecture", "num_parameters", "results")
 REQUIRED = (WEIGHTS, CONFIG)  # what a manifest must list
@@ -214,34 +218,46 @@ def clean_stale(run_dir: str | Path) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
+def stage_checkpoint(run_dir: str | Path, step: int) -> Path:
+    """The empty temporary folder the checkpoint of `step` is written into before it is renamed
+    into place. Under FSDP every rank first writes its shards into `<it>/dcp` (SHARDED), then
+    rank 0 completes it with save_checkpoint(staged=...)."""
+    ckpt_root = Path(run_dir) / "checkpoints"
+    ckpt_root.mkdir(parents=True, exist_ok=True)
+    clean_stale(run_dir)
+    tmp = ckpt_root / f".tmp_step_{step:07d}_{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    return tmp
+
+
 def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module | None, cfg: Config,
                     trainer_state: dict | None = None, keep_last: int = 3,
-                    state_dict: dict[str, torch.Tensor] | None = None, results: dict | None = None) -> Path:
+                    state_dict: dict[str, torch.Tensor] | None = None, results: dict | None = None,
+                    staged: Path | None = None) -> Path:
     """Write `<run_dir>/checkpoints/step_<step>` atomically and prune to the newest `keep_last`
     (0 keeps all). A crash at any point leaves either the complete new checkpoint or none, and
     the older ones untouched. The folder holds what save_pretrained writes (the card with
     `results`, by default the run's own from its metrics.jsonl), plus trainer.pt and the
     manifest. `state_dict` replaces `model.state_dict()` (a sharded model's weights gathered
-    beforehand)."""
+    beforehand). `staged`: the folder stage_checkpoint made, already holding the sharded state."""
     ckpt_root = Path(run_dir) / "checkpoints"
-    ckpt_root.mkdir(parents=True, exist_ok=True)
-    clean_stale(run_dir)
     final = ckpt_root / f"step_{step:07d}"
-    tmp = ckpt_root / f".tmp_step_{step:07d}_{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
+    tmp = stage_checkpoint(run_dir, step) if staged is None else staged
     try:
         if results is None:
             results = run_results(run_dir, step)
         write_model_files(tmp, model, cfg, results, name=Path(run_dir).resolve().name, state_dict=state_dict)
         if trainer_state is not None:
             torch.save(trainer_state, tmp / TRAINER)
-        files = sorted(p.name for p in tmp.iterdir())
+        files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
         manifest = {"step": step, "files": {name: _sha256(tmp / name) for name in files}}
         for name in files:
             with open(tmp / name, "rb+") as f:
                 os.fsync(f.fileno())
+        if (tmp / SHARDED).is_dir():
+            _fsync_dir(tmp / SHARDED)
         # the manifest is written last: a folder with a valid manifest is complete
         _write_synced(tmp / MANIFEST, json.dumps(manifest, indent=2).encode())
         _fsync_dir(tmp)

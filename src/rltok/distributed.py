@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import datetime
 import os
+import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -271,21 +273,42 @@ def load_full_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor]
         model.load_state_dict(state)
 
 
-def full_optimizer_state(model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict:
-    """The full optimiser state keyed by parameter name ({"state": {name: {...}}, "param_groups":
-    [{..., "params": [names]}]}), the same in 1 process, under DDP (pass the unwrapped model) and
-    under FSDP, where torch.distributed.checkpoint's get_optimizer_state_dict gathers it (a
-    collective: every rank calls it, rank 0 receives the state, the others an empty dict)."""
-    if not is_fsdp(model):
-        return optimizer_state_by_name(model, opt)
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+def save_sharded_state(model: torch.nn.Module, opt: torch.optim.Optimizer, path: Path) -> None:
+    """Every rank writes its own shards of the model and optimiser state into the folder `path`
+    with torch.distributed.checkpoint: {"model": ..., "optim": ...} as `get_state_dict` gives
+    them, keyed by parameter name. A collective under FSDP: every rank calls it."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    return get_optimizer_state_dict(model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    model_state, optim_state = get_state_dict(model, opt)
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(path))
+
+
+def load_sharded_state(model: torch.nn.Module, opt: torch.optim.Optimizer, path: Path) -> None:
+    """Read what save_sharded_state wrote into `model` and `opt`, whatever their layout now
+    (FSDP over any number of ranks, DDP, one process): the state is matched by parameter name
+    and resharded. Every rank calls it."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    from .checkpoint import CheckpointError
+
+    model_state, optim_state = get_state_dict(model, opt)
+    state = {"model": model_state, "optim": optim_state}
+    try:
+        with warnings.catch_warnings():  # one process reading a checkpoint of several is intended
+            warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process")
+            dcp.load(state, checkpoint_id=str(path))
+    except Exception as e:  # torch.distributed.checkpoint wraps every rank's failure in its own type
+        raise CheckpointError(f"cannot read the sharded state in {path} ({type(e).__name__}: "
+                              f"{' '.join(str(e).split())[:500]})") from None
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
 
 def load_full_optimizer_state(model: torch.nn.Module, opt: torch.optim.Optimizer, state: dict) -> None:
     """Load a full optimiser state keyed by parameter name (or by the integer ids of older
-    checkpoints) into `opt`, matching parameters by name; FSDP shards it (every rank calls)."""
+    checkpoints) into `opt`, matching parameters by name; FSDP shards it (every rank calls):
+    a checkpoint of one process or DDP resumed under FSDP."""
     names = _param_names(model, opt)
     state = _checked_by_name(state, names, opt)
     if is_fsdp(model):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+import shutil
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,8 @@ import torch
 
 from . import distributed as ddp
 from . import run_folder, tracking, trainer_state
-from .checkpoint import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
+from .checkpoint import (SHARDED, CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint,
+                         stage_checkpoint)
 from .config import VOCAB_SIZE, Config
 from .data import Corpus, WindowSampler, load_corpus, rank_eval_windows
 from .device import resolve_device, resolve_dtype
@@ -190,11 +192,13 @@ class Trainer:
                                    f"good checkpoints in {self.run_dir / 'checkpoints'}. Try a lower train.lr.")
         weights = ddp.full_model_state(self.model, self.dist) if ddp.is_fsdp(self.model) else None
         state = self.trainer_state()
-        error, path = None, None
-        if self.dist.is_main:  # rank 0 writes; the others wait for its outcome
+        error, path, staged = None, None, None
+        if ddp.is_fsdp(self.model):  # every rank writes its shards of the model and optimiser state
+            staged, error = self._write_shards()
+        if self.dist.is_main and error is None:  # rank 0 writes; the others wait for its outcome
             try:
                 path = save_checkpoint(self.run_dir, self.step, self.model, self.cfg, state,
-                                       keep_last=self.cfg.train.keep_checkpoints, state_dict=weights)
+                                       keep_last=self.cfg.train.keep_checkpoints, state_dict=weights, staged=staged)
             except OSError as e:
                 error = e
         if self.dist.enabled:
@@ -208,6 +212,25 @@ class Trainer:
             return None
         self.last_saved_step = self.step
         return path
+
+    def _write_shards(self) -> tuple[Path | None, OSError | None]:
+        """FSDP: rank 0 stages the checkpoint folder, every rank writes its shards into its dcp/
+        (torch.distributed.checkpoint). Returns (the staged folder, the error every rank saw)."""
+        staged, error = None, None
+        if self.dist.is_main:
+            try:
+                staged = stage_checkpoint(self.run_dir, self.step)
+            except OSError as e:
+                error = OSError(str(e))
+        staged, error = ddp.broadcast_object((staged, error), self.dist)
+        if error is None:
+            try:
+                ddp.save_sharded_state(self.model, self.opt, staged / SHARDED)
+            except Exception as e:  # a full disk on any rank fails the save on every rank
+                error = OSError(f"{type(e).__name__}: {' '.join(str(e).split())[:500]}")
+        if error is not None and staged is not None and self.dist.is_main:
+            shutil.rmtree(staged, ignore_errors=True)
+        return staged, error
 
     # ---- one step ------------------------------------------------------------------------------
     def _log(self, msg: str) -> None:

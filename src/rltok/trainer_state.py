@@ -14,14 +14,15 @@ import numpy as np
 import torch
 
 from . import distributed as ddp
-from .checkpoint import CheckpointError
+from .checkpoint import SHARDED, CheckpointError
 from .config import ConfigError, ModelConfig
 
 if TYPE_CHECKING:
     from .train import Trainer
 
-# bump when its keys change meaning (2: the objective's state under "objective", optimiser state by name)
-STATE_VERSION = 2
+# bump when its keys change meaning (2: the objective's state under "objective", optimiser state by
+# name; 3: under FSDP the optimiser state is in the checkpoint's dcp/ folder, "optimizer" is None)
+STATE_VERSION = 3
 
 
 def capture(tr: Trainer) -> dict:
@@ -31,7 +32,8 @@ def capture(tr: Trainer) -> dict:
         "step": tr.step,
         "bytes_seen": tr.bytes_seen,
         "objective": tr.objective.state_dict(),
-        "optimizer": ddp.full_optimizer_state(tr.model, tr.opt),  # collective under FSDP
+        # FSDP: written with the model's shards by every rank (checkpoint.SHARDED, Trainer.save)
+        "optimizer": None if ddp.is_fsdp(tr.model) else ddp.optimizer_state_by_name(tr.model, tr.opt),
         "sampler": tr.sampler.state_dict(),  # the data position
         "boundary_gen": tr.boundary_gen.get_state(),
         "torch_rng": torch.get_rng_state(),  # dropout
@@ -72,8 +74,13 @@ def check_resumable(state: dict | None, ckpt: Path, saved: ModelConfig, wanted: 
 
 
 def restore(tr: Trainer, state: dict, ckpt: Path) -> None:
-    """Put `state` back into the trainer (its weights are loaded already)."""
-    ddp.load_full_optimizer_state(tr.model, tr.opt, state["optimizer"])
+    """Put `state` back into the trainer (its weights are loaded already). A checkpoint written
+    under FSDP holds the optimiser state (and the model's) in its dcp/ folder, which loads into
+    any layout; the others, in trainer.pt."""
+    if state.get("optimizer") is None and (ckpt / SHARDED).is_dir():
+        ddp.load_sharded_state(tr.model, tr.opt, ckpt / SHARDED)
+    else:
+        ddp.load_full_optimizer_state(tr.model, tr.opt, state["optimizer"])
     tr.sampler.load_state_dict(state["sampler"])
     tr.boundary_gen.set_state(state["boundary_gen"])
     torch.set_rng_state(state["torch_rng"])
