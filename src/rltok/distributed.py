@@ -73,7 +73,15 @@ def is_main_process() -> bool:
 
 def shutdown() -> None:
     if dist.is_available() and dist.is_initialized():
+        # Release what still holds the group (a DDP wrapper in a reference cycle) while every
+        # peer is alive, then tear down together: a gloo group freed at interpreter exit, after
+        # a peer has gone, aborts ("terminate called without an active exception").
+        import gc
+
+        gc.collect()
+        dist.barrier()
         dist.destroy_process_group()
+        gc.collect()
 
 
 def barrier(info: DistInfo) -> None:
