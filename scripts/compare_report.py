@@ -77,6 +77,8 @@ def gap_to_tokens(rows: list[dict]) -> list[str]:
 
 def render_corpus(name: str, corpus: str, src: Path, from_docs: bool, only, kind: str) -> list[str]:
     dest = ROOT / "docs" / "results" / name / corpus
+    if not from_docs and not any(src.glob("*_s*.json")):
+        from_docs = True  # a section not re-run: render it from the JSON already in docs/
     src = dest if from_docs else src
     files = sorted(src.glob("*_s*.json"))
     if not files:
