@@ -26,3 +26,20 @@ def _threads():
     # tiny models run fastest on one thread, and stay fast when the machine is busy
     torch.set_num_threads(1)
     torch.manual_seed(0)
+
+
+def wait_for_ranks(proc, timeout: float = 240) -> str:
+    """The output of a torchrun launched in its own session, once every rank exited cleanly; a
+    hung launch is killed with all its workers and fails the test."""
+    import os
+    import signal
+    import subprocess
+
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail("the 2-rank run hung:\n" + out.decode(errors="replace")[-4000:])
+    assert proc.returncode == 0, out.decode(errors="replace")[-4000:]
+    return out.decode(errors="replace")

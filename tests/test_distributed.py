@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +18,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from conftest import wait_for_ranks
 
 from rltok.checkpoint import load_checkpoint
 from rltok.config import load_config
@@ -86,14 +87,8 @@ def runs(tmp_path_factory):
                                            f"train.batch_size={GLOBAL_BATCH}", *GROUP]), quiet=True).fit()
     Trainer(load_config("test", overrides=[*COMMON, f"data.train={data}", f"train.out_dir={root / 'single_priced'}",
                                            f"train.batch_size={GLOBAL_BATCH}", *PRICED]), quiet=True).fit()
-    try:
-        out, _ = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail("the 2-rank run hung:\n" + out.decode(errors="replace")[-4000:])
-    assert proc.returncode == 0, out.decode(errors="replace")[-4000:]
-    return root, out.decode(errors="replace")
+    out = wait_for_ranks(proc)
+    return root, out
 
 
 def weights(run: Path) -> dict:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from conftest import wait_for_ranks
 
 from rltok.checkpoint import load_checkpoint
 from rltok.config import load_config
@@ -108,13 +109,7 @@ def test_two_ranks_read_disjoint_windows_from_shards_and_match_one_process(tmp_p
     single_val = list(reads)
     reads.clear()
     single.fit()
-    try:
-        out, _ = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail("the 2-rank run hung:\n" + out.decode(errors="replace")[-4000:])
-    assert proc.returncode == 0, out.decode(errors="replace")[-4000:]
+    wait_for_ranks(proc)
 
     ranks = [json.loads((tmp_path / f"reads{r}.json").read_text()) for r in range(2)]
     # every rank read its own half of each global batch, no window of the other rank's
