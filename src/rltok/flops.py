@@ -44,9 +44,14 @@ def boundary_rule_flops(chunker: str, dim: int) -> float:
     return 0.0  # fixed, uniform, whitespace, entropy (reuses the early-exit logits), bpe
 
 
+def ngram_tables(cfg: ModelConfig) -> int:
+    """How many n-gram embeddings are summed into each byte's input (model.ngram_vocab; 0 when off)."""
+    return len(cfg.ngram_sizes) if getattr(cfg, "ngram_vocab", 0) else 0
+
+
 def ngram_flops(cfg: ModelConfig, dim: int) -> float:
-    """Per byte: one add per n-gram table per dimension (model.ngram_vocab; 0 when off)."""
-    return float(len(cfg.ngram_sizes) * dim) if getattr(cfg, "ngram_vocab", 0) else 0.0
+    """Per byte: one add per n-gram table per dimension."""
+    return float(ngram_tables(cfg) * dim)
 
 
 def hourglass_flops(cfg: ModelConfig, seq_len: int, rate: float | None = None,
@@ -131,8 +136,7 @@ def config_forward_flops_per_byte(cfg, rate: float | None = None, vocab_size: in
     the encoder pass and repeat everything after it. `rate2`: supertokens per chunk (stages=2)."""
     m, seq = cfg.model, cfg.train.seq_len
     if m.arch == "flat":
-        tables = len(m.ngram_sizes) if m.ngram_vocab else 0
-        return flat_flops(m.d_chunk, m.flat_layers, seq, None, m.mlp_ratio, tables)["total"]
+        return flat_flops(m.d_chunk, m.flat_layers, seq, None, m.mlp_ratio, ngram_tables(m))["total"]
     if m.arch == "bpe_token":  # a token costs a flat layer stack plus a vocab-sized head; rate tokens/byte
         rate = m.target_rate if rate is None else rate
         n_tok = max(1, int(seq * rate))

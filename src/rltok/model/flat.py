@@ -8,7 +8,7 @@ import torch.nn as nn
 from ..config import VOCAB_SIZE
 from .decoding import FlatState, StepOutput
 from .layers import Stack, init_weights
-from .ngram_embed import NgramEmbedding
+from .ngram_embed import NgramEmbedding, byte_input
 from .output import ModelOutput
 
 
@@ -37,10 +37,7 @@ class FlatByteLM(nn.Module):  # generate / save_pretrained / from_pretrained: rl
         return ModelOutput(logits=self.head(self.body(self.embed_bytes(idx), pos)), early_logits=None, boundaries=None)
 
     def embed_bytes(self, idx: torch.Tensor) -> torch.Tensor:
-        x = self.embed(idx)
-        if self.ngram_embed is not None:
-            x = x + self.ngram_embed(idx).to(x.dtype)
-        return x
+        return byte_input(self.embed, self.ngram_embed, idx)
 
     # ---- cached decoding (see rltok.model.decoding) ------------------------------------------
 

@@ -29,7 +29,7 @@ import torch.nn as nn
 
 from ..config import VOCAB_SIZE, ModelConfig
 from .chunk_vocab import ChunkVocab
-from .ngram_embed import NgramEmbedding
+from .ngram_embed import NgramEmbedding, byte_input
 from .chunkers import Boundaries, NonCausalRule, RLPolicy, build_chunker, forced_mask
 from .decoding import HourglassState, StepOutput, put_row
 from .noise import uniform
@@ -234,10 +234,7 @@ class HourglassLM(nn.Module):  # generate / save_pretrained / from_pretrained: r
 
     def embed_bytes(self, idx: torch.Tensor) -> torch.Tensor:
         """The encoder's input: each byte's embedding, plus its n-grams' when there are any."""
-        x = self.embed(idx)
-        if self.ngram_embed is not None:
-            x = x + self.ngram_embed(idx).to(x.dtype)
-        return x
+        return byte_input(self.embed, self.ngram_embed, idx)
 
     def encode(self, idx: torch.Tensor, cache=None) -> torch.Tensor:
         pos = torch.arange(idx.shape[1], device=idx.device)

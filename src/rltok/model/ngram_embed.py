@@ -54,3 +54,11 @@ class NgramEmbedding(nn.Module):
         rows = self.hashes(idx)
         out = F.embedding_bag(rows.flatten(0, 1), self.table.weight, mode="sum")
         return out.view(*idx.shape, -1)
+
+
+def byte_input(embed: nn.Embedding, ngrams: NgramEmbedding | None, idx: torch.Tensor) -> torch.Tensor:
+    """A byte model's input: each byte's embedding, plus its n-grams' when the model has them."""
+    x = embed(idx)
+    if ngrams is not None:
+        x = x + ngrams(idx).to(x.dtype)
+    return x
