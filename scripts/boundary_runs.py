@@ -46,6 +46,13 @@ RUNS: dict[str, list[str]] = {
     # and hashed byte n-gram embeddings: the byte level gets a vocabulary's memory too
     "warm_flips_vocab_ngram": ["objective.estimator=flips", "objective.policy_start_step=250", "model.chunk_vocab=65536",
                                "model.ngram_vocab=32768"],
+    # a lexicon prior: the flips' credits also count the segmentation's code length under a
+    # unigram model of the policy's own recent chunks (cut the same strings the same way)
+    "lexicon": ["objective.estimator=flips", "objective.lexicon_weight=1"],
+    "lexicon_w01": ["objective.estimator=flips", "objective.lexicon_weight=0.1"],
+    "lexicon_vocab": ["objective.estimator=flips", "objective.lexicon_weight=1", "model.chunk_vocab=65536"],
+    "lexicon_vocab_ngram": ["objective.estimator=flips", "objective.lexicon_weight=1", "model.chunk_vocab=65536",
+                            "model.ngram_vocab=32768"],
     "vocab_ngram": ["model.chunk_vocab=65536", "model.ngram_vocab=32768"],
     "vocab": ["model.chunk_vocab=65536"],
     "uniform_vocab": ["model.chunker=uniform", "model.chunk_vocab=65536"],

@@ -177,6 +177,14 @@ class ObjectiveConfig:
     # chunk-level path learns to use chunks; then it learns where to cut.
     policy_start_step: int = 0
     policy_lr_mult: float = 1.0  # the boundary policy's learning rate as a multiple of train.lr
+    # A lexicon prior (rl/lexicon.py, flips estimator only): the flips' credits also count the
+    # code length of the segmentation under a unigram model of chunk contents learned from the
+    # policy's own recent chunks, times lexicon_weight (nats of lexicon code per nat of LM loss;
+    # 0 = off). It rewards cutting the same strings the same way: minimum description length.
+    lexicon_weight: float = 0.0
+    lexicon_size: int = 1 << 20  # hash-table rows of chunk counts
+    lexicon_concentration: float = 100.0  # Dirichlet-process concentration: weight of the base model
+    lexicon_decay: float = 0.995  # counts decay by this per training step (old segmentations fade)
 
     def baseline_parts(self) -> set[str]:
         return {p.strip() for p in self.baseline.split("+") if p.strip()}
@@ -209,6 +217,13 @@ class ObjectiveConfig:
         if self.flip_stride < 1 or self.flip_weight < 0 or self.policy_start_step < 0 or self.policy_lr_mult <= 0:
             raise ConfigError("objective.flip_stride >= 1, flip_weight >= 0, policy_start_step >= 0 and "
                               "policy_lr_mult > 0 are required")
+        if self.lexicon_weight < 0 or self.lexicon_size < 2 or self.lexicon_concentration <= 0 \
+                or not 0 < self.lexicon_decay <= 1:
+            raise ConfigError("objective.lexicon_weight >= 0, lexicon_size >= 2, lexicon_concentration > 0 and "
+                              "lexicon_decay in (0, 1] are required")
+        if self.lexicon_weight > 0 and self.estimator != "flips":
+            raise ConfigError("objective.lexicon_weight needs objective.estimator=flips (the lexicon's credit is "
+                              "the local code-length change of each flipped decision)")
         if not 0 <= self.gamma <= 1:
             raise ConfigError("objective.gamma must be in [0, 1]")
         if not 0 <= self.alpha <= 1:

@@ -129,7 +129,23 @@ def boundary_reward(ce_early: torch.Tensor, ce_final: torch.Tensor, kind: str, b
 class Counterfactual:
     """The loss of the same batch with a sparse set of boundary decisions flipped."""
     flips: torch.Tensor  # (B, T) bool: the flipped decisions
-    nll: torch.Tensor  # (B, T) per-position loss with them flipped (no grad)
+    nll: torch.Tensor  # (B, T) per-position loss with them flipped (no grad), extra costs included
+    extra: torch.Tensor | None = None  # (B, T) extra per-position cost of the sampled decisions (the lexicon's)
+
+
+def per_segmentation(x: torch.Tensor, rows: int) -> torch.Tensor:
+    """A batch's per-sequence tensor repeated for its K segmentations per sequence (group_size)."""
+    return x if x.shape[0] == rows else x.repeat_interleave(rows // x.shape[0], 0)
+
+
+def add_lexicon_costs(cf: Counterfactual, lexicon, idx: torch.Tensor, b: torch.Tensor, weight: float) -> Counterfactual:
+    """Charge both segmentations their code length under the lexicon (rl/lexicon.py), in nats
+    times `weight`, at each chunk's last byte; then count the sampled chunks into the lexicon."""
+    idx = per_segmentation(idx, b.shape[0])
+    base = weight * lexicon.costs(idx, b)
+    flipped = weight * lexicon.costs(idx, b ^ cf.flips)
+    lexicon.update(idx, b)
+    return Counterfactual(cf.flips, cf.nll + flipped, base)
 
 
 @torch.no_grad()
@@ -185,6 +201,8 @@ def flips_policy_loss(bd, reward: torch.Tensor, ce_final: torch.Tensor, counterf
     """The flips estimator's surrogate (unweighted) and the per-flip credits D_f. The per-position
     loss it compares with the counterfactual one is the LM's (or, for the probe, minus the reward)."""
     base = -reward if cfg.reward == "whitespace_probe" else ce_final.detach()
+    if counterfactual.extra is not None:
+        base = base + counterfactual.extra
     values = boundary_values(base, counterfactual.nll, counterfactual.flips, bd.b)
     loss = local_expectation_loss(bd.logits, values, counterfactual.flips, cfg.flip_center, cfg.flip_normalize,
                                   mean=batch_mean.masked_mean)
@@ -248,6 +266,8 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
             l_pg, values = flips_policy_loss(bd, reward, ce_final, counterfactual, cfg, batch_mean)
             loss = loss + cfg.flip_weight * l_pg
             metrics["flip_value"] = masked_mean(values, counterfactual.flips).detach()
+            if counterfactual.extra is not None:  # the lexicon's code length of the sampled chunks, bits per byte
+                metrics["lexicon_bpb"] = counterfactual.extra.mean() / (cfg.lexicon_weight * LN2)
         else:
             l_pg = policy_gradient_loss(bd.logp, returns, free)
             loss = loss + cfg.pg_weight * l_pg
@@ -304,6 +324,12 @@ class BoundaryObjective:
         self.uses_flips = learned and o.estimator == "flips"
         self.flip_gen = torch.Generator().manual_seed(cfg.train.seed + 2)  # which decisions get flipped
         self.flops_spent = 0.0  # training FLOPs, each step counted at the chunks it drew
+        self.lexicon = None  # the lexicon prior's chunk counts (per rank under data parallelism)
+        if self.uses_flips and o.lexicon_weight > 0:
+            from .rl.lexicon import ChunkLexicon
+
+            self.lexicon = ChunkLexicon(o.lexicon_size, o.lexicon_concentration, 1.0 / m.target_rate,
+                                        o.lexicon_decay, device)
 
     def policy_on(self, step: int) -> bool:
         """False during the warm start (objective.policy_start_step)."""
@@ -312,9 +338,17 @@ class BoundaryObjective:
     def counterfactual(self, model, idx: torch.Tensor, targets: torch.Tensor, out: ModelOutput,
                        step: int) -> Counterfactual | None:
         """The flipped pass the flips estimator learns from (None when it is not needed)."""
-        if not (self.uses_flips and self.policy_on(step)):
+        if not self.uses_flips:
             return None
-        return counterfactual_pass(model, idx, targets, out, self.cfg.objective, self.flip_gen)
+        if not self.policy_on(step):
+            if self.lexicon is not None:  # the warm start's chunks fill the lexicon
+                b = out.boundaries.b
+                self.lexicon.update(per_segmentation(idx, b.shape[0]), b)
+            return None
+        cf = counterfactual_pass(model, idx, targets, out, self.cfg.objective, self.flip_gen)
+        if self.lexicon is not None:
+            cf = add_lexicon_costs(cf, self.lexicon, idx, out.boundaries.b, self.cfg.objective.lexicon_weight)
+        return cf
 
     def loss(self, out: ModelOutput, targets: torch.Tensor, step: int,
              counterfactual: Counterfactual | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -342,7 +376,8 @@ class BoundaryObjective:
         lagrange = self.price.lagrange if self.price is not None else None
         return {"flops_spent": self.flops_spent, "flip_gen": self.flip_gen.get_state(),
                 "lagrange": lagrange.state_dict() if lagrange is not None else None,
-                "lagrange2": self.price2.lagrange.state_dict() if self.price2 is not None else None}
+                "lagrange2": self.price2.lagrange.state_dict() if self.price2 is not None else None,
+                "lexicon": self.lexicon.state_dict() if self.lexicon is not None else None}
 
     def load_state_dict(self, state: dict) -> None:
         """Also reads the keys older trainer states kept at their top level."""
@@ -353,3 +388,5 @@ class BoundaryObjective:
             self.price.lagrange.load_state_dict(state["lagrange"])
         if self.price2 is not None and state.get("lagrange2"):
             self.price2.lagrange.load_state_dict(state["lagrange2"])
+        if self.lexicon is not None and state.get("lexicon") is not None:
+            self.lexicon.load_state_dict(state["lexicon"])

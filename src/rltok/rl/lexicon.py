@@ -1,0 +1,110 @@
+"""A lexicon prior for the boundary policy: the code length of a segmentation under a unigram
+model of chunk contents, learned from the policy's own chunks.
+
+Why: a single cut barely changes a small byte model's loss (its value to the model is built up
+by *training* on a consistent segmentation, which a per-decision credit on the current model
+cannot see). A segmentation that cuts the same strings the same way is also one under which the
+text is short to write down as a sequence of chunks drawn from a lexicon. That is the
+minimum-description-length principle of unsupervised word segmentation (a Dirichlet-process
+unigram model of words, as in Bayesian word segmentation): it prefers recurring units, and on
+English those are words with their spaces.
+
+The model: a chunk w (its bytes) has probability
+
+    p(w) = (n_w + a * P0(w)) / (N + a)
+
+where n_w counts w among the recent chunks (hashed into a table, decayed every update so old
+segmentations fade), N is their sum, a the concentration, and P0 a base distribution over
+strings: a geometric length (mean 1 / rate) times a unigram model of the bytes (also counted).
+The cost of a segmentation is -log p(w) in nats at each chunk's last byte, the last byte of the
+window closing a chunk too, so changing one decision changes costs only near it: the flips
+estimator (rl/flips.py) charges each flip with exactly that local change.
+
+Nothing here knows about models: inputs are byte ids and boundary masks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+_HASH_SEED = 0x1E71C0
+_MAX_LEN = 16  # a chunk is hashed by its last 16 bytes and its length
+
+
+class ChunkLexicon:
+    def __init__(self, size: int = 1 << 20, concentration: float = 100.0, mean_len: float = 5.0,
+                 decay: float = 0.995, device=None):
+        if size < 2 or concentration <= 0 or mean_len < 1 or not 0 < decay <= 1:
+            raise ValueError("ChunkLexicon needs size >= 2, concentration > 0, mean_len >= 1, 0 < decay <= 1")
+        self.size, self.concentration, self.decay = size, concentration, decay
+        self.stop = 1.0 / mean_len  # P0's chance that a chunk ends at each byte
+        self.counts = torch.zeros(size, device=device)
+        self.byte_counts = torch.zeros(256, device=device)
+        gen = torch.Generator().manual_seed(_HASH_SEED)
+        # odd multipliers < 2^31 per offset from the chunk's end, one for the length: with byte
+        # values <= 256 the sum stays far below 2^63
+        self.mult = (torch.randint(1, 2 ** 30, (_MAX_LEN + 1,), generator=gen, dtype=torch.long) * 2 + 1).to(device)
+
+    @staticmethod
+    def chunk_starts(b: torch.Tensor) -> torch.Tensor:
+        """(B, T) first byte of the chunk each position belongs to: one past the last boundary
+        strictly before it (0 when there is none)."""
+        t = torch.arange(b.shape[1], device=b.device).expand_as(b)
+        last = torch.where(b.bool(), t, torch.full_like(t, -1)).cummax(dim=1).values  # last boundary <= t
+        prev = torch.cat([torch.full_like(last[:, :1], -1), last[:, :-1]], dim=1)  # last boundary < t
+        return prev + 1
+
+    def hashes(self, x: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+        """(B, T) table row of the string x[start_t .. t] for every position t."""
+        t = torch.arange(x.shape[1], device=x.device).expand_as(x)
+        length = t - start + 1
+        k = torch.arange(_MAX_LEN, device=x.device)
+        pos = t.unsqueeze(-1) - k  # (B, T, L): the chunk's bytes, newest first
+        inside = pos >= start.unsqueeze(-1)
+        byte = torch.gather(x.long(), 1, pos.clamp(min=0).flatten(1)).view(pos.shape)
+        h = ((byte + 1) * inside * self.mult[1:]).sum(-1) + length.clamp(max=_MAX_LEN + 1) * self.mult[0]
+        return torch.remainder(h, self.size)
+
+    def ends(self, b: torch.Tensor) -> torch.Tensor:
+        """Positions that close a chunk: the boundaries and the window's last byte."""
+        e = b.bool().clone()
+        e[:, -1] = True
+        return e
+
+    @torch.no_grad()
+    def costs(self, x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """(B, T) float: -log p(chunk) in nats at each chunk's last byte, 0 elsewhere."""
+        start = self.chunk_starts(b)
+        t = torch.arange(x.shape[1], device=x.device).expand_as(x)
+        length = (t - start + 1).float()
+        log_pb = ((self.byte_counts + 1) / (self.byte_counts.sum() + 256)).log()[x.long()]  # add-one: any byte possible
+        cum = torch.cumsum(log_pb, dim=1)
+        before = torch.gather(torch.nn.functional.pad(cum, (1, 0)), 1, start)  # sum of log p over bytes < start
+        log_p0 = (cum - before) + math.log(self.stop) + (length - 1) * math.log1p(-self.stop)
+        n = self.counts[self.hashes(x, start)]
+        total = self.counts.sum()
+        log_p = torch.logaddexp(n.clamp(min=1e-30).log(), log_p0 + math.log(self.concentration)) \
+            - torch.log(total + self.concentration)
+        return torch.where(self.ends(b), -log_p, torch.zeros_like(log_p))
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor, b: torch.Tensor) -> None:
+        """Count the chunks of a sampled segmentation (complete ones: those a boundary closes)
+        and its bytes, after decaying the old counts."""
+        self.counts.mul_(self.decay)
+        rows = self.hashes(x, self.chunk_starts(b))[b.bool()]
+        self.counts.index_add_(0, rows, torch.ones_like(rows, dtype=self.counts.dtype))
+        self.byte_counts.mul_(self.decay).index_add_(0, x.flatten().long(),
+                                                     torch.ones(x.numel(), device=x.device))
+
+    def state_dict(self) -> dict:
+        return {"counts": self.counts.clone(), "byte_counts": self.byte_counts.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["counts"].shape != self.counts.shape:
+            raise ValueError(f"lexicon table of {state['counts'].numel()} rows in the checkpoint, "
+                             f"{self.size} configured (objective.lexicon_size)")
+        self.counts.copy_(state["counts"])
+        self.byte_counts.copy_(state["byte_counts"])
