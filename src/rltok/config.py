@@ -171,6 +171,9 @@ class ObjectiveConfig:
     flip_stride: int = 16
     flip_weight: float = 1.0
     flip_center: bool = True  # subtract the mean credit over the flips (the rate is the rate control's job)
+    # what is subtracted when centring: "mean" (the mean credit) or "rate_quantile" (the credit
+    # exceeded by a target_rate share of the flips: the credit itself then holds the rate)
+    flip_baseline: str = "mean"
     flip_normalize: bool = True  # divide by its standard deviation (scale-free while boundaries are worth little)
     # Warm start: for this many steps the policy is left alone (no policy, rate or price term),
     # so an RL policy draws its initial i.i.d. boundaries at the target rate while the
@@ -212,6 +215,8 @@ class ObjectiveConfig:
             raise ConfigError("objective.compute_price, lagrange_lr and lagrange_gain must be >= 0")
         if self.reward not in ("early_exit", "final", "whitespace_probe"):
             raise _unknown(self.reward, ["early_exit", "final", "whitespace_probe"], "", what="objective.reward")
+        if self.flip_baseline not in ("mean", "rate_quantile"):
+            raise _unknown(self.flip_baseline, ["mean", "rate_quantile"], "", what="objective.flip_baseline")
         if self.estimator not in ("score_function", "flips"):
             raise _unknown(self.estimator, ["score_function", "flips"], "", what="objective.estimator")
         if self.flip_stride < 1 or self.flip_weight < 0 or self.policy_start_step < 0 or self.policy_lr_mult <= 0:

@@ -197,7 +197,8 @@ def boundary_advantages(reward: torch.Tensor, free: torch.Tensor, cfg: Objective
 
 
 def flips_policy_loss(bd, reward: torch.Tensor, ce_final: torch.Tensor, counterfactual: Counterfactual,
-                      cfg: ObjectiveConfig, batch_mean: LocalMean = LOCAL) -> tuple[torch.Tensor, torch.Tensor]:
+                      cfg: ObjectiveConfig, batch_mean: LocalMean = LOCAL,
+                      target_rate: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The flips estimator's surrogate (unweighted) and the per-flip credits D_f. The per-position
     loss it compares with the counterfactual one is the LM's (or, for the probe, minus the reward)."""
     base = -reward if cfg.reward == "whitespace_probe" else ce_final.detach()
@@ -205,7 +206,8 @@ def flips_policy_loss(bd, reward: torch.Tensor, ce_final: torch.Tensor, counterf
         base = base + counterfactual.extra
     values = boundary_values(base, counterfactual.nll, counterfactual.flips, bd.b)
     loss = local_expectation_loss(bd.logits, values, counterfactual.flips, cfg.flip_center, cfg.flip_normalize,
-                                  mean=batch_mean.masked_mean)
+                                  mean=batch_mean.masked_mean,
+                                  rate=target_rate if cfg.flip_baseline == "rate_quantile" else None)
     return loss, values
 
 
@@ -263,7 +265,7 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
         if cfg.estimator == "flips":
             if counterfactual is None:
                 raise ValueError("objective.estimator='flips' needs the counterfactual pass (counterfactual_pass)")
-            l_pg, values = flips_policy_loss(bd, reward, ce_final, counterfactual, cfg, batch_mean)
+            l_pg, values = flips_policy_loss(bd, reward, ce_final, counterfactual, cfg, batch_mean, target_rate)
             loss = loss + cfg.flip_weight * l_pg
             metrics["flip_value"] = masked_mean(values, counterfactual.flips).detach()
             if counterfactual.extra is not None:  # the lexicon's code length of the sampled chunks, bits per byte

@@ -50,15 +50,22 @@ def boundary_values(loss_base: torch.Tensor, loss_flipped: torch.Tensor, flips: 
 
 
 def local_expectation_loss(logits: torch.Tensor, values: torch.Tensor, flips: torch.Tensor,
-                           center: bool = True, normalize: bool = True, mean=None) -> torch.Tensor:
+                           center: bool = True, normalize: bool = True, mean=None,
+                           rate: float | None = None) -> torch.Tensor:
     """Surrogate whose gradient w.r.t. each flipped logit is -p(1-p) D_f / n_flips (descending it
     raises p where a boundary helps). `center` subtracts the mean D over the flips (the rate is
-    then left to the rate control); `normalize` divides by their standard deviation, so the
-    surrogate's scale does not depend on how much a boundary is worth yet. `mean(x, mask)` may
-    replace the local masked mean (data parallel: global statistics)."""
+    then left to the rate control), or with `rate` the (1 - rate) quantile of D: a boundary is
+    then pushed up where it is worth more than at all but a `rate` share of positions, so the
+    credit itself holds the rate near `rate` whatever the scale of D (a strong signal such as
+    the lexicon's would otherwise overpower a rate penalty). `normalize` divides by their
+    standard deviation, so the surrogate's scale does not depend on how much a boundary is worth
+    yet. `mean(x, mask)` may replace the local masked mean (data parallel: global statistics;
+    the quantile is each rank's own)."""
     mm = masked_mean if mean is None else mean
     v = values.detach().float()
-    if center:
+    if center and rate is not None and flips.any():
+        v = v - torch.quantile(v[flips], 1.0 - rate)
+    elif center:
         v = v - mm(v, flips)
     if normalize:
         v = v / mm(v.square(), flips).sqrt().clamp(min=1e-8)
