@@ -50,13 +50,13 @@ RUNS: dict[str, list[str]] = {
     # unigram model of the policy's own recent chunks (cut the same strings the same way)
     # (centred on the mean credit, the rate penalty cannot hold the rate against it)
     "lexicon_meancenter": ["objective.estimator=flips", "objective.lexicon_weight=1"],
-    # credits centred on their (1 - target rate) quantile: the credit holds the rate
-    "lexicon": ["objective.estimator=flips", "objective.lexicon_weight=1", "objective.flip_baseline=rate_quantile"],
-    "lexicon_w01": ["objective.estimator=flips", "objective.lexicon_weight=0.1", "objective.flip_baseline=rate_quantile"],
-    "lexicon_vocab": ["objective.estimator=flips", "objective.lexicon_weight=1", "objective.flip_baseline=rate_quantile",
+    # a price per boundary inside the credit, held by dual ascent: the credit holds the rate
+    "lexicon": ["objective.estimator=flips", "objective.lexicon_weight=1", "objective.flip_rate_control=true"],
+    "lexicon_w01": ["objective.estimator=flips", "objective.lexicon_weight=0.1", "objective.flip_rate_control=true"],
+    "lexicon_vocab": ["objective.estimator=flips", "objective.lexicon_weight=1", "objective.flip_rate_control=true",
                       "model.chunk_vocab=65536"],
     "lexicon_vocab_ngram": ["objective.estimator=flips", "objective.lexicon_weight=1",
-                            "objective.flip_baseline=rate_quantile", "model.chunk_vocab=65536", "model.ngram_vocab=32768"],
+                            "objective.flip_rate_control=true", "model.chunk_vocab=65536", "model.ngram_vocab=32768"],
     "vocab_ngram": ["model.chunk_vocab=65536", "model.ngram_vocab=32768"],
     "vocab": ["model.chunk_vocab=65536"],
     "uniform_vocab": ["model.chunker=uniform", "model.chunk_vocab=65536"],

@@ -171,9 +171,10 @@ class ObjectiveConfig:
     flip_stride: int = 16
     flip_weight: float = 1.0
     flip_center: bool = True  # subtract the mean credit over the flips (the rate is the rate control's job)
-    # what is subtracted when centring: "mean" (the mean credit) or "rate_quantile" (the credit
-    # exceeded by a target_rate share of the flips: the credit itself then holds the rate)
-    flip_baseline: str = "mean"
+    # Hold the rate inside the flips' credit: a price per boundary, in units of the normalised
+    # credit, raised by dual ascent (lagrange_lr, lagrange_gain) while the expected rate is above
+    # model.target_rate. A strong credit (the lexicon's) overpowers the separate rate penalty.
+    flip_rate_control: bool = False
     flip_normalize: bool = True  # divide by its standard deviation (scale-free while boundaries are worth little)
     # Warm start: for this many steps the policy is left alone (no policy, rate or price term),
     # so an RL policy draws its initial i.i.d. boundaries at the target rate while the
@@ -215,8 +216,6 @@ class ObjectiveConfig:
             raise ConfigError("objective.compute_price, lagrange_lr and lagrange_gain must be >= 0")
         if self.reward not in ("early_exit", "final", "whitespace_probe"):
             raise _unknown(self.reward, ["early_exit", "final", "whitespace_probe"], "", what="objective.reward")
-        if self.flip_baseline not in ("mean", "rate_quantile"):
-            raise _unknown(self.flip_baseline, ["mean", "rate_quantile"], "", what="objective.flip_baseline")
         if self.estimator not in ("score_function", "flips"):
             raise _unknown(self.estimator, ["score_function", "flips"], "", what="objective.estimator")
         if self.flip_stride < 1 or self.flip_weight < 0 or self.policy_start_step < 0 or self.policy_lr_mult <= 0:

@@ -198,7 +198,7 @@ def boundary_advantages(reward: torch.Tensor, free: torch.Tensor, cfg: Objective
 
 def flips_policy_loss(bd, reward: torch.Tensor, ce_final: torch.Tensor, counterfactual: Counterfactual,
                       cfg: ObjectiveConfig, batch_mean: LocalMean = LOCAL,
-                      target_rate: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      flip_price: LagrangePrice | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The flips estimator's surrogate (unweighted) and the per-flip credits D_f. The per-position
     loss it compares with the counterfactual one is the LM's (or, for the probe, minus the reward)."""
     base = -reward if cfg.reward == "whitespace_probe" else ce_final.detach()
@@ -206,8 +206,7 @@ def flips_policy_loss(bd, reward: torch.Tensor, ce_final: torch.Tensor, counterf
         base = base + counterfactual.extra
     values = boundary_values(base, counterfactual.nll, counterfactual.flips, bd.b)
     loss = local_expectation_loss(bd.logits, values, counterfactual.flips, cfg.flip_center, cfg.flip_normalize,
-                                  mean=batch_mean.masked_mean,
-                                  rate=target_rate if cfg.flip_baseline == "rate_quantile" else None)
+                                  mean=batch_mean.masked_mean, price=0.0 if flip_price is None else flip_price.price)
     return loss, values
 
 
@@ -215,14 +214,16 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
                  batch_mean: LocalMean | None = None, price: ChunkPrice | None = None,
                  target_rate2: float | None = None,
                  price2: ChunkPrice | None = None, counterfactual: Counterfactual | None = None,
-                 policy_on: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                 policy_on: bool = True, flip_price: LagrangePrice | None = None
+                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Total loss and detached metrics. `batch_mean` (optional) computes the per-position
     batch mean of a (B, T) tensor; data-parallel training passes a global one. `price` (nats
     per chunk, see ChunkPrice) makes every boundary cost the policy something. Two-stage
     models: `target_rate2` (supertokens per chunk) and `price2` do the same for the second
     policy. `counterfactual`: the flipped pass that objective.estimator="flips" learns from.
     `policy_on=False` (the warm start) leaves the boundary policy untouched: no policy, rate
-    or price term, so an RL policy keeps drawing its initial i.i.d. boundaries."""
+    or price term, so an RL policy keeps drawing its initial i.i.d. boundaries. `flip_price`
+    (objective.flip_rate_control): the flips' price per boundary in normalised credit units."""
     batch_mean = LOCAL if batch_mean is None else batch_mean
     targets = out.rows_targets(targets)
     ce_final, counted = out.per_byte_nll(targets)
@@ -265,9 +266,11 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
         if cfg.estimator == "flips":
             if counterfactual is None:
                 raise ValueError("objective.estimator='flips' needs the counterfactual pass (counterfactual_pass)")
-            l_pg, values = flips_policy_loss(bd, reward, ce_final, counterfactual, cfg, batch_mean, target_rate)
+            l_pg, values = flips_policy_loss(bd, reward, ce_final, counterfactual, cfg, batch_mean, flip_price)
             loss = loss + cfg.flip_weight * l_pg
             metrics["flip_value"] = masked_mean(values, counterfactual.flips).detach()
+            if flip_price is not None:
+                metrics["flip_price"] = flip_price.price.detach()
             if counterfactual.extra is not None:  # the lexicon's code length of the sampled chunks, bits per byte
                 metrics["lexicon_bpb"] = counterfactual.extra.mean() / (cfg.lexicon_weight * LN2)
         else:
@@ -326,6 +329,10 @@ class BoundaryObjective:
         self.uses_flips = learned and o.estimator == "flips"
         self.flip_gen = torch.Generator().manual_seed(cfg.train.seed + 2)  # which decisions get flipped
         self.flops_spent = 0.0  # training FLOPs, each step counted at the chunks it drew
+        # the flips' rate controller: a price in normalised credit units, by dual ascent
+        self.flip_price = None
+        if self.uses_flips and o.flip_rate_control:
+            self.flip_price = LagrangePrice(m.target_rate, o.lagrange_lr, o.lagrange_gain, device)
         self.lexicon = None  # the lexicon prior's chunk counts (per rank under data parallelism)
         if self.uses_flips and o.lexicon_weight > 0:
             from .rl.lexicon import ChunkLexicon
@@ -356,7 +363,7 @@ class BoundaryObjective:
              counterfactual: Counterfactual | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         return compute_loss(out, targets, self.cfg.objective, self.cfg.model.target_rate, batch_mean=self.reduce,
                             price=self.price, target_rate2=self.target_rate2, price2=self.price2,
-                            counterfactual=counterfactual, policy_on=self.policy_on(step))
+                            counterfactual=counterfactual, policy_on=self.policy_on(step), flip_price=self.flip_price)
 
     RATE_KEYS = ("expected_rate", "chunks_per_byte", "expected_rate2", "supertokens_per_chunk")
 
@@ -368,6 +375,8 @@ class BoundaryObjective:
         on = self.policy_on(step)
         if on and self.price is not None and self.price.lagrange is not None and rates["expected_rate"] is not None:
             self.price.lagrange.update(rates["expected_rate"])  # a frozen (warm-start) policy cannot answer a price
+        if on and self.flip_price is not None and rates["expected_rate"] is not None:
+            self.flip_price.update(rates["expected_rate"])
         if on and self.price2 is not None and rates["expected_rate2"] is not None:
             self.price2.lagrange.update(rates["expected_rate2"])
         self.flops_spent += step_train_flops_per_byte(
@@ -379,7 +388,8 @@ class BoundaryObjective:
         return {"flops_spent": self.flops_spent, "flip_gen": self.flip_gen.get_state(),
                 "lagrange": lagrange.state_dict() if lagrange is not None else None,
                 "lagrange2": self.price2.lagrange.state_dict() if self.price2 is not None else None,
-                "lexicon": self.lexicon.state_dict() if self.lexicon is not None else None}
+                "lexicon": self.lexicon.state_dict() if self.lexicon is not None else None,
+                "flip_price": self.flip_price.state_dict() if self.flip_price is not None else None}
 
     def load_state_dict(self, state: dict) -> None:
         """Also reads the keys older trainer states kept at their top level."""
@@ -390,5 +400,7 @@ class BoundaryObjective:
             self.price.lagrange.load_state_dict(state["lagrange"])
         if self.price2 is not None and state.get("lagrange2"):
             self.price2.lagrange.load_state_dict(state["lagrange2"])
+        if self.flip_price is not None and state.get("flip_price") is not None:
+            self.flip_price.load_state_dict(state["flip_price"])
         if self.lexicon is not None and state.get("lexicon") is not None:
             self.lexicon.load_state_dict(state["lexicon"])

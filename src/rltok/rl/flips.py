@@ -51,22 +51,20 @@ def boundary_values(loss_base: torch.Tensor, loss_flipped: torch.Tensor, flips: 
 
 def local_expectation_loss(logits: torch.Tensor, values: torch.Tensor, flips: torch.Tensor,
                            center: bool = True, normalize: bool = True, mean=None,
-                           rate: float | None = None) -> torch.Tensor:
+                           price: torch.Tensor | float = 0.0) -> torch.Tensor:
     """Surrogate whose gradient w.r.t. each flipped logit is -p(1-p) D_f / n_flips (descending it
     raises p where a boundary helps). `center` subtracts the mean D over the flips (the rate is
-    then left to the rate control), or with `rate` the (1 - rate) quantile of D: a boundary is
-    then pushed up where it is worth more than at all but a `rate` share of positions, so the
-    credit itself holds the rate near `rate` whatever the scale of D (a strong signal such as
-    the lexicon's would otherwise overpower a rate penalty). `normalize` divides by their
-    standard deviation, so the surrogate's scale does not depend on how much a boundary is worth
-    yet. `mean(x, mask)` may replace the local masked mean (data parallel: global statistics;
-    the quantile is each rank's own)."""
+    then left to the rate control); `normalize` divides by their standard deviation, so the
+    surrogate's scale does not depend on how much a boundary is worth yet. `price` is then
+    subtracted from every credit: a cost per boundary in the credits' own (normalised) units,
+    which a rate controller raises while the policy cuts too often (a strong credit, such as the
+    lexicon's, overpowers a separate rate penalty). `mean(x, mask)` may replace the local masked
+    mean (data parallel: global statistics)."""
     mm = masked_mean if mean is None else mean
     v = values.detach().float()
-    if center and rate is not None and flips.any():
-        v = v - torch.quantile(v[flips], 1.0 - rate)
-    elif center:
+    if center:
         v = v - mm(v, flips)
     if normalize:
         v = v / mm(v.square(), flips).sqrt().clamp(min=1e-8)
+    v = v - price
     return -masked_mean(torch.sigmoid(logits.float()) * v, flips)
