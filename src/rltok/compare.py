@@ -25,9 +25,12 @@ from pathlib import Path
 from .config import Config, load_config
 from .flops import config_forward_flops_per_byte, flat_flops, hourglass_flops, train_flops_per_byte
 
+_REF = ["model.chunker=rl", "objective.recipe=reference"]
+
 # method -> config overrides on top of the base config
 METHODS: dict[str, list[str]] = {
-    "rl": ["model.chunker=rl"],
+    "rl": ["model.chunker=rl"],  # the preset's recipe (small: the lexicon recipe)
+    "rl_reference": ["model.chunker=rl", "objective.recipe=reference"],  # the published recipe
     "hnet": ["model.chunker=hnet"],
     "gumbel": ["model.chunker=gumbel"],
     "entropy": ["model.chunker=entropy"],
@@ -38,15 +41,15 @@ METHODS: dict[str, list[str]] = {
     "uniform": ["model.chunker=uniform"],
     "flat": ["model.arch=flat"],
     "bpe_token": ["model.arch=bpe_token"],
-    # the reference's ablations and the variance reducers (all: the rl rule)
-    "rl_gamma1": ["model.chunker=rl", "objective.gamma=1.0"],
-    "rl_no_batch": ["model.chunker=rl", "objective.baseline=none"],
-    "rl_final_reward": ["model.chunker=rl", "objective.reward=final"],
-    "rl_w8": ["model.chunker=rl", "model.policy_window=8"],
-    "rl_no_rate": ["model.chunker=rl", "objective.rate_weight=0"],
-    "rl_group4": ["model.chunker=rl", "objective.baseline=group", "objective.group_size=4"],
-    "rl_value": ["model.chunker=rl", "objective.baseline=batch+value"],
-    "rl_group4_value": ["model.chunker=rl", "objective.baseline=group+value", "objective.group_size=4"],
+    # the reference's ablations and the variance reducers (all: the rl rule, published recipe)
+    "rl_gamma1": [*_REF, "objective.gamma=1.0"],
+    "rl_no_batch": [*_REF, "objective.baseline=none"],
+    "rl_final_reward": [*_REF, "objective.reward=final"],
+    "rl_w8": [*_REF, "model.policy_window=8"],
+    "rl_no_rate": [*_REF, "objective.rate_weight=0"],
+    "rl_group4": [*_REF, "objective.baseline=group", "objective.group_size=4"],
+    "rl_value": [*_REF, "objective.baseline=batch+value"],
+    "rl_group4_value": [*_REF, "objective.baseline=group+value", "objective.group_size=4"],
 }
 
 # pieces a byte model can add to any method (`rl+ngram+cvocab`): a vocabulary's memory at no

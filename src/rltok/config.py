@@ -130,6 +130,11 @@ class ModelConfig:
 
 @dataclass
 class ObjectiveConfig:
+    # Which boundary-learning recipe the keys below start from (RECIPES): "reference" (the
+    # published one: score function on the early-exit reward, discount, batch baseline, rate
+    # penalty) or "lexicon" (counterfactual flips with the lexicon prior and the rate held inside
+    # the credit: the one that learns word boundaries at CPU scale). Keys set explicitly win.
+    recipe: str = "reference"
     alpha: float = 0.1  # weight of the early-exit CE: L = (1-a) CE_final + a CE_early + ...
     pg_weight: float = 0.01  # lambda_PG
     rate_weight: float = 0.01  # lambda_rate
@@ -194,6 +199,8 @@ class ObjectiveConfig:
         return {p.strip() for p in self.baseline.split("+") if p.strip()}
 
     def validate(self) -> None:
+        if self.recipe not in RECIPES:
+            raise _unknown(self.recipe, list(RECIPES), "", what="objective.recipe")
         parts = self.baseline_parts()
         for part in parts:
             if part not in ("none", "batch", "group", "value"):
@@ -344,7 +351,8 @@ class Config:
             raise ConfigError("model.stages=2 needs objective.rate_control=penalty or lagrange: the supertoken "
                               "policy has no compute price of its own and would drift without a rate target")
         if self.objective.estimator == "flips" and self.model.stages == 2:
-            raise ConfigError("objective.estimator=flips supports one stage only (model.stages=1)")
+            raise ConfigError("objective.estimator=flips supports one stage only (model.stages=1); train "
+                              "two-stage models with objective.recipe=reference")
         if self.train.seq_len > self.model.max_seq_len:
             raise ConfigError("train.seq_len exceeds model.max_seq_len")
         return self
@@ -359,12 +367,21 @@ class Config:
         return cfg
 
 
-# Named presets: overrides on top of the defaults. "tiny" is the CPU default.
+# Boundary-learning recipes (objective.recipe): the objective keys each one sets.
+RECIPES: dict[str, dict[str, Any]] = {
+    "reference": {"estimator": "score_function", "lexicon_weight": 0.0, "flip_rate_control": False},
+    "lexicon": {"estimator": "flips", "lexicon_weight": 1.0, "flip_rate_control": True},
+}
+
+# Named presets: overrides on top of the defaults. "tiny" is the CPU default. The CPU presets a
+# user trains with learn boundaries with the lexicon recipe; "test" (unit tests) and the
+# GPU-scale presets keep the published recipe, one setting (objective.recipe) from the other.
 PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": {},
+    "tiny": {"objective": {"recipe": "lexicon"}},
     "small": {  # the CPU comparison scale (rltok compare): ~1.5M params, ~3x the tiny speed
         "model": {"d_byte": 96, "d_chunk": 192, "n_heads_byte": 3, "n_heads_chunk": 3,
                   "encoder_layers": 1, "main_layers": 3, "decoder_layers": 1, "window": 64},
+        "objective": {"recipe": "lexicon"},
     },
     "test": {  # seconds on a CPU: unit tests and smoke runs
         "model": {"d_byte": 32, "d_chunk": 64, "n_heads_byte": 2, "n_heads_chunk": 2,
@@ -493,33 +510,51 @@ def apply_override(cfg: Config, assignment: str) -> None:
 
 
 def load_config(preset: str = "tiny", file: str | None = None, overrides: list[str] | None = None) -> Config:
-    """Defaults, then the preset, then a JSON/TOML file, then `key=value` overrides."""
+    """Defaults, then the preset, then a JSON/TOML file, then `key=value` overrides. The recipe
+    (objective.recipe, from the preset, the file or an override; the last one named wins) sets
+    its objective keys first, so any of them set explicitly win over it."""
     if preset not in PRESETS:
         raise _unknown(preset, list(PRESETS), "", what="preset")
     cfg = Config.from_dict(PRESETS[preset])
-    if file:
-        path = Path(file)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {file}")
-        try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(f"cannot read config file {file}: {e}") from None
-        if path.suffix == ".toml":
-            import tomllib
-
-            try:
-                data = tomllib.loads(text)
-            except tomllib.TOMLDecodeError as e:
-                raise ConfigError(f"config file {file} is not valid TOML: {e}") from None
-        else:
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"config file {file} is not valid JSON: {e}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {file} must hold a mapping of sections, got {type(data).__name__}")
+    data = _read_config_file(file) if file else None
+    recipe = cfg.objective.recipe
+    if data and isinstance(data.get("objective"), dict) and "recipe" in data["objective"]:
+        recipe = str(data["objective"]["recipe"])
+    for ov in overrides or []:
+        if ov.split("=", 1)[0].strip() == "objective.recipe":
+            recipe = ov.split("=", 1)[1].strip()
+    if recipe not in RECIPES:
+        raise _unknown(recipe, list(RECIPES), "", what="objective.recipe")
+    cfg.objective.recipe = recipe
+    apply_dict(cfg.objective, RECIPES[recipe], "objective.")
+    if data is not None:
         apply_dict(cfg, data)
     for ov in overrides or []:
         apply_override(cfg, ov)
     return cfg.validate()
+
+
+def _read_config_file(file: str) -> dict:
+    """A JSON or TOML config file's mapping of sections, or a clear ConfigError."""
+    path = Path(file)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {file}")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read config file {file}: {e}") from None
+    if path.suffix == ".toml":
+        import tomllib
+
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {file} is not valid TOML: {e}") from None
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"config file {file} is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {file} must hold a mapping of sections, got {type(data).__name__}")
+    return data

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Does the learned boundary rule pay? rl (the small preset's lexicon recipe) against the
+# published recipe and the fixed rules at equal training FLOPs spent, 3 seeds, on two prepared
+# corpora (one process per corpus, one thread each). Resumable: finished runs are skipped.
+#   bash scripts/boundary_compare.sh DATA_ROOT [BUDGET_BYTES] [METHOD ...]
+# DATA_ROOT holds code-py/ and docs-en/, each with train.*, val.* and test.* files.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=${1:?usage: scripts/boundary_compare.sh DATA_ROOT [BUDGET_BYTES] [METHOD ...]}
+BUDGET=${2:-1000000}
+shift $(( $# > 1 ? 2 : 1 ))
+METHODS=("$@")
+[ ${#METHODS[@]} -gt 0 ] || METHODS=(rl uniform fixed whitespace rl_reference hnet entropy)
+RLTOK=${RLTOK:-.venv/bin/rltok}
+SEEDS=${SEEDS:-0 1 2}
+mkdir -p runs/boundaries
+run() {  # corpus
+  $RLTOK compare train.threads=1 --data "$ROOT/$1" --preset small --budget-bytes "$BUDGET" \
+    --out "runs/boundaries/$1" --split test --seeds $SEEDS --methods "${METHODS[@]}"
+}
+run code-py > runs/boundaries/code-py.log 2>&1 &
+run docs-en > runs/boundaries/docs-en.log 2>&1 &
+wait
