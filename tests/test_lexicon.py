@@ -106,3 +106,46 @@ def test_training_with_the_lexicon_resumes_exactly(tmp_path):
     assert torch.equal(full.objective.lexicon.counts, resumed.objective.lexicon.counts)
     for p, q in zip(full.model.parameters(), resumed.model.parameters()):
         assert torch.equal(p, q)
+
+
+def test_recipes_set_their_keys_and_explicit_keys_win():
+    tiny = load_config("tiny").objective
+    assert (tiny.recipe, tiny.estimator, tiny.lexicon_weight, tiny.flip_rate_control) == ("lexicon", "flips", 1.0, True)
+    ref = load_config("tiny", overrides=["objective.recipe=reference"]).objective
+    assert (ref.estimator, ref.lexicon_weight, ref.flip_rate_control) == ("score_function", 0.0, False)
+    mixed = load_config("small", overrides=["objective.lexicon_weight=0.5"]).objective
+    assert (mixed.recipe, mixed.estimator, mixed.lexicon_weight) == ("lexicon", "flips", 0.5)
+    assert load_config("nl-147m").objective.recipe == "reference"  # GPU scale: the published recipe
+    with pytest.raises(ConfigError, match="recipe"):
+        load_config("tiny", overrides=["objective.recipe=lexicn"])
+    with pytest.raises(ConfigError, match="recipe=reference"):  # two stages: flips is one-stage only
+        load_config("tiny", overrides=["model.stages=2"])
+
+
+def _train_policy_on_credits(price) -> float:
+    """300 steps of a free-logit policy on credits that favour a boundary everywhere (D ~ U(1, 2),
+    not centred): the final mean boundary probability."""
+    from rltok.rl.flips import draw_flips, local_expectation_loss
+
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.full((16, 256), -1.386, requires_grad=True)  # p = 0.2
+    opt = torch.optim.Adam([logits], lr=0.05)
+    free = torch.ones(16, 256, dtype=torch.bool)
+    for _ in range(300):
+        flips = draw_flips(free, 4, gen)
+        values = 1 + torch.rand(16, 256, generator=gen)
+        loss = local_expectation_loss(logits, values, flips, center=False,
+                                      price=0.0 if price is None else price.price)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if price is not None:
+            price.update(torch.sigmoid(logits.detach()).mean())
+    return torch.sigmoid(logits.detach()).mean().item()
+
+
+def test_the_flip_price_holds_the_rate_against_a_strong_credit():
+    from rltok.rl.controller import LagrangePrice
+
+    assert _train_policy_on_credits(None) > 0.9  # nothing holds the rate
+    assert abs(_train_policy_on_credits(LagrangePrice(0.2, lr=0.2, gain=5.0)) - 0.2) < 0.05
