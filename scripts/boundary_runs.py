@@ -63,6 +63,10 @@ RUNS: dict[str, list[str]] = {
 }
 
 
+CURVE_KEYS = ("step", "bytes", "train_flops", "val_bpb", "val_rate", "val_space_align", "val_space_end", "entropy",
+              "lexicon_bpb")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("data")
@@ -70,12 +74,27 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--snapshot", action="store_true",
+                    help="do not train: write the validation curve of an unfinished run so far to <name>_s<seed>.partial.json")
     args = ap.parse_args()
     corpus = Path(args.data).name
     out_dir = ROOT / "docs" / "results" / "boundary" / corpus
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in args.names:
         tag = f"{name}_s{args.seed}"
+        if args.snapshot:
+            log = ROOT / "runs" / "boundary" / corpus / tag / "metrics.jsonl"
+            if not log.exists():
+                print(f"{tag}: no run to snapshot ({log})", file=sys.stderr)
+                continue
+            curve = [{k: r[k] for k in CURVE_KEYS if k in r}
+                     for r in map(json.loads, log.read_text().splitlines()) if "val_bpb" in r]
+            (out_dir / f"{tag}.partial.json").write_text(json.dumps(
+                {"name": name, "seed": args.seed, "data": corpus, "overrides": RUNS[name], "finished": False,
+                 "commit": git_commit(), "curve": curve,
+                 "command": f"python scripts/boundary_runs.py DATA/{corpus} {name} --steps {args.steps} --seed {args.seed}"},
+                indent=2))
+            continue
         dest = out_dir / f"{tag}.json"
         if dest.exists():
             print(f"{tag}: done already", file=sys.stderr)
@@ -90,8 +109,7 @@ def main() -> int:
         if trainer.stop_requested:  # SIGINT/SIGTERM: checkpointed, not finished; rerun to resume
             print(f"{tag}: interrupted at step {trainer.step}; rerun to resume", file=sys.stderr)
             return 1
-        curve = [{k: r[k] for k in ("step", "bytes", "train_flops", "val_bpb", "val_rate", "val_space_align",
-                                    "val_space_end") if k in r} for r in trainer.history if "val_bpb" in r]
+        curve = [{k: r[k] for k in CURVE_KEYS if k in r} for r in trainer.history if "val_bpb" in r]
         result = {"name": name, "seed": args.seed, "data": corpus, "overrides": RUNS[name], "steps": trainer.step,
                   "commit": git_commit(), "wall_s": time.time() - t0, "curve": curve,
                   "command": f"python scripts/boundary_runs.py DATA/{corpus} {name} --steps {args.steps} --seed {args.seed}"}
