@@ -149,3 +149,23 @@ def test_the_flip_price_holds_the_rate_against_a_strong_credit():
 
     assert _train_policy_on_credits(None) > 0.9  # nothing holds the rate
     assert abs(_train_policy_on_credits(LagrangePrice(0.2, lr=0.2, gain=5.0)) - 0.2) < 0.05
+
+
+def test_lexicon_only_credit_runs_no_model_pass_and_counts_no_extra_flops(tmp_path):
+    over = ["train.max_steps=4", "train.threads=1", "objective.recipe=lexicon", "objective.flip_model_pass=false",
+            "objective.lexicon_size=4096", "train.log_every=1", "train.eval_every=1000", "train.checkpoint_every=1000"]
+    trainer = Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path / 'a'}", *over]), corpus=corpus(),
+                      quiet=True)
+    calls = []
+    model_forward = trainer.model.forward
+    trainer.model.forward = lambda *a, **k: calls.append(k.get("encoded") is not None) or model_forward(*a, **k)
+    trainer.fit()
+    assert calls and not any(calls)  # forward ran, never re-run after the encoder
+    assert trainer.history[-1]["flip_value"] != 0  # the lexicon still gives credit
+    with_pass = Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path / 'b'}", *over[:-4],
+                                                        "objective.flip_model_pass=true", *over[-3:]]),
+                        corpus=corpus(), quiet=True)
+    with_pass.fit()
+    assert trainer.flops_spent < 0.9 * with_pass.flops_spent
+    with pytest.raises(ConfigError, match="lexicon_weight"):
+        load_config("test", overrides=["objective.estimator=flips", "objective.flip_model_pass=false"])

@@ -191,6 +191,10 @@ class ObjectiveConfig:
     # policy's own recent chunks, times lexicon_weight (nats of lexicon code per nat of LM loss;
     # 0 = off). It rewards cutting the same strings the same way: minimum description length.
     lexicon_weight: float = 0.0
+    # False: no counterfactual model pass, the flips' credit is the lexicon's alone (a decision
+    # moves the LM loss by ~0.01 nats and the lexicon's code length by several, and the pass costs
+    # about a quarter of a training step's FLOPs)
+    flip_model_pass: bool = True
     lexicon_size: int = 1 << 20  # hash-table rows of chunk counts
     lexicon_concentration: float = 100.0  # Dirichlet-process concentration: weight of the base model
     lexicon_decay: float = 0.995  # counts decay by this per training step (old segmentations fade)
@@ -232,6 +236,9 @@ class ObjectiveConfig:
                 or not 0 < self.lexicon_decay <= 1:
             raise ConfigError("objective.lexicon_weight >= 0, lexicon_size >= 2, lexicon_concentration > 0 and "
                               "lexicon_decay in (0, 1] are required")
+        if not self.flip_model_pass and self.lexicon_weight <= 0:
+            raise ConfigError("objective.flip_model_pass=false leaves the flips' credit to the lexicon: "
+                              "set objective.lexicon_weight > 0")
         if self.lexicon_weight > 0 and self.estimator != "flips":
             raise ConfigError("objective.lexicon_weight needs objective.estimator=flips (the lexicon's credit is "
                               "the local code-length change of each flipped decision)")

@@ -86,7 +86,7 @@ def train_flops_per_byte_of(model, cfg: ObjectiveConfig, seq_len: int) -> float:
     from .flops import step_train_flops_per_byte
 
     full = Config(model=model.cfg, objective=cfg, train=TrainConfig(seq_len=seq_len))
-    return step_train_flops_per_byte(full, counterfactual=cfg.estimator == "flips")
+    return step_train_flops_per_byte(full, counterfactual=cfg.estimator == "flips" and cfg.flip_model_pass)
 
 
 def fit_critic(model, x, y, cfg: ObjectiveConfig, generator, steps: int = 200, lr: float = 3e-3) -> float:
@@ -134,6 +134,9 @@ def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, tar
     from .model.hourglass import ValueHead
 
     specs = variants if isinstance(variants, dict) else {v: VARIANTS[v] for v in (variants or VARIANTS)}
+    # what is measured is each estimator of the LM loss's gradient: the lexicon prior (a second
+    # objective, with its counts in the trainer state) is left out and the flips re-run the model
+    base = dataclasses.replace(base, lexicon_weight=0.0, flip_model_pass=True, flip_rate_control=False)
     model = copy.deepcopy(model).train()
     if model.value_head is None:  # a critic for the value variants, fitted below
         model.value_head = ValueHead(model.cfg.d_byte)

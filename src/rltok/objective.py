@@ -129,8 +129,9 @@ def boundary_reward(ce_early: torch.Tensor, ce_final: torch.Tensor, kind: str, b
 class Counterfactual:
     """The loss of the same batch with a sparse set of boundary decisions flipped."""
     flips: torch.Tensor  # (B, T) bool: the flipped decisions
-    nll: torch.Tensor  # (B, T) per-position loss with them flipped (no grad), extra costs included
+    nll: torch.Tensor | None  # (B, T) the model's per-position loss with them flipped (no grad); None: not re-run
     extra: torch.Tensor | None = None  # (B, T) extra per-position cost of the sampled decisions (the lexicon's)
+    extra_flipped: torch.Tensor | None = None  # the same with the flips applied
 
 
 def per_segmentation(x: torch.Tensor, rows: int) -> torch.Tensor:
@@ -145,7 +146,7 @@ def add_lexicon_costs(cf: Counterfactual, lexicon, idx: torch.Tensor, b: torch.T
     base = weight * lexicon.costs(idx, b)
     flipped = weight * lexicon.costs(idx, b ^ cf.flips)
     lexicon.update(idx, b)
-    return Counterfactual(cf.flips, cf.nll + flipped, base)
+    return Counterfactual(cf.flips, cf.nll, base, flipped)
 
 
 @torch.no_grad()
@@ -163,6 +164,8 @@ def counterfactual_pass(model, idx: torch.Tensor, targets: torch.Tensor, out: Mo
         idx, targets = idx.repeat_interleave(k, 0), targets.repeat_interleave(k, 0)
     if cfg.reward == "whitespace_probe":
         return Counterfactual(flips, -probe_reward(b_flipped, targets))
+    if not cfg.flip_model_pass:  # the lexicon's credit alone: no model pass, no extra FLOPs
+        return Counterfactual(flips, None)
     alt = model(idx, boundaries=b_flipped, encoded=(out.encoder_state.detach(), out.early_logits.detach()))
     return Counterfactual(flips, token_nll(alt.logits, targets))
 
@@ -202,9 +205,10 @@ def flips_policy_loss(bd, reward: torch.Tensor, ce_final: torch.Tensor, counterf
     """The flips estimator's surrogate (unweighted) and the per-flip credits D_f. The per-position
     loss it compares with the counterfactual one is the LM's (or, for the probe, minus the reward)."""
     base = -reward if cfg.reward == "whitespace_probe" else ce_final.detach()
+    flipped = base if counterfactual.nll is None else counterfactual.nll  # not re-run: no change
     if counterfactual.extra is not None:
-        base = base + counterfactual.extra
-    values = boundary_values(base, counterfactual.nll, counterfactual.flips, bd.b)
+        base, flipped = base + counterfactual.extra, flipped + counterfactual.extra_flipped
+    values = boundary_values(base, flipped, counterfactual.flips, bd.b)
     loss = local_expectation_loss(bd.logits, values, counterfactual.flips, cfg.flip_center, cfg.flip_normalize,
                                   mean=batch_mean.masked_mean, price=0.0 if flip_price is None else flip_price.price)
     return loss, values
@@ -381,7 +385,7 @@ class BoundaryObjective:
             self.price2.lagrange.update(rates["expected_rate2"])
         self.flops_spent += step_train_flops_per_byte(
             self.cfg, seq_len, rates["chunks_per_byte"], rates["supertokens_per_chunk"], self.vocab_size,
-            counterfactual=self.uses_flips and on) * step_bytes
+            counterfactual=self.uses_flips and on and self.cfg.objective.flip_model_pass) * step_bytes
 
     def state_dict(self) -> dict:
         lagrange = self.price.lagrange if self.price is not None else None
