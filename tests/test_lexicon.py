@@ -110,7 +110,8 @@ def test_training_with_the_lexicon_resumes_exactly(tmp_path):
 
 def test_recipes_set_their_keys_and_explicit_keys_win():
     tiny = load_config("tiny").objective
-    assert (tiny.recipe, tiny.estimator, tiny.lexicon_weight, tiny.flip_rate_control) == ("lexicon", "flips", 1.0, True)
+    assert (tiny.recipe, tiny.estimator, tiny.lexicon_weight, tiny.flip_rate_control, tiny.flip_model_pass) == \
+        ("lexicon", "flips", 1.0, True, False)
     ref = load_config("tiny", overrides=["objective.recipe=reference"]).objective
     assert (ref.estimator, ref.lexicon_weight, ref.flip_rate_control) == ("score_function", 0.0, False)
     mixed = load_config("small", overrides=["objective.lexicon_weight=0.5"]).objective

@@ -132,8 +132,9 @@ class ModelConfig:
 class ObjectiveConfig:
     # Which boundary-learning recipe the keys below start from (RECIPES): "reference" (the
     # published one: score function on the early-exit reward, discount, batch baseline, rate
-    # penalty) or "lexicon" (counterfactual flips with the lexicon prior and the rate held inside
-    # the credit: the one that learns word boundaries at CPU scale). Keys set explicitly win.
+    # penalty) or "lexicon" (flips credited by the lexicon prior alone, no extra model pass, the
+    # rate held inside the credit: the one that learns word boundaries at CPU scale). Keys set
+    # explicitly win.
     recipe: str = "reference"
     alpha: float = 0.1  # weight of the early-exit CE: L = (1-a) CE_final + a CE_early + ...
     pg_weight: float = 0.01  # lambda_PG
@@ -376,8 +377,9 @@ class Config:
 
 # Boundary-learning recipes (objective.recipe): the objective keys each one sets.
 RECIPES: dict[str, dict[str, Any]] = {
-    "reference": {"estimator": "score_function", "lexicon_weight": 0.0, "flip_rate_control": False},
-    "lexicon": {"estimator": "flips", "lexicon_weight": 1.0, "flip_rate_control": True},
+    "reference": {"estimator": "score_function", "lexicon_weight": 0.0, "flip_rate_control": False,
+                  "flip_model_pass": True},
+    "lexicon": {"estimator": "flips", "lexicon_weight": 1.0, "flip_rate_control": True, "flip_model_pass": False},
 }
 
 # Named presets: overrides on top of the defaults. "tiny" is the CPU default. The CPU presets a
