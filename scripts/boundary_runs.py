@@ -23,7 +23,7 @@ from rltok.compare import git_commit  # noqa: E402
 from rltok.config import load_config  # noqa: E402
 from rltok.train import Trainer  # noqa: E402
 
-# name -> overrides on the default (tiny) config
+# name -> overrides on the default (tiny) config with the published recipe (objective.recipe=reference)
 RUNS: dict[str, list[str]] = {
     "reference": [],
     "flips": ["objective.estimator=flips"],
@@ -52,6 +52,8 @@ RUNS: dict[str, list[str]] = {
     "lexicon_meancenter": ["objective.estimator=flips", "objective.lexicon_weight=1"],
     # a price per boundary inside the credit, held by dual ascent: the credit holds the rate
     "lexicon": ["objective.estimator=flips", "objective.lexicon_weight=1", "objective.flip_rate_control=true"],
+    # the lexicon's credit alone, no counterfactual model pass: the lexicon recipe (objective.recipe=lexicon)
+    "lexicon_only": ["objective.recipe=lexicon"],
     "lexicon_w01": ["objective.estimator=flips", "objective.lexicon_weight=0.1", "objective.flip_rate_control=true"],
     "lexicon_vocab": ["objective.estimator=flips", "objective.lexicon_weight=1", "objective.flip_rate_control=true",
                       "model.chunk_vocab=65536"],
@@ -99,7 +101,7 @@ def main() -> int:
         if dest.exists():
             print(f"{tag}: done already", file=sys.stderr)
             continue
-        overrides = [f"data.train={args.data}", f"train.max_steps={args.steps}", f"train.seed={args.seed}",
+        overrides = ["objective.recipe=reference", f"data.train={args.data}", f"train.max_steps={args.steps}", f"train.seed={args.seed}",
                      f"train.eval_every={args.eval_every}", "train.log_every=50", "train.threads=1",
                      f"train.checkpoint_every={args.eval_every}", f"train.out_dir={ROOT / 'runs' / 'boundary' / corpus / tag}",
                      *RUNS[name]]
