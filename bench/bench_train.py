@@ -29,6 +29,10 @@ immune to other processes taking the core. The default is one torch thread for t
 reason: with two threads on a loaded 2-core machine, every parallel region waits for a
 descheduled thread and step times jump 3-7x at random; pass --threads 2 (or 0 for torch's
 default) to measure the whole machine when it is quiet.
+
+Why one file of this length: it is a standalone script that also re-runs itself as the
+fresh-process memory measurement (--memory-child), so the configs, timing, memory, profile and
+report all live in the one file that gets executed.
 """
 
 from __future__ import annotations

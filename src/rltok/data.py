@@ -10,6 +10,10 @@ no document; a smaller source holds out the last `val_fraction` of every documen
 A folder written by `rltok prepare` (rltok.prepare, rltok.shards) is read from its byte shards
 without loading it; `mix:DIR=W,DIR=W` mixes several of them; a large unprepared source is
 prepared into a cache folder on first use (`load_corpus(prepare_above=...)`).
+
+Why one file of this length: every path from a source to train/val bytes (reading, the split
+rule, load_corpus, evaluation bytes, the window samplers) is here, so the in-memory loader and
+rltok.prepare share one split rule (split_cuts, corpus_cuts) and one DOC_SEP.
 """
 
 from __future__ import annotations

@@ -2,7 +2,12 @@
 clipping, accumulation); validate; checkpoint. Around it, each in a module of its own: the run
 folder's rules (run_folder), stopping on a signal (signals), what a record holds and what the
 user sees (metrics), where records go (tracking: JSONL, TensorBoard, W&B), and what trainer.pt
-holds (trainer_state)."""
+holds (trainer_state).
+
+Why one file of this length: the Trainer's construction, step, validation, (DDP/FSDP)
+checkpointing and loop all work on its one state (model, optimiser, sampler, objective,
+counters); what could leave has already moved to the modules named above.
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,10 @@ fitted to the same rate on the same corpus (`rltok vocab`).
 
 Everything is bytes: a chunk is a `bytes` slice of the text, so invalid UTF-8 needs no special
 case; only display goes through `segment.show`.
+
+Why one file of this length: `rltok vocab` is one analysis (segment, count, fit a BPE at the
+same rate, compare), and its plain-text, rich-terminal and markdown reports render the same
+result dict with shared rows and labels; that rendering is over a third of the file.
 """
 
 from __future__ import annotations
