@@ -49,7 +49,7 @@ def verdict(rows: list[dict], method: str = "rl") -> list[str]:
 
 # (results folder under docs/results and runs/, section title, the verdict it computes)
 SECTIONS = [
-    ("compare", "Boundary rules", "rl"),
+    ("compare", "Boundary rules (`rl` here: the published recipe, today's `rl_reference`)", "rl"),
     ("boundaries/b1000000", "Learned boundaries (the lexicon recipe) against the fixed rules: 1M-byte budget", "rl"),
     ("boundaries/b4000000", "Learned boundaries (the lexicon recipe) against the fixed rules: 4M-byte budget", "rl"),
     ("embedding/b1000000", "With a vocabulary's memory: 1M-byte budget", "gap"),
