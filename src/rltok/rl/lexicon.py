@@ -20,7 +20,8 @@ The cost of a segmentation is -log p(w) in nats at each chunk's last byte, the l
 window closing a chunk too, so changing one decision changes costs only near it: the flips
 estimator (rl/flips.py) charges each flip with exactly that local change.
 
-Nothing here knows about models: inputs are byte ids and boundary masks.
+Nothing here knows about models: inputs are byte ids and boundary masks. A chunk's row in the
+count table is the chunk vocabulary's content hash (model.chunk_vocab.span_hash), seeded apart.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from ..model.chunk_vocab import odd_multipliers, span_hash
 
 _HASH_SEED = 0x1E71C0
 _MAX_LEN = 16  # a chunk is hashed by its last 16 bytes and its length
@@ -42,10 +45,7 @@ class ChunkLexicon:
         self.stop = 1.0 / mean_len  # P0's chance that a chunk ends at each byte
         self.counts = torch.zeros(size, device=device)
         self.byte_counts = torch.zeros(256, device=device)
-        gen = torch.Generator().manual_seed(_HASH_SEED)
-        # odd multipliers < 2^31 per offset from the chunk's end, one for the length: with byte
-        # values <= 256 the sum stays far below 2^63
-        self.mult = (torch.randint(1, 2 ** 30, (_MAX_LEN + 1,), generator=gen, dtype=torch.long) * 2 + 1).to(device)
+        self.mult = odd_multipliers(_MAX_LEN + 1, _HASH_SEED).to(device)  # per offset from the end, and the length
 
     @staticmethod
     def chunk_starts(b: torch.Tensor) -> torch.Tensor:
@@ -59,13 +59,7 @@ class ChunkLexicon:
     def hashes(self, x: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
         """(B, T) table row of the string x[start_t .. t] for every position t."""
         t = torch.arange(x.shape[1], device=x.device).expand_as(x)
-        length = t - start + 1
-        k = torch.arange(_MAX_LEN, device=x.device)
-        pos = t.unsqueeze(-1) - k  # (B, T, L): the chunk's bytes, newest first
-        inside = pos >= start.unsqueeze(-1)
-        byte = torch.gather(x.long(), 1, pos.clamp(min=0).flatten(1)).view(pos.shape)
-        h = ((byte + 1) * inside * self.mult[1:]).sum(-1) + length.clamp(max=_MAX_LEN + 1) * self.mult[0]
-        return torch.remainder(h, self.size)
+        return span_hash(x, t, start, self.mult, self.size)
 
     def ends(self, b: torch.Tensor) -> torch.Tensor:
         """Positions that close a chunk: the boundaries and the window's last byte."""
