@@ -34,7 +34,7 @@ _REF = ["model.chunker=rl", "objective.recipe=reference"]
 # method -> config overrides on top of the base config
 METHODS: dict[str, list[str]] = {
     "rl": ["model.chunker=rl"],  # the preset's recipe (small: the lexicon recipe)
-    "rl_reference": ["model.chunker=rl", "objective.recipe=reference"],  # the published recipe
+    "rl_reference": _REF,  # the published recipe
     "hnet": ["model.chunker=hnet"],
     "gumbel": ["model.chunker=gumbel"],
     "entropy": ["model.chunker=entropy"],

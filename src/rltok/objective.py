@@ -159,9 +159,7 @@ def counterfactual_pass(model, idx: torch.Tensor, targets: torch.Tensor, out: Mo
     flips = draw_flips(bd.free, cfg.flip_stride, generator)
     b_flipped = bd.b ^ flips
     rows = bd.b.shape[0]
-    if targets.shape[0] != rows:  # K segmentations per sequence
-        k = rows // targets.shape[0]
-        idx, targets = idx.repeat_interleave(k, 0), targets.repeat_interleave(k, 0)
+    idx, targets = per_segmentation(idx, rows), per_segmentation(targets, rows)
     if cfg.reward == "whitespace_probe":
         return Counterfactual(flips, -probe_reward(b_flipped, targets))
     if not cfg.flip_model_pass:  # the lexicon's credit alone: no model pass, no extra FLOPs
