@@ -69,6 +69,18 @@ CURVE_KEYS = ("step", "bytes", "train_flops", "val_bpb", "val_rate", "val_space_
               "lexicon_bpb")
 
 
+def validation_curve(records) -> list[dict]:
+    """The validation records of a run's log (CURVE_KEYS of each)."""
+    return [{k: r[k] for k in CURVE_KEYS if k in r} for r in records if "val_bpb" in r]
+
+
+def run_record(name: str, args, corpus: str, curve: list[dict], **extra) -> dict:
+    """What a result file holds: the run, its curve, the commit and the command that reproduces it."""
+    return {"name": name, "seed": args.seed, "data": corpus, "overrides": RUNS[name], **extra,
+            "commit": git_commit(), "curve": curve,
+            "command": f"python scripts/boundary_runs.py DATA/{corpus} {name} --steps {args.steps} --seed {args.seed}"}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("data")
@@ -89,13 +101,9 @@ def main() -> int:
             if not log.exists():
                 print(f"{tag}: no run to snapshot ({log})", file=sys.stderr)
                 continue
-            curve = [{k: r[k] for k in CURVE_KEYS if k in r}
-                     for r in map(json.loads, log.read_text().splitlines()) if "val_bpb" in r]
-            (out_dir / f"{tag}.partial.json").write_text(json.dumps(
-                {"name": name, "seed": args.seed, "data": corpus, "overrides": RUNS[name], "finished": False,
-                 "commit": git_commit(), "curve": curve,
-                 "command": f"python scripts/boundary_runs.py DATA/{corpus} {name} --steps {args.steps} --seed {args.seed}"},
-                indent=2))
+            curve = validation_curve(map(json.loads, log.read_text().splitlines()))
+            record = run_record(name, args, corpus, curve, finished=False)
+            (out_dir / f"{tag}.partial.json").write_text(json.dumps(record, indent=2))
             continue
         dest = out_dir / f"{tag}.json"
         if dest.exists():
@@ -111,10 +119,8 @@ def main() -> int:
         if trainer.stop_requested:  # SIGINT/SIGTERM: checkpointed, not finished; rerun to resume
             print(f"{tag}: interrupted at step {trainer.step}; rerun to resume", file=sys.stderr)
             return 1
-        curve = [{k: r[k] for k in CURVE_KEYS if k in r} for r in trainer.history if "val_bpb" in r]
-        result = {"name": name, "seed": args.seed, "data": corpus, "overrides": RUNS[name], "steps": trainer.step,
-                  "commit": git_commit(), "wall_s": time.time() - t0, "curve": curve,
-                  "command": f"python scripts/boundary_runs.py DATA/{corpus} {name} --steps {args.steps} --seed {args.seed}"}
+        curve = validation_curve(trainer.history)
+        result = run_record(name, args, corpus, curve, steps=trainer.step, wall_s=time.time() - t0)
         dest.write_text(json.dumps(result, indent=2))
         last = curve[-1]
         print(f"{tag}: val bpb {last['val_bpb']:.3f} rate {last['val_rate']:.3f} "
