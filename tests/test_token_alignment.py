@@ -73,7 +73,15 @@ def test_precision_chance_recall_on_snippet():
     assert m["token_end_recall"] == pytest.approx((half & free).sum().item() / (e & free).sum().item())
     # forced positions (first, last) never count, even when the rule's free mask says nothing
     counts = token_alignment_counts(x, torch.ones(1, t, dtype=torch.bool), None)
-    assert counts.tolist() == [(e & free).sum().item(), t - 2, (e & free).sum().item(), t - 2]
+    after = torch.zeros_like(e)
+    after[:, 1:] = e[:, :-1]
+    n_e, n_after = (e & free).sum().item(), (after & free).sum().item()
+    assert counts.tolist() == [n_e, t - 2, n_e, t - 2, n_after, n_after]
+    # one byte late: chunk ends on the byte after each token end (token ends only where a unit is one byte)
+    m = token_alignment(x, after, free)
+    assert m["token_start_precision"] == 1.0 and m["token_start_recall"] == 1.0
+    assert m["token_start_chance"] == pytest.approx(n_after / free.sum().item())
+    assert m["token_end_precision"] == pytest.approx(((after & e & free).sum() / (after & free).sum()).item())
     # positions the rule did not decide are excluded
     free2 = free.clone()
     free2[0, :20] = False
@@ -163,7 +171,8 @@ def test_eval_hook_adds_the_keys():
     model = build_model(load_config("test").model)
     data = torch.tensor(list((SNIPPET * 8)[: 4 * 64 + 1]))
     x, y = data[:-1].view(4, 64), data[1:].view(4, 64)
-    keys = ("token_end_precision", "token_end_chance", "token_end_recall")
+    keys = ("token_end_precision", "token_end_chance", "token_end_recall",
+            "token_start_precision", "token_start_chance", "token_start_recall")
     plain = evaluate(model, x, y, batch_size=2)
     assert not any(k in plain for k in keys)
     with_code = evaluate(model, x, y, batch_size=2, code_metrics=True)
@@ -171,5 +180,5 @@ def test_eval_hook_adds_the_keys():
     assert with_code["bpb"] == plain["bpb"] and with_code["rate"] == plain["rate"]
     assert 0.3 < with_code["token_end_chance"] < 0.8
     sums = evaluate_sums(model, x, y, batch_size=2, code_metrics=True)
-    assert sums["token_align"].shape == (4,) and sums["token_align"][3] > 0
+    assert sums["token_align"].shape == (6,) and sums["token_align"][3] > 0
     assert "token_align" not in evaluate_sums(model, x, y, batch_size=2)

@@ -344,16 +344,18 @@ def cmd_diagnose(args) -> int:
     from pathlib import Path
 
     from .data import eval_windows, load_eval_bytes
-    from .diagnose import VARIANTS, diagnose, markdown
+    from .diagnose import LEXICON_ONLY, VARIANTS, diagnose, markdown
 
     if args.true_advantage:
         return _diagnose_true_advantage(args)
+    known = {**VARIANTS, **LEXICON_ONLY} if args.objective == "lexicon" else VARIANTS
     for v in args.variants or []:
-        if v not in VARIANTS:
-            raise ConfigError(f"unknown variant {v!r}; choose from {', '.join(VARIANTS)}")
+        if v not in known:
+            raise ConfigError(f"unknown variant {v!r}; choose from {', '.join(known)}")
     model, cfg, ckpt, device = _load(args)
     if model.__class__.__name__ != "HourglassLM" or model.cfg.chunker != "rl":
         raise ConfigError("diagnose needs a checkpoint of the hierarchical model with the rl chunker")
+    lexicon = _checkpoint_lexicon(ckpt, cfg, device) if args.objective == "lexicon" else None
     data = load_eval_bytes(args.data or cfg.data.train, args.split)
     x, y = eval_windows(data, args.seq_len or cfg.train.seq_len, args.batch)
     if len(x) < args.batch:
@@ -361,12 +363,28 @@ def cmd_diagnose(args) -> int:
     result = diagnose(model, x.to(device), y.to(device), cfg.objective, cfg.model.target_rate,
                       variants=args.variants, n_estimates=args.estimates, n_reference=args.reference,
                       reference_group=args.reference_group, seed=args.seed,
-                      log=lambda m: print(m, file=sys.stderr))
+                      log=lambda m: print(m, file=sys.stderr), lexicon=lexicon)
     result.update(checkpoint=str(ckpt), data=args.data or cfg.data.train, split=args.split)
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2))
     print(markdown(result))
     return 0
+
+
+def _checkpoint_lexicon(folder, cfg, device):
+    """The lexicon a checkpoint trained with (its counts from the trainer state)."""
+    from .checkpoint import read_trainer_state
+    from .rl.lexicon import ChunkLexicon
+
+    o = cfg.objective
+    state = (read_trainer_state(folder) or {}).get("objective") or {}
+    if o.lexicon_weight <= 0 or state.get("lexicon") is None:
+        raise ConfigError(f"--objective lexicon: checkpoint {folder} was not trained with the lexicon prior "
+                          "(objective.lexicon_weight > 0) or has no trainer state")
+    lexicon = ChunkLexicon(o.lexicon_size, o.lexicon_concentration, 1.0 / cfg.model.target_rate, o.lexicon_decay,
+                           o.lexicon_lag, device=device)
+    lexicon.load_state_dict(state["lexicon"])
+    return lexicon
 
 
 def _diagnose_true_advantage(args) -> int:
@@ -499,7 +517,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-bytes", type=int, default=0, help="read at most this many bytes")
     p.add_argument("--hist", action="store_true", help="include the chunk-length histogram")
     p.add_argument("--code", action=argparse.BooleanOptionalAction, default=None,
-                   help="report token_end_precision/chance/recall (chunk ends at Python token ends); default: "
+                   help="report token_end_* and token_start_* precision/chance/recall (chunk ends at Python "
+                        "token ends, or one byte late: on the byte that starts the next token); default: "
                         "on when the data is Python source ('stdlib', .py files)")
     p.set_defaults(func=cmd_eval, default_mode="sample")
 
@@ -544,7 +563,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--estimates", type=int, default=32, help="independent estimates per variant")
     p.add_argument("--reference", type=int, default=64, help="estimates averaged into the reference gradient")
     p.add_argument("--reference-group", type=int, default=8, help="segmentations per sequence in the reference")
-    p.add_argument("--variants", nargs="+", help="subset of variants (default: all)")
+    p.add_argument("--variants", nargs="+", help="subset of variants (default: all; with --objective lexicon, "
+                                                 "those that apply)")
+    p.add_argument("--objective", choices=["lm", "lexicon"], default="lm",
+                   help="the gradient estimated: of the LM loss (default), or of the segmentation's code length "
+                        "under the checkpoint's lexicon (what the lexicon recipe's policy is trained on)")
     p.add_argument("--out", "--json", dest="out", help="write the result as JSON")
     p.add_argument("--true-advantage", action="store_true",
                    help="instead: how much a boundary at t changes the loss (D_t = L(b_t=0) - L(b_t=1)) per "

@@ -11,6 +11,7 @@ import math
 import torch
 
 from .bytes_classes import is_whitespace_byte
+from .token_alignment import COUNT_NAMES as TOKEN_COUNTS
 from .token_alignment import summarize_counts, token_alignment_counts
 
 
@@ -47,7 +48,7 @@ def evaluate(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, mode:
              code_metrics: bool = False) -> dict[str, float]:
     """Evaluate on fixed windows (N, T). Boundary sampling uses its own seeded generator, so
     the numbers are reproducible and the training RNG is untouched. code_metrics: also
-    token_end_precision/chance/recall (Python sources, see rltok.token_alignment)."""
+    token_end_* and token_start_* precision/chance/recall (Python sources, see rltok.token_alignment)."""
     return summarize(evaluate_sums(model, x, y, batch_size, mode, seed, device, autocast_dtype, code_metrics))
 
 
@@ -71,7 +72,7 @@ def evaluate_sums(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, 
     ws = {"space_end": 0.0, "space_start": 0.0, "space_align": 0.0}
     n_ws = 0
     hist = torch.zeros(65, dtype=torch.long)
-    token_align = torch.zeros(4, dtype=torch.float64)  # code_metrics: rltok.token_alignment counts
+    token_align = torch.zeros(len(TOKEN_COUNTS), dtype=torch.float64)  # code_metrics: rltok.token_alignment counts
     for i in range(0, len(x), batch_size):
         xb, yb = x[i : i + batch_size].to(device), y[i : i + batch_size].to(device)
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):

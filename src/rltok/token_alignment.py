@@ -50,6 +50,14 @@ after the window):
   bytes (i.i.d. at any rate) would score, so precision is read against it;
 * token_end_recall = |chunk ends in E| / |E|.
 
+The same three one byte late (token_start_*): a chunk end at t counts when t - 1 is in E, i.e.
+byte t is the first byte of a lexical unit. A causal rule deciding at byte t sees that byte,
+so it can tell that a unit has just ended (the `.` after `self`, the first byte after an
+indentation run) where it cannot tell that the unit it is inside ends here; its chunk then holds
+the rest of the unit and the first byte of the next, and the chunk-level network runs once the
+unit before it is complete (as the whitespace rule's chunk runs at the space after a word).
+Chance is the share of positions that start a unit.
+
 `token_alignment_counts` returns the four additive counts behind them (so that shards of an
 evaluation can be summed), `token_alignment` the three ratios.
 """
@@ -245,7 +253,7 @@ def tokenize_ends(source: bytes) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------
 # the metric
 
-COUNT_NAMES = ("ends_in_e", "ends", "e", "positions")
+COUNT_NAMES = ("ends_in_e", "ends", "e", "positions", "ends_after_e", "after_e")
 
 
 def _window_bytes(row: torch.Tensor) -> bytes:
@@ -256,27 +264,32 @@ def _window_bytes(row: torch.Tensor) -> bytes:
 def token_alignment_counts(x: torch.Tensor, b: torch.Tensor, free: torch.Tensor | None = None) -> torch.Tensor:
     """Additive counts (float64, in COUNT_NAMES order) over (B, T) windows of byte ids `x` with
     boundary mask `b` (b[t]: byte t closes a chunk) and the rule's `free` mask (None: all free):
-    chunk ends in E, chunk ends, E positions, positions, all over free positions other than the
-    first and last of each window."""
+    chunk ends in E, chunk ends, E positions, positions, chunk ends one byte after an E position,
+    positions one byte after one, all over free positions other than the first and last of each
+    window."""
     x, b = x.detach().cpu(), b.detach().cpu().bool()
     keep = torch.ones_like(b) if free is None else free.detach().cpu().bool().clone()
     keep[:, 0] = False
     keep[:, -1] = False
     e = torch.stack([token_ends(_window_bytes(row)) for row in x]) if len(x) else torch.zeros_like(b)
+    after = torch.zeros_like(e)
+    after[:, 1:] = e[:, :-1]  # byte t starts a unit: t - 1 ends one
     bk = b & keep
-    return torch.tensor([(bk & e).sum().item(), bk.sum().item(), (e & keep).sum().item(), keep.sum().item()],
-                        dtype=torch.float64)
+    return torch.tensor([(bk & e).sum().item(), bk.sum().item(), (e & keep).sum().item(), keep.sum().item(),
+                         (bk & after).sum().item(), (after & keep).sum().item()], dtype=torch.float64)
 
 
 def summarize_counts(counts: torch.Tensor) -> dict[str, float]:
-    """The three ratios from (summed) `token_alignment_counts`."""
-    hits, ends, e, n = counts.tolist()
+    """The ratios from (summed) `token_alignment_counts`: at the token's end and one byte late."""
+    hits, ends, e, n, late_hits, after = counts.tolist()
     return {"token_end_precision": hits / max(1.0, ends), "token_end_chance": e / max(1.0, n),
-            "token_end_recall": hits / max(1.0, e)}
+            "token_end_recall": hits / max(1.0, e),
+            "token_start_precision": late_hits / max(1.0, ends), "token_start_chance": after / max(1.0, n),
+            "token_start_recall": late_hits / max(1.0, after)}
 
 
 def token_alignment(x: torch.Tensor, b: torch.Tensor, free: torch.Tensor | None = None) -> dict[str, float]:
-    """token_end_precision, token_end_chance and token_end_recall of one batch of windows."""
+    """token_end_* and token_start_* precision, chance and recall of one batch of windows."""
     return summarize_counts(token_alignment_counts(x, b, free))
 
 
