@@ -54,6 +54,11 @@ RUNS: dict[str, list[str]] = {
     "lexicon": ["objective.estimator=flips", "objective.lexicon_weight=1", "objective.flip_rate_control=true"],
     # the lexicon's credit alone, no counterfactual model pass: the lexicon recipe (objective.recipe=lexicon)
     "lexicon_only": ["objective.recipe=lexicon"],
+    # units one byte late: a boundary at t closes the lexicon unit that ended at t - 1 (" word", an
+    # indentation run, "self", "."), what a causal policy can see when it decides
+    "lexicon_late": ["objective.recipe=lexicon", "objective.lexicon_lag=1"],
+    # every decision credited with exactly what flipping it alone changes in the code length
+    "lexicon_exact": ["objective.recipe=lexicon", "objective.lexicon_credit=exact"],
     "lexicon_w01": ["objective.estimator=flips", "objective.lexicon_weight=0.1", "objective.flip_rate_control=true"],
     "lexicon_vocab": ["objective.estimator=flips", "objective.lexicon_weight=1", "objective.flip_rate_control=true",
                       "model.chunk_vocab=65536"],

@@ -70,6 +70,31 @@ def test_a_flip_changes_costs_only_at_the_chunk_ends_next_to_it():
     assert changed == [f, nxt]
 
 
+def test_units_one_byte_late():
+    """lag 1: a boundary at t closes the unit that ended at t - 1, charged at t; a flip still
+    changes costs only at or after itself (at f and at the next boundary), so the flips estimator's
+    local credit stays exact."""
+    lex = ChunkLexicon(size=1 << 16, decay=1.0, lag=1)
+    x = tensor(b"ab ab ab")
+    b = torch.tensor([[1, 0, 1, 0, 0, 1, 0, 0]])  # boundaries on the spaces: units "ab", " ab", " ab"
+    assert lex.unit_ends(b).tolist() == [[False, True, False, False, True, False, False, False]]
+    c = lex.costs(x, b)
+    assert (c[0, [2, 5, 7]] > 0).all() and (c[0, [0, 1, 3, 4, 6]] == 0).all()
+    lex.update(x, b)
+    h = lex.hashes(x, lex.chunk_starts(lex.unit_ends(b)))
+    assert h[0, 1] != h[0, 4] and lex.counts[h[0, 4]] == 1  # " ab" counted once; the open tail " ab" not
+    x = tensor(TEXT[:40])
+    b = x == 32
+    b[0, 0] = True
+    lex.update(x, b)
+    spaces = torch.nonzero(b[0])[:, 0].tolist()
+    f, nxt = spaces[3], spaces[4]
+    flipped = b.clone()
+    flipped[0, f] = False
+    changed = torch.nonzero(lex.costs(x, b) != lex.costs(x, flipped))[:, 1].tolist()
+    assert changed == [f, nxt]
+
+
 def test_decay_and_state_round_trip():
     lex = ChunkLexicon(size=1 << 10, decay=0.5)
     x = tensor(b"ab ab ")
@@ -182,3 +207,134 @@ def test_the_lexicon_recipe_learns_to_cut_at_spaces(tmp_path):
     result = Trainer(cfg, corpus=corpus(), quiet=True).fit()
     assert result.val["space_align"] > 0.7, result.val
     assert abs(result.val["rate"] - 0.2) < 0.05, result.val  # the price holds the rate
+
+
+@pytest.mark.parametrize("lag", [0, 1])
+def test_flip_deltas_are_each_single_flip_exactly(lag):
+    """flip_deltas gives, for every position at once, what flipping that decision alone changes in
+    the total code length (checked against re-costing each flipped segmentation)."""
+    lex = ChunkLexicon(size=1 << 12, decay=1.0, lag=lag)
+    x = tensor(TEXT[:80])
+    lex.update(x, x == 32)
+    b = torch.rand(x.shape, generator=torch.Generator().manual_seed(lag)) < 0.3
+    b[0, 0] = True
+    base = lex.costs(x, b).sum()
+    brute = torch.zeros(x.shape)
+    for t in range(x.shape[1]):
+        f = b.clone()
+        f[0, t] = ~f[0, t]
+        brute[0, t] = lex.costs(x, f).sum() - base
+    assert torch.allclose(lex.flip_deltas(x, b), brute, atol=1e-3)
+
+
+@pytest.mark.parametrize("lag", [0, 1])
+def test_exact_lexicon_credit_is_unbiased_by_enumeration(lag):
+    """For independent decisions the exact credit's surrogate has, in expectation over the policy,
+    the gradient of the expected code length (all 2^7 segmentations enumerated)."""
+    from rltok.model.chunkers import Boundaries
+    from rltok.objective import exact_lexicon_credit
+    from rltok.rl.flips import local_expectation_loss
+
+    lex = ChunkLexicon(size=1 << 12, decay=1.0, lag=lag)
+    x = tensor(b"ab ab abc")
+    lex.update(x, x == 32)
+    n = x.shape[1]
+    logits = torch.randn(1, n, generator=torch.Generator().manual_seed(3)).requires_grad_(True)
+    forced = torch.zeros(1, n, dtype=torch.bool)
+    forced[0, 0] = forced[0, -1] = True  # as in training: the first and last decisions are fixed
+    p = torch.sigmoid(logits)
+    expected_cost = 0.0
+    surrogate_grad = torch.zeros(1, n)
+    for k in range(2 ** (n - 2)):
+        b = forced.clone()
+        b[0, 1:-1] = torch.tensor([(k >> i) & 1 for i in range(n - 2)], dtype=torch.bool)
+        prob = torch.where(b | forced, p, 1 - p).where(~forced, torch.ones_like(p)).prod()
+        expected_cost = expected_cost + prob * lex.costs(x, b).sum()
+        bd = Boundaries(b=b, free=~forced, logits=logits)
+        cf = exact_lexicon_credit(lex, x, bd, 1.0)
+        loss = local_expectation_loss(logits, cf.credit, cf.flips, center=False, normalize=False)
+        (g,) = torch.autograd.grad(loss, logits)
+        surrogate_grad += prob.detach() * g * (n - 2)  # the surrogate averages over the n - 2 decisions
+    (exact,) = torch.autograd.grad(expected_cost, logits)
+    free = ~forced
+    assert torch.allclose(surrogate_grad[free], exact[free], rtol=1e-3, atol=1e-5)
+    assert exact[free].abs().max() > 0.01  # a real gradient, not two zeros
+
+
+def test_unit_posteriors_match_enumeration():
+    """Forward-backward over unit ends: each unit's posterior probability equals the brute-force sum
+    over every segmentation of the window into units of at most max_len bytes."""
+    lex = ChunkLexicon(size=1 << 12, decay=1.0)
+    lex.update(tensor(TEXT[:60]), tensor(TEXT[:60]) == 32)
+    x = tensor(b"at the")
+    n, max_len = x.shape[1], 3
+    weights = {}
+    for k in range(2 ** (n - 1)):  # unit ends at the bits of k, and always at the last byte
+        ends = [i for i in range(n - 1) if (k >> i) & 1] + [n - 1]
+        starts = [0] + [e + 1 for e in ends[:-1]]
+        if any(e - s + 1 > max_len for s, e in zip(starts, ends)):
+            continue
+        logp = sum(-lex.span_costs(x, torch.tensor([[s]]), torch.tensor([[e]])).item() for s, e in zip(starts, ends))
+        weights[tuple(zip(starts, ends))] = math.exp(logp)
+    z = sum(weights.values())
+    post = lex.unit_posteriors(x, max_len)
+    for e in range(n):
+        for k in range(max_len):
+            want = sum(w for units, w in weights.items() if (e - k, e) in units) / z
+            assert post[0, e, k].item() == pytest.approx(want, abs=1e-5)
+    before = lex.counts.sum().item()
+    lex.update_posterior(x, max_len)
+    assert lex.counts.sum().item() == pytest.approx(before + post.sum().item(), rel=1e-5)  # decay 1: expected unit count added
+
+
+def test_training_with_the_exact_credit_credits_every_decision(tmp_path):
+    over = ["train.max_steps=3", "train.threads=1", "objective.recipe=lexicon", "objective.lexicon_credit=exact",
+            "objective.lexicon_lag=1", "objective.lexicon_size=4096", "train.log_every=1", "train.eval_every=1000",
+            "train.checkpoint_every=1000"]
+    trainer = Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path}", *over]), corpus=corpus(), quiet=True)
+    seen = []
+    counterfactual = trainer.objective.counterfactual
+
+    def spy(model, idx, targets, out, step):
+        cf = counterfactual(model, idx, targets, out, step)
+        seen.append((cf.flips.sum().item(), out.boundaries.free.sum().item()))
+        return cf
+
+    trainer.objective.counterfactual = spy
+    trainer.fit()
+    assert seen and all(flipped == free for flipped, free in seen)  # no stride: every free decision
+    assert trainer.history[-1]["flip_value"] != 0 and "lexicon_bpb" in trainer.history[-1]
+    with pytest.raises(ConfigError, match="flip_model_pass=false"):
+        load_config("test", overrides=["objective.recipe=lexicon", "objective.lexicon_credit=exact",
+                                       "objective.flip_model_pass=true"])
+    with pytest.raises(ConfigError, match="lexicon_credit"):
+        load_config("test", overrides=["objective.recipe=lexicon", "objective.lexicon_credit=exactly"])
+
+
+def test_diagnose_measures_the_estimators_of_the_lexicon_objective(tmp_path, capsys):
+    """`rltok diagnose --objective lexicon`: every estimator of the code length's gradient under the
+    checkpoint's lexicon, at the reference's FLOPs (no model pass), and a clear error for a
+    checkpoint trained without one."""
+    from rltok.cli import main
+
+    over = ["train.max_steps=2", "train.threads=1", "objective.recipe=lexicon", "objective.lexicon_size=4096",
+            "train.eval_every=1000", "train.checkpoint_every=2", "data.train=stdlib"]
+    Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path / 'lex'}", *over]), corpus=corpus(),
+            quiet=True).fit()
+    out = tmp_path / "snr.json"
+    args = ["diagnose", "-c", str(tmp_path / "lex"), "--objective", "lexicon", "--batch", "8", "--seq-len", "64",
+            "--estimates", "4", "--reference", "2", "--variants", "reference", "flips/4", "exact raw",
+            "--out", str(out), "--threads", "1"]
+    assert main(args) == 0
+    import json
+
+    res = json.loads(out.read_text())
+    rows = res["variants"]
+    assert res["objective"] == "lexicon" and set(rows) == {"reference", "flips/4", "exact raw"}
+    assert rows["exact raw"]["train_flops_per_byte"] == rows["reference"]["train_flops_per_byte"]
+    assert rows["exact raw"]["snr"] > rows["reference"]["snr"]
+    Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path / 'ref'}", *over, "objective.recipe=reference"]),
+            corpus=corpus(), quiet=True).fit()
+    capsys.readouterr()
+    assert main(["diagnose", "-c", str(tmp_path / "ref"), "--objective", "lexicon"]) != 0
+    assert "not trained with the lexicon prior" in capsys.readouterr().err

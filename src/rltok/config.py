@@ -203,6 +203,15 @@ class ObjectiveConfig:
     lexicon_size: int = 1 << 20  # hash-table rows of chunk counts
     lexicon_concentration: float = 100.0  # Dirichlet-process concentration: weight of the base model
     lexicon_decay: float = 0.995  # counts decay by this per training step (old segmentations fade)
+    # 1: a boundary at byte t closes the lexicon unit that ended at t - 1 (units " word", a whole
+    # indentation run, "self", "."), which a causal policy can see when it decides; 0: the unit
+    # that ends at t (the chunk itself)
+    lexicon_lag: int = 0
+    # "flips": the lexicon's credit at the flipped decisions (every flip_stride-th), charged like the
+    # model's; "exact": every free decision credited with exactly what flipping it alone changes in
+    # the code length (a flip changes one or two units' costs: no truncation, no stride, no model
+    # pass; needs flip_model_pass=false)
+    lexicon_credit: str = "flips"
 
     def baseline_parts(self) -> set[str]:
         return {p.strip() for p in self.baseline.split("+") if p.strip()}
@@ -238,9 +247,14 @@ class ObjectiveConfig:
             raise ConfigError("objective.flip_stride >= 1, flip_weight >= 0, policy_start_step >= 0 and "
                               "policy_lr_mult > 0 are required")
         if self.lexicon_weight < 0 or self.lexicon_size < 2 or self.lexicon_concentration <= 0 \
-                or not 0 < self.lexicon_decay <= 1:
+                or not 0 < self.lexicon_decay <= 1 or self.lexicon_lag not in (0, 1):
             raise ConfigError("objective.lexicon_weight >= 0, lexicon_size >= 2, lexicon_concentration > 0 and "
-                              "lexicon_decay in (0, 1] are required")
+                              "lexicon_decay in (0, 1] and lexicon_lag 0 or 1 are required")
+        if self.lexicon_credit not in ("flips", "exact"):
+            raise _unknown(self.lexicon_credit, ["flips", "exact"], "", what="objective.lexicon_credit")
+        if self.lexicon_credit == "exact" and (self.flip_model_pass or self.lexicon_weight <= 0):
+            raise ConfigError("objective.lexicon_credit=exact is the lexicon's credit alone: it needs "
+                              "objective.flip_model_pass=false and objective.lexicon_weight > 0")
         if not self.flip_model_pass and self.lexicon_weight <= 0:
             raise ConfigError("objective.flip_model_pass=false leaves the flips' credit to the lexicon: "
                               "set objective.lexicon_weight > 0")

@@ -13,6 +13,13 @@ boundary-policy gradient per variant (each estimate re-samples the segmentation)
 The reference is the unbiased estimator of the gradient of the expected LM loss (gamma = 1,
 leave-one-out baseline over many segmentations per sequence), averaged over many draws.
 Gradients are taken with respect to the boundary policy's own parameters.
+
+With a lexicon (`diagnose(..., lexicon=)`, `rltok diagnose --objective lexicon`) the objective
+is instead the one the lexicon recipe's policy is trained on: the segmentation's code length
+under the checkpoint's lexicon (rl/lexicon.py, counts frozen). Every estimator then sees the
+per-position reward -cost (the score function with its discount and baselines) or the cost's
+change under its flips (no model pass: the credit is the lexicon's), and the reference is the
+score function's unbiased estimate of that gradient.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import torch
 
 from .config import ObjectiveConfig
 from .objective import (boundary_advantages, boundary_reward, compute_loss, counterfactual_pass, flips_policy_loss,
-                        token_nll)
+                        exact_lexicon_credit, per_segmentation, token_nll, with_lexicon_costs)
 from .rl import policy_gradient_loss
 
 # name -> objective overrides on top of the checkpoint's objective: the reference estimator, its
@@ -42,7 +49,18 @@ VARIANTS: dict[str, dict] = {
     "group K=4 + value": {"estimator": "score_function", "reward": "early_exit", "baseline": "group+value", "gamma": 0.99, "group_size": 4},
     "flips/16": {"estimator": "flips", "flip_stride": 16, "group_size": 1, "baseline": "batch"},
     "flips/4": {"estimator": "flips", "flip_stride": 4, "group_size": 1, "baseline": "batch"},
+    # the flips' credit neither centred nor scaled: the plain local-expectation estimate
+    "flips/4 raw": {"estimator": "flips", "flip_stride": 4, "group_size": 1, "baseline": "batch",
+                    "flip_center": False, "flip_normalize": False},
 }
+# the lexicon's credit for every decision, exact (objective.lexicon_credit="exact"; --objective lexicon only)
+LEXICON_ONLY = {
+    "exact": {"estimator": "flips", "group_size": 1, "baseline": "batch", "lexicon_credit": "exact"},
+    "exact raw": {"estimator": "flips", "group_size": 1, "baseline": "batch", "lexicon_credit": "exact",
+                  "flip_center": False, "flip_normalize": False},
+}
+# what `--objective lexicon` measures by default (the early-exit reward has no meaning there)
+LEXICON_VARIANTS = ["reference", "gamma=1", "group K=4", "flips/16", "flips/4", "flips/4 raw", "exact", "exact raw"]
 
 
 def _flat_grad(loss: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
@@ -56,24 +74,35 @@ def _group_batch(x: torch.Tensor, y: torch.Tensor, k: int):
     return (x, y) if k == 1 else (x[: len(x) // k], y[: len(x) // k])
 
 
-def _rollout(model, x, y, cfg: ObjectiveConfig, generator):
-    """Sample segmentations of (x, y) and score them: (model output, per-position reward)."""
+def _rollout(model, x, y, cfg: ObjectiveConfig, generator, lexicon=None):
+    """Sample segmentations of (x, y) and score them: (model output, per-position reward; with a
+    lexicon, minus the segmentation's code length under it)."""
     k = cfg.group_size
     xs, ys = _group_batch(x, y, k)
     out = model(xs, generator=generator, group_size=k)
     ys = ys.repeat_interleave(k, 0) if k > 1 else ys
+    if lexicon is not None:
+        return out, -lexicon.costs(per_segmentation(xs, len(ys)), out.boundaries.b)
     return out, boundary_reward(token_nll(out.early_logits, ys), token_nll(out.logits, ys), cfg.reward,
                                 out.boundaries.b, ys)
 
 
-def estimate(model, x: torch.Tensor, y: torch.Tensor, cfg: ObjectiveConfig, params, generator) -> torch.Tensor:
+def _counterfactual(model, xs, ys, out, cfg: ObjectiveConfig, generator, lexicon=None):
+    if lexicon is not None and cfg.lexicon_credit == "exact":
+        return exact_lexicon_credit(lexicon, xs, out.boundaries, 1.0)
+    cf = counterfactual_pass(model, xs, ys, out, cfg, generator)
+    return cf if lexicon is None else with_lexicon_costs(cf, lexicon, xs, out.boundaries.b, 1.0)
+
+
+def estimate(model, x: torch.Tensor, y: torch.Tensor, cfg: ObjectiveConfig, params, generator,
+             lexicon=None) -> torch.Tensor:
     """One estimate of the policy gradient on (x, y): the score function on the baselined,
     discounted reward, or (estimator="flips") the counterfactual-flips surrogate."""
-    out, reward = _rollout(model, x, y, cfg, generator)
+    out, reward = _rollout(model, x, y, cfg, generator, lexicon)
     bd = out.boundaries
     if cfg.estimator == "flips":
         xs, ys = _group_batch(x, y, cfg.group_size)
-        cf = counterfactual_pass(model, xs, ys, out, cfg, generator)
+        cf = _counterfactual(model, xs, ys, out, cfg, generator, lexicon)
         ys = ys.repeat_interleave(cfg.group_size, 0) if cfg.group_size > 1 else ys
         return _flat_grad(flips_policy_loss(bd, reward, token_nll(out.logits, ys), cf, cfg)[0], params)
     adv, _ = boundary_advantages(reward, bd.free, cfg, out.values)
@@ -89,7 +118,8 @@ def train_flops_per_byte_of(model, cfg: ObjectiveConfig, seq_len: int) -> float:
     return step_train_flops_per_byte(full, counterfactual=cfg.estimator == "flips" and cfg.flip_model_pass)
 
 
-def fit_critic(model, x, y, cfg: ObjectiveConfig, generator, steps: int = 200, lr: float = 3e-3) -> float:
+def fit_critic(model, x, y, cfg: ObjectiveConfig, generator, steps: int = 200, lr: float = 3e-3,
+               lexicon=None) -> float:
     """Fit the value head on the fixed policy and batch (the checkpoint's critic, if any, is the
     starting point). Returns the final critic loss."""
     critic = list(model.value_head.parameters())
@@ -99,7 +129,7 @@ def fit_critic(model, x, y, cfg: ObjectiveConfig, generator, steps: int = 200, l
     opt = torch.optim.Adam(critic, lr=lr)
     loss = torch.tensor(float("nan"))
     for _ in range(steps):
-        out, reward = _rollout(model, x, y, cfg, generator)
+        out, reward = _rollout(model, x, y, cfg, generator, lexicon)
         _, loss = boundary_advantages(reward, out.boundaries.free, cfg, out.values)
         opt.zero_grad()
         loss.backward()
@@ -109,7 +139,8 @@ def fit_critic(model, x, y, cfg: ObjectiveConfig, generator, steps: int = 200, l
     return float(loss)
 
 
-def step_time(model, x, y, cfg: ObjectiveConfig, target_rate: float, generator, repeats: int = 3) -> float:
+def step_time(model, x, y, cfg: ObjectiveConfig, target_rate: float, generator, repeats: int = 3,
+              lexicon=None) -> float:
     """Median seconds of a full training step's compute (forward, loss, backward) with `cfg`."""
     k = cfg.group_size
     xs, ys = _group_batch(x, y, k)
@@ -117,7 +148,7 @@ def step_time(model, x, y, cfg: ObjectiveConfig, target_rate: float, generator, 
     for i in range(repeats + 1):
         t0 = time.perf_counter()
         out = model(xs, generator=generator, group_size=k)
-        cf = counterfactual_pass(model, xs, ys, out, cfg, generator) if cfg.estimator == "flips" else None
+        cf = _counterfactual(model, xs, ys, out, cfg, generator, lexicon) if cfg.estimator == "flips" else None
         loss, _ = compute_loss(out, ys, cfg, target_rate, counterfactual=cf)
         loss.backward()
         model.zero_grad(set_to_none=True)
@@ -128,14 +159,17 @@ def step_time(model, x, y, cfg: ObjectiveConfig, target_rate: float, generator, 
 
 def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, target_rate: float,
              variants: list[str] | dict[str, dict] | None = None, n_estimates: int = 32, n_reference: int = 64,
-             reference_group: int = 8, seed: int = 0, log=print) -> dict:
+             reference_group: int = 8, seed: int = 0, log=print, lexicon=None) -> dict:
     """`variants`: names from VARIANTS, or a mapping name -> objective overrides on `base`
-    ({"own": {}} measures the checkpoint's own estimator)."""
+    ({"own": {}} measures the checkpoint's own estimator). `lexicon`: measure the estimators of
+    the lexicon code length's gradient instead of the LM loss's (a ChunkLexicon, not updated)."""
     from .model.hourglass import ValueHead
 
-    specs = variants if isinstance(variants, dict) else {v: VARIANTS[v] for v in (variants or VARIANTS)}
-    # what is measured is each estimator of the LM loss's gradient: the lexicon prior (a second
-    # objective, with its counts in the trainer state) is left out and the flips re-run the model
+    default = LEXICON_VARIANTS if lexicon is not None else list(VARIANTS)
+    known = {**VARIANTS, **LEXICON_ONLY} if lexicon is not None else VARIANTS
+    specs = variants if isinstance(variants, dict) else {v: known[v] for v in (variants or default)}
+    # each estimator of the LM loss's gradient: the flips re-run the model, the lexicon prior (a
+    # second objective) is left out; or with `lexicon`, of the code length's (set per variant below)
     base = dataclasses.replace(base, lexicon_weight=0.0, flip_model_pass=True, flip_rate_control=False)
     model = copy.deepcopy(model).train()
     if model.value_head is None:  # a critic for the value variants, fitted below
@@ -157,23 +191,26 @@ def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, tar
     t0 = time.perf_counter()
     # the reference sees len(x) distinct sequences, each segmented reference_group times
     xr, yr = x.repeat(reference_group, 1), y.repeat(reference_group, 1)
-    reference = torch.stack([estimate(model, xr, yr, ref_cfg, params, gen) for _ in range(n_reference)]).mean(0)
+    reference = torch.stack([estimate(model, xr, yr, ref_cfg, params, gen, lexicon)
+                             for _ in range(n_reference)]).mean(0)
     log(f"reference gradient: {n_reference} estimates x {len(x)} sequences x {reference_group} "
         f"segmentations ({time.perf_counter() - t0:.0f} s)")
 
     rows = {}
     for name, spec in specs.items():
         cfg = dataclasses.replace(base, **spec)
+        if lexicon is not None and cfg.estimator == "flips":  # the credit is the code length's change alone
+            cfg = dataclasses.replace(cfg, lexicon_weight=1.0, flip_model_pass=False)
         cfg.validate()
         critic_loss = None
         if "value" in cfg.baseline_parts():
-            critic_loss = fit_critic(model, x, y, cfg, gen)
+            critic_loss = fit_critic(model, x, y, cfg, gen, lexicon=lexicon)
         t0 = time.perf_counter()
-        g = torch.stack([estimate(model, x, y, cfg, params, gen) for _ in range(n_estimates)])
+        g = torch.stack([estimate(model, x, y, cfg, params, gen, lexicon) for _ in range(n_estimates)])
         ms = 1000 * (time.perf_counter() - t0) / n_estimates
         for p in model.parameters():  # time a full step with every parameter trainable
             p.requires_grad_(True)
-        st = step_time(model, x, y, cfg, target_rate, gen)
+        st = step_time(model, x, y, cfg, target_rate, gen, lexicon=lexicon)
         for p in model.parameters():
             p.requires_grad_(False)
         for p in params:
@@ -202,7 +239,8 @@ def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, tar
             flops_ratio = r["train_flops_per_byte"] / ref_row["train_flops_per_byte"]
             r["snr_per_flop_vs_reference"] = (r["snr"] / ref_row["snr"] / flops_ratio) if ref_row["snr"] > 0 else None
     return {"variants": rows, "n_estimates": n_estimates, "n_reference": n_reference,
-            "batch": list(x.shape), "reference_group": reference_group}
+            "batch": list(x.shape), "reference_group": reference_group,
+            "objective": "lm" if lexicon is None else "lexicon"}
 
 
 def markdown(result: dict) -> str:

@@ -132,6 +132,9 @@ class Counterfactual:
     nll: torch.Tensor | None  # (B, T) the model's per-position loss with them flipped (no grad); None: not re-run
     extra: torch.Tensor | None = None  # (B, T) extra per-position cost of the sampled decisions (the lexicon's)
     extra_flipped: torch.Tensor | None = None  # the same with the flips applied
+    # (B, T) each flipped decision's credit D_f = L(b_f = 0) - L(b_f = 1) when it is known exactly
+    # (the lexicon's, objective.lexicon_credit="exact"); None: from the costs above
+    credit: torch.Tensor | None = None
 
 
 def per_segmentation(x: torch.Tensor, rows: int) -> torch.Tensor:
@@ -139,14 +142,29 @@ def per_segmentation(x: torch.Tensor, rows: int) -> torch.Tensor:
     return x if x.shape[0] == rows else x.repeat_interleave(rows // x.shape[0], 0)
 
 
-def add_lexicon_costs(cf: Counterfactual, lexicon, idx: torch.Tensor, b: torch.Tensor, weight: float) -> Counterfactual:
+def with_lexicon_costs(cf: Counterfactual, lexicon, idx: torch.Tensor, b: torch.Tensor, weight: float) -> Counterfactual:
     """Charge both segmentations their code length under the lexicon (rl/lexicon.py), in nats
-    times `weight`, at each chunk's last byte; then count the sampled chunks into the lexicon."""
+    times `weight`, at the boundaries that close its units."""
     idx = per_segmentation(idx, b.shape[0])
-    base = weight * lexicon.costs(idx, b)
-    flipped = weight * lexicon.costs(idx, b ^ cf.flips)
-    lexicon.update(idx, b)
-    return Counterfactual(cf.flips, cf.nll, base, flipped)
+    return Counterfactual(cf.flips, cf.nll, weight * lexicon.costs(idx, b), weight * lexicon.costs(idx, b ^ cf.flips))
+
+
+def exact_lexicon_credit(lexicon, idx: torch.Tensor, bd, weight: float) -> Counterfactual:
+    """Every free decision credited with exactly what flipping it alone would change in the
+    segmentation's code length under the lexicon (no model pass; no truncation, since a flip
+    changes the cost of the one or two units around it and nothing else)."""
+    b = bd.b
+    idx = per_segmentation(idx, b.shape[0])
+    change = weight * lexicon.flip_deltas(idx, b)  # L(flipped) - L(taken)
+    credit = change * (b.float() * 2 - 1)  # D = L(b = 0) - L(b = 1)
+    return Counterfactual(bd.free.clone(), None, weight * lexicon.costs(idx, b), credit=credit)
+
+
+def add_lexicon_costs(cf: Counterfactual, lexicon, idx: torch.Tensor, b: torch.Tensor, weight: float) -> Counterfactual:
+    """`with_lexicon_costs`, then count the sampled units into the lexicon."""
+    cf = with_lexicon_costs(cf, lexicon, idx, b, weight)
+    lexicon.update(per_segmentation(idx, b.shape[0]), b)
+    return cf
 
 
 @torch.no_grad()
@@ -202,11 +220,13 @@ def flips_policy_loss(bd, reward: torch.Tensor, ce_final: torch.Tensor, counterf
                       flip_price: LagrangePrice | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The flips estimator's surrogate (unweighted) and the per-flip credits D_f. The per-position
     loss it compares with the counterfactual one is the LM's (or, for the probe, minus the reward)."""
-    base = -reward if cfg.reward == "whitespace_probe" else ce_final.detach()
-    flipped = base if counterfactual.nll is None else counterfactual.nll  # not re-run: no change
-    if counterfactual.extra is not None:
-        base, flipped = base + counterfactual.extra, flipped + counterfactual.extra_flipped
-    values = boundary_values(base, flipped, counterfactual.flips, bd.b)
+    values = counterfactual.credit
+    if values is None:
+        base = -reward if cfg.reward == "whitespace_probe" else ce_final.detach()
+        flipped = base if counterfactual.nll is None else counterfactual.nll  # not re-run: no change
+        if counterfactual.extra is not None:
+            base, flipped = base + counterfactual.extra, flipped + counterfactual.extra_flipped
+        values = boundary_values(base, flipped, counterfactual.flips, bd.b)
     loss = local_expectation_loss(bd.logits, values, counterfactual.flips, cfg.flip_center, cfg.flip_normalize,
                                   mean=batch_mean.masked_mean, price=0.0 if flip_price is None else flip_price.price)
     return loss, values
@@ -340,7 +360,7 @@ class BoundaryObjective:
             from .rl.lexicon import ChunkLexicon
 
             self.lexicon = ChunkLexicon(o.lexicon_size, o.lexicon_concentration, 1.0 / m.target_rate,
-                                        o.lexicon_decay, device)
+                                        o.lexicon_decay, o.lexicon_lag, device=device)
 
     def policy_on(self, step: int) -> bool:
         """False during the warm start (objective.policy_start_step)."""
@@ -356,6 +376,11 @@ class BoundaryObjective:
                 b = out.boundaries.b
                 self.lexicon.update(per_segmentation(idx, b.shape[0]), b)
             return None
+        if self.cfg.objective.lexicon_credit == "exact":
+            b = out.boundaries.b
+            cf = exact_lexicon_credit(self.lexicon, idx, out.boundaries, self.cfg.objective.lexicon_weight)
+            self.lexicon.update(per_segmentation(idx, b.shape[0]), b)
+            return cf
         cf = counterfactual_pass(model, idx, targets, out, self.cfg.objective, self.flip_gen)
         if self.lexicon is not None:
             cf = add_lexicon_costs(cf, self.lexicon, idx, out.boundaries.b, self.cfg.objective.lexicon_weight)

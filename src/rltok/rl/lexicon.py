@@ -20,6 +20,14 @@ The cost of a segmentation is -log p(w) in nats at each chunk's last byte, the l
 window closing a chunk too, so changing one decision changes costs only near it: the flips
 estimator (rl/flips.py) charges each flip with exactly that local change.
 
+Units one byte late (lag = 1): a boundary at byte t then closes the unit that ended at t - 1,
+so the units are the spans from one boundary up to the byte before the next (" word", a whole
+indentation run, "self", "."), and the cost of a unit is charged at the boundary that closes it.
+A causal policy deciding at byte t sees that byte: it can tell that a unit has just ended (a "."
+after "self", the first byte after an indentation run), not that the one it is inside ends here.
+Under lag 0 a run of spaces split space by space is cheap and a causal rule cannot find its last
+byte; under lag 1 the run's first and last boundaries are both visible when they are decided.
+
 Nothing here knows about models: inputs are byte ids and boundary masks. A chunk's row in the
 count table is the chunk vocabulary's content hash (model.chunk_vocab.span_hash), seeded apart.
 """
@@ -38,10 +46,11 @@ _MAX_LEN = 16  # a chunk is hashed by its last 16 bytes and its length
 
 class ChunkLexicon:
     def __init__(self, size: int = 1 << 20, concentration: float = 100.0, mean_len: float = 5.0,
-                 decay: float = 0.995, device=None):
-        if size < 2 or concentration <= 0 or mean_len < 1 or not 0 < decay <= 1:
-            raise ValueError("ChunkLexicon needs size >= 2, concentration > 0, mean_len >= 1, 0 < decay <= 1")
-        self.size, self.concentration, self.decay = size, concentration, decay
+                 decay: float = 0.995, lag: int = 0, device=None):
+        if size < 2 or concentration <= 0 or mean_len < 1 or not 0 < decay <= 1 or lag not in (0, 1):
+            raise ValueError("ChunkLexicon needs size >= 2, concentration > 0, mean_len >= 1, 0 < decay <= 1, "
+                             "lag 0 or 1")
+        self.size, self.concentration, self.decay, self.lag = size, concentration, decay, lag
         self.stop = 1.0 / mean_len  # P0's chance that a chunk ends at each byte
         self.counts = torch.zeros(size, device=device)
         self.byte_counts = torch.zeros(256, device=device)
@@ -67,29 +76,133 @@ class ChunkLexicon:
         e[:, -1] = True
         return e
 
+    def unit_ends(self, b: torch.Tensor) -> torch.Tensor:
+        """(B, T) bool: the last byte of each complete unit of segmentation b (lag 1: the byte
+        before each boundary; the unit that runs to the window's end is left open)."""
+        if self.lag == 0:
+            return b.bool()
+        u = torch.zeros_like(b, dtype=torch.bool)
+        u[:, :-1] = b[:, 1:].bool()
+        return u
+
     @torch.no_grad()
     def costs(self, x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """(B, T) float: -log p(chunk) in nats at each chunk's last byte, 0 elsewhere."""
-        start = self.chunk_starts(b)
+        """(B, T) float: -log p(unit) in nats at the boundary that closes each unit (lag 0: its
+        last byte; lag 1: the byte after it; the window's last unit at its last byte), 0 elsewhere."""
+        if self.lag == 0:
+            return self.unit_costs(x, b)
+        c = self.unit_costs(x, self.unit_ends(b))
+        moved = torch.zeros_like(c)
+        moved[:, 1:] = c[:, :-1]
+        moved[:, -1] += c[:, -1]  # the unit the window cuts off: no boundary closes it inside
+        return moved
+
+    def unit_costs(self, x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """-log p(unit) at each unit's last byte, units closed by b and by the window's end."""
         t = torch.arange(x.shape[1], device=x.device).expand_as(x)
-        length = (t - start + 1).float()
+        cost = self.span_costs(x, self.chunk_starts(b), t)
+        return torch.where(self.ends(b), cost, torch.zeros_like(cost))
+
+    def span_costs(self, x: torch.Tensor, start: torch.Tensor, end: torch.Tensor) -> torch.Tensor:
+        """-log p(x[start..end]) in nats for every pair of (B, M) positions (end >= start)."""
+        length = (end - start + 1).float()
         log_pb = ((self.byte_counts + 1) / (self.byte_counts.sum() + 256)).log()[x.long()]  # add-one: any byte possible
-        cum = torch.cumsum(log_pb, dim=1)
-        before = torch.gather(torch.nn.functional.pad(cum, (1, 0)), 1, start)  # sum of log p over bytes < start
-        log_p0 = (cum - before) + math.log(self.stop) + (length - 1) * math.log1p(-self.stop)
-        n = self.counts[self.hashes(x, start)]
-        total = self.counts.sum()
+        cum = torch.nn.functional.pad(torch.cumsum(log_pb, dim=1), (1, 0))  # cum[:, i]: sum over bytes < i
+        log_p0 = (torch.gather(cum, 1, end + 1) - torch.gather(cum, 1, start)) + math.log(self.stop) \
+            + (length - 1) * math.log1p(-self.stop)
+        n = self.counts[span_hash(x, end, start, self.mult, self.size)]
         log_p = torch.logaddexp(n.clamp(min=1e-30).log(), log_p0 + math.log(self.concentration)) \
-            - torch.log(total + self.concentration)
-        return torch.where(self.ends(b), -log_p, torch.zeros_like(log_p))
+            - torch.log(self.counts.sum() + self.concentration)
+        return -log_p
+
+    @torch.no_grad()
+    def flip_deltas(self, x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """(B, T): for every position t, the change in the segmentation's total code length when
+        b_t alone is flipped, all at once and exactly: a flip merges two units or splits one, so
+        it changes the cost of one or two units, the ones around t."""
+        d = self._unit_flip_deltas(x, self.unit_ends(b))
+        if self.lag:  # flipping b_t flips the unit end at t - 1; b_0 closes no unit
+            d = torch.nn.functional.pad(d[:, :-1], (1, 0))
+        return d
+
+    def _unit_flip_deltas(self, x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """The same for unit ends u (the window's last byte always ends a unit: flipping it is 0)."""
+        length = u.shape[1]
+        t = torch.arange(length, device=u.device).expand_as(u)
+        ends = self.ends(u)
+        start = self.chunk_starts(u)  # first byte of the unit holding t
+        first_end = torch.where(ends, t, torch.full_like(t, length)).flip(1).cummin(1).values.flip(1)  # >= t
+        nxt = torch.cat([first_end[:, 1:], first_end[:, -1:]], dim=1)  # the first unit end >= t + 1
+        right_start = (t + 1).clamp(max=length - 1)
+        # cost(merged) - cost(left) - cost(right): removing a unit end at t; adding one is the negative
+        split = self.span_costs(x, start, nxt) - self.span_costs(x, start, t) - self.span_costs(x, right_start, nxt)
+        d = torch.where(u.bool(), split, -split)
+        d[:, -1] = 0.0
+        return d
 
     @torch.no_grad()
     def update(self, x: torch.Tensor, b: torch.Tensor) -> None:
-        """Count the chunks of a sampled segmentation (complete ones: those a boundary closes)
+        """Count the units of a sampled segmentation (complete ones: those a boundary closes)
         and its bytes, after decaying the old counts."""
         self.counts.mul_(self.decay)
-        rows = self.hashes(x, self.chunk_starts(b))[b.bool()]
+        ends = self.unit_ends(b)
+        rows = self.hashes(x, self.chunk_starts(ends))[ends]
         self.counts.index_add_(0, rows, torch.ones_like(rows, dtype=self.counts.dtype))
+        self.byte_counts.mul_(self.decay).index_add_(0, x.flatten().long(),
+                                                     torch.ones(x.numel(), device=x.device))
+
+    def span_log_probs(self, x: torch.Tensor, max_len: int = _MAX_LEN) -> torch.Tensor:
+        """(B, T, max_len): log p of the unit of k + 1 bytes that ends at byte e, [b, e, k]
+        (-inf where it would start before the window)."""
+        bsz, length = x.shape
+        e = torch.arange(length, device=x.device).view(1, length, 1)
+        k = torch.arange(max_len, device=x.device).view(1, 1, max_len)
+        start = (e - k).expand(bsz, length, max_len)
+        valid = start >= 0
+        end = e.expand(bsz, length, max_len)
+        lp = -self.span_costs(x, start.clamp(min=0).reshape(bsz, -1), end.reshape(bsz, -1)).view(bsz, length, max_len)
+        return lp.masked_fill(~valid, float("-inf"))
+
+    @torch.no_grad()
+    def unit_posteriors(self, x: torch.Tensor, max_len: int = _MAX_LEN) -> torch.Tensor:
+        """(B, T, max_len): the posterior probability, over all segmentations of each window into
+        units of at most max_len bytes under the current lexicon, that the unit of k + 1 bytes
+        ending at byte e is one of them (forward-backward over unit ends)."""
+        lp = self.span_log_probs(x, max_len)
+        bsz, length, _ = lp.shape
+        neg = lp.new_full((bsz, max_len), float("-inf"))
+        alpha = [lp.new_zeros(bsz)]  # alpha[i]: log-sum over segmentations of bytes < i
+        for e in range(length):  # alpha[e + 1] = logsumexp_k alpha[e - k] + lp[e, k]
+            prev = torch.stack(alpha[max(0, e + 1 - max_len):][::-1], dim=1)  # alpha[e], alpha[e - 1], ...
+            prev = torch.cat([prev, neg[:, : max_len - prev.shape[1]]], dim=1)
+            alpha.append(torch.logsumexp(prev + lp[:, e], dim=1))
+        alpha = torch.stack(alpha, dim=1)  # (B, T + 1)
+        beta = [lp.new_zeros(bsz)]  # built from the end: beta[i] = log-sum over segmentations of bytes >= i
+        for i in range(length - 1, -1, -1):  # beta[i] = logsumexp_k lp[i + k, k] + beta[i + k + 1]
+            ks = torch.arange(min(max_len, length - i), device=x.device)
+            nxt = torch.stack(beta[-1: -len(ks) - 1: -1], dim=1)  # beta[i + 1], beta[i + 2], ...
+            beta.append(torch.logsumexp(lp[:, i + ks, ks] + nxt, dim=1))
+        beta = torch.stack(beta[::-1], dim=1)  # (B, T + 1)
+        e = torch.arange(length, device=x.device).view(1, length, 1)
+        k = torch.arange(max_len, device=x.device).view(1, 1, max_len)
+        before = torch.gather(alpha, 1, (e - k).clamp(min=0).expand(bsz, length, max_len).reshape(bsz, -1))
+        post = before.view(bsz, length, max_len) + lp + beta[:, 1:].unsqueeze(-1) - alpha[:, -1:].unsqueeze(-1)
+        return post.exp()
+
+    @torch.no_grad()
+    def update_posterior(self, x: torch.Tensor, max_len: int = _MAX_LEN) -> None:
+        """Count every possible unit by its posterior probability under the current lexicon (an EM
+        step of the unigram model, as a unigram tokenizer is fitted) instead of by the policy's own
+        segmentation: the lexicon then moves towards the text's shortest description, not towards
+        whatever the policy cuts now (the policy's own counts reinforce any consistent cut)."""
+        post = self.unit_posteriors(x, max_len)
+        bsz, length, _ = post.shape
+        e = torch.arange(length, device=x.device).view(1, length, 1).expand(bsz, length, max_len)
+        k = torch.arange(max_len, device=x.device).view(1, 1, max_len)
+        start = (e - k).clamp(min=0)
+        rows = span_hash(x, e.reshape(bsz, -1), start.reshape(bsz, -1), self.mult, self.size)
+        self.counts.mul_(self.decay)
+        self.counts.index_add_(0, rows.flatten(), post.flatten().to(self.counts.dtype))
         self.byte_counts.mul_(self.decay).index_add_(0, x.flatten().long(),
                                                      torch.ones(x.numel(), device=x.device))
 

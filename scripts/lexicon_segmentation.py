@@ -1,0 +1,69 @@
+"""What does the lexicon prior itself prefer? Fit the unigram lexicon (rl/lexicon.py) to a corpus
+by EM (every possible unit counted by its posterior probability, `ChunkLexicon.update_posterior`)
+with no policy involved, then read its most probable unit ends on held-out windows: the
+segmentation the minimum-description-length objective favours, independent of what a policy
+can learn or how its gradient is estimated.
+
+    .venv/bin/python scripts/lexicon_segmentation.py DATA_DIR [--steps N] [--concentration A] [--code]
+
+Reports the unit-end rate, the share of unit ends on whitespace (space_align), and with --code
+the share on Python lexical-token ends (token_end_precision, chance beside it), plus a sample.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from rltok.data import load_eval_bytes  # noqa: E402
+from rltok.evaluate import whitespace_alignment  # noqa: E402
+from rltok.rl.lexicon import ChunkLexicon  # noqa: E402
+from rltok.token_alignment import token_alignment  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("data", help="a folder with train.* and val.* files")
+    ap.add_argument("--steps", type=int, default=100, help="EM steps, one batch of windows each")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seq-len", type=int, default=512)
+    ap.add_argument("--concentration", type=float, default=100.0)
+    ap.add_argument("--mean-len", type=float, default=5.0, help="the base model's mean unit length (1 / rate)")
+    ap.add_argument("--code", action="store_true", help="also report Python token-end precision")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", help="write the result as JSON")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    train = torch.as_tensor(load_eval_bytes(args.data, "train", 8_000_000), dtype=torch.long)
+    val = torch.as_tensor(load_eval_bytes(args.data, "val", 32 * args.seq_len), dtype=torch.long)
+    val = val[: len(val) // args.seq_len * args.seq_len].view(-1, args.seq_len)
+    lex = ChunkLexicon(concentration=args.concentration, mean_len=args.mean_len)
+    gen = torch.Generator().manual_seed(args.seed)
+    t0 = time.time()
+    for _ in range(args.steps):
+        off = torch.randint(0, len(train) - args.seq_len, (args.batch,), generator=gen).tolist()
+        lex.update_posterior(torch.stack([train[o : o + args.seq_len] for o in off]))
+    ends = lex.unit_posteriors(val).sum(-1) > 0.5  # P(a unit ends at byte e) > 1/2
+    result = {"data": args.data, "steps": args.steps, "concentration": args.concentration,
+              "rate": ends.float().mean().item(), "space_align": whitespace_alignment(val, ends)["space_align"],
+              "seconds": time.time() - t0}
+    if args.code:
+        result.update(token_alignment(val, ends))
+    row = bytes(val[0, :240].tolist())
+    result["sample"] = "".join(chr(c) + ("|" if e else "") for c, e in zip(row, ends[0, :240].tolist()))
+    print(json.dumps(result, indent=2))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
