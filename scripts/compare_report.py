@@ -94,6 +94,7 @@ def render_corpus(name: str, corpus: str, src: Path, from_docs: bool, only, kind
         results.append(r)
         if not from_docs:
             slim = {k: v for k, v in r.items() if k != "config"}
+            slim["data"] = f"DATA/{Path(r['data']).name}"  # the corpus, not where this machine keeps it
             slim["config"] = {"model": r["config"]["model"], "objective": r["config"]["objective"],
                               "train": r["config"]["train"]}
             (dest / f.name).write_text(json.dumps(slim, indent=2))
