@@ -57,6 +57,11 @@ RUNS: dict[str, list[str]] = {
     # units one byte late: a boundary at t closes the lexicon unit that ended at t - 1 (" word", an
     # indentation run, "self", "."), what a causal policy can see when it decides
     "lexicon_late": ["objective.recipe=lexicon", "objective.lexicon_lag=1"],
+    # at the whitespace rule's rate on code: the policy cannot afford a chunk per space
+    "lexicon_late_r118": ["objective.recipe=lexicon", "objective.lexicon_lag=1", "model.target_rate=0.118"],
+    "lexicon_r118": ["objective.recipe=lexicon", "model.target_rate=0.118"],
+    # counts that forget faster: the lexicon follows the policy's new cuts sooner
+    "lexicon_d98": ["objective.recipe=lexicon", "objective.lexicon_decay=0.98"],
     # every decision credited with exactly what flipping it alone changes in the code length
     "lexicon_exact": ["objective.recipe=lexicon", "objective.lexicon_credit=exact"],
     "lexicon_w01": ["objective.estimator=flips", "objective.lexicon_weight=0.1", "objective.flip_rate_control=true"],

@@ -29,17 +29,18 @@ def run(name: str, ckpt: str, args) -> dict:
 
     from rltok.checkpoint import load_checkpoint
     from rltok.data import eval_windows, load_eval_bytes
-    from rltok.diagnose import diagnose
+    from rltok.diagnose import checkpoint_lexicon, diagnose
 
     torch.set_num_threads(args.threads)
     model, cfg, _, path = load_checkpoint(ckpt)
     data = load_eval_bytes(cfg.data.train, "val")
     x, y = eval_windows(data, cfg.train.seq_len, args.batch)
+    lexicon = checkpoint_lexicon(path, cfg) if args.objective == "lexicon" else None
     res = diagnose(model, x, y, cfg.objective, cfg.model.target_rate, n_estimates=args.estimates,
                    n_reference=args.reference, reference_group=args.reference_group, seed=0,
-                   log=lambda m: print(f"[{name}] {m}", file=sys.stderr))
-    res.update(name=name, checkpoint=str(path), data=cfg.data.train, commit=git_commit(), threads=args.threads,
-               command=" ".join(["python", "scripts/estimator_report.py", *sys.argv[1:]]))
+                   log=lambda m: print(f"[{name}] {m}", file=sys.stderr), lexicon=lexicon)
+    res.update(name=name, checkpoint=str(path), data=f"DATA/{Path(cfg.data.train).name}", commit=git_commit(),
+               threads=args.threads, command=" ".join(["python", "scripts/estimator_report.py", *sys.argv[1:]]))
     return res
 
 
@@ -102,7 +103,10 @@ def render() -> str:
              "backward of a full training step with that variant, relative to the reference recipe.", ""]
     for path in sorted(RESULTS.glob("estimators_*.json")):
         r = json.loads(path.read_text())
-        lines += [f"## {r['name']}", "", f"Checkpoint `{r['checkpoint']}`, batch {r['batch']}, "
+        objective = ("the lexicon's code length (what the lexicon recipe's policy is trained on: every estimator "
+                     "sees the reward -cost under the checkpoint's lexicon, the flips its change; `exact` credits "
+                     "every decision exactly)" if r.get("objective") == "lexicon" else "the LM loss")
+        lines += [f"## {r['name']}", "", f"Gradient of {objective}. Checkpoint `{r['checkpoint']}`, batch {r['batch']}, "
                   f"{r['n_estimates']} estimates per variant, reference from {r['n_reference']} estimates; "
                   f"commit `{r['commit']}`.", "", markdown(r), "", f"Command: `{r['command']}`", ""]
     lines += ablation_tables()
@@ -118,6 +122,8 @@ def main() -> int:
     ap.add_argument("--estimates", type=int, default=24)
     ap.add_argument("--reference", type=int, default=32)
     ap.add_argument("--reference-group", type=int, default=8)
+    ap.add_argument("--objective", choices=["lm", "lexicon"], default="lm",
+                    help="the gradient estimated: of the LM loss, or of the lexicon's code length")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--render-only", action="store_true")

@@ -52,7 +52,9 @@ def main() -> int:
         off = torch.randint(0, len(train) - args.seq_len, (args.batch,), generator=gen).tolist()
         lex.update_posterior(torch.stack([train[o : o + args.seq_len] for o in off]))
     ends = lex.unit_posteriors(val).sum(-1) > 0.5  # P(a unit ends at byte e) > 1/2
-    result = {"data": args.data, "steps": args.steps, "concentration": args.concentration,
+    command = f"python scripts/lexicon_segmentation.py DATA/{Path(args.data).name} --steps {args.steps}" + \
+        (f" --concentration {args.concentration:g}" if args.concentration != 100.0 else "") + (" --code" if args.code else "")
+    result = {"data": Path(args.data).name, "command": command, "steps": args.steps, "concentration": args.concentration,
               "rate": ends.float().mean().item(), "space_align": whitespace_alignment(val, ends)["space_align"],
               "seconds": time.time() - t0}
     if args.code:

@@ -344,7 +344,7 @@ def cmd_diagnose(args) -> int:
     from pathlib import Path
 
     from .data import eval_windows, load_eval_bytes
-    from .diagnose import LEXICON_ONLY, VARIANTS, diagnose, markdown
+    from .diagnose import LEXICON_ONLY, VARIANTS, checkpoint_lexicon, diagnose, markdown
 
     if args.true_advantage:
         return _diagnose_true_advantage(args)
@@ -355,7 +355,7 @@ def cmd_diagnose(args) -> int:
     model, cfg, ckpt, device = _load(args)
     if model.__class__.__name__ != "HourglassLM" or model.cfg.chunker != "rl":
         raise ConfigError("diagnose needs a checkpoint of the hierarchical model with the rl chunker")
-    lexicon = _checkpoint_lexicon(ckpt, cfg, device) if args.objective == "lexicon" else None
+    lexicon = checkpoint_lexicon(ckpt, cfg, device) if args.objective == "lexicon" else None
     data = load_eval_bytes(args.data or cfg.data.train, args.split)
     x, y = eval_windows(data, args.seq_len or cfg.train.seq_len, args.batch)
     if len(x) < args.batch:
@@ -369,22 +369,6 @@ def cmd_diagnose(args) -> int:
         Path(args.out).write_text(json.dumps(result, indent=2))
     print(markdown(result))
     return 0
-
-
-def _checkpoint_lexicon(folder, cfg, device):
-    """The lexicon a checkpoint trained with (its counts from the trainer state)."""
-    from .checkpoint import read_trainer_state
-    from .rl.lexicon import ChunkLexicon
-
-    o = cfg.objective
-    state = (read_trainer_state(folder) or {}).get("objective") or {}
-    if o.lexicon_weight <= 0 or state.get("lexicon") is None:
-        raise ConfigError(f"--objective lexicon: checkpoint {folder} was not trained with the lexicon prior "
-                          "(objective.lexicon_weight > 0) or has no trainer state")
-    lexicon = ChunkLexicon(o.lexicon_size, o.lexicon_concentration, 1.0 / cfg.model.target_rate, o.lexicon_decay,
-                           o.lexicon_lag, device=device)
-    lexicon.load_state_dict(state["lexicon"])
-    return lexicon
 
 
 def _diagnose_true_advantage(args) -> int:

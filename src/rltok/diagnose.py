@@ -63,6 +63,23 @@ LEXICON_ONLY = {
 LEXICON_VARIANTS = ["reference", "gamma=1", "group K=4", "flips/16", "flips/4", "flips/4 raw", "exact", "exact raw"]
 
 
+def checkpoint_lexicon(folder, cfg, device="cpu"):
+    """The lexicon a checkpoint was trained with, its counts read from the trainer state."""
+    from .checkpoint import read_trainer_state
+    from .config import ConfigError
+    from .rl.lexicon import ChunkLexicon
+
+    o = cfg.objective
+    state = (read_trainer_state(folder) or {}).get("objective") or {}
+    if o.lexicon_weight <= 0 or state.get("lexicon") is None:
+        raise ConfigError(f"--objective lexicon: checkpoint {folder} was not trained with the lexicon prior "
+                          "(objective.lexicon_weight > 0) or has no trainer state")
+    lexicon = ChunkLexicon(o.lexicon_size, o.lexicon_concentration, 1.0 / cfg.model.target_rate, o.lexicon_decay,
+                           o.lexicon_lag, device=device)
+    lexicon.load_state_dict(state["lexicon"])
+    return lexicon
+
+
 def _flat_grad(loss: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
     grads = torch.autograd.grad(loss, params, allow_unused=True)
     return torch.cat([(g if g is not None else torch.zeros_like(p)).flatten() for g, p in zip(grads, params)])
