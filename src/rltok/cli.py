@@ -344,11 +344,11 @@ def cmd_diagnose(args) -> int:
     from pathlib import Path
 
     from .data import eval_windows, load_eval_bytes
-    from .diagnose import LEXICON_ONLY, VARIANTS, checkpoint_lexicon, diagnose, markdown
+    from .diagnose import checkpoint_lexicon, diagnose, known_variants, markdown
 
     if args.true_advantage:
         return _diagnose_true_advantage(args)
-    known = {**VARIANTS, **LEXICON_ONLY} if args.objective == "lexicon" else VARIANTS
+    known = known_variants(args.objective)
     for v in args.variants or []:
         if v not in known:
             raise ConfigError(f"unknown variant {v!r}; choose from {', '.join(known)}")

@@ -32,8 +32,8 @@ import time
 import torch
 
 from .config import ObjectiveConfig
-from .objective import (boundary_advantages, boundary_reward, compute_loss, counterfactual_pass, flips_policy_loss,
-                        exact_lexicon_credit, per_segmentation, token_nll, with_lexicon_costs)
+from .objective import (boundary_advantages, boundary_reward, build_lexicon, compute_loss, flips_counterfactual,
+                        flips_policy_loss, per_segmentation, token_nll)
 from .rl import policy_gradient_loss
 
 # name -> objective overrides on top of the checkpoint's objective: the reference estimator, its
@@ -63,19 +63,21 @@ LEXICON_ONLY = {
 LEXICON_VARIANTS = ["reference", "gamma=1", "group K=4", "flips/16", "flips/4", "flips/4 raw", "exact", "exact raw"]
 
 
+def known_variants(objective: str = "lm") -> dict[str, dict]:
+    """The variants that can be measured for an objective ("lm" or "lexicon")."""
+    return {**VARIANTS, **LEXICON_ONLY} if objective == "lexicon" else VARIANTS
+
+
 def checkpoint_lexicon(folder, cfg, device="cpu"):
     """The lexicon a checkpoint was trained with, its counts read from the trainer state."""
     from .checkpoint import read_trainer_state
     from .config import ConfigError
-    from .rl.lexicon import ChunkLexicon
 
-    o = cfg.objective
     state = (read_trainer_state(folder) or {}).get("objective") or {}
-    if o.lexicon_weight <= 0 or state.get("lexicon") is None:
+    if cfg.objective.lexicon_weight <= 0 or state.get("lexicon") is None:
         raise ConfigError(f"--objective lexicon: checkpoint {folder} was not trained with the lexicon prior "
                           "(objective.lexicon_weight > 0) or has no trainer state")
-    lexicon = ChunkLexicon(o.lexicon_size, o.lexicon_concentration, 1.0 / cfg.model.target_rate, o.lexicon_decay,
-                           o.lexicon_lag, device=device)
+    lexicon = build_lexicon(cfg, device)
     lexicon.load_state_dict(state["lexicon"])
     return lexicon
 
@@ -104,13 +106,6 @@ def _rollout(model, x, y, cfg: ObjectiveConfig, generator, lexicon=None):
                                 out.boundaries.b, ys)
 
 
-def _counterfactual(model, xs, ys, out, cfg: ObjectiveConfig, generator, lexicon=None):
-    if lexicon is not None and cfg.lexicon_credit == "exact":
-        return exact_lexicon_credit(lexicon, xs, out.boundaries, 1.0)
-    cf = counterfactual_pass(model, xs, ys, out, cfg, generator)
-    return cf if lexicon is None else with_lexicon_costs(cf, lexicon, xs, out.boundaries.b, 1.0)
-
-
 def estimate(model, x: torch.Tensor, y: torch.Tensor, cfg: ObjectiveConfig, params, generator,
              lexicon=None) -> torch.Tensor:
     """One estimate of the policy gradient on (x, y): the score function on the baselined,
@@ -119,7 +114,7 @@ def estimate(model, x: torch.Tensor, y: torch.Tensor, cfg: ObjectiveConfig, para
     bd = out.boundaries
     if cfg.estimator == "flips":
         xs, ys = _group_batch(x, y, cfg.group_size)
-        cf = _counterfactual(model, xs, ys, out, cfg, generator, lexicon)
+        cf = flips_counterfactual(model, xs, ys, out, cfg, generator, lexicon)
         ys = ys.repeat_interleave(cfg.group_size, 0) if cfg.group_size > 1 else ys
         return _flat_grad(flips_policy_loss(bd, reward, token_nll(out.logits, ys), cf, cfg)[0], params)
     adv, _ = boundary_advantages(reward, bd.free, cfg, out.values)
@@ -165,7 +160,7 @@ def step_time(model, x, y, cfg: ObjectiveConfig, target_rate: float, generator, 
     for i in range(repeats + 1):
         t0 = time.perf_counter()
         out = model(xs, generator=generator, group_size=k)
-        cf = _counterfactual(model, xs, ys, out, cfg, generator, lexicon) if cfg.estimator == "flips" else None
+        cf = flips_counterfactual(model, xs, ys, out, cfg, generator, lexicon) if cfg.estimator == "flips" else None
         loss, _ = compute_loss(out, ys, cfg, target_rate, counterfactual=cf)
         loss.backward()
         model.zero_grad(set_to_none=True)
@@ -183,7 +178,7 @@ def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, tar
     from .model.hourglass import ValueHead
 
     default = LEXICON_VARIANTS if lexicon is not None else list(VARIANTS)
-    known = {**VARIANTS, **LEXICON_ONLY} if lexicon is not None else VARIANTS
+    known = known_variants("lm" if lexicon is None else "lexicon")
     specs = variants if isinstance(variants, dict) else {v: known[v] for v in (variants or default)}
     # each estimator of the LM loss's gradient: the flips re-run the model, the lexicon prior (a
     # second objective) is left out; or with `lexicon`, of the code length's (set per variant below)

@@ -160,13 +160,6 @@ def exact_lexicon_credit(lexicon, idx: torch.Tensor, bd, weight: float) -> Count
     return Counterfactual(bd.free.clone(), None, weight * lexicon.costs(idx, b), credit=credit)
 
 
-def add_lexicon_costs(cf: Counterfactual, lexicon, idx: torch.Tensor, b: torch.Tensor, weight: float) -> Counterfactual:
-    """`with_lexicon_costs`, then count the sampled units into the lexicon."""
-    cf = with_lexicon_costs(cf, lexicon, idx, b, weight)
-    lexicon.update(per_segmentation(idx, b.shape[0]), b)
-    return cf
-
-
 @torch.no_grad()
 def counterfactual_pass(model, idx: torch.Tensor, targets: torch.Tensor, out: ModelOutput, cfg: ObjectiveConfig,
                         generator: torch.Generator | None = None) -> Counterfactual:
@@ -184,6 +177,27 @@ def counterfactual_pass(model, idx: torch.Tensor, targets: torch.Tensor, out: Mo
         return Counterfactual(flips, None)
     alt = model(idx, boundaries=b_flipped, encoded=(out.encoder_state.detach(), out.early_logits.detach()))
     return Counterfactual(flips, token_nll(alt.logits, targets))
+
+
+def flips_counterfactual(model, idx: torch.Tensor, targets: torch.Tensor, out: ModelOutput, cfg: ObjectiveConfig,
+                         generator: torch.Generator | None = None, lexicon=None) -> Counterfactual:
+    """What the flips estimator learns from on one batch: with a lexicon and lexicon_credit="exact",
+    the exact credit of every decision; otherwise the flipped pass, with both segmentations'
+    code lengths under the lexicon (weight cfg.lexicon_weight) when there is one. The lexicon's
+    counts are not touched."""
+    if lexicon is not None and cfg.lexicon_credit == "exact":
+        return exact_lexicon_credit(lexicon, idx, out.boundaries, cfg.lexicon_weight)
+    cf = counterfactual_pass(model, idx, targets, out, cfg, generator)
+    return cf if lexicon is None else with_lexicon_costs(cf, lexicon, idx, out.boundaries.b, cfg.lexicon_weight)
+
+
+def build_lexicon(cfg, device=None):
+    """The lexicon prior of a Config (objective.lexicon_*, base mean length 1 / model.target_rate)."""
+    from .rl.lexicon import ChunkLexicon
+
+    o = cfg.objective
+    return ChunkLexicon(o.lexicon_size, o.lexicon_concentration, 1.0 / cfg.model.target_rate, o.lexicon_decay,
+                        o.lexicon_lag, device=device)
 
 
 def boundary_advantages(reward: torch.Tensor, free: torch.Tensor, cfg: ObjectiveConfig,
@@ -357,10 +371,7 @@ class BoundaryObjective:
             self.flip_price = LagrangePrice(m.target_rate, o.lagrange_lr, o.lagrange_gain, device)
         self.lexicon = None  # the lexicon prior's chunk counts (per rank under data parallelism)
         if self.uses_flips and o.lexicon_weight > 0:
-            from .rl.lexicon import ChunkLexicon
-
-            self.lexicon = ChunkLexicon(o.lexicon_size, o.lexicon_concentration, 1.0 / m.target_rate,
-                                        o.lexicon_decay, o.lexicon_lag, device=device)
+            self.lexicon = build_lexicon(cfg, device)
 
     def policy_on(self, step: int) -> bool:
         """False during the warm start (objective.policy_start_step)."""
@@ -371,19 +382,12 @@ class BoundaryObjective:
         """The flipped pass the flips estimator learns from (None when it is not needed)."""
         if not self.uses_flips:
             return None
-        if not self.policy_on(step):
-            if self.lexicon is not None:  # the warm start's chunks fill the lexicon
-                b = out.boundaries.b
-                self.lexicon.update(per_segmentation(idx, b.shape[0]), b)
-            return None
-        if self.cfg.objective.lexicon_credit == "exact":
+        cf = None
+        if self.policy_on(step):
+            cf = flips_counterfactual(model, idx, targets, out, self.cfg.objective, self.flip_gen, self.lexicon)
+        if self.lexicon is not None:  # then count the sampled units (the warm start's too)
             b = out.boundaries.b
-            cf = exact_lexicon_credit(self.lexicon, idx, out.boundaries, self.cfg.objective.lexicon_weight)
             self.lexicon.update(per_segmentation(idx, b.shape[0]), b)
-            return cf
-        cf = counterfactual_pass(model, idx, targets, out, self.cfg.objective, self.flip_gen)
-        if self.lexicon is not None:
-            cf = add_lexicon_costs(cf, self.lexicon, idx, out.boundaries.b, self.cfg.objective.lexicon_weight)
         return cf
 
     def loss(self, out: ModelOutput, targets: torch.Tensor, step: int,

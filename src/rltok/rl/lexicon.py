@@ -144,24 +144,31 @@ class ChunkLexicon:
     def update(self, x: torch.Tensor, b: torch.Tensor) -> None:
         """Count the units of a sampled segmentation (complete ones: those a boundary closes)
         and its bytes, after decaying the old counts."""
-        self.counts.mul_(self.decay)
         ends = self.unit_ends(b)
         rows = self.hashes(x, self.chunk_starts(ends))[ends]
-        self.counts.index_add_(0, rows, torch.ones_like(rows, dtype=self.counts.dtype))
+        self._count(x, rows, torch.ones_like(rows, dtype=self.counts.dtype))
+
+    def _count(self, x: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor) -> None:
+        """Decay the old counts, then add `weights` at table `rows` and count the bytes of x."""
+        self.counts.mul_(self.decay).index_add_(0, rows, weights)
         self.byte_counts.mul_(self.decay).index_add_(0, x.flatten().long(),
                                                      torch.ones(x.numel(), device=x.device))
+
+    @staticmethod
+    def unit_grid(bsz: int, length: int, max_len: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(start, end), each (B, T, max_len): the unit of k + 1 bytes that ends at byte e is
+        [start, end][b, e, k] (start < 0 where it would begin before the window)."""
+        e = torch.arange(length, device=device).view(1, length, 1)
+        k = torch.arange(max_len, device=device).view(1, 1, max_len)
+        return (e - k).expand(bsz, length, max_len), e.expand(bsz, length, max_len)
 
     def span_log_probs(self, x: torch.Tensor, max_len: int = _MAX_LEN) -> torch.Tensor:
         """(B, T, max_len): log p of the unit of k + 1 bytes that ends at byte e, [b, e, k]
         (-inf where it would start before the window)."""
         bsz, length = x.shape
-        e = torch.arange(length, device=x.device).view(1, length, 1)
-        k = torch.arange(max_len, device=x.device).view(1, 1, max_len)
-        start = (e - k).expand(bsz, length, max_len)
-        valid = start >= 0
-        end = e.expand(bsz, length, max_len)
+        start, end = self.unit_grid(bsz, length, max_len, x.device)
         lp = -self.span_costs(x, start.clamp(min=0).reshape(bsz, -1), end.reshape(bsz, -1)).view(bsz, length, max_len)
-        return lp.masked_fill(~valid, float("-inf"))
+        return lp.masked_fill(start < 0, float("-inf"))
 
     @torch.no_grad()
     def unit_posteriors(self, x: torch.Tensor, max_len: int = _MAX_LEN) -> torch.Tensor:
@@ -183,9 +190,8 @@ class ChunkLexicon:
             nxt = torch.stack(beta[-1: -len(ks) - 1: -1], dim=1)  # beta[i + 1], beta[i + 2], ...
             beta.append(torch.logsumexp(lp[:, i + ks, ks] + nxt, dim=1))
         beta = torch.stack(beta[::-1], dim=1)  # (B, T + 1)
-        e = torch.arange(length, device=x.device).view(1, length, 1)
-        k = torch.arange(max_len, device=x.device).view(1, 1, max_len)
-        before = torch.gather(alpha, 1, (e - k).clamp(min=0).expand(bsz, length, max_len).reshape(bsz, -1))
+        start, _ = self.unit_grid(bsz, length, max_len, x.device)
+        before = torch.gather(alpha, 1, start.clamp(min=0).reshape(bsz, -1))
         post = before.view(bsz, length, max_len) + lp + beta[:, 1:].unsqueeze(-1) - alpha[:, -1:].unsqueeze(-1)
         return post.exp()
 
@@ -196,15 +202,9 @@ class ChunkLexicon:
         segmentation: the lexicon then moves towards the text's shortest description, not towards
         whatever the policy cuts now (the policy's own counts reinforce any consistent cut)."""
         post = self.unit_posteriors(x, max_len)
-        bsz, length, _ = post.shape
-        e = torch.arange(length, device=x.device).view(1, length, 1).expand(bsz, length, max_len)
-        k = torch.arange(max_len, device=x.device).view(1, 1, max_len)
-        start = (e - k).clamp(min=0)
-        rows = span_hash(x, e.reshape(bsz, -1), start.reshape(bsz, -1), self.mult, self.size)
-        self.counts.mul_(self.decay)
-        self.counts.index_add_(0, rows.flatten(), post.flatten().to(self.counts.dtype))
-        self.byte_counts.mul_(self.decay).index_add_(0, x.flatten().long(),
-                                                     torch.ones(x.numel(), device=x.device))
+        start, end = self.unit_grid(*x.shape, max_len, x.device)
+        rows = span_hash(x, end.reshape(len(x), -1), start.clamp(min=0).reshape(len(x), -1), self.mult, self.size)
+        self._count(x, rows.flatten(), post.flatten().to(self.counts.dtype))
 
     def state_dict(self) -> dict:
         return {"counts": self.counts.clone(), "byte_counts": self.byte_counts.clone()}
