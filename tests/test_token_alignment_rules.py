@@ -1,0 +1,53 @@
+"""The instrument that scores simple causal rules on Python lexical alignment
+(scripts/token_alignment_rules.py): its rules cut where they say they cut."""
+
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rltok.model.chunkers import WhitespaceChunker
+from rltok.token_alignment import token_alignment
+
+_PATH = Path(__file__).resolve().parent.parent / "scripts" / "token_alignment_rules.py"
+_spec = importlib.util.spec_from_file_location("token_alignment_rules", _PATH)
+rules = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(rules)
+
+SNIPPET = b"x = 1\ndef f(a, b):\n    return a.b\n\nclass C:\n    pass\n"
+
+
+def snippet() -> torch.Tensor:
+    return torch.tensor(list(SNIPPET)).view(1, -1)
+
+
+def test_whitespace_rule_is_the_comparisons_whitespace_chunker():
+    x = snippet()
+    forced = torch.zeros_like(x, dtype=torch.bool)
+    want = WhitespaceChunker().forward(None, forced, idx=x).b
+    assert torch.equal(rules.whitespace_rule(x), want)
+
+
+def test_class_runs_start_every_unit_of_plain_code():
+    """On code with no strings, comments or two-byte operators, a chunk ends on exactly the first
+    byte of every lexical unit."""
+    m = token_alignment(snippet(), rules.class_runs(snippet()))
+    assert m["token_start_precision"] == 1.0 and m["token_start_recall"] == 1.0
+
+
+def test_no_class_cut_inside_a_string_when_code_only():
+    x = torch.tensor(list(b'x = "a b, c"\ny = 2\n')).view(1, -1)
+    inside = rules.inside_text_units(x)
+    assert inside[0, 5:11].all() and not inside[0, 4] and not inside[0, :4].any()
+    assert token_alignment(x, rules.class_runs(x) & ~inside)["token_start_precision"] == 1.0
+
+
+def test_pointwise_mutual_information_of_a_deterministic_pair():
+    train = np.array(list(b"ab" * 5000), dtype=np.int64)
+    pmi = rules.ContextCounts(train, 1).pmi(np.array(list(b"abab"), dtype=np.int64))
+    assert math.isnan(pmi[0])
+    assert pmi[1] == pytest.approx(math.log(2), abs=0.01)  # p(b | a) = 1 against p(b) = 1/2
+
