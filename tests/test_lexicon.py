@@ -95,6 +95,35 @@ def test_units_one_byte_late():
     assert changed == [f, nxt]
 
 
+def test_blank_runs_are_one_unit_when_collapsed():
+    """collapse_blanks: units that differ only in how long a run of spaces or tabs is share one row
+    and one cost; splitting a run gives pieces that are all the one-blank unit; text with no
+    repeated blank is costed exactly as without the option."""
+    lex = ChunkLexicon(size=1 << 16, decay=1.0, collapse_blanks=True)
+    x = tensor(b"\n    if\n        if")
+    start, end = torch.tensor([[0, 7]]), torch.tensor([[6, 17]])  # "\n    if", "\n        if"
+    rows = lex.rows(x, end, start)
+    assert rows[0, 0] == rows[0, 1]
+    assert lex.span_costs(x, start, end)[0, 0] == lex.span_costs(x, start, end)[0, 1]
+    piece = lex.rows(x, torch.tensor([[3, 12, 15]]), torch.tensor([[3, 11, 14]]))  # " ", "  ", "  " inside runs
+    assert (piece == lex.rows(x, torch.tensor([[1]]), torch.tensor([[1]]))).all()
+    plain = ChunkLexicon(size=1 << 16, decay=1.0)
+    assert lex.rows(x, end, start)[0, 0] != plain.rows(x, end, start)[0, 0]
+    # split space by space an indentation run costs more than whole, once whole runs are counted
+    code = tensor(CODE)
+    whole = torch.zeros_like(code, dtype=torch.bool)
+    whole[0, :-1] = (code[0, :-1] == 32) & (code[0, 1:] != 32)  # a cut at the last blank of each run
+    lex.update(code, whole)
+    split = whole | (code == 32)
+    assert lex.costs(code, split).sum() > lex.costs(code, whole).sum() + 10
+    y = tensor(b"def f(a, b):\n\treturn a.b(c) + 1 # x y z")
+    s = torch.randint(0, y.shape[1], (1, 200), generator=torch.Generator().manual_seed(0))
+    e = (s + torch.randint(0, 20, (1, 200), generator=torch.Generator().manual_seed(1))).clamp(max=y.shape[1] - 1)
+    assert torch.equal(lex.rows(y, e, s), plain.rows(y, e, s))
+    assert torch.allclose(ChunkLexicon(size=1 << 16, collapse_blanks=True).span_costs(y, s, e),
+                          ChunkLexicon(size=1 << 16).span_costs(y, s, e))
+
+
 def test_decay_and_state_round_trip():
     lex = ChunkLexicon(size=1 << 10, decay=0.5)
     x = tensor(b"ab ab ")
@@ -114,6 +143,10 @@ def test_lexicon_config_validation():
         load_config("test", overrides=["objective.lexicon_weight=1"])
     with pytest.raises(ConfigError, match="lexicon"):
         load_config("test", overrides=["objective.estimator=flips", "objective.lexicon_decay=0"])
+    from rltok.objective import build_lexicon
+
+    cfg = load_config("test", overrides=["objective.recipe=lexicon", "objective.lexicon_collapse_blanks=true"])
+    assert build_lexicon(cfg).collapse_blanks and not build_lexicon(load_config("test")).collapse_blanks
 
 
 def test_training_with_the_lexicon_resumes_exactly(tmp_path):
@@ -209,12 +242,15 @@ def test_the_lexicon_recipe_learns_to_cut_at_spaces(tmp_path):
     assert abs(result.val["rate"] - 0.2) < 0.05, result.val  # the price holds the rate
 
 
-@pytest.mark.parametrize("lag", [0, 1])
-def test_flip_deltas_are_each_single_flip_exactly(lag):
+CODE = b"class A:\n    def f(self):\n        if x:\n            return self.y\n        return  1\n"
+
+
+@pytest.mark.parametrize("lag,collapse", [(0, False), (1, False), (0, True), (1, True)])
+def test_flip_deltas_are_each_single_flip_exactly(lag, collapse):
     """flip_deltas gives, for every position at once, what flipping that decision alone changes in
     the total code length (checked against re-costing each flipped segmentation)."""
-    lex = ChunkLexicon(size=1 << 12, decay=1.0, lag=lag)
-    x = tensor(TEXT[:80])
+    lex = ChunkLexicon(size=1 << 12, decay=1.0, lag=lag, collapse_blanks=collapse)
+    x = tensor(CODE if collapse else TEXT[:80])
     lex.update(x, x == 32)
     b = torch.rand(x.shape, generator=torch.Generator().manual_seed(lag)) < 0.3
     b[0, 0] = True

@@ -207,6 +207,9 @@ class ObjectiveConfig:
     # indentation run, "self", "."), which a causal policy can see when it decides; 0: the unit
     # that ends at t (the chunk itself)
     lexicon_lag: int = 0
+    # True: the lexicon reads a run of repeated spaces or tabs as one byte (units that differ only
+    # in indentation depth are one unit, and splitting a run costs a unit per piece); False: bytes
+    lexicon_collapse_blanks: bool = False
     # "flips": the lexicon's credit at the flipped decisions (every flip_stride-th), charged like the
     # model's; "exact": every free decision credited with exactly what flipping it alone changes in
     # the code length (a flip changes one or two units' costs: no truncation, no stride, no model

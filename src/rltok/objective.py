@@ -197,7 +197,7 @@ def build_lexicon(cfg, device=None):
 
     o = cfg.objective
     return ChunkLexicon(o.lexicon_size, o.lexicon_concentration, 1.0 / cfg.model.target_rate, o.lexicon_decay,
-                        o.lexicon_lag, device=device)
+                        o.lexicon_lag, o.lexicon_collapse_blanks, device=device)
 
 
 def boundary_advantages(reward: torch.Tensor, free: torch.Tensor, cfg: ObjectiveConfig,

@@ -28,6 +28,13 @@ after "self", the first byte after an indentation run), not that the one it is i
 Under lag 0 a run of spaces split space by space is cheap and a causal rule cannot find its last
 byte; under lag 1 the run's first and last boundaries are both visible when they are decided.
 
+Blank runs as one unit (collapse_blanks): a unit's identity (its count-table row) and its base
+probability read every run of repeated spaces or tabs as one byte, so "\\n    " and "\\n        "
+are the same unit. How deep a line is indented is then not the lexicon's business (a side cost
+the same for every segmentation that keeps the run whole), and splitting an indentation run into
+single spaces costs one unit per piece instead of buying cheap ones: on code, where most spaces
+are indentation, the policy's own counts otherwise lock onto "every space a chunk".
+
 Nothing here knows about models: inputs are byte ids and boundary masks. A chunk's row in the
 count table is the chunk vocabulary's content hash (model.chunk_vocab.span_hash), seeded apart.
 """
@@ -46,11 +53,12 @@ _MAX_LEN = 16  # a chunk is hashed by its last 16 bytes and its length
 
 class ChunkLexicon:
     def __init__(self, size: int = 1 << 20, concentration: float = 100.0, mean_len: float = 5.0,
-                 decay: float = 0.995, lag: int = 0, device=None):
+                 decay: float = 0.995, lag: int = 0, collapse_blanks: bool = False, device=None):
         if size < 2 or concentration <= 0 or mean_len < 1 or not 0 < decay <= 1 or lag not in (0, 1):
             raise ValueError("ChunkLexicon needs size >= 2, concentration > 0, mean_len >= 1, 0 < decay <= 1, "
                              "lag 0 or 1")
         self.size, self.concentration, self.decay, self.lag = size, concentration, decay, lag
+        self.collapse_blanks = collapse_blanks
         self.stop = 1.0 / mean_len  # P0's chance that a chunk ends at each byte
         self.counts = torch.zeros(size, device=device)
         self.byte_counts = torch.zeros(256, device=device)
@@ -68,7 +76,37 @@ class ChunkLexicon:
     def hashes(self, x: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
         """(B, T) table row of the string x[start_t .. t] for every position t."""
         t = torch.arange(x.shape[1], device=x.device).expand_as(x)
-        return span_hash(x, t, start, self.mult, self.size)
+        return self.rows(x, t, start)
+
+    def kept(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T) bool: the bytes a unit is spelled with; without collapse_blanks all of them, with
+        it all but a space or tab that repeats the byte before it (a unit's first byte is always
+        spelled, see `rows`)."""
+        keep = torch.ones_like(x, dtype=torch.bool)
+        if self.collapse_blanks:
+            blank = (x == 32) | (x == 9)
+            keep[:, 1:] = ~(blank[:, 1:] & (x[:, 1:] == x[:, :-1]))
+        return keep
+
+    def rows(self, x: torch.Tensor, end: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+        """Count-table rows of the units x[start..end], (B, M) each: the content hash of the chunk
+        vocabulary, or with collapse_blanks the same hash of the unit as spelled (`kept` bytes and
+        its first byte), offsets and length counted in spelled bytes."""
+        if not self.collapse_blanks:
+            return span_hash(x, end, start, self.mult, self.size)
+        max_len = self.mult.numel() - 1
+        kept = self.kept(x)
+        spelled = torch.cumsum(kept.long(), dim=1)  # spelled bytes in [0, t]
+        pos = end.unsqueeze(-1) - torch.arange(max_len, device=x.device)  # (B, M, L): newest first
+        flat = pos.clamp(min=0).flatten(1)
+        here = torch.gather(kept, 1, flat).view(pos.shape) | (pos == start.unsqueeze(-1))
+        offset = torch.gather(spelled, 1, end).unsqueeze(-1) - torch.gather(spelled, 1, flat).view(pos.shape)
+        use = (pos >= start.unsqueeze(-1)) & here & (offset < max_len)
+        byte = torch.gather(x.long(), 1, flat).view(pos.shape)
+        length = torch.gather(spelled, 1, end) - torch.gather(spelled, 1, start) + 1
+        h = ((byte + 1) * use * self.mult[1:][offset.clamp(0, max_len - 1)]).sum(-1) \
+            + length.clamp(max=max_len + 1) * self.mult[0]
+        return torch.remainder(h, self.size)
 
     def ends(self, b: torch.Tensor) -> torch.Tensor:
         """Positions that close a chunk: the boundaries and the window's last byte."""
@@ -105,12 +143,16 @@ class ChunkLexicon:
 
     def span_costs(self, x: torch.Tensor, start: torch.Tensor, end: torch.Tensor) -> torch.Tensor:
         """-log p(x[start..end]) in nats for every pair of (B, M) positions (end >= start)."""
-        length = (end - start + 1).float()
+        kept = self.kept(x)
         log_pb = ((self.byte_counts + 1) / (self.byte_counts.sum() + 256)).log()[x.long()]  # add-one: any byte possible
-        cum = torch.nn.functional.pad(torch.cumsum(log_pb, dim=1), (1, 0))  # cum[:, i]: sum over bytes < i
-        log_p0 = (torch.gather(cum, 1, end + 1) - torch.gather(cum, 1, start)) + math.log(self.stop) \
-            + (length - 1) * math.log1p(-self.stop)
-        n = self.counts[span_hash(x, end, start, self.mult, self.size)]
+        pad = torch.nn.functional.pad
+        cum = pad(torch.cumsum(log_pb * kept, dim=1), (1, 0))  # cum[:, i]: over spelled bytes < i
+        spelled = pad(torch.cumsum(kept.float(), dim=1), (1, 0))
+        first = ~torch.gather(kept, 1, start)  # an unspelled first byte is spelled all the same
+        length = torch.gather(spelled, 1, end + 1) - torch.gather(spelled, 1, start) + first
+        log_p0 = (torch.gather(cum, 1, end + 1) - torch.gather(cum, 1, start)) + first * torch.gather(log_pb, 1, start) \
+            + math.log(self.stop) + (length - 1) * math.log1p(-self.stop)
+        n = self.counts[self.rows(x, end, start)]
         log_p = torch.logaddexp(n.clamp(min=1e-30).log(), log_p0 + math.log(self.concentration)) \
             - torch.log(self.counts.sum() + self.concentration)
         return -log_p
@@ -203,7 +245,7 @@ class ChunkLexicon:
         whatever the policy cuts now (the policy's own counts reinforce any consistent cut)."""
         post = self.unit_posteriors(x, max_len)
         start, end = self.unit_grid(*x.shape, max_len, x.device)
-        rows = span_hash(x, end.reshape(len(x), -1), start.clamp(min=0).reshape(len(x), -1), self.mult, self.size)
+        rows = self.rows(x, end.reshape(len(x), -1), start.clamp(min=0).reshape(len(x), -1))
         self._count(x, rows.flatten(), post.flatten().to(self.counts.dtype))
 
     def state_dict(self) -> dict:
