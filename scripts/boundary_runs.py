@@ -60,8 +60,11 @@ RUNS: dict[str, list[str]] = {
     # at the whitespace rule's rate on code: the policy cannot afford a chunk per space
     "lexicon_late_r118": ["objective.recipe=lexicon", "objective.lexicon_lag=1", "model.target_rate=0.118"],
     "lexicon_r118": ["objective.recipe=lexicon", "model.target_rate=0.118"],
+    # a run of blanks is one unit to the lexicon: indentation depth does not split the lexicon
     "lexicon_late_blanks": ["objective.recipe=lexicon", "objective.lexicon_lag=1", "objective.lexicon_collapse_blanks=true"],
-    "lexicon_blanks": ["objective.recipe=lexicon", "objective.lexicon_collapse_blanks=true"],
+    "lexicon_late_blanks_r118": ["objective.recipe=lexicon", "objective.lexicon_lag=1",
+                                 "objective.lexicon_collapse_blanks=true", "model.target_rate=0.118"],
+    "lexicon_blanks_r118": ["objective.recipe=lexicon", "objective.lexicon_collapse_blanks=true", "model.target_rate=0.118"],
     # counts that forget faster: the lexicon follows the policy's new cuts sooner
     "lexicon_d98": ["objective.recipe=lexicon", "objective.lexicon_decay=0.98"],
     # every decision credited with exactly what flipping it alone changes in the code length
