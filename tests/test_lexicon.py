@@ -369,8 +369,49 @@ def test_diagnose_measures_the_estimators_of_the_lexicon_objective(tmp_path, cap
     assert res["objective"] == "lexicon" and set(rows) == {"reference", "flips/4", "exact raw"}
     assert rows["exact raw"]["train_flops_per_byte"] == rows["reference"]["train_flops_per_byte"]
     assert rows["exact raw"]["snr"] > rows["reference"]["snr"]
+    costs = tmp_path / "costs.json"
+    assert main(["diagnose", "-c", str(tmp_path / "lex"), "--lexicon-costs", "--batch", "4", "--seq-len", "64",
+                 "--out", str(costs), "--threads", "1"]) == 0
+    classes = json.loads(costs.read_text())["classes"]
+    assert sum(c["share"] for c in classes.values()) == pytest.approx(1.0)
+    assert "| indentation |" in capsys.readouterr().out
     Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path / 'ref'}", *over, "objective.recipe=reference"]),
             corpus=corpus(), quiet=True).fit()
     capsys.readouterr()
     assert main(["diagnose", "-c", str(tmp_path / "ref"), "--objective", "lexicon"]) != 0
     assert "not trained with the lexicon prior" in capsys.readouterr().err
+
+
+def test_lexicon_costs_by_class_are_the_flip_deltas_where_the_policy_cuts():
+    """The per-class table is the exact flip deltas averaged over the policy's cuts (remove) and
+    its non-cuts (add): checked with a stand-in policy that cuts at every space."""
+    from types import SimpleNamespace
+
+    from rltok.lexicon_costs import format_lexicon_costs, lexicon_costs_by_class
+    from rltok.true_advantage import byte_classes
+
+    class CutAtSpaces(torch.nn.Module):
+        def forward(self, x, mode="sample", generator=None):
+            free = torch.ones_like(x, dtype=torch.bool)
+            free[:, 0] = free[:, -1] = False
+            return SimpleNamespace(boundaries=SimpleNamespace(b=(x == 32) | ~free, free=free))
+
+    lex = ChunkLexicon(size=1 << 12, decay=1.0)
+    x = torch.cat([tensor(TEXT[:64]), tensor(TEXT[5:69])])
+    lex.update(x, x == 32)
+    res = lexicon_costs_by_class(CutAtSpaces(), lex, x)
+    free = torch.ones_like(x, dtype=torch.bool)
+    free[:, 0] = free[:, -1] = False
+    d = lex.flip_deltas(x, (x == 32) | ~free)
+    cls = [byte_classes(r) for r in x]
+
+    def at(c):
+        return torch.tensor([[k == c for k in row] for row in cls]) & free
+
+    ws = res["classes"]["whitespace"]
+    assert ws["cut_rate"] == 1.0 and ws["remove_cut"] == pytest.approx(d[at("whitespace")].mean().item(), rel=1e-5)
+    mid = res["classes"]["mid_word"]
+    assert mid["cut_rate"] == 0.0 and mid["add_cut"] == pytest.approx(d[at("mid_word")].mean().item(), rel=1e-5)
+    assert mid["add_cut"] > 0  # splitting a counted word costs
+    assert res["rate"] == pytest.approx(((x == 32)[:, 1:-1]).float().mean().item())
+    assert "| whitespace | " in format_lexicon_costs(res)

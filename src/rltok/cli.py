@@ -348,6 +348,8 @@ def cmd_diagnose(args) -> int:
 
     if args.true_advantage:
         return _diagnose_true_advantage(args)
+    if args.lexicon_costs:
+        return _diagnose_lexicon_costs(args)
     known = known_variants(args.objective)
     for v in args.variants or []:
         if v not in known:
@@ -400,6 +402,31 @@ def _diagnose_true_advantage(args) -> int:
         Path(args.out).write_text(json.dumps(result, indent=2))
         print(f"wrote {args.out}", file=sys.stderr)
     print(format_true_advantage(result))
+    return 0
+
+
+def _diagnose_lexicon_costs(args) -> int:
+    """`rltok diagnose --lexicon-costs`: where a lexicon-trained policy cuts and what flipping each
+    decision changes in the lexicon's code length, per byte class."""
+    from pathlib import Path
+
+    from .data import eval_windows, load_eval_bytes
+    from .diagnose import checkpoint_lexicon
+    from .lexicon_costs import format_lexicon_costs, lexicon_costs_by_class
+
+    model, cfg, ckpt, device = _load(args)
+    if model.__class__.__name__ != "HourglassLM" or model.cfg.chunker != "rl":
+        raise ConfigError("--lexicon-costs needs a checkpoint of the hierarchical model with the rl chunker")
+    lexicon = checkpoint_lexicon(ckpt, cfg, device)
+    spec = args.data or cfg.data.train
+    x, _ = eval_windows(load_eval_bytes(spec, args.split, val_fraction=cfg.data.val_fraction),
+                        args.seq_len or cfg.train.seq_len, args.batch)
+    result = lexicon_costs_by_class(model, lexicon, x.to(device), seed=args.seed)
+    result.update(checkpoint=str(ckpt), data=spec, split=args.split, windows=list(x.shape))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2))
+        print(f"wrote {args.out}", file=sys.stderr)
+    print(format_lexicon_costs(result))
     return 0
 
 
@@ -560,6 +587,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--horizon", type=int, default=None,
                    help="--true-advantage: bytes after t whose loss counts (default: to the end of the window)")
     p.add_argument("--variant-batch", type=int, default=32, help="--true-advantage: rows per forward pass")
+    p.add_argument("--lexicon-costs", action="store_true",
+                   help="instead (lexicon-trained checkpoints): per byte class, how often the policy cuts and "
+                        "what removing or adding one cut changes in the lexicon's code length")
     p.set_defaults(func=cmd_diagnose, default_mode="sample")
 
     p = sub.add_parser("compare", help="train several boundary rules at equal training FLOPs and tabulate them")
