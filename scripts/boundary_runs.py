@@ -65,6 +65,15 @@ RUNS: dict[str, list[str]] = {
     "lexicon_late_blanks_r118": ["objective.recipe=lexicon", "objective.lexicon_lag=1",
                                  "objective.lexicon_collapse_blanks=true", "model.target_rate=0.118"],
     "lexicon_blanks_r118": ["objective.recipe=lexicon", "objective.lexicon_collapse_blanks=true", "model.target_rate=0.118"],
+    # at the rate of cutting at every character-class run (0.33 on code): no surplus cuts to place
+    "lexicon_late_blanks_r33": ["objective.recipe=lexicon", "objective.lexicon_lag=1",
+                                "objective.lexicon_collapse_blanks=true", "model.target_rate=0.33"],
+    # each unit priced given the unit before it (a bigram lexicon)
+    "bigram_late_blanks": ["objective.recipe=lexicon", "objective.lexicon_lag=1", "objective.lexicon_collapse_blanks=true",
+                           "objective.lexicon_context=bigram"],
+    "bigram_late_blanks_r33": ["objective.recipe=lexicon", "objective.lexicon_lag=1",
+                               "objective.lexicon_collapse_blanks=true", "objective.lexicon_context=bigram",
+                               "model.target_rate=0.33"],
     # counts that forget faster: the lexicon follows the policy's new cuts sooner
     "lexicon_d98": ["objective.recipe=lexicon", "objective.lexicon_decay=0.98"],
     # every decision credited with exactly what flipping it alone changes in the code length

@@ -210,6 +210,9 @@ class ObjectiveConfig:
     # True: the lexicon reads a run of repeated spaces or tabs as one byte (units that differ only
     # in indentation depth are one unit, and splitting a run costs a unit per piece); False: bytes
     lexicon_collapse_blanks: bool = False
+    # "unigram": each unit priced on its own; "bigram": each unit priced given the unit before it
+    # (rl/bigram_lexicon.py: recurring strings stay cheap as sequences of short units)
+    lexicon_context: str = "unigram"
     # "flips": the lexicon's credit at the flipped decisions (every flip_stride-th), charged like the
     # model's; "exact": every free decision credited with exactly what flipping it alone changes in
     # the code length (a flip changes one or two units' costs: no truncation, no stride, no model
@@ -253,6 +256,8 @@ class ObjectiveConfig:
                 or not 0 < self.lexicon_decay <= 1 or self.lexicon_lag not in (0, 1):
             raise ConfigError("objective.lexicon_weight >= 0, lexicon_size >= 2, lexicon_concentration > 0 and "
                               "lexicon_decay in (0, 1] and lexicon_lag 0 or 1 are required")
+        if self.lexicon_context not in ("unigram", "bigram"):
+            raise _unknown(self.lexicon_context, ["unigram", "bigram"], "", what="objective.lexicon_context")
         if self.lexicon_credit not in ("flips", "exact"):
             raise _unknown(self.lexicon_credit, ["flips", "exact"], "", what="objective.lexicon_credit")
         if self.lexicon_credit == "exact" and (self.flip_model_pass or self.lexicon_weight <= 0):

@@ -192,11 +192,14 @@ def flips_counterfactual(model, idx: torch.Tensor, targets: torch.Tensor, out: M
 
 
 def build_lexicon(cfg, device=None):
-    """The lexicon prior of a Config (objective.lexicon_*, base mean length 1 / model.target_rate)."""
+    """The lexicon prior of a Config (objective.lexicon_*, base mean length 1 / model.target_rate):
+    unigram or bigram (objective.lexicon_context)."""
+    from .rl.bigram_lexicon import BigramLexicon
     from .rl.lexicon import ChunkLexicon
 
     o = cfg.objective
-    return ChunkLexicon(o.lexicon_size, o.lexicon_concentration, 1.0 / cfg.model.target_rate, o.lexicon_decay,
+    kind = BigramLexicon if o.lexicon_context == "bigram" else ChunkLexicon
+    return kind(o.lexicon_size, o.lexicon_concentration, 1.0 / cfg.model.target_rate, o.lexicon_decay,
                         o.lexicon_lag, o.lexicon_collapse_blanks, device=device)
 
 
