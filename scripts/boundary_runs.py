@@ -69,6 +69,7 @@ RUNS: dict[str, list[str]] = {
     "lexicon_late_blanks_r33": ["objective.recipe=lexicon", "objective.lexicon_lag=1",
                                 "objective.lexicon_collapse_blanks=true", "model.target_rate=0.33"],
     # each unit priced given the unit before it (a bigram lexicon)
+    "bigram": ["objective.recipe=lexicon", "objective.lexicon_context=bigram"],
     "bigram_late_blanks": ["objective.recipe=lexicon", "objective.lexicon_lag=1", "objective.lexicon_collapse_blanks=true",
                            "objective.lexicon_context=bigram"],
     "bigram_late_blanks_r33": ["objective.recipe=lexicon", "objective.lexicon_lag=1",
