@@ -70,6 +70,12 @@ RUNS: dict[str, list[str]] = {
                                 "objective.lexicon_collapse_blanks=true", "model.target_rate=0.33"],
     # each unit priced given the unit before it (a bigram lexicon)
     "bigram": ["objective.recipe=lexicon", "objective.lexicon_context=bigram"],
+    # the rate the price holds starts at 0.5 and falls to the target over 200 steps: units grow by
+    # merging, the most recurring first
+    "lexicon_anneal": ["objective.recipe=lexicon", "objective.flip_rate_start=0.5", "objective.flip_rate_anneal_steps=200"],
+    "lexicon_late_blanks_anneal": ["objective.recipe=lexicon", "objective.lexicon_lag=1",
+                                   "objective.lexicon_collapse_blanks=true", "objective.flip_rate_start=0.5",
+                                   "objective.flip_rate_anneal_steps=200"],
     "bigram_late_blanks": ["objective.recipe=lexicon", "objective.lexicon_lag=1", "objective.lexicon_collapse_blanks=true",
                            "objective.lexicon_context=bigram"],
     "bigram_late_blanks_r33": ["objective.recipe=lexicon", "objective.lexicon_lag=1",

@@ -415,3 +415,33 @@ def test_lexicon_costs_by_class_are_the_flip_deltas_where_the_policy_cuts():
     assert mid["add_cut"] > 0  # splitting a counted word costs
     assert res["rate"] == pytest.approx(((x == 32)[:, 1:-1]).float().mean().item())
     assert "| whitespace | " in format_lexicon_costs(res)
+
+
+def test_the_flip_rate_target_anneals_from_its_start_to_the_target_rate():
+    """objective.flip_rate_start: the rate the price holds moves linearly from the start to
+    model.target_rate over flip_rate_anneal_steps steps counted from the policy's first step, and
+    the price follows it in training."""
+    from rltok.objective import BoundaryObjective
+
+    with pytest.raises(ConfigError, match="flip_rate_control"):
+        load_config("test", overrides=["objective.estimator=flips", "objective.flip_rate_start=0.5"])
+    with pytest.raises(ConfigError, match="flip_rate_start"):
+        load_config("test", overrides=["objective.recipe=lexicon", "objective.flip_rate_start=1.5"])
+    cfg = load_config("test", overrides=["objective.recipe=lexicon", "objective.flip_rate_start=0.5",
+                                         "objective.flip_rate_anneal_steps=10", "objective.policy_start_step=4",
+                                         "model.target_rate=0.2"])
+    obj = BoundaryObjective(cfg, "cpu")
+    targets = [obj.flip_rate_target(s) for s in (0, 4, 8, 13, 20)]
+    assert targets == pytest.approx([0.5, 0.5 - 0.03, 0.5 - 0.15, 0.2, 0.2])
+    assert BoundaryObjective(load_config("test", overrides=["objective.recipe=lexicon"]), "cpu").flip_rate_target(0) \
+        == pytest.approx(0.2)
+    over = ["train.max_steps=3", "train.threads=1", "objective.recipe=lexicon", "objective.lexicon_size=4096",
+            "objective.flip_rate_start=0.5", "objective.flip_rate_anneal_steps=10", "train.eval_every=1000",
+            "train.checkpoint_every=1000"]
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = Trainer(load_config("test", overrides=[f"train.out_dir={tmp}", *over]), corpus=corpus(), quiet=True)
+        trainer.fit()
+    assert trainer.objective.flip_price.target == pytest.approx(trainer.objective.flip_rate_target(2))
+    assert trainer.objective.flip_price.target == pytest.approx(0.5 - 0.3 * 3 / 10)

@@ -185,6 +185,11 @@ class ObjectiveConfig:
     # credit, raised by dual ascent (lagrange_lr, lagrange_gain) while the expected rate is above
     # model.target_rate. A strong credit (the lexicon's) overpowers the separate rate penalty.
     flip_rate_control: bool = False
+    # With flip_rate_control: the rate the price holds starts here (0: at model.target_rate) and
+    # moves linearly to model.target_rate over flip_rate_anneal_steps steps after the policy starts
+    # (a high start lets the units grow by merging, most recurring first, as in BPE)
+    flip_rate_start: float = 0.0
+    flip_rate_anneal_steps: int = 0
     flip_normalize: bool = True  # divide by its standard deviation (scale-free while boundaries are worth little)
     # Warm start: for this many steps the policy is left alone (no policy, rate or price term),
     # so an RL policy draws its initial i.i.d. boundaries at the target rate while the
@@ -256,6 +261,11 @@ class ObjectiveConfig:
                 or not 0 < self.lexicon_decay <= 1 or self.lexicon_lag not in (0, 1):
             raise ConfigError("objective.lexicon_weight >= 0, lexicon_size >= 2, lexicon_concentration > 0 and "
                               "lexicon_decay in (0, 1] and lexicon_lag 0 or 1 are required")
+        if not 0 <= self.flip_rate_start < 1 or self.flip_rate_anneal_steps < 0:
+            raise ConfigError("objective.flip_rate_start must be in [0, 1) and flip_rate_anneal_steps >= 0")
+        if self.flip_rate_start > 0 and not self.flip_rate_control:
+            raise ConfigError("objective.flip_rate_start anneals the rate the flips' price holds: it needs "
+                              "objective.flip_rate_control=true")
         if self.lexicon_context not in ("unigram", "bigram"):
             raise _unknown(self.lexicon_context, ["unigram", "bigram"], "", what="objective.lexicon_context")
         if self.lexicon_credit not in ("flips", "exact"):

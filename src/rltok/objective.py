@@ -399,6 +399,15 @@ class BoundaryObjective:
                             price=self.price, target_rate2=self.target_rate2, price2=self.price2,
                             counterfactual=counterfactual, policy_on=self.policy_on(step), flip_price=self.flip_price)
 
+    def flip_rate_target(self, step: int) -> float:
+        """The rate the flips' price holds at `step`: objective.flip_rate_start moving linearly to
+        model.target_rate over flip_rate_anneal_steps steps from the policy's first step."""
+        o, target = self.cfg.objective, self.cfg.model.target_rate
+        if o.flip_rate_start <= 0:
+            return target
+        done = (step - o.policy_start_step + 1) / max(1, o.flip_rate_anneal_steps)
+        return o.flip_rate_start + (target - o.flip_rate_start) * min(1.0, max(0.0, done))
+
     RATE_KEYS = ("expected_rate", "chunks_per_byte", "expected_rate2", "supertokens_per_chunk")
 
     def after_step(self, step: int, rates: dict[str, float | None], step_bytes: int, seq_len: int) -> None:
@@ -410,6 +419,7 @@ class BoundaryObjective:
         if on and self.price is not None and self.price.lagrange is not None and rates["expected_rate"] is not None:
             self.price.lagrange.update(rates["expected_rate"])  # a frozen (warm-start) policy cannot answer a price
         if on and self.flip_price is not None and rates["expected_rate"] is not None:
+            self.flip_price.target = self.flip_rate_target(step)
             self.flip_price.update(rates["expected_rate"])
         if on and self.price2 is not None and rates["expected_rate2"] is not None:
             self.price2.lagrange.update(rates["expected_rate2"])
