@@ -6,6 +6,10 @@ can learn or how its gradient is estimated.
 
     .venv/bin/python scripts/lexicon_segmentation.py DATA_DIR [--steps N] [--concentration A] [--code]
 
+With --unit-price P ..., also the fitted lexicon's least-cost segmentation with P nats per unit
+(Viterbi, `ChunkLexicon.best_segmentation`): a negative price buys more units, which shows where
+the lexicon puts cuts when more of them are asked for than it wants.
+
 Reports the unit-end rate, the share of unit ends on whitespace (space_align), and with --code
 the share on Python lexical-token ends (token_end_precision, chance beside it), plus a sample.
 """
@@ -39,6 +43,9 @@ def main() -> int:
     ap.add_argument("--mean-len", type=float, default=5.0, help="the base model's mean unit length (1 / rate)")
     ap.add_argument("--code", action="store_true", help="also report Python token-end precision")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--unit-price", type=float, nargs="*", default=[],
+                    help="also the least-cost segmentation with this price per unit in nats (Viterbi; negative: "
+                         "more units), one row per price: what the fitted lexicon makes of a higher rate")
     ap.add_argument("--out", help="write the result as JSON")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -53,12 +60,23 @@ def main() -> int:
         lex.update_posterior(torch.stack([train[o : o + args.seq_len] for o in off]))
     ends = lex.unit_posteriors(val).sum(-1) > 0.5  # P(a unit ends at byte e) > 1/2
     command = f"python scripts/lexicon_segmentation.py DATA/{Path(args.data).name} --steps {args.steps}" + \
-        (f" --concentration {args.concentration:g}" if args.concentration != 100.0 else "") + (" --code" if args.code else "")
+        (f" --concentration {args.concentration:g}" if args.concentration != 100.0 else "") + (" --code" if args.code else "") \
+        + (" --unit-price " + " ".join(f"{p:g}" for p in args.unit_price) if args.unit_price else "")
     result = {"data": Path(args.data).name, "command": command, "steps": args.steps, "concentration": args.concentration,
               "rate": ends.float().mean().item(), "space_align": whitespace_alignment(val, ends)["space_align"],
               "seconds": time.time() - t0}
     if args.code:
         result.update(token_alignment(val, ends))
+    result["priced"] = []
+    for price in args.unit_price:
+        best = lex.best_segmentation(val, price)
+        row = {"unit_price": price, "rate": best.float().mean().item(),
+               "space_align": whitespace_alignment(val, best)["space_align"]}
+        if args.code:
+            row.update(token_alignment(val, best))
+        text = bytes(val[0, :160].tolist())
+        row["sample"] = "".join(chr(c) + ("|" if e else "") for c, e in zip(text, best[0, :160].tolist()))
+        result["priced"].append(row)
     row = bytes(val[0, :240].tolist())
     result["sample"] = "".join(chr(c) + ("|" if e else "") for c, e in zip(row, ends[0, :240].tolist()))
     print(json.dumps(result, indent=2))

@@ -445,3 +445,26 @@ def test_the_flip_rate_target_anneals_from_its_start_to_the_target_rate():
         trainer.fit()
     assert trainer.objective.flip_price.target == pytest.approx(trainer.objective.flip_rate_target(2))
     assert trainer.objective.flip_price.target == pytest.approx(0.5 - 0.3 * 3 / 10)
+
+
+@pytest.mark.parametrize("price", [0.0, -6.0])
+def test_best_segmentation_is_the_cheapest_by_enumeration(price):
+    """Viterbi over unit ends: the least code length plus a price per unit, against every
+    segmentation of a short window into units of at most max_len bytes."""
+    lex = ChunkLexicon(size=1 << 12, decay=1.0)
+    lex.update(tensor(TEXT[:60]), tensor(TEXT[:60]) == 32)
+    x = tensor(b"at the ma")
+    n, max_len = x.shape[1], 4
+    best, best_ends = float("inf"), None
+    for k in range(2 ** (n - 1)):
+        ends = [i for i in range(n - 1) if (k >> i) & 1] + [n - 1]
+        starts = [0] + [e + 1 for e in ends[:-1]]
+        if any(e - s + 1 > max_len for s, e in zip(starts, ends)):
+            continue
+        c = sum(lex.span_costs(x, torch.tensor([[s]]), torch.tensor([[e]])).item() + price for s, e in zip(starts, ends))
+        if c < best:
+            best, best_ends = c, ends
+    got = lex.best_segmentation(x, price, max_len)
+    assert torch.nonzero(got[0])[:, 0].tolist() == best_ends
+    if price < 0:
+        assert got.sum() > lex.best_segmentation(x, 0.0, max_len).sum()  # a negative price buys more units

@@ -238,6 +238,31 @@ class ChunkLexicon:
         return post.exp()
 
     @torch.no_grad()
+    def best_segmentation(self, x: torch.Tensor, unit_price: float = 0.0, max_len: int = _MAX_LEN) -> torch.Tensor:
+        """(B, T) bool unit ends of the segmentation into units of at most max_len bytes with the
+        least code length plus `unit_price` nats per unit (Viterbi; a negative price buys more
+        units: the lexicon's cheapest segmentation at a higher rate)."""
+        cost = unit_price - self.span_log_probs(x, max_len)  # (B, T, max_len); inf before the window
+        bsz, length, _ = cost.shape
+        best = [cost.new_zeros(bsz)]  # best[i]: least cost of bytes < i
+        choice = []
+        for e in range(length):
+            k = min(max_len, e + 1)
+            prev = torch.stack(best[e + 1 - k :][::-1], dim=1)  # best[e], best[e - 1], ...
+            total = prev + cost[:, e, :k]
+            value, arg = total.min(dim=1)
+            best.append(value)
+            choice.append(arg)
+        choice = torch.stack(choice, dim=1).tolist()
+        ends = torch.zeros(bsz, length, dtype=torch.bool)
+        for row in range(bsz):
+            e = length - 1
+            while e >= 0:
+                ends[row, e] = True
+                e -= choice[row][e] + 1
+        return ends.to(x.device)
+
+    @torch.no_grad()
     def update_posterior(self, x: torch.Tensor, max_len: int = _MAX_LEN) -> None:
         """Count every possible unit by its posterior probability under the current lexicon (an EM
         step of the unigram model, as a unigram tokenizer is fitted) instead of by the policy's own
