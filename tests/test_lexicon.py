@@ -380,6 +380,8 @@ def test_diagnose_measures_the_estimators_of_the_lexicon_objective(tmp_path, cap
     capsys.readouterr()
     assert main(["diagnose", "-c", str(tmp_path / "ref"), "--objective", "lexicon"]) != 0
     assert "not trained with the lexicon prior" in capsys.readouterr().err
+    assert main(["diagnose", "-c", str(tmp_path / "ref"), "--lexicon-costs"]) != 0
+    assert "not trained with the lexicon prior" in capsys.readouterr().err
 
 
 def test_lexicon_costs_by_class_are_the_flip_deltas_where_the_policy_cuts():
