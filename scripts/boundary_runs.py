@@ -26,6 +26,8 @@ from rltok.train import Trainer  # noqa: E402
 # name -> overrides on the default (tiny) config with the published recipe (objective.recipe=reference)
 RUNS: dict[str, list[str]] = {
     "reference": [],
+    # a synthetic reward that names Python's token starts: can the policy learn them at all?
+    "token_probe": ["objective.estimator=flips", "objective.reward=token_probe"],
     "flips": ["objective.estimator=flips"],
     "warm": ["objective.policy_start_step=250"],
     "warm_flips": ["objective.estimator=flips", "objective.policy_start_step=250"],

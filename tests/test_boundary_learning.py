@@ -206,3 +206,18 @@ def test_diagnose_compares_flips_with_the_score_function_whatever_the_checkpoint
     assert rows["flips/16"]["train_flops_per_byte"] > rows["reference"]["train_flops_per_byte"]
     assert rows["flips/16"]["snr_per_flop_vs_reference"] is None or \
         rows["flips/16"]["snr_per_flop_vs_reference"] < rows["flips/16"]["snr_vs_reference"]
+
+
+def test_token_probe_rewards_cuts_where_a_python_token_starts():
+    """objective.reward=token_probe: +1 for a boundary on the first byte of a lexical unit, -1 for
+    one elsewhere, 0 at byte 1 (its predecessor, byte 0, is not among the targets)."""
+    from rltok.objective import boundary_reward
+
+    text = b"self.value  = 10\n"  # units: self . value "  " = " " 10 \n
+    targets = torch.tensor([list(text[1:]) + [32]])  # byte t is targets[t - 1]
+    r = boundary_reward(None, None, "token_probe", torch.ones_like(targets, dtype=torch.bool), targets)
+    starts = {4, 5, 10, 12, 13, 14, 16}
+    assert r[0, :2].tolist() == [0.0, 0.0]
+    assert r[0, 2:].tolist() == [1.0 if t in starts else -1.0 for t in range(2, len(text))]
+    b = torch.zeros_like(targets, dtype=torch.bool)
+    assert (boundary_reward(None, None, "token_probe", b, targets) == 0).all()  # no boundary, no reward

@@ -151,7 +151,9 @@ class ObjectiveConfig:
     group_size: int = 1  # K segmentations sampled per sequence, sharing one encoder pass
     gae_lambda: float = 0.95
     value_weight: float = 0.1  # weight of the critic's squared error
-    reward: str = "early_exit"  # "early_exit": CE_early - CE_final | "final": -CE_final
+    # "early_exit": CE_early - CE_final | "final": -CE_final | plumbing checks with a synthetic
+    # reward: "whitespace_probe" (cut on whitespace), "token_probe" (cut where a Python token starts)
+    reward: str = "early_exit"
     normalize_advantages: bool = False
     # How the boundary rate is held. "penalty": the reference's rate loss (weight rate_weight)
     # towards model.target_rate. "lagrange": a price per chunk (a Lagrange multiplier) raised or
@@ -250,8 +252,9 @@ class ObjectiveConfig:
             raise _unknown(self.cost_estimator, ["exact", "reward"], "", what="objective.cost_estimator")
         if self.compute_price < 0 or self.lagrange_lr < 0 or self.lagrange_gain < 0:
             raise ConfigError("objective.compute_price, lagrange_lr and lagrange_gain must be >= 0")
-        if self.reward not in ("early_exit", "final", "whitespace_probe"):
-            raise _unknown(self.reward, ["early_exit", "final", "whitespace_probe"], "", what="objective.reward")
+        if self.reward not in ("early_exit", "final", "whitespace_probe", "token_probe"):
+            raise _unknown(self.reward, ["early_exit", "final", "whitespace_probe", "token_probe"], "",
+                           what="objective.reward")
         if self.estimator not in ("score_function", "flips"):
             raise _unknown(self.estimator, ["score_function", "flips"], "", what="objective.estimator")
         if self.flip_stride < 1 or self.flip_weight < 0 or self.policy_start_step < 0 or self.policy_lr_mult <= 0:

@@ -108,20 +108,33 @@ def supertoken_terms(out: ModelOutput, returns: torch.Tensor, cfg: ObjectiveConf
     return loss
 
 
-def probe_reward(b: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """The plumbing check's synthetic reward: +1 for a boundary on a whitespace byte, -1 for one
-    anywhere else, 0 without a boundary. Byte t is targets[t - 1] (position 0 is forced)."""
-    x = targets.roll(1, dims=1)
-    return b.float() * (is_whitespace_byte(x).float() * 2 - 1)
+PROBES = ("whitespace_probe", "token_probe")
+
+
+def probe_reward(b: torch.Tensor, targets: torch.Tensor, kind: str = "whitespace_probe") -> torch.Tensor:
+    """The synthetic rewards of the plumbing checks: +1 for a boundary on a wanted byte, -1 for one
+    anywhere else, 0 without a boundary. Wanted: "whitespace_probe", a whitespace byte;
+    "token_probe", the first byte of a Python lexical unit (rltok.token_alignment, read one byte
+    late: can the policy learn code's tokens when the reward names them?; 0 at byte 1, whose
+    predecessor the targets do not hold). Byte t is targets[t - 1] (position 0 is forced)."""
+    if kind == "token_probe":
+        from .token_alignment import token_ends
+
+        seen = targets[:, :-1].cpu()  # bytes 1 .. T-1
+        ends = torch.stack([token_ends(bytes(row.tolist())) for row in seen]).to(targets.device)
+        sign = torch.zeros(targets.shape, device=targets.device)
+        sign[:, 2:] = ends[:, :-1].float() * 2 - 1  # byte t starts a unit when byte t - 1 ends one
+        return b.float() * sign
+    return b.float() * (is_whitespace_byte(targets.roll(1, dims=1)).float() * 2 - 1)
 
 
 def boundary_reward(ce_early: torch.Tensor, ce_final: torch.Tensor, kind: str, b: torch.Tensor | None = None,
                     targets: torch.Tensor | None = None) -> torch.Tensor:
     """Detached per-position reward: "early_exit" = CE_early - CE_final (how much the deep path
-    helped), "final" = -CE_final, "whitespace_probe" = the synthetic reward of `probe_reward`
+    helped), "final" = -CE_final, the probes = the synthetic rewards of `probe_reward`
     (needs the decisions `b` and the `targets`): a check that the estimator learns at all."""
-    if kind == "whitespace_probe":
-        return probe_reward(b, targets)
+    if kind in PROBES:
+        return probe_reward(b, targets, kind)
     return (ce_early - ce_final).detach() if kind == "early_exit" else -ce_final.detach()
 
 
@@ -171,8 +184,8 @@ def counterfactual_pass(model, idx: torch.Tensor, targets: torch.Tensor, out: Mo
     b_flipped = bd.b ^ flips
     rows = bd.b.shape[0]
     idx, targets = per_segmentation(idx, rows), per_segmentation(targets, rows)
-    if cfg.reward == "whitespace_probe":
-        return Counterfactual(flips, -probe_reward(b_flipped, targets))
+    if cfg.reward in PROBES:
+        return Counterfactual(flips, -probe_reward(b_flipped, targets, cfg.reward))
     if not cfg.flip_model_pass:  # the lexicon's credit alone: no model pass, no extra FLOPs
         return Counterfactual(flips, None)
     alt = model(idx, boundaries=b_flipped, encoded=(out.encoder_state.detach(), out.early_logits.detach()))
@@ -239,7 +252,7 @@ def flips_policy_loss(bd, reward: torch.Tensor, ce_final: torch.Tensor, counterf
     loss it compares with the counterfactual one is the LM's (or, for the probe, minus the reward)."""
     values = counterfactual.credit
     if values is None:
-        base = -reward if cfg.reward == "whitespace_probe" else ce_final.detach()
+        base = -reward if cfg.reward in PROBES else ce_final.detach()
         flipped = base if counterfactual.nll is None else counterfactual.nll  # not re-run: no change
         if counterfactual.extra is not None:
             base, flipped = base + counterfactual.extra, flipped + counterfactual.extra_flipped
