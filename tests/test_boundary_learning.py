@@ -221,3 +221,23 @@ def test_token_probe_rewards_cuts_where_a_python_token_starts():
     assert r[0, 2:].tolist() == [1.0 if t in starts else -1.0 for t in range(2, len(text))]
     b = torch.zeros_like(targets, dtype=torch.bool)
     assert (boundary_reward(None, None, "token_probe", b, targets) == 0).all()  # no boundary, no reward
+
+
+def test_a_probe_runs_no_model_pass_and_counts_no_extra_flops(tmp_path):
+    """The probes' credit is a function of the decisions alone: no counterfactual model pass is run
+    or charged, so a probe run spends the FLOPs of a fixed rule's step."""
+    def run(name, *extra):
+        cfg = load_config("test", overrides=[f"train.out_dir={tmp_path / name}", "train.max_steps=3", "train.threads=1",
+                                             "train.eval_every=1000", "train.checkpoint_every=1000", *extra])
+        trainer = Trainer(cfg, corpus=corpus(), quiet=True)
+        calls = []
+        forward = trainer.model.forward
+        trainer.model.forward = lambda *a, **k: calls.append(k.get("encoded") is not None) or forward(*a, **k)
+        trainer.fit()
+        return trainer, calls
+
+    probe, calls = run("probe", "objective.estimator=flips", "objective.reward=token_probe")
+    assert calls and not any(calls)
+    lm, lm_calls = run("lm", "objective.estimator=flips")
+    assert any(lm_calls)
+    assert probe.flops_spent < 0.9 * lm.flops_spent

@@ -436,9 +436,11 @@ class BoundaryObjective:
             self.flip_price.update(rates["expected_rate"])
         if on and self.price2 is not None and rates["expected_rate2"] is not None:
             self.price2.lagrange.update(rates["expected_rate2"])
+        o = self.cfg.objective
+        model_pass = self.uses_flips and on and o.flip_model_pass and o.reward not in PROBES  # a probe needs none
         self.flops_spent += step_train_flops_per_byte(
             self.cfg, seq_len, rates["chunks_per_byte"], rates["supertokens_per_chunk"], self.vocab_size,
-            counterfactual=self.uses_flips and on and self.cfg.objective.flip_model_pass) * step_bytes
+            counterfactual=model_pass) * step_bytes
 
     def state_dict(self) -> dict:
         lagrange = self.price.lagrange if self.price is not None else None
