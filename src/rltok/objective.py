@@ -213,7 +213,7 @@ def build_lexicon(cfg, device=None):
     o = cfg.objective
     kind = BigramLexicon if o.lexicon_context == "bigram" else ChunkLexicon
     return kind(o.lexicon_size, o.lexicon_concentration, 1.0 / cfg.model.target_rate, o.lexicon_decay,
-                        o.lexicon_lag, o.lexicon_collapse_blanks, device=device)
+                o.lexicon_lag, o.lexicon_collapse_blanks, device=device)
 
 
 def boundary_advantages(reward: torch.Tensor, free: torch.Tensor, cfg: ObjectiveConfig,
