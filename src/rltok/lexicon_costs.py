@@ -32,7 +32,7 @@ def lexicon_costs_by_class(model, lexicon: ChunkLexicon, x: torch.Tensor, seed: 
     was_training = model.training
     model.eval()
     gen = torch.Generator(device=x.device).manual_seed(seed)
-    sums = {c: torch.zeros(5, dtype=torch.float64) for c in CLASSES}  # positions, cuts, removed, added, none
+    sums = {c: torch.zeros(4, dtype=torch.float64) for c in CLASSES}  # positions, cuts, removed, added
     cuts = free_total = 0.0
     for i in range(0, len(x), batch_size):
         xb = x[i : i + batch_size]
@@ -42,22 +42,16 @@ def lexicon_costs_by_class(model, lexicon: ChunkLexicon, x: torch.Tensor, seed: 
         b, free = b.cpu(), free.cpu()
         cuts += (b & free).sum().item()
         free_total += free.sum().item()
-        for row, cls in enumerate(byte_classes(r) for r in xb.cpu()):
-            for t, c in enumerate(cls):
-                if not free[row, t]:
-                    continue
-                s = sums[c]
-                s[0] += 1
-                if b[row, t]:
-                    s[1] += 1
-                    s[2] += delta[row, t]
-                else:
-                    s[3] += delta[row, t]
+        cls = torch.tensor([[CLASSES.index(c) for c in byte_classes(r)] for r in xb.cpu()])
+        for k, c in enumerate(CLASSES):
+            here, cut = (cls == k) & free, (cls == k) & free & b
+            sums[c] += torch.stack([here.sum().double(), cut.sum().double(), delta[cut].sum(),
+                                    delta[here & ~b].sum()])
     model.train(was_training)
     total = sum(s[0].item() for s in sums.values())
     classes = {}
     for c, s in sums.items():
-        n, n_cut, removed, added = s[0].item(), s[1].item(), s[2].item(), s[3].item()
+        n, n_cut, removed, added = s.tolist()
         classes[c] = {"positions": int(n), "share": n / max(1.0, total), "cut_rate": n_cut / n if n else None,
                       "remove_cut": removed / n_cut if n_cut else None,
                       "add_cut": added / (n - n_cut) if n - n_cut else None}
