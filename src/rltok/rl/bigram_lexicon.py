@@ -56,7 +56,7 @@ class BigramLexicon(ChunkLexicon):
         """-log p(unit | unit before) at each unit's last byte (units closed by b and by the window's end)."""
         t = torch.arange(x.shape[1], device=x.device).expand_as(x)
         start, row, context = self._units(x, b)
-        log_p1 = -self.span_costs(x, start, t)  # the unigram lexicon: the back-off
+        log_p1 = -self.span_costs(x, start, t, rows=row)  # the unigram lexicon: the back-off
         n_pair = self.pair_counts[self._pair_rows(context, row)]
         n_context = self.context_counts[context]
         log_p = torch.logaddexp(n_pair.clamp(min=1e-30).log(), log_p1 + math.log(self.concentration)) \
@@ -66,11 +66,11 @@ class BigramLexicon(ChunkLexicon):
     @torch.no_grad()
     def update(self, x: torch.Tensor, b: torch.Tensor) -> None:
         """Count the complete units (unigram) and each complete unit after the unit before it."""
-        super().update(x, b)
         ends = self.unit_ends(b)
         _, row, context = self._units(x, ends)
         pairs, contexts = self._pair_rows(context, row)[ends], context[ends]
         one = torch.ones_like(pairs, dtype=self.pair_counts.dtype)
+        self._count(x, row[ends], one)  # the unigram counts, as ChunkLexicon.update counts them
         self.pair_counts.mul_(self.decay).index_add_(0, pairs, one)
         self.context_counts.mul_(self.decay).index_add_(0, contexts, one)
 

@@ -141,8 +141,10 @@ class ChunkLexicon:
         cost = self.span_costs(x, self.chunk_starts(b), t)
         return torch.where(self.ends(b), cost, torch.zeros_like(cost))
 
-    def span_costs(self, x: torch.Tensor, start: torch.Tensor, end: torch.Tensor) -> torch.Tensor:
-        """-log p(x[start..end]) in nats for every pair of (B, M) positions (end >= start)."""
+    def span_costs(self, x: torch.Tensor, start: torch.Tensor, end: torch.Tensor,
+                   rows: torch.Tensor | None = None) -> torch.Tensor:
+        """-log p(x[start..end]) in nats for every pair of (B, M) positions (end >= start); `rows`:
+        the units' table rows (`rows(x, end, start)`) when the caller already has them."""
         kept = self.kept(x)
         log_pb = ((self.byte_counts + 1) / (self.byte_counts.sum() + 256)).log()[x.long()]  # add-one: any byte possible
         pad = torch.nn.functional.pad
@@ -152,7 +154,7 @@ class ChunkLexicon:
         length = torch.gather(spelled, 1, end + 1) - torch.gather(spelled, 1, start) + first
         log_p0 = (torch.gather(cum, 1, end + 1) - torch.gather(cum, 1, start)) + first * torch.gather(log_pb, 1, start) \
             + math.log(self.stop) + (length - 1) * math.log1p(-self.stop)
-        n = self.counts[self.rows(x, end, start)]
+        n = self.counts[self.rows(x, end, start) if rows is None else rows]
         log_p = torch.logaddexp(n.clamp(min=1e-30).log(), log_p0 + math.log(self.concentration)) \
             - torch.log(self.counts.sum() + self.concentration)
         return -log_p
