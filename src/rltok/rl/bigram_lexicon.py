@@ -89,7 +89,7 @@ class BigramLexicon(ChunkLexicon):
                 out[i, lo : lo + len(flips)] = self.costs(x[i].expand(len(flips), -1), flipped).sum(1) - base[i]
         return out
 
-    def unit_posteriors(self, x, max_len=None):
+    def unit_posteriors(self, x, max_len=None, rows=None):
         raise NotImplementedError("EM over segmentations is the unigram lexicon's only")
 
     update_posterior = unit_posteriors

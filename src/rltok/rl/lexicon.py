@@ -206,20 +206,26 @@ class ChunkLexicon:
         k = torch.arange(max_len, device=device).view(1, 1, max_len)
         return (e - k).expand(bsz, length, max_len), e.expand(bsz, length, max_len)
 
-    def span_log_probs(self, x: torch.Tensor, max_len: int = _MAX_LEN) -> torch.Tensor:
+    def grid_rows(self, x: torch.Tensor, max_len: int = _MAX_LEN) -> torch.Tensor:
+        """(B, T * max_len): the table rows of the units of `unit_grid`, flattened."""
+        start, end = self.unit_grid(*x.shape, max_len, x.device)
+        return self.rows(x, end.reshape(len(x), -1), start.clamp(min=0).reshape(len(x), -1))
+
+    def span_log_probs(self, x: torch.Tensor, max_len: int = _MAX_LEN, rows: torch.Tensor | None = None) -> torch.Tensor:
         """(B, T, max_len): log p of the unit of k + 1 bytes that ends at byte e, [b, e, k]
-        (-inf where it would start before the window)."""
+        (-inf where it would start before the window); `rows`: their `grid_rows` if at hand."""
         bsz, length = x.shape
         start, end = self.unit_grid(bsz, length, max_len, x.device)
-        lp = -self.span_costs(x, start.clamp(min=0).reshape(bsz, -1), end.reshape(bsz, -1)).view(bsz, length, max_len)
-        return lp.masked_fill(start < 0, float("-inf"))
+        lp = -self.span_costs(x, start.clamp(min=0).reshape(bsz, -1), end.reshape(bsz, -1), rows)
+        return lp.view(bsz, length, max_len).masked_fill(start < 0, float("-inf"))
 
     @torch.no_grad()
-    def unit_posteriors(self, x: torch.Tensor, max_len: int = _MAX_LEN) -> torch.Tensor:
+    def unit_posteriors(self, x: torch.Tensor, max_len: int = _MAX_LEN, rows: torch.Tensor | None = None) -> torch.Tensor:
         """(B, T, max_len): the posterior probability, over all segmentations of each window into
         units of at most max_len bytes under the current lexicon, that the unit of k + 1 bytes
-        ending at byte e is one of them (forward-backward over unit ends)."""
-        lp = self.span_log_probs(x, max_len)
+        ending at byte e is one of them (forward-backward over unit ends; `rows` as in
+        `span_log_probs`)."""
+        lp = self.span_log_probs(x, max_len, rows)
         bsz, length, _ = lp.shape
         neg = lp.new_full((bsz, max_len), float("-inf"))
         alpha = [lp.new_zeros(bsz)]  # alpha[i]: log-sum over segmentations of bytes < i
@@ -270,9 +276,8 @@ class ChunkLexicon:
         step of the unigram model, as a unigram tokenizer is fitted) instead of by the policy's own
         segmentation: the lexicon then moves towards the text's shortest description, not towards
         whatever the policy cuts now (the policy's own counts reinforce any consistent cut)."""
-        post = self.unit_posteriors(x, max_len)
-        start, end = self.unit_grid(*x.shape, max_len, x.device)
-        rows = self.rows(x, end.reshape(len(x), -1), start.clamp(min=0).reshape(len(x), -1))
+        rows = self.grid_rows(x, max_len)  # hashed once: for the costs and for the counts
+        post = self.unit_posteriors(x, max_len, rows)
         self._count(x, rows.flatten(), post.flatten().to(self.counts.dtype))
 
     def state_dict(self) -> dict:
