@@ -132,6 +132,10 @@ class ModelConfig:
             raise ConfigError("model.mlp_ratio must be > 0")
 
 
+# the synthetic rewards of the plumbing checks (rltok.objective.probe_reward): no model pass needed
+PROBE_REWARDS = ("whitespace_probe", "token_probe")
+
+
 @dataclass
 class ObjectiveConfig:
     # Which boundary-learning recipe the keys below start from (RECIPES): "reference" (the
@@ -252,9 +256,8 @@ class ObjectiveConfig:
             raise _unknown(self.cost_estimator, ["exact", "reward"], "", what="objective.cost_estimator")
         if self.compute_price < 0 or self.lagrange_lr < 0 or self.lagrange_gain < 0:
             raise ConfigError("objective.compute_price, lagrange_lr and lagrange_gain must be >= 0")
-        if self.reward not in ("early_exit", "final", "whitespace_probe", "token_probe"):
-            raise _unknown(self.reward, ["early_exit", "final", "whitespace_probe", "token_probe"], "",
-                           what="objective.reward")
+        if self.reward not in ("early_exit", "final", *PROBE_REWARDS):
+            raise _unknown(self.reward, ["early_exit", "final", *PROBE_REWARDS], "", what="objective.reward")
         if self.estimator not in ("score_function", "flips"):
             raise _unknown(self.estimator, ["score_function", "flips"], "", what="objective.estimator")
         if self.flip_stride < 1 or self.flip_weight < 0 or self.policy_start_step < 0 or self.policy_lr_mult <= 0:

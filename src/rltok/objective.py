@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from .bytes_classes import is_whitespace_byte
-from .config import ModelConfig, ObjectiveConfig
+from .config import PROBE_REWARDS, ModelConfig, ObjectiveConfig
 from .model.output import ModelOutput, token_nll
 from .rl import (LagrangePrice, batch_relative, discounted_cumsum, gae, group_relative, masked_mean,
                  policy_gradient_loss, rate_loss)
@@ -108,9 +108,6 @@ def supertoken_terms(out: ModelOutput, returns: torch.Tensor, cfg: ObjectiveConf
     return loss
 
 
-PROBES = ("whitespace_probe", "token_probe")
-
-
 def probe_reward(b: torch.Tensor, targets: torch.Tensor, kind: str = "whitespace_probe") -> torch.Tensor:
     """The synthetic rewards of the plumbing checks: +1 for a boundary on a wanted byte, -1 for one
     anywhere else, 0 without a boundary. Wanted: "whitespace_probe", a whitespace byte;
@@ -133,7 +130,7 @@ def boundary_reward(ce_early: torch.Tensor, ce_final: torch.Tensor, kind: str, b
     """Detached per-position reward: "early_exit" = CE_early - CE_final (how much the deep path
     helped), "final" = -CE_final, the probes = the synthetic rewards of `probe_reward`
     (needs the decisions `b` and the `targets`): a check that the estimator learns at all."""
-    if kind in PROBES:
+    if kind in PROBE_REWARDS:
         return probe_reward(b, targets, kind)
     return (ce_early - ce_final).detach() if kind == "early_exit" else -ce_final.detach()
 
@@ -184,7 +181,7 @@ def counterfactual_pass(model, idx: torch.Tensor, targets: torch.Tensor, out: Mo
     b_flipped = bd.b ^ flips
     rows = bd.b.shape[0]
     idx, targets = per_segmentation(idx, rows), per_segmentation(targets, rows)
-    if cfg.reward in PROBES:
+    if cfg.reward in PROBE_REWARDS:
         return Counterfactual(flips, -probe_reward(b_flipped, targets, cfg.reward))
     if not cfg.flip_model_pass:  # the lexicon's credit alone: no model pass, no extra FLOPs
         return Counterfactual(flips, None)
@@ -252,7 +249,7 @@ def flips_policy_loss(bd, reward: torch.Tensor, ce_final: torch.Tensor, counterf
     loss it compares with the counterfactual one is the LM's (or, for the probe, minus the reward)."""
     values = counterfactual.credit
     if values is None:
-        base = -reward if cfg.reward in PROBES else ce_final.detach()
+        base = -reward if cfg.reward in PROBE_REWARDS else ce_final.detach()
         flipped = base if counterfactual.nll is None else counterfactual.nll  # not re-run: no change
         if counterfactual.extra is not None:
             base, flipped = base + counterfactual.extra, flipped + counterfactual.extra_flipped
@@ -437,7 +434,8 @@ class BoundaryObjective:
         if on and self.price2 is not None and rates["expected_rate2"] is not None:
             self.price2.lagrange.update(rates["expected_rate2"])
         o = self.cfg.objective
-        model_pass = self.uses_flips and on and o.flip_model_pass and o.reward not in PROBES  # a probe needs none
+        # a probe's credit is a function of the decisions alone: no model pass is run or charged
+        model_pass = self.uses_flips and on and o.flip_model_pass and o.reward not in PROBE_REWARDS
         self.flops_spent += step_train_flops_per_byte(
             self.cfg, seq_len, rates["chunks_per_byte"], rates["supertokens_per_chunk"], self.vocab_size,
             counterfactual=model_pass) * step_bytes
