@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from rltok.data import load_eval_bytes  # noqa: E402
-from rltok.model.chunkers import spacelike  # noqa: E402
+from rltok.model.chunkers import WhitespaceChunker, spacelike  # noqa: E402
 from rltok.token_alignment import token_alignment, token_units  # noqa: E402
 
 
@@ -88,10 +88,8 @@ def class_runs(x: torch.Tensor) -> torch.Tensor:
 
 
 def whitespace_rule(x: torch.Tensor) -> torch.Tensor:
-    sp = spacelike(x)
-    prev = torch.ones_like(sp)
-    prev[:, 1:] = sp[:, :-1]
-    return sp & ~prev
+    """The comparison's whitespace rule, cut by its own chunker (no position forced)."""
+    return WhitespaceChunker()(None, torch.zeros_like(x, dtype=torch.bool), idx=x).b
 
 
 def inside_text_units(x: torch.Tensor) -> torch.Tensor:
