@@ -33,6 +33,11 @@ from rltok.rl.lexicon import ChunkLexicon  # noqa: E402
 from rltok.token_alignment import token_alignment  # noqa: E402
 
 
+def piped(row: torch.Tensor, ends: torch.Tensor) -> str:
+    """The bytes with a | after each unit end."""
+    return "".join(chr(c) + ("|" if e else "") for c, e in zip(row.tolist(), ends.tolist()))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("data", help="a folder with train.* and val.* files")
@@ -74,11 +79,9 @@ def main() -> int:
                "space_align": whitespace_alignment(val, best)["space_align"]}
         if args.code:
             row.update(token_alignment(val, best))
-        text = bytes(val[0, :160].tolist())
-        row["sample"] = "".join(chr(c) + ("|" if e else "") for c, e in zip(text, best[0, :160].tolist()))
+        row["sample"] = piped(val[0, :160], best[0, :160])
         result["priced"].append(row)
-    row = bytes(val[0, :240].tolist())
-    result["sample"] = "".join(chr(c) + ("|" if e else "") for c, e in zip(row, ends[0, :240].tolist()))
+    result["sample"] = piped(val[0, :240], ends[0, :240])
     print(json.dumps(result, indent=2))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2))
