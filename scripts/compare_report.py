@@ -28,9 +28,13 @@ HEURISTIC = ("entropy", "whitespace", "fixed", "uniform")
 
 
 def verdict(rows: list[dict], method: str = "rl") -> list[str]:
+    """`method` (or the one method that is `method@<overrides>`) against every other row."""
     by = {r["method"]: r for r in rows}
     if method not in by:
-        return []
+        with_overrides = [m for m in by if m.startswith(method + "@")]
+        if len(with_overrides) != 1:
+            return []
+        method = with_overrides[0]
     ours = by[method]
     lines = []
     for other in rows:
@@ -47,13 +51,16 @@ def verdict(rows: list[dict], method: str = "rl") -> list[str]:
     return lines
 
 
-# (results folder under docs/results and runs/, section title, the verdict it computes)
+# (results folder under docs/results and runs/, section title, the verdict it computes: the method
+# the others are set against, or "gap" for the best byte models against the BPE-token transformer)
 SECTIONS = [
     ("compare", "Boundary rules (`rl` here: the published recipe, today's `rl_reference`)", "rl"),
     ("boundaries/b1000000", "Learned boundaries (the lexicon recipe) against the fixed rules: 1M-byte budget", "rl"),
     ("boundaries/b4000000", "Learned boundaries (the lexicon recipe) against the fixed rules: 4M-byte budget", "rl"),
     ("embedding/b1000000", "With a vocabulary's memory: 1M-byte budget", "gap"),
     ("embedding/b4000000", "With a vocabulary's memory: 4M-byte budget", "gap"),
+    ("boundaries_vocab/b4000000", "Learned boundaries with a vocabulary's memory, at the whitespace rule's rate: "
+     "4M-byte budget", "rl+ngram+cvocab"),
 ]
 
 
@@ -116,10 +123,10 @@ def render_corpus(name: str, corpus: str, src: Path, from_docs: bool, only, kind
     if snr:
         md += ["Gradient SNR of the rl runs' own estimator at their final checkpoint: " +
                ", ".join(f"{m} s{s}: {v:.3f}" for m, s, v in snr) + ".", ""]
-    if kind == "rl":
-        v = verdict(rows)
+    if kind != "gap":
+        v = verdict(rows, kind)
         if v:
-            md += ["Verdict for `rl` (mean over seeds):", "", *v, ""]
+            md += [f"Verdict for `{kind}` (mean over seeds):", "", *v, ""]
     else:
         v = gap_to_tokens(rows)
         if v:
