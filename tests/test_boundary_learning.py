@@ -223,6 +223,31 @@ def test_token_probe_rewards_cuts_where_a_python_token_starts():
     assert (boundary_reward(None, None, "token_probe", b, targets) == 0).all()  # no boundary, no reward
 
 
+def test_the_token_probe_lexes_each_step_once_and_rewards_as_before(tmp_path, monkeypatch):
+    """The counterfactual carries the sampled decisions' probe reward, from the same lexing as the
+    flipped ones': each row's bytes are lexed once per step, and the reward is boundary_reward's."""
+    import rltok.token_alignment as ta
+    from rltok.objective import boundary_reward, compute_loss, counterfactual_pass
+
+    cfg = load_config("test", overrides=[f"train.out_dir={tmp_path}", "train.threads=1", "objective.estimator=flips",
+                                         "objective.reward=token_probe"])
+    trainer = Trainer(cfg, corpus=corpus(), quiet=True)
+    src = (b"def f(self, x):\n    return self.value + x  # add\n" * 8)[:129]
+    data = torch.tensor([list(src), list(src[::-1])])
+    x, y = data[:, :-1], data[:, 1:]
+    out = trainer.model(x)
+    lexed = []
+    ends = ta.token_ends
+    monkeypatch.setattr(ta, "token_ends", lambda data, *a: lexed.append(data) or ends(data, *a))
+    cf = counterfactual_pass(trainer.model, x, y, out, cfg.objective)
+    assert len(lexed) == x.shape[0]
+    want = boundary_reward(None, None, "token_probe", out.boundaries.b, out.rows_targets(y))
+    assert torch.equal(cf.reward, want)
+    lexed.clear()
+    compute_loss(out, y, cfg.objective, cfg.model.target_rate, counterfactual=cf)
+    assert lexed == []  # the loss reuses the counterfactual's reward
+
+
 def test_a_probe_runs_no_model_pass_and_counts_no_extra_flops(tmp_path):
     """The probes' credit is a function of the decisions alone: no counterfactual model pass is run
     or charged, so a probe run spends the FLOPs of a fixed rule's step."""

@@ -108,12 +108,10 @@ def supertoken_terms(out: ModelOutput, returns: torch.Tensor, cfg: ObjectiveConf
     return loss
 
 
-def probe_reward(b: torch.Tensor, targets: torch.Tensor, kind: str = "whitespace_probe") -> torch.Tensor:
-    """The synthetic rewards of the plumbing checks: +1 for a boundary on a wanted byte, -1 for one
-    anywhere else, 0 without a boundary. Wanted: "whitespace_probe", a whitespace byte;
-    "token_probe", the first byte of a Python lexical unit (rltok.token_alignment, read one byte
-    late: can the policy learn code's tokens when the reward names them?; 0 at byte 1, whose
-    predecessor the targets do not hold). Byte t is targets[t - 1] (position 0 is forced)."""
+def probe_sign(targets: torch.Tensor, kind: str = "whitespace_probe") -> torch.Tensor:
+    """Per position, what a boundary there earns under the probe reward `kind` (see probe_reward):
+    +1 on a wanted byte, -1 elsewhere, 0 at byte 1 for the token probe. A function of the bytes
+    alone, so one call serves every segmentation of the same rows."""
     if kind == "token_probe":
         from .token_alignment import token_ends
 
@@ -121,8 +119,17 @@ def probe_reward(b: torch.Tensor, targets: torch.Tensor, kind: str = "whitespace
         ends = torch.stack([token_ends(bytes(row.tolist())) for row in seen]).to(targets.device)
         sign = torch.zeros(targets.shape, device=targets.device)
         sign[:, 2:] = ends[:, :-1].float() * 2 - 1  # byte t starts a unit when byte t - 1 ends one
-        return b.float() * sign
-    return b.float() * (is_whitespace_byte(targets.roll(1, dims=1)).float() * 2 - 1)
+        return sign
+    return is_whitespace_byte(targets.roll(1, dims=1)).float() * 2 - 1
+
+
+def probe_reward(b: torch.Tensor, targets: torch.Tensor, kind: str = "whitespace_probe") -> torch.Tensor:
+    """The synthetic rewards of the plumbing checks: +1 for a boundary on a wanted byte, -1 for one
+    anywhere else, 0 without a boundary. Wanted: "whitespace_probe", a whitespace byte;
+    "token_probe", the first byte of a Python lexical unit (rltok.token_alignment, read one byte
+    late: can the policy learn code's tokens when the reward names them?; 0 at byte 1, whose
+    predecessor the targets do not hold). Byte t is targets[t - 1] (position 0 is forced)."""
+    return b.float() * probe_sign(targets, kind)
 
 
 def boundary_reward(ce_early: torch.Tensor, ce_final: torch.Tensor, kind: str, b: torch.Tensor | None = None,
@@ -145,6 +152,8 @@ class Counterfactual:
     # (B, T) each flipped decision's credit D_f = L(b_f = 0) - L(b_f = 1) when it is known exactly
     # (the lexicon's, objective.lexicon_credit="exact"); None: from the costs above
     credit: torch.Tensor | None = None
+    # (B, T) a probe's reward of the sampled decisions, from the same lexing as the flipped ones'
+    reward: torch.Tensor | None = None
 
 
 def per_segmentation(x: torch.Tensor, rows: int) -> torch.Tensor:
@@ -156,7 +165,8 @@ def with_lexicon_costs(cf: Counterfactual, lexicon, idx: torch.Tensor, b: torch.
     """Charge both segmentations their code length under the lexicon (rl/lexicon.py), in nats
     times `weight`, at the boundaries that close its units."""
     idx = per_segmentation(idx, b.shape[0])
-    return Counterfactual(cf.flips, cf.nll, weight * lexicon.costs(idx, b), weight * lexicon.costs(idx, b ^ cf.flips))
+    return Counterfactual(cf.flips, cf.nll, weight * lexicon.costs(idx, b), weight * lexicon.costs(idx, b ^ cf.flips),
+                          reward=cf.reward)
 
 
 def exact_lexicon_credit(lexicon, idx: torch.Tensor, bd, weight: float) -> Counterfactual:
@@ -182,7 +192,8 @@ def counterfactual_pass(model, idx: torch.Tensor, targets: torch.Tensor, out: Mo
     rows = bd.b.shape[0]
     idx, targets = per_segmentation(idx, rows), per_segmentation(targets, rows)
     if cfg.reward in PROBE_REWARDS:
-        return Counterfactual(flips, -probe_reward(b_flipped, targets, cfg.reward))
+        sign = probe_sign(targets, cfg.reward)  # the bytes are lexed once for both segmentations
+        return Counterfactual(flips, -(b_flipped.float() * sign), reward=bd.b.float() * sign)
     if not cfg.flip_model_pass:  # the lexicon's credit alone: no model pass, no extra FLOPs
         return Counterfactual(flips, None)
     alt = model(idx, boundaries=b_flipped, encoded=(out.encoder_state.detach(), out.early_logits.detach()))
@@ -301,7 +312,10 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
                        p_mean=masked_mean(torch.sigmoid(bd.logits.detach()), bd.free))
     if bd.logits is not None and policy_on:
         free = bd.free
-        reward = boundary_reward(ce_early, ce_final, cfg.reward, bd.b, targets)
+        if counterfactual is not None and counterfactual.reward is not None:
+            reward = counterfactual.reward  # a probe's, computed with the counterfactual's
+        else:
+            reward = boundary_reward(ce_early, ce_final, cfg.reward, bd.b, targets)
         chunk_price = None
         if price is not None:  # data parallel: the price grows with the global rate, the same on every rank
             cpb = batch_mean.masked_mean(bd.b.float(), torch.ones_like(bd.b))
