@@ -8,7 +8,10 @@ can learn or how its gradient is estimated.
 
 With --unit-price P ..., also the fitted lexicon's least-cost segmentation with P nats per unit
 (Viterbi, `ChunkLexicon.best_segmentation`): a negative price buys more units, which shows where
-the lexicon puts cuts when more of them are asked for than it wants.
+the lexicon puts cuts when more of them are asked for than it wants. With --whole-blank-runs, each
+price is also read with a prior that keeps runs of blanks whole (30 nats more for a unit that ends
+inside one, so only runs longer than the longest unit get split): where the surplus goes when it
+cannot go into indentation.
 
 Reports the unit-end rate, the share of unit ends on whitespace (space_align), and with --code
 the share on Python lexical-token ends (token_end_precision, chance beside it), plus a sample.
@@ -51,6 +54,8 @@ def main() -> int:
     ap.add_argument("--unit-price", type=float, nargs="*", default=[],
                     help="also the least-cost segmentation with this price per unit in nats (Viterbi; negative: "
                          "more units), one row per price: what the fitted lexicon makes of a higher rate")
+    ap.add_argument("--whole-blank-runs", action="store_true",
+                    help="with --unit-price: also each price with ends inside a run of blanks priced 30 nats more")
     ap.add_argument("--out", help="write the result as JSON")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -66,21 +71,26 @@ def main() -> int:
     ends = lex.unit_posteriors(val).sum(-1) > 0.5  # P(a unit ends at byte e) > 1/2
     command = f"python scripts/lexicon_segmentation.py DATA/{Path(args.data).name} --steps {args.steps}" + \
         (f" --concentration {args.concentration:g}" if args.concentration != 100.0 else "") + (" --code" if args.code else "") \
-        + (" --unit-price " + " ".join(f"{p:g}" for p in args.unit_price) if args.unit_price else "")
+        + (" --unit-price " + " ".join(f"{p:g}" for p in args.unit_price) if args.unit_price else "") \
+        + (" --whole-blank-runs" if args.whole_blank_runs else "")
     result = {"data": Path(args.data).name, "command": command, "steps": args.steps, "concentration": args.concentration,
               "rate": ends.float().mean().item(), "space_align": whitespace_alignment(val, ends)["space_align"],
               "seconds": time.time() - t0}
     if args.code:
         result.update(token_alignment(val, ends))
     result["priced"] = []
+    blank = (val == ord(" ")) | (val == ord("\t"))
+    inside_run = torch.zeros_like(blank)
+    inside_run[:, :-1] = blank[:, :-1] & blank[:, 1:]  # a unit ending here would split a run of blanks
     for price in args.unit_price:
-        best = lex.best_segmentation(val, price)
-        row = {"unit_price": price, "rate": best.float().mean().item(),
-               "space_align": whitespace_alignment(val, best)["space_align"]}
-        if args.code:
-            row.update(token_alignment(val, best))
-        row["sample"] = piped(val[0, :160], best[0, :160])
-        result["priced"].append(row)
+        for whole in (False, True) if args.whole_blank_runs else (False,):
+            best = lex.best_segmentation(val, price, end_cost=30.0 * inside_run.float() if whole else None)
+            row = {"unit_price": price, "whole_blank_runs": whole, "rate": best.float().mean().item(),
+                   "space_align": whitespace_alignment(val, best)["space_align"]}
+            if args.code:
+                row.update(token_alignment(val, best))
+            row["sample"] = piped(val[0, :160], best[0, :160])
+            result["priced"].append(row)
     result["sample"] = piped(val[0, :240], ends[0, :240])
     print(json.dumps(result, indent=2))
     if args.out:

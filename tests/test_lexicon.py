@@ -470,3 +470,9 @@ def test_best_segmentation_is_the_cheapest_by_enumeration(price):
     assert torch.nonzero(got[0])[:, 0].tolist() == best_ends
     if price < 0:
         assert got.sum() > lex.best_segmentation(x, 0.0, max_len).sum()  # a negative price buys more units
+    # a cost on ending at the first chosen end moves the end (or drops it), never keeps it there
+    e0 = best_ends[0]
+    if e0 < n - 1:
+        end_cost = torch.zeros(1, n)
+        end_cost[0, e0] = 100.0
+        assert not lex.best_segmentation(x, price, max_len, end_cost)[0, e0]

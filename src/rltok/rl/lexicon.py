@@ -246,11 +246,15 @@ class ChunkLexicon:
         return post.exp()
 
     @torch.no_grad()
-    def best_segmentation(self, x: torch.Tensor, unit_price: float = 0.0, max_len: int = _MAX_LEN) -> torch.Tensor:
+    def best_segmentation(self, x: torch.Tensor, unit_price: float = 0.0, max_len: int = _MAX_LEN,
+                          end_cost: torch.Tensor | None = None) -> torch.Tensor:
         """(B, T) bool unit ends of the segmentation into units of at most max_len bytes with the
         least code length plus `unit_price` nats per unit (Viterbi; a negative price buys more
-        units: the lexicon's cheapest segmentation at a higher rate)."""
+        units: the lexicon's cheapest segmentation at a higher rate). `end_cost` (B, T), optional:
+        nats more for a unit that ends at each byte (a prior on where units may end)."""
         cost = unit_price - self.span_log_probs(x, max_len)  # (B, T, max_len); inf before the window
+        if end_cost is not None:
+            cost = cost + end_cost.to(cost.dtype).unsqueeze(-1)
         bsz, length, _ = cost.shape
         best = [cost.new_zeros(bsz)]  # best[i]: least cost of bytes < i
         choice = []
