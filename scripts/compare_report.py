@@ -59,6 +59,8 @@ SECTIONS = [
     ("boundaries/b4000000", "Learned boundaries (the lexicon recipe) against the fixed rules: 4M-byte budget", "rl"),
     ("embedding/b1000000", "With a vocabulary's memory: 1M-byte budget", "gap"),
     ("embedding/b4000000", "With a vocabulary's memory: 4M-byte budget", "gap"),
+    ("boundaries_vocab/b1000000", "Learned boundaries with a vocabulary's memory, at the whitespace rule's rate: "
+     "1M-byte budget", "rl+ngram+cvocab"),
     ("boundaries_vocab/b4000000", "Learned boundaries with a vocabulary's memory, at the whitespace rule's rate: "
      "4M-byte budget", "rl+ngram+cvocab"),
 ]
