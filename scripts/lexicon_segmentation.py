@@ -30,6 +30,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
+from rltok.bytes_classes import is_blank_byte  # noqa: E402
 from rltok.data import load_eval_bytes  # noqa: E402
 from rltok.evaluate import whitespace_alignment  # noqa: E402
 from rltok.rl.lexicon import ChunkLexicon  # noqa: E402
@@ -79,7 +80,7 @@ def main() -> int:
     if args.code:
         result.update(token_alignment(val, ends))
     result["priced"] = []
-    blank = (val == ord(" ")) | (val == ord("\t"))
+    blank = is_blank_byte(val)
     inside_run = torch.zeros_like(blank)
     inside_run[:, :-1] = blank[:, :-1] & blank[:, 1:]  # a unit ending here would split a run of blanks
     for price in args.unit_price:

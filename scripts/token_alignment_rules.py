@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from rltok.bpe import bpe_boundary_mask, fit_bpe_sized_on  # noqa: E402
+from rltok.bytes_classes import is_blank_byte  # noqa: E402
 from rltok.data import load_eval_bytes  # noqa: E402
 from rltok.model.chunkers import WhitespaceChunker, spacelike  # noqa: E402
 from rltok.token_alignment import token_alignment, token_units  # noqa: E402
@@ -87,7 +88,7 @@ def class_runs(x: torch.Tensor, blanks_start: bool = True) -> torch.Tensor:
     byte (newline, operator, quote) is a run of its own. With blanks_start=False a run of blanks
     starts no chunk: it joins the unit before it (`x = ` cuts as `x |= `)."""
     name = ~spacelike(x) | (x == ord("_")) | (x >= 0x80)
-    blank = (x == ord(" ")) | (x == ord("\t"))
+    blank = is_blank_byte(x)
     cls = torch.where(name, 1, torch.where(blank, 2, 0))
     b = torch.zeros_like(x, dtype=torch.bool)
     b[:, 1:] = (cls[:, 1:] != cls[:, :-1]) | (cls[:, 1:] == 0)

@@ -16,12 +16,24 @@ ASCII_WHITESPACE = frozenset(b" \t\n\x0b\x0c\r")
 TEXT_WHITESPACE = ASCII_WHITESPACE - frozenset(b"\x0b\x0c")
 # token_alignment's Python lexer: Python separates the tokens of a line with space, tab and form feed
 PYTHON_BLANKS = ASCII_WHITESPACE - frozenset(b"\n\r\x0b")
+# the bytes that indent a line and space its tokens, whose runs the lexicon prior and the code
+# instruments treat as one thing (indentation depth); form feed is too rare in code to matter
+BLANKS = frozenset(b" \t")
+
+
+def _is_in(x: torch.Tensor, values: frozenset[int]) -> torch.Tensor:
+    out = torch.zeros_like(x, dtype=torch.bool)
+    for c in sorted(values):
+        out |= x == c
+    return out
 
 
 def is_whitespace_byte(x: torch.Tensor) -> torch.Tensor:
     """Which entries of a tensor of byte ids (any integer dtype, any device) are ASCII
     whitespace: a bool tensor of x's shape."""
-    out = torch.zeros_like(x, dtype=torch.bool)
-    for c in sorted(ASCII_WHITESPACE):
-        out |= x == c
-    return out
+    return _is_in(x, ASCII_WHITESPACE)
+
+
+def is_blank_byte(x: torch.Tensor) -> torch.Tensor:
+    """Which entries of a tensor of byte ids are BLANKS (space or tab): a bool tensor of x's shape."""
+    return _is_in(x, BLANKS)

@@ -45,6 +45,7 @@ import math
 
 import torch
 
+from ..bytes_classes import is_blank_byte
 from ..model.chunk_vocab import odd_multipliers, span_hash
 
 _HASH_SEED = 0x1E71C0
@@ -84,7 +85,7 @@ class ChunkLexicon:
         spelled, see `rows`)."""
         keep = torch.ones_like(x, dtype=torch.bool)
         if self.collapse_blanks:
-            blank = (x == 32) | (x == 9)
+            blank = is_blank_byte(x)
             keep[:, 1:] = ~(blank[:, 1:] & (x[:, 1:] == x[:, :-1]))
         return keep
 
