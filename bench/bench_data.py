@@ -101,8 +101,8 @@ def child_train(data: str, steps: int, out: str, extra: list[str]) -> None:
     import torch
 
     from rltok.config import load_config
-    from rltok.data import WindowSampler
-    from rltok.train import Trainer
+    from rltok.data.windows import WindowSampler
+    from rltok.training.trainer import Trainer
 
     imported = time.perf_counter()
     rss_imported = rss_mb()

@@ -17,7 +17,7 @@ AdamW step; fp32 unless --dtype bf16) of:
   flat           a flat byte transformer (FlatByteLM) of the same parameter count
 It reports bytes/s, the speed-up hier_rl vs flat (target >= 2.5x), the RL machinery cost
 (hier_rl vs hier_fixed, target <= 3% of step time; the same for hier_rl_padded, and what
-packing saves), analytical FLOPs/byte (rltok.flops) with the model FLOP utilisation against a
+packing saves), analytical FLOPs/byte (rltok.model.flops) with the model FLOP utilisation against a
 measured matmul peak, peak memory of one step (each config in a fresh subprocess) and a
 torch.profiler table of the hier_rl step.
 
@@ -55,11 +55,12 @@ from pathlib import Path
 import torch
 
 from rltok.config import Config, ConfigError, ModelConfig, apply_dict
-from rltok.data import Corpus, load_corpus
-from rltok.flops import flat_flops, hourglass_flops, train_flops_per_byte
+from rltok.data.sources import Corpus
+from rltok.data.corpus import load_corpus
+from rltok.model.flops import flat_flops, hourglass_flops, train_flops_per_byte
 from rltok.model import FlatByteLM, HourglassLM
 from rltok.model.factory import build_model
-from rltok.train import Trainer
+from rltok.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_SPEEDUP = 2.5

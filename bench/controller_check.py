@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from rltok.compare import git_commit  # noqa: E402
+from rltok.analysis.compare import git_commit  # noqa: E402
 from rltok.config import load_config  # noqa: E402
-from rltok.train import Trainer  # noqa: E402
+from rltok.training.trainer import Trainer  # noqa: E402
 
 
 def main() -> int:

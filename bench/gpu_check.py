@@ -7,7 +7,7 @@ early at --time-limit and reports what it measured).
     bash bench/gpu_check.sh --compile --out gpu_check.json
     python bench/gpu_check.py --tiny                      # CPU smoke run of the same code, seconds
 
-MFU = analytical training FLOPs per byte (rltok.flops, at the achieved boundary rate) x bytes/s,
+MFU = analytical training FLOPs per byte (rltok.model.flops, at the achieved boundary rate) x bytes/s,
 divided by the device peak: both the bf16 matmul peak measured here and, when the device is
 known, its datasheet dense bf16 peak. Timing starts after --warmup steps (allocator, kernel
 selection, compilation) and every timed step ends with a device synchronisation.
@@ -25,11 +25,12 @@ from pathlib import Path
 
 import torch
 
-from rltok import distributed
+from rltok.training import distributed
 from rltok.config import load_config
-from rltok.data import Corpus, load_corpus
-from rltok.flops import step_train_flops_per_byte
-from rltok.train import Trainer
+from rltok.data.sources import Corpus
+from rltok.data.corpus import load_corpus
+from rltok.model.flops import step_train_flops_per_byte
+from rltok.training.trainer import Trainer
 
 # datasheet dense (no sparsity) bf16 FLOP/s; the measured matmul peak is reported beside it
 NOMINAL_BF16 = {"H200": 989.4e12, "H100": 989.4e12, "GH200": 989.4e12, "A100": 312e12, "L40S": 362e12,

@@ -19,9 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from rltok.compare import git_commit  # noqa: E402
+from rltok.analysis.compare import git_commit  # noqa: E402
 from rltok.config import load_config  # noqa: E402
-from rltok.train import Trainer  # noqa: E402
+from rltok.training.trainer import Trainer  # noqa: E402
 
 # name -> overrides on the default (tiny) config with the published recipe (objective.recipe=reference)
 RUNS: dict[str, list[str]] = {

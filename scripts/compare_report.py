@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from rltok.compare import markdown_table, plot, summarize  # noqa: E402
+from rltok.analysis.compare import markdown_table, plot, summarize  # noqa: E402
 
 STRAIGHT_THROUGH = ("hnet", "gumbel")
 HEURISTIC = ("entropy", "whitespace", "fixed", "uniform")

@@ -22,18 +22,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 RESULTS = ROOT / "docs" / "results"
 
-from rltok.compare import git_commit  # noqa: E402  (the one helper that names the commit)
+from rltok.analysis.compare import git_commit  # noqa: E402  (the one helper that names the commit)
 
 
 def run_corpus(name: str, data_root: Path, steps: int, run_root: Path, extra: list[str]) -> dict:
     import torch
 
-    from rltok.checkpoint import load_checkpoint
+    from rltok.training.checkpoint import load_checkpoint
     from rltok.config import load_config
-    from rltok.data import eval_windows, load_eval_bytes
-    from rltok.evaluate import evaluate
-    from rltok.segment import render_pipes, segment_bytes
-    from rltok.train import Trainer
+    from rltok.data.windows import eval_windows
+    from rltok.data.corpus import load_eval_bytes
+    from rltok.training.evaluate import evaluate
+    from rltok.model.segment import render_pipes, segment_bytes
+    from rltok.training.trainer import Trainer
 
     folder = data_root / name
     run_dir = run_root / name

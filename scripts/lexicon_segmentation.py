@@ -30,11 +30,11 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from rltok.bytes_classes import is_blank_byte  # noqa: E402
-from rltok.data import load_eval_bytes  # noqa: E402
-from rltok.evaluate import whitespace_alignment  # noqa: E402
-from rltok.rl.lexicon import ChunkLexicon  # noqa: E402
-from rltok.token_alignment import token_alignment  # noqa: E402
+from rltok.data.bytes_classes import is_blank_byte  # noqa: E402
+from rltok.data.corpus import load_eval_bytes  # noqa: E402
+from rltok.training.evaluate import whitespace_alignment  # noqa: E402
+from rltok.objective.lexicon import ChunkLexicon  # noqa: E402
+from rltok.data.python_tokens import token_alignment  # noqa: E402
 
 
 def piped(row: torch.Tensor, ends: torch.Tensor) -> str:

@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from rltok.data import load_eval_bytes  # noqa: E402
-from rltok.rl.bigram_lexicon import BigramLexicon  # noqa: E402
-from rltok.rl.lexicon import ChunkLexicon  # noqa: E402
+from rltok.data.corpus import load_eval_bytes  # noqa: E402
+from rltok.objective.bigram_lexicon import BigramLexicon  # noqa: E402
+from rltok.objective.lexicon import ChunkLexicon  # noqa: E402
 from token_alignment_rules import class_runs, whitespace_rule  # noqa: E402
 
 

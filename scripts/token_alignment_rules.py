@@ -1,7 +1,7 @@
 """How far can a rule that sees only the bytes so far get on Python lexical-token alignment?
 
 `rltok eval --code` reads a boundary rule's chunk ends against Python's lexical units
-(`rltok.token_alignment`). This instrument scores simple causal rules on the same windows, so a
+(`rltok.data.python_tokens`). This instrument scores simple causal rules on the same windows, so a
 learned rule's numbers can be read against what is reachable at all:
 
 * `iid`: boundaries drawn independently at rate 0.2 (precision = chance);
@@ -40,11 +40,11 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from rltok.bpe import bpe_boundary_mask, fit_bpe_sized_on  # noqa: E402
-from rltok.bytes_classes import is_blank_byte  # noqa: E402
-from rltok.data import load_eval_bytes  # noqa: E402
+from rltok.data.bpe import bpe_boundary_mask, fit_bpe_sized_on  # noqa: E402
+from rltok.data.bytes_classes import is_blank_byte  # noqa: E402
+from rltok.data.corpus import load_eval_bytes  # noqa: E402
 from rltok.model.chunkers import WhitespaceChunker, spacelike  # noqa: E402
-from rltok.token_alignment import token_alignment, token_units  # noqa: E402
+from rltok.data.python_tokens import token_alignment, token_units  # noqa: E402
 
 
 def context_keys(x: np.ndarray, k: int) -> np.ndarray:

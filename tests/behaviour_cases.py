@@ -61,7 +61,7 @@ CASES: dict[str, list[str]] = {
 
 def corpus():
     """~20 kB of word salad from a fixed vocabulary, split 9:1."""
-    from rltok.data import Corpus
+    from rltok.data.sources import Corpus
 
     rng = random.Random(0)
     words = ("the of and to in is was for on that with as by it from at this be are or an which "
@@ -89,7 +89,7 @@ def state_digest(model: torch.nn.Module) -> dict:
 
 def run(case: str, out_dir) -> dict:
     from rltok.config import load_config
-    from rltok.train import Trainer
+    from rltok.training.trainer import Trainer
 
     cfg = load_config("test", overrides=[
         f"train.out_dir={out_dir}", f"train.max_steps={STEPS}", "train.threads=1", "train.seed=0",

@@ -13,10 +13,10 @@ import sys
 
 import torch
 
-from rltok import distributed
+from rltok.training import distributed
 from rltok.cli import main
 from rltok.config import load_config
-from rltok.train import Trainer
+from rltok.training.trainer import Trainer
 
 
 # K=2 segmentations per sequence with the group-relative baseline (a group's rows stay on one

@@ -10,8 +10,8 @@ import torch
 from conftest import randomize_, tiny_model_config
 from rltok.config import ConfigError, ObjectiveConfig, load_config
 from rltok.model import HourglassLM
-from rltok.objective import boundary_advantages, compute_loss, token_nll
-from rltok.rl import policy_gradient_loss
+from rltok.objective.loss import boundary_advantages, compute_loss, token_nll
+from rltok.objective import policy_gradient_loss
 
 
 def test_group_forward_shares_the_encoder_and_samples_k_segmentations():
@@ -88,7 +88,7 @@ def test_critic_loss_falls_on_a_fixed_policy():
 
 
 def test_value_advantages_are_gae_of_the_baselined_rewards():
-    from rltok.rl import batch_relative, discounted_cumsum, gae
+    from rltok.objective import batch_relative, discounted_cumsum, gae
 
     r = torch.randn(4, 30)
     v = torch.randn(4, 30)
@@ -116,7 +116,7 @@ def test_baseline_config_validation():
 
 
 def test_group_training_counts_distinct_bytes(tmp_path):
-    from rltok.train import Trainer
+    from rltok.training.trainer import Trainer
 
     cfg = load_config("test", overrides=[f"train.out_dir={tmp_path}", "train.max_steps=3", "objective.baseline=group",
                                          "objective.group_size=2", "train.eval_every=3"])

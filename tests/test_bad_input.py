@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-import rltok.data as data_mod
+import rltok.data.sources as data_mod
 from rltok.cli import main
-from rltok.data import load_corpus
+from rltok.data.corpus import load_corpus
 
 TEXT = b"".join(b"row %d: plain words and punctuation.\n" % i for i in range(300))
 FAST = ["--preset", "test", "train.device=cpu", "train.threads=1", "train.eval_batches=1"]

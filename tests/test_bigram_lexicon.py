@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from rltok.config import load_config
-from rltok.rl.bigram_lexicon import BigramLexicon
-from rltok.rl.lexicon import ChunkLexicon
+from rltok.objective.bigram_lexicon import BigramLexicon
+from rltok.objective.lexicon import ChunkLexicon
 
 TEXT = b"self.x = self.y\nself.y = self.x\n" * 8
 
@@ -71,7 +71,7 @@ def test_bigram_state_round_trip_and_kind_checks():
 
 
 def test_training_with_the_bigram_lexicon_resumes_exactly(tmp_path):
-    from rltok.train import Trainer
+    from rltok.training.trainer import Trainer
     from test_boundary_learning import corpus
 
     over = ["train.max_steps=4", "train.threads=1", "objective.recipe=lexicon", "objective.lexicon_context=bigram",

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from rltok.config import ConfigError, load_config
-from rltok.data import Corpus
-from rltok.flops import config_forward_flops_per_byte, counterfactual_flops_per_byte, train_flops_per_byte
-from rltok.rl.flips import boundary_values, draw_flips, flip_segment_sums, local_expectation_loss
-from rltok.train import Trainer
+from rltok.data.sources import Corpus
+from rltok.model.flops import config_forward_flops_per_byte, counterfactual_flops_per_byte, train_flops_per_byte
+from rltok.objective.flips import boundary_values, draw_flips, flip_segment_sums, local_expectation_loss
+from rltok.training.trainer import Trainer
 
 def synthetic_text(n_bytes: int = 260_000, seed: int = 0) -> bytes:
     """Fixed pseudo-code text (words, punctuation, indented lines) from a seeded generator: the
@@ -164,7 +164,7 @@ def test_flips_config_validation():
 
 
 def test_boundary_objective_state_round_trip_and_legacy_keys():
-    from rltok.objective import BoundaryObjective
+    from rltok.objective.loss import BoundaryObjective
 
     cfg = load_config("test", overrides=["objective.rate_control=lagrange", "objective.estimator=flips"])
     a = BoundaryObjective(cfg)
@@ -192,7 +192,7 @@ def test_diagnose_compares_flips_with_the_score_function_whatever_the_checkpoint
     """A checkpoint trained with flips: the "reference" row and the reference gradient must still
     be the score function, and the flips rows pay for their extra pass."""
     from rltok.config import ObjectiveConfig
-    from rltok.diagnose import VARIANTS, diagnose
+    from rltok.analysis.diagnose import VARIANTS, diagnose
     from rltok.model.factory import build_model
 
     assert all("estimator" in spec for spec in VARIANTS.values())
@@ -211,7 +211,7 @@ def test_diagnose_compares_flips_with_the_score_function_whatever_the_checkpoint
 def test_token_probe_rewards_cuts_where_a_python_token_starts():
     """objective.reward=token_probe: +1 for a boundary on the first byte of a lexical unit, -1 for
     one elsewhere, 0 at byte 1 (its predecessor, byte 0, is not among the targets)."""
-    from rltok.objective import boundary_reward
+    from rltok.objective.loss import boundary_reward
 
     text = b"self.value  = 10\n"  # units: self . value "  " = " " 10 \n
     targets = torch.tensor([list(text[1:]) + [32]])  # byte t is targets[t - 1]
@@ -226,8 +226,8 @@ def test_token_probe_rewards_cuts_where_a_python_token_starts():
 def test_the_token_probe_lexes_each_step_once_and_rewards_as_before(tmp_path, monkeypatch):
     """The counterfactual carries the sampled decisions' probe reward, from the same lexing as the
     flipped ones': each row's bytes are lexed once per step, and the reward is boundary_reward's."""
-    import rltok.token_alignment as ta
-    from rltok.objective import boundary_reward, compute_loss, counterfactual_pass
+    import rltok.data.python_tokens as ta
+    from rltok.objective.loss import boundary_reward, compute_loss, counterfactual_pass
 
     cfg = load_config("test", overrides=[f"train.out_dir={tmp_path}", "train.threads=1", "objective.estimator=flips",
                                          "objective.reward=token_probe"])

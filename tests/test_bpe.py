@@ -1,4 +1,4 @@
-"""Byte-exact BPE (rltok.bpe) and the BPE-token reference LM (rltok.model.token_lm)."""
+"""Byte-exact BPE (rltok.data.bpe) and the BPE-token reference LM (rltok.model.token_lm)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 from tokenizers import Regex, pre_tokenizers
 
-from rltok.bpe import (PRETOKENIZERS, bpe_boundary_mask, bytes_to_text, decode_bytes, encode_bytes, fit_bpe_to_rate,
+from rltok.data.bpe import (PRETOKENIZERS, bpe_boundary_mask, bytes_to_text, decode_bytes, encode_bytes, fit_bpe_to_rate,
                        new_tokenizer, pretokenize_name, text_to_bytes, tokenizer_from_tensor, tokenizer_to_tensor,
                        train_bpe, truncate_bpe)
 from rltok.config import ObjectiveConfig
-from rltok.data import DOC_SEP, read_documents, to_tensor
-from rltok.evaluate import evaluate
+from rltok.data.sources import DOC_SEP, read_documents, to_tensor
+from rltok.training.evaluate import evaluate
 from rltok.model.token_lm import BPETokenLM
-from rltok.objective import compute_loss
+from rltok.objective.loss import compute_loss
 
 
 @pytest.fixture(autouse=True)

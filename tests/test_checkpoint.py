@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rltok.checkpoint import (CheckpointError, clean_stale, list_checkpoints, load_checkpoint, resolve_checkpoint,
+from rltok.training.checkpoint import (CheckpointError, clean_stale, list_checkpoints, load_checkpoint, resolve_checkpoint,
                               save_checkpoint)
 from rltok.config import load_config
 from rltok.model import HourglassLM
@@ -125,7 +125,7 @@ def test_resave_same_step_replaces_it(tmp_path, model, cfg):
 
 
 def test_failed_write_leaves_no_partial_folder(tmp_path, model, cfg, monkeypatch):
-    import rltok.checkpoint as ck
+    import rltok.training.checkpoint as ck
 
     save_steps(tmp_path, model, cfg, steps=(1,))
 
@@ -158,7 +158,7 @@ def test_stale_folders_are_cleaned(tmp_path, model, cfg):
 # it), announces WRITING and waits to be killed.
 CHILD = r"""
 import os, sys, time
-import rltok.checkpoint as ck
+import rltok.training.checkpoint as ck
 from rltok.config import load_config
 from rltok.model import HourglassLM
 
@@ -231,7 +231,7 @@ def test_sigkill_while_writing_leaves_previous_checkpoint_loadable(tmp_path, poi
 
 LOOP_CHILD = r"""
 import sys
-import rltok.checkpoint as ck
+import rltok.training.checkpoint as ck
 from rltok.config import load_config
 from rltok.model import HourglassLM
 
@@ -272,7 +272,7 @@ def test_sigkill_at_random_moments_of_a_save_loop(tmp_path):
 # ---- one format, one loader ------------------------------------------------------------------
 
 def test_checkpoint_folder_is_an_export_folder_and_both_load_everywhere(tmp_path, model, cfg):
-    from rltok.hub import from_pretrained, save_pretrained
+    from rltok.training.hub import from_pretrained, save_pretrained
 
     ckpt = save_checkpoint(tmp_path / "run", 3, model, cfg, {"step": 3})
     exported = save_pretrained(model, tmp_path / "exported", cfg)
@@ -310,7 +310,7 @@ def _rewrite_weights(ckpt: Path, change) -> None:
 
 
 def test_strict_loading_names_missing_and_unexpected_keys(tmp_path, model, cfg):
-    from rltok.hub import PretrainedError, from_pretrained, save_pretrained
+    from rltok.training.hub import PretrainedError, from_pretrained, save_pretrained
 
     extra = save_checkpoint(tmp_path / "a", 1, model, cfg)
     _rewrite_weights(extra, lambda s: s.__setitem__("head.extra", torch.zeros(2)))
@@ -359,7 +359,7 @@ def write_old_format_checkpoint(run: Path, step: int, model, cfg, trainer_state:
 
 def test_old_format_checkpoint_loads_for_evaluation_and_export(tmp_path, model, cfg, capsys):
     from rltok.cli import main
-    from rltok.hub import from_pretrained
+    from rltok.training.hub import from_pretrained
 
     ckpt = write_old_format_checkpoint(tmp_path / "old", 5, model, cfg, {"step": 5})
     loaded, cfg2, state, folder = load_checkpoint(tmp_path / "old", with_trainer_state=True)

@@ -8,7 +8,7 @@ from rltok.config import ObjectiveConfig
 from rltok.model import HourglassLM
 from rltok.model.chunkers import spacelike
 from rltok.model.hourglass import ema_over_chunks
-from rltok.objective import compute_loss, token_nll
+from rltok.objective.loss import compute_loss, token_nll
 
 CAUSAL_RULES = ["rl", "fixed", "uniform", "whitespace", "entropy", "hnet", "gumbel"]
 
@@ -138,10 +138,10 @@ def test_every_rule_trains_one_step(rule):
 
 
 def test_bpe_rule_uses_the_tokenizer_token_ends_and_travels_in_checkpoints(tmp_path):
-    from rltok.bpe import bpe_boundary_mask, encode_bytes
-    from rltok.checkpoint import load_checkpoint, save_checkpoint
+    from rltok.data.bpe import bpe_boundary_mask, encode_bytes
+    from rltok.training.checkpoint import load_checkpoint, save_checkpoint
     from rltok.config import Config
-    from rltok.data import read_documents
+    from rltok.data.sources import read_documents
 
     docs, _ = read_documents("stdlib", max_bytes=300_000)
     model = HourglassLM(tiny_model_config(chunker="bpe", target_rate=0.3))

@@ -12,8 +12,8 @@ from rltok.config import ConfigError, ObjectiveConfig, load_config
 from rltok.model import HourglassLM
 from rltok.model.chunkers import forced_mask
 from rltok.model.hourglass import boundary_positions, chunk_index
-from rltok.objective import compute_loss, token_nll
-from rltok.rl import batch_relative, discounted_cumsum, gae, group_relative, policy_gradient_loss
+from rltok.objective.loss import compute_loss, token_nll
+from rltok.objective import batch_relative, discounted_cumsum, gae, group_relative, policy_gradient_loss
 
 
 # ---- causality -----------------------------------------------------------------------------
@@ -279,9 +279,10 @@ def test_rate_loss_drives_rate_to_target(start, target):
 # ---- learning ----------------------------------------------------------------------------------
 
 def test_short_training_lowers_validation_bpb(tmp_path):
-    from rltok.data import Corpus, eval_windows
-    from rltok.evaluate import evaluate
-    from rltok.train import Trainer
+    from rltok.data.sources import Corpus
+    from rltok.data.windows import eval_windows
+    from rltok.training.evaluate import evaluate
+    from rltok.training.trainer import Trainer
 
     text = (b"the quick brown fox jumps over the lazy dog. " * 40 + b"pack my box with five dozen jugs. " * 40) * 20
     data = torch.frombuffer(bytearray(text), dtype=torch.uint8)

@@ -5,8 +5,8 @@ import random
 import pytest
 import torch
 
-from rltok.data import (DOC_SEP, MIN_DOCS_FOR_DOC_SPLIT, DataError, load_corpus, load_eval_bytes,
-                        split_documents, to_tensor)
+from rltok.data.sources import DOC_SEP, MIN_DOCS_FOR_DOC_SPLIT, DataError, split_documents, to_tensor
+from rltok.data.corpus import load_corpus, load_eval_bytes
 
 
 def as_bytes(t: torch.Tensor) -> bytes:

@@ -21,9 +21,9 @@ import torch
 
 from conftest import wait_for_ranks
 
-from rltok.checkpoint import load_checkpoint
+from rltok.training.checkpoint import load_checkpoint
 from rltok.config import load_config
-from rltok.train import Trainer
+from rltok.training.trainer import Trainer
 
 from dist_worker import GROUP, PRICED
 
@@ -125,8 +125,8 @@ def test_optimizer_state_is_keyed_by_name_under_fsdp_and_ddp_as_in_one_process(r
     (the same names, groups and tensor shapes); under FSDP it is in the checkpoint's dcp/ folder
     (torch.distributed.checkpoint, every rank's shards, keyed by name), which one process loads
     into its own model and optimiser: the same state, to the 2-rank tolerance."""
-    from rltok import distributed
-    from rltok.checkpoint import SHARDED, list_checkpoints, verify_checkpoint
+    from rltok.training import distributed
+    from rltok.training.checkpoint import SHARDED, list_checkpoints, verify_checkpoint
 
     root, _ = runs
 

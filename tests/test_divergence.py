@@ -9,12 +9,12 @@ import errno
 import pytest
 import torch
 
-import rltok.checkpoint as ck
-from rltok.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
+import rltok.training.checkpoint as ck
+from rltok.training.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from rltok.cli import main
 from rltok.config import load_config
-from rltok.data import Corpus
-from rltok.train import Trainer, TrainingDiverged
+from rltok.data.sources import Corpus
+from rltok.training.trainer import Trainer, TrainingDiverged
 
 
 TEXT = b"".join(b"line %d: some words, some \xc3\xa9 accents and spaces\n" % i for i in range(500))
@@ -34,7 +34,7 @@ def make_trainer(out, corpus, *extra, quiet=True):
 
 def poison_calls(monkeypatch, calls: set[int]):
     """Make the objective's loss NaN on the given (0-based) calls."""
-    from rltok.objective import BoundaryObjective
+    from rltok.objective.loss import BoundaryObjective
 
     real = BoundaryObjective.loss
     count = {"n": 0}

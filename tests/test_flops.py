@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from rltok.config import ModelConfig
-from rltok.flops import flat_flops, hourglass_flops, mean_keys, train_flops_per_byte
+from rltok.model.flops import flat_flops, hourglass_flops, mean_keys, train_flops_per_byte
 from rltok.model import FlatByteLM, HourglassLM
 from rltok.model.layers import Attention
 

@@ -8,9 +8,9 @@ import torch
 from conftest import randomize_, tiny_model_config
 
 from rltok import cli
-from rltok.checkpoint import save_checkpoint
+from rltok.training.checkpoint import save_checkpoint
 from rltok.config import Config
-from rltok.generate import GenerationError, Utf8Streamer, _pending, generate, make_state, sample_bytes, slide_start
+from rltok.eval.generate import GenerationError, Utf8Streamer, _pending, generate, make_state, sample_bytes, slide_start
 from rltok.model import FlatByteLM, HourglassLM
 
 # every causal rule, and the model options that change what decoding must keep

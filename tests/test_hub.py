@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from conftest import randomize_, tiny_model_config
-from rltok.checkpoint import load_checkpoint
+from rltok.training.checkpoint import load_checkpoint
 from rltok.cli import main
 from rltok.config import Config, load_config
-from rltok.hub import PretrainedError, from_pretrained, save_pretrained
+from rltok.training.hub import PretrainedError, from_pretrained, save_pretrained
 from rltok.model import FlatByteLM, HourglassLM
 from rltok.model.factory import build_model
 
@@ -104,7 +104,7 @@ def test_repo_ids_go_through_huggingface_hub(tmp_path, monkeypatch):
 
 
 def test_export_cli_and_exported_folder_loads_like_a_checkpoint(tmp_path, capsys):
-    from rltok.train import Trainer
+    from rltok.training.trainer import Trainer
 
     data = tmp_path / "data.txt"
     data.write_bytes(TEXT)

@@ -1,71 +1,127 @@
-"""rltok.model is a leaf: the models import nothing from the layers built on them (generation,
-the Hub, training, checkpoints, the command line), neither when loaded nor lazily inside a
-function. model.generate / save_pretrained / from_pretrained come from rltok.model_methods."""
+"""The package is layered: config at the bottom, then data -> model -> objective -> training ->
+eval -> analysis -> cli. A module imports only modules of its own layer or the layers below it,
+at module level or lazily inside a function, and no two modules import each other (directly or
+around a longer loop). The core (everything below analysis) never imports rltok.analysis."""
 
 from __future__ import annotations
 
 import ast
 import importlib.util
-import pkgutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-UPPER = ("rltok.generate", "rltok.hub", "rltok.train", "rltok.cli", "rltok.checkpoint")
-MODEL_DIR = Path(importlib.util.find_spec("rltok.model").submodule_search_locations[0])
-MODULES = ["rltok.model"] + [f"rltok.model.{m.name}" for m in pkgutil.iter_modules([str(MODEL_DIR)])]
+SRC = Path(importlib.util.find_spec("rltok").submodule_search_locations[0])
+LAYERS = ["config", "data", "model", "objective", "training", "eval", "analysis", "model_methods", "cli"]
 
 
-def run_python(code: str) -> str:
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+
+
+def imports_of(name: str) -> set[str]:
+    """The rltok modules that a module's source imports anywhere (relative imports resolved)."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    tree = ast.parse(path.read_text())
+    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                   and getattr(block.test, "id", getattr(block.test, "attr", "")) == "TYPE_CHECKING"
+                   for stmt in block.body for n in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if id(node) in typing_only:  # annotations only: never imported at run time
+            continue
+        if isinstance(node, ast.Import):
+            candidates = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            candidates = [mod] + [f"{mod}.{a.name}" for a in node.names]
+        else:
+            continue
+        for c in candidates:
+            while c and c not in MODULES:
+                c = c.rpartition(".")[0]
+            if c and c != name and c != "rltok":
+                found.add(c)
+    return found
+
+
+def layer(name: str) -> int:
+    parts = name.split(".")
+    if len(parts) < 2:
+        return -1  # the package itself: glue above everything, checked separately
+    return LAYERS.index(parts[1])
+
+
+GRAPH = {name: imports_of(name) for name in MODULES}
+
+
+@pytest.mark.parametrize("name", [n for n in MODULES if n != "rltok"])
+def test_module_imports_only_its_layer_and_below(name):
+    above = sorted(m for m in GRAPH[name] if layer(m) > layer(name))
+    assert not above, f"{name} (layer {LAYERS[layer(name)]}) imports upper-layer modules {above}"
+
+
+def test_core_never_imports_analysis():
+    core = [n for n in MODULES if n != "rltok" and layer(n) < LAYERS.index("analysis")]
+    bad = {n: sorted(m for m in GRAPH[n] if m.startswith("rltok.analysis")) for n in core}
+    assert not {n: m for n, m in bad.items() if m}
+
+
+def test_no_import_cycles():
+    cycles, state = [], {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(GRAPH[node]):
+            if nxt == "rltok" or nxt.endswith(".__init__"):
+                continue
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack)
+        stack.pop()
+        state[node] = "done"
+
+    for name in sorted(MODULES):
+        if name not in state and name != "rltok":
+            visit(name, [])
+    # a package's __init__ re-exporting its own modules is not a cycle worth failing on
+    real = [c for c in cycles if not any(MODULES[m].name == "__init__.py" for m in c)]
+    assert not real, "import cycles:\n" + "\n".join(" -> ".join(c) for c in real)
+
+
+def test_importing_the_model_loads_no_upper_layer():
+    code = ("import sys, rltok.model, rltok.model.hourglass, rltok.model.flat, rltok.model.token_lm\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith(('rltok.training', 'rltok.eval', "
+            "'rltok.analysis', 'rltok.cli', 'rltok.objective')))))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-@pytest.mark.parametrize("module", MODULES)
-def test_importing_a_model_module_loads_no_upper_layer(module):
-    out = run_python(f"import sys, {module}\n"
-                     f"print(' '.join(m for m in {UPPER!r} if m in sys.modules))")
-    assert out.split() == [], f"importing {module} loaded {out.split()}"
-
-
-def imported_names(path: Path) -> set[str]:
-    """Every module an `import` anywhere in the file (module level or inside a function) names,
-    relative imports resolved against rltok.model."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = ["rltok", "model"][: max(0, 2 - node.level + 1)] if node.level else []
-            mod = ".".join(base + ([node.module] if node.module else []))
-            names.add(mod)
-            names.update(f"{mod}.{a.name}" for a in node.names)  # `from .. import hub`
-    return names
-
-
-@pytest.mark.parametrize("path", sorted(MODEL_DIR.glob("*.py")), ids=lambda p: p.name)
-def test_model_source_names_no_upper_layer(path):
-    bad = {n for n in imported_names(path) for up in UPPER if n == up or n.startswith(up + ".")}
-    assert not bad, f"{path.name} imports {sorted(bad)}"
+    assert done.stdout.split() == []
 
 
 def test_package_exports_and_model_methods():
-    # the top-level names load on first use; `rltok.train` / `rltok.evaluate` stay the functions
-    # even when the submodules of the same name were imported first
-    out = run_python(
-        "import rltok.train, rltok.evaluate\n"
-        "from rltok import train, evaluate, Trainer, load_checkpoint, from_pretrained, save_pretrained\n"
-        "import rltok\n"
-        "assert train is rltok.train and train.__module__ == 'rltok.train' and callable(train)\n"
-        "assert evaluate is rltok.evaluate and evaluate.__module__ == 'rltok.evaluate'\n"
-        "assert set(rltok.__all__) <= set(dir(rltok))\n"
-        "from rltok.model import FlatByteLM, HourglassLM\n"
-        "from rltok.model.token_lm import BPETokenLM\n"
-        "for cls in (HourglassLM, FlatByteLM, BPETokenLM):\n"
-        "    assert all(hasattr(cls, m) for m in ('save_pretrained', 'push_to_hub', 'from_pretrained'))\n"
-        "assert hasattr(HourglassLM, 'generate') and hasattr(FlatByteLM, 'generate')\n"
-        "print('ok')")
-    assert out.strip() == "ok"
+    code = ("from rltok import train, evaluate, Trainer, load_checkpoint, from_pretrained, save_pretrained\n"
+            "import rltok\n"
+            "assert callable(train) and train.__module__ == 'rltok.training.trainer'\n"
+            "assert callable(evaluate) and evaluate.__module__ == 'rltok.training.evaluate'\n"
+            "assert set(rltok.__all__) <= set(dir(rltok))\n"
+            "from rltok.model import FlatByteLM, HourglassLM\n"
+            "from rltok.model.token_lm import BPETokenLM\n"
+            "for cls in (HourglassLM, FlatByteLM, BPETokenLM):\n"
+            "    assert all(hasattr(cls, m) for m in ('save_pretrained', 'push_to_hub', 'from_pretrained'))\n"
+            "assert hasattr(HourglassLM, 'generate') and hasattr(FlatByteLM, 'generate')\n"
+            "print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from rltok.config import ConfigError, load_config
-from rltok.rl.lexicon import ChunkLexicon
-from rltok.train import Trainer
+from rltok.objective.lexicon import ChunkLexicon
+from rltok.training.trainer import Trainer
 from test_boundary_learning import corpus
 
 TEXT = b"the cat sat on the mat and the dog sat on the log " * 20
@@ -143,7 +143,7 @@ def test_lexicon_config_validation():
         load_config("test", overrides=["objective.lexicon_weight=1"])
     with pytest.raises(ConfigError, match="lexicon"):
         load_config("test", overrides=["objective.estimator=flips", "objective.lexicon_decay=0"])
-    from rltok.objective import build_lexicon
+    from rltok.objective.loss import build_lexicon
 
     cfg = load_config("test", overrides=["objective.recipe=lexicon", "objective.lexicon_collapse_blanks=true"])
     assert build_lexicon(cfg).collapse_blanks and not build_lexicon(load_config("test")).collapse_blanks
@@ -184,7 +184,7 @@ def test_recipes_set_their_keys_and_explicit_keys_win():
 def _train_policy_on_credits(price) -> float:
     """300 steps of a free-logit policy on credits that favour a boundary everywhere (D ~ U(1, 2),
     not centred): the final mean boundary probability."""
-    from rltok.rl.flips import draw_flips, local_expectation_loss
+    from rltok.objective.flips import draw_flips, local_expectation_loss
 
     gen = torch.Generator().manual_seed(0)
     logits = torch.full((16, 256), -1.386, requires_grad=True)  # p = 0.2
@@ -204,7 +204,7 @@ def _train_policy_on_credits(price) -> float:
 
 
 def test_the_flip_price_holds_the_rate_against_a_strong_credit():
-    from rltok.rl.controller import LagrangePrice
+    from rltok.objective.controller import LagrangePrice
 
     assert _train_policy_on_credits(None) > 0.9  # nothing holds the rate
     assert abs(_train_policy_on_credits(LagrangePrice(0.2, lr=0.2, gain=5.0)) - 0.2) < 0.05
@@ -268,8 +268,8 @@ def test_exact_lexicon_credit_is_unbiased_by_enumeration(lag):
     """For independent decisions the exact credit's surrogate has, in expectation over the policy,
     the gradient of the expected code length (all 2^7 segmentations enumerated)."""
     from rltok.model.chunkers import Boundaries
-    from rltok.objective import exact_lexicon_credit
-    from rltok.rl.flips import local_expectation_loss
+    from rltok.objective.loss import exact_lexicon_credit
+    from rltok.objective.flips import local_expectation_loss
 
     lex = ChunkLexicon(size=1 << 12, decay=1.0, lag=lag)
     x = tensor(b"ab ab abc")
@@ -389,8 +389,8 @@ def test_lexicon_costs_by_class_are_the_flip_deltas_where_the_policy_cuts():
     its non-cuts (add): checked with a stand-in policy that cuts at every space."""
     from types import SimpleNamespace
 
-    from rltok.lexicon_costs import format_lexicon_costs, lexicon_costs_by_class
-    from rltok.true_advantage import byte_classes
+    from rltok.analysis.lexicon_costs import format_lexicon_costs, lexicon_costs_by_class
+    from rltok.analysis.true_advantage import byte_classes
 
     class CutAtSpaces(torch.nn.Module):
         def forward(self, x, mode="sample", generator=None):
@@ -423,7 +423,7 @@ def test_the_flip_rate_target_anneals_from_its_start_to_the_target_rate():
     """objective.flip_rate_start: the rate the price holds moves linearly from the start to
     model.target_rate over flip_rate_anneal_steps steps counted from the policy's first step, and
     the price follows it in training."""
-    from rltok.objective import BoundaryObjective
+    from rltok.objective.loss import BoundaryObjective
 
     with pytest.raises(ConfigError, match="flip_rate_control"):
         load_config("test", overrides=["objective.estimator=flips", "objective.flip_rate_start=0.5"])

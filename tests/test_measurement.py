@@ -10,18 +10,19 @@ import torch
 
 from conftest import randomize_, tiny_model_config
 from rltok.config import ObjectiveConfig, load_config
-from rltok.data import Corpus, eval_windows
-from rltok.evaluate import evaluate
-from rltok.flops import config_forward_flops_per_byte, train_flops_per_byte
+from rltok.data.sources import Corpus
+from rltok.data.windows import eval_windows
+from rltok.training.evaluate import evaluate
+from rltok.model.flops import config_forward_flops_per_byte, train_flops_per_byte
 from rltok.model import HourglassLM
 from rltok.model.factory import build_model
-from rltok.objective import boundary_rate, compute_loss
-from rltok.rl import LagrangePrice, masked_mean, rate_loss
-from rltok.train import Trainer
+from rltok.objective.loss import boundary_rate, compute_loss
+from rltok.objective import LagrangePrice, masked_mean, rate_loss
+from rltok.training.trainer import Trainer
 
 # real text: this package's own sources (spaces, words, punctuation)
 SRC = Path(__file__).resolve().parents[1] / "src" / "rltok"
-TEXT = b"".join(p.read_bytes() for p in sorted(SRC.glob("*.py")))[:120_000]
+TEXT = b"".join(p.read_bytes() for p in sorted(SRC.rglob("*.py")))[:120_000]
 ALL_RULES = ["rl", "fixed", "uniform", "whitespace", "entropy", "hnet", "gumbel", "bpe"]
 
 

@@ -5,8 +5,8 @@ import torch
 
 from conftest import randomize_, tiny_model_config
 from rltok.config import ConfigError, load_config
-from rltok.flops import config_forward_flops_per_byte, hourglass_flops
-from rltok.hub import from_pretrained
+from rltok.model.flops import config_forward_flops_per_byte, hourglass_flops
+from rltok.training.hub import from_pretrained
 from rltok.model import HourglassLM
 from rltok.model.factory import build_model
 from rltok.model.ngram_embed import NgramEmbedding
@@ -77,7 +77,7 @@ def test_compare_adds_pieces_to_any_byte_method_and_reports_memory(tmp_path):
     import json
 
     from rltok.cli import main
-    from rltok.compare import method_config, method_overrides, method_slug
+    from rltok.analysis.compare import method_config, method_overrides, method_slug
 
     assert method_overrides("rl+ngram+cvocab@model.target_rate=0.3") == [
         "model.chunker=rl", "model.ngram_vocab=32768", "model.chunk_vocab=32768", "model.target_rate=0.3"]

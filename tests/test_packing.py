@@ -11,7 +11,7 @@ import torch
 
 from rltok.model import HourglassLM
 from rltok.model.layers import Packing
-from rltok.objective import compute_loss
+from rltok.objective.loss import compute_loss
 from rltok.config import ObjectiveConfig
 
 from conftest import randomize_, tiny_model_config

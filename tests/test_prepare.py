@@ -17,14 +17,16 @@ import textwrap
 import pytest
 import torch
 
-import rltok.prepare
+import rltok.data.prepare
 
 from rltok.cli import main
 from rltok.config import load_config
-from rltok.data import DOC_SEP, DataError, WindowSampler, load_corpus, load_eval_bytes
-from rltok.prepare import prepare
-from rltok.shards import MANIFEST, WORK_DIR, open_prepared, verify_prepared
-from rltok.train import TIMING_KEYS, Trainer
+from rltok.data.sources import DOC_SEP, DataError
+from rltok.data.windows import WindowSampler
+from rltok.data.corpus import load_corpus, load_eval_bytes
+from rltok.data.prepare import prepare
+from rltok.data.shards import MANIFEST, WORK_DIR, open_prepared, verify_prepared
+from rltok.training.trainer import TIMING_KEYS, Trainer
 
 
 def write_docs(folder, n: int, seed: int = 0, lo: int = 10, hi: int = 90) -> list[bytes]:
@@ -210,8 +212,8 @@ def test_a_killed_preparation_resumes_to_the_same_shards(kill_sources, tmp_path,
     out = tmp_path / "prep"
     script = textwrap.dedent(f"""
         import os, signal
-        from rltok.prepare import prepare
-        from rltok.shards import ShardWriter
+        from rltok.data.prepare import prepare
+        from rltok.data.shards import ShardWriter
         n = 0
         commit = ShardWriter.commit
         def killing_commit(self):
@@ -339,7 +341,7 @@ def test_unreadable_files_are_left_out_as_in_memory(tmp_path, monkeypatch):
         assert_same_corpus(tmp_path / "prep", src)
     assert load_corpus(str(tmp_path / "prep")).skipped_files == 2
     # a file that breaks after part of it is in the shards cannot be left out: an error
-    monkeypatch.setattr(rltok.prepare, "READ_BLOCK", 1000)
+    monkeypatch.setattr(rltok.data.prepare, "READ_BLOCK", 1000)
     (src / "broken.xz").write_bytes(lzma.compress(bytes(range(256)) * 40)[:-30])
     with pytest.raises(DataError, match="broken.xz after .* bytes were written"):
         prepare(str(src), tmp_path / "prep2", progress=False)

@@ -5,7 +5,7 @@ Runs only when RLTOK_TEST_DATA names a folder of corpus folders, each holding tr
 test.*) files, possibly compressed (e.g. RLTOK_TEST_DATA=/path/to/data with code-py/ and docs-en/
 in it); skipped otherwise. The first two corpus folders (sorted by name) are tested, each with its
 train split capped at TRAIN_CAP bytes: `--max-bytes` caps only the train files, both in
-`rltok prepare` (rltok.prepare.plan) and in load_corpus (read_documents), so the capped streams are
+`rltok prepare` (rltok.data.prepare.plan) and in load_corpus (read_documents), so the capped streams are
 still the same bytes; val and test are compared whole.
 """
 
@@ -22,8 +22,9 @@ import pytest
 from test_prepare import as_bytes
 
 from rltok.cli import main
-from rltok.data import load_corpus, load_eval_bytes, named_split
-from rltok.shards import open_prepared
+from rltok.data.corpus import load_corpus, load_eval_bytes
+from rltok.data.sources import named_split
+from rltok.data.shards import open_prepared
 
 ENV = "RLTOK_TEST_DATA"
 TRAIN_CAP = 2 << 20  # bytes of each corpus's train split read (a prefix of its train files)

@@ -18,11 +18,11 @@ import torch
 
 from conftest import wait_for_ranks
 
-from rltok.checkpoint import load_checkpoint
+from rltok.training.checkpoint import load_checkpoint
 from rltok.config import load_config
-from rltok.prepare import prepare
-from rltok.shards import ByteStream
-from rltok.train import Trainer
+from rltok.data.prepare import prepare
+from rltok.data.shards import ByteStream
+from rltok.training.trainer import Trainer
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                                 reason="needs torch.distributed with gloo")
@@ -37,10 +37,10 @@ WORKER = textwrap.dedent("""
     import faulthandler, json, sys
     from pathlib import Path
     import torch
-    from rltok import distributed
+    from rltok.training import distributed
     from rltok.config import load_config
-    from rltok.shards import ByteStream
-    from rltok.train import Trainer
+    from rltok.data.shards import ByteStream
+    from rltok.training.trainer import Trainer
 
     out, data, *overrides = sys.argv[1:]
     faulthandler.dump_traceback_later(180, exit=True)

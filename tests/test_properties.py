@@ -16,9 +16,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rltok.config import VOCAB_SIZE, load_config
-from rltok.data import DOC_SEP, DataError, WindowSampler, eval_windows, load_corpus, read_documents
+from rltok.data.sources import DOC_SEP, DataError, read_documents
+from rltok.data.windows import WindowSampler, eval_windows
+from rltok.data.corpus import load_corpus
 from rltok.model import HourglassLM
-from rltok.objective import compute_loss
+from rltok.objective.loss import compute_loss
 
 MAX_LEN = 64
 WINDOW = 8

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from rltok.checkpoint import list_checkpoints, load_checkpoint
+from rltok.training.checkpoint import list_checkpoints, load_checkpoint
 from rltok.config import ConfigError, load_config
-from rltok.data import Corpus
-from rltok.train import TIMING_KEYS, Trainer, lr_at
+from rltok.data.sources import Corpus
+from rltok.training.trainer import TIMING_KEYS, Trainer, lr_at
 
 TEXT = b"".join(b"%d the quick brown fox, %x lazy dogs; \xff\xfe binary \x00 bytes\n" % (i, i * 7) for i in range(600))
 
@@ -170,7 +170,7 @@ def test_optimizer_state_is_keyed_by_name_and_old_integer_keyed_checkpoints_resu
 
 
 def test_optimizer_state_of_other_parameter_groups_is_refused_clearly(tmp_path, corpus):
-    from rltok.checkpoint import CheckpointError
+    from rltok.training.checkpoint import CheckpointError
 
     Trainer(make_cfg(tmp_path, "train.max_steps=2"), corpus=corpus, quiet=True).fit()
     with pytest.raises(CheckpointError, match="does not match the model's optimiser .*2 parameter groups, "

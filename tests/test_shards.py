@@ -15,9 +15,11 @@ import pytest
 import torch
 
 from rltok.cli import main
-from rltok.data import DOC_SEP, DataError, WindowSampler, eval_windows, load_corpus, rank_eval_windows
-from rltok.prepare import prepare
-from rltok.shards import HEADER_BYTES, MANIFEST, WORK_DIR, ByteStream, is_prepared, open_prepared, verify_prepared
+from rltok.data.sources import DOC_SEP, DataError
+from rltok.data.windows import WindowSampler, eval_windows, rank_eval_windows
+from rltok.data.corpus import load_corpus
+from rltok.data.prepare import prepare
+from rltok.data.shards import HEADER_BYTES, MANIFEST, WORK_DIR, ByteStream, is_prepared, open_prepared, verify_prepared
 
 
 def write_docs(folder, n: int, seed: int = 0) -> list[bytes]:

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from rltok.config import load_config
-from rltok.data import Corpus
-from rltok.signals import StopRequest
-from rltok.train import Trainer
+from rltok.data.sources import Corpus
+from rltok.training.signals import StopRequest
+from rltok.training.trainer import Trainer
 
 
 @pytest.mark.parametrize("across_ranks", [False, True])

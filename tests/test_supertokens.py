@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from conftest import randomize_, tiny_model_config
-from rltok.compare import method_config, method_overrides, method_slug
+from rltok.analysis.compare import method_config, method_overrides, method_slug
 from rltok.config import ConfigError, load_config
-from rltok.data import Corpus
-from rltok.flops import chunk_cost_flops, config_forward_flops_per_byte, hourglass_flops
+from rltok.data.sources import Corpus
+from rltok.model.flops import chunk_cost_flops, config_forward_flops_per_byte, hourglass_flops
 from rltok.model import HourglassLM
-from rltok.objective import ChunkPrice, compute_loss, make_chunk_price
-from rltok.rl import LagrangePrice
-from rltok.train import Trainer, lr_at
+from rltok.objective.loss import ChunkPrice, compute_loss, make_chunk_price
+from rltok.objective import LagrangePrice
+from rltok.training.trainer import Trainer, lr_at
 
 TEXT = b"".join(b"def f%d(x):\n    return x * %d  # the quick brown fox\n" % (i, i * 3) for i in range(1500))
 

@@ -1,4 +1,4 @@
-"""Code-structure metric: chunk ends at Python token ends (rltok.token_alignment) and its hook
+"""Code-structure metric: chunk ends at Python token ends (rltok.data.python_tokens) and its hook
 in the evaluation."""
 
 from pathlib import Path
@@ -8,9 +8,9 @@ import torch
 
 from rltok.cli import build_parser
 from rltok.config import load_config
-from rltok.evaluate import evaluate, evaluate_sums
+from rltok.training.evaluate import evaluate, evaluate_sums
 from rltok.model.factory import build_model
-from rltok.token_alignment import (looks_like_python, token_alignment, token_alignment_counts, token_ends,
+from rltok.data.python_tokens import (looks_like_python, token_alignment, token_alignment_counts, token_ends,
                                    token_units, tokenize_ends)
 
 SNIPPET = b"def forward(self, x):\n    return x + 1\n"

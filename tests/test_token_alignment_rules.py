@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rltok.model.chunkers import WhitespaceChunker
-from rltok.token_alignment import token_alignment, token_ends
+from rltok.data.python_tokens import token_alignment, token_ends
 
 _PATH = Path(__file__).resolve().parent.parent / "scripts" / "token_alignment_rules.py"
 _spec = importlib.util.spec_from_file_location("token_alignment_rules", _PATH)

@@ -16,8 +16,8 @@ import torch
 
 from rltok.cli import main
 from rltok.config import ConfigError, load_config
-from rltok.data import Corpus
-from rltok.train import Trainer
+from rltok.data.sources import Corpus
+from rltok.training.trainer import Trainer
 
 TEXT = b"".join(b"%d the quick brown fox, %x lazy dogs and some spaces\n" % (i, i * 7) for i in range(300))
 COMMON = ["train.max_steps=4", "train.device=cpu", "train.threads=1", "train.log_every=1", "train.eval_every=2",

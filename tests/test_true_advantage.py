@@ -11,8 +11,8 @@ from conftest import randomize_
 
 from rltok.config import load_config
 from rltok.model.factory import build_model
-from rltok.objective import token_nll
-from rltok.true_advantage import (CLASSES, byte_classes, format_true_advantage, sample_segmentation,
+from rltok.objective.loss import token_nll
+from rltok.analysis.true_advantage import (CLASSES, byte_classes, format_true_advantage, sample_segmentation,
                                   true_advantage, variant_losses)
 
 TEXT = (b"def f(x):\n    return x + 1\n\nthe quick brown fox, jumps over the lazy dog.\n"
@@ -152,8 +152,8 @@ def test_stratified_sample_is_seeded_and_bounded(model, cfg):
 
 def test_cli_writes_every_class(tmp_path):
     from rltok.cli import main
-    from rltok.data import Corpus
-    from rltok.train import Trainer
+    from rltok.data.sources import Corpus
+    from rltok.training.trainer import Trainer
 
     text = (b"import os\n\ndef main(argv):\n    for a in argv:\n        print(a, end=' ')\n    return 0\n"
             b"the quick brown fox jumps over the lazy dog; pack my box.\n") * 6

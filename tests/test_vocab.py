@@ -9,14 +9,15 @@ import pytest
 import torch
 
 from conftest import randomize_
-from rltok.bpe import train_bpe
-from rltok.checkpoint import save_checkpoint
+from rltok.data.bpe import train_bpe
+from rltok.training.checkpoint import save_checkpoint
 from rltok.cli import main
 from rltok.config import ConfigError, load_config
-from rltok.data import DOC_SEP, load_corpus
+from rltok.data.sources import DOC_SEP
+from rltok.data.corpus import load_corpus
 from rltok.model.chunkers import spacelike
 from rltok.model.factory import build_model
-from rltok.vocab import (bpe_chunks, chunk_stats, learned_boundaries, learned_chunks, load_vocab_data, markdown,
+from rltok.analysis.vocab import (bpe_chunks, chunk_stats, learned_boundaries, learned_chunks, load_vocab_data, markdown,
                          overlap_stats, vocab_report)
 
 WORDS = [b"the", b"cat", b"sat", b"on", b"mat", b"a", b"dog", b"ran", b"to", b"it", b"and", b"was", b"def", b"x=1"]
@@ -240,7 +241,7 @@ def test_every_boundary_rule_gives_chunks(rule):
 
 
 def test_markdown_cells_show_whitespace_and_survive_pipes_and_backticks():
-    from rltok.vocab import _md_code
+    from rltok.analysis.vocab import _md_code
 
     assert _md_code(" a|b\n") == "`␣a\\|b\\n`"
     assert _md_code("``") == "``` `` ```" and _md_code("\\xff") == "`\\xff`"

@@ -4,13 +4,14 @@ boundaries trained by reinforcement learning.
     from rltok import load_config, train, load_checkpoint
     result = train(load_config("tiny", overrides=["train.max_steps=300"]))
     model, cfg, _, _ = load_checkpoint(result.run_dir)
+
+The package is layered, each layer importing only those before it:
+data -> model -> objective -> training -> eval -> analysis -> cli (docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
@@ -18,31 +19,19 @@ __all__ = ["Config", "DataConfig", "ModelConfig", "ObjectiveConfig", "TrainConfi
            "HourglassLM", "FlatByteLM", "compute_loss", "Trainer", "train", "evaluate", "load_checkpoint",
            "save_checkpoint", "segment_bytes", "from_pretrained", "save_pretrained"]
 
-# Loaded on first use, so that importing rltok.model (which runs this file first) loads none of
-# training, checkpoints, generation or the Hub (tests/test_layering.py).
-_LAZY = {"load_checkpoint": "checkpoint", "save_checkpoint": "checkpoint", "load_corpus": "data",
-         "evaluate": "evaluate", "from_pretrained": "hub", "save_pretrained": "hub",
-         "compute_loss": "objective", "segment_bytes": "segment", "Trainer": "train", "train": "train"}
-# Also names of submodules: `rltok.train` and `rltok.evaluate` stay the functions (as when this
-# file imported them eagerly), also after the submodules of the same name have been imported.
-_SHADOWED = ("evaluate", "train")
-
-
-class _Package(types.ModuleType):
-    def __setattr__(self, name: str, value) -> None:
-        # the import system binds each submodule it loads to the package attribute of its name
-        if name in _SHADOWED and isinstance(value, types.ModuleType) and value.__name__ == f"{__name__}.{name}":
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
+# Loaded on first use, so that importing rltok.model loads none of training, checkpoints,
+# generation or the Hub (tests/test_layering.py).
+_LAZY = {"load_checkpoint": "rltok.training.checkpoint", "save_checkpoint": "rltok.training.checkpoint",
+         "load_corpus": "rltok.data.corpus", "evaluate": "rltok.training.evaluate",
+         "from_pretrained": "rltok.training.hub", "save_pretrained": "rltok.training.hub",
+         "compute_loss": "rltok.objective.loss", "segment_bytes": "rltok.model.segment",
+         "Trainer": "rltok.training.trainer", "train": "rltok.training.trainer"}
 
 
 def __getattr__(name: str):
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    value = getattr(importlib.import_module(_LAZY[name]), name)
     globals()[name] = value
     return value
 
@@ -52,16 +41,16 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from .checkpoint import load_checkpoint, save_checkpoint
-    from .data import load_corpus
-    from .evaluate import evaluate
-    from .hub import from_pretrained, save_pretrained
-    from .objective import compute_loss
-    from .segment import segment_bytes
-    from .train import Trainer, train
+    from rltok.data.corpus import load_corpus
+    from rltok.training.evaluate import evaluate
+    from rltok.model.segment import segment_bytes
+    from rltok.objective.loss import compute_loss
+    from rltok.training.checkpoint import load_checkpoint, save_checkpoint
+    from rltok.training.hub import from_pretrained, save_pretrained
+    from rltok.training.trainer import Trainer, train
 
-from . import model_methods  # noqa: E402
-from .config import Config, DataConfig, ModelConfig, ObjectiveConfig, TrainConfig, load_config  # noqa: E402
-from .model import FlatByteLM, HourglassLM  # noqa: E402
+from rltok import model_methods  # noqa: E402
+from rltok.config import Config, DataConfig, ModelConfig, ObjectiveConfig, TrainConfig, load_config  # noqa: E402
+from rltok.model import FlatByteLM, HourglassLM  # noqa: E402
 
 model_methods.install()  # model.generate / save_pretrained / push_to_hub / from_pretrained

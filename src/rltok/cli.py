@@ -13,9 +13,9 @@ import json
 import sys
 import warnings
 
-from .checkpoint import CheckpointError
-from .config import PRESETS, ConfigError, load_config
-from .data import DataError
+from rltok.training.checkpoint import CheckpointError
+from rltok.config import PRESETS, ConfigError, load_config
+from rltok.data.sources import DataError
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError)
 
@@ -31,7 +31,7 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_train(args) -> int:
-    from .train import TrainingDiverged, train
+    from rltok.training.trainer import TrainingDiverged, train
 
     overrides = list(args.overrides)
     if args.data is not None:  # `--data ""` is an error, not the default corpus
@@ -46,7 +46,7 @@ def cmd_train(args) -> int:
     if args.print_config:
         print(json.dumps(cfg.to_dict(), indent=2))
         return 0
-    from . import distributed
+    from rltok.training import distributed
 
     try:
         result = train(cfg, resume=args.resume)
@@ -76,8 +76,8 @@ def _size(text: str) -> int:
 
 def cmd_prepare(args) -> int:
     """`rltok prepare SRC --out DIR`: byte shards + manifest; `rltok prepare --verify DIR` checks them."""
-    from .prepare import prepare, summary
-    from .shards import verify_prepared
+    from rltok.data.prepare import prepare, summary
+    from rltok.data.shards import verify_prepared
 
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
     if args.out is None:
@@ -107,8 +107,8 @@ def cmd_presets(args) -> int:
     no time), or one preset's resolved config."""
     import torch
 
-    from .config import PRESET_NOTES
-    from .model.factory import build_model
+    from rltok.config import PRESET_NOTES
+    from rltok.model.factory import build_model
 
     if args.name:
         print(json.dumps(load_config(args.name).to_dict(), indent=2))
@@ -132,7 +132,7 @@ def cmd_presets(args) -> int:
 
 def _run_results(ckpt, cfg) -> dict:
     """Validation results logged up to the checkpoint's step, from its run's metrics.jsonl."""
-    from .checkpoint import checkpoint_step, run_results
+    from rltok.training.checkpoint import checkpoint_step, run_results
 
     try:
         step = checkpoint_step(ckpt)
@@ -142,8 +142,8 @@ def _run_results(ckpt, cfg) -> dict:
 
 
 def cmd_export(args) -> int:
-    from .checkpoint import load_checkpoint
-    from .hub import push_to_hub, save_pretrained
+    from rltok.training.checkpoint import load_checkpoint
+    from rltok.training.hub import push_to_hub, save_pretrained
 
     model, cfg, _, ckpt = load_checkpoint(args.checkpoint)
     results = _run_results(ckpt, cfg)
@@ -160,7 +160,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_lm_eval(args) -> int:
-    from .lm_eval_adapter import main as lm_eval_main
+    from rltok.eval.lm_eval_adapter import main as lm_eval_main
 
     return lm_eval_main(args.lm_eval_args)
 
@@ -168,8 +168,8 @@ def cmd_lm_eval(args) -> int:
 def _load(args):
     import torch
 
-    from .checkpoint import load_checkpoint
-    from .device import resolve_device
+    from rltok.training.checkpoint import load_checkpoint
+    from rltok.training.device import resolve_device
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -180,9 +180,10 @@ def _load(args):
 
 
 def cmd_eval(args) -> int:
-    from .data import eval_windows, load_eval_bytes
-    from .evaluate import evaluate
-    from .token_alignment import looks_like_python
+    from rltok.data.windows import eval_windows
+    from rltok.data.corpus import load_eval_bytes
+    from rltok.training.evaluate import evaluate
+    from rltok.data.python_tokens import looks_like_python
 
     model, cfg, ckpt, device = _load(args)
     spec = args.data or cfg.data.train
@@ -200,8 +201,8 @@ def cmd_eval(args) -> int:
 
 
 def cmd_segment(args) -> int:
-    from .data import read_user_text
-    from .segment import print_colored, render_pipes, segment_boundaries, split_chunks
+    from rltok.data.sources import read_user_text
+    from rltok.model.segment import print_colored, render_pipes, segment_boundaries, split_chunks
 
     if args.text is None and args.file is None:
         raise ConfigError("give a text to segment, or --file PATH ('-' for stdin)")
@@ -227,7 +228,7 @@ def cmd_segment(args) -> int:
 
 
 def _write_heatmaps(args, data: bytes, flags: list[bool], probs) -> None:
-    from .heatmap import write_html, write_png
+    from rltok.analysis.heatmap import write_html, write_png
 
     if args.html:
         write_html(args.html, data, probs, flags)
@@ -257,7 +258,7 @@ def _unescape(s: str) -> bytes:
 def cmd_generate(args) -> int:
     import time
 
-    from .generate import GenerationError, Utf8Streamer, check_args, context_length, generate
+    from rltok.eval.generate import GenerationError, Utf8Streamer, check_args, context_length, generate
 
     if args.text is not None and args.prompt_file is not None:
         raise ConfigError("give a prompt or --prompt-file, not both")
@@ -313,8 +314,8 @@ def cmd_compare(args) -> int:
     import shlex
     from pathlib import Path
 
-    from .compare import method_config, run_sweep, write_report
-    from .flops import hourglass_flops, train_flops_per_byte
+    from rltok.analysis.compare import method_config, run_sweep, write_report
+    from rltok.model.flops import hourglass_flops, train_flops_per_byte
 
     out = Path(args.out)
     for m in args.methods:  # every method and its NAME@key=value overrides are checked before any run
@@ -343,8 +344,9 @@ def cmd_compare(args) -> int:
 def cmd_diagnose(args) -> int:
     from pathlib import Path
 
-    from .data import eval_windows, load_eval_bytes
-    from .diagnose import checkpoint_lexicon, diagnose, known_variants, markdown
+    from rltok.data.windows import eval_windows
+    from rltok.data.corpus import load_eval_bytes
+    from rltok.analysis.diagnose import checkpoint_lexicon, diagnose, known_variants, markdown
 
     if args.true_advantage:
         return _diagnose_true_advantage(args)
@@ -378,8 +380,9 @@ def _diagnose_true_advantage(args) -> int:
     and how well the estimators' advantages track it."""
     from pathlib import Path
 
-    from .data import eval_windows, load_eval_bytes
-    from .true_advantage import format_true_advantage, true_advantage
+    from rltok.data.windows import eval_windows
+    from rltok.data.corpus import load_eval_bytes
+    from rltok.analysis.true_advantage import format_true_advantage, true_advantage
 
     if args.per_class < 1 or args.variant_batch < 1 or args.batch < 1:
         raise ConfigError("--per-class, --variant-batch and --batch must be >= 1")
@@ -410,9 +413,10 @@ def _diagnose_lexicon_costs(args) -> int:
     decision changes in the lexicon's code length, per byte class."""
     from pathlib import Path
 
-    from .data import eval_windows, load_eval_bytes
-    from .diagnose import checkpoint_lexicon
-    from .lexicon_costs import format_lexicon_costs, lexicon_costs_by_class
+    from rltok.data.windows import eval_windows
+    from rltok.data.corpus import load_eval_bytes
+    from rltok.analysis.diagnose import checkpoint_lexicon
+    from rltok.analysis.lexicon_costs import format_lexicon_costs, lexicon_costs_by_class
 
     model, cfg, ckpt, device = _load(args)
     if model.__class__.__name__ != "HourglassLM" or model.cfg.chunker != "rl":
@@ -431,7 +435,7 @@ def _diagnose_lexicon_costs(args) -> int:
 
 
 def cmd_vocab(args) -> int:
-    from .vocab import load_vocab_data, print_report, vocab_report, write_json, write_markdown
+    from rltok.analysis.vocab import load_vocab_data, print_report, vocab_report, write_json, write_markdown
 
     if args.max_bytes < 0 or args.top < 1 or args.batch_size < 1 or args.bpe_sample_bytes < 1:
         raise ConfigError("--top, --batch-size and --bpe-sample-bytes must be >= 1, --max-bytes >= 0")

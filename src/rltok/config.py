@@ -132,7 +132,7 @@ class ModelConfig:
             raise ConfigError("model.mlp_ratio must be > 0")
 
 
-# the synthetic rewards of the plumbing checks (rltok.objective.probe_reward): no model pass needed
+# the synthetic rewards of the plumbing checks (rltok.objective.loss.probe_reward): no model pass needed
 PROBE_REWARDS = ("whitespace_probe", "token_probe")
 
 
@@ -167,7 +167,7 @@ class ObjectiveConfig:
     lagrange_lr: float = 0.2  # dual ascent step: nats per chunk, per unit of rate error, per step
     lagrange_gain: float = 5.0  # proportional term added to the price (damps the integral's swing)
     # The compute-aware objective: every chunk costs compute_price bits per million forward FLOPs
-    # that one more chunk adds to the chunk-level network (rltok.flops.chunk_cost_flops); 0 = off.
+    # that one more chunk adds to the chunk-level network (rltok.model.flops.chunk_cost_flops); 0 = off.
     compute_price: float = 0.0
     # How a price per chunk (compute_price, the Lagrange multiplier) reaches the policy: "exact"
     # (its expected cost is p_t x price, differentiated in closed form: no variance; the same

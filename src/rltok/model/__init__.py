@@ -1,6 +1,6 @@
-from .chunkers import Boundaries, FixedChunker, RLPolicy, build_chunker
-from .flat import FlatByteLM
-from .hourglass import HourglassLM
-from .output import ModelOutput
+from rltok.model.chunkers import Boundaries, FixedChunker, RLPolicy, build_chunker
+from rltok.model.flat import FlatByteLM
+from rltok.model.hourglass import HourglassLM
+from rltok.model.output import ModelOutput
 
 __all__ = ["Boundaries", "FixedChunker", "RLPolicy", "build_chunker", "FlatByteLM", "HourglassLM", "ModelOutput"]

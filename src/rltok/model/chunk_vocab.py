@@ -7,7 +7,7 @@ own, like a token in a vocabulary, and a rule that cuts the same strings the sam
 out of the table than one that cuts them at random: where to cut starts to matter.
 
 Causal: the chunk ending at byte e hashes bytes <= e only. The lookup is not a matrix product
-and costs no FLOPs in rltok.flops' accounting (only the table's memory).
+and costs no FLOPs in rltok.model.flops' accounting (only the table's memory).
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..config import CHUNKERS
-from .noise import uniform  # noise that data-parallel ranks can slice from the global batch
+from rltok.config import CHUNKERS
+from rltok.model.noise import uniform  # noise that data-parallel ranks can slice from the global batch
 
 
 @dataclass
@@ -474,7 +474,7 @@ class BPEChunker(Chunker):
         self._tok = None
 
     def fit(self, data: bytes, seed: int = 0) -> dict:
-        from ..bpe import fit_bpe_to_rate, tokenizer_to_tensor
+        from rltok.data.bpe import fit_bpe_to_rate, tokenizer_to_tensor
 
         fit = fit_bpe_to_rate(data, self.rate, seed=seed, pretokenize=self.pretokenize)
         self.tokenizer_json = tokenizer_to_tensor(fit.tokenizer).to(self.tokenizer_json.device)
@@ -493,14 +493,14 @@ class BPEChunker(Chunker):
         if self._tok is None:
             if self.tokenizer_json.numel() == 0:
                 raise RuntimeError("BPE chunker has no tokenizer: call fit() on training bytes first")
-            from ..bpe import tokenizer_from_tensor
+            from rltok.data.bpe import tokenizer_from_tensor
 
             self._tok = tokenizer_from_tensor(self.tokenizer_json.cpu())
         return self._tok
 
     def forward(self, h, forced, b=None, mode="sample", generator=None, idx=None, **_) -> Boundaries:
         if b is None:
-            from ..bpe import bpe_boundary_mask
+            from rltok.data.bpe import bpe_boundary_mask
 
             b = bpe_boundary_mask(self.tokenizer, idx.cpu()).to(forced.device)
         return Boundaries(b=b.bool() | forced, free=~forced)

@@ -18,7 +18,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from .layers import KVCache, Stack
+from rltok.model.layers import KVCache, Stack
 
 
 class StepOutput(NamedTuple):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..config import ModelConfig
+from rltok.config import ModelConfig
 
 
 def build_model(cfg: ModelConfig, train_bytes: torch.Tensor | None = None,
@@ -20,14 +20,14 @@ def build_model(cfg: ModelConfig, train_bytes: torch.Tensor | None = None,
 def _build(cfg: ModelConfig, train_bytes: torch.Tensor | None, state_dict: dict[str, torch.Tensor] | None):
     cfg.validate()
     if cfg.arch == "flat":
-        from .flat import FlatByteLM
+        from rltok.model.flat import FlatByteLM
 
         return FlatByteLM(cfg.d_chunk, cfg.flat_layers, cfg.n_heads_chunk, cfg.mlp_ratio,
                           max_seq_len=cfg.max_seq_len, rope_base=cfg.rope_base,
                           ngram_sizes=cfg.ngram_sizes, ngram_vocab=cfg.ngram_vocab)
     if cfg.arch == "bpe_token":
-        from ..bpe import fit_bpe_to_rate, tokenizer_from_tensor
-        from .token_lm import BPETokenLM
+        from rltok.data.bpe import fit_bpe_to_rate, tokenizer_from_tensor
+        from rltok.model.token_lm import BPETokenLM
 
         if state_dict is not None and "tokenizer_json" in state_dict:
             tok = tokenizer_from_tensor(state_dict["tokenizer_json"].cpu())
@@ -37,7 +37,7 @@ def _build(cfg: ModelConfig, train_bytes: torch.Tensor | None, state_dict: dict[
             raise ValueError("model.arch=bpe_token needs training bytes to fit its tokenizer")
         return BPETokenLM(tok, cfg.d_chunk, cfg.flat_layers, cfg.n_heads_chunk, cfg.mlp_ratio,
                           max_tokens=cfg.max_seq_len)
-    from .hourglass import HourglassLM
+    from rltok.model.hourglass import HourglassLM
 
     model = HourglassLM(cfg)
     if cfg.chunker == "bpe" and state_dict is None:

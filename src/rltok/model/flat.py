@@ -5,11 +5,11 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..config import VOCAB_SIZE
-from .decoding import FlatState, StepOutput
-from .layers import Stack, init_weights
-from .ngram_embed import NgramEmbedding, byte_input
-from .output import ModelOutput
+from rltok.config import VOCAB_SIZE
+from rltok.model.decoding import FlatState, StepOutput
+from rltok.model.layers import Stack, init_weights
+from rltok.model.ngram_embed import NgramEmbedding, byte_input
+from rltok.model.output import ModelOutput
 
 
 class FlatByteLM(nn.Module):  # generate / save_pretrained / from_pretrained: rltok.model_methods

@@ -27,14 +27,14 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..config import VOCAB_SIZE, ModelConfig
-from .chunk_vocab import ChunkVocab
-from .ngram_embed import NgramEmbedding, byte_input
-from .chunkers import Boundaries, NonCausalRule, RLPolicy, build_chunker, forced_mask
-from .decoding import HourglassState, StepOutput, put_row
-from .noise import uniform
-from .layers import Packing, Stack, init_weights
-from .output import ModelOutput
+from rltok.config import VOCAB_SIZE, ModelConfig
+from rltok.model.chunk_vocab import ChunkVocab
+from rltok.model.ngram_embed import NgramEmbedding, byte_input
+from rltok.model.chunkers import Boundaries, NonCausalRule, RLPolicy, build_chunker, forced_mask
+from rltok.model.decoding import HourglassState, StepOutput, put_row
+from rltok.model.noise import uniform
+from rltok.model.layers import Packing, Stack, init_weights
+from rltok.model.output import ModelOutput
 
 
 def chunk_index(b: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """A BPE-token transformer: the non-hierarchical reference that reads tokens instead of bytes.
 
-Each row of bytes is tokenised on its own (rltok.bpe), padded, and run through a causal
+Each row of bytes is tokenised on its own (rltok.data.bpe), padded, and run through a causal
 transformer over tokens (RoPE at token indices). Token j >= 1 is predicted from tokens < j; its
 nats are reported at its last byte, and the bytes of tokens 1..N-1 are the ones counted, so
 bpb = total nats / bytes covered, as for the byte models. Token 0 has no context and is not scored.
@@ -17,9 +17,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-from ..bpe import encode_rows, tokenizer_from_tensor, tokenizer_to_tensor
-from .layers import Stack, init_weights
-from .output import ModelOutput
+from rltok.data.bpe import encode_rows, tokenizer_from_tensor, tokenizer_to_tensor
+from rltok.model.layers import Stack, init_weights
+from rltok.model.output import ModelOutput
 
 
 class BPETokenLM(nn.Module):  # save_pretrained / from_pretrained: rltok.model_methods

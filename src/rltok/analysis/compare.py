@@ -1,0 +1,447 @@
+"""Compute-matched comparison of boundary rules.
+
+Every method uses the same backbone and optimiser settings; only the boundary rule differs (or,
+for the flat references, the architecture). The budget is total training FLOPs *spent*: every
+run counts each step's FLOPs at the chunks (tokens) per byte that step drew and stops when the
+budget is spent, so a rule whose rate drifts or is set by the data pays for what it used. A
+run that ends more than `BUDGET_TOLERANCE` away from the budget is flagged. The flat byte model
+is sized so its FLOPs per byte match the hierarchical model's at the target rate. Each rule is
+evaluated with the rule it trained with (sampled where it samples); rules with a separate
+inference rule (greedy thresholding) report it as well. Each run is written to its own JSON
+file as soon as it finishes; a rerun skips finished runs and resumes interrupted ones.
+
+Why one file of this length: `rltok compare` is one pipeline (method configs, compute-matched
+runs, summary table, plots, report), and the per-run JSON that run_one writes is read back by
+the summary code here, so its fields are defined and consumed in one module.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import threading
+import subprocess
+import time
+from pathlib import Path
+
+from rltok.config import Config, load_config
+from rltok.model.flops import config_forward_flops_per_byte, flat_flops, hourglass_flops, train_flops_per_byte
+
+_REF = ["model.chunker=rl", "objective.recipe=reference"]
+
+# method -> config overrides on top of the base config
+METHODS: dict[str, list[str]] = {
+    "rl": ["model.chunker=rl"],  # the preset's recipe (small: the lexicon recipe)
+    "rl_reference": _REF,  # the published recipe
+    "hnet": ["model.chunker=hnet"],
+    "gumbel": ["model.chunker=gumbel"],
+    "entropy": ["model.chunker=entropy"],
+    "whitespace": ["model.chunker=whitespace"],
+    "bpe": ["model.chunker=bpe"],
+    "bpe_line": ["model.chunker=bpe", "model.bpe_pretokenize=line"],  # superword BPE, reaches 0.2
+    "fixed": ["model.chunker=fixed"],
+    "uniform": ["model.chunker=uniform"],
+    "flat": ["model.arch=flat"],
+    "bpe_token": ["model.arch=bpe_token"],
+    # the reference's ablations and the variance reducers (all: the rl rule, published recipe)
+    "rl_gamma1": [*_REF, "objective.gamma=1.0"],
+    "rl_no_batch": [*_REF, "objective.baseline=none"],
+    "rl_final_reward": [*_REF, "objective.reward=final"],
+    "rl_w8": [*_REF, "model.policy_window=8"],
+    "rl_no_rate": [*_REF, "objective.rate_weight=0"],
+    "rl_group4": [*_REF, "objective.baseline=group", "objective.group_size=4"],
+    "rl_value": [*_REF, "objective.baseline=batch+value"],
+    "rl_group4_value": [*_REF, "objective.baseline=group+value", "objective.group_size=4"],
+}
+
+# pieces a byte model can add to any method (`rl+ngram+cvocab`): a vocabulary's memory at no
+# matrix-product cost. The sizes give the small preset roughly the BPE-token model's parameters.
+PIECES: dict[str, list[str]] = {
+    "ngram": ["model.ngram_vocab=32768"],  # hashed byte 3..6-grams, 32768 rows per n
+    "cvocab": ["model.chunk_vocab=32768"],  # hashed chunk contents, 32768 rows
+}
+
+
+def _head_commit() -> str:
+    """HEAD's short hash, with "+dirty" when tracked files differ from it."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
+                                       stderr=subprocess.DEVNULL).strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "src"], cwd=root,
+                               stderr=subprocess.DEVNULL).returncode == 1
+        return head + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+# taken when this module is imported, with the rest of the package: a long sweep records the code
+# it runs, not whatever HEAD has moved to by the time a run finishes
+_COMMIT_AT_IMPORT = _head_commit()
+
+
+def git_commit() -> str:
+    """The commit of the code this process runs (as of importing rltok.analysis.compare)."""
+    return _COMMIT_AT_IMPORT
+
+
+def matched_flat_layers(cfg: Config) -> int:
+    """Depth at which the flat byte model (width d_chunk) costs what the hourglass costs per byte."""
+    target = hourglass_flops(cfg.model, cfg.train.seq_len)["total"]
+    per_layer = flat_flops(cfg.model.d_chunk, 1, cfg.train.seq_len, None, cfg.model.mlp_ratio)
+    head = 2.0 * cfg.model.d_chunk * 264
+    return max(1, round((target - head) / (per_layer["total"] - head)))
+
+
+LEARNED_RULES = ("rl", "hnet", "gumbel", "entropy")  # rate set in training, towards the target
+BUDGET_TOLERANCE = 0.02  # a run whose spend misses the budget by more is flagged
+GREEDY_RULES = ("rl", "gumbel")  # rules that sample in training and have a thresholded variant
+
+
+def train_state_mb(model) -> float:
+    """Weights, gradients and AdamW's two moments in fp32: what the parameters cost in memory."""
+    return 4 * 4 * sum(p.numel() for p in model.parameters()) / 2 ** 20
+
+
+class PeakMemory:
+    """Peak memory while training: the CUDA allocator's peak on a GPU; on a CPU the largest
+    resident set size sampled every 20 ms (the process's, so it includes the data and Python)."""
+
+    def __init__(self):
+        self.peak_mb: float | None = None
+        self.kind = "cpu_rss"
+
+    def _rss_mb(self) -> float:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+    def _sample(self):
+        while not self._done.wait(0.02):
+            self.peak_mb = max(self.peak_mb or 0.0, self._rss_mb())
+
+    def __enter__(self):
+        import torch
+
+        self._cuda = torch.cuda.is_available()
+        if self._cuda:
+            self.kind = "cuda_allocated"
+            torch.cuda.reset_peak_memory_stats()
+        elif os.path.exists("/proc/self/statm"):
+            self._done = threading.Event()
+            self.peak_mb = self._rss_mb()
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
+        else:
+            self.kind = "unavailable"
+        return self
+
+    def __exit__(self, *exc):
+        if self._cuda:
+            import torch
+
+            self.peak_mb = torch.cuda.max_memory_allocated() / 2 ** 20
+        elif self.kind == "cpu_rss":
+            self._done.set()
+            self._thread.join()
+            self.peak_mb = max(self.peak_mb, self._rss_mb())
+        return False
+
+
+def probe_rate(trainer) -> float | None:
+    """The rate to plan the schedule with (warm-up, evaluation and checkpoint intervals; the run
+    itself stops on the FLOPs it spends): the target for rules that learn or track their rate,
+    the chunks per byte measured on the start of the training split for rules fixed by the data
+    (BPE, whitespace) and for the BPE-token reference."""
+    import torch
+
+    from rltok.data.windows import eval_windows
+
+    m = trainer.cfg.model
+    if m.arch == "flat":
+        return None
+    if m.arch == "hourglass" and m.chunker in LEARNED_RULES:
+        return m.target_rate
+    x, y = eval_windows(trainer.corpus.train[:400_000], trainer.cfg.train.seq_len, 16)
+    with torch.no_grad():
+        if m.arch == "bpe_token":
+            from rltok.data.bpe import encode_rows
+
+            ids, _ = encode_rows(trainer.model.tokenizer, x)
+            return sum(len(r) for r in ids) / x.numel()
+        was = trainer.model.training
+        trainer.model.eval()
+        out = trainer.model(x.to(trainer.device), generator=torch.Generator(device=trainer.device).manual_seed(0))
+        trainer.model.train(was)
+        return out.boundaries.b.float().mean().item()
+
+
+def training_rate(history: list[dict], key: str = "rate", last: int = 3) -> float | None:
+    """The mean of `key` over the last logged training records (what the rule drew in training)."""
+    vals = [r[key] for r in history if key in r][-last:]
+    return sum(vals) / len(vals) if vals else None
+
+
+def method_overrides(method: str) -> list[str]:
+    """A method's config overrides. `NAME+PIECE+...@key=value,key=value` is method NAME with the
+    PIECES named and extra overrides, e.g. `rl+ngram`, `rl@model.target_rate=0.3` or
+    `whitespace+ngram+cvocab@model.chunk_vocab=65536`."""
+    spec, _, extra = method.partition("@")
+    name, *pieces = spec.split("+")
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)} "
+                         "(optionally NAME+PIECE...@key=value,...)")
+    for piece in pieces:
+        if piece not in PIECES:
+            raise ValueError(f"unknown piece {piece!r} in {method!r}; choose from {', '.join(PIECES)}")
+    return [*METHODS[name], *(o for piece in pieces for o in PIECES[piece]), *(e for e in extra.split(",") if e)]
+
+
+def method_slug(method: str) -> str:
+    """A file name for a method: `rl@objective.compute_price=0.1` -> `rl__objective.compute_price-0.1`."""
+    return method.replace("@", "__").replace("+", "-").replace("=", "-").replace(",", "_").replace("/", "_")
+
+
+def method_config(method: str, base: list[str], data: str, out_dir: Path, seed: int, preset: str) -> Config:
+    cfg = load_config(preset, overrides=[*base, f"data.train={data}"])
+    name = method.partition("@")[0].partition("+")[0]
+    extra = method_overrides(method)
+    if name in ("flat", "bpe_token"):  # matched depth first, so NAME@model.flat_layers=... still wins
+        extra.insert(len(METHODS[name]), f"model.flat_layers={matched_flat_layers(cfg)}")
+    return load_config(preset, overrides=[*base, f"data.train={data}", *extra, f"train.seed={seed}",
+                                          f"train.out_dir={out_dir}"])
+
+
+def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: float, base: list[str],
+            preset: str = "tiny", eval_split: str = "test", max_eval_windows: int = 0) -> dict:
+    import torch
+
+    from rltok.training.checkpoint import load_checkpoint
+    from rltok.data.windows import eval_windows
+    from rltok.data.corpus import load_eval_bytes
+    from rltok.training.evaluate import evaluate
+    from rltok.training.trainer import Trainer
+
+    out_dir = run_root / f"{method_slug(method)}_s{seed}"
+    cfg = method_config(method, base, data, out_dir, seed, preset)
+    # distinct bytes: with group_size K, batch_size counts segmentations of batch_size / K sequences
+    k = cfg.objective.group_size if cfg.model.arch == "hourglass" else 1
+    bytes_per_step = cfg.train.batch_size // k * cfg.train.grad_accum * cfg.train.seq_len
+    t0 = time.time()
+    memory = PeakMemory()
+    trainer = Trainer(cfg, resume=True, quiet=True)  # builds (and for BPE, fits) the model
+    vocab = getattr(trainer.model, "vocab_size", 264)
+    planned_rate = probe_rate(trainer)
+    planned_fpb = train_flops_per_byte({"total": config_forward_flops_per_byte(cfg, planned_rate, vocab)})
+    steps = max(1, round(budget_flops / (planned_fpb * bytes_per_step)))
+    tc = trainer.cfg.train
+    tc.eval_every = max(1, steps // 6)
+    tc.checkpoint_every = max(1, steps // 3)
+    tc.warmup_steps = min(tc.warmup_steps, max(1, steps // 10))
+    # every method stops on the FLOPs it spends (and the LR follows the share spent); the step
+    # cap only guards against a rule that spends far less than planned
+    tc.flops_budget = budget_flops
+    tc.max_steps = 4 * steps
+    with memory:
+        trainer.fit()
+    steps = trainer.step
+    if trainer.stop_requested:  # SIGINT/SIGTERM: the run is checkpointed; stop the whole sweep
+        raise KeyboardInterrupt
+    wall = time.time() - t0
+    model, cfg_loaded, _, _ = load_checkpoint(out_dir)
+    x, y = eval_windows(load_eval_bytes(data, eval_split), cfg.train.seq_len, max_eval_windows)
+    ev = evaluate(model, x, y, batch_size=16, mode="sample", seed=0)
+    greedy = None
+    if cfg_loaded.model.arch == "hourglass" and cfg_loaded.model.chunker in GREEDY_RULES:
+        greedy = evaluate(model, x, y, batch_size=16, mode="greedy", seed=0)
+    estimator = None
+    if cfg_loaded.model.arch == "hourglass" and cfg_loaded.model.chunker == "rl":
+        from rltok.analysis.diagnose import diagnose
+
+        # SNR of the run's own gradient estimator at its final checkpoint, on 8 held-out windows
+        d = diagnose(model, x[:8], y[:8], cfg_loaded.objective, cfg_loaded.model.target_rate,
+                     variants={"own": {}}, n_estimates=16, n_reference=16, log=lambda m: None)
+        estimator = d["variants"]["own"]
+    records = trainer.history
+    train_bytes = steps * bytes_per_step
+    spent = trainer.flops_spent
+    supertokens = training_rate(records, "supertokens_per_chunk")
+    bps = [r["bytes_per_s"] for r in records[1:]] or [r["bytes_per_s"] for r in records]
+    curve = [{"step": r["step"], "bytes": r["bytes"], "train_flops": r["train_flops"], "val_bpb": r["val_bpb"],
+              "val_rate": r.get("val_rate")} for r in records if "val_bpb" in r]
+    return {
+        "method": method, "seed": seed, "data": data, "split": eval_split, "commit": git_commit(),
+        "params": model.num_params(), "state_mb": train_state_mb(model), "peak_mem_mb": memory.peak_mb,
+        "peak_mem_kind": memory.kind, "steps": steps, "train_bytes": train_bytes,
+        "planned_rate": planned_rate, "planned_train_flops_per_byte": planned_fpb,
+        "budget_flops": budget_flops, "train_flops": spent, "budget_ratio": spent / budget_flops,
+        "budget_flag": abs(spent / budget_flops - 1) > BUDGET_TOLERANCE,
+        "train_flops_per_byte": spent / max(1, train_bytes),
+        "forward_flops_per_byte": config_forward_flops_per_byte(cfg, ev.get("chunks_per_byte"), vocab, supertokens),
+        "train_rate": training_rate(records), "train_chunks_per_byte": training_rate(records, "chunks_per_byte"),
+        "rate2": training_rate(records, "rate2"), "supertokens_per_chunk": supertokens,
+        "bpb": ev["bpb"], "rate": ev.get("rate"), "chunks_per_byte": ev.get("chunks_per_byte"),
+        "bytes_per_chunk": ev.get("bytes_per_chunk"),
+        "space_align": ev.get("space_align"), "space_end": ev.get("space_end"),
+        "chunk_length_hist": ev.get("chunk_length_hist"),
+        "bpb_greedy": greedy["bpb"] if greedy else None, "rate_greedy": greedy.get("rate") if greedy else None,
+        "space_align_greedy": greedy.get("space_align") if greedy else None,
+        "grad_snr": estimator["snr"] if estimator else None,
+        "grad_cos_ref": estimator["cos_ref"] if estimator else None,
+        "train_bytes_per_s": statistics.median(bps) if bps else None, "wall_s": wall,
+        "threads": torch.get_num_threads(), "curve": curve, "config": cfg_loaded.to_dict(),
+    }
+
+
+def run_sweep(data: str, methods: list[str], seeds: list[int], out: Path, budget_flops: float,
+              base: list[str], preset: str = "tiny", eval_split: str = "test", max_eval_windows: int = 0,
+              log=print) -> list[dict]:
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for seed in seeds:
+        for method in methods:
+            path = out / f"{method_slug(method)}_s{seed}.json"
+            if path.exists():
+                results.append(json.loads(path.read_text()))
+                log(f"{method} seed {seed}: done already")
+                continue
+            log(f"{method} seed {seed}: training ...")
+            res = run_one(method, seed, data, out / "runs", budget_flops, base, preset, eval_split, max_eval_windows)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(res, indent=2))
+            tmp.rename(path)
+            log(f"{method} seed {seed}: bpb {res['bpb']:.4f} rate {res['rate'] or float('nan'):.3f} "
+                f"({res['wall_s']:.0f} s)")
+            results.append(res)
+    return results
+
+
+def mean_sd(values: list[float], digits: int = 3) -> str:
+    values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def summarize(results: list[dict]) -> list[dict]:
+    by_method: dict[str, list[dict]] = {}
+    for r in results:
+        by_method.setdefault(r["method"], []).append(r)
+    rows = []
+    for method, rs in by_method.items():
+        ratios = [r["train_flops"] / r["budget_flops"] for r in rs if r.get("budget_flops")]
+        rows.append({
+            "method": method, "seeds": len(rs),
+            "bpb_mean": statistics.mean(r["bpb"] for r in rs),
+            "bpb_std": statistics.stdev([r["bpb"] for r in rs]) if len(rs) > 1 else None,
+            "bpb": mean_sd([r["bpb"] for r in rs], 4),
+            "bpb_greedy": mean_sd([r.get("bpb_greedy") for r in rs], 4),
+            "rate": mean_sd([r["rate"] for r in rs]),
+            "train_rate": mean_sd([r.get("train_rate") for r in rs]),
+            "rate_greedy": mean_sd([r.get("rate_greedy") for r in rs]),
+            "bytes_per_chunk": mean_sd([r["bytes_per_chunk"] for r in rs], 2),
+            "space_align": mean_sd([r["space_align"] for r in rs]),
+            "train_flops_per_byte": statistics.mean(r["train_flops_per_byte"] for r in rs),
+            "train_flops": statistics.mean(r["train_flops"] for r in rs),
+            "budget_ratio_min": min(ratios) if ratios else None,
+            "budget_ratio_max": max(ratios) if ratios else None,
+            "budget_flag": any(abs(x - 1) > BUDGET_TOLERANCE for x in ratios) or len(ratios) < len(rs),
+            "train_bytes": statistics.mean(r["train_bytes"] for r in rs),
+            "train_bytes_per_s": statistics.mean(r["train_bytes_per_s"] or 0 for r in rs),
+            "params": rs[0]["params"],
+            "state_mb": rs[0].get("state_mb"),
+            "peak_mem_mb": max((r.get("peak_mem_mb") or 0.0) for r in rs) or None,
+        })
+    rows.sort(key=lambda r: r["bpb_mean"])
+    return rows
+
+
+def markdown_table(rows: list[dict], split: str = "test") -> str:
+    """One row per method. `train FLOPs` is what the runs spent (counted step by step at the
+    chunks they drew); `spend/budget` its range over seeds, flagged (!) beyond the tolerance.
+    `state MB`: weights, gradients and AdamW moments; `peak mem MB`: see PeakMemory."""
+    lines = [f"| method | seeds | {split} bpb | rate (eval) | rate (train) | bytes/chunk | space align "
+             "| greedy bpb | greedy rate | train FLOPs/byte | train FLOPs | spend/budget | train bytes "
+             "| train bytes/s | params | state MB | peak mem MB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["budget_ratio_min"] is None:
+            spend = "– (!)"
+        else:
+            lo, hi = r["budget_ratio_min"], r["budget_ratio_max"]
+            spend = f"{lo:.3f}" if abs(hi - lo) < 5e-4 else f"{lo:.3f}–{hi:.3f}"
+            spend += " (!)" if r["budget_flag"] else ""
+        lines.append(f"| {r['method']} | {r['seeds']} | {r['bpb']} | {r['rate']} | {r['train_rate']} "
+                     f"| {r['bytes_per_chunk']} | {r['space_align']} | {r['bpb_greedy']} | {r['rate_greedy']} "
+                     f"| {r['train_flops_per_byte'] / 1e6:.2f}M | {r['train_flops']:.3e} | {spend} "
+                     f"| {r['train_bytes'] / 1e6:.2f}M | {r['train_bytes_per_s'] / 1e3:.1f}k | {r['params'] / 1e6:.2f}M "
+                     f"| {_mb(r.get('state_mb'))} | {_mb(r.get('peak_mem_mb'))} |")
+    return "\n".join(lines)
+
+
+def _mb(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0f}"
+
+
+def plot(results: list[dict], out: Path, title: str) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    by_method: dict[str, list[dict]] = {}
+    for r in results:
+        by_method.setdefault(r["method"], []).append(r)
+    for i, (method, rs) in enumerate(sorted(by_method.items())):
+        color = f"C{i % 10}"
+        for j, r in enumerate(sorted(rs, key=lambda r: r["seed"])):  # every seed's whole curve
+            xs = [c["train_flops"] for c in r["curve"]]
+            ys = [c["val_bpb"] for c in r["curve"]]
+            ax.plot(xs, ys, marker="o", ms=3, color=color, alpha=0.9 if j == 0 else 0.45,
+                    label=method if j == 0 else None, ls="-" if i < 10 else "--")
+    ax.set_xlabel("training FLOPs")
+    ax.set_ylabel("validation bpb")
+    ax.set_xscale("log")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    p = out / "bpb_vs_flops.png"
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    paths.append(p)
+
+    hier = [m for m in sorted(by_method) if by_method[m][0].get("chunk_length_hist")]
+    if hier:
+        fig, axes = plt.subplots(1, len(hier), figsize=(2.2 * len(hier), 2.6), sharey=True)
+        axes = [axes] if len(hier) == 1 else axes
+        for ax, method in zip(axes, hier):
+            hist = by_method[method][0]["chunk_length_hist"][:24]
+            total = max(1, sum(by_method[method][0]["chunk_length_hist"]))
+            ax.bar(range(1, len(hist) + 1), [h / total for h in hist])
+            ax.set_title(method, fontsize=9)
+            ax.set_xlabel("chunk length (bytes)", fontsize=7)
+        axes[0].set_ylabel("share of chunks")
+        fig.tight_layout()
+        p = out / "chunk_lengths.png"
+        fig.savefig(p, dpi=120)
+        plt.close(fig)
+        paths.append(p)
+    return paths
+
+
+def write_report(results: list[dict], out: Path, title: str, command: str) -> Path:
+    rows = summarize(results)
+    (out / "summary.json").write_text(json.dumps({"command": command, "commit": git_commit(), "rows": rows}, indent=2))
+    plots = plot(results, out, title)
+    split = results[0].get("split", "test") if results else "test"
+    md = [f"## {title}", "", f"Command: `{command}`  ", f"Commit: `{git_commit()}`", "", markdown_table(rows, split), ""]
+    md += [f"![{p.stem}]({p.name})" for p in plots]
+    path = out / "README.md"
+    path.write_text("\n".join(md) + "\n")
+    return path

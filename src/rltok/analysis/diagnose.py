@@ -1,0 +1,272 @@
+"""Estimator diagnostics: how noisy is each policy-gradient variant, and how well aligned?
+
+For one checkpoint and one fixed batch, draw many independent score-function estimates of the
+boundary-policy gradient per variant (each estimate re-samples the segmentation) and report:
+
+- variance: E||g - E g||^2 (trace of the covariance) of a single estimate,
+- snr: ||E g||^2 / variance, with ||E g||^2 estimated without the var/n bias of ||mean||^2
+  (scale-free: variants that rescale advantages are comparable),
+- cos_ref: mean cosine of a single estimate with a high-sample reference gradient, and
+  cos_mean_ref: cosine of the variant's mean with it (below 1: the variant is biased),
+- ms_per_estimate and the time of a full training step (forward + loss + backward) with it.
+
+The reference is the unbiased estimator of the gradient of the expected LM loss (gamma = 1,
+leave-one-out baseline over many segmentations per sequence), averaged over many draws.
+Gradients are taken with respect to the boundary policy's own parameters.
+
+With a lexicon (`diagnose(..., lexicon=)`, `rltok diagnose --objective lexicon`) the objective
+is instead the one the lexicon recipe's policy is trained on: the segmentation's code length
+under the checkpoint's lexicon (rl/lexicon.py, counts frozen). Every estimator then sees the
+per-position reward -cost (the score function with its discount and baselines) or the cost's
+change under its flips (no model pass: the credit is the lexicon's), and the reference is the
+score function's unbiased estimate of that gradient.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import statistics
+import time
+
+import torch
+
+from rltok.config import ObjectiveConfig
+from rltok.objective.loss import (boundary_advantages, boundary_reward, build_lexicon, compute_loss, flips_counterfactual,
+                        flips_policy_loss, per_segmentation, token_nll)
+from rltok.objective import policy_gradient_loss
+
+# name -> objective overrides on top of the checkpoint's objective: the reference estimator, its
+# ablations (gamma = 1, no batch baseline, final-loss reward) and the variance reducers (group
+# baselines, the critic)
+VARIANTS: dict[str, dict] = {
+    "reference": {"estimator": "score_function", "reward": "early_exit", "baseline": "batch", "gamma": 0.99, "group_size": 1},
+    "gamma=1": {"estimator": "score_function", "reward": "early_exit", "baseline": "batch", "gamma": 1.0, "group_size": 1},
+    "no batch baseline": {"estimator": "score_function", "reward": "early_exit", "baseline": "none", "gamma": 0.99, "group_size": 1},
+    "no early-exit reward": {"estimator": "score_function", "reward": "final", "baseline": "batch", "gamma": 0.99, "group_size": 1},
+    "group K=4": {"estimator": "score_function", "reward": "early_exit", "baseline": "group", "gamma": 0.99, "group_size": 4},
+    "batch+value": {"estimator": "score_function", "reward": "early_exit", "baseline": "batch+value", "gamma": 0.99, "group_size": 1},
+    "group K=4 + value": {"estimator": "score_function", "reward": "early_exit", "baseline": "group+value", "gamma": 0.99, "group_size": 4},
+    "flips/16": {"estimator": "flips", "flip_stride": 16, "group_size": 1, "baseline": "batch"},
+    "flips/4": {"estimator": "flips", "flip_stride": 4, "group_size": 1, "baseline": "batch"},
+    # the flips' credit neither centred nor scaled: the plain local-expectation estimate
+    "flips/4 raw": {"estimator": "flips", "flip_stride": 4, "group_size": 1, "baseline": "batch",
+                    "flip_center": False, "flip_normalize": False},
+}
+# the lexicon's credit for every decision, exact (objective.lexicon_credit="exact"; --objective lexicon only)
+LEXICON_ONLY = {
+    "exact": {"estimator": "flips", "group_size": 1, "baseline": "batch", "lexicon_credit": "exact"},
+    "exact raw": {"estimator": "flips", "group_size": 1, "baseline": "batch", "lexicon_credit": "exact",
+                  "flip_center": False, "flip_normalize": False},
+}
+# what `--objective lexicon` measures by default (the early-exit reward has no meaning there)
+LEXICON_VARIANTS = ["reference", "gamma=1", "group K=4", "flips/16", "flips/4", "flips/4 raw", "exact", "exact raw"]
+
+
+def known_variants(objective: str = "lm") -> dict[str, dict]:
+    """The variants that can be measured for an objective ("lm" or "lexicon")."""
+    return {**VARIANTS, **LEXICON_ONLY} if objective == "lexicon" else VARIANTS
+
+
+def checkpoint_lexicon(folder, cfg, device="cpu"):
+    """The lexicon a checkpoint was trained with, its counts read from the trainer state."""
+    from rltok.training.checkpoint import read_trainer_state
+    from rltok.config import ConfigError
+
+    state = (read_trainer_state(folder) or {}).get("objective") or {}
+    if cfg.objective.lexicon_weight <= 0 or state.get("lexicon") is None:
+        raise ConfigError(f"--objective lexicon: checkpoint {folder} was not trained with the lexicon prior "
+                          "(objective.lexicon_weight > 0) or has no trainer state")
+    lexicon = build_lexicon(cfg, device)
+    lexicon.load_state_dict(state["lexicon"])
+    return lexicon
+
+
+def _flat_grad(loss: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    return torch.cat([(g if g is not None else torch.zeros_like(p)).flatten() for g, p in zip(grads, params)])
+
+
+def _group_batch(x: torch.Tensor, y: torch.Tensor, k: int):
+    """With group_size K the batch holds len(x) / K distinct sequences, so every variant pays
+    for len(x) segmentations."""
+    return (x, y) if k == 1 else (x[: len(x) // k], y[: len(x) // k])
+
+
+def _rollout(model, x, y, cfg: ObjectiveConfig, generator, lexicon=None):
+    """Sample segmentations of (x, y) and score them: (model output, per-position reward; with a
+    lexicon, minus the segmentation's code length under it)."""
+    k = cfg.group_size
+    xs, ys = _group_batch(x, y, k)
+    out = model(xs, generator=generator, group_size=k)
+    ys = ys.repeat_interleave(k, 0) if k > 1 else ys
+    if lexicon is not None:
+        return out, -lexicon.costs(per_segmentation(xs, len(ys)), out.boundaries.b)
+    return out, boundary_reward(token_nll(out.early_logits, ys), token_nll(out.logits, ys), cfg.reward,
+                                out.boundaries.b, ys)
+
+
+def estimate(model, x: torch.Tensor, y: torch.Tensor, cfg: ObjectiveConfig, params, generator,
+             lexicon=None) -> torch.Tensor:
+    """One estimate of the policy gradient on (x, y): the score function on the baselined,
+    discounted reward, or (estimator="flips") the counterfactual-flips surrogate."""
+    out, reward = _rollout(model, x, y, cfg, generator, lexicon)
+    bd = out.boundaries
+    if cfg.estimator == "flips":
+        xs, ys = _group_batch(x, y, cfg.group_size)
+        cf = flips_counterfactual(model, xs, ys, out, cfg, generator, lexicon)
+        ys = ys.repeat_interleave(cfg.group_size, 0) if cfg.group_size > 1 else ys
+        return _flat_grad(flips_policy_loss(bd, reward, token_nll(out.logits, ys), cf, cfg)[0], params)
+    adv, _ = boundary_advantages(reward, bd.free, cfg, out.values)
+    return _flat_grad(policy_gradient_loss(bd.logp, adv, bd.free), params)
+
+
+def train_flops_per_byte_of(model, cfg: ObjectiveConfig, seq_len: int) -> float:
+    """Training FLOPs per distinct byte of a step with this estimator, at the model's target rate."""
+    from rltok.config import Config, TrainConfig
+    from rltok.model.flops import step_train_flops_per_byte
+
+    full = Config(model=model.cfg, objective=cfg, train=TrainConfig(seq_len=seq_len))
+    return step_train_flops_per_byte(full, counterfactual=cfg.estimator == "flips" and cfg.flip_model_pass)
+
+
+def fit_critic(model, x, y, cfg: ObjectiveConfig, generator, steps: int = 200, lr: float = 3e-3,
+               lexicon=None) -> float:
+    """Fit the value head on the fixed policy and batch (the checkpoint's critic, if any, is the
+    starting point). Returns the final critic loss."""
+    critic = list(model.value_head.parameters())
+    flags = [p.requires_grad for p in critic]
+    for p in critic:
+        p.requires_grad_(True)
+    opt = torch.optim.Adam(critic, lr=lr)
+    loss = torch.tensor(float("nan"))
+    for _ in range(steps):
+        out, reward = _rollout(model, x, y, cfg, generator, lexicon)
+        _, loss = boundary_advantages(reward, out.boundaries.free, cfg, out.values)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    for p, f in zip(critic, flags):
+        p.requires_grad_(f)
+    return float(loss)
+
+
+def step_time(model, x, y, cfg: ObjectiveConfig, target_rate: float, generator, repeats: int = 3,
+              lexicon=None) -> float:
+    """Median seconds of a full training step's compute (forward, loss, backward) with `cfg`."""
+    k = cfg.group_size
+    xs, ys = _group_batch(x, y, k)
+    times = []
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        out = model(xs, generator=generator, group_size=k)
+        cf = flips_counterfactual(model, xs, ys, out, cfg, generator, lexicon) if cfg.estimator == "flips" else None
+        loss, _ = compute_loss(out, ys, cfg, target_rate, counterfactual=cf)
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+        if i:  # the first is a warm-up
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, target_rate: float,
+             variants: list[str] | dict[str, dict] | None = None, n_estimates: int = 32, n_reference: int = 64,
+             reference_group: int = 8, seed: int = 0, log=print, lexicon=None) -> dict:
+    """`variants`: names from VARIANTS, or a mapping name -> objective overrides on `base`
+    ({"own": {}} measures the checkpoint's own estimator). `lexicon`: measure the estimators of
+    the lexicon code length's gradient instead of the LM loss's (a ChunkLexicon, not updated)."""
+    from rltok.model.hourglass import ValueHead
+
+    default = LEXICON_VARIANTS if lexicon is not None else list(VARIANTS)
+    known = known_variants("lm" if lexicon is None else "lexicon")
+    specs = variants if isinstance(variants, dict) else {v: known[v] for v in (variants or default)}
+    # each estimator of the LM loss's gradient: the flips re-run the model, the lexicon prior (a
+    # second objective) is left out; or with `lexicon`, of the code length's (set per variant below)
+    base = dataclasses.replace(base, lexicon_weight=0.0, flip_model_pass=True, flip_rate_control=False)
+    model = copy.deepcopy(model).train()
+    if model.value_head is None:  # a critic for the value variants, fitted below
+        model.value_head = ValueHead(model.cfg.d_byte)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    params = list(model.chunker.parameters())
+    for p in params:
+        p.requires_grad_(True)
+    if not params:
+        raise ValueError(f"chunker {model.cfg.chunker!r} has no parameters: nothing to diagnose")
+    gen = torch.Generator().manual_seed(seed)
+
+    if len(x) % reference_group:
+        raise ValueError(f"batch of {len(x)} is not a multiple of the reference group size {reference_group}")
+    # whatever the checkpoint trained with: the reference is the score function's unbiased estimate
+    ref_cfg = dataclasses.replace(base, estimator="score_function", gamma=1.0, baseline="group",
+                                  group_size=reference_group, reward="early_exit", normalize_advantages=False)
+    t0 = time.perf_counter()
+    # the reference sees len(x) distinct sequences, each segmented reference_group times
+    xr, yr = x.repeat(reference_group, 1), y.repeat(reference_group, 1)
+    reference = torch.stack([estimate(model, xr, yr, ref_cfg, params, gen, lexicon)
+                             for _ in range(n_reference)]).mean(0)
+    log(f"reference gradient: {n_reference} estimates x {len(x)} sequences x {reference_group} "
+        f"segmentations ({time.perf_counter() - t0:.0f} s)")
+
+    rows = {}
+    for name, spec in specs.items():
+        cfg = dataclasses.replace(base, **spec)
+        if lexicon is not None and cfg.estimator == "flips":  # the credit is the code length's change alone
+            cfg = dataclasses.replace(cfg, lexicon_weight=1.0, flip_model_pass=False)
+        cfg.validate()
+        critic_loss = None
+        if "value" in cfg.baseline_parts():
+            critic_loss = fit_critic(model, x, y, cfg, gen, lexicon=lexicon)
+        t0 = time.perf_counter()
+        g = torch.stack([estimate(model, x, y, cfg, params, gen, lexicon) for _ in range(n_estimates)])
+        ms = 1000 * (time.perf_counter() - t0) / n_estimates
+        for p in model.parameters():  # time a full step with every parameter trainable
+            p.requires_grad_(True)
+        st = step_time(model, x, y, cfg, target_rate, gen, lexicon=lexicon)
+        for p in model.parameters():
+            p.requires_grad_(False)
+        for p in params:
+            p.requires_grad_(True)
+        mean = g.mean(0)
+        var = (g - mean).square().sum(1).sum().item() / (len(g) - 1)  # unbiased trace of the covariance
+        # ||mean||^2 overestimates ||E g||^2 by var / n: remove it, or small SNRs read as 1/n
+        signal = max(0.0, mean.square().sum().item() - var / len(g))
+        cos = torch.nn.functional.cosine_similarity(g, reference.unsqueeze(0), dim=1)
+        rows[name] = {
+            "variance": var, "snr": signal / max(var, 1e-30),
+            "train_flops_per_byte": train_flops_per_byte_of(model, cfg, x.shape[1]),
+            "cos_ref": cos.mean().item(), "cos_ref_std": cos.std().item(),
+            "cos_mean_ref": torch.nn.functional.cosine_similarity(mean, reference, dim=0).item(),
+            "ms_per_estimate": ms, "step_seconds": st, "critic_loss": critic_loss,
+        }
+        log(f"{name:>22}: snr {rows[name]['snr']:.4f}  cos_ref {rows[name]['cos_ref']:.3f}  "
+            f"cos_mean_ref {rows[name]['cos_mean_ref']:.3f}  {ms:.0f} ms/estimate  step {st * 1000:.0f} ms")
+    ref_row = rows.get("reference") or rows.get("own")
+    if ref_row:
+        for r in rows.values():
+            r["snr_vs_reference"] = r["snr"] / ref_row["snr"] if ref_row["snr"] > 0 else None
+            r["step_time_vs_reference"] = r["step_seconds"] / ref_row["step_seconds"]
+            # SNR grows linearly with the number of estimates averaged, so per training FLOP it is
+            # snr / FLOPs: the ratio at equal compute
+            flops_ratio = r["train_flops_per_byte"] / ref_row["train_flops_per_byte"]
+            r["snr_per_flop_vs_reference"] = (r["snr"] / ref_row["snr"] / flops_ratio) if ref_row["snr"] > 0 else None
+    return {"variants": rows, "n_estimates": n_estimates, "n_reference": n_reference,
+            "batch": list(x.shape), "reference_group": reference_group,
+            "objective": "lm" if lexicon is None else "lexicon"}
+
+
+def markdown(result: dict) -> str:
+    lines = ["| variant | gradient SNR | SNR vs reference | SNR per FLOP vs reference | cos(single, ref) "
+             "| cos(mean, ref) | step time vs reference |",
+             "|---|---|---|---|---|---|---|"]
+    rows = result["variants"]
+    ref = rows.get("reference") or rows.get("own")
+    for name, r in rows.items():
+        # a reference SNR of 0 means its signal is below the noise of n estimates: no ratio
+        ratio = f"{r['snr'] / ref['snr']:.2f}x" if ref and ref["snr"] > 0 else "— (reference at noise floor)"
+        per_flop = r.get("snr_per_flop_vs_reference")
+        ratio += f" | {per_flop:.2f}x" if per_flop is not None else " | —"
+        lines.append(f"| {name} | {r['snr']:.4f} | {ratio} "
+                     f"| {r['cos_ref']:.3f} ± {r['cos_ref_std']:.3f} | {r['cos_mean_ref']:.3f} "
+                     f"| {r.get('step_time_vs_reference', float('nan')):.2f}x |")
+    return "\n".join(lines)

@@ -1,0 +1,100 @@
+"""load_corpus: the train and validation streams of any source. A folder written by `rltok prepare`
+(rltok.data.prepare, rltok.data.shards) is read from its byte shards without loading it;
+`mix:DIR=W,DIR=W` mixes several of them; a large unprepared source is prepared into a cache
+folder on first use (`load_corpus(prepare_above=...)`); anything else is read into memory.
+"""
+from __future__ import annotations
+
+
+import torch
+
+from rltok.config import DataConfig
+from rltok.data.sources import Corpus, DataError, corpus_cuts, doc_key, named_split, read_documents, to_tensor
+def _prepared_source(spec: str, val: str, val_fraction: float, max_bytes: int, text_field: str,
+                     prepare_above: int | None, cache_dir: str) -> str | None:
+    """The prepared folder to read `spec` from: the folder itself when `rltok prepare` wrote it,
+    the cache folder when the source is large (prepared there on first use), else None."""
+    from rltok.data.shards import is_prepared
+
+    if is_prepared(spec):
+        return spec
+    from rltok.data.prepare import is_large, prepare_cached
+
+    limit = DataConfig.prepare_above if prepare_above is None else prepare_above
+    if not is_large(spec, val, max_bytes, limit):
+        return None
+    return str(prepare_cached(spec, val=val, val_fraction=val_fraction, max_bytes=max_bytes,
+                              text_field=text_field, cache_dir=cache_dir))
+
+
+def load_corpus(train: str = "stdlib", val: str = "", val_fraction: float = 0.02, max_bytes: int = 0,
+                text_field: str = "text", *, prepare_above: int | None = None, cache_dir: str = "") -> Corpus:
+    """The train and val streams of a source (see the module docstring). A prepared folder is
+    read from its shards (`max_bytes` then keeps the first bytes of its train split); a source
+    larger than `prepare_above` bytes (default data.prepare_above; 0 = never) is prepared into
+    `cache_dir` first, with a message."""
+    if train.startswith("mix:"):
+        from rltok.data.shards import open_mixture
+
+        return open_mixture(train[4:])
+    prepared = _prepared_source(train, val, val_fraction, max_bytes, text_field, prepare_above, cache_dir)
+    if prepared is not None:
+        from rltok.data.shards import open_prepared
+
+        corpus = open_prepared(prepared).corpus(source=train)
+        if prepared == train:  # the user's own prepared folder: caps and a val source apply on top
+            if max_bytes:
+                corpus.train = corpus.train.prefix(max_bytes)
+            if val:
+                docs, _ = read_documents(val, 0, text_field)
+                corpus.val, corpus.split = to_tensor(docs), "given"
+        if len(corpus.train) < 2 or len(corpus.val) < 2:
+            raise DataError(f"prepared corpus {prepared} is too small ({len(corpus.train)} train bytes, "
+                            f"{len(corpus.val)} val bytes)")
+        return corpus
+    train_spec = named_split(train, "train")
+    if train_spec and not val:
+        val = named_split(train, "val") or ""
+    if val:
+        tr_docs, tr_report = read_documents(train_spec or train, max_bytes, text_field)
+        va_docs, va_report = read_documents(val, 0, text_field)
+        skipped = sum(len(r.skipped) + len(r.empty) for r in (tr_report, va_report))
+        return Corpus(to_tensor(tr_docs), to_tensor(va_docs), train, skipped, "given")
+    docs, report = read_documents(train, max_bytes, text_field)
+    skipped = len(report.skipped) + len(report.empty)
+    cuts, rule = corpus_cuts([doc_key(d) for d in docs], [len(d) for d in docs], val_fraction)
+    tr = [d[:c] for d, c in zip(docs, cuts.tolist())]
+    va = [d[c:] for d, c in zip(docs, cuts.tolist())]
+    corpus = Corpus(to_tensor(tr), to_tensor(va), train, skipped, rule)
+    if len(corpus.train) < 2:
+        raise DataError(f"data source {train!r} is too small to train on ({len(corpus.train)} bytes)")
+    return corpus
+
+
+def load_eval_bytes(spec: str, split: str = "val", max_bytes: int = 0, val_fraction: float = 0.02,
+                    *, prepare_above: int | None = None, cache_dir: str = "") -> torch.Tensor:
+    """Bytes to evaluate on: the named split of a split folder or of a prepared folder, else
+    exactly the val bytes `load_corpus` holds out (split="val": whole documents or document
+    tails, see `split_documents`) or the whole source (split="all"); documents separated by
+    DOC_SEP. From a prepared folder the result is a byte stream read on demand."""
+    if spec.startswith("mix:"):
+        if split != "val":
+            raise DataError(f"a mix: source has only its sources' val splits, not {split!r}")
+        return load_corpus(spec, val_fraction=val_fraction).val
+    from rltok.data.shards import is_prepared, open_prepared
+
+    if is_prepared(spec):
+        if split == "all":
+            raise DataError(f"{spec} is a prepared corpus: its splits are kept, not the whole source; "
+                            "evaluate on --split train, val or test")
+        stream = open_prepared(spec).stream(split)
+        return stream.prefix(max_bytes) if max_bytes else stream
+    named = named_split(spec, split)
+    if named:
+        docs, _ = read_documents(named, max_bytes)
+        return to_tensor(docs)
+    if split == "all":
+        docs, _ = read_documents(spec, max_bytes)
+        return to_tensor(docs)
+    return load_corpus(spec, val_fraction=val_fraction, max_bytes=max_bytes, prepare_above=prepare_above,
+                       cache_dir=cache_dir).val

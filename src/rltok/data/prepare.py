@@ -1,0 +1,729 @@
+"""`rltok prepare SRC --out DIR`: a source written once as byte shards (format: rltok.data.shards).
+
+Any source rltok reads works: files, folders, globs, archives (.gz/.xz/.bz2/.zst), 'stdlib' and
+`hf:` datasets (streamed). The result holds exactly the train/val(/test) streams that
+rltok.data.corpus.load_corpus builds in memory from the same source, so a run trains on the same bytes
+either way.
+
+Two phases, each resumable at every shard:
+1. ingest: documents, in source order, into shards. Named splits (train.*/val.*/test.* files,
+   or an explicit val source) go straight to their split. A single source goes to a staging
+   stream with each document's hash and length first, because which documents are held out
+   depends on all of them (rltok.data.corpus.split_cuts).
+2. split: the staging stream copied into train and val by that rule; then the staging is deleted.
+Progress is saved atomically after every shard with the exact position in the source (item and
+byte offset in it), so a killed run continues where its last shard ended, repeating and skipping
+nothing. Re-running a finished preparation is a no-op.
+
+Why one file of this length: both phases resume from one state file (the source position,
+every writer's shards, the split's progress) and end in one manifest, so the sources, ingest,
+split and finish that read and write that state stay together; the shard format is rltok.data.shards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import re
+import shutil
+import sys
+import threading
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+from tqdm import tqdm
+
+from rltok.data.sources import DOC_SEP, HUB_FILE_BUILDERS, DataError, _open_decompressed, _read_errors, corpus_cuts, expand_paths, iter_hub_texts, named_split, open_hub_dataset
+from rltok.data.shards import (FORMAT, FORMAT_VERSION, HEADER_BYTES, MANIFEST, SPLITS, WORK_DIR, ByteStream, ShardWriter,
+                     file_sha256, is_prepared, open_prepared, read_manifest)
+
+DEFAULT_SHARD_BYTES = 256 << 20
+READ_BLOCK = 16 << 20  # bytes read from a file at a time; files up to this size are read whole
+STATE = "state.json"
+STATE_VERSION = 1
+LOCK = ".rltok-prepare.lock"
+SEP = bytes([DOC_SEP])
+RULES = {
+    "documents": "whole documents held out, chosen by a hash of their bytes until val_fraction of the bytes "
+                 "(never past twice that): train and val share no document",
+    "tails": "the last val_fraction of every document held out (fewer than 20 documents, or none small enough)",
+    "stream": "the tail of the whole stream held out (a tiny corpus)",
+    "given": "the source's own splits (train.*/val.*/test.* files, or an explicit val source)",
+}
+
+
+def _log(msg: str) -> None:
+    tqdm.write(msg, file=sys.stderr)
+
+
+# ---- sources ------------------------------------------------------------------------------------
+
+@dataclass
+class Item:
+    """One document of a source: a file or a record, as chunks of bytes (reading may raise)."""
+    index: int
+    name: str
+    chunks: Iterator[bytes]
+
+
+def _read_upto(f, n: int) -> bytes:
+    parts, got = [], 0
+    while got < n:
+        b = f.read(n - got)
+        if not b:
+            break
+        parts.append(b)
+        got += len(b)
+    return b"".join(parts)
+
+
+def _file_chunks(path: Path) -> Iterator[bytes]:
+    with _open_decompressed(path) as f:
+        while block := _read_upto(f, READ_BLOCK):
+            yield block
+
+
+def _read_small(path: Path) -> tuple[str, bytes]:
+    """In a worker: ("data", the file) when it holds at most READ_BLOCK bytes, ("big", b"") when
+    it holds more (the main process streams it), ("error", message)."""
+    try:
+        with _open_decompressed(path) as f:
+            data = _read_upto(f, READ_BLOCK + 1)
+    except _read_errors() as e:
+        return "error", f"{type(e).__name__}: {e}".encode()
+    return ("big", b"") if len(data) > READ_BLOCK else ("data", data)
+
+
+def _worker_chunks(path: Path, result: tuple[str, bytes]) -> Iterator[bytes]:
+    kind, data = result
+    if kind == "error":
+        raise OSError(data.decode(errors="replace"))
+    if kind == "big":
+        yield from _file_chunks(path)
+    elif data:
+        yield data
+
+
+class FileSource:
+    """Local files in rltok's order; with num_proc > 1, read and decompressed by worker processes
+    (the order kept, a few files ahead at most)."""
+    truncates = True  # a byte cap cuts the last file short, as rltok.data.corpus.read_documents does
+    unit = "file"
+
+    def __init__(self, spec: str, num_proc: int = 1):
+        self.paths = expand_paths(spec)
+        self.num_proc = num_proc
+
+    def total(self) -> int | None:
+        return len(self.paths)
+
+    def position(self, item: int) -> None:
+        return None  # files are counted from the start
+
+    def items(self, start: int, position=None) -> Iterator[Item]:
+        if self.num_proc <= 1 or len(self.paths) - start < 2:
+            for i in range(start, len(self.paths)):
+                yield Item(i, str(self.paths[i]), _file_chunks(self.paths[i]))
+            return
+        ahead = threading.Semaphore(4 * self.num_proc)
+        stop = threading.Event()
+
+        def feed():
+            for path in self.paths[start:]:
+                ahead.acquire()
+                if stop.is_set():
+                    return
+                yield path
+
+        # fork where there is one: the workers only read files, and a spawned worker would first
+        # import rltok (and torch) again
+        methods = multiprocessing.get_all_start_methods()
+        pool = multiprocessing.get_context("fork" if "fork" in methods else "spawn").Pool(self.num_proc)
+        try:
+            for i, result in enumerate(pool.imap(_read_small, feed()), start):
+                ahead.release()
+                yield Item(i, str(self.paths[i]), _worker_chunks(self.paths[i], result))
+        finally:
+            stop.set()
+            for _ in range(4 * self.num_proc + 1):  # let the feeding thread see `stop`
+                ahead.release()
+            pool.terminate()
+            pool.join()
+
+
+class HubSource:
+    """Records of an `hf:` dataset, streamed (rltok.data.corpus.open_hub_dataset). A streamed dataset
+    resumes from the `datasets` iteration state saved with the last shard (shard and record
+    within it), not by reading every record before it again."""
+    truncates = False  # a byte cap stops after the record that reaches it, as read_hub_dataset does
+    unit = "doc"
+
+    def __init__(self, spec: str, text_field: str):
+        self.spec, self.text_field = spec, text_field
+        try:
+            self.ds = open_hub_dataset(spec[3:])
+        except DataError:
+            raise
+        except Exception as e:  # network, auth, unknown name, unreadable files
+            raise DataError(f"cannot read hub dataset {spec!r}: {type(e).__name__}: {e}") from None
+        self.stateful = hasattr(self.ds, "state_dict") and hasattr(self.ds, "load_state_dict")
+        self._at: tuple[int, dict | None] = (0, None)  # (record, the iteration state before it)
+
+    def total(self) -> int | None:
+        try:
+            return len(self.ds)
+        except TypeError:  # streamed: unknown
+            return None
+
+    def position(self, item: int) -> dict | None:
+        """What `items` needs to start again at record `item` (None: count records from the start)."""
+        index, state = self._at
+        return state if self.stateful and index == item else None
+
+    def items(self, start: int, position: dict | None = None) -> Iterator[Item]:
+        try:
+            ds, texts_from = self.ds, start
+            if self.stateful and position is not None:
+                ds.load_state_dict(position)
+                texts_from = 0
+            before = position
+            for i, text in enumerate(iter_hub_texts(ds, self.text_field, texts_from), start):
+                self._at = (i, before)
+                yield Item(i, f"{self.spec} record {i}", iter((text,)))
+                before = ds.state_dict() if self.stateful else None
+        except DataError:
+            raise
+        except Exception as e:
+            raise DataError(f"cannot read hub dataset {self.spec!r}: {type(e).__name__}: {e}") from None
+
+
+def open_source(spec: str, text_field: str = "text", num_proc: int = 1):
+    return HubSource(spec, text_field) if spec.startswith("hf:") else FileSource(spec, num_proc)
+
+
+# ---- phase 1: a source into a stream -------------------------------------------------------------
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _save_docs(path: Path, docs: list[tuple[int, int, int]]) -> None:
+    """(start, length, key) rows as int64 (the unsigned key stored bit for bit)."""
+    a = np.zeros((len(docs), 3), dtype=np.int64)
+    if docs:
+        starts, lengths, keys = zip(*docs)
+        a[:, 0], a[:, 1] = starts, lengths
+        a[:, 2] = np.array(keys, dtype=np.uint64).view(np.int64)
+    tmp = path.with_name(path.name + ".tmp.npy")
+    np.save(tmp, a)
+    os.replace(tmp, path)
+
+
+class _SourceError(Exception):
+    """Reading an item of the source failed (not writing the shards: that is never skipped)."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(f"{type(error).__name__}: {error}")
+
+
+def _guarded(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    it = iter(chunks)
+    while True:
+        try:
+            chunk = next(it)
+        except StopIteration:
+            return
+        except _read_errors() as e:
+            raise _SourceError(e) from None
+        yield chunk
+
+
+class Ingest:
+    """One source into one stream, resumable at every shard.
+
+    The saved position: `item` (the first source item not wholly in the stream), `offset` (how
+    many of its bytes are), `doc_start` (where its document starts in the stream, None if not
+    yet begun: its separator is then not written either). Documents finished since the last
+    shard are saved with the next one."""
+
+    def __init__(self, source, writer: ShardWriter, state: dict, limit: int, keyed: bool, docs_path, save):
+        self.source, self.writer, self.limit, self.keyed = source, writer, limit, keyed
+        self.docs_path, self.save = docs_path, save  # docs_path(k): file of the k-th commit's documents
+        self.item = state.get("item", 0)
+        self.offset = state.get("offset", 0)
+        self.doc_start = state.get("doc_start")
+        self.doc_bytes = state.get("doc_bytes", 0)  # bytes of the documents before `item`
+        self.commits = state.get("commits", 0)
+        self.read = state.get("read", 0)  # items read (empty ones included)
+        self.skipped = [tuple(s) for s in state.get("skipped", [])]
+        self.empty = list(state.get("empty", []))
+        self.position = state.get("position")  # the source's own resume state at `item`, if it has one
+        self.new_docs: list[tuple[int, int, int]] = []
+        self.hasher = None
+
+    def state(self, done: bool = False) -> dict:
+        return {"done": done, "item": self.item, "offset": self.offset, "doc_start": self.doc_start,
+                "doc_bytes": self.doc_bytes, "commits": self.commits, "read": self.read,
+                "skipped": self.skipped, "empty": self.empty, "writer": self.writer.state(),
+                "position": self.source.position(self.item) if self.source is not None and not done else None}
+
+    def commit(self, done: bool = False) -> None:
+        self.writer.commit()
+        _save_docs(self.docs_path(self.commits), self.new_docs)
+        self.commits += 1
+        self.new_docs = []
+        self.save(self.state(done))
+
+    def emit(self, data, advance: bool) -> None:
+        view = memoryview(data)
+        while len(view):
+            k = min(self.writer.room(), len(view))
+            self.writer.write(view[:k])
+            if advance:
+                self.offset += k
+            view = view[k:]
+            if self.writer.room() == 0:
+                self.commit()
+
+    def _hash(self, data) -> None:
+        if self.hasher is not None:
+            self.hasher.update(data)
+
+    def _start_doc(self) -> None:
+        sep = self.writer.pos > 0  # a document before this one: the separator goes first
+        self.doc_start = self.writer.pos + sep
+        self.hasher = hashlib.blake2b(digest_size=8) if self.keyed else None
+        if sep:
+            self.emit(SEP, advance=False)
+
+    def run(self, bar) -> None:
+        for item in self.source.items(self.item, self.position):
+            if self.limit and self.doc_bytes >= self.limit:
+                break
+            self._read_item(item)
+            bar.update(1)
+            if item.index % 64 == 0:
+                bar.set_postfix_str(f"{self.writer.pos / 1e6:,.1f} MB", refresh=False)
+        self.commit(done=True)  # the last, shorter shard
+
+    def _read_item(self, item: Item) -> None:
+        cap = self.limit - self.doc_bytes if self.limit and self.source.truncates else 0
+        skip = self.offset  # bytes of this item already in the stream (a resumed run)
+        if self.doc_start is not None:  # resumed inside a document: hash its first bytes again
+            self.hasher = hashlib.blake2b(digest_size=8) if self.keyed else None
+        taken = 0
+        try:
+            for chunk in _guarded(item.chunks):
+                if cap:
+                    chunk = chunk[:cap - taken]
+                taken += len(chunk)
+                if skip:
+                    k = min(skip, len(chunk))
+                    self._hash(chunk[:k])
+                    skip, chunk = skip - k, chunk[k:]
+                if chunk:
+                    if self.doc_start is None:
+                        self._start_doc()
+                    self._hash(chunk)
+                    self.emit(chunk, advance=True)
+                if cap and taken >= cap:
+                    break
+        except _SourceError as e:
+            if self.doc_start is not None:  # part of it is in the stream already: it cannot be left out
+                raise DataError(f"cannot read {item.name} after {self.offset:,} of its bytes were written "
+                                f"({e}); fix or remove it, then prepare into an empty folder") from None
+            self.skipped.append((item.name, str(e)))
+            self.item, self.offset = self.item + 1, 0
+            return
+        if skip:
+            raise DataError(f"{item.name} is shorter than when this preparation began (the source changed); "
+                            "prepare it into an empty folder")
+        if self.doc_start is None:
+            self.empty.append(item.name)
+        else:
+            length = self.writer.pos - self.doc_start
+            key = int.from_bytes(self.hasher.digest(), "big") if self.hasher is not None else 0
+            self.new_docs.append((self.doc_start, length, key))
+            self.doc_bytes += length
+        self.read += 1
+        self.item, self.offset, self.doc_start, self.hasher = self.item + 1, 0, None, None
+
+
+# ---- phase 2: staging into train and val ---------------------------------------------------------
+
+def copy_pieces(staging: ByteStream, starts: np.ndarray, lengths: np.ndarray, writer: ShardWriter, save, bar) -> None:
+    """Write the pieces [start, start + length) of `staging`, DOC_SEP between two, continuing
+    from what `writer` already holds. Pieces that follow one another in the staging stream
+    (one separator apart) are copied as one range."""
+    if len(starts) == 0:
+        writer.commit()
+        save(done=True)
+        return
+    new = np.ones(len(starts), dtype=bool)
+    new[1:] = starts[1:] != starts[:-1] + lengths[:-1] + 1
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:], len(starts)] - 1
+    r_start = starts[first]
+    r_len = starts[last] + lengths[last] - r_start
+    r_out = np.cumsum(r_len + 1) - (r_len + 1)  # where each range starts in the output
+    r0 = int(np.searchsorted(r_out, writer.pos, side="right")) - 1
+    offset = writer.pos - int(r_out[r0])  # written bytes of range r0 (its separator included)
+    bar.update(writer.pos)
+
+    def emit(data) -> None:
+        view = memoryview(data)
+        while len(view):
+            k = min(writer.room(), len(view))
+            writer.write(view[:k])
+            bar.update(k)
+            view = view[k:]
+            if writer.room() == 0:
+                writer.commit()
+                save(done=False)
+
+    for r in range(r0, len(r_start)):
+        if r > r0:
+            emit(SEP)
+        o = offset if r == r0 else 0
+        while o < r_len[r]:
+            k = int(min(READ_BLOCK, r_len[r] - o))
+            emit(staging.read(int(r_start[r]) + o, k))
+            o += k
+    writer.commit()
+    save(done=True)
+
+
+# ---- the preparation ----------------------------------------------------------------------------
+
+def _canonical(spec: str) -> str:
+    if not spec or spec == "stdlib" or spec.startswith(("hf:", "mix:")):
+        return spec
+    return str(Path(spec).expanduser().resolve())
+
+
+def _local_files(spec: str) -> list[Path]:
+    """The local files a source reads (for its fingerprint); none for a remote dataset."""
+    if spec.startswith("hf:"):
+        name, _, rest = spec[3:].rsplit("@", 1)[0].partition(":")
+        target = rest if name in HUB_FILE_BUILDERS else name
+        try:
+            return expand_paths(os.path.expanduser(target))
+        except DataError:
+            return []
+    return expand_paths(spec)
+
+
+def fingerprint(specs: list[str]) -> str:
+    """Names, sizes and modification times of every local file of the sources."""
+    h = hashlib.sha256()
+    for spec in specs:
+        h.update(f"{_canonical(spec)}\n".encode())
+        for path in _local_files(spec):
+            try:
+                st = path.stat()
+            except OSError:  # gone since it was listed: reading will leave it out too
+                continue
+            h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def plan(source: str, val: str = "", max_bytes: int = 0) -> tuple[list[tuple[str, str, int]], bool]:
+    """([(part, spec, byte cap)], given): what to read into which stream, as load_corpus reads it.
+    given=False: one staging part ("all") that the split rule divides."""
+    named = named_split(source, "train")
+    if named and not val:
+        val = named_split(source, "val") or ""
+    if not val:
+        return [("all", source, max_bytes)], False
+    parts = [("train", named or source, max_bytes), ("val", val, 0)]
+    test = named_split(source, "test")
+    if test:
+        parts.append(("test", test, 0))
+    return parts, True
+
+
+def recipe(source: str, val: str = "", val_fraction: float = 0.02, max_bytes: int = 0, text_field: str = "text",
+           shard_bytes: int = DEFAULT_SHARD_BYTES) -> dict:
+    """What a prepared folder was made from and how: a re-run with the same recipe is a no-op."""
+    parts, given = plan(source, val, max_bytes)
+    return {"source": _canonical(source), "val": _canonical(val), "max_bytes": max_bytes,
+            "val_fraction": None if given else val_fraction, "text_field": text_field, "shard_bytes": shard_bytes,
+            "fingerprint": fingerprint([spec for _, spec, _ in parts])}
+
+
+@contextmanager
+def _locked(out: Path, log):
+    """One preparation of a folder at a time (data-parallel ranks preparing the same cache
+    folder: the first prepares, the others wait and find it done)."""
+    try:
+        import fcntl
+    except ImportError:  # no advisory locks here: nothing to serialise against
+        yield
+        return
+    with open(out / LOCK, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            log(f"waiting for another rltok prepare of {out} to finish")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _check_out(out: Path, source: str) -> None:
+    """Write only into an empty folder or one of our own, and never inside the source."""
+    if not source.startswith("hf:") and source != "stdlib":
+        src = Path(source).expanduser().resolve()
+        if src.is_dir() and out.resolve().is_relative_to(src):
+            raise DataError(f"--out {out} is inside the source folder {source}; choose a folder outside it")
+    ours = {MANIFEST, WORK_DIR, LOCK, *SPLITS}
+    foreign = [p.name for p in out.iterdir() if p.name not in ours]
+    if foreign:
+        raise DataError(f"{out} is not empty and holds no rltok prepared corpus (e.g. {foreign[0]}); "
+                        "choose a new or empty folder for --out")
+
+
+def _differs(out: Path, old: dict, new: dict) -> str:
+    changed = [k for k in new if old.get(k) != new[k]]
+    what = ("the source's files changed since" if changed == ["fingerprint"]
+            else f"another source or settings ({', '.join(changed)}) than")
+    return (f"{out} holds a corpus prepared from {what} this command; choose another --out, or delete "
+            f"{out} to prepare it again")
+
+
+def _unit_bar(total, initial, unit, desc, progress):
+    return tqdm(total=total, initial=initial, unit=unit, desc=desc, disable=not progress, file=sys.stderr,
+                dynamic_ncols=True, leave=False)
+
+
+def prepare(source: str, out: str | Path, *, val: str = "", val_fraction: float = 0.02, max_bytes: int = 0,
+            text_field: str = "text", shard_bytes: int = DEFAULT_SHARD_BYTES, num_proc: int = 1,
+            progress: bool = True, log=_log) -> Path:
+    """Write `source` (and `val`, or a folder's named splits) to `out` as byte shards with a
+    manifest. Re-running it on a finished folder is a no-op; on an interrupted one it resumes.
+    Returns `out`."""
+    if shard_bytes < 1:
+        raise DataError("the shard size must be at least 1 byte")
+    if not 0 < val_fraction < 0.5:
+        raise DataError("val_fraction must be in (0, 0.5)")
+    if is_prepared(source):
+        raise DataError(f"{source} is already a prepared corpus: train on it directly")
+    out = Path(out).expanduser()
+    parts, given = plan(source, val, max_bytes)
+    want = recipe(source, val, val_fraction, max_bytes, text_field, shard_bytes)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DataError(f"cannot create {out}: {e.strerror}") from None
+    with _locked(out, log):
+        if (out / MANIFEST).is_file():
+            manifest = read_manifest(out)
+            if manifest.get("recipe") != want:
+                raise DataError(_differs(out, manifest.get("recipe", {}), want))
+            open_prepared(out)  # still intact?
+            shutil.rmtree(out / WORK_DIR, ignore_errors=True)  # left by a run stopped after its manifest
+            log(f"{out}: already prepared from {source} with these settings, nothing to do")
+            return out
+        _check_out(out, source)
+        try:
+            return _run(source, out, parts, given, want, val, val_fraction, text_field, shard_bytes, num_proc,
+                        progress, log)
+        except OSError as e:  # reading errors are handled per file: this is the output (a full disk...)
+            raise DataError(f"cannot write the prepared corpus in {out}: {e}; run the same command again to "
+                            "resume once that is fixed") from None
+
+
+def _run(source, out, parts, given, want, val, val_fraction, text_field, shard_bytes, num_proc, progress, log) -> Path:
+    work = out / WORK_DIR
+    try:
+        state = json.loads((work / STATE).read_text())
+    except (OSError, ValueError):
+        state = None
+    if isinstance(state, dict) and state.get("version") == STATE_VERSION and state.get("recipe") == want:
+        done = sum(len(p["writer"]["shards"]) for p in state["parts"].values())
+        done += sum(len(p["writer"]["shards"]) for p in state["split"].values())
+        log(f"resuming the preparation of {source} in {out} ({done} shard(s) already written)")
+    else:
+        if work.exists():
+            log(f"{out}: discarding an unfinished preparation of another source or settings")
+            shutil.rmtree(work)
+        state = {"version": STATE_VERSION, "recipe": want, "id": os.urandom(16).hex(), "parts": {}, "split": {}}
+    work.mkdir(exist_ok=True)
+
+    def save() -> None:
+        _atomic_write(work / STATE, json.dumps(state).encode())
+
+    save()
+    corpus_id = bytes.fromhex(state["id"])
+    started = time.perf_counter()
+    ingested = {}
+    for name, spec, limit in parts:
+        folder = name if given else f"{WORK_DIR}/{name}"
+        part = state["parts"].get(name, {})
+        writer = ShardWriter(out, folder, name, corpus_id, shard_bytes, part.get("writer"), checksums=given)
+        ingest = Ingest(None, writer, part, limit, keyed=not given,
+                        docs_path=lambda k, name=name: work / f"{name}.docs.{k:05d}.npy",
+                        save=lambda st, name=name: (state["parts"].__setitem__(name, st), save()))
+        if not part.get("done"):
+            ingest.source = open_source(spec, text_field, num_proc)
+            with _unit_bar(ingest.source.total(), ingest.item, ingest.source.unit, f"read {name}", progress) as bar:
+                ingest.run(bar)
+        _report_read(spec, ingest, limit)
+        docs = [np.load(work / f"{name}.docs.{k:05d}.npy") for k in range(ingest.commits)]
+        ingested[name] = (writer, np.concatenate(docs) if docs else np.zeros((0, 3), dtype=np.int64), ingest)
+
+    if given:
+        outputs = {name: (w, d[:, 0], d[:, 1]) for name, (w, d, _) in ingested.items()}
+        rule = "given"
+    else:
+        outputs, rule = _split(out, work, state, save, ingested["all"], val_fraction, corpus_id, shard_bytes, progress)
+    if outputs["train"][0].pos < 2:
+        raise DataError(f"data source {source!r} is too small to train on ({outputs['train'][0].pos} bytes)")
+    manifest = _finish(out, source, val, want, state["id"], shard_bytes, rule, val_fraction, outputs,
+                       [i for _, _, i in ingested.values()])
+    shutil.rmtree(work, ignore_errors=True)
+    secs = time.perf_counter() - started
+    total = sum(s["bytes"] for s in manifest["splits"].values())
+    log(f"prepared {source} into {out}: " + ", ".join(
+        f"{k} {s['bytes']:,} bytes / {s['docs']:,} docs / {len(s['shards'])} shard(s)"
+        for k, s in manifest["splits"].items()) + f" ({rule} split; {total / 1e6 / max(secs, 1e-9):,.1f} MB/s)")
+    return out
+
+
+def _report_read(spec: str, ingest: Ingest, limit: int) -> None:
+    """As rltok.data.corpus.read_documents: nothing read is an error, left-out files a warning."""
+    if ingest.doc_bytes == 0:
+        skipped = f"; {len(ingest.skipped)} unreadable (first: {ingest.skipped[0][0]}: {ingest.skipped[0][1]})" \
+            if ingest.skipped else ""
+        raise DataError(f"data source {spec!r} holds no bytes to train on: {ingest.read} item(s) read{skipped}")
+    if ingest.skipped or ingest.empty:
+        parts = []
+        if ingest.skipped:
+            parts.append(f"{len(ingest.skipped)} unreadable (first: {ingest.skipped[0][0]}: {ingest.skipped[0][1]})")
+        if ingest.empty:
+            parts.append(f"{len(ingest.empty)} empty (first: {ingest.empty[0]})")
+        warnings.warn(f"{spec}: skipped {', '.join(parts)}; read {ingest.read - len(ingest.empty)} item(s), "
+                      f"{ingest.doc_bytes:,} bytes", stacklevel=3)
+
+
+def _split(out, work, state, save, staged, val_fraction, corpus_id, shard_bytes, progress):
+    """Phase 2: the staging stream into train and val by the rule of rltok.data.corpus.corpus_cuts."""
+    writer, docs, _ = staged
+    staging = writer.stream()
+    starts, lengths, keys = docs[:, 0], docs[:, 1], docs[:, 2].view(np.uint64)
+    cuts, rule = corpus_cuts(keys, lengths, val_fraction)
+    pieces = {"train": (starts, cuts), "val": (starts + cuts, lengths - cuts)}
+    outputs = {}
+    total = int(cuts.sum()) + int((lengths - cuts).sum())
+    with tqdm(total=total, unit="B", unit_scale=True, desc="split", disable=not progress, file=sys.stderr,
+              dynamic_ncols=True, leave=False) as bar:
+        for name, (s, n) in pieces.items():
+            keep = n > 0
+            s, n = s[keep], n[keep]
+            st = state["split"].get(name, {})
+            w = ShardWriter(out, name, name, corpus_id, shard_bytes, st.get("writer"))
+
+            def save_split(done: bool, name=name, w=w) -> None:
+                state["split"][name] = {"done": done, "writer": w.state()}
+                save()
+
+            if not st.get("done"):
+                copy_pieces(staging, s, n, w, save_split, bar)
+            else:
+                bar.update(w.pos)
+            outputs[name] = (w, np.cumsum(n + 1) - (n + 1), n)
+    return outputs, rule
+
+
+def _finish(out, source, val, want, corpus_id, shard_bytes, rule, val_fraction, outputs, ingests) -> dict:
+    splits = {}
+    for name, (writer, starts, lengths) in outputs.items():
+        index = out / name / "docs.npy"
+        tmp = index.with_name("docs.tmp.npy")
+        np.save(tmp, np.stack([np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)], axis=1))
+        os.replace(tmp, index)
+        splits[name] = {"bytes": writer.pos, "docs": len(lengths), "crc32": writer.crc, "shards": writer.shards,
+                        "index": {"file": f"{name}/docs.npy", "bytes": index.stat().st_size,
+                                  "sha256": file_sha256(index)}}
+        # shards of an abandoned earlier attempt beyond this split's end
+        listed = {Path(s["file"]).name for s in writer.shards} | {"docs.npy"}
+        for stray in (out / name).iterdir():
+            if stray.name not in listed:
+                stray.unlink()
+    skipped = [s for i in ingests for s in i.skipped]
+    empty = [e for i in ingests for e in i.empty]
+    from rltok import __version__
+
+    manifest = {
+        "format": FORMAT, "version": FORMAT_VERSION, "id": corpus_id, "created_by": f"rltok {__version__}",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "doc_sep": DOC_SEP,
+        "header_bytes": HEADER_BYTES, "shard_bytes": shard_bytes,
+        "source": {"train": source, "val": val},
+        "split": {"rule": rule, "val_fraction": None if rule == "given" else val_fraction, "description": RULES[rule]},
+        "read": {"items": sum(i.read for i in ingests), "left_out": len(skipped) + len(empty),
+                 "skipped": [list(s) for s in skipped[:100]], "empty": empty[:100]},
+        "recipe": want,
+        "splits": splits,
+    }
+    _atomic_write(out / MANIFEST, json.dumps(manifest, indent=1).encode())
+    return manifest
+
+
+# ---- on first use: a cache folder ---------------------------------------------------------------
+
+def cache_root(cache_dir: str = "") -> Path:
+    return Path(cache_dir or os.environ.get("RLTOK_CACHE") or "~/.cache/rltok").expanduser() / "prepared"
+
+
+def is_large(spec: str, val: str, max_bytes: int, prepare_above: int) -> bool:
+    """Whether load_corpus should prepare `spec` into the cache rather than read it into memory:
+    more than `prepare_above` bytes on disk (a hub dataset: unless data.max_bytes caps it below)."""
+    if prepare_above <= 0 or not spec or spec == "stdlib" or (max_bytes and max_bytes < prepare_above):
+        return False
+    if spec.startswith("hf:"):
+        return True
+    try:
+        paths = expand_paths(spec) + (expand_paths(val) if val and not val.startswith("hf:") else [])
+        return sum(p.stat().st_size for p in paths) >= prepare_above
+    except (DataError, OSError):  # the in-memory loader reports it as it always has
+        return False
+
+
+def prepare_cached(spec: str, *, val: str = "", val_fraction: float = 0.02, max_bytes: int = 0,
+                   text_field: str = "text", cache_dir: str = "") -> Path:
+    """The cache folder holding `spec` prepared with these settings; prepared now if it is not
+    there yet (with a message), reused as it is otherwise."""
+    want = recipe(spec, val, val_fraction, max_bytes, text_field)
+    key = hashlib.sha256(json.dumps(want, sort_keys=True).encode()).hexdigest()[:16]
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(spec.rstrip("/")).name or "source")[:40]
+    folder = cache_root(cache_dir) / f"{slug}-{key}"
+    main_rank = os.environ.get("RANK", "0") == "0"
+    say = _log if main_rank else (lambda msg: None)
+    if (folder / MANIFEST).is_file():
+        say(f"rltok: reading {spec} from its byte shards in {folder}")
+        return prepare(spec, folder, val=val, val_fraction=val_fraction, max_bytes=max_bytes, text_field=text_field,
+                       progress=False, log=lambda msg: None)  # checks the folder, prepares nothing
+    say(f"rltok: {spec} is large; preparing it once into byte shards in {folder} (later runs read "
+        "them directly; `rltok prepare SRC --out DIR` does this explicitly; delete the folder to free the space)")
+    folder.mkdir(parents=True, exist_ok=True)
+    return prepare(spec, folder, val=val, val_fraction=val_fraction, max_bytes=max_bytes, text_field=text_field,
+                   progress=main_rank and sys.stderr.isatty(), log=say)
+
+
+def summary(out: str | Path) -> dict:
+    """What `rltok prepare` prints: the folder, its split rule and each split's size."""
+    m = open_prepared(out).manifest
+    return {"out": str(out), "source": m["source"]["train"], "rule": m["split"]["rule"],
+            "splits": {k: {"bytes": s["bytes"], "docs": s["docs"], "shards": len(s["shards"])}
+                       for k, s in m["splits"].items()}}

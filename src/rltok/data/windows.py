@@ -1,0 +1,86 @@
+"""Windows of a byte stream: random training windows and the fixed evaluation windows."""
+from __future__ import annotations
+
+
+import numpy as np
+import torch
+
+from rltok.data.sources import DataError
+
+def take_windows(data, starts: torch.Tensor, length: int) -> torch.Tensor:
+    """The `length` bytes from each start, (len(starts), length) uint8. A byte stream reads just
+    these windows from disk."""
+    if isinstance(data, torch.Tensor):
+        return data[starts.unsqueeze(1) + torch.arange(length)]
+    return torch.from_numpy(data.gather(starts.numpy(), length))
+
+
+class WindowSampler:
+    """Random (x, y) windows of seq_len+1 bytes; its RNG state is the data position.
+
+    Data-parallel sharding: with `world_size` N every rank draws the starts of the whole global
+    batch (batch_size * N windows) from the same seeded generator and keeps its own block of
+    batch_size rows, so N ranks together see exactly the batch one process with batch_size * N
+    would, and the generator state stays identical on every rank. Each rank reads only its own
+    windows. `data` is a uint8 tensor or a byte stream (rltok.data.shards); a stream that draws its
+    own starts (a weighted mixture of sources) is asked for them."""
+
+    def __init__(self, data: torch.Tensor, batch_size: int, seq_len: int, seed: int = 0,
+                 rank: int = 0, world_size: int = 1):
+        if len(data) < 2:
+            raise DataError("need at least 2 bytes of training data")
+        self.data = data
+        self.batch_size = batch_size  # per rank
+        self.seq_len = min(seq_len, getattr(data, "window_limit", len(data)) - 1)
+        self.rank, self.world_size = rank, world_size
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        n = self.batch_size * self.world_size
+        if hasattr(self.data, "draw_starts"):
+            starts = self.data.draw_starts(self.gen, n, self.seq_len + 1)
+        else:
+            starts = torch.randint(0, len(self.data) - self.seq_len, (n,), generator=self.gen)
+        starts = starts[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]
+        win = take_windows(self.data, starts, self.seq_len + 1).long()
+        return win[:, :-1], win[:, 1:]
+
+    def state_dict(self) -> dict:
+        return {"gen": self.gen.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.gen.set_state(state["gen"])
+
+
+def _eval_starts(n: int, seq_len: int, max_windows: int) -> tuple[torch.Tensor, int]:
+    if n < 2:
+        raise DataError("evaluation data needs at least 2 bytes")
+    seq_len = min(seq_len, n - 1)
+    n_all = (n - 1) // seq_len
+    idx = np.arange(n_all)
+    if max_windows and n_all > max_windows:
+        idx = np.linspace(0, n_all - 1, max_windows).round().astype(np.int64)
+    return torch.from_numpy(idx * seq_len), seq_len
+
+
+def eval_windows(data: torch.Tensor, seq_len: int, max_windows: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Non-overlapping (x, y) windows tiling `data` in order, the same on every call; with
+    `max_windows`, an evenly spaced subset of them. Returns (N, T) long tensors."""
+    starts, seq_len = _eval_starts(len(data), seq_len, max_windows)
+    win = take_windows(data, starts, seq_len + 1).long()
+    return win[:, :-1], win[:, 1:]
+
+
+def rank_eval_windows(data: torch.Tensor, seq_len: int, max_windows: int, rank: int = 0,
+                      world_size: int = 1) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """A data-parallel rank's share of `eval_windows(data, seq_len, max_windows)`, reading only
+    those windows: ranks take equal consecutive blocks (FSDP needs the same number of forwards on
+    every rank; a remainder is left out). With fewer windows than ranks every rank takes all of
+    them, and `shared` (the third value) says so: their sums are then averaged, not added."""
+    starts, seq_len = _eval_starts(len(data), seq_len, max_windows)
+    shared = len(starts) < world_size
+    if not shared and world_size > 1:
+        n = len(starts) // world_size
+        starts = starts[rank * n:(rank + 1) * n]
+    win = take_windows(data, starts, seq_len + 1).long()
+    return win[:, :-1], win[:, 1:], shared

@@ -1,0 +1,480 @@
+"""One on-disk format for models and training checkpoints, and one loader for both.
+
+A model folder (what `save_pretrained` writes, rltok.training.hub):
+
+    <folder>/
+        model.safetensors   weights (no pickle); BPE tokenizers travel inside as uint8 buffers
+        config.json         {"model_type": "rltok", "rltok_version", "architecture", "num_parameters",
+                             "results", "model": {...}, "objective"/"data"/"train": {...} when known}
+        README.md           model card
+
+A training checkpoint is such a folder plus the trainer state and a manifest, written under a
+temporary name and renamed into place (atomic on POSIX):
+
+    <run>/checkpoints/step_0000600/
+        model.safetensors, config.json, README.md   exactly what save_pretrained writes
+        trainer.pt          optimiser state keyed by parameter name, every RNG stream, data position, step
+        dcp/                under FSDP only: every rank's shards of the model and optimiser state
+                            (torch.distributed.checkpoint, keyed by parameter name); trainer.pt
+                            then holds no optimiser state
+        manifest.json       file (dcp/ files by relative path) -> sha256, written last
+
+`load` (behind `load_checkpoint`, `from_pretrained` and every command that takes `-c`) accepts a
+run folder (its newest valid checkpoint), a checkpoint folder, a model folder, or (`hub=True`) a
+Hugging Face Hub repo id; checks the manifest where there is one, builds the model from
+config.json and loads the weights strictly. Checkpoints written before this format (config.json
+without the metadata keys, no README.md, optimiser state keyed by integer ids) load the same.
+
+Why one file of this length: the writer (atomic checkpoints, pruning, stale-folder cleanup)
+and the one loader share the format's file names, manifest and metadata keys, so they live
+together and cannot drift apart; the model card and Hub upload are in rltok.training.hub.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from rltok.config import Config, ConfigError, ModelConfig
+from rltok.training.model_card import model_card
+
+WEIGHTS = "model.safetensors"
+CONFIG = "config.json"
+CARD = "README.md"
+TRAINER = "trainer.pt"
+MANIFEST = "manifest.json"
+SHARDED = "dcp"  # FSDP's sharded model and optimiser state, a folder inside the checkpoint
+MODEL_FILES = (WEIGHTS, CONFIG, CARD)  # a model folder; a checkpoint adds TRAINER and MANIFEST
+META_KEYS = ("model_type", "rltok_version", "architecture", "num_parameters", "results")
+REQUIRED = (WEIGHTS, CONFIG)  # what a manifest must list
+_STEP_DIR = re.compile(r"step_\d+")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint or model folder that is missing, partial, corrupt or does not match its config."""
+
+
+class PretrainedError(CheckpointError, ValueError):
+    """A folder or repo that does not hold an rltok model."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _writer_pid(name: str) -> int | None:
+    try:
+        return int(name.rsplit("_", 1)[1])
+    except (IndexError, ValueError):
+        return None
+
+
+# ---- writing ---------------------------------------------------------------------------------
+def _version() -> str:
+    from rltok import __version__
+
+    return __version__
+
+
+def model_config_of(model: torch.nn.Module) -> ModelConfig:
+    cfg = getattr(model, "model_config", None) or getattr(model, "cfg", None)
+    if not isinstance(cfg, ModelConfig):
+        raise PretrainedError(f"{type(model).__name__} carries no ModelConfig; build it with "
+                              "rltok.model.factory.build_model, or pass config=")
+    return cfg
+
+
+def _architecture(model: torch.nn.Module | None, arch: str) -> str:
+    """The model's class name (FSDP2's dynamic `FSDP<Name>` subclass looked through)."""
+    if model is None:
+        return {"flat": "FlatByteLM", "bpe_token": "BPETokenLM"}.get(arch, "HourglassLM")
+    for cls in type(model).__mro__:
+        if cls.__module__.startswith("rltok."):
+            return cls.__name__
+    return type(model).__name__
+
+
+def clean_results(results: dict | None) -> dict:
+    """JSON-safe scalar results (histograms and non-finite values left out)."""
+    out = {}
+    for k, v in (results or {}).items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        if isinstance(v, float) and not math.isfinite(v):
+            continue
+        out[k] = v
+    return out
+
+
+def write_model_files(folder: Path, model: torch.nn.Module | None, config: Config | ModelConfig | None = None,
+                      results: dict | None = None, name: str | None = None,
+                      state_dict: dict[str, torch.Tensor] | None = None) -> list[str]:
+    """The model part of every folder: model.safetensors, config.json and README.md in `folder`
+    (which must exist). `config`: the full training Config or just a ModelConfig (default: the
+    model's own); `state_dict` replaces `model.state_dict()` (a sharded model's weights gathered
+    beforehand). Returns the names written."""
+    if isinstance(config, Config):
+        full: dict[str, Any] = config.to_dict()
+    else:
+        full = {"model": dataclasses.asdict(config if isinstance(config, ModelConfig) else model_config_of(model))}
+    weights = model.state_dict() if state_dict is None else state_dict
+    state = {k: v.detach().contiguous().cpu() for k, v in weights.items()}
+    if model is not None:  # DTensor parameters (FSDP) count their full size
+        n_params = sum(p.numel() for p in model.parameters())
+    else:
+        n_params = sum(v.numel() for v in state.values() if v.is_floating_point())
+    arch = _architecture(model, full["model"]["arch"])
+    meta = {"model_type": "rltok", "rltok_version": _version(), "architecture": arch,
+            "num_parameters": n_params, "results": clean_results(results)}
+    save_file(state, folder / WEIGHTS, metadata={"format": "pt"})
+    (folder / CONFIG).write_text(json.dumps({**meta, **full}, indent=2) + "\n")
+    (folder / CARD).write_text(model_card(full, meta["results"], n_params, arch, name or folder.name))
+    return list(MODEL_FILES)
+
+
+def run_results(run_dir: str | Path, step: int) -> dict:
+    """Results of a run at `step`, from its metrics.jsonl: the step, bytes seen and the last
+    validation results logged up to it (with `val_step` when that was an earlier step)."""
+    records = []
+    path = Path(run_dir) / "metrics.jsonl"
+    if path.is_file():
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:  # a torn last line
+                continue
+            if isinstance(rec, dict) and rec.get("step", 0) <= step:
+                records.append(rec)
+    out: dict = {"step": step}
+    if records:
+        out["bytes"] = records[-1].get("bytes")
+    with_val = [r for r in records if "val_bpb" in r]
+    if with_val:
+        last = with_val[-1]
+        out.update({k: last[k] for k in ("val_bpb", "val_rate", "val_bytes_per_chunk", "val_space_align") if k in last})
+        if last.get("step") != step:
+            out["val_step"] = last.get("step")
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def clean_stale(run_dir: str | Path) -> None:
+    """Tidy up after writers that were killed: delete their half-written `.tmp_step_*` folders
+    and put back a `.old_step_*` folder whose replacement never arrived (killed between the two
+    renames of a re-save). Folders of live writers are left alone."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return
+    for stale in root.iterdir():
+        if not stale.name.startswith((".tmp_step_", ".old_step_")):
+            continue
+        pid = _writer_pid(stale.name)
+        if pid is not None and _pid_alive(pid):
+            continue
+        if stale.name.startswith(".old_step_"):
+            final = root / stale.name[len(".old_"):].rsplit("_", 1)[0]
+            if not final.exists():
+                os.rename(stale, final)
+                continue
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def stage_checkpoint(run_dir: str | Path, step: int) -> Path:
+    """The empty temporary folder the checkpoint of `step` is written into before it is renamed
+    into place. Under FSDP every rank first writes its shards into `<it>/dcp` (SHARDED), then
+    rank 0 completes it with save_checkpoint(staged=...)."""
+    ckpt_root = Path(run_dir) / "checkpoints"
+    ckpt_root.mkdir(parents=True, exist_ok=True)
+    clean_stale(run_dir)
+    tmp = ckpt_root / f".tmp_step_{step:07d}_{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    return tmp
+
+
+def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module | None, cfg: Config,
+                    trainer_state: dict | None = None, keep_last: int = 3,
+                    state_dict: dict[str, torch.Tensor] | None = None, results: dict | None = None,
+                    staged: Path | None = None) -> Path:
+    """Write `<run_dir>/checkpoints/step_<step>` atomically and prune to the newest `keep_last`
+    (0 keeps all). A crash at any point leaves either the complete new checkpoint or none, and
+    the older ones untouched. The folder holds what save_pretrained writes (the card with
+    `results`, by default the run's own from its metrics.jsonl), plus trainer.pt and the
+    manifest. `state_dict` replaces `model.state_dict()` (a sharded model's weights gathered
+    beforehand). `staged`: the folder stage_checkpoint made, already holding the sharded state."""
+    ckpt_root = Path(run_dir) / "checkpoints"
+    final = ckpt_root / f"step_{step:07d}"
+    tmp = stage_checkpoint(run_dir, step) if staged is None else staged
+    try:
+        if results is None:
+            results = run_results(run_dir, step)
+        write_model_files(tmp, model, cfg, results, name=Path(run_dir).resolve().name, state_dict=state_dict)
+        if trainer_state is not None:
+            torch.save(trainer_state, tmp / TRAINER)
+        files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
+        manifest = {"step": step, "files": {name: _sha256(tmp / name) for name in files}}
+        for name in files:
+            with open(tmp / name, "rb+") as f:
+                os.fsync(f.fileno())
+        if (tmp / SHARDED).is_dir():
+            _fsync_dir(tmp / SHARDED)
+        # the manifest is written last: a folder with a valid manifest is complete
+        _write_synced(tmp / MANIFEST, json.dumps(manifest, indent=2).encode())
+        _fsync_dir(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # e.g. a full disk: leave no half-written folder
+        raise
+    if final.exists():  # re-saving the same step: move the old one out of the way first
+        old = ckpt_root / f".old_step_{step:07d}_{os.getpid()}"
+        os.rename(final, old)
+        os.rename(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, final)
+    _fsync_dir(ckpt_root)
+    _prune(ckpt_root, keep_last)
+    return final
+
+
+def _prune(ckpt_root: Path, keep_last: int) -> None:
+    if keep_last <= 0:
+        return
+    for path in list_checkpoints(ckpt_root.parent)[:-keep_last]:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def checkpoint_step(path: Path) -> int:
+    return int(path.name.removeprefix("step_"))
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete-looking checkpoint folders, oldest step first (not yet verified)."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_")
+             and p.name.removeprefix("step_").isdigit()]
+    return sorted(found, key=checkpoint_step)
+
+
+# ---- finding and checking a folder -------------------------------------------------------------
+def verify_checkpoint(path: Path) -> None:
+    """Raise CheckpointError unless the manifest is complete and every file matches it."""
+    manifest_path = path / MANIFEST
+    if not manifest_path.is_file():
+        raise CheckpointError(f"checkpoint {path} has no manifest (partial write?)")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise CheckpointError(f"checkpoint {path}: manifest is not valid JSON") from None
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or any(name not in files for name in REQUIRED):
+        raise CheckpointError(f"checkpoint {path}: manifest does not list {' and '.join(REQUIRED)}")
+    for name, digest in files.items():
+        f = path / name
+        if not f.is_file():
+            raise CheckpointError(f"checkpoint {path}: {name} is missing")
+        if _sha256(f) != digest:
+            raise CheckpointError(f"checkpoint {path}: {name} is corrupt (checksum mismatch)")
+
+
+def is_checkpoint_dir(path: Path) -> bool:
+    """A training checkpoint (must carry a valid manifest), as opposed to a model folder."""
+    return ((path / MANIFEST).exists() or (path / TRAINER).exists()
+            or (_STEP_DIR.fullmatch(path.name) is not None and path.parent.name == "checkpoints"))
+
+
+def is_model_dir(path: Path) -> bool:
+    """A folder with the model files and no manifest (save_pretrained's, a Hub snapshot)."""
+    return not is_checkpoint_dir(path) and (path / WEIGHTS).is_file() and (path / CONFIG).is_file()
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """The local folder to load: a checkpoint folder (verified against its manifest), a model
+    folder, or for a run folder its newest valid checkpoint (falling back to older ones with a
+    warning when the newest is corrupt). A file inside any of them stands for its folder."""
+    path = Path(path).expanduser()
+    if path.is_file():  # e.g. .../model.safetensors
+        path = path.parent
+    if is_checkpoint_dir(path) or ((path / WEIGHTS).exists() and not (path / CONFIG).exists()):
+        verify_checkpoint(path)
+        return path
+    if is_model_dir(path):
+        return path
+    candidates = list_checkpoints(path)
+    if not candidates:
+        if not path.exists():
+            raise CheckpointError(f"checkpoint path not found: {path} (not a folder holding an rltok model or run)")
+        raise CheckpointError(f"no checkpoints under {path}, and no {WEIGHTS} + {CONFIG} in it")
+    errors = []
+    for cand in reversed(candidates):
+        try:
+            verify_checkpoint(cand)
+        except CheckpointError as e:
+            errors.append(str(e))
+            continue
+        if errors:
+            warnings.warn(f"skipping {len(errors)} unusable checkpoint(s) ({'; '.join(errors)}); "
+                          f"falling back to {cand}", stacklevel=2)
+        return cand
+    raise CheckpointError(f"no valid checkpoint under {path}: " + "; ".join(errors))
+
+
+def fetch_from_hub(repo_id: str, revision: str | None = None, cache_dir: str | None = None,
+                   token: str | None = None, local_files_only: bool = False) -> Path:
+    """The model files of a Hub repo, downloaded (or taken from the local Hub cache)."""
+    if repo_id.startswith((".", "/", "~")) or repo_id.count("/") > 1 or "\\" in repo_id:
+        raise CheckpointError(f"checkpoint path not found: {repo_id} (not a folder holding an rltok model or run)")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise CheckpointError(f"{repo_id!r} is not a local folder, and loading from the Hub needs "
+                              "huggingface_hub: pip install 'rltok[hub]'") from None
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, token=token,
+                                      local_files_only=local_files_only, allow_patterns=list(MODEL_FILES)))
+    except Exception as e:  # offline, unknown repo, auth: the library raises many types
+        raise CheckpointError(f"cannot fetch {repo_id!r} from the Hugging Face Hub ({type(e).__name__}: {e}); "
+                              "for a local folder, check the path") from None
+
+
+def read_config(folder: Path) -> tuple[Config, dict]:
+    """(Config, metadata) from a folder's config.json: the metadata keys of save_pretrained (absent
+    in checkpoints written before the shared format), and the config sections. A bare model
+    export's other sections are defaults, not a run, and are not validated."""
+    path = folder / CONFIG
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{folder} has no {CONFIG}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"checkpoint {folder}: bad {CONFIG} (not valid JSON: {e})") from None
+    ours = isinstance(data, dict) and data.get("model_type", "rltok") == "rltok"  # older checkpoints: no model_type
+    if not ours or not isinstance(data.get("model"), dict):
+        raise CheckpointError(f"{path} does not describe an rltok model")
+    meta = {k: data.pop(k) for k in META_KEYS if k in data}
+    try:
+        cfg = Config.from_dict(data)
+        if set(data) == {"model"}:
+            cfg.model.validate()
+            return cfg, meta
+        return cfg.validate(), meta
+    except ConfigError as e:
+        raise CheckpointError(f"checkpoint {folder}: bad {CONFIG} ({e})") from None
+
+
+def load_weights(folder: Path, cfg: Config) -> torch.nn.Module:
+    """The model config.json describes, with the folder's weights loaded strictly (on CPU)."""
+    from rltok.model.factory import build_model
+
+    try:
+        state = load_file(folder / WEIGHTS)
+    except Exception as e:  # safetensors raises its own error types for truncated files
+        raise CheckpointError(f"checkpoint {folder}: cannot read {WEIGHTS} ({e})") from None
+    try:
+        model = build_model(cfg.model, state_dict=state)
+    except (ValueError, KeyError, RuntimeError) as e:  # e.g. a tokenizer buffer that does not parse
+        raise CheckpointError(f"checkpoint {folder}: cannot build the model of its {CONFIG} ({e})") from None
+    expected = model.state_dict().keys()
+    missing = sorted(k for k in expected if k not in state)
+    unexpected = sorted(k for k in state if k not in expected)
+    if missing or unexpected:
+        raise CheckpointError(f"checkpoint {folder}: {WEIGHTS} does not match its {CONFIG}: "
+                              f"missing keys {missing}, unexpected keys {unexpected}")
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:  # shapes: weights and config.json disagree
+        raise CheckpointError(f"checkpoint {folder}: {WEIGHTS} does not match its {CONFIG} "
+                              f"({' '.join(str(e).split())})") from None
+    return model
+
+
+def read_trainer_state(folder: Path) -> dict | None:
+    if not (folder / TRAINER).is_file():
+        return None
+    try:  # our own file, checksum-verified; it holds numpy RNG state, hence no weights_only
+        return torch.load(folder / TRAINER, map_location="cpu", weights_only=False)
+    except Exception as e:
+        raise CheckpointError(f"checkpoint {folder}: cannot read {TRAINER} ({e})") from None
+
+
+class Loaded(NamedTuple):
+    model: torch.nn.Module
+    config: Config
+    meta: dict  # save_pretrained's metadata from config.json (empty for older checkpoints)
+    trainer_state: dict | None
+    folder: Path
+
+
+def load(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
+         with_trainer_state: bool = False, hub: bool = False, revision: str | None = None,
+         cache_dir: str | None = None, token: str | None = None, local_files_only: bool = False) -> Loaded:
+    """The one loader. `path`: a run folder (its newest valid checkpoint), a checkpoint folder, a
+    model folder, or with `hub=True` a Hub repo id (when no such local path exists). The manifest
+    is checked where there is one; the model is built from config.json and its weights loaded
+    strictly (CheckpointError naming missing or unexpected keys), then moved to `device` (and
+    `dtype`). The model is left in the mode a fresh module has (training)."""
+    local = Path(path).expanduser()
+    if hub and not local.exists():
+        folder = fetch_from_hub(str(path), revision, cache_dir, token, local_files_only)
+        if not is_model_dir(folder):
+            raise CheckpointError(f"the Hub repo {str(path)!r} holds no {WEIGHTS} + {CONFIG}")
+    else:
+        folder = resolve_checkpoint(local)
+    cfg, meta = read_config(folder)
+    model = load_weights(folder, cfg)
+    model.to(device=device, dtype=dtype)
+    trainer_state = read_trainer_state(folder) if with_trainer_state else None
+    return Loaded(model, cfg, meta, trainer_state, folder)
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", with_trainer_state: bool = False):
+    """-> (model, cfg, trainer_state or None, folder): `load` for training and evaluation (local
+    paths only; a model folder loads too, without trainer state)."""
+    got = load(path, device=device, with_trainer_state=with_trainer_state)
+    return got.model.train(), got.config, got.trainer_state, got.folder

@@ -1,0 +1,122 @@
+"""Held-out measurements: bpb, boundary rate, bytes per chunk, whitespace alignment.
+
+bpb = total nats over predicted bytes / (bytes * ln 2). A model's bpb should always be read with
+its achieved rate and a boundary-quality measure (whitespace alignment, chunk lengths).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from rltok.data.bytes_classes import is_whitespace_byte
+from rltok.data.python_tokens import COUNT_NAMES as TOKEN_COUNTS
+from rltok.data.python_tokens import summarize_counts, token_alignment_counts
+
+
+def whitespace_alignment(x: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
+    """Share of whitespace bytes that carry a boundary.
+
+    space_end: the whitespace byte closes a chunk ("word |"); space_start: the chunk before it
+    closed, so the whitespace opens a chunk ("word| next"); space_align: either.
+    """
+    ws = is_whitespace_byte(x)
+    prev = torch.zeros_like(b)
+    prev[:, 1:] = b[:, :-1]
+    n = ws.sum().clamp(min=1).item()
+    return {
+        "space_end": (b & ws).sum().item() / n,
+        "space_start": (prev & ws).sum().item() / n,
+        "space_align": ((b | prev) & ws).sum().item() / n,
+    }
+
+
+def chunk_lengths(b: torch.Tensor) -> torch.Tensor:
+    """Lengths of all complete chunks (bytes between consecutive boundaries) in a (B, T) mask."""
+    lengths = []
+    for row in b:
+        ends = torch.nonzero(row).flatten()
+        if len(ends):
+            lengths.append(torch.diff(ends, prepend=torch.tensor([-1], device=row.device)))
+    return torch.cat(lengths) if lengths else torch.zeros(0, dtype=torch.long)
+
+
+@torch.no_grad()
+def evaluate(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, mode: str = "sample",
+             seed: int = 1234, device: str | torch.device = "cpu", autocast_dtype=None,
+             code_metrics: bool = False) -> dict[str, float]:
+    """Evaluate on fixed windows (N, T). Boundary sampling uses its own seeded generator, so
+    the numbers are reproducible and the training RNG is untouched. code_metrics: also
+    token_end_* and token_start_* precision/chance/recall (Python sources, see rltok.data.python_tokens)."""
+    return summarize(evaluate_sums(model, x, y, batch_size, mode, seed, device, autocast_dtype, code_metrics))
+
+
+@torch.no_grad()
+def evaluate_sums(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, mode: str = "sample",
+                  seed: int = 1234, device: str | torch.device = "cpu", autocast_dtype=None,
+                  code_metrics: bool = False) -> dict[str, torch.Tensor]:
+    """The additive counts behind `evaluate` (nats, bytes, boundaries, positions, whitespace,
+    chunk-length histogram) as one float64 vector per key, so that shards of an evaluation
+    (data-parallel ranks) can be summed before `summarize`."""
+    was_training = model.training
+    model.eval()
+    device = torch.device(device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    nats = 0.0
+    n_bytes = 0
+    n_bound = 0
+    n_pos = 0
+    n_free_bound = 0  # boundaries at free positions, and free positions: the rate
+    n_free = 0
+    ws = {"space_end": 0.0, "space_start": 0.0, "space_align": 0.0}
+    n_ws = 0
+    hist = torch.zeros(65, dtype=torch.long)
+    token_align = torch.zeros(len(TOKEN_COUNTS), dtype=torch.float64)  # code_metrics: rltok.data.python_tokens counts
+    for i in range(0, len(x), batch_size):
+        xb, yb = x[i : i + batch_size].to(device), y[i : i + batch_size].to(device)
+        with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            out = model(xb, mode=mode, generator=gen)
+        nll, mask = out.per_byte_nll(yb)
+        nats += nll[mask].sum().item()
+        n_bytes += int(mask.sum())
+        if out.boundaries is not None:
+            b, free = out.boundaries.b, out.boundaries.free
+            n_bound += int(b.sum())
+            n_pos += b.numel()
+            n_free_bound += int((b & free).sum())
+            n_free += int(free.sum())
+            w = int(is_whitespace_byte(xb).sum())
+            for k, v in whitespace_alignment(xb, b).items():
+                ws[k] += v * w
+            n_ws += w
+            hist += torch.bincount(chunk_lengths(b).clamp(max=64).cpu(), minlength=65)[:65]
+            if code_metrics:
+                token_align += token_alignment_counts(xb, b, free)
+    model.train(was_training)
+    scalars = [nats, n_bytes, n_bound, n_pos, ws["space_end"], ws["space_start"], ws["space_align"], n_ws,
+               n_free_bound, n_free]
+    sums = {"scalars": torch.tensor(scalars, dtype=torch.float64), "hist": hist.to(torch.float64)}
+    if code_metrics:
+        sums["token_align"] = token_align
+    return sums
+
+
+_SCALARS = ("nats", "bytes", "boundaries", "positions", "space_end", "space_start", "space_align", "ws",
+            "free_boundaries", "free")
+
+
+def summarize(sums: dict[str, torch.Tensor]) -> dict[str, float]:
+    s = dict(zip(_SCALARS, sums["scalars"].tolist()))
+    result: dict[str, float] = {"bpb": s["nats"] / max(1, s["bytes"]) / math.log(2), "bytes": int(s["bytes"])}
+    if s["positions"]:
+        # rate: boundaries per byte over free positions (as in training); chunks per byte and
+        # bytes per chunk count every chunk, forced ones included (what the compute sees)
+        cpb = s["boundaries"] / s["positions"]
+        result.update(rate=s["free_boundaries"] / max(1, s["free"]), chunks_per_byte=cpb,
+                      bytes_per_chunk=1 / cpb if cpb else float("inf"))
+        result.update({k: s[k] / max(1, s["ws"]) for k in ("space_end", "space_start", "space_align")})
+        result["chunk_length_hist"] = [int(v) for v in sums["hist"][1:].tolist()]  # lengths 1..64 (64 = 64+)
+    if "token_align" in sums and sums["token_align"][3] > 0:
+        result.update(summarize_counts(sums["token_align"]))
+    return result

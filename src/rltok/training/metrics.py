@@ -1,0 +1,146 @@
+"""What a log record holds and what the user is told: the per-step metrics averaged over the
+steps since the last record, throughput and MFU; messages, warnings (rate collapse) and the
+progress bar. Where records are written is rltok.training.tracking."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+from tqdm import tqdm
+
+from rltok.training import distributed as ddp
+from rltok.model.flops import step_train_flops_per_byte
+
+# record keys that depend on wall-clock time (everything else is reproducible run to run)
+TIMING_KEYS = ("bytes_per_s", "flops_per_s", "mfu")
+
+
+class IntervalMeter:
+    """Sums of the per-step metrics since the last record, and the clock and byte count at it.
+    `sums`/`n` are part of the trainer state, so the first record after a resume averages the
+    same steps as the uninterrupted run's."""
+
+    def __init__(self, cfg, dist: ddp.DistInfo, device: torch.device, seq_len: int, vocab_size: int):
+        self.cfg, self.dist, self.device = cfg, dist, device
+        self.seq_len, self.vocab_size = seq_len, vocab_size
+        self.sums: dict[str, torch.Tensor] = {}
+        self.n = 0
+        self.t_last = time.perf_counter()
+        self.bytes_last = 0
+
+    def add(self, metrics: dict[str, torch.Tensor]) -> None:
+        for k, v in metrics.items():
+            self.sums[k] = self.sums.get(k, 0.0) + v
+        self.n += 1
+
+    def restart_clock(self, bytes_seen: int | None = None) -> None:
+        """Time from here on: so that validation and checkpoint time stay out of bytes/s."""
+        self.t_last = time.perf_counter()
+        if bytes_seen is not None:
+            self.bytes_last = bytes_seen
+
+    def record(self, step: int, bytes_seen: int, lr: float, train_flops: float, peak_flops: float) -> dict:
+        """The interval's record (global means under data parallelism: one all-reduce of the
+        sums), then a new interval starts."""
+        now = time.perf_counter()
+        if self.dist.enabled:
+            rec = {k: v / self.n for k, v in ddp.mean_of_sums(self.sums, self.dist, self.device).items()}
+        else:
+            rec = {k: float(v) / self.n for k, v in self.sums.items()}
+        rec["train_flops"] = train_flops
+        rec.update(step=step, bytes=bytes_seen, lr=lr,
+                   bytes_per_s=(bytes_seen - self.bytes_last) / max(1e-9, now - self.t_last))
+        # MFU: analytical FLOPs/byte x bytes/s against the peak of all devices
+        fpb = step_train_flops_per_byte(self.cfg, self.seq_len, rec.get("chunks_per_byte"),
+                                        rec.get("supertokens_per_chunk"), self.vocab_size)
+        rec["flops_per_s"] = fpb * rec["bytes_per_s"]
+        rec["mfu"] = rec["flops_per_s"] / (peak_flops * self.dist.world_size)
+        self.t_last, self.bytes_last, self.sums, self.n = now, bytes_seen, {}, 0
+        return rec
+
+
+def rate_collapse(p_mean: float, target_rate: float) -> str | None:
+    """'low' / 'high' when the policy's mean boundary probability sits at an extreme that the
+    target rate does not ask for, else None."""
+    if p_mean < 0.01 and target_rate >= 0.05:
+        return "low"
+    if p_mean > 0.95 and target_rate <= 0.9:
+        return "high"
+    return None
+
+
+COLLAPSE_ADVICE = {
+    "low": "the policy has stopped drawing boundaries, so the main network sees almost no chunks; "
+           "raise objective.rate_weight, lower objective.pg_weight or train.lr",
+    "high": "the policy puts a boundary on almost every byte (no compression); "
+            "raise objective.rate_weight so the rate loss can hold model.target_rate",
+}
+
+
+class Reporter:
+    """Messages on stderr (none when quiet: under data parallelism rank 0 alone reports), the
+    warning count that every record carries, and the progress bar."""
+
+    collapse_patience = 3  # consecutive logged records with a collapsed rate before warning
+
+    def __init__(self, cfg, quiet: bool):
+        self.cfg = cfg
+        self.quiet = quiet
+        self.warnings = 0  # rate collapses, failed periodic checkpoints
+        self.collapse_streak = 0
+        self.interactive = False
+        self.bar = None
+
+    def log(self, msg: str) -> None:
+        if not self.quiet:
+            tqdm.write(msg, file=sys.stderr)
+
+    def warn(self, msg: str) -> None:
+        self.warnings += 1
+        self.log(msg)
+
+    def check_rate(self, rec: dict, step: int) -> None:
+        """Warn (once per episode) when the boundary policy stays collapsed at rate ~0 or ~1."""
+        p = rec.get("p_mean")  # mean boundary probability over free positions; RL chunker only
+        kind = None
+        if p is not None and step > 2 * self.cfg.train.warmup_steps:
+            kind = rate_collapse(p, self.cfg.model.target_rate)
+        if kind is None:
+            self.collapse_streak = 0
+            return
+        self.collapse_streak += 1
+        if self.collapse_streak == self.collapse_patience:
+            self.warn(f"warning: boundary rate collapsed {kind} at step {step} (mean p {p:.3f}, "
+                      f"target {self.cfg.model.target_rate}): {COLLAPSE_ADVICE[kind]}")
+
+    def open_bar(self, step: int) -> None:
+        """A live bar on a terminal; elsewhere each record is one line."""
+        self.interactive = sys.stderr.isatty() and not self.quiet
+        self.bar = tqdm(total=self.cfg.train.max_steps, initial=step, disable=not self.interactive, unit="step",
+                        dynamic_ncols=True)
+
+    def advance(self) -> None:
+        self.bar.update(1)
+
+    def show(self, rec: dict) -> None:
+        parts = [f"loss {rec['loss']:.3f}", f"bpb {rec['bpb']:.3f}"]
+        if "val_bpb" in rec:
+            parts.append(f"val_bpb {rec['val_bpb']:.3f}")
+        if "rate" in rec:
+            parts.append(f"rate {rec['rate']:.3f}")
+        parts.append(f"{rec['bytes_per_s'] / 1e3:.1f}k B/s")
+        if "mfu" in rec:
+            parts.append(f"MFU {100 * rec['mfu']:.1f}%")
+        text = " | ".join(parts)
+        if self.interactive:
+            self.bar.set_postfix_str(text)
+            if "val_bpb" in rec:
+                self.log(f"step {rec['step']}: {text}")
+        else:
+            self.log(f"step {rec['step']}/{self.cfg.train.max_steps}: {text}")
+
+    def close_bar(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

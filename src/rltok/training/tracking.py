@@ -1,0 +1,147 @@
+"""Where log records go: `metrics.jsonl` in the run folder, always; as optional extras
+(`pip install 'rltok[track]'`) TensorBoard event files (`train.tensorboard=true`, in
+<run>/tensorboard) and a Weights & Biases run (`train.wandb=<project>`, files in <run>/wandb;
+WANDB_MODE=offline keeps it local). Every sink gets the same record: each numeric key under its
+own name, at the record's step."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from rltok.config import Config, ConfigError
+
+INSTALL_HINT = "pip install 'rltok[track]'"
+
+
+def read_metrics(path: Path, up_to_step: int | None = None) -> list[dict]:
+    """Records of a metrics.jsonl, optionally only those at or before `up_to_step`. A torn last
+    line (the process died while writing it) is dropped."""
+    records = []
+    if not path.is_file():
+        return records
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and (up_to_step is None or rec.get("step", 0) <= up_to_step):
+            records.append(rec)
+    return records
+
+
+def _write_metrics(path: Path, records: list[dict]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+    os.replace(tmp, path)
+
+
+def scalars(rec: dict) -> dict[str, float]:
+    """The record's numbers, step left out (it is the x axis)."""
+    return {k: v for k, v in rec.items()
+            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+class JsonlSink:
+    """metrics.jsonl: one consistent trajectory. A resumed run drops the records written after
+    its checkpoint (it is about to log those steps again); a fresh run starts empty."""
+
+    def __init__(self, run_dir: Path, step: int):
+        path = run_dir / "metrics.jsonl"
+        self.history = read_metrics(path, step) if step else []
+        _write_metrics(path, self.history)
+        self.file = open(path, "a")
+
+    def log(self, rec: dict) -> None:
+        self.file.write(json.dumps(rec) + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _summary_writer():
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ConfigError(f"train.tensorboard=true needs the tensorboard package: {INSTALL_HINT}") from None
+    return SummaryWriter
+
+
+def _wandb():
+    try:
+        import wandb
+    except ImportError:
+        raise ConfigError(f"train.wandb needs the wandb package: {INSTALL_HINT}") from None
+    return wandb
+
+
+def require(cfg: Config) -> None:
+    """Fail at start-up, on every rank, when an asked-for sink's package is missing (rank 0
+    alone opens the sinks, and the other ranks would wait for it forever)."""
+    if cfg.train.tensorboard:
+        _summary_writer()
+    if cfg.train.wandb:
+        _wandb()
+
+
+class TensorBoardSink:
+    def __init__(self, run_dir: Path, step: int):
+        # a resumed run hides what the interrupted one logged after its checkpoint, as
+        # metrics.jsonl drops those records
+        self.writer = _summary_writer()(log_dir=str(run_dir / "tensorboard"), purge_step=step + 1 if step else None)
+
+    def log(self, rec: dict) -> None:
+        for k, v in scalars(rec).items():
+            self.writer.add_scalar(k, v, rec["step"])
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbSink:
+    """One W&B run per training process, named after the run folder; a resumed run is a new
+    W&B run in the same group, with `resumed_from_step` in its config."""
+
+    def __init__(self, run_dir: Path, cfg: Config, step: int):
+        wandb = _wandb()
+        config = {**cfg.to_dict(), "resumed_from_step": step}
+        # mode: WANDB_MODE or wandb's own settings decide (offline keeps the run local)
+        self.run = wandb.init(project=cfg.train.wandb, dir=str(run_dir), name=run_dir.resolve().name,
+                              group=run_dir.resolve().name, config=config)
+
+    def log(self, rec: dict) -> None:
+        self.run.log(scalars(rec), step=rec["step"])
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class Trackers:
+    """All sinks of a run, opened on rank 0 when training starts; `history` holds the records
+    of the run so far (a resumed run's, up to its checkpoint)."""
+
+    def __init__(self, run_dir: Path, cfg: Config, step: int):
+        self.sinks = []
+        try:
+            jsonl = JsonlSink(run_dir, step)
+            self.sinks.append(jsonl)
+            self.history = jsonl.history
+            if cfg.train.tensorboard:
+                self.sinks.append(TensorBoardSink(run_dir, step))
+            if cfg.train.wandb:
+                self.sinks.append(WandbSink(run_dir, cfg, step))
+        except BaseException:
+            self.close()
+            raise
+
+    def log(self, rec: dict) -> None:
+        for sink in self.sinks:
+            sink.log(rec)
+
+    def close(self) -> None:
+        for sink in reversed(self.sinks):
+            sink.close()
+        self.sinks = []

@@ -1,0 +1,422 @@
+"""The training loop: build the model, optimiser and objective; step (AdamW, warm-up + cosine,
+clipping, accumulation); validate; checkpoint. Around it, each in a module of its own: the run
+folder's rules (run_folder), stopping on a signal (signals), what a record holds and what the
+user sees (metrics), where records go (tracking: JSONL, TensorBoard, W&B), and what trainer.pt
+holds (trainer_state).
+
+Why one file of this length: the Trainer's construction, step, validation, (DDP/FSDP)
+checkpointing and loop all work on its one state (model, optimiser, sampler, objective,
+counters); what could leave has already moved to the modules named above.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import shutil
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rltok.training import distributed as ddp
+from rltok.training import run_folder, tracking
+from rltok.training import state as trainer_state
+from rltok.training.checkpoint import (SHARDED, CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint,
+                         stage_checkpoint)
+from rltok.config import VOCAB_SIZE, Config
+from rltok.data.sources import Corpus
+from rltok.data.windows import WindowSampler, rank_eval_windows
+from rltok.data.corpus import load_corpus
+from rltok.training.device import resolve_device, resolve_dtype
+from rltok.training.evaluate import evaluate_sums, summarize
+from rltok.training.metrics import TIMING_KEYS, IntervalMeter, Reporter  # noqa: F401  (TIMING_KEYS: part of this module's API)
+from rltok.model.factory import build_model
+from rltok.model.noise import RowShard
+from rltok.objective.loss import BoundaryObjective, LocalMean
+from rltok.training.signals import StopRequest
+
+
+class TrainingDiverged(RuntimeError):
+    """Too many consecutive non-finite steps; the last good checkpoint is left as it was."""
+
+
+def lr_at(step: int, cfg, progress: float | None = None) -> float:
+    """Linear warm-up, then cosine decay to min_lr_ratio * lr. A function of the step (or, under
+    a FLOPs budget, of the share of it spent) alone, so a resumed run needs no scheduler state."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    if progress is None:
+        progress = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
+    progress = min(1.0, progress)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def make_optimizer(model: torch.nn.Module, cfg, device: torch.device, policy_lr_mult: float = 1.0) -> torch.optim.Optimizer:
+    """AdamW; matrices decay, vectors do not. With policy_lr_mult != 1 the boundary rule's own
+    parameters (model.chunker) form their own groups whose lr is that multiple of the schedule's."""
+    chunker = getattr(model, "chunker", None)
+    policy_ids = {id(p) for p in chunker.parameters()} if chunker is not None and policy_lr_mult != 1.0 else set()
+    groups = []
+    for policy in (False, True):
+        params = [p for p in model.parameters() if (id(p) in policy_ids) == policy]
+        for decay in (True, False):
+            chosen = [p for p in params if (p.dim() >= 2) == decay]
+            if chosen or not policy:  # keep the two base groups even when empty (state layout)
+                groups.append({"params": chosen, "weight_decay": cfg.weight_decay if decay else 0.0,
+                               "lr_scale": policy_lr_mult if policy else 1.0})
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=device.type == "cuda")
+
+
+@dataclass
+class TrainResult:
+    step: int
+    val: dict
+    run_dir: Path
+    history: list
+
+
+class Trainer:
+    max_bad_steps = 5  # consecutive non-finite steps before the run is declared diverged
+
+    def __init__(self, cfg: Config, corpus: Corpus | None = None, resume: bool = False, quiet: bool = False):
+        self.cfg = cfg.validate()
+        tc = cfg.train
+        self.run_dir = Path(tc.out_dir)
+        run_folder.refuse_other_run(self.run_dir, resume)
+        tracking.require(cfg)
+        if tc.threads > 0:
+            torch.set_num_threads(tc.threads)
+        self.device = resolve_device(tc.device)
+        # under torchrun: join the process group; one process (no WORLD_SIZE) is unchanged
+        self.dist = ddp.init_from_env(self.device.type)
+        if self.dist.enabled and self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", self.dist.local_rank)
+        self.quiet = quiet or not self.dist.is_main  # rank 0 alone reports
+        self.report = Reporter(cfg, self.quiet)
+        self.amp_dtype = resolve_dtype(tc.dtype, self.device)
+        self.corpus = corpus or load_corpus(cfg.data.train, cfg.data.val, cfg.data.val_fraction,
+                                            cfg.data.max_bytes, cfg.data.hf_text_field,
+                                            prepare_above=cfg.data.prepare_above, cache_dir=cfg.data.cache_dir)
+        # identifies the training bytes, so a resume can tell when the data changed under it
+        self.data_id = self.corpus.fingerprint()
+
+        # model and optimiser
+        torch.manual_seed(tc.seed)
+        random.seed(tc.seed)
+        np.random.seed(tc.seed)
+        self.model = self._build_model().to(self.device)
+        self.vocab_size = getattr(self.model, "vocab_size", VOCAB_SIZE)  # BPE-token reference: its own
+        if self.dist.enabled:
+            torch.manual_seed(tc.seed + 1 + self.dist.rank)  # dropout masks differ between ranks
+        # the module forward/backward go through: the model, its DDP wrapper, or (FSDP) the
+        # model itself, sharded in place
+        self.wrapped = ddp.wrap_model(self.model, self.dist, self.device, fsdp=tc.fsdp,
+                                      find_unused=tc.ddp_find_unused)
+        self.forward = torch.compile(self.wrapped) if tc.compile else self.wrapped
+        self.opt = make_optimizer(self.model, tc, self.device, cfg.objective.policy_lr_mult)
+
+        # data and boundary noise
+        # batch_size counts segmentations: with group_size K, K of them share each sequence
+        self.group_size = cfg.objective.group_size if cfg.model.arch == "hourglass" else 1
+        self.group_kw = {"group_size": self.group_size} if self.group_size > 1 else {}
+        self.sampler = WindowSampler(self.corpus.train, tc.batch_size // self.group_size, tc.seq_len, seed=tc.seed,
+                                     rank=self.dist.rank, world_size=self.dist.world_size)
+        self.boundary_gen = torch.Generator(device=self.device).manual_seed(tc.seed + 1)
+        # every rank draws the noise of the global batch and keeps its rows (model/noise.py)
+        self.noise = RowShard(self.boundary_gen, self.dist.rank, self.dist.world_size) if self.dist.enabled \
+            else self.boundary_gen
+        world = self.dist.world_size
+        # ranks evaluate equal shares (FSDP needs the same number of forwards on every rank);
+        # fewer windows than ranks: every rank evaluates all of them and the sums are averaged
+        self.val_x, self.val_y, self.val_shared = rank_eval_windows(
+            self.corpus.val, tc.seq_len, tc.eval_batches * tc.batch_size * world, self.dist.rank, world)
+
+        # the boundary decisions' loss and its state: prices, controllers, flips, FLOPs meter
+        # (the baseline and the rate loss' mean boundary probability over the global batch)
+        self.objective = BoundaryObjective(cfg, self.device, vocab_size=self.vocab_size,
+                                           reduce=ddp.GlobalBatchMean(self.dist) if self.dist.enabled else LocalMean())
+        self.peak_flops = tc.peak_flops or None  # measured when fit() starts if not given
+        self.meter = IntervalMeter(cfg, self.dist, self.device, self.sampler.seq_len, self.vocab_size)
+        self.stop = StopRequest(self._log, across_ranks=self.dist.enabled)
+        self.step = 0
+        self.bytes_seen = 0
+        self.bad_steps = 0  # consecutive non-finite steps
+        self.skipped_steps = 0  # all non-finite steps so far
+        self.last_saved_step: int | None = None
+        self.history: list[dict] = []
+        if resume:
+            self._resume()
+
+    def _build_model(self) -> torch.nn.Module:
+        """The model; with data-fitted parts (BPE tokenizers) rank 0 fits them and the others
+        receive its state, so every rank holds the same tokenizer."""
+        cfg = self.cfg.model
+        fitted = cfg.arch == "bpe_token" or (cfg.arch == "hourglass" and cfg.chunker == "bpe")
+        if not (self.dist.enabled and fitted):
+            return build_model(cfg, train_bytes=self.corpus.train)
+        state = None
+        if self.dist.is_main:
+            model = build_model(cfg, train_bytes=self.corpus.train)
+            state = {k: v.cpu() for k, v in model.state_dict().items()}
+        state = ddp.broadcast_object(state, self.dist)
+        if not self.dist.is_main:
+            model = build_model(cfg, state_dict=state)
+            model.load_state_dict(state)
+        return model
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+    def trainer_state(self) -> dict:
+        """Everything besides the weights that the next step depends on (rltok.training.state)."""
+        return trainer_state.capture(self)
+
+    def _resume(self) -> None:
+        if self.dist.is_main:
+            run_folder.tidy_for_resume(self.run_dir)
+        ddp.barrier(self.dist)
+        if not list_checkpoints(self.run_dir):
+            self._log(f"no checkpoint in {self.run_dir}: starting from scratch")
+            return
+        model, ckpt_cfg, state, ckpt = load_checkpoint(self.run_dir, device=self.device, with_trainer_state=True)
+        trainer_state.check_resumable(state, ckpt, ckpt_cfg.model, self.cfg.model)
+        ddp.load_full_model_state(self.model, model.state_dict())
+        trainer_state.restore(self, state, ckpt)
+        self.last_saved_step = self.step
+        ddp.barrier(self.dist)  # every rank has read its checkpoint before rank 0 renames any
+        if self.dist.is_main:
+            run_folder.set_aside_after(self.run_dir, ckpt, self._log)
+        self._log(f"resumed from {ckpt} at step {self.step}")
+
+    def save(self, final: bool = True) -> Path | None:
+        """Checkpoint the current step. A periodic checkpoint that cannot be written (a full disk)
+        is reported and training goes on; a final one raises CheckpointError."""
+        finite = all(torch.isfinite(ddp.local_tensor(p)).all() for p in self.model.parameters())
+        if self.dist.enabled:  # shards (FSDP) are checked where they live; all ranks decide together
+            finite = ddp.all_reduce_(torch.tensor([0.0 if finite else 1.0], device=self.device), self.dist).item() == 0
+        if not finite:
+            raise TrainingDiverged(f"parameters are not finite at step {self.step}; refusing to overwrite "
+                                   f"good checkpoints in {self.run_dir / 'checkpoints'}. Try a lower train.lr.")
+        weights = ddp.full_model_state(self.model, self.dist) if ddp.is_fsdp(self.model) else None
+        state = self.trainer_state()
+        error, path, staged = None, None, None
+        if ddp.is_fsdp(self.model):  # every rank writes its shards of the model and optimiser state
+            staged, error = self._write_shards()
+        if self.dist.is_main and error is None:  # rank 0 writes; the others wait for its outcome
+            try:
+                path = save_checkpoint(self.run_dir, self.step, self.model, self.cfg, state,
+                                       keep_last=self.cfg.train.keep_checkpoints, state_dict=weights, staged=staged)
+            except OSError as e:
+                error = e
+        if self.dist.enabled:
+            error, path = ddp.broadcast_object((None if error is None else OSError(str(error)), path), self.dist)
+        if error is not None:
+            if final:
+                raise CheckpointError(f"cannot write the checkpoint of step {self.step} under "
+                                      f"{self.run_dir / 'checkpoints'}: {error}") from None
+            self.report.warn(f"warning: checkpoint at step {self.step} failed ({error}); training continues "
+                             "and the next checkpoint retries")
+            return None
+        self.last_saved_step = self.step
+        return path
+
+    def _write_shards(self) -> tuple[Path | None, OSError | None]:
+        """FSDP: rank 0 stages the checkpoint folder, every rank writes its shards into its dcp/
+        (torch.distributed.checkpoint). Returns (the staged folder, the error every rank saw)."""
+        staged, error = None, None
+        if self.dist.is_main:
+            try:
+                staged = stage_checkpoint(self.run_dir, self.step)
+            except OSError as e:
+                error = OSError(str(e))
+        staged, error = ddp.broadcast_object((staged, error), self.dist)
+        if error is None:
+            try:
+                ddp.save_sharded_state(self.model, self.opt, staged / SHARDED)
+            except Exception as e:  # a full disk on any rank fails the save on every rank
+                error = OSError(f"{type(e).__name__}: {' '.join(str(e).split())[:500]}")
+        if error is not None and staged is not None and self.dist.is_main:
+            shutil.rmtree(staged, ignore_errors=True)
+        return staged, error
+
+    # ---- one step ------------------------------------------------------------------------------
+    def _log(self, msg: str) -> None:
+        self.report.log(msg)
+
+    @property
+    def stop_requested(self) -> bool:
+        """True once a signal asked training to stop (under DDP: on every rank in the same step)."""
+        return self.stop.requested
+
+    @stop_requested.setter
+    def stop_requested(self, value: bool) -> None:
+        self.stop.requested = value
+
+    def autocast(self):
+        if self.amp_dtype is None:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def train_step(self) -> dict[str, torch.Tensor] | None:
+        """One optimiser step over grad_accum micro-batches. Returns summed metrics, or None
+        when the step was skipped because the loss or gradient was not finite (the parameters
+        and optimiser state are then left untouched)."""
+        tc = self.cfg.train
+        for group in self.opt.param_groups:
+            group["lr"] = lr_at(self.step, tc, self.budget_progress()) * group.get("lr_scale", 1.0)
+        self.opt.zero_grad(set_to_none=True)
+        sums: dict[str, torch.Tensor] = {}
+        for i in range(tc.grad_accum):
+            x, y = self.sampler.next()
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            # data parallel: gradients are all-reduced on the last micro-batch only
+            with ddp.GradSync(self.wrapped, sync=i == tc.grad_accum - 1):
+                with self.autocast():
+                    out = self.forward(x, generator=self.noise, **self.group_kw)
+                    cf = self.objective.counterfactual(self.model, x, y, out, self.step)
+                loss, metrics = self.objective.loss(out, y, self.step, cf)
+                (loss / tc.grad_accum).backward()
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, 0.0) + v / tc.grad_accum
+        grad_norm = ddp.full_tensor(torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip))
+        sums["grad_norm"] = grad_norm.detach()
+        bad = not (torch.isfinite(grad_norm) and torch.isfinite(sums["loss"]))
+        if self.dist.enabled:
+            # one small collective per step: skip together, and stop together when any rank got a signal
+            flags = torch.tensor([float(bad), float(self.stop.received)], device=self.device)
+            ddp.all_reduce_(flags, self.dist, op=torch.distributed.ReduceOp.MAX)
+            bad, self.stop.requested = bool(flags[0] > 0), self.stop.requested or bool(flags[1] > 0)
+        if bad:
+            self.opt.zero_grad(set_to_none=True)
+            return None
+        self.opt.step()
+        self._after_step(sums)
+        return sums
+
+    def budget_progress(self) -> float | None:
+        """Share of train.flops_budget spent (None without a budget: the schedule follows steps)."""
+        budget = self.cfg.train.flops_budget
+        return self.flops_spent / budget if budget > 0 else None
+
+    def budget_spent(self) -> bool:
+        return self.cfg.train.flops_budget > 0 and self.flops_spent >= self.cfg.train.flops_budget
+
+    def _after_step(self, sums: dict[str, torch.Tensor]) -> None:
+        """The step's global rates to the objective (rate controllers, FLOPs meter)."""
+        keys = BoundaryObjective.RATE_KEYS
+        zero = torch.zeros((), device=self.device)
+        rates = torch.stack([torch.as_tensor(sums.get(k, zero), device=self.device).float() for k in keys])
+        if self.dist.enabled:  # every rank must hold the same prices and stop at the same step
+            rates = ddp.all_reduce_(rates, self.dist) / self.dist.world_size
+        # one host sync per step: cheap next to the step itself, and what makes the count exact
+        values = {k: (v if k in sums else None) for k, v in zip(keys, rates.tolist())}
+        self.objective.after_step(self.step, values, self.step_bytes, self.sampler.seq_len)
+
+    @property
+    def step_bytes(self) -> int:
+        """Distinct bytes of the global batch of one step."""
+        return self.sampler.batch_size * self.dist.world_size * self.cfg.train.grad_accum * self.sampler.seq_len
+
+    @property
+    def flops_spent(self) -> float:
+        """Training FLOPs spent so far, each step at the chunks it drew."""
+        return self.objective.flops_spent
+
+    def validate(self) -> dict:
+        """Held-out metrics; data-parallel ranks evaluate their shares and sum the counts."""
+        sums = evaluate_sums(self.model, self.val_x, self.val_y, batch_size=self.cfg.train.batch_size,
+                             device=self.device, autocast_dtype=self.amp_dtype)
+        if self.dist.enabled:
+            sums = {k: ddp.all_reduce_(v.to(self.device), self.dist).cpu() for k, v in sums.items()}
+            if self.val_shared:
+                sums = {k: v / self.dist.world_size for k, v in sums.items()}
+        return summarize(sums)
+
+    def _skipped_step(self) -> None:
+        self.bad_steps += 1
+        self.skipped_steps += 1
+        self._log(f"step {self.step + 1}: non-finite loss or gradient, update skipped "
+                  f"({self.bad_steps} in a row, {self.skipped_steps} in all)")
+        if self.bad_steps >= self.max_bad_steps:
+            ckpts = list_checkpoints(self.run_dir)
+            where = f"the last good checkpoint is {ckpts[-1]}" if ckpts else "no checkpoint was written yet"
+            raise TrainingDiverged(
+                f"{self.bad_steps} consecutive non-finite steps after step {self.step}; stopping ({where}). "
+                "Try a lower train.lr or train.grad_clip, or check the data.")
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def fit(self, stop_at: int | None = None) -> TrainResult:
+        """Train to train.max_steps (or, with `stop_at`, to that step, then checkpoint so that a
+        resumed run continues exactly)."""
+        tc = self.cfg.train
+        end = tc.max_steps if stop_at is None else min(stop_at, tc.max_steps)
+        trackers = None
+        if self.dist.is_main:  # rank 0 owns the run folder's files
+            run_folder.start(self.run_dir, self.cfg)
+            trackers = tracking.Trackers(self.run_dir, self.cfg, self.step)
+            self.history = trackers.history
+        ddp.barrier(self.dist)
+        if self.peak_flops is None:
+            self.peak_flops = ddp.measured_peak_flops(self.device, self.amp_dtype,
+                                                      budget_s=0.5 if self.device.type == "cuda" else 0.25)
+        self._log_start()
+        self.report.open_bar(self.step)
+        self.meter.restart_clock(self.bytes_seen)
+        val = {}
+        try:
+            with self.stop.installed():
+                while self.step < end and not self.stop.requested and not self.budget_spent():
+                    metrics = self.train_step()
+                    if metrics is None:
+                        self._skipped_step()
+                        continue
+                    self.bad_steps = 0
+                    self.step += 1
+                    self.bytes_seen += self.step_bytes
+                    self.meter.add(metrics)
+                    self.report.advance()
+                    last = self.step == tc.max_steps or self.budget_spent()
+                    evaluate_now = self.step % tc.eval_every == 0 or last
+                    log_now = self.step % tc.log_every == 0 or evaluate_now
+                    if log_now:
+                        rec = self.meter.record(self.step, self.bytes_seen, self.opt.param_groups[0]["lr"],
+                                                self.flops_spent, self.peak_flops)
+                        if evaluate_now:
+                            val = self.validate()
+                            rec.update({f"val_{k}": v for k, v in val.items() if k != "chunk_length_hist"})
+                        self.report.check_rate(rec, self.step)
+                        rec.update(skipped_steps=self.skipped_steps, warnings=self.report.warnings)
+                        self.history.append(rec)
+                        if trackers is not None:
+                            trackers.log(rec)
+                        self.report.show(rec)
+                    if self.step % tc.checkpoint_every == 0 or last:
+                        self.save(final=last)
+                    if log_now:
+                        self.meter.restart_clock()
+                if self.step != self.last_saved_step and (self.stop.requested or self.step == end):
+                    path = self.save()
+                    if self.stop.requested:
+                        self._log(f"interrupted: saved {path}; continue with --resume")
+        finally:
+            self.report.close_bar()
+            if trackers is not None:
+                trackers.close()
+        return TrainResult(step=self.step, val=val, run_dir=self.run_dir, history=self.history)
+
+    def _log_start(self) -> None:
+        tc = self.cfg.train
+        parallel = (f" x {self.dist.world_size} ranks ({'FSDP' if tc.fsdp else 'DDP'}, {self.dist.backend})"
+                    if self.dist.enabled else "")
+        self._log(f"rltok: {self.model.num_params() / 1e6:.2f}M params on {self.device}{parallel}"
+                  f"{' (bf16 autocast)' if self.amp_dtype else ''}{' (compiled)' if tc.compile else ''}; "
+                  f"{self.corpus.describe()}; peak {self.peak_flops / 1e12:.3g} TFLOP/s per device "
+                  f"({'train.peak_flops' if tc.peak_flops else 'measured matmul'})")
+        if self.step >= tc.max_steps:
+            self._log(f"the run in {self.run_dir} is already at step {self.step} = train.max_steps; "
+                      "raise train.max_steps to train further")
+
+
+def train(cfg: Config, resume: bool = False, quiet: bool = False) -> TrainResult:
+    return Trainer(cfg, resume=resume, quiet=quiet).fit()
