@@ -7,7 +7,7 @@ from conftest import randomize_, tiny_model_config
 from rltok.config import ObjectiveConfig
 from rltok.model import HourglassLM
 from rltok.model.chunkers import spacelike
-from rltok.model.hourglass import ema_over_chunks
+from rltok.model.stage import ema_over_chunks
 from rltok.objective.loss import compute_loss, token_nll
 
 CAUSAL_RULES = ["rl", "fixed", "uniform", "whitespace", "entropy", "hnet", "gumbel"]

@@ -11,7 +11,7 @@ from conftest import randomize_, tiny_model_config
 from rltok.config import ConfigError, ObjectiveConfig, load_config
 from rltok.model import HourglassLM
 from rltok.model.chunkers import forced_mask
-from rltok.model.hourglass import boundary_positions, chunk_index
+from rltok.model.stage import boundary_positions, chunk_index
 from rltok.objective.loss import compute_loss, token_nll
 from rltok.objective import batch_relative, discounted_cumsum, gae, group_relative, policy_gradient_loss
 

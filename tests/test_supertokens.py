@@ -4,6 +4,7 @@ and the two-stage (chunks of chunks) model."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -329,3 +330,17 @@ def test_two_stage_flops_follow_the_achieved_supertoken_rate():
     assert hi > lo
     assert config_forward_flops_per_byte(cfg, 0.2) == pytest.approx(
         config_forward_flops_per_byte(cfg, 0.2, rate2=cfg.model.stage2_target_rate))
+
+
+def test_two_stage_parameter_names_and_order_are_the_checkpoint_format():
+    """Checkpoints and exported models load by these names, and optimizer states by this order:
+    the stage at chunk level stays `stage2`, with its own encoder, policy, main network, decoder."""
+    model = HourglassLM(tiny_model_config(stages=2))
+    names = list(dict.fromkeys(re.sub(r"blocks\.\d+\..*", "blocks", k) for k in model.state_dict()))
+    assert names == ["embed.weight", "encoder.blocks", "encoder.norm.weight", "early_head.weight",
+                     "chunker.head.weight", "chunker.head.bias", "down.weight",
+                     "stage2.encoder.blocks", "stage2.encoder.norm.weight", "stage2.chunker.head.weight",
+                     "stage2.chunker.head.bias", "stage2.main.blocks", "stage2.main.norm.weight",
+                     "stage2.decoder.blocks", "stage2.decoder.norm.weight", "up.weight", "decoder.blocks",
+                     "decoder.norm.weight", "head.weight"]
+    assert [k for k, _ in model.named_parameters()] == list(model.state_dict())

@@ -106,27 +106,30 @@ class DecodingState:
         return out
 
 
+class LevelState:
+    """One stage's running state per row: the latest output of its main network (what the row's
+    items add until its next chunk closes), its boundary rule's state, and (below the bytes,
+    which count with DecodingState.pos) how many items the stage has read."""
+
+    def __init__(self, batch: int, dim: int, device, dtype):
+        self.latest = torch.zeros(batch, dim, device=device, dtype=dtype)
+        self.rule: dict[str, torch.Tensor] = {}
+        self.n = torch.zeros(batch, dtype=torch.long, device=device)
+
+
 class HourglassState(DecodingState):
-    """Also: each row's latest chunk output (what its bytes add to the decoder input until the
-    next chunk closes), where its open chunk starts, the boundary rule's state, and for two
-    stages the chunk count, latest supertoken output and the second rule's state."""
+    """Also: a LevelState per stage (levels[0] the bytes, levels[1] the chunks of a two-stage
+    model) and where each row's open chunk starts."""
 
     def __init__(self, model, batch: int, capacity: int, mode: str = "sample", generator=None):
-        cfg, p = model.cfg, next(model.parameters())
-        stacks = [model.encoder, model.decoder] + ([model.main] if model.stage2 is None else
-                                                   [model.stage2.encoder, model.stage2.main, model.stage2.decoder])
+        p = next(model.parameters())
         reads = model.ngram_embed.max_n if model.ngram_embed is not None else 1
         # the chunk vocabulary hashes a chunk's last max_len bytes and its length (capped at max_len + 1)
         window = model.chunk_vocab.max_len + 1 if model.chunk_vocab is not None else 1
-        super().__init__({s: capacity for s in stacks}, batch, max(reads, window), reads, p.device, p.dtype,
-                         mode, generator)
-        self.latest = torch.zeros(batch, cfg.d_byte, device=p.device, dtype=p.dtype)
+        super().__init__({s: capacity for s in model.stacks()}, batch, max(reads, window), reads, p.device,
+                         p.dtype, mode, generator)
+        self.levels = [LevelState(batch, stage.dim, p.device, p.dtype) for stage in model.stages()]
         self.chunk_start = torch.zeros(batch, dtype=torch.long, device=p.device)  # first byte of the open chunk
-        self.chunker: dict[str, torch.Tensor] = {}
-        if model.stage2 is not None:
-            self.n_chunks = torch.zeros(batch, dtype=torch.long, device=p.device)
-            self.latest2 = torch.zeros(batch, cfg.d_chunk, device=p.device, dtype=p.dtype)
-            self.chunker2: dict[str, torch.Tensor] = {}
 
     def chunk_window(self, rows) -> tuple[torch.Tensor, torch.Tensor]:
         """For rows whose newest byte closes a chunk: their last bytes (n, L) and the chunk

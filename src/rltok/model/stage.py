@@ -1,0 +1,283 @@
+"""One level of the hourglass, recursive as in H-Net.
+
+A Stage reads a sequence of items (the bytes, or the chunks of the stage above) and runs
+
+    items -> encoder -+-> boundary rule: b_j = 1 when item j closes a chunk
+    down: a chunk is the encoder state of its last item (only the real chunks when packed)
+    main network over the chunks: a Stack, or the next Stage, whose items they are
+    up: item j receives the main output of the latest chunk ending at or before j, added to its
+    encoder state (skip) -> decoder
+
+HourglassLM (hourglass.py) is the byte-level stage: it adds the byte embedding, the heads and the
+projections between byte and chunk width (to_chunks / from_chunks). Its main network is a Stack
+(`main`), or with model.stages=2 a ChunkStage over its chunks whose rule groups them into
+supertokens (`stage2`).
+
+Causality: the chunk ending at item s only sees items <= s and decisions <= s, and item t only
+receives chunks that end at or before t, so, level by level, the prediction for byte t+1
+depends on bytes <= t.
+
+down -> main -> up is written once for each pass and runs at every level:
+  - `hourglass`, the parallel pass (training; with `cache=`, reading a context for decoding);
+  - `hourglass_step`, one new item per row against the caches (decoding): only the rows whose
+    item closes a chunk go down a level, the others keep adding their latest chunk's output.
+Causality is what makes the two agree.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn as nn
+
+from rltok.config import ModelConfig
+from rltok.model.chunkers import Boundaries, RLPolicy
+from rltok.model.decoding import HourglassState
+from rltok.model.layers import Packing, Stack, init_weights
+from rltok.model.noise import uniform
+
+
+def chunk_index(b: torch.Tensor) -> torch.Tensor:
+    """For each byte, the index of the latest chunk that ends at or before it."""
+    return torch.cumsum(b.long(), dim=1) - 1
+
+
+def counts(n: torch.Tensor) -> tuple[int, int]:
+    """The largest and the total of per-row counts n (B,): one host sync."""
+    top, total = torch.stack([n.max(), n.sum()]).tolist()
+    return int(top), int(total)
+
+
+def packing_for(n: torch.Tensor, width: int, total: int, enabled: bool) -> Packing | None:
+    """How to pack rows of n (B,) items (`width` the largest, `total` their sum), or None when
+    packing is off or would save nothing (every row equally long)."""
+    return Packing(n, width, total) if enabled and total < n.shape[0] * width else None
+
+
+def boundary_positions(b: torch.Tensor, n_max: int) -> torch.Tensor:
+    """(B, n_max) byte positions of the boundaries in order; padding slots hold 0."""
+    bsz, length = b.shape
+    idx = torch.where(b, chunk_index(b), n_max)  # non-boundaries go to a discarded slot
+    pos = torch.zeros(bsz, n_max + 1, dtype=torch.long, device=b.device)
+    pos.scatter_(1, idx, torch.arange(length, device=b.device).expand(bsz, length))
+    return pos[:, :n_max]
+
+
+def ema_over_chunks(z: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """zbar_j = p_j z_j + (1 - p_j) zbar_{j-1}: a confident boundary keeps its own chunk, an
+    unsure one leans on the previous chunk (H-Net's smoothing; gives p a gradient).
+
+    Unrolled as zbar_j = sum_{i<=j} p_i prod_{i<k<=j} (1 - p_k) z_i: one (M x M) weight matrix
+    from cumulative log(1 - p), so there is no loop over chunks; exponents are <= 0 (stable).
+    """
+    p = p.float().clamp(0.0, 1.0)
+    log_keep = torch.cumsum(torch.log1p(-p.clamp(max=1 - 1e-6)), dim=1)  # (B, M)
+    expo = log_keep.unsqueeze(2) - log_keep.unsqueeze(1)  # [b, j, i] = L_j - L_i
+    causal = torch.ones(p.shape[1], p.shape[1], dtype=torch.bool, device=p.device).tril()
+    weights = torch.where(causal, expo, float("-inf")).exp() * p.unsqueeze(1)
+    return torch.bmm(weights.to(z.dtype), z)
+
+
+def ema_step(z: torch.Tensor, prev: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """ema_over_chunks for one new chunk: zbar = p z + (1 - p) zbar_prev, with p clamped as there.
+    z, prev (n, d); p (n,)."""
+    p = p.float().clamp(0.0, 1.0)
+    keep = 1 - p.clamp(max=1 - 1e-6)
+    return (p.unsqueeze(-1) * z + keep.unsqueeze(-1) * prev).to(z.dtype)
+
+
+class Pass(NamedTuple):
+    """What every level of one parallel pass shares."""
+
+    ids: torch.Tensor  # (B, T) byte ids (the chunk vocabulary reads them; T sizes the noise)
+    mode: str  # "sample" or "greedy"
+    generator: object
+    given: tuple  # fixed decisions of each level below the bytes, (B, M) per chunk, or None
+    cache: object  # a PrefillCache when reading a context for decoding, else None
+
+
+class Level(NamedTuple):
+    """A level below the bytes as one forward pass decided it."""
+
+    boundaries: Boundaries  # (B, M): chunk j closes a supertoken
+    pos: torch.Tensor  # (B, M) byte position of each of its items (padding slots: 0)
+
+
+class Stage(nn.Module):
+    """The hourglass of one level. Subclasses build `encoder`, `chunker`, `decoder` and the main
+    network: `main` (a Stack), or the next Stage as `stage{depth + 2}` with `main` None (stage
+    numbers count from 1 at the bytes; the attribute names are the checkpoints' keys). They set
+    `depth` (0: bytes), `dim` (item width) and `pack` (whether chunks run packed)."""
+
+    depth: int
+    dim: int
+    pack: bool
+
+    @property
+    def body(self) -> nn.Module:
+        return self.main if self.main is not None else getattr(self, f"stage{self.depth + 2}")
+
+    def stages(self) -> list[Stage]:
+        """This stage and those below it, top down."""
+        return [self] + (self.body.stages() if isinstance(self.body, Stage) else [])
+
+    def stacks(self) -> list[Stack]:
+        """Every layer stack of this stage and those below (each has a KV cache in decoding)."""
+        inner = self.body.stacks() if isinstance(self.body, Stage) else [self.body]
+        return [self.encoder, self.decoder] + inner
+
+    # what the byte level changes between the levels; a chunk level passes vectors unchanged
+    def to_chunks(self, z: torch.Tensor, chunk_pos: torch.Tensor, packing: Packing | None,
+                  run: Pass) -> torch.Tensor:
+        """The main network's input from the chunks' last encoder states z (packed with `packing`)."""
+        return z
+
+    def to_chunks_step(self, state: HourglassState, z: torch.Tensor, rows) -> torch.Tensor:
+        """to_chunks for the rows `rows` (an index into the batch) whose new item closed a chunk."""
+        return z
+
+    def from_chunks(self, z: torch.Tensor) -> torch.Tensor:
+        """The main network's output as what the items receive."""
+        return z
+
+    def hourglass(self, h: torch.Tensor, bd: Boundaries, pos: torch.Tensor, run: Pass,
+                  packing: Packing | None = None) -> tuple[torch.Tensor, list[Level]]:
+        """down -> main -> up -> decoder, from this level's encoder states h (B, L, d) (padded)
+        and decisions bd (B, L). pos: the items' byte positions, (L,) for bytes or (B, L).
+        `packing`: how the items arrived packed; the decoder output leaves packed the same way.
+        Returns it and the levels below as they decided."""
+        n = bd.b.sum(1)
+        n_max, total = counts(n)  # the one host sync per level: the chunk counts
+        last = boundary_positions(bd.b, n_max)  # each chunk's last item
+        chunk_pos = torch.gather(pos.expand(h.shape[0], -1), 1, last)  # RoPE at the chunks' last bytes
+        z = torch.gather(h, 1, last.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
+        if bd.gate is not None:  # straight-through rules: value 1, gradient to the boundary score
+            z = z * torch.gather(bd.gate, 1, last).unsqueeze(-1).to(z.dtype)
+        # Packed, the main network computes only the real chunks (attention pads them per row).
+        # Padded, padding chunks sit after every real chunk, so causal attention keeps them unseen.
+        inner = packing_for(n, n_max, total, self.pack and run.cache is None)
+        if inner is not None:
+            z = inner.unpad(z)
+        z = self.to_chunks(z, chunk_pos, inner, run)
+        if isinstance(self.body, Stage):
+            z, below = self.body(z, chunk_pos, n, run, packing=inner)
+        else:
+            z, below = self.body(z, chunk_pos, cache=run.cache, packing=inner), []
+        z = self.from_chunks(z)
+        if inner is not None:  # back to (B, M): the EMA and the upsampling work per sequence
+            z = inner.pad(z)
+        if bd.smooth is not None:  # H-Net: EMA over chunks, weighted by boundary probability
+            z = ema_over_chunks(z, torch.gather(bd.smooth, 1, last))
+        if run.cache is not None:  # what decoding continues from
+            run.cache.keep(f"encoded{self.depth}", h)
+            run.cache.keep(f"latest{self.depth}", z)
+        up = torch.gather(z, 1, chunk_index(bd.b).unsqueeze(-1).expand(-1, -1, z.shape[-1]))
+        if bd.confidence is not None:
+            up = up * bd.confidence.unsqueeze(-1).to(up.dtype)
+        x = h + up
+        out = self.decoder(x if packing is None else packing.unpad(x), pos, cache=run.cache, packing=packing)
+        return out, below
+
+    def hourglass_step(self, state: HourglassState, h: torch.Tensor, bd: Boundaries, pos: torch.Tensor,
+                       rows: list[int] | None, given: tuple, noise: torch.Tensor | None
+                       ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """hourglass for one new item in each of the rows `rows` (None: all), h (n, d) their
+        encoder states at byte positions pos (n,), bd (n,) their decisions. The rows whose item
+        closed a chunk run it down through the main network and replace their latest chunk
+        output; then every row adds its own and runs the decoder. given / noise: each lower
+        level's fixed decisions (n,) and uniform draws (n, levels) for these rows. Returns the
+        decoder output (n, d) and each lower level's decisions (n,) (False where nothing closed)."""
+        level = state.levels[self.depth]
+        below = [torch.zeros_like(bd.b) for _ in self.stages()[1:]]
+        close = torch.nonzero(bd.b).flatten().tolist()  # host sync: which rows go down a level
+        if close:
+            sel = close if rows is None else [rows[i] for i in close]  # those rows in the batch
+            mine = slice(None) if len(close) == len(bd.b) else torch.tensor(close, device=h.device)
+            batch = slice(None) if len(sel) == state.batch else torch.tensor(sel, device=h.device)
+            z = h[mine]
+            if bd.gate is not None:
+                z = z * bd.gate[mine].unsqueeze(-1).to(h.dtype)
+            z = self.to_chunks_step(state, z, batch)
+            sub = None if len(sel) == state.batch else sel
+            if isinstance(self.body, Stage):
+                z, decided = self.body.step(state, z, pos[mine], sub,
+                                            tuple(None if g is None else g[mine] for g in given),
+                                            None if noise is None else noise[mine])
+                for b, d in zip(below, decided):
+                    b[mine] = d
+            else:
+                z = self.body.step(z.unsqueeze(1), pos[mine], state.caches[self.body], sub)[:, 0]
+            z = self.from_chunks(z)
+            if bd.smooth is not None:
+                z = ema_step(z, level.latest[batch], bd.smooth[mine])
+            level.latest[batch] = z
+        up = level.latest[slice(None) if rows is None else torch.tensor(rows, device=h.device)]
+        if bd.confidence is not None:
+            up = up * bd.confidence.unsqueeze(-1).to(h.dtype)
+        out = self.decoder.step((h + up).unsqueeze(1), pos, state.caches[self.decoder], rows)
+        return out[:, 0], below
+
+
+class ChunkStage(Stage):
+    """A stage over the chunks of the stage above, in place of its main network (model.stages=2:
+    chunks of chunks, supertokens).
+
+    Its items arrive as the (B, M) chunk vectors, or with `packing` the real ones packed (1, N),
+    and its output leaves the same way. Its RL policy decides per chunk whether it closes a
+    supertoken (on the padded layout: it is one linear head); the noise is drawn per byte and
+    read at the chunk's last byte, so a decision never depends on how many chunks the future
+    holds (sampling stays causal).
+    """
+
+    def __init__(self, cfg: ModelConfig, n_layers: int, depth: int = 1):
+        super().__init__()
+        kw = dict(mlp_ratio=cfg.mlp_ratio, rope_base=cfg.rope_base, dropout=cfg.dropout)
+        self.encoder = Stack(cfg.stage2_layers, cfg.d_chunk, cfg.n_heads_chunk, window=None, **kw)
+        self.chunker = RLPolicy(cfg.d_chunk, 1, cfg.stage2_target_rate, cfg.policy_detach)
+        self.main = Stack(cfg.main_layers, cfg.d_chunk, cfg.n_heads_chunk, window=None, **kw)
+        self.decoder = Stack(cfg.stage2_layers, cfg.d_chunk, cfg.n_heads_chunk, window=None, **kw)
+        for stack in (self.encoder, self.main, self.decoder):
+            init_weights(stack, n_layers)
+        self.depth, self.dim, self.pack = depth, cfg.d_chunk, cfg.pack_chunks
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, n: torch.Tensor, run: Pass,
+                packing: Packing | None = None) -> tuple[torch.Tensor, list[Level]]:
+        """x: the chunk vectors (packed with `packing`), pos (B, M) their byte positions, n (B,)
+        how many of each row's are real."""
+        bsz, m = pos.shape
+        h = self.encoder(x, pos, cache=run.cache, packing=packing)
+        if packing is not None:
+            h = packing.pad(h)
+        valid = torch.arange(m, device=x.device).unsqueeze(0) < n.unsqueeze(1)
+        forced = torch.zeros_like(valid)
+        forced[:, 0] = True  # every chunk has a supertoken ending at or before it
+        given = run.given[self.depth - 1]
+        noise = None
+        if given is None and run.mode != "greedy":
+            noise = torch.gather(uniform((bsz, run.ids.shape[1]), x.device, run.generator), 1, pos)
+        bd = self.chunker(h, forced, given, run.mode, run.generator, noise=noise)
+        bd.b = bd.b & valid  # padding slots close nothing and carry no gradient
+        bd.free = bd.free & valid
+        out, below = self.hourglass(h, bd, pos, run, packing)
+        return out, [Level(bd, pos)] + below
+
+    def step(self, state: HourglassState, x: torch.Tensor, pos: torch.Tensor, rows: list[int] | None,
+             given: tuple, noise: torch.Tensor | None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The rows (None: all) whose newest item above closed a chunk, x (n, d) their chunk
+        vectors at byte positions pos (n,): each is encoded against this level's caches, the
+        rule decides whether it closes a chunk here, and hourglass_step goes on. given / noise
+        as there, this level's first. Returns the output (n, d) and the decisions of this level
+        and those below (n,)."""
+        level = state.levels[self.depth]
+        r = slice(None) if rows is None else torch.tensor(rows, device=x.device)
+        h = self.encoder.step(x.unsqueeze(1), pos, state.caches[self.encoder], rows)[:, 0]
+        sub = {k: v[r] for k, v in level.rule.items()}
+        bd = self.chunker.step(sub, h, level.n[r] == 0, given[0], state.mode, state.generator,
+                               noise=None if noise is None else noise[:, 0])
+        for k, v in sub.items():
+            level.rule[k][r] = v
+        level.n[r] += 1
+        out, below = self.hourglass_step(state, h, bd, pos, rows, given[1:],
+                                         None if noise is None else noise[:, 1:])
+        return out, [bd.b] + below
