@@ -1,5 +1,6 @@
-"""Measuring trained models: bits per byte and boundary metrics, generation, lm-evaluation-harness,
-and the compute-matched comparison of boundary rules."""
+"""Using trained models: cached generation and the lm-evaluation-harness adapter. `evaluate`
+(bits per byte and boundary metrics) lives in rltok.training, which validates with it, and is
+re-exported here."""
 
 from rltok.training.evaluate import evaluate
 
