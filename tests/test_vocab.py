@@ -17,8 +17,9 @@ from rltok.data.sources import DOC_SEP
 from rltok.data.corpus import load_corpus
 from rltok.model.chunkers import spacelike
 from rltok.model.factory import build_model
-from rltok.analysis.vocab import (bpe_chunks, chunk_stats, learned_boundaries, learned_chunks, load_vocab_data, markdown,
-                         overlap_stats, vocab_report)
+from rltok.analysis.vocab import (bpe_chunks, chunk_stats, learned_boundaries, learned_chunks, load_vocab_data,
+                                  overlap_stats, vocab_report)
+from rltok.analysis.vocab_render import markdown
 
 WORDS = [b"the", b"cat", b"sat", b"on", b"mat", b"a", b"dog", b"ran", b"to", b"it", b"and", b"was", b"def", b"x=1"]
 
@@ -241,7 +242,7 @@ def test_every_boundary_rule_gives_chunks(rule):
 
 
 def test_markdown_cells_show_whitespace_and_survive_pipes_and_backticks():
-    from rltok.analysis.vocab import _md_code
+    from rltok.analysis.vocab_render import _md_code
 
     assert _md_code(" a|b\n") == "`␣a\\|b\\n`"
     assert _md_code("``") == "``` `` ```" and _md_code("\\xff") == "`\\xff`"

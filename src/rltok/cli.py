@@ -435,7 +435,8 @@ def _diagnose_lexicon_costs(args) -> int:
 
 
 def cmd_vocab(args) -> int:
-    from rltok.analysis.vocab import load_vocab_data, print_report, vocab_report, write_json, write_markdown
+    from rltok.analysis.vocab import load_vocab_data, vocab_report
+    from rltok.analysis.vocab_render import print_report, write_json, write_markdown
 
     if args.max_bytes < 0 or args.top < 1 or args.batch_size < 1 or args.bpe_sample_bytes < 1:
         raise ConfigError("--top, --batch-size and --bpe-sample-bytes must be >= 1, --max-bytes >= 0")

@@ -9,10 +9,6 @@ is sized so its FLOPs per byte match the hierarchical model's at the target rate
 evaluated with the rule it trained with (sampled where it samples); rules with a separate
 inference rule (greedy thresholding) report it as well. Each run is written to its own JSON
 file as soon as it finishes; a rerun skips finished runs and resumes interrupted ones.
-
-Why one file of this length: `rltok compare` is one pipeline (method configs, compute-matched
-runs, summary table, plots, report), and the per-run JSON that run_one writes is read back by
-the summary code here, so its fields are defined and consumed in one module.
 """
 
 from __future__ import annotations

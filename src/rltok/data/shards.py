@@ -19,10 +19,6 @@ a memory-mapped file counts every page it touches in the process' RSS, and with 
 folios of today's page cache one 513-byte window maps up to 2 MB, so RSS would grow with the
 windows drawn (measured: 800 random windows of a cached 512 MB shard mapped all of it). Reading
 only the windows keeps a training process' memory independent of the corpus size.
-
-Why one file of this length: the format's constants and header, its reader (ByteStream,
-Mixture, open_prepared, verify_prepared) and its writer (ShardWriter) are kept together so both
-sides of the format change together; the preparation itself is rltok.data.prepare.
 """
 
 from __future__ import annotations

@@ -8,10 +8,6 @@ Every chunker returns a `Boundaries` record so the model and the objective never
 which rule produced it. For cached decoding each causal rule also decides one new byte at a time
 (`Chunker.step`), from its running state (`Chunker.start_state`); its decisions are the ones its
 forward makes on the same inputs.
-
-Why one file of this length: all eight boundary rules of model.chunker sit behind the one
-Chunker interface and build_chunker, each causal rule's forward next to its one-byte `step`, so
-each decoding decision can be read beside the training decision it mirrors.
 """
 
 from __future__ import annotations

@@ -24,10 +24,6 @@ run folder (its newest valid checkpoint), a checkpoint folder, a model folder, o
 Hugging Face Hub repo id; checks the manifest where there is one, builds the model from
 config.json and loads the weights strictly. Checkpoints written before this format (config.json
 without the metadata keys, no README.md, optimiser state keyed by integer ids) load the same.
-
-Why one file of this length: the writer (atomic checkpoints, pruning, stale-folder cleanup)
-and the one loader share the format's file names, manifest and metadata keys, so they live
-together and cannot drift apart; the model card and Hub upload are in rltok.training.hub.
 """
 
 from __future__ import annotations
