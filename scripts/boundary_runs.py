@@ -123,14 +123,19 @@ def main() -> int:
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--snapshot", action="store_true",
                     help="do not train: write the validation curve of an unfinished run so far to <name>_s<seed>.partial.json")
+    ap.add_argument("--results-dir", default=str(ROOT / "docs" / "results" / "boundary"),
+                    help="where the result JSON goes, one folder per corpus (default: docs/results/boundary)")
+    ap.add_argument("--run-root", default=str(ROOT / "runs" / "boundary"),
+                    help="where the training runs go, one folder per corpus (default: runs/boundary)")
     args = ap.parse_args()
     corpus = Path(args.data).name
-    out_dir = ROOT / "docs" / "results" / "boundary" / corpus
+    out_dir = Path(args.results_dir) / corpus
+    run_dir = Path(args.run_root) / corpus
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in args.names:
         tag = f"{name}_s{args.seed}"
         if args.snapshot:
-            log = ROOT / "runs" / "boundary" / corpus / tag / "metrics.jsonl"
+            log = run_dir / tag / "metrics.jsonl"
             if not log.exists():
                 print(f"{tag}: no run to snapshot ({log})", file=sys.stderr)
                 continue
@@ -144,7 +149,7 @@ def main() -> int:
             continue
         overrides = ["objective.recipe=reference", f"data.train={args.data}", f"train.max_steps={args.steps}", f"train.seed={args.seed}",
                      f"train.eval_every={args.eval_every}", "train.log_every=50", "train.threads=1",
-                     f"train.checkpoint_every={args.eval_every}", f"train.out_dir={ROOT / 'runs' / 'boundary' / corpus / tag}",
+                     f"train.checkpoint_every={args.eval_every}", f"train.out_dir={run_dir / tag}",
                      *RUNS[name]]
         t0 = time.time()
         trainer = Trainer(load_config("tiny", overrides=overrides), resume=True, quiet=True)

@@ -86,8 +86,9 @@ def gap_to_tokens(rows: list[dict]) -> list[str]:
     return lines
 
 
-def render_corpus(name: str, corpus: str, src: Path, from_docs: bool, only, kind: str) -> list[str]:
-    dest = ROOT / "docs" / "results" / name / corpus
+def render_corpus(name: str, corpus: str, src: Path, from_docs: bool, only, kind: str,
+                  results: Path = ROOT / "docs" / "results") -> list[str]:
+    dest = results / name / corpus
     if not from_docs and not any(src.glob("*_s*.json")):
         from_docs = True  # a section not re-run: render it from the JSON already in docs/
     src = dest if from_docs else src
@@ -143,6 +144,8 @@ def main() -> int:
     ap.add_argument("--corpora", nargs="+", default=["code-py", "docs-en"])
     ap.add_argument("--from-docs", action="store_true", help="use the JSON already copied into docs/")
     ap.add_argument("--only", nargs="*", help="methods to include (default: all found)")
+    ap.add_argument("--results-dir", default=str(ROOT / "docs" / "results"),
+                    help="where the per-run JSON is copied (read with --from-docs) and the plots go (default: docs/results)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "COMPARISON.md"))
     ap.add_argument("--notes", default=str(ROOT / "docs" / "notes" / "comparison.md"))
     ap.add_argument("--title", default="Byte-level models at equal training compute")
@@ -162,7 +165,8 @@ def main() -> int:
     for name, title, kind in SECTIONS:
         md += [f"## {title}", ""]
         for corpus in args.corpora:
-            md += render_corpus(name, corpus, Path(args.runs) / name / corpus, args.from_docs, args.only, kind)
+            md += render_corpus(name, corpus, Path(args.runs) / name / corpus, args.from_docs, args.only, kind,
+                                Path(args.results_dir))
     notes = Path(args.notes)
     if notes.exists():
         md += ["## Notes", "", notes.read_text().strip(), ""]

@@ -89,8 +89,8 @@ def shown_command(command: str) -> str:
     return re.sub(r"--data-root \S+", "--data-root DATA_ROOT", command)
 
 
-def render() -> str:
-    rows = sorted(RESULTS.glob("core_*.json"))
+def render(results: Path = RESULTS) -> str:
+    rows = sorted(results.glob("core_*.json"))
     lines = [
         "# Results",
         "",
@@ -144,24 +144,28 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=0, help="training steps (default: the preset's max_steps)")
     ap.add_argument("--run-root", default=str(ROOT / "runs" / "results"))
     ap.add_argument("--render-only", action="store_true")
+    ap.add_argument("--results-dir", default=str(RESULTS), help="where the core_<corpus>.json results are written "
+                                                                 "and read (default: docs/results)")
+    ap.add_argument("--out", default=str(ROOT / "docs" / "RESULTS.md"), help="the report (default: docs/RESULTS.md)")
     ap.add_argument("overrides", nargs="*", help="extra config overrides")
     args = ap.parse_args()
     if not args.render_only and not args.data_root:
         ap.error("--data-root is required (the folder holding the prepared corpora), unless --render-only")
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    results = Path(args.results_dir)
+    results.mkdir(parents=True, exist_ok=True)
     if not args.render_only:
         from rltok.config import load_config
 
         steps = args.steps or load_config("tiny").train.max_steps
         for name in args.corpora:
-            out = RESULTS / f"core_{name}.json"
+            out = results / f"core_{name}.json"
             if out.exists():
                 print(f"{name}: done already ({out})")
                 continue
             result = run_corpus(name, Path(args.data_root), steps, Path(args.run_root), args.overrides)
             out.write_text(json.dumps(result, indent=2))
             print(f"{name}: val bpb {result['val_sample']['bpb']:.3f}, rate {result['val_sample']['rate']:.3f}")
-    (ROOT / "docs" / "RESULTS.md").write_text(render())
+    Path(args.out).write_text(render(results))
     return 0
 
 

@@ -53,9 +53,9 @@ ABLATION_LABELS = {
 }
 
 
-def ablation_tables() -> list[str]:
+def ablation_tables(results: Path = RESULTS) -> list[str]:
     """The training ablations at equal compute, one table per corpus, from their JSON files."""
-    root = RESULTS / "ablation"
+    root = results / "ablation"
     corpora = sorted(p for p in root.glob("*") if p.is_dir()) if root.exists() else []
     if not corpora:
         return []
@@ -89,7 +89,7 @@ def ablation_tables() -> list[str]:
     return lines
 
 
-def render() -> str:
+def render(results: Path = RESULTS) -> str:
     from rltok.analysis.diagnose import markdown
 
     lines = ["# Gradient estimators: what each variance reducer buys", "",
@@ -102,7 +102,7 @@ def render() -> str:
              "leave-one-out estimator over 8 segmentations per sequence, averaged over many draws); *cos(mean, ref)*",
              "below 1 shows bias (γ < 1 and GAE trade bias for variance by design). Step time: forward + loss +",
              "backward of a full training step with that variant, relative to the reference recipe.", ""]
-    for path in sorted(RESULTS.glob("estimators_*.json")):
+    for path in sorted(results.glob("estimators_*.json")):
         r = json.loads(path.read_text())
         objective = ("the lexicon's code length (what the lexicon recipe's policy is trained on: every estimator "
                      "sees the reward -cost under the checkpoint's lexicon, the flips its change; `exact` credits "
@@ -110,7 +110,7 @@ def render() -> str:
         lines += [f"## {r['name']}", "", f"Gradient of {objective}. Checkpoint `{r['checkpoint']}`, batch {r['batch']}, "
                   f"{r['n_estimates']} estimates per variant, reference from {r['n_reference']} estimates; "
                   f"commit `{r['commit']}`.", "", markdown(r), "", f"Command: `{r['command']}`", ""]
-    lines += ablation_tables()
+    lines += ablation_tables(results)
     notes = ROOT / "docs" / "notes" / "estimators.md"
     if notes.exists():
         lines += ["## Notes", "", notes.read_text().strip(), ""]
@@ -128,19 +128,24 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--render-only", action="store_true")
+    ap.add_argument("--results-dir", default=str(RESULTS), help="where the estimators_<name>.json results are "
+                                                                 "written and read, with ablation/ (default: docs/results)")
+    ap.add_argument("--out", default=str(ROOT / "docs" / "ESTIMATORS.md"), help="the report (default: docs/ESTIMATORS.md)")
     args = ap.parse_args()
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    results = Path(args.results_dir)
+    results.mkdir(parents=True, exist_ok=True)
     if not args.render_only:
         for spec in args.run:
             name, _, ckpt = spec.partition("=")
-            out = RESULTS / f"estimators_{name}.json"
+            out = results / f"estimators_{name}.json"
             if out.exists():
                 print(f"{name}: done already")
                 continue
             res = run(name, ckpt, args)
             out.write_text(json.dumps(res, indent=2))
-    (ROOT / "docs" / "ESTIMATORS.md").write_text(render())
-    print((ROOT / "docs" / "ESTIMATORS.md").read_text())
+    out_md = Path(args.out)
+    out_md.write_text(render(results))
+    print(out_md.read_text())
     return 0
 
 

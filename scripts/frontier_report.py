@@ -157,7 +157,7 @@ def vocab_section() -> list[str]:
     return lines + [""]
 
 
-def render() -> str:
+def render(results: Path = RESULTS) -> str:
     from rltok.analysis.compare import git_commit
 
     lines = ["# Supertokens: letting the policy choose how much to compress", "",
@@ -172,7 +172,7 @@ def render() -> str:
              "(`DATA_ROOT`: the folder holding the prepared corpora code-py/ and docs-en/, each with `train.*`,",
              "`val.*` and `test.*` files).",
              f"Rendered at commit `{git_commit()}`.", ""]
-    for corpus in sorted(p for p in RESULTS.glob("*") if p.is_dir()):
+    for corpus in sorted(p for p in results.glob("*") if p.is_dir()):
         runs = [json.loads(p.read_text()) for p in sorted(corpus.glob("*_s*.json"))]
         pts = points(runs)
         fixed = [p for p in pts if p["family"] == "rl fixed rate"]
@@ -202,16 +202,22 @@ def render() -> str:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--collect", action="store_true", help="copy runs/frontier/<corpus>/*.json first")
+    ap.add_argument("--runs", default=str(ROOT / "runs" / "frontier"), help="what --collect copies from (default: runs/frontier)")
+    ap.add_argument("--results-dir", default=str(RESULTS), help="the per-run JSON, one folder per corpus, and where "
+                                                                 "the plots go (default: docs/results/frontier)")
+    ap.add_argument("--out", default=str(ROOT / "docs" / "SUPERTOKENS.md"), help="the report (default: docs/SUPERTOKENS.md)")
     args = ap.parse_args()
+    results = Path(args.results_dir)
     if args.collect:
-        for corpus in sorted((ROOT / "runs" / "frontier").glob("*")):
+        for corpus in sorted(Path(args.runs).glob("*")):
             if corpus.is_dir():
-                dest = RESULTS / corpus.name
+                dest = results / corpus.name
                 dest.mkdir(parents=True, exist_ok=True)
                 for p in corpus.glob("*_s*.json"):
                     shutil.copy(p, dest / p.name)
-    (ROOT / "docs" / "SUPERTOKENS.md").write_text(render())
-    print((ROOT / "docs" / "SUPERTOKENS.md").read_text())
+    out_md = Path(args.out)
+    out_md.write_text(render(results))
+    print(out_md.read_text())
     return 0
 
 
