@@ -23,7 +23,12 @@ from rltok.analysis.compare import git_commit  # noqa: E402
 from rltok.config import load_config  # noqa: E402
 from rltok.training.trainer import Trainer  # noqa: E402
 
-# name -> overrides on the default (tiny) config with the published recipe (objective.recipe=reference)
+# name -> overrides on the default (tiny) config with the published recipe (objective.recipe=reference).
+# The runs of keys since removed because they changed nothing (objective.flip_weight, lexicon_lag,
+# lexicon_collapse_blanks, lexicon_context, flip_rate_start/_anneal_steps, lexicon_credit) are
+# gone: warm_flips_w01, lexicon_late, lexicon_late_r118, lexicon_late_blanks, lexicon_late_blanks_r118,
+# lexicon_blanks_r118, lexicon_late_blanks_r33, bigram, lexicon_anneal, lexicon_late_blanks_anneal,
+# bigram_late_blanks, bigram_late_blanks_r33, lexicon_exact. Their results stay in docs/results/boundary/.
 RUNS: dict[str, list[str]] = {
     "reference": [],
     # a synthetic reward that names Python's token starts: can the policy learn them at all?
@@ -32,7 +37,6 @@ RUNS: dict[str, list[str]] = {
     "warm": ["objective.policy_start_step=250"],
     "warm_flips": ["objective.estimator=flips", "objective.policy_start_step=250"],
     "warm_flips_s8": ["objective.estimator=flips", "objective.policy_start_step=250", "objective.flip_stride=8"],
-    "warm_flips_w01": ["objective.estimator=flips", "objective.policy_start_step=250", "objective.flip_weight=0.1"],
     # a learned chunk vocabulary: recurring chunks get their own embedding
     "warm_flips_vocab": ["objective.estimator=flips", "objective.policy_start_step=250", "model.chunk_vocab=65536"],
     "warm_flips_vocab_detach": ["objective.estimator=flips", "objective.policy_start_step=250", "model.chunk_vocab=65536",
@@ -56,37 +60,10 @@ RUNS: dict[str, list[str]] = {
     "lexicon": ["objective.estimator=flips", "objective.lexicon_weight=1", "objective.flip_rate_control=true"],
     # the lexicon's credit alone, no counterfactual model pass: the lexicon recipe (objective.recipe=lexicon)
     "lexicon_only": ["objective.recipe=lexicon"],
-    # units one byte late: a boundary at t closes the lexicon unit that ended at t - 1 (" word", an
-    # indentation run, "self", "."), what a causal policy can see when it decides
-    "lexicon_late": ["objective.recipe=lexicon", "objective.lexicon_lag=1"],
     # at the whitespace rule's rate on code: the policy cannot afford a chunk per space
-    "lexicon_late_r118": ["objective.recipe=lexicon", "objective.lexicon_lag=1", "model.target_rate=0.118"],
     "lexicon_r118": ["objective.recipe=lexicon", "model.target_rate=0.118"],
-    # a run of blanks is one unit to the lexicon: indentation depth does not split the lexicon
-    "lexicon_late_blanks": ["objective.recipe=lexicon", "objective.lexicon_lag=1", "objective.lexicon_collapse_blanks=true"],
-    "lexicon_late_blanks_r118": ["objective.recipe=lexicon", "objective.lexicon_lag=1",
-                                 "objective.lexicon_collapse_blanks=true", "model.target_rate=0.118"],
-    "lexicon_blanks_r118": ["objective.recipe=lexicon", "objective.lexicon_collapse_blanks=true", "model.target_rate=0.118"],
-    # at the rate of cutting at every character-class run (0.33 on code): no surplus cuts to place
-    "lexicon_late_blanks_r33": ["objective.recipe=lexicon", "objective.lexicon_lag=1",
-                                "objective.lexicon_collapse_blanks=true", "model.target_rate=0.33"],
-    # each unit priced given the unit before it (a bigram lexicon)
-    "bigram": ["objective.recipe=lexicon", "objective.lexicon_context=bigram"],
-    # the rate the price holds starts at 0.5 and falls to the target over 200 steps: units grow by
-    # merging, the most recurring first
-    "lexicon_anneal": ["objective.recipe=lexicon", "objective.flip_rate_start=0.5", "objective.flip_rate_anneal_steps=200"],
-    "lexicon_late_blanks_anneal": ["objective.recipe=lexicon", "objective.lexicon_lag=1",
-                                   "objective.lexicon_collapse_blanks=true", "objective.flip_rate_start=0.5",
-                                   "objective.flip_rate_anneal_steps=200"],
-    "bigram_late_blanks": ["objective.recipe=lexicon", "objective.lexicon_lag=1", "objective.lexicon_collapse_blanks=true",
-                           "objective.lexicon_context=bigram"],
-    "bigram_late_blanks_r33": ["objective.recipe=lexicon", "objective.lexicon_lag=1",
-                               "objective.lexicon_collapse_blanks=true", "objective.lexicon_context=bigram",
-                               "model.target_rate=0.33"],
     # counts that forget faster: the lexicon follows the policy's new cuts sooner
     "lexicon_d98": ["objective.recipe=lexicon", "objective.lexicon_decay=0.98"],
-    # every decision credited with exactly what flipping it alone changes in the code length
-    "lexicon_exact": ["objective.recipe=lexicon", "objective.lexicon_credit=exact"],
     "lexicon_w01": ["objective.estimator=flips", "objective.lexicon_weight=0.1", "objective.flip_rate_control=true"],
     "lexicon_vocab": ["objective.estimator=flips", "objective.lexicon_weight=1", "objective.flip_rate_control=true",
                       "model.chunk_vocab=65536"],

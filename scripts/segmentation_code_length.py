@@ -1,5 +1,6 @@
 """Which fixed segmentations does the lexicon prior find cheapest? For each rule, count a fresh
-lexicon (unigram and bigram, rl/lexicon.py and rl/bigram_lexicon.py) on training windows cut by
+lexicon (the unigram one, objective/lexicon.py; the bigram column of older results came from the
+removed bigram lexicon) on training windows cut by
 that rule, costing each batch before counting it (as in training), and report the code length in
 nats per byte over the second half: what the lexicon objective would pay if the policy cut that
 way for good. A rule with a lower number is one the objective prefers, whatever the policy can find.
@@ -24,7 +25,6 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from rltok.data.corpus import load_eval_bytes  # noqa: E402
-from rltok.objective.bigram_lexicon import BigramLexicon  # noqa: E402
 from rltok.objective.lexicon import ChunkLexicon  # noqa: E402
 from token_alignment_rules import class_runs, whitespace_rule  # noqa: E402
 
@@ -70,10 +70,8 @@ def main() -> int:
     rows = {}
     for name, rule in rules(gen).items():
         rows[name] = {"rate": rule(x[:64]).float().mean().item(),
-                      "unigram": code_length(ChunkLexicon(decay=0.995), x, rule),
-                      "bigram": code_length(BigramLexicon(decay=0.995), x, rule)}
-        print(f"{name:15s} rate {rows[name]['rate']:.3f}  unigram {rows[name]['unigram']:.3f}  "
-              f"bigram {rows[name]['bigram']:.3f} nats/byte", flush=True)
+                      "unigram": code_length(ChunkLexicon(decay=0.995), x, rule)}
+        print(f"{name:15s} rate {rows[name]['rate']:.3f}  unigram {rows[name]['unigram']:.3f} nats/byte", flush=True)
     result = {"data": Path(args.data).name, "bytes": x.numel(),
               "command": f"python scripts/segmentation_code_length.py DATA/{Path(args.data).name} --bytes {args.bytes}",
               "rules": rows}

@@ -145,8 +145,8 @@ def test_lexicon_config_validation():
         load_config("test", overrides=["objective.estimator=flips", "objective.lexicon_decay=0"])
     from rltok.objective.loss import build_lexicon
 
-    cfg = load_config("test", overrides=["objective.recipe=lexicon", "objective.lexicon_collapse_blanks=true"])
-    assert build_lexicon(cfg).collapse_blanks and not build_lexicon(load_config("test")).collapse_blanks
+    lex = build_lexicon(load_config("test", overrides=["objective.recipe=lexicon"]))
+    assert lex.lag == 0 and not lex.collapse_blanks and lex.concentration == 100.0
 
 
 def test_training_with_the_lexicon_resumes_exactly(tmp_path):
@@ -263,40 +263,6 @@ def test_flip_deltas_are_each_single_flip_exactly(lag, collapse):
     assert torch.allclose(lex.flip_deltas(x, b), brute, atol=1e-3)
 
 
-@pytest.mark.parametrize("lag", [0, 1])
-def test_exact_lexicon_credit_is_unbiased_by_enumeration(lag):
-    """For independent decisions the exact credit's surrogate has, in expectation over the policy,
-    the gradient of the expected code length (all 2^7 segmentations enumerated)."""
-    from rltok.model.chunkers import Boundaries
-    from rltok.objective.loss import exact_lexicon_credit
-    from rltok.objective.flips import local_expectation_loss
-
-    lex = ChunkLexicon(size=1 << 12, decay=1.0, lag=lag)
-    x = tensor(b"ab ab abc")
-    lex.update(x, x == 32)
-    n = x.shape[1]
-    logits = torch.randn(1, n, generator=torch.Generator().manual_seed(3)).requires_grad_(True)
-    forced = torch.zeros(1, n, dtype=torch.bool)
-    forced[0, 0] = forced[0, -1] = True  # as in training: the first and last decisions are fixed
-    p = torch.sigmoid(logits)
-    expected_cost = 0.0
-    surrogate_grad = torch.zeros(1, n)
-    for k in range(2 ** (n - 2)):
-        b = forced.clone()
-        b[0, 1:-1] = torch.tensor([(k >> i) & 1 for i in range(n - 2)], dtype=torch.bool)
-        prob = torch.where(b | forced, p, 1 - p).where(~forced, torch.ones_like(p)).prod()
-        expected_cost = expected_cost + prob * lex.costs(x, b).sum()
-        bd = Boundaries(b=b, free=~forced, logits=logits)
-        cf = exact_lexicon_credit(lex, x, bd, 1.0)
-        loss = local_expectation_loss(logits, cf.credit, cf.flips, center=False, normalize=False)
-        (g,) = torch.autograd.grad(loss, logits)
-        surrogate_grad += prob.detach() * g * (n - 2)  # the surrogate averages over the n - 2 decisions
-    (exact,) = torch.autograd.grad(expected_cost, logits)
-    free = ~forced
-    assert torch.allclose(surrogate_grad[free], exact[free], rtol=1e-3, atol=1e-5)
-    assert exact[free].abs().max() > 0.01  # a real gradient, not two zeros
-
-
 def test_unit_posteriors_match_enumeration():
     """Forward-backward over unit ends: each unit's posterior probability equals the brute-force sum
     over every segmentation of the window into units of at most max_len bytes."""
@@ -323,30 +289,6 @@ def test_unit_posteriors_match_enumeration():
     assert lex.counts.sum().item() == pytest.approx(before + post.sum().item(), rel=1e-5)  # decay 1: expected unit count added
 
 
-def test_training_with_the_exact_credit_credits_every_decision(tmp_path):
-    over = ["train.max_steps=3", "train.threads=1", "objective.recipe=lexicon", "objective.lexicon_credit=exact",
-            "objective.lexicon_lag=1", "objective.lexicon_size=4096", "train.log_every=1", "train.eval_every=1000",
-            "train.checkpoint_every=1000"]
-    trainer = Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path}", *over]), corpus=corpus(), quiet=True)
-    seen = []
-    counterfactual = trainer.objective.counterfactual
-
-    def spy(model, idx, targets, out, step):
-        cf = counterfactual(model, idx, targets, out, step)
-        seen.append((cf.flips.sum().item(), out.boundaries.free.sum().item()))
-        return cf
-
-    trainer.objective.counterfactual = spy
-    trainer.fit()
-    assert seen and all(flipped == free for flipped, free in seen)  # no stride: every free decision
-    assert trainer.history[-1]["flip_value"] != 0 and "lexicon_bpb" in trainer.history[-1]
-    with pytest.raises(ConfigError, match="flip_model_pass=false"):
-        load_config("test", overrides=["objective.recipe=lexicon", "objective.lexicon_credit=exact",
-                                       "objective.flip_model_pass=true"])
-    with pytest.raises(ConfigError, match="lexicon_credit"):
-        load_config("test", overrides=["objective.recipe=lexicon", "objective.lexicon_credit=exactly"])
-
-
 def test_diagnose_measures_the_estimators_of_the_lexicon_objective(tmp_path, capsys):
     """`rltok diagnose --objective lexicon`: every estimator of the code length's gradient under the
     checkpoint's lexicon, at the reference's FLOPs (no model pass), and a clear error for a
@@ -359,16 +301,15 @@ def test_diagnose_measures_the_estimators_of_the_lexicon_objective(tmp_path, cap
             quiet=True).fit()
     out = tmp_path / "snr.json"
     args = ["diagnose", "-c", str(tmp_path / "lex"), "--objective", "lexicon", "--batch", "8", "--seq-len", "64",
-            "--estimates", "4", "--reference", "2", "--variants", "reference", "flips/4", "exact raw",
+            "--estimates", "4", "--reference", "2", "--variants", "reference", "flips/4",
             "--out", str(out), "--threads", "1"]
     assert main(args) == 0
     import json
 
     res = json.loads(out.read_text())
     rows = res["variants"]
-    assert res["objective"] == "lexicon" and set(rows) == {"reference", "flips/4", "exact raw"}
-    assert rows["exact raw"]["train_flops_per_byte"] == rows["reference"]["train_flops_per_byte"]
-    assert rows["exact raw"]["snr"] > rows["reference"]["snr"]
+    assert res["objective"] == "lexicon" and set(rows) == {"reference", "flips/4"}
+    assert rows["flips/4"]["train_flops_per_byte"] == rows["reference"]["train_flops_per_byte"]
     costs = tmp_path / "costs.json"
     assert main(["diagnose", "-c", str(tmp_path / "lex"), "--lexicon-costs", "--batch", "4", "--seq-len", "64",
                  "--out", str(costs), "--threads", "1"]) == 0
@@ -417,36 +358,6 @@ def test_lexicon_costs_by_class_are_the_flip_deltas_where_the_policy_cuts():
     assert mid["add_cut"] > 0  # splitting a counted word costs
     assert res["rate"] == pytest.approx(((x == 32)[:, 1:-1]).float().mean().item())
     assert "| whitespace | " in format_lexicon_costs(res)
-
-
-def test_the_flip_rate_target_anneals_from_its_start_to_the_target_rate():
-    """objective.flip_rate_start: the rate the price holds moves linearly from the start to
-    model.target_rate over flip_rate_anneal_steps steps counted from the policy's first step, and
-    the price follows it in training."""
-    from rltok.objective.loss import BoundaryObjective
-
-    with pytest.raises(ConfigError, match="flip_rate_control"):
-        load_config("test", overrides=["objective.estimator=flips", "objective.flip_rate_start=0.5"])
-    with pytest.raises(ConfigError, match="flip_rate_start"):
-        load_config("test", overrides=["objective.recipe=lexicon", "objective.flip_rate_start=1.5"])
-    cfg = load_config("test", overrides=["objective.recipe=lexicon", "objective.flip_rate_start=0.5",
-                                         "objective.flip_rate_anneal_steps=10", "objective.policy_start_step=4",
-                                         "model.target_rate=0.2"])
-    obj = BoundaryObjective(cfg, "cpu")
-    targets = [obj.flip_rate_target(s) for s in (0, 4, 8, 13, 20)]
-    assert targets == pytest.approx([0.5, 0.5 - 0.03, 0.5 - 0.15, 0.2, 0.2])
-    assert BoundaryObjective(load_config("test", overrides=["objective.recipe=lexicon"]), "cpu").flip_rate_target(0) \
-        == pytest.approx(0.2)
-    over = ["train.max_steps=3", "train.threads=1", "objective.recipe=lexicon", "objective.lexicon_size=4096",
-            "objective.flip_rate_start=0.5", "objective.flip_rate_anneal_steps=10", "train.eval_every=1000",
-            "train.checkpoint_every=1000"]
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(load_config("test", overrides=[f"train.out_dir={tmp}", *over]), corpus=corpus(), quiet=True)
-        trainer.fit()
-    assert trainer.objective.flip_price.target == pytest.approx(trainer.objective.flip_rate_target(2))
-    assert trainer.objective.flip_price.target == pytest.approx(0.5 - 0.3 * 3 / 10)
 
 
 @pytest.mark.parametrize("price", [0.0, -6.0])

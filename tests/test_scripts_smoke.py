@@ -107,7 +107,7 @@ def test_segmentation_code_length(data_root, tmp_path):
     r = json.loads(out.read_text())
     assert r["bytes"] == 4096 and r["rules"]
     for row in r["rules"].values():
-        assert {"rate", "unigram", "bigram"} <= row.keys()
+        assert {"rate", "unigram"} <= row.keys()
 
 
 def test_token_alignment_rules(data_root, tmp_path):

@@ -14,6 +14,7 @@ import dataclasses
 import difflib
 import json
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,7 +133,7 @@ class ModelConfig:
             raise ConfigError("model.mlp_ratio must be > 0")
 
 
-# the synthetic rewards of the plumbing checks (rltok.objective.loss.probe_reward): no model pass needed
+# the synthetic rewards of the plumbing checks (rltok.objective.rewards, Reward.probe): no model pass needed
 PROBE_REWARDS = ("whitespace_probe", "token_probe")
 
 
@@ -154,7 +155,6 @@ class ObjectiveConfig:
     baseline: str = "batch"
     group_size: int = 1  # K segmentations sampled per sequence, sharing one encoder pass
     gae_lambda: float = 0.95
-    value_weight: float = 0.1  # weight of the critic's squared error
     # "early_exit": CE_early - CE_final | "final": -CE_final | plumbing checks with a synthetic
     # reward: "whitespace_probe" (cut on whitespace), "token_probe" (cut where a Python token starts)
     reward: str = "early_exit"
@@ -180,23 +180,15 @@ class ObjectiveConfig:
     # discounted, baselined reward above (the reference recipe). "flips": counterfactual flips —
     # one extra pass without gradients through the chunk level and decoder with every
     # flip_stride-th free decision flipped; each flipped decision gets the loss change up to the
-    # next flip as its own credit (a truncated local-expectation gradient, rl/flips.py), weighted
-    # by flip_weight. Exact in expectation for policy_window=1 when a decision's effect ends
-    # within flip_stride bytes.
+    # next flip as its own credit (a truncated local-expectation gradient, objective/flips.py),
+    # centred and scaled over the flips. Exact in expectation for policy_window=1 when a
+    # decision's effect ends within flip_stride bytes.
     estimator: str = "score_function"
     flip_stride: int = 16
-    flip_weight: float = 1.0
-    flip_center: bool = True  # subtract the mean credit over the flips (the rate is the rate control's job)
     # Hold the rate inside the flips' credit: a price per boundary, in units of the normalised
     # credit, raised by dual ascent (lagrange_lr, lagrange_gain) while the expected rate is above
     # model.target_rate. A strong credit (the lexicon's) overpowers the separate rate penalty.
     flip_rate_control: bool = False
-    # With flip_rate_control: the rate the price holds starts here (0: at model.target_rate) and
-    # moves linearly to model.target_rate over flip_rate_anneal_steps steps after the policy starts
-    # (a high start lets the units grow by merging, most recurring first, as in BPE)
-    flip_rate_start: float = 0.0
-    flip_rate_anneal_steps: int = 0
-    flip_normalize: bool = True  # divide by its standard deviation (scale-free while boundaries are worth little)
     # Warm start: for this many steps the policy is left alone (no policy, rate or price term),
     # so an RL policy draws its initial i.i.d. boundaries at the target rate while the
     # chunk-level path learns to use chunks; then it learns where to cut.
@@ -212,23 +204,7 @@ class ObjectiveConfig:
     # about a quarter of a training step's FLOPs)
     flip_model_pass: bool = True
     lexicon_size: int = 1 << 20  # hash-table rows of chunk counts
-    lexicon_concentration: float = 100.0  # Dirichlet-process concentration: weight of the base model
     lexicon_decay: float = 0.995  # counts decay by this per training step (old segmentations fade)
-    # 1: a boundary at byte t closes the lexicon unit that ended at t - 1 (units " word", a whole
-    # indentation run, "self", "."), which a causal policy can see when it decides; 0: the unit
-    # that ends at t (the chunk itself)
-    lexicon_lag: int = 0
-    # True: the lexicon reads a run of repeated spaces or tabs as one byte (units that differ only
-    # in indentation depth are one unit, and splitting a run costs a unit per piece); False: bytes
-    lexicon_collapse_blanks: bool = False
-    # "unigram": each unit priced on its own; "bigram": each unit priced given the unit before it
-    # (rl/bigram_lexicon.py: recurring strings stay cheap as sequences of short units)
-    lexicon_context: str = "unigram"
-    # "flips": the lexicon's credit at the flipped decisions (every flip_stride-th), charged like the
-    # model's; "exact": every free decision credited with exactly what flipping it alone changes in
-    # the code length (a flip changes one or two units' costs: no truncation, no stride, no model
-    # pass; needs flip_model_pass=false)
-    lexicon_credit: str = "flips"
 
     def baseline_parts(self) -> set[str]:
         return {p.strip() for p in self.baseline.split("+") if p.strip()}
@@ -260,25 +236,15 @@ class ObjectiveConfig:
             raise _unknown(self.reward, ["early_exit", "final", *PROBE_REWARDS], "", what="objective.reward")
         if self.estimator not in ("score_function", "flips"):
             raise _unknown(self.estimator, ["score_function", "flips"], "", what="objective.estimator")
-        if self.flip_stride < 1 or self.flip_weight < 0 or self.policy_start_step < 0 or self.policy_lr_mult <= 0:
-            raise ConfigError("objective.flip_stride >= 1, flip_weight >= 0, policy_start_step >= 0 and "
+        if self.flip_stride < 1 or self.policy_start_step < 0 or self.policy_lr_mult <= 0:
+            raise ConfigError("objective.flip_stride >= 1, policy_start_step >= 0 and "
                               "policy_lr_mult > 0 are required")
-        if self.lexicon_weight < 0 or self.lexicon_size < 2 or self.lexicon_concentration <= 0 \
-                or not 0 < self.lexicon_decay <= 1 or self.lexicon_lag not in (0, 1):
-            raise ConfigError("objective.lexicon_weight >= 0, lexicon_size >= 2, lexicon_concentration > 0 and "
-                              "lexicon_decay in (0, 1] and lexicon_lag 0 or 1 are required")
-        if not 0 <= self.flip_rate_start < 1 or self.flip_rate_anneal_steps < 0:
-            raise ConfigError("objective.flip_rate_start must be in [0, 1) and flip_rate_anneal_steps >= 0")
-        if self.flip_rate_start > 0 and not self.flip_rate_control:
-            raise ConfigError("objective.flip_rate_start anneals the rate the flips' price holds: it needs "
-                              "objective.flip_rate_control=true")
-        if self.lexicon_context not in ("unigram", "bigram"):
-            raise _unknown(self.lexicon_context, ["unigram", "bigram"], "", what="objective.lexicon_context")
-        if self.lexicon_credit not in ("flips", "exact"):
-            raise _unknown(self.lexicon_credit, ["flips", "exact"], "", what="objective.lexicon_credit")
-        if self.lexicon_credit == "exact" and (self.flip_model_pass or self.lexicon_weight <= 0):
-            raise ConfigError("objective.lexicon_credit=exact is the lexicon's credit alone: it needs "
-                              "objective.flip_model_pass=false and objective.lexicon_weight > 0")
+        if self.lexicon_weight < 0 or self.lexicon_size < 2 or not 0 < self.lexicon_decay <= 1:
+            raise ConfigError("objective.lexicon_weight >= 0, lexicon_size >= 2 and "
+                              "lexicon_decay in (0, 1] are required")
+        if self.estimator == "flips" and "value" in self.baseline_parts():
+            raise ConfigError("objective.baseline 'value' is the score function's critic: the flips' credit is "
+                              "per decision already (use baseline=batch with estimator=flips)")
         if not self.flip_model_pass and self.lexicon_weight <= 0:
             raise ConfigError("objective.flip_model_pass=false leaves the flips' credit to the lexicon: "
                               "set objective.lexicon_weight > 0")
@@ -525,9 +491,30 @@ def _coerce(value: Any, typ: Any, key: str) -> Any:
     return value
 
 
+# Keys that were removed because they changed nothing (set by no preset or recipe, or only by
+# experiments that found no effect). Saved configs and checkpoints still carry them: loading
+# ignores them with a note; a command-line override of one is an error.
+REMOVED_KEYS: dict[str, str] = {f"objective.{k}": why for k, why in {
+    "flip_center": "the flips' credit is always centred",
+    "flip_normalize": "the flips' credit is always scaled",
+    "value_weight": "the critic's weight is 0.1",
+    "lexicon_concentration": "the lexicon's concentration is 100",
+    "lexicon_lag": "it changed nothing",
+    "lexicon_collapse_blanks": "it changed nothing",
+    "flip_rate_start": "it changed nothing",
+    "flip_rate_anneal_steps": "it changed nothing",
+    "lexicon_context": "it changed nothing (the bigram lexicon)",
+    "lexicon_credit": "it changed nothing (the exact lexicon credit)",
+    "flip_weight": "it changed nothing",
+}.items()}
+
+
 def apply_dict(obj: Any, d: dict[str, Any], where: str = "") -> None:
     types = _field_types(obj)
     for key, value in d.items():
+        if where + key in REMOVED_KEYS:
+            warnings.warn(f"{where + key} was removed ({REMOVED_KEYS[where + key]}); ignored", stacklevel=2)
+            continue
         if key not in types:
             raise _unknown(key, list(types), where)
         current = getattr(obj, key)
@@ -545,6 +532,8 @@ def apply_override(cfg: Config, assignment: str) -> None:
         raise ConfigError(f"override {assignment!r} must look like section.key=value")
     dotted, raw = assignment.split("=", 1)
     parts = dotted.strip().split(".")
+    if ".".join(parts) in REMOVED_KEYS:
+        raise ConfigError(f"config key {'.'.join(parts)!r} was removed ({REMOVED_KEYS['.'.join(parts)]})")
     obj: Any = cfg
     for i, part in enumerate(parts):
         types = _field_types(obj)

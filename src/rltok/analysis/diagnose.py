@@ -32,9 +32,10 @@ import time
 import torch
 
 from rltok.config import ObjectiveConfig
-from rltok.objective.loss import (boundary_advantages, boundary_reward, build_lexicon, compute_loss, flips_counterfactual,
-                        flips_policy_loss, per_segmentation, token_nll)
-from rltok.objective import policy_gradient_loss
+from rltok.objective.batch import PolicyBatch, per_segmentation
+from rltok.objective.build import build_estimator, build_lexicon
+from rltok.objective.loss import compute_loss, token_nll
+from rltok.objective.score_function import boundary_advantages
 
 # name -> objective overrides on top of the checkpoint's objective: the reference estimator, its
 # ablations (gamma = 1, no batch baseline, final-loss reward) and the variance reducers (group
@@ -49,23 +50,14 @@ VARIANTS: dict[str, dict] = {
     "group K=4 + value": {"estimator": "score_function", "reward": "early_exit", "baseline": "group+value", "gamma": 0.99, "group_size": 4},
     "flips/16": {"estimator": "flips", "flip_stride": 16, "group_size": 1, "baseline": "batch"},
     "flips/4": {"estimator": "flips", "flip_stride": 4, "group_size": 1, "baseline": "batch"},
-    # the flips' credit neither centred nor scaled: the plain local-expectation estimate
-    "flips/4 raw": {"estimator": "flips", "flip_stride": 4, "group_size": 1, "baseline": "batch",
-                    "flip_center": False, "flip_normalize": False},
-}
-# the lexicon's credit for every decision, exact (objective.lexicon_credit="exact"; --objective lexicon only)
-LEXICON_ONLY = {
-    "exact": {"estimator": "flips", "group_size": 1, "baseline": "batch", "lexicon_credit": "exact"},
-    "exact raw": {"estimator": "flips", "group_size": 1, "baseline": "batch", "lexicon_credit": "exact",
-                  "flip_center": False, "flip_normalize": False},
 }
 # what `--objective lexicon` measures by default (the early-exit reward has no meaning there)
-LEXICON_VARIANTS = ["reference", "gamma=1", "group K=4", "flips/16", "flips/4", "flips/4 raw", "exact", "exact raw"]
+LEXICON_VARIANTS = ["reference", "gamma=1", "group K=4", "flips/16", "flips/4"]
 
 
 def known_variants(objective: str = "lm") -> dict[str, dict]:
     """The variants that can be measured for an objective ("lm" or "lexicon")."""
-    return {**VARIANTS, **LEXICON_ONLY} if objective == "lexicon" else VARIANTS
+    return VARIANTS
 
 
 def checkpoint_lexicon(folder, cfg, device="cpu"):
@@ -93,32 +85,30 @@ def _group_batch(x: torch.Tensor, y: torch.Tensor, k: int):
     return (x, y) if k == 1 else (x[: len(x) // k], y[: len(x) // k])
 
 
-def _rollout(model, x, y, cfg: ObjectiveConfig, generator, lexicon=None):
-    """Sample segmentations of (x, y) and score them: (model output, per-position reward; with a
-    lexicon, minus the segmentation's code length under it)."""
+def _rollout(model, x, y, cfg: ObjectiveConfig, generator, lexicon=None, estimator=None) -> PolicyBatch:
+    """Sample segmentations of (x, y) and score them, as the objective's estimator sees them
+    (with `estimator`, its counterfactual too); the reward is the estimator's, or with a lexicon
+    minus the segmentation's code length under it."""
+    estimator = build_estimator(cfg, lexicon) if estimator is None else estimator
     k = cfg.group_size
     xs, ys = _group_batch(x, y, k)
     out = model(xs, generator=generator, group_size=k)
+    cf = estimator.counterfactual(model, xs, ys, out, generator)
     ys = ys.repeat_interleave(k, 0) if k > 1 else ys
+    batch = PolicyBatch(out, ys, token_nll(out.early_logits, ys), token_nll(out.logits, ys), cf)
     if lexicon is not None:
-        return out, -lexicon.costs(per_segmentation(xs, len(ys)), out.boundaries.b)
-    return out, boundary_reward(token_nll(out.early_logits, ys), token_nll(out.logits, ys), cfg.reward,
-                                out.boundaries.b, ys)
+        batch.reward = -lexicon.costs(per_segmentation(xs, len(ys)), out.boundaries.b)
+    else:
+        batch.reward = estimator.reward(batch)
+    return batch
 
 
 def estimate(model, x: torch.Tensor, y: torch.Tensor, cfg: ObjectiveConfig, params, generator,
              lexicon=None) -> torch.Tensor:
-    """One estimate of the policy gradient on (x, y): the score function on the baselined,
-    discounted reward, or (estimator="flips") the counterfactual-flips surrogate."""
-    out, reward = _rollout(model, x, y, cfg, generator, lexicon)
-    bd = out.boundaries
-    if cfg.estimator == "flips":
-        xs, ys = _group_batch(x, y, cfg.group_size)
-        cf = flips_counterfactual(model, xs, ys, out, cfg, generator, lexicon)
-        ys = ys.repeat_interleave(cfg.group_size, 0) if cfg.group_size > 1 else ys
-        return _flat_grad(flips_policy_loss(bd, reward, token_nll(out.logits, ys), cf, cfg)[0], params)
-    adv, _ = boundary_advantages(reward, bd.free, cfg, out.values)
-    return _flat_grad(policy_gradient_loss(bd.logp, adv, bd.free), params)
+    """One estimate of the policy gradient on (x, y): the gradient of the estimator's surrogate
+    (the score function on the baselined, discounted reward, the counterfactual-flips one, ...)."""
+    estimator = build_estimator(cfg, lexicon)
+    return _flat_grad(estimator.policy_loss(_rollout(model, x, y, cfg, generator, lexicon, estimator)), params)
 
 
 def train_flops_per_byte_of(model, cfg: ObjectiveConfig, seq_len: int) -> float:
@@ -127,7 +117,7 @@ def train_flops_per_byte_of(model, cfg: ObjectiveConfig, seq_len: int) -> float:
     from rltok.model.flops import step_train_flops_per_byte
 
     full = Config(model=model.cfg, objective=cfg, train=TrainConfig(seq_len=seq_len))
-    return step_train_flops_per_byte(full, counterfactual=cfg.estimator == "flips" and cfg.flip_model_pass)
+    return step_train_flops_per_byte(full, counterfactual=build_estimator(cfg).model_pass)
 
 
 def fit_critic(model, x, y, cfg: ObjectiveConfig, generator, steps: int = 200, lr: float = 3e-3,
@@ -141,8 +131,8 @@ def fit_critic(model, x, y, cfg: ObjectiveConfig, generator, steps: int = 200, l
     opt = torch.optim.Adam(critic, lr=lr)
     loss = torch.tensor(float("nan"))
     for _ in range(steps):
-        out, reward = _rollout(model, x, y, cfg, generator, lexicon)
-        _, loss = boundary_advantages(reward, out.boundaries.free, cfg, out.values)
+        batch = _rollout(model, x, y, cfg, generator, lexicon)
+        _, loss = boundary_advantages(batch.reward, batch.bd.free, cfg, batch.out.values)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -156,12 +146,13 @@ def step_time(model, x, y, cfg: ObjectiveConfig, target_rate: float, generator, 
     """Median seconds of a full training step's compute (forward, loss, backward) with `cfg`."""
     k = cfg.group_size
     xs, ys = _group_batch(x, y, k)
+    estimator = build_estimator(cfg, lexicon)
     times = []
     for i in range(repeats + 1):
         t0 = time.perf_counter()
         out = model(xs, generator=generator, group_size=k)
-        cf = flips_counterfactual(model, xs, ys, out, cfg, generator, lexicon) if cfg.estimator == "flips" else None
-        loss, _ = compute_loss(out, ys, cfg, target_rate, counterfactual=cf)
+        cf = estimator.counterfactual(model, xs, ys, out, generator)
+        loss, _ = compute_loss(out, ys, cfg, target_rate, counterfactual=cf, estimator=estimator)
         loss.backward()
         model.zero_grad(set_to_none=True)
         if i:  # the first is a warm-up

@@ -290,7 +290,7 @@ class ChunkLexicon:
 
     def load_state_dict(self, state: dict) -> None:
         if "pair_counts" in state and type(self) is ChunkLexicon:
-            raise ValueError("the checkpoint's lexicon is a bigram one (objective.lexicon_context=bigram)")
+            raise ValueError("the checkpoint's lexicon is a bigram one (the removed objective.lexicon_context=bigram)")
         if state["counts"].shape != self.counts.shape:
             raise ValueError(f"lexicon table of {state['counts'].numel()} rows in the checkpoint, "
                              f"{self.size} configured (objective.lexicon_size)")
