@@ -1,0 +1,106 @@
+"""Faults a user meets at the command line, each refused with one `error:` line (exit 2) or
+handled quietly: a run folder in use by another process, resuming a run from its own config,
+unknown or missing evaluation splits, an unwritable run folder, diagnose's small batches, and
+the prompt's rough edges (--help without torch, a closed pipe, option spellings)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rltok.cli import main
+
+TEXT = b"".join(b"row %d: plain words and punctuation, %x more.\n" % (i, i * 7) for i in range(400))
+FAST = ["--preset", "test", "train.device=cpu", "train.threads=1", "train.eval_batches=1"]
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+@pytest.fixture(autouse=True)
+def _own_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture
+def data_file(tmp_path):
+    p = tmp_path / "data.txt"
+    p.write_bytes(TEXT)
+    return p
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def assert_user_error(capsys, argv, *messages) -> str:
+    code, _, err = run_cli(capsys, *argv)
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for m in messages:
+        assert m in lines[0], lines[0]
+    return lines[0]
+
+
+def snapshot(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != ".lock"}
+
+
+# ---- 1. one live process per run folder -----------------------------------------------------------
+
+HOLD = textwrap.dedent("""
+    import sys
+    from rltok.training.run_lock import RunLock
+    lock = RunLock(sys.argv[1]).acquire()
+    print("held", flush=True)
+    sys.stdin.read()
+""")
+
+
+def hold_lock(run_dir: Path) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": SRC})
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_run_folder_in_use_is_refused_and_left_untouched(tmp_path, data_file, capsys):
+    run = tmp_path / "r"
+    train = ["train", *FAST, "--data", data_file, "--out", run, "--steps", "2"]
+    assert run_cli(capsys, *train)[0] == 0
+    before = snapshot(run)
+    holder = hold_lock(run)
+    try:
+        for argv in (train, [*train, "--resume"]):
+            line = assert_user_error(capsys, argv, "is in use by", f"pid {holder.pid}")
+            assert str(run) in line
+        assert snapshot(run) == before
+    finally:
+        holder.kill()
+        holder.communicate()
+    # the holder was killed: its lock file stays, but the kernel dropped the lock
+    assert (run / ".lock").exists()
+    code, _, err = run_cli(capsys, *train[:-2], "--steps", "3", "--resume")
+    assert code == 0, err
+
+
+def test_two_trainers_in_one_process_cannot_share_a_folder(tmp_path):
+    from rltok.config import ConfigError, load_config
+    from rltok.training.trainer import Trainer
+
+    cfg = load_config("test", overrides=[f"train.out_dir={tmp_path / 'r'}", "train.device=cpu",
+                                         f"data.train={tmp_path / 'data.txt'}"])
+    (tmp_path / "data.txt").write_bytes(TEXT)
+    first = Trainer(cfg, quiet=True)
+    with pytest.raises(ConfigError, match="is in use by pid"):
+        Trainer(cfg, quiet=True)
+    first.lock.release()
+    Trainer(cfg, quiet=True).lock.release()
