@@ -104,3 +104,54 @@ def test_two_trainers_in_one_process_cannot_share_a_folder(tmp_path):
         Trainer(cfg, quiet=True)
     first.lock.release()
     Trainer(cfg, quiet=True).lock.release()
+
+
+# ---- 2. --resume continues the run it names ----------------------------------------------------
+
+def final_state(run: Path) -> tuple[dict, dict]:
+    import torch
+
+    from rltok.training.checkpoint import load_checkpoint
+
+    model = load_checkpoint(run)[0]
+    last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    return {k: v.clone() for k, v in model.state_dict().items()}, {k: last[k] for k in ("step", "loss", "val_bpb")}
+
+
+def test_resume_continues_from_the_runs_own_config_bit_for_bit(tmp_path, data_file, capsys):
+    import torch
+
+    # warm-up longer than the run: the learning rate does not depend on max_steps
+    setup = [*FAST, "--data", data_file, "train.warmup_steps=50", "train.log_every=5", "train.eval_every=5",
+             "train.checkpoint_every=5", "model.dropout=0.1"]
+    assert run_cli(capsys, "train", *setup, "--out", tmp_path / "full", "--steps", "28")[0] == 0
+    assert run_cli(capsys, "train", *setup, "--out", tmp_path / "r1", "--steps", "15")[0] == 0
+    code, _, err = run_cli(capsys, "train", "--resume", "--out", tmp_path / "r1", "train.max_steps=28")
+    assert code == 0, err
+    assert "resumed from" in err and "step 15" in err
+    (w_full, rec_full), (w_res, rec_res) = final_state(tmp_path / "full"), final_state(tmp_path / "r1")
+    assert rec_res == rec_full and rec_full["step"] == 28
+    assert w_full.keys() == w_res.keys()
+    for k in w_full:
+        assert torch.equal(w_full[k], w_res[k]), k
+
+
+def test_resume_with_a_changed_config_is_refused_unless_allowed(tmp_path, data_file, capsys):
+    run = tmp_path / "r"
+    assert run_cli(capsys, "train", *FAST, "--data", data_file, "--out", run, "--steps", "2")[0] == 0
+    before = snapshot(run)
+    assert_user_error(capsys, ["train", "--resume", "--out", run, "model.d_chunk=96", "train.max_steps=4"],
+                      "model.d_chunk (", "--allow-config-change")
+    other = tmp_path / "other.txt"
+    other.write_bytes(TEXT[::-1])
+    assert_user_error(capsys, ["train", "--resume", "--out", run, "--data", other, "train.max_steps=4"],
+                      "data.train (")
+    assert_user_error(capsys, ["train", "--resume", "--out", run, "--preset", "tiny"], "model.")
+    assert snapshot(run) == before
+    # the same data again, or only keys a resume may change: fine
+    code, _, err = run_cli(capsys, "train", "--resume", "--out", run, "--data", data_file, "train.max_steps=3",
+                           "train.log_every=1")
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "train", "--resume", "--out", run, "--data", other, "train.max_steps=4",
+                           "--allow-config-change")
+    assert code == 0, err

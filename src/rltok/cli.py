@@ -23,7 +23,8 @@ USER_ERRORS = (ConfigError, DataError, CheckpointError)
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="section.key=value",
                    help="config overrides, e.g. train.max_steps=2000 model.d_chunk=384")
-    p.add_argument("--preset", default="tiny", help=f"named preset ({', '.join(PRESETS)}); default: tiny")
+    p.add_argument("--preset", default=None, help=f"named preset ({', '.join(PRESETS)}); default: tiny "
+                                                  "(with --resume: the run's own saved config)")
     p.add_argument("--config", help="JSON or TOML config file applied on top of the preset")
     p.add_argument("--data", help="training data: 'stdlib' (default), a file, a folder, a glob or hf:name")
     p.add_argument("--out", help="run folder (checkpoints, metrics.jsonl); default runs/default")
@@ -42,7 +43,17 @@ def cmd_train(args) -> int:
         overrides.append(f"train.max_steps={args.steps}")
     if args.list_presets:
         return cmd_presets(argparse.Namespace(name=None))
-    cfg = load_config(args.preset, args.config, overrides)
+    saved = None
+    if args.resume:  # continue the run the folder holds, from its own saved config and data
+        from rltok.training import run_folder
+
+        run_dir = args.out if args.out is not None else _last_override(overrides, "train.out_dir")
+        saved = run_folder.saved_config(run_dir or "runs/default")
+    if saved is not None:
+        cfg = run_folder.resume_config(run_dir or "runs/default", saved, args.preset, args.config, overrides,
+                                       allow_change=args.allow_config_change)
+    else:
+        cfg = load_config(args.preset or "tiny", args.config, overrides)
     if args.print_config:
         print(json.dumps(cfg.to_dict(), indent=2))
         return 0
@@ -62,6 +73,11 @@ def cmd_train(args) -> int:
         summary = {k: round(v, 4) if isinstance(v, float) else v for k, v in val.items() if k != "chunk_length_hist"}
         print(json.dumps({"step": result.step, "run_dir": str(result.run_dir), **summary}))
     return 0
+
+
+def _last_override(overrides: list[str], key: str) -> str | None:
+    values = [ov.split("=", 1)[1].strip() for ov in overrides if "=" in ov and ov.split("=", 1)[0].strip() == key]
+    return values[-1] if values else None
 
 
 def _size(text: str) -> int:
@@ -472,7 +488,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train a model (defaults: the stdlib corpus, a few minutes on 2 CPU cores)")
     _add_config_args(p)
-    p.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in the run folder")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its newest valid checkpoint, with the run's own saved "
+                        "config and data; only train.max_steps, logging/eval/checkpoint cadence, threads, "
+                        "device and tensorboard/wandb may be given again")
+    p.add_argument("--allow-config-change", action="store_true",
+                   help="with --resume: continue even though other config keys differ from the run's")
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     p.add_argument("--list-presets", action="store_true", help="list the named presets and exit")
     p.set_defaults(func=cmd_train)
