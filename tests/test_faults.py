@@ -155,3 +155,61 @@ def test_resume_with_a_changed_config_is_refused_unless_allowed(tmp_path, data_f
     code, _, err = run_cli(capsys, "train", "--resume", "--out", run, "--data", other, "train.max_steps=4",
                            "--allow-config-change")
     assert code == 0, err
+
+
+# ---- 3. evaluation splits are checked and recorded ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny rl-chunker checkpoint trained on a single file, and that file."""
+    root = tmp_path_factory.mktemp("trained")
+    data = root / "data.txt"
+    data.write_bytes(TEXT)
+    assert main(["train", *FAST, "--data", str(data), "--out", str(root / "run"), "--steps", "2",
+                 "train.seq_len=64"]) == 0
+    return root / "run", data
+
+
+def test_unknown_split_is_refused_with_the_valid_ones(trained, capsys):
+    run, data = trained
+    assert_user_error(capsys, ["eval", "-c", run, "--split", "tset"], "unknown split 'tset'", "val", "all")
+    assert_user_error(capsys, ["vocab", str(run), "--split", "tset", "--no-bpe"], "unknown split 'tset'")
+
+
+def test_a_split_the_source_lacks_is_an_error_or_an_explicit_fallback(trained, capsys, tmp_path):
+    run, data = trained
+    assert_user_error(capsys, ["eval", "-c", run, "--data", data, "--split", "test"],
+                      "has no 'test' split", "--fallback-to-val")
+    code, out, err = run_cli(capsys, "eval", "-c", run, "--data", data, "--split", "test", "--fallback-to-val")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["split"] == "val" and result["split_requested"] == "test"
+    assert "evaluating on 'val'" in err
+    # a split folder has its test split; every result names the split it used
+    folder = tmp_path / "splits"
+    folder.mkdir()
+    for name in ("train", "val", "test"):
+        (folder / f"{name}.txt").write_bytes(TEXT[:4000])
+    code, out, err = run_cli(capsys, "eval", "-c", run, "--data", folder, "--split", "test")
+    assert code == 0, err
+    assert json.loads(out)["split"] == "test"
+
+
+def test_compare_on_a_single_file_names_the_split_it_used():
+    from rltok.data.corpus import available_splits, resolve_split
+
+    assert "test" not in available_splits("stdlib")
+    assert resolve_split("stdlib", "test", fallback=True) == "val"
+    with pytest.raises(Exception, match="has no 'test' split"):
+        resolve_split("stdlib", "test")
+    assert resolve_split("stdlib", "val") == "val"
+
+
+def test_compare_report_on_a_single_file_is_not_labelled_test(data_file, capsys, tmp_path):
+    code, out, err = run_cli(capsys, "compare", "--data", data_file, "--methods", "fixed", "--budget-bytes", "20000",
+                             "--preset", "test", "--out", tmp_path / "cmp", "train.device=cpu", "train.threads=1",
+                             "train.eval_batches=1", "train.seq_len=64")
+    assert code == 0, err
+    assert "(val split)" in out and "test split" not in out and "| val bpb |" in out
+    assert "no 'test' split: evaluating on 'val'" in err
+    assert json.loads((tmp_path / "cmp" / "fixed_s0.json").read_text())["split"] == "val"

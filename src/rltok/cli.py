@@ -197,19 +197,26 @@ def _load(args):
 
 def cmd_eval(args) -> int:
     from rltok.data.windows import eval_windows
-    from rltok.data.corpus import load_eval_bytes
+    from rltok.data.corpus import load_eval_bytes, resolve_split
     from rltok.training.evaluate import evaluate
     from rltok.data.python_tokens import looks_like_python
 
+    if args.data is not None:  # a wrong split fails before the model loads
+        resolve_split(args.data, args.split, args.fallback_to_val)
     model, cfg, ckpt, device = _load(args)
     spec = args.data or cfg.data.train
-    data = load_eval_bytes(spec, args.split, args.max_bytes, cfg.data.val_fraction)
+    split = resolve_split(spec, args.split, args.fallback_to_val)
+    if split != args.split:
+        print(f"note: {spec} has no {args.split!r} split: evaluating on {split!r}", file=sys.stderr)
+    data = load_eval_bytes(spec, split, args.max_bytes, cfg.data.val_fraction)
     seq_len = args.seq_len or cfg.train.seq_len
     x, y = eval_windows(data, seq_len, args.max_windows)
     code = args.code if args.code is not None else looks_like_python(spec)
     result = evaluate(model, x, y, batch_size=args.batch_size, mode=args.mode, seed=args.seed, device=device,
                       code_metrics=code)
-    result.update(checkpoint=str(ckpt), data=spec, split=args.split, seq_len=x.shape[1], mode=args.mode)
+    result.update(checkpoint=str(ckpt), data=spec, split=split, seq_len=x.shape[1], mode=args.mode)
+    if split != args.split:
+        result["split_requested"] = args.split
     if not args.hist:
         result.pop("chunk_length_hist", None)
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}, indent=2))
@@ -339,12 +346,17 @@ def cmd_compare(args) -> int:
             method_config(m, args.overrides, args.data, out, 0, args.preset)
         except ValueError as e:
             raise ConfigError(str(e)) from None
+    from rltok.data.corpus import resolve_split
+
+    split = resolve_split(args.data, args.split, fallback=True)  # the split every number is really on
+    if split != args.split:
+        print(f"note: {args.data} has no {args.split!r} split: evaluating on {split!r}", file=sys.stderr)
     ref = method_config("rl", args.overrides, args.data, out, 0, args.preset)
     budget = args.budget_bytes * train_flops_per_byte(hourglass_flops(ref.model, ref.train.seq_len))
     print(f"budget: {budget:.3e} training FLOPs (= {args.budget_bytes:,} bytes of the hierarchical model "
           f"at rate {ref.model.target_rate})", file=sys.stderr)
     results = run_sweep(args.data, args.methods, args.seeds, out, budget, args.overrides, args.preset,
-                        args.split, args.max_eval_windows, log=lambda m: print(m, file=sys.stderr))
+                        split, args.max_eval_windows, log=lambda m: print(m, file=sys.stderr))
     command = "rltok " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if args.command_line is None else args.command_line
     # the report covers every finished run in the folder (earlier invocations with other seeds too)
     names = {(r["method"], r["seed"]) for r in results}
@@ -352,7 +364,7 @@ def cmd_compare(args) -> int:
         r = json.loads(path.read_text())
         if (r["method"], r["seed"]) not in names:
             results.append(r)
-    report = write_report(results, out, args.title or f"{Path(args.data).name} ({args.split} split)", command)
+    report = write_report(results, out, args.title or f"{Path(args.data).name} ({split} split)", command)
     print(report.read_text())
     return 0
 
@@ -376,7 +388,7 @@ def cmd_diagnose(args) -> int:
     if model.__class__.__name__ != "HourglassLM" or model.cfg.chunker != "rl":
         raise ConfigError("diagnose needs a checkpoint of the hierarchical model with the rl chunker")
     lexicon = checkpoint_lexicon(ckpt, cfg, device) if args.objective == "lexicon" else None
-    data = load_eval_bytes(args.data or cfg.data.train, args.split)
+    data = load_eval_bytes(args.data or cfg.data.train, args.split, val_fraction=cfg.data.val_fraction)
     x, y = eval_windows(data, args.seq_len or cfg.train.seq_len, args.batch)
     if len(x) < args.batch:
         raise ConfigError(f"only {len(x)} windows of evaluation data; lower --batch or --seq-len")
@@ -546,7 +558,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="bpb, boundary rate, bytes per chunk and whitespace alignment on any data")
     add_model_args(p)
     p.add_argument("--data", help="data to evaluate (default: the training source); a split folder uses --split")
-    p.add_argument("--split", default="val", help="val (held-out part, default), test (split folders) or all")
+    p.add_argument("--split", default="val", help="val (held-out part, default), test (split folders and prepared "
+                                                  "folders that have one), train or all; a split the data lacks is "
+                                                  "an error")
+    p.add_argument("--fallback-to-val", action="store_true",
+                   help="evaluate on val when the data has no such split (the output's split names the one used)")
     p.add_argument("--seq-len", type=int, default=0, help="window length (default: training seq_len)")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--max-windows", type=int, default=0, help="evaluate on at most this many windows (0 = all)")
