@@ -213,3 +213,68 @@ def test_compare_report_on_a_single_file_is_not_labelled_test(data_file, capsys,
     assert "(val split)" in out and "test split" not in out and "| val bpb |" in out
     assert "no 'test' split: evaluating on 'val'" in err
     assert json.loads((tmp_path / "cmp" / "fixed_s0.json").read_text())["split"] == "val"
+
+
+# ---- 4. disk faults on the run folder -----------------------------------------------------------
+
+def assert_error_line(code: int, err: str, *messages) -> str:
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and err.strip().splitlines()[-1] == errors[0], err
+    for m in messages:
+        assert m in errors[0], errors[0]
+    return errors[0]
+
+
+def test_out_under_a_regular_file_is_one_error_line(tmp_path, data_file, capsys):
+    (tmp_path / "afile").write_text("x")
+    assert_user_error(capsys, ["train", *FAST, "--data", data_file, "--out", tmp_path / "afile" / "run", "--steps", "1"],
+                      "cannot use run folder", "afile")
+
+
+def test_read_only_run_folder_is_one_error_line(tmp_path, data_file, capsys, monkeypatch):
+    from rltok.training import run_lock
+
+    def refuse(path, *a, **k):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(run_lock, "open", refuse, raising=False)
+    assert_user_error(capsys, ["train", *FAST, "--data", data_file, "--out", tmp_path / "ro", "--steps", "1"],
+                      "cannot use run folder", "Permission denied")
+
+
+def test_config_write_failure_is_one_error_line(tmp_path, data_file, capsys, monkeypatch):
+    from rltok.training import run_folder
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(run_folder, "start", full)
+    code, _, err = run_cli(capsys, "train", *FAST, "--data", data_file, "--out", tmp_path / "r", "--steps", "1")
+    assert_error_line(code, err, "No space left on device")
+
+
+@pytest.mark.parametrize("where", ["weights", "trainer_state", "manifest"])
+def test_a_full_disk_at_checkpoint_write_leaves_the_valid_checkpoint(tmp_path, data_file, capsys, monkeypatch, where):
+    from rltok.training import checkpoint
+
+    run = tmp_path / "r"
+    train = ["train", *FAST, "--data", data_file, "--out", run]
+    assert run_cli(capsys, *train, "--steps", "2")[0] == 0
+    before = snapshot(run / "checkpoints")
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    target = {"weights": "save_file", "trainer_state": "torch", "manifest": "_write_synced"}[where]
+    if target == "torch":
+        monkeypatch.setattr(checkpoint.torch, "save", full)
+    else:
+        monkeypatch.setattr(checkpoint, target, full)
+    code, _, err = run_cli(capsys, *train, "--resume", "train.max_steps=4")
+    assert_error_line(code, err, "cannot write the checkpoint of step 4", "No space left on device")
+    monkeypatch.undo()
+    assert snapshot(run / "checkpoints") == before  # nothing partial next to or in place of step 2
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_0000002"]
+    checkpoint.verify_checkpoint(run / "checkpoints" / "step_0000002")
