@@ -384,6 +384,13 @@ def cmd_diagnose(args) -> int:
     for v in args.variants or []:
         if v not in known:
             raise ConfigError(f"unknown variant {v!r}; choose from {', '.join(known)}")
+        k = known[v].get("group_size", 1)
+        if args.batch % k:
+            raise ConfigError(f"variant {v!r} needs --batch a multiple of its group size {k}")
+    if args.batch < 1 or args.estimates < 2 or args.reference < 1:
+        raise ConfigError("--batch and --reference must be >= 1, --estimates >= 2")
+    if args.reference_group < 2:
+        raise ConfigError("--reference-group must be >= 2 (segmentations per sequence in the reference)")
     model, cfg, ckpt, device = _load(args)
     if model.__class__.__name__ != "HourglassLM" or model.cfg.chunker != "rl":
         raise ConfigError("diagnose needs a checkpoint of the hierarchical model with the rl chunker")
