@@ -302,3 +302,64 @@ def test_diagnose_refuses_a_named_variant_that_does_not_fit_the_batch(trained, c
     assert_user_error(capsys, ["diagnose", "-c", run, "--batch", "2", "--variants", "group K=4"],
                       "multiple of its group size 4")
     assert_user_error(capsys, ["diagnose", "-c", run, "--reference-group", "1"], "--reference-group must be >= 2")
+
+
+# ---- 6. the prompt's rough edges -----------------------------------------------------------------
+
+def in_fresh_process(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": SRC})
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["presets"], ["presets", "test"], ["train", "--help"]])
+def test_help_and_presets_load_no_torch(argv):
+    done = in_fresh_process(
+        "import sys\nfrom rltok.cli import main\n"
+        f"try:\n    code = main({argv!r})\nexcept SystemExit as e:\n    code = e.code\n"
+        "assert code in (0, None), code\n"
+        "print('torch loaded' if 'torch' in sys.modules else 'no torch', file=sys.stderr)")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "no torch", done.stderr
+
+
+def test_preset_parameter_counts_are_current():
+    from rltok.cli import PRESET_PARAMS, count_params
+    from rltok.config import PRESETS
+
+    assert {name: count_params(name) for name in PRESETS} == PRESET_PARAMS
+
+
+def test_model_methods_are_installed_when_the_model_is_imported():
+    done = in_fresh_process("import sys\nfrom rltok.model.hourglass import HourglassLM\n"
+                            "from rltok.model.token_lm import BPETokenLM\nimport rltok\n"
+                            "assert hasattr(HourglassLM, 'generate') and hasattr(BPETokenLM, 'from_pretrained')\n"
+                            "assert rltok.HourglassLM is HourglassLM\nprint('ok')")
+    assert done.stdout.strip() == "ok", done.stderr
+
+
+@pytest.mark.parametrize("argv", [["presets"], ["presets", "test"], ["train", "--print-config", "--preset", "test"]])
+def test_output_to_a_closed_pipe_ends_quietly(argv, tmp_path):
+    """`rltok presets | head -1`, made deterministic: the reader has gone before the first write."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "rltok.cli", *argv], stdout=write, stderr=subprocess.PIPE,
+                              text=True, timeout=120, env={**os.environ, "PYTHONPATH": SRC}, cwd=tmp_path)
+    finally:
+        os.close(write)
+    assert done.stderr.strip() == "" or "use: rltok train" in done.stderr, done.stderr
+    assert "Error" not in done.stderr and "Exception" not in done.stderr, done.stderr
+    assert done.returncode == 0, done.stderr
+
+
+def test_prompt_file_and_file_are_both_spelled_on_generate_and_segment(trained, capsys, tmp_path):
+    run, _ = trained
+    prompt = tmp_path / "p.txt"
+    prompt.write_bytes(b"row 1: plain words")
+    for flag in ("--file", "--prompt-file", "-f"):
+        code, out, err = run_cli(capsys, "segment", "-c", run, flag, prompt, "--color", "never")
+        assert code == 0, err
+        assert out.replace("|", "").strip() == "row 1: plain words"
+        code, out, err = run_cli(capsys, "generate", "-c", run, flag, prompt, "-n", "4", "--echo", "--seed", "1")
+        assert code == 0, err
+        assert out.startswith("row 1: plain words")

@@ -13,11 +13,25 @@ import json
 import sys
 import warnings
 
-from rltok.training.checkpoint import CheckpointError
 from rltok.config import PRESETS, ConfigError, load_config
-from rltok.data.sources import DataError
 
-USER_ERRORS = (ConfigError, DataError, CheckpointError)
+# `rltok --help` and `rltok presets` load no torch: every module that needs it is imported by the
+# command that uses it. The user errors of modules not loaded cannot have been raised.
+_ERROR_CLASSES = (("rltok.data.sources", "DataError"), ("rltok.training.checkpoint", "CheckpointError"))
+
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """The exceptions that end a command with one `error:` line: ConfigError, DataError, CheckpointError."""
+    return (ConfigError, *(getattr(sys.modules[m], n) for m, n in _ERROR_CLASSES if m in sys.modules))
+
+
+def __getattr__(name: str):
+    if name == "USER_ERRORS":  # the full tuple, for callers that want it (loads its modules)
+        from rltok.data.sources import DataError
+        from rltok.training.checkpoint import CheckpointError
+
+        return (ConfigError, DataError, CheckpointError)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -118,13 +132,29 @@ def cmd_prepare(args) -> int:
     return 0
 
 
-def cmd_presets(args) -> int:
-    """The named presets with their size (parameters counted on the meta device: no memory,
-    no time), or one preset's resolved config."""
+# Parameters of each preset's model, so that `rltok presets` answers without loading torch;
+# tests/test_faults.py counts them on the meta device and fails when one goes stale. A preset
+# missing here is counted (loading torch).
+PRESET_PARAMS = {"tiny": 4496001, "small": 1663201, "test": 103585, "nl-147m": 145340673, "code-90m": 90868993}
+
+
+def count_params(name: str) -> int | None:
+    """A preset's parameter count, built on the meta device (no memory, no time besides torch's
+    import); None when data-fitted parts (BPE) need training bytes."""
     import torch
 
-    from rltok.config import PRESET_NOTES
     from rltok.model.factory import build_model
+
+    try:
+        with torch.device("meta"):
+            return build_model(load_config(name).model).num_params()
+    except ValueError:
+        return None
+
+
+def cmd_presets(args) -> int:
+    """The named presets with their size, or one preset's resolved config."""
+    from rltok.config import PRESET_NOTES
 
     if args.name:
         print(json.dumps(load_config(args.name).to_dict(), indent=2))
@@ -134,11 +164,8 @@ def cmd_presets(args) -> int:
     for name in PRESETS:
         cfg = load_config(name)
         m, t = cfg.model, cfg.train
-        try:
-            with torch.device("meta"):
-                n = f"{build_model(m).num_params() / 1e6:.1f}M"
-        except ValueError:  # data-fitted parts (BPE) need training bytes
-            n = "?"
+        count = PRESET_PARAMS[name] if name in PRESET_PARAMS else count_params(name)
+        n = "?" if count is None else f"{count / 1e6:.1f}M"
         print(f"{name:<10} {n:>8}  {f'{m.d_byte} x {m.encoder_layers}+{m.decoder_layers}':<16} "
               f"{f'{m.d_chunk} x {m.main_layers}':<17} {t.seq_len:>5} {t.batch_size:>5}  {t.dtype:<5} "
               f"{PRESET_NOTES.get(name, '')}")
@@ -233,6 +260,8 @@ def cmd_segment(args) -> int:
     if args.max_bytes:
         data = data[: args.max_bytes]
     if not data:
+        from rltok.data.sources import DataError
+
         raise DataError("nothing to segment: the input is empty")
     model, _, _, device = _load(args)
     b, probs = segment_boundaries(model, data, mode=args.mode, seed=args.seed, device=device)
@@ -296,6 +325,8 @@ def cmd_generate(args) -> int:
             with open(args.prompt_file, "rb") as f:  # raw bytes: any byte string is a valid prompt
                 prompt = f.read()
         except OSError as e:
+            from rltok.data.sources import DataError
+
             raise DataError(f"cannot read prompt file {args.prompt_file}: {e.strerror}") from None
     else:
         prompt = (args.text or "").encode("utf-8", errors="surrogateescape")
@@ -584,7 +615,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("segment", help="show how a trained model chunks a text")
     add_model_args(p)
     p.add_argument("text", nargs="?", help="text to segment (UTF-8)")
-    p.add_argument("--file", "-f", help="read the bytes from a file ('-' for stdin)")
+    p.add_argument("--file", "--prompt-file", "-f", dest="file",
+                   help="read the bytes from a file ('-' for stdin); --prompt-file is the same (as in generate)")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     p.add_argument("--sep", default="|", help="separator printed between chunks without colour")
     p.add_argument("--max-bytes", type=int, default=0)
@@ -604,7 +636,8 @@ def build_parser() -> argparse.ArgumentParser:
                "goes on. Prompts are bytes: any byte string (also invalid UTF-8) is a valid prompt.")
     add_model_args(p)
     p.add_argument("text", nargs="?", help="prompt (UTF-8); empty or omitted: start from a newline")
-    p.add_argument("--prompt-file", "-f", help="read the prompt as raw bytes from a file ('-' for stdin)")
+    p.add_argument("--prompt-file", "--file", "-f", dest="prompt_file",
+                   help="read the prompt as raw bytes from a file ('-' for stdin); --file is the same (as in segment)")
     p.add_argument("--max-bytes", "-n", type=int, default=256, help="generate at most this many bytes (default 256)")
     p.add_argument("--temperature", "-t", type=float, default=1.0, help="sampling temperature; 0 = greedy (default 1)")
     p.add_argument("--top-k", type=int, default=0, help="sample among the k likeliest bytes (0 = off)")
@@ -700,8 +733,17 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("default")
     warnings.formatwarning = lambda msg, cat, *a, **k: f"warning: {msg}\n"
     try:
-        return args.func(args)
-    except USER_ERRORS as e:
+        code = args.func(args)
+        sys.stdout.flush()  # here, so that a closed pipe is handled below and not at exit
+        return code
+    except BrokenPipeError:  # e.g. `rltok presets | head -1`: the reader has all it wanted
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
+    except Exception as e:
+        if not isinstance(e, user_errors()):
+            raise
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
