@@ -31,12 +31,14 @@ class RunLock:
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)
         self.file = None
+        self.created = False
 
     def acquire(self) -> "RunLock":
         try:
             import fcntl
         except ImportError:  # pragma: no cover - no advisory locks on this platform
             return self
+        self.created = not self.run_dir.exists()
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             f = open(self.run_dir / LOCK, "a+")
@@ -59,6 +61,17 @@ class RunLock:
             pass  # the lock itself is what counts; the record only names the holder
         self.file = f
         return self
+
+    def abandon(self) -> None:
+        """Release, and remove the folder again if acquire created it and nothing else was
+        written there (a run refused before it started leaves no trace)."""
+        self.release()
+        if getattr(self, "created", False):
+            try:
+                (self.run_dir / LOCK).unlink()
+                self.run_dir.rmdir()
+            except OSError:
+                pass
 
     def release(self) -> None:
         if self.file is not None:

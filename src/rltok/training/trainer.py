@@ -93,7 +93,7 @@ class Trainer:
         try:
             self._init(cfg, corpus, resume, quiet)
         except BaseException:
-            self.lock.release()
+            self.lock.abandon()
             raise
 
     def _init(self, cfg: Config, corpus: Corpus | None, resume: bool, quiet: bool) -> None:
