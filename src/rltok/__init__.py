@@ -12,6 +12,9 @@ data -> model -> objective -> training -> eval -> analysis -> cli (docs/ARCHITEC
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
+import sys
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
@@ -25,7 +28,8 @@ _LAZY = {"load_checkpoint": "rltok.training.checkpoint", "save_checkpoint": "rlt
          "load_corpus": "rltok.data.corpus", "evaluate": "rltok.training.evaluate",
          "from_pretrained": "rltok.training.hub", "save_pretrained": "rltok.training.hub",
          "compute_loss": "rltok.objective.loss", "segment_bytes": "rltok.model.segment",
-         "Trainer": "rltok.training.trainer", "train": "rltok.training.trainer"}
+         "Trainer": "rltok.training.trainer", "train": "rltok.training.trainer",
+         "HourglassLM": "rltok.model", "FlatByteLM": "rltok.model"}
 
 
 def __getattr__(name: str):
@@ -49,8 +53,37 @@ if TYPE_CHECKING:
     from rltok.training.hub import from_pretrained, save_pretrained
     from rltok.training.trainer import Trainer, train
 
-from rltok import model_methods  # noqa: E402
-from rltok.config import Config, DataConfig, ModelConfig, ObjectiveConfig, TrainConfig, load_config  # noqa: E402
-from rltok.model import FlatByteLM, HourglassLM  # noqa: E402
+    from rltok.model import FlatByteLM, HourglassLM
 
-model_methods.install()  # model.generate / save_pretrained / push_to_hub / from_pretrained
+from rltok.config import Config, DataConfig, ModelConfig, ObjectiveConfig, TrainConfig, load_config  # noqa: E402
+
+
+class _InstallModelMethods(importlib.abc.MetaPathFinder):
+    """`import rltok` loads no torch (so `rltok --help` is quick): the models' convenience methods
+    (model.generate / save_pretrained / push_to_hub / from_pretrained, rltok.model_methods) are
+    installed right after rltok.model is first imported, so they exist wherever the classes can
+    be imported."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "rltok.model":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            from rltok import model_methods
+
+            model_methods.install()
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if "rltok.model" in sys.modules:  # pragma: no cover - a reload of the package
+    from rltok import model_methods
+
+    model_methods.install()
+elif not any(isinstance(f, _InstallModelMethods) for f in sys.meta_path):
+    sys.meta_path.insert(0, _InstallModelMethods())

@@ -13,17 +13,32 @@ import json
 import sys
 import warnings
 
-from rltok.training.checkpoint import CheckpointError
 from rltok.config import PRESETS, ConfigError, load_config
-from rltok.data.sources import DataError
 
-USER_ERRORS = (ConfigError, DataError, CheckpointError)
+# `rltok --help` and `rltok presets` load no torch: every module that needs it is imported by the
+# command that uses it. The user errors of modules not loaded cannot have been raised.
+_ERROR_CLASSES = (("rltok.data.sources", "DataError"), ("rltok.training.checkpoint", "CheckpointError"))
+
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """The exceptions that end a command with one `error:` line: ConfigError, DataError, CheckpointError."""
+    return (ConfigError, *(getattr(sys.modules[m], n) for m, n in _ERROR_CLASSES if m in sys.modules))
+
+
+def __getattr__(name: str):
+    if name == "USER_ERRORS":  # the full tuple, for callers that want it (loads its modules)
+        from rltok.data.sources import DataError
+        from rltok.training.checkpoint import CheckpointError
+
+        return (ConfigError, DataError, CheckpointError)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="section.key=value",
                    help="config overrides, e.g. train.max_steps=2000 model.d_chunk=384")
-    p.add_argument("--preset", default="tiny", help=f"named preset ({', '.join(PRESETS)}); default: tiny")
+    p.add_argument("--preset", default=None, help=f"named preset ({', '.join(PRESETS)}); default: tiny "
+                                                  "(with --resume: the run's own saved config)")
     p.add_argument("--config", help="JSON or TOML config file applied on top of the preset")
     p.add_argument("--data", help="training data: 'stdlib' (default), a file, a folder, a glob or hf:name")
     p.add_argument("--out", help="run folder (checkpoints, metrics.jsonl); default runs/default")
@@ -42,7 +57,17 @@ def cmd_train(args) -> int:
         overrides.append(f"train.max_steps={args.steps}")
     if args.list_presets:
         return cmd_presets(argparse.Namespace(name=None))
-    cfg = load_config(args.preset, args.config, overrides)
+    saved = None
+    if args.resume:  # continue the run the folder holds, from its own saved config and data
+        from rltok.training import run_folder
+
+        run_dir = args.out if args.out is not None else _last_override(overrides, "train.out_dir")
+        saved = run_folder.saved_config(run_dir or "runs/default")
+    if saved is not None:
+        cfg = run_folder.resume_config(run_dir or "runs/default", saved, args.preset, args.config, overrides,
+                                       allow_change=args.allow_config_change)
+    else:
+        cfg = load_config(args.preset or "tiny", args.config, overrides)
     if args.print_config:
         print(json.dumps(cfg.to_dict(), indent=2))
         return 0
@@ -62,6 +87,11 @@ def cmd_train(args) -> int:
         summary = {k: round(v, 4) if isinstance(v, float) else v for k, v in val.items() if k != "chunk_length_hist"}
         print(json.dumps({"step": result.step, "run_dir": str(result.run_dir), **summary}))
     return 0
+
+
+def _last_override(overrides: list[str], key: str) -> str | None:
+    values = [ov.split("=", 1)[1].strip() for ov in overrides if "=" in ov and ov.split("=", 1)[0].strip() == key]
+    return values[-1] if values else None
 
 
 def _size(text: str) -> int:
@@ -102,13 +132,29 @@ def cmd_prepare(args) -> int:
     return 0
 
 
-def cmd_presets(args) -> int:
-    """The named presets with their size (parameters counted on the meta device: no memory,
-    no time), or one preset's resolved config."""
+# Parameters of each preset's model, so that `rltok presets` answers without loading torch;
+# tests/test_faults.py counts them on the meta device and fails when one goes stale. A preset
+# missing here is counted (loading torch).
+PRESET_PARAMS = {"tiny": 4496001, "small": 1663201, "test": 103585, "nl-147m": 145340673, "code-90m": 90868993}
+
+
+def count_params(name: str) -> int | None:
+    """A preset's parameter count, built on the meta device (no memory, no time besides torch's
+    import); None when data-fitted parts (BPE) need training bytes."""
     import torch
 
-    from rltok.config import PRESET_NOTES
     from rltok.model.factory import build_model
+
+    try:
+        with torch.device("meta"):
+            return build_model(load_config(name).model).num_params()
+    except ValueError:
+        return None
+
+
+def cmd_presets(args) -> int:
+    """The named presets with their size, or one preset's resolved config."""
+    from rltok.config import PRESET_NOTES
 
     if args.name:
         print(json.dumps(load_config(args.name).to_dict(), indent=2))
@@ -118,11 +164,8 @@ def cmd_presets(args) -> int:
     for name in PRESETS:
         cfg = load_config(name)
         m, t = cfg.model, cfg.train
-        try:
-            with torch.device("meta"):
-                n = f"{build_model(m).num_params() / 1e6:.1f}M"
-        except ValueError:  # data-fitted parts (BPE) need training bytes
-            n = "?"
+        count = PRESET_PARAMS[name] if name in PRESET_PARAMS else count_params(name)
+        n = "?" if count is None else f"{count / 1e6:.1f}M"
         print(f"{name:<10} {n:>8}  {f'{m.d_byte} x {m.encoder_layers}+{m.decoder_layers}':<16} "
               f"{f'{m.d_chunk} x {m.main_layers}':<17} {t.seq_len:>5} {t.batch_size:>5}  {t.dtype:<5} "
               f"{PRESET_NOTES.get(name, '')}")
@@ -181,19 +224,26 @@ def _load(args):
 
 def cmd_eval(args) -> int:
     from rltok.data.windows import eval_windows
-    from rltok.data.corpus import load_eval_bytes
+    from rltok.data.corpus import load_eval_bytes, resolve_split
     from rltok.training.evaluate import evaluate
     from rltok.data.python_tokens import looks_like_python
 
+    if args.data is not None:  # a wrong split fails before the model loads
+        resolve_split(args.data, args.split, args.fallback_to_val)
     model, cfg, ckpt, device = _load(args)
     spec = args.data or cfg.data.train
-    data = load_eval_bytes(spec, args.split, args.max_bytes, cfg.data.val_fraction)
+    split = resolve_split(spec, args.split, args.fallback_to_val)
+    if split != args.split:
+        print(f"note: {spec} has no {args.split!r} split: evaluating on {split!r}", file=sys.stderr)
+    data = load_eval_bytes(spec, split, args.max_bytes, cfg.data.val_fraction)
     seq_len = args.seq_len or cfg.train.seq_len
     x, y = eval_windows(data, seq_len, args.max_windows)
     code = args.code if args.code is not None else looks_like_python(spec)
     result = evaluate(model, x, y, batch_size=args.batch_size, mode=args.mode, seed=args.seed, device=device,
                       code_metrics=code)
-    result.update(checkpoint=str(ckpt), data=spec, split=args.split, seq_len=x.shape[1], mode=args.mode)
+    result.update(checkpoint=str(ckpt), data=spec, split=split, seq_len=x.shape[1], mode=args.mode)
+    if split != args.split:
+        result["split_requested"] = args.split
     if not args.hist:
         result.pop("chunk_length_hist", None)
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}, indent=2))
@@ -210,6 +260,8 @@ def cmd_segment(args) -> int:
     if args.max_bytes:
         data = data[: args.max_bytes]
     if not data:
+        from rltok.data.sources import DataError
+
         raise DataError("nothing to segment: the input is empty")
     model, _, _, device = _load(args)
     b, probs = segment_boundaries(model, data, mode=args.mode, seed=args.seed, device=device)
@@ -273,6 +325,8 @@ def cmd_generate(args) -> int:
             with open(args.prompt_file, "rb") as f:  # raw bytes: any byte string is a valid prompt
                 prompt = f.read()
         except OSError as e:
+            from rltok.data.sources import DataError
+
             raise DataError(f"cannot read prompt file {args.prompt_file}: {e.strerror}") from None
     else:
         prompt = (args.text or "").encode("utf-8", errors="surrogateescape")
@@ -323,12 +377,17 @@ def cmd_compare(args) -> int:
             method_config(m, args.overrides, args.data, out, 0, args.preset)
         except ValueError as e:
             raise ConfigError(str(e)) from None
+    from rltok.data.corpus import resolve_split
+
+    split = resolve_split(args.data, args.split, fallback=True)  # the split every number is really on
+    if split != args.split:
+        print(f"note: {args.data} has no {args.split!r} split: evaluating on {split!r}", file=sys.stderr)
     ref = method_config("rl", args.overrides, args.data, out, 0, args.preset)
     budget = args.budget_bytes * train_flops_per_byte(hourglass_flops(ref.model, ref.train.seq_len))
     print(f"budget: {budget:.3e} training FLOPs (= {args.budget_bytes:,} bytes of the hierarchical model "
           f"at rate {ref.model.target_rate})", file=sys.stderr)
     results = run_sweep(args.data, args.methods, args.seeds, out, budget, args.overrides, args.preset,
-                        args.split, args.max_eval_windows, log=lambda m: print(m, file=sys.stderr))
+                        split, args.max_eval_windows, log=lambda m: print(m, file=sys.stderr))
     command = "rltok " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if args.command_line is None else args.command_line
     # the report covers every finished run in the folder (earlier invocations with other seeds too)
     names = {(r["method"], r["seed"]) for r in results}
@@ -336,7 +395,7 @@ def cmd_compare(args) -> int:
         r = json.loads(path.read_text())
         if (r["method"], r["seed"]) not in names:
             results.append(r)
-    report = write_report(results, out, args.title or f"{Path(args.data).name} ({args.split} split)", command)
+    report = write_report(results, out, args.title or f"{Path(args.data).name} ({split} split)", command)
     print(report.read_text())
     return 0
 
@@ -356,11 +415,18 @@ def cmd_diagnose(args) -> int:
     for v in args.variants or []:
         if v not in known:
             raise ConfigError(f"unknown variant {v!r}; choose from {', '.join(known)}")
+        k = known[v].get("group_size", 1)
+        if args.batch % k:
+            raise ConfigError(f"variant {v!r} needs --batch a multiple of its group size {k}")
+    if args.batch < 1 or args.estimates < 2 or args.reference < 1:
+        raise ConfigError("--batch and --reference must be >= 1, --estimates >= 2")
+    if args.reference_group < 2:
+        raise ConfigError("--reference-group must be >= 2 (segmentations per sequence in the reference)")
     model, cfg, ckpt, device = _load(args)
     if model.__class__.__name__ != "HourglassLM" or model.cfg.chunker != "rl":
         raise ConfigError("diagnose needs a checkpoint of the hierarchical model with the rl chunker")
     lexicon = checkpoint_lexicon(ckpt, cfg, device) if args.objective == "lexicon" else None
-    data = load_eval_bytes(args.data or cfg.data.train, args.split)
+    data = load_eval_bytes(args.data or cfg.data.train, args.split, val_fraction=cfg.data.val_fraction)
     x, y = eval_windows(data, args.seq_len or cfg.train.seq_len, args.batch)
     if len(x) < args.batch:
         raise ConfigError(f"only {len(x)} windows of evaluation data; lower --batch or --seq-len")
@@ -473,7 +539,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train a model (defaults: the stdlib corpus, a few minutes on 2 CPU cores)")
     _add_config_args(p)
-    p.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in the run folder")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its newest valid checkpoint, with the run's own saved "
+                        "config and data; only train.max_steps, logging/eval/checkpoint cadence, threads, "
+                        "device and tensorboard/wandb may be given again")
+    p.add_argument("--allow-config-change", action="store_true",
+                   help="with --resume: continue even though other config keys differ from the run's")
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     p.add_argument("--list-presets", action="store_true", help="list the named presets and exit")
     p.set_defaults(func=cmd_train)
@@ -526,7 +597,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="bpb, boundary rate, bytes per chunk and whitespace alignment on any data")
     add_model_args(p)
     p.add_argument("--data", help="data to evaluate (default: the training source); a split folder uses --split")
-    p.add_argument("--split", default="val", help="val (held-out part, default), test (split folders) or all")
+    p.add_argument("--split", default="val", help="val (held-out part, default), test (split folders and prepared "
+                                                  "folders that have one), train or all; a split the data lacks is "
+                                                  "an error")
+    p.add_argument("--fallback-to-val", action="store_true",
+                   help="evaluate on val when the data has no such split (the output's split names the one used)")
     p.add_argument("--seq-len", type=int, default=0, help="window length (default: training seq_len)")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--max-windows", type=int, default=0, help="evaluate on at most this many windows (0 = all)")
@@ -541,7 +616,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("segment", help="show how a trained model chunks a text")
     add_model_args(p)
     p.add_argument("text", nargs="?", help="text to segment (UTF-8)")
-    p.add_argument("--file", "-f", help="read the bytes from a file ('-' for stdin)")
+    p.add_argument("--file", "--prompt-file", "-f", dest="file",
+                   help="read the bytes from a file ('-' for stdin); --prompt-file is the same (as in generate)")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     p.add_argument("--sep", default="|", help="separator printed between chunks without colour")
     p.add_argument("--max-bytes", type=int, default=0)
@@ -561,7 +637,8 @@ def build_parser() -> argparse.ArgumentParser:
                "goes on. Prompts are bytes: any byte string (also invalid UTF-8) is a valid prompt.")
     add_model_args(p)
     p.add_argument("text", nargs="?", help="prompt (UTF-8); empty or omitted: start from a newline")
-    p.add_argument("--prompt-file", "-f", help="read the prompt as raw bytes from a file ('-' for stdin)")
+    p.add_argument("--prompt-file", "--file", "-f", dest="prompt_file",
+                   help="read the prompt as raw bytes from a file ('-' for stdin); --file is the same (as in segment)")
     p.add_argument("--max-bytes", "-n", type=int, default=256, help="generate at most this many bytes (default 256)")
     p.add_argument("--temperature", "-t", type=float, default=1.0, help="sampling temperature; 0 = greedy (default 1)")
     p.add_argument("--top-k", type=int, default=0, help="sample among the k likeliest bytes (0 = off)")
@@ -657,8 +734,17 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("default")
     warnings.formatwarning = lambda msg, cat, *a, **k: f"warning: {msg}\n"
     try:
-        return args.func(args)
-    except USER_ERRORS as e:
+        code = args.func(args)
+        sys.stdout.flush()  # here, so that a closed pipe is handled below and not at exit
+        return code
+    except BrokenPipeError:  # e.g. `rltok presets | head -1`: the reader has all it wanted
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
+    except Exception as e:
+        if not isinstance(e, user_errors()):
+            raise
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

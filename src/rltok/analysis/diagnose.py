@@ -171,6 +171,18 @@ def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, tar
     default = LEXICON_VARIANTS if lexicon is not None else list(VARIANTS)
     known = known_variants("lm" if lexicon is None else "lexicon")
     specs = variants if isinstance(variants, dict) else {v: known[v] for v in (variants or default)}
+    if reference_group < 2:
+        raise ValueError(f"the reference needs at least 2 segmentations per sequence, got {reference_group}")
+    # a variant with group_size K segments len(x) / K sequences K times: K must divide the batch;
+    # the default set leaves out those that do not, named variants are an error
+    misfit = {n: s.get("group_size", base.group_size) for n, s in specs.items()
+              if len(x) % s.get("group_size", base.group_size)}
+    if misfit and variants:
+        raise ValueError("; ".join(f"variant {n!r} needs a batch that is a multiple of its group size {k}"
+                                   for n, k in misfit.items()) + f" (the batch has {len(x)} sequences)")
+    for n, k in misfit.items():
+        log(f"skipping {n!r}: its group size {k} does not divide the batch of {len(x)}")
+    specs = {n: s for n, s in specs.items() if n not in misfit}
     # each estimator of the LM loss's gradient: the flips re-run the model, the lexicon prior (a
     # second objective) is left out; or with `lexicon`, of the code length's (set per variant below)
     base = dataclasses.replace(base, lexicon_weight=0.0, flip_model_pass=True, flip_rate_control=False)
@@ -186,8 +198,6 @@ def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, tar
         raise ValueError(f"chunker {model.cfg.chunker!r} has no parameters: nothing to diagnose")
     gen = torch.Generator().manual_seed(seed)
 
-    if len(x) % reference_group:
-        raise ValueError(f"batch of {len(x)} is not a multiple of the reference group size {reference_group}")
     # whatever the checkpoint trained with: the reference is the score function's unbiased estimate
     ref_cfg = dataclasses.replace(base, estimator="score_function", gamma=1.0, baseline="group",
                                   group_size=reference_group, reward="early_exit", normalize_advantages=False)
@@ -242,7 +252,7 @@ def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, tar
             flops_ratio = r["train_flops_per_byte"] / ref_row["train_flops_per_byte"]
             r["snr_per_flop_vs_reference"] = (r["snr"] / ref_row["snr"] / flops_ratio) if ref_row["snr"] > 0 else None
     return {"variants": rows, "n_estimates": n_estimates, "n_reference": n_reference,
-            "batch": list(x.shape), "reference_group": reference_group,
+            "batch": list(x.shape), "reference_group": reference_group, "skipped": sorted(misfit),
             "objective": "lm" if lexicon is None else "lexicon"}
 
 

@@ -237,6 +237,10 @@ def load_vocab_data(spec: str, split: str = "test", max_bytes: int = 200_000, va
     else the tail of every document; see rltok.data.corpus.split_documents) and the BPE learns from
     the rest, as in training (split="train": the training part, with no separate BPE data).
     `read_cap` caps the bytes read for training data (0 = no cap), e.g. for hub datasets."""
+    from rltok.data.corpus import EVAL_SPLITS
+
+    if split not in EVAL_SPLITS:
+        raise DataError(f"unknown split {split!r}; valid splits: {', '.join(EVAL_SPLITS)}")
     named = named_split(spec, split)
     if named or split == "all":
         text = load_eval_bytes(spec, split, max_bytes).numpy().tobytes()

@@ -71,12 +71,47 @@ def load_corpus(train: str = "stdlib", val: str = "", val_fraction: float = 0.02
     return corpus
 
 
+EVAL_SPLITS = ("train", "val", "test", "all")
+
+
+def available_splits(spec: str) -> list[str]:
+    """The splits `load_eval_bytes` can give for `spec`: a prepared folder's own; a split
+    folder's `<split>.*` files; else train and val (the parts load_corpus makes) and all."""
+    if spec.startswith("mix:"):
+        return ["val"]
+    from rltok.data.shards import is_prepared, open_prepared
+
+    if is_prepared(spec):
+        return open_prepared(spec).splits
+    named = [s for s in ("train", "val", "test") if named_split(spec, s)]
+    return [s for s in EVAL_SPLITS if s in named or s in ("train", "val", "all")]
+
+
+def resolve_split(spec: str, split: str, fallback: bool = False) -> str:
+    """The split to evaluate `spec` on: `split` itself when the source has it; with `fallback`,
+    "val" in place of a split the source lacks; else a DataError listing the valid ones."""
+    avail = available_splits(spec)
+    if split not in EVAL_SPLITS:
+        raise DataError(f"unknown split {split!r}; valid splits of {spec}: {', '.join(avail)}")
+    if split in avail:
+        return split
+    if split == "all" and not spec.startswith("mix:") and "all" not in avail:  # a prepared folder
+        raise DataError(f"{spec} is a prepared corpus: its splits are kept, not the whole source; "
+                        f"evaluate on --split {', '.join(avail)}")
+    if fallback and "val" in avail:
+        return "val"
+    raise DataError(f"{spec} has no {split!r} split (its splits: {', '.join(avail)}); choose one of them"
+                    + (", or pass --fallback-to-val to evaluate on its val split" if "val" in avail else ""))
+
+
 def load_eval_bytes(spec: str, split: str = "val", max_bytes: int = 0, val_fraction: float = 0.02,
-                    *, prepare_above: int | None = None, cache_dir: str = "") -> torch.Tensor:
+                    *, prepare_above: int | None = None, cache_dir: str = "", fallback: bool = False) -> torch.Tensor:
     """Bytes to evaluate on: the named split of a split folder or of a prepared folder, else
     exactly the val bytes `load_corpus` holds out (split="val": whole documents or document
     tails, see `split_documents`) or the whole source (split="all"); documents separated by
-    DOC_SEP. From a prepared folder the result is a byte stream read on demand."""
+    DOC_SEP. From a prepared folder the result is a byte stream read on demand. A split the
+    source does not have is an error (`resolve_split`; with `fallback`, val is used instead)."""
+    split = resolve_split(spec, split, fallback)
     if spec.startswith("mix:"):
         if split != "val":
             raise DataError(f"a mix: source has only its sources' val splits, not {split!r}")
@@ -96,5 +131,6 @@ def load_eval_bytes(spec: str, split: str = "val", max_bytes: int = 0, val_fract
     if split == "all":
         docs, _ = read_documents(spec, max_bytes)
         return to_tensor(docs)
-    return load_corpus(spec, val_fraction=val_fraction, max_bytes=max_bytes, prepare_above=prepare_above,
-                       cache_dir=cache_dir).val
+    corpus = load_corpus(spec, val_fraction=val_fraction, max_bytes=max_bytes, prepare_above=prepare_above,
+                         cache_dir=cache_dir)
+    return corpus.train if split == "train" else corpus.val

@@ -42,3 +42,69 @@ def set_aside_after(run_dir: Path, resumed: Path, log: Callable[[str], None]) ->
             aside = path.with_name(f"corrupt_{path.name}_{int(time.time())}")
             os.rename(path, aside)
             log(f"warning: set aside unusable checkpoint {path.name} as {aside.name}")
+
+
+# What a resume may change: how long the run goes, how often it logs, evaluates and
+# checkpoints, where it runs and where its metrics go. Anything else would continue a
+# different run than the one the checkpoints belong to.
+MAY_CHANGE_ON_RESUME = ("train.max_steps", "train.log_every", "train.eval_every", "train.eval_batches",
+                        "train.checkpoint_every", "train.keep_checkpoints", "train.threads", "train.device",
+                        "train.tensorboard", "train.wandb", "train.out_dir")
+
+
+def saved_config(run_dir: str | Path) -> dict | None:
+    """The config a run folder's run was started with (its config.json), or None without one."""
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"cannot read the run's config {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} does not hold a config")
+    return data
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def config_changes(saved: dict, cfg: Config) -> dict[str, tuple]:
+    """Keys (section.key) whose value in `cfg` differs from the saved config, outside those a
+    resume may change: key -> (saved value, new value)."""
+    old, new = _flat(saved), _flat(json.loads(json.dumps(cfg.to_dict())))
+    return {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new))
+            if k not in MAY_CHANGE_ON_RESUME and old.get(k) != new.get(k)}
+
+
+def resume_config(run_dir: str | Path, saved: dict, preset: str | None, file: str | None, overrides: list[str],
+                  allow_change: bool = False) -> Config:
+    """The config a `--resume` continues with: the run's own saved config with the overrides
+    given on top (or, with an explicit preset, that preset's config). Any difference outside
+    MAY_CHANGE_ON_RESUME is refused, listing the keys, unless `allow_change`."""
+    from rltok.config import _read_config_file, apply_dict, apply_override, load_config
+
+    if preset is not None:
+        cfg = load_config(preset, file, overrides)
+    else:
+        cfg = Config.from_dict(saved)
+        if file:
+            apply_dict(cfg, _read_config_file(file))
+        for ov in overrides:
+            apply_override(cfg, ov)
+        cfg.validate()
+    changes = config_changes(saved, cfg)
+    if changes and not allow_change:
+        listed = ", ".join(f"{k} ({old!r} -> {new!r})" for k, (old, new) in changes.items())
+        shown = "; ".join(f"{k}" for k in MAY_CHANGE_ON_RESUME)
+        raise ConfigError(f"--resume continues the run in {run_dir} with its own config, but these keys differ "
+                          f"from it: {listed}. Only {shown} may change on a resume; pass "
+                          "--allow-config-change to continue with the changed config anyway")
+    return cfg

@@ -12,6 +12,7 @@ counters); what could leave has already moved to the modules named above.
 from __future__ import annotations
 
 import math
+import os
 import random
 import shutil
 from contextlib import nullcontext
@@ -23,6 +24,7 @@ import torch
 
 from rltok.training import distributed as ddp
 from rltok.training import run_folder, tracking
+from rltok.training.run_lock import RunLock
 from rltok.training import state as trainer_state
 from rltok.training.checkpoint import (SHARDED, CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint,
                          stage_checkpoint)
@@ -83,8 +85,19 @@ class Trainer:
 
     def __init__(self, cfg: Config, corpus: Corpus | None = None, resume: bool = False, quiet: bool = False):
         self.cfg = cfg.validate()
+        self.run_dir = Path(cfg.train.out_dir)
+        # one live process per run folder (rank 0 holds the lock for every rank), until fit() ends
+        self.lock = RunLock(self.run_dir)
+        if os.environ.get("RANK", "0") == "0":
+            self.lock.acquire()
+        try:
+            self._init(cfg, corpus, resume, quiet)
+        except BaseException:
+            self.lock.abandon()
+            raise
+
+    def _init(self, cfg: Config, corpus: Corpus | None, resume: bool, quiet: bool) -> None:
         tc = cfg.train
-        self.run_dir = Path(tc.out_dir)
         run_folder.refuse_other_run(self.run_dir, resume)
         tracking.require(cfg)
         if tc.threads > 0:
@@ -352,10 +365,16 @@ class Trainer:
         tc = self.cfg.train
         end = tc.max_steps if stop_at is None else min(stop_at, tc.max_steps)
         trackers = None
-        if self.dist.is_main:  # rank 0 owns the run folder's files
-            run_folder.start(self.run_dir, self.cfg)
-            trackers = tracking.Trackers(self.run_dir, self.cfg, self.step)
-            self.history = trackers.history
+        if os.environ.get("RANK", "0") == "0" and not self.lock.held:  # a second fit() of this trainer
+            self.lock.acquire()
+        try:
+            if self.dist.is_main:  # rank 0 owns the run folder's files
+                run_folder.start(self.run_dir, self.cfg)
+                trackers = tracking.Trackers(self.run_dir, self.cfg, self.step)
+                self.history = trackers.history
+        except OSError as e:
+            self.lock.release()
+            raise CheckpointError(f"cannot write to the run folder {self.run_dir}: {e}") from None
         ddp.barrier(self.dist)
         if self.peak_flops is None:
             self.peak_flops = ddp.measured_peak_flops(self.device, self.amp_dtype,
@@ -399,10 +418,13 @@ class Trainer:
                     path = self.save()
                     if self.stop.requested:
                         self._log(f"interrupted: saved {path}; continue with --resume")
+        except OSError as e:  # metrics.jsonl or another run-folder file could not be written
+            raise CheckpointError(f"I/O error while training into {self.run_dir}: {e}") from None
         finally:
             self.report.close_bar()
             if trackers is not None:
                 trackers.close()
+            self.lock.release()
         return TrainResult(step=self.step, val=val, run_dir=self.run_dir, history=self.history)
 
     def _log_start(self) -> None:

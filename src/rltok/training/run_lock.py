@@ -1,0 +1,88 @@
+"""One live process per run folder: an advisory lock (fcntl.flock) on `<run>/.lock`, held for
+the run's life. The lock file records the holder (pid, host, start time) so that a refused
+second trainer can name it. The kernel drops a flock when its process dies, so a lock file
+left by a killed run never blocks the next one. Without fcntl (Windows) nothing is locked."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from rltok.config import ConfigError
+
+LOCK = ".lock"
+
+
+def _holder(text: str) -> str:
+    try:
+        info = json.loads(text)
+        return (f"pid {info['pid']} on {info['host']}, started "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(info['start']))}")
+    except (ValueError, KeyError, TypeError):
+        return "another process"
+
+
+class RunLock:
+    """Held from `acquire` until `release` (or the process ends)."""
+
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+        self.file = None
+        self.created = False
+
+    def acquire(self) -> "RunLock":
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - no advisory locks on this platform
+            return self
+        self.created = not self.run_dir.exists()
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            f = open(self.run_dir / LOCK, "a+")
+        except OSError as e:
+            raise ConfigError(f"cannot use run folder {self.run_dir}: {e.strerror or e}") from None
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            holder = _holder(f.read())
+            f.close()
+            raise ConfigError(f"run folder {self.run_dir} is in use by {holder}; wait for that run to end, "
+                              "or choose another --out / train.out_dir") from None
+        try:
+            f.seek(0)
+            f.truncate()
+            f.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "start": time.time()}))
+            f.flush()
+        except OSError:
+            pass  # the lock itself is what counts; the record only names the holder
+        self.file = f
+        return self
+
+    def abandon(self) -> None:
+        """Release, and remove the folder again if acquire created it and nothing else was
+        written there (a run refused before it started leaves no trace)."""
+        self.release()
+        if getattr(self, "created", False):
+            try:
+                (self.run_dir / LOCK).unlink()
+                self.run_dir.rmdir()
+            except OSError:
+                pass
+
+    def release(self) -> None:
+        if self.file is not None:
+            import fcntl
+
+            try:
+                fcntl.flock(self.file, fcntl.LOCK_UN)
+            finally:
+                self.file.close()
+                self.file = None
+
+    @property
+    def held(self) -> bool:
+        return self.file is not None
