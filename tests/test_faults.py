@@ -109,7 +109,6 @@ def test_two_trainers_in_one_process_cannot_share_a_folder(tmp_path):
 # ---- 2. --resume continues the run it names ----------------------------------------------------
 
 def final_state(run: Path) -> tuple[dict, dict]:
-    import torch
 
     from rltok.training.checkpoint import load_checkpoint
 
