@@ -1,9 +1,5 @@
 """Command line: `rltok train`, `rltok prepare`, `rltok eval`, `rltok segment`, `rltok generate`,
 `rltok presets`, `rltok export`, `rltok lm-eval` ...
-
-Why one file of this length: every subcommand's argument parser (build_parser) and its thin
-cmd_* handler live here, so `rltok --help` and each command's options read from one place; the
-commands' work is in the modules the handlers import.
 """
 
 from __future__ import annotations

@@ -14,10 +14,6 @@ Two phases, each resumable at every shard:
 Progress is saved atomically after every shard with the exact position in the source (item and
 byte offset in it), so a killed run continues where its last shard ended, repeating and skipping
 nothing. Re-running a finished preparation is a no-op.
-
-Why one file of this length: both phases resume from one state file (the source position,
-every writer's shards, the split's progress) and end in one manifest, so the sources, ingest,
-split and finish that read and write that state stay together; the shard format is rltok.data.shards.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The training loop: build the model, optimiser and objective; step (AdamW, warm-up + cosine,
 clipping, accumulation); validate; checkpoint. Around it, each in a module of its own: the run
 folder's rules (run_folder), stopping on a signal (signals), what a record holds and what the
-user sees (metrics), where records go (tracking: JSONL, TensorBoard, W&B), and what trainer.pt
-holds (trainer_state).
-
-Why one file of this length: the Trainer's construction, step, validation, (DDP/FSDP)
-checkpointing and loop all work on its one state (model, optimiser, sampler, objective,
-counters); what could leave has already moved to the modules named above.
+user sees (metrics), where records go (tracking: JSONL, TensorBoard, W&B), and the TrainState
+that trainer.pt holds (state).
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ import torch
 from rltok.training import distributed as ddp
 from rltok.training import run_folder, tracking
 from rltok.training.run_lock import RunLock
-from rltok.training import state as trainer_state
+from rltok.training.state import TrainState, check_resumable
 from rltok.training.checkpoint import (SHARDED, CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint,
                          stage_checkpoint)
 from rltok.config import VOCAB_SIZE, Config
@@ -70,6 +66,11 @@ def make_optimizer(model: torch.nn.Module, cfg, device: torch.device, policy_lr_
                 groups.append({"params": chosen, "weight_decay": cfg.weight_decay if decay else 0.0,
                                "lr_scale": policy_lr_mult if policy else 1.0})
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=device.type == "cuda")
+
+
+def _state_counter(name: str) -> property:
+    """A Trainer attribute that reads and writes the counter of that name in its TrainState."""
+    return property(lambda self: getattr(self.state, name), lambda self, value: setattr(self.state, name, value))
 
 
 @dataclass
@@ -154,10 +155,8 @@ class Trainer:
         self.peak_flops = tc.peak_flops or None  # measured when fit() starts if not given
         self.meter = IntervalMeter(cfg, self.dist, self.device, self.sampler.seq_len, self.vocab_size)
         self.stop = StopRequest(self._log, across_ranks=self.dist.enabled)
-        self.step = 0
-        self.bytes_seen = 0
-        self.bad_steps = 0  # consecutive non-finite steps
-        self.skipped_steps = 0  # all non-finite steps so far
+        self.state = TrainState(self.model, self.opt, self.sampler, self.boundary_gen, self.objective, self.meter,
+                                self.report, self.device, self.dist, self.data_id)
         self.last_saved_step: int | None = None
         self.history: list[dict] = []
         if resume:
@@ -183,7 +182,13 @@ class Trainer:
     # ---- checkpoints ---------------------------------------------------------------------------
     def trainer_state(self) -> dict:
         """Everything besides the weights that the next step depends on (rltok.training.state)."""
-        return trainer_state.capture(self)
+        return self.state.state_dict()
+
+    # the counters live in the train state, which is saved and restored whole
+    step = _state_counter("step")
+    bytes_seen = _state_counter("bytes_seen")
+    bad_steps = _state_counter("bad_steps")
+    skipped_steps = _state_counter("skipped_steps")
 
     def _resume(self) -> None:
         if self.dist.is_main:
@@ -193,9 +198,9 @@ class Trainer:
             self._log(f"no checkpoint in {self.run_dir}: starting from scratch")
             return
         model, ckpt_cfg, state, ckpt = load_checkpoint(self.run_dir, device=self.device, with_trainer_state=True)
-        trainer_state.check_resumable(state, ckpt, ckpt_cfg.model, self.cfg.model)
+        check_resumable(state, ckpt, ckpt_cfg.model, self.cfg.model)
         ddp.load_full_model_state(self.model, model.state_dict())
-        trainer_state.restore(self, state, ckpt)
+        self.state.load_state_dict(state, ckpt)
         self.last_saved_step = self.step
         ddp.barrier(self.dist)  # every rank has read its checkpoint before rank 0 renames any
         if self.dist.is_main:
