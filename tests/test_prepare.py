@@ -17,7 +17,7 @@ import textwrap
 import pytest
 import torch
 
-import rltok.data.prepare
+import rltok.data.ingest
 
 from rltok.cli import main
 from rltok.config import load_config
@@ -341,7 +341,7 @@ def test_unreadable_files_are_left_out_as_in_memory(tmp_path, monkeypatch):
         assert_same_corpus(tmp_path / "prep", src)
     assert load_corpus(str(tmp_path / "prep")).skipped_files == 2
     # a file that breaks after part of it is in the shards cannot be left out: an error
-    monkeypatch.setattr(rltok.data.prepare, "READ_BLOCK", 1000)
+    monkeypatch.setattr(rltok.data.ingest, "READ_BLOCK", 1000)
     (src / "broken.xz").write_bytes(lzma.compress(bytes(range(256)) * 40)[:-30])
     with pytest.raises(DataError, match="broken.xz after .* bytes were written"):
         prepare(str(src), tmp_path / "prep2", progress=False)

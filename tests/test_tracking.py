@@ -9,6 +9,7 @@ import json
 import shutil
 import struct
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -102,16 +103,24 @@ def test_wandb_offline_run_holds_the_jsonl_records(tmp_path, monkeypatch):
     run = tmp_path / "run"
     records = train(run, "train.wandb=rltok-test")
     [log] = (run / "wandb").glob("offline-run-*/run-*.wandb")
-    got, config = {}, None
-    for raw in wandb_records(log):
-        rec = Record()
-        rec.ParseFromString(raw)
-        if rec.WhichOneof("record_type") == "history":
-            row = {key(item): json.loads(item.value_json) for item in rec.history.item}
-            got[row["_step"]] = {k: v for k, v in row.items() if not k.startswith("_")}
-        elif rec.WhichOneof("record_type") == "run":
-            config = {key(item): json.loads(item.value_json) for item in rec.run.config.update}
-    assert got == by_step(records)  # same keys, values exact (JSON numbers both ways)
+    want = by_step(records)
+    # wandb's service process writes the log; on a loaded machine its last records can land a
+    # moment after run.finish() returns, so read until they are all there (or time out)
+    deadline = time.monotonic() + 30
+    while True:
+        got, config = {}, None
+        for raw in wandb_records(log):
+            rec = Record()
+            rec.ParseFromString(raw)
+            if rec.WhichOneof("record_type") == "history":
+                row = {key(item): json.loads(item.value_json) for item in rec.history.item}
+                got[row["_step"]] = {k: v for k, v in row.items() if not k.startswith("_")}
+            elif rec.WhichOneof("record_type") == "run":
+                config = {key(item): json.loads(item.value_json) for item in rec.run.config.update}
+        if (len(got) >= len(want) and config is not None) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert got == want  # same keys, values exact (JSON numbers both ways)
     assert config["train"]["wandb"] == "rltok-test" and config["resumed_from_step"] == 0
 
 
