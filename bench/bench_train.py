@@ -54,7 +54,7 @@ from pathlib import Path
 
 import torch
 
-from rltok.config import Config, ConfigError, ModelConfig, apply_dict
+from rltok.config import RECIPES, Config, ConfigError, ModelConfig, apply_dict
 from rltok.data.sources import Corpus
 from rltok.data.corpus import load_corpus
 from rltok.model.flops import flat_flops, hourglass_flops, train_flops_per_byte
@@ -137,10 +137,12 @@ def make_trainer(spec: dict, args, corpus: Corpus) -> Trainer:
     """A real Trainer, so the timed step is exactly `Trainer.train_step`."""
     cfg = Config()
     cfg.model = spec["model"]
+    cfg.objective.recipe = args.recipe
+    apply_dict(cfg.objective, RECIPES[args.recipe], "objective.")
     tc = cfg.train
     tc.seq_len, tc.batch_size, tc.seed = args.seq_len, args.batch_size, 0
     tc.device, tc.dtype, tc.threads = args.device, args.dtype, args.threads
-    tc.out_dir = os.path.join(tempfile.gettempdir(), "rltok-bench")  # never written: no fit()
+    tc.out_dir = tempfile.mkdtemp(prefix="rltok-bench-")  # its own: a run folder holds one trainer
     tc.eval_batches = 1
     trainer = Trainer(cfg, corpus=corpus, quiet=True)
     given = None
@@ -461,7 +463,7 @@ def markdown(res: dict) -> str:
     lines = [
         f"Measured {meta['date']} at commit `{meta['commit']}` on {meta['machine']}, torch {meta['torch']}, "
         f"{meta['threads']} torch thread(s); load average {meta['loadavg_before']} before, "
-        f"{meta['loadavg_after']} after. Batch {meta['batch_size']} x seq_len {meta['seq_len']}, {meta['dtype']}, "
+        f"{meta['loadavg_after']} after. Batch {meta['batch_size']} x seq_len {meta['seq_len']}, {meta['dtype']}, {meta.get('recipe', 'reference')} recipe, "
         f"{meta['repeats']} interleaved repeats after {meta['warmup']} warm-up step(s); steps per measurement "
         + ", ".join(f"{k} {v}" for k, v in meta["steps_per_measurement"].items())
         + " (equal time per measurement); medians over repeats.",
@@ -542,6 +544,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "auto"])
     ap.add_argument("--threads", type=int, default=1,
                     help="torch CPU threads (default 1: robust on a shared machine; 0: torch's default)")
+    ap.add_argument("--recipe", default="lexicon", choices=["lexicon", "reference"],
+                    help="boundary-learning recipe of the RL configs (lexicon: the CPU presets' default)")
     ap.add_argument("--model", default="", help='JSON ModelConfig overrides, e.g. \'{"window": 64}\'')
     ap.add_argument("--flat", default="", help="flat model as DxL, e.g. 256x5 (default: matched parameters)")
     ap.add_argument("--sweep", action="store_true", help="also time the alternative configs in SWEEP")
@@ -656,7 +660,7 @@ def main(argv=None) -> int:
                 f", {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""),
             "torch": torch.__version__, "python": platform.python_version(), "device": str(device),
             "threads": torch.get_num_threads(), "dtype": args.dtype, "seq_len": args.seq_len,
-            "batch_size": args.batch_size, "repeats": args.repeats, "steps": args.steps,
+            "batch_size": args.batch_size, "recipe": args.recipe, "repeats": args.repeats, "steps": args.steps,
             "steps_per_measurement": timing["steps"],
             "warmup": args.warmup, "quick": args.quick, "loadavg_before": loadavg_before,
             "loadavg_after": [round(x, 2) for x in os.getloadavg()], "matmul_peak_gflops": peak,
