@@ -1,13 +1,12 @@
 """The models' convenience methods, kept out of rltok.model so the model package stays a leaf:
-it imports nothing from rltok.eval.generate or rltok.training.hub, which import the models.
+it imports nothing from rltok.training.hub, which imports the models.
 
-    model.generate(prompt, max_new_bytes, ...)    rltok.eval.generate.generate(model, prompt, ...)
     model.save_pretrained(folder, config, ...)    rltok.training.hub.save_pretrained(model, folder, ...)
     model.push_to_hub(repo_id, ...)               rltok.training.hub.push_to_hub(model, repo_id, ...)
     HourglassLM.from_pretrained(path_or_repo)     rltok.training.hub.from_pretrained, checked to hold that class
 
-generate on HourglassLM and FlatByteLM, the other three on BPETokenLM too. rltok/__init__.py calls install() once, so the methods exist wherever the classes
-can be imported; each loads its module (rltok.eval.generate, rltok.training.hub) on its first call.
+On HourglassLM, FlatByteLM and BPETokenLM (generate is defined on the classes). rltok/__init__.py calls install() once, so the methods exist wherever the classes
+can be imported; each loads its module (rltok.training.hub) on its first call.
 """
 
 from __future__ import annotations
@@ -18,14 +17,6 @@ from rltok.config import Config, ModelConfig
 from rltok.model.flat import FlatByteLM
 from rltok.model.hourglass import HourglassLM
 from rltok.model.token_lm import BPETokenLM
-
-
-def generate(self, prompt, max_new_bytes: int = 256, **kwargs):
-    """Continue `prompt` (bytes, str, or a list of them) with cached incremental decoding, one
-    boundary decision per byte kept for the whole generation. See rltok.eval.generate.generate."""
-    from rltok.eval.generate import generate as generate_
-
-    return generate_(self, prompt, max_new_bytes, **kwargs)
 
 
 def save_pretrained(self, save_directory: str | Path, config: Config | ModelConfig | None = None,
@@ -57,8 +48,6 @@ def from_pretrained(cls, name_or_path: str | Path, **kwargs):
 
 
 def install() -> None:
-    for cls in (HourglassLM, FlatByteLM):  # a BPETokenLM does not generate
-        cls.generate = generate
     for cls in (HourglassLM, FlatByteLM, BPETokenLM):
         cls.save_pretrained = save_pretrained
         cls.push_to_hub = push_to_hub
