@@ -34,6 +34,7 @@ from rltok.model.decoding import HourglassState, StepOutput, put_row
 from rltok.model.generate import Generation, generate
 from rltok.model.layers import Packing, Stack, init_weights
 from rltok.model.output import ModelOutput
+from rltok.model.pretrained import PretrainedMixin
 from rltok.model.stage import ChunkStage, Pass, Stage
 
 
@@ -55,8 +56,9 @@ class ValueHead(nn.Module):
         return self.net(feats)
 
 
-class HourglassLM(Stage):  # save_pretrained / from_pretrained: rltok.model_methods
+class HourglassLM(Stage, PretrainedMixin):
     depth = 0  # the byte level
+    arch = "hourglass"
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -93,6 +95,15 @@ class HourglassLM(Stage):  # save_pretrained / from_pretrained: rltok.model_meth
             nn.init.normal_(lin.weight, 0.0, 0.02)
         nn.init.normal_(self.embed.weight, 0.0, 1.0)
         self.dim = cfg.d_byte
+
+    @classmethod
+    def _from_config(cls, cfg: ModelConfig, train_bytes: torch.Tensor | None, state_dict) -> HourglassLM:
+        model = cls(cfg)
+        if cfg.chunker == "bpe" and state_dict is None:
+            if train_bytes is None:
+                raise ValueError("model.chunker=bpe needs training bytes to fit its tokenizer")
+            model.chunker.fit(bytes(train_bytes.numpy()))
+        return model
 
     @property
     def pack(self) -> bool:
