@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from rltok.config import ModelConfig
-from rltok.eval.generate import sample_bytes
+from rltok.model.generate import sample_bytes
 from rltok.model import FlatByteLM, HourglassLM
 
 

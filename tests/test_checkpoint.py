@@ -158,6 +158,7 @@ def test_stale_folders_are_cleaned(tmp_path, model, cfg):
 # it), announces WRITING and waits to be killed.
 CHILD = r"""
 import os, sys, time
+import rltok.model.pretrained as mp
 import rltok.training.checkpoint as ck
 from rltok.config import load_config
 from rltok.model import HourglassLM
@@ -172,12 +173,12 @@ def hang():
     time.sleep(120)
 
 if point == "weights":
-    real = ck.save_file
+    real = mp.save_file  # the model folder's writer (rltok.model.pretrained)
     def slow(state, path, metadata=None):
         real(state, path, metadata=metadata)
         os.truncate(path, os.path.getsize(path) // 2)
         hang()
-    ck.save_file = slow
+    mp.save_file = slow
 elif point == "trainer":
     def slow(obj, path):
         open(path, "wb").write(b"\x80\x02partial")

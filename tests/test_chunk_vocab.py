@@ -5,7 +5,7 @@ import torch
 
 from conftest import randomize_, tiny_model_config
 from rltok.config import ConfigError, load_config
-from rltok.eval.generate import generate
+from rltok.model.generate import generate
 from rltok.model import HourglassLM
 from rltok.model.chunk_vocab import ChunkVocab
 

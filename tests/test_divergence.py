@@ -9,7 +9,7 @@ import errno
 import pytest
 import torch
 
-import rltok.training.checkpoint as ck
+import rltok.model.pretrained as model_files
 from rltok.training.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from rltok.cli import main
 from rltok.config import load_config
@@ -145,7 +145,7 @@ def test_healthy_run_raises_no_warnings(tmp_path, corpus):
 
 
 def test_full_disk_at_a_periodic_checkpoint_does_not_stop_training(tmp_path, corpus, monkeypatch):
-    real = ck.save_file
+    real = model_files.save_file
     fail = {"left": 1}
 
     def flaky(*args, **kwargs):
@@ -154,7 +154,7 @@ def test_full_disk_at_a_periodic_checkpoint_does_not_stop_training(tmp_path, cor
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ck, "save_file", flaky)
+    monkeypatch.setattr(model_files, "save_file", flaky)
     result = make_trainer(tmp_path, corpus).fit()
     assert result.step == 12 and result.history[-1]["warnings"] == 1
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_0000008", "step_0000012"]
@@ -164,6 +164,6 @@ def test_full_disk_at_the_final_checkpoint_is_a_clear_error(tmp_path, corpus, mo
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(ck, "save_file", full)
+    monkeypatch.setattr(model_files, "save_file", full)
     with pytest.raises(CheckpointError, match="cannot write the checkpoint of step 12 .*No space left"):
         make_trainer(tmp_path, corpus).fit()

@@ -256,6 +256,7 @@ def test_config_write_failure_is_one_error_line(tmp_path, data_file, capsys, mon
 
 @pytest.mark.parametrize("where", ["weights", "trainer_state", "manifest"])
 def test_a_full_disk_at_checkpoint_write_leaves_the_valid_checkpoint(tmp_path, data_file, capsys, monkeypatch, where):
+    from rltok.model import pretrained
     from rltok.training import checkpoint
 
     run = tmp_path / "r"
@@ -269,6 +270,8 @@ def test_a_full_disk_at_checkpoint_write_leaves_the_valid_checkpoint(tmp_path, d
     target = {"weights": "save_file", "trainer_state": "torch", "manifest": "_write_synced"}[where]
     if target == "torch":
         monkeypatch.setattr(checkpoint.torch, "save", full)
+    elif target == "save_file":  # the model folder's writer lives in the model layer
+        monkeypatch.setattr(pretrained, target, full)
     else:
         monkeypatch.setattr(checkpoint, target, full)
     code, _, err = run_cli(capsys, *train, "--resume", "train.max_steps=4")

@@ -10,7 +10,7 @@ from conftest import randomize_, tiny_model_config
 from rltok import cli
 from rltok.training.checkpoint import save_checkpoint
 from rltok.config import Config
-from rltok.eval.generate import GenerationError, Utf8Streamer, _pending, generate, make_state, sample_bytes, slide_start
+from rltok.model.generate import GenerationError, Utf8Streamer, _pending, generate, make_state, sample_bytes, slide_start
 from rltok.model import FlatByteLM, HourglassLM
 
 # every causal rule, and the model options that change what decoding must keep

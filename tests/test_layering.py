@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(importlib.util.find_spec("rltok").submodule_search_locations[0])
-LAYERS = ["config", "data", "model", "objective", "training", "eval", "analysis", "model_methods", "cli"]
+LAYERS = ["config", "data", "model", "objective", "training", "eval", "analysis", "cli"]
 
 
 def module_name(path: Path) -> str:
@@ -112,7 +112,7 @@ def test_importing_the_model_loads_no_upper_layer():
 
 
 def test_package_exports_and_model_methods():
-    code = ("from rltok import train, evaluate, Trainer, load_checkpoint, from_pretrained, save_pretrained\n"
+    code = ("import sys\nfrom rltok import train, evaluate, Trainer, load_checkpoint, from_pretrained, save_pretrained\n"
             "import rltok\n"
             "assert callable(train) and train.__module__ == 'rltok.training.trainer'\n"
             "assert callable(evaluate) and evaluate.__module__ == 'rltok.training.evaluate'\n"
@@ -122,6 +122,9 @@ def test_package_exports_and_model_methods():
             "for cls in (HourglassLM, FlatByteLM, BPETokenLM):\n"
             "    assert all(hasattr(cls, m) for m in ('save_pretrained', 'push_to_hub', 'from_pretrained'))\n"
             "assert hasattr(HourglassLM, 'generate') and hasattr(FlatByteLM, 'generate')\n"
+            "assert HourglassLM.save_pretrained.__module__ == 'rltok.model.pretrained'\n"
+            "assert HourglassLM.generate.__module__ == 'rltok.model.hourglass'\n"
+            "assert 'torch' not in sys.modules or 'rltok.model' in sys.modules\n"
             "print('ok')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "ok", done.stderr

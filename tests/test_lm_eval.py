@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import randomize_, tiny_model_config
-from rltok.eval.generate import generate
+from rltok.model.generate import generate
 from rltok.eval.lm_eval_adapter import RLTokLM, gold_bpb_task, rolling_bpb_task
 from rltok.model.factory import build_model
 

@@ -12,9 +12,6 @@ data -> model -> objective -> training -> eval -> analysis -> cli (docs/ARCHITEC
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.util
-import sys
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
@@ -22,8 +19,7 @@ __all__ = ["Config", "DataConfig", "ModelConfig", "ObjectiveConfig", "TrainConfi
            "HourglassLM", "FlatByteLM", "compute_loss", "Trainer", "train", "evaluate", "load_checkpoint",
            "save_checkpoint", "segment_bytes", "from_pretrained", "save_pretrained"]
 
-# Loaded on first use, so that importing rltok.model loads none of training, checkpoints,
-# generation or the Hub (tests/test_layering.py).
+# Loaded on first use, so that `import rltok` (and `rltok --help`) loads no torch.
 _LAZY = {"load_checkpoint": "rltok.training.checkpoint", "save_checkpoint": "rltok.training.checkpoint",
          "load_corpus": "rltok.data.corpus", "evaluate": "rltok.training.evaluate",
          "from_pretrained": "rltok.training.hub", "save_pretrained": "rltok.training.hub",
@@ -57,33 +53,3 @@ if TYPE_CHECKING:
 
 from rltok.config import Config, DataConfig, ModelConfig, ObjectiveConfig, TrainConfig, load_config  # noqa: E402
 
-
-class _InstallModelMethods(importlib.abc.MetaPathFinder):
-    """`import rltok` loads no torch (so `rltok --help` is quick): the models' convenience methods
-    (model.generate / save_pretrained / push_to_hub / from_pretrained, rltok.model_methods) are
-    installed right after rltok.model is first imported, so they exist wherever the classes can
-    be imported."""
-
-    def find_spec(self, name, path, target=None):
-        if name != "rltok.model":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        run = spec.loader.exec_module
-
-        def exec_module(module):
-            run(module)
-            from rltok import model_methods
-
-            model_methods.install()
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
-if "rltok.model" in sys.modules:  # pragma: no cover - a reload of the package
-    from rltok import model_methods
-
-    model_methods.install()
-elif not any(isinstance(f, _InstallModelMethods) for f in sys.meta_path):
-    sys.meta_path.insert(0, _InstallModelMethods())

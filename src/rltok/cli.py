@@ -306,7 +306,7 @@ def _unescape(s: str) -> bytes:
 def cmd_generate(args) -> int:
     import time
 
-    from rltok.eval.generate import GenerationError, Utf8Streamer, check_args, context_length, generate
+    from rltok.model.generate import GenerationError, Utf8Streamer, check_args, context_length, generate
 
     if args.text is not None and args.prompt_file is not None:
         raise ConfigError("give a prompt or --prompt-file, not both")

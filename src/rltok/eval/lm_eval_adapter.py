@@ -208,7 +208,7 @@ class RLTokLM(_LMBase):
 
     # ---- generation ----------------------------------------------------------------------------
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        from rltok.eval.generate import generate
+        from rltok.model.generate import generate
 
         if self.token_model:
             raise NotImplementedError("the BPE-token reference model does not generate; score it instead")

@@ -5,14 +5,18 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from rltok.config import VOCAB_SIZE
+from rltok.config import VOCAB_SIZE, ModelConfig
 from rltok.model.decoding import FlatState, StepOutput
+from rltok.model.generate import Generation, generate
 from rltok.model.layers import Stack, init_weights
 from rltok.model.ngram_embed import NgramEmbedding, byte_input
 from rltok.model.output import ModelOutput
+from rltok.model.pretrained import PretrainedMixin
 
 
-class FlatByteLM(nn.Module):  # generate / save_pretrained / from_pretrained: rltok.model_methods
+class FlatByteLM(nn.Module, PretrainedMixin):
+    arch = "flat"
+
     def __init__(self, d_model: int, n_layers: int, n_heads: int, mlp_ratio: float = 4.0,
                  window: int | None = None, max_seq_len: int = 8192, rope_base: float = 10000.0,
                  ngram_sizes: tuple[int, ...] = (), ngram_vocab: int = 0):
@@ -27,6 +31,11 @@ class FlatByteLM(nn.Module):  # generate / save_pretrained / from_pretrained: rl
         nn.init.normal_(self.head.weight, 0.0, 0.02)
         nn.init.normal_(self.embed.weight, 0.0, 1.0)
 
+    @classmethod
+    def _from_config(cls, cfg: ModelConfig, train_bytes=None, state_dict=None) -> FlatByteLM:
+        return cls(cfg.d_chunk, cfg.flat_layers, cfg.n_heads_chunk, cfg.mlp_ratio, max_seq_len=cfg.max_seq_len,
+                   rope_base=cfg.rope_base, ngram_sizes=cfg.ngram_sizes, ngram_vocab=cfg.ngram_vocab)
+
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
@@ -40,6 +49,11 @@ class FlatByteLM(nn.Module):  # generate / save_pretrained / from_pretrained: rl
         return byte_input(self.embed, self.ngram_embed, idx)
 
     # ---- cached decoding (see rltok.model.decoding) ------------------------------------------
+
+    def generate(self, prompt, max_new_bytes: int = 256, **kwargs) -> Generation | list[Generation]:
+        """Continue `prompt` (bytes, str, or a list of them) with cached incremental decoding.
+        See rltok.model.generate.generate."""
+        return generate(self, prompt, max_new_bytes, **kwargs)
 
     def start_decoding(self, batch: int, capacity: int, mode: str = "sample",
                        generator: torch.Generator | None = None) -> FlatState:

@@ -31,8 +31,10 @@ from rltok.model.chunk_vocab import ChunkVocab
 from rltok.model.ngram_embed import NgramEmbedding, byte_input
 from rltok.model.chunkers import NonCausalRule, build_chunker, forced_mask
 from rltok.model.decoding import HourglassState, StepOutput, put_row
+from rltok.model.generate import Generation, generate
 from rltok.model.layers import Packing, Stack, init_weights
 from rltok.model.output import ModelOutput
+from rltok.model.pretrained import PretrainedMixin
 from rltok.model.stage import ChunkStage, Pass, Stage
 
 
@@ -54,8 +56,9 @@ class ValueHead(nn.Module):
         return self.net(feats)
 
 
-class HourglassLM(Stage):  # generate / save_pretrained / from_pretrained: rltok.model_methods
+class HourglassLM(Stage, PretrainedMixin):
     depth = 0  # the byte level
+    arch = "hourglass"
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -92,6 +95,15 @@ class HourglassLM(Stage):  # generate / save_pretrained / from_pretrained: rltok
             nn.init.normal_(lin.weight, 0.0, 0.02)
         nn.init.normal_(self.embed.weight, 0.0, 1.0)
         self.dim = cfg.d_byte
+
+    @classmethod
+    def _from_config(cls, cfg: ModelConfig, train_bytes: torch.Tensor | None, state_dict) -> HourglassLM:
+        model = cls(cfg)
+        if cfg.chunker == "bpe" and state_dict is None:
+            if train_bytes is None:
+                raise ValueError("model.chunker=bpe needs training bytes to fit its tokenizer")
+            model.chunker.fit(bytes(train_bytes.numpy()))
+        return model
 
     @property
     def pack(self) -> bool:
@@ -166,6 +178,11 @@ class HourglassLM(Stage):  # generate / save_pretrained / from_pretrained: rltok
                            n_chunks2=None if two is None else two.boundaries.b.sum(1), encoder_state=h)
 
     # ---- cached decoding: one byte per row through the same modules ------------------------
+
+    def generate(self, prompt, max_new_bytes: int = 256, **kwargs) -> Generation | list[Generation]:
+        """Continue `prompt` (bytes, str, or a list of them) with cached incremental decoding, one
+        boundary decision per byte kept for the whole generation. See rltok.model.generate.generate."""
+        return generate(self, prompt, max_new_bytes, **kwargs)
 
     def start_decoding(self, batch: int, capacity: int, mode: str = "sample",
                        generator: torch.Generator | None = None) -> HourglassState:

@@ -17,12 +17,16 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-from rltok.data.bpe import encode_rows, tokenizer_from_tensor, tokenizer_to_tensor
+from rltok.config import ModelConfig
+from rltok.data.bpe import encode_rows, fit_bpe_to_rate, tokenizer_from_tensor, tokenizer_to_tensor
 from rltok.model.layers import Stack, init_weights
 from rltok.model.output import ModelOutput
+from rltok.model.pretrained import PretrainedMixin
 
 
-class BPETokenLM(nn.Module):  # save_pretrained / from_pretrained: rltok.model_methods
+class BPETokenLM(nn.Module, PretrainedMixin):
+    arch = "bpe_token"
+
     def __init__(self, tokenizer: Tokenizer, d_model: int, n_layers: int, n_heads: int, mlp_ratio: float = 4.0,
                  max_tokens: int = 2048, rope_base: float = 10000.0, dropout: float = 0.0):
         super().__init__()
@@ -36,6 +40,16 @@ class BPETokenLM(nn.Module):  # save_pretrained / from_pretrained: rltok.model_m
         init_weights(self.body, n_layers)
         nn.init.normal_(self.head.weight, 0.0, 0.02)
         nn.init.normal_(self.embed.weight, 0.0, 1.0)
+
+    @classmethod
+    def _from_config(cls, cfg: ModelConfig, train_bytes: torch.Tensor | None, state_dict) -> BPETokenLM:
+        if state_dict is not None and "tokenizer_json" in state_dict:
+            tok = tokenizer_from_tensor(state_dict["tokenizer_json"].cpu())
+        elif train_bytes is not None:
+            tok = fit_bpe_to_rate(bytes(train_bytes.numpy()), cfg.target_rate, pretokenize=cfg.bpe_pretokenize).tokenizer
+        else:
+            raise ValueError("model.arch=bpe_token needs training bytes to fit its tokenizer")
+        return cls(tok, cfg.d_chunk, cfg.flat_layers, cfg.n_heads_chunk, cfg.mlp_ratio, max_tokens=cfg.max_seq_len)
 
     def num_params(self, non_embedding: bool = False) -> int:
         n = sum(p.numel() for p in self.parameters())

@@ -1,15 +1,9 @@
-"""One on-disk format for models and training checkpoints, and one loader for both.
+"""Training checkpoints, run folders and the one loader for models and checkpoints alike.
 
-A model folder (what `save_pretrained` writes, rltok.training.hub):
-
-    <folder>/
-        model.safetensors   weights (no pickle); BPE tokenizers travel inside as uint8 buffers
-        config.json         {"model_type": "rltok", "rltok_version", "architecture", "num_parameters",
-                             "results", "model": {...}, "objective"/"data"/"train": {...} when known}
-        README.md           model card
-
-A training checkpoint is such a folder plus the trainer state and a manifest, written under a
-temporary name and renamed into place (atomic on POSIX):
+A model folder (model.safetensors, config.json, README.md: what `save_pretrained` writes) is
+the model layer's format, rltok.model.pretrained. A training checkpoint is such a folder plus
+the trainer state and a manifest, written under a temporary name and renamed into place
+(atomic on POSIX):
 
     <run>/checkpoints/step_0000600/
         model.safetensors, config.json, README.md   exactly what save_pretrained writes
@@ -28,41 +22,30 @@ without the metadata keys, no README.md, optimiser state keyed by integer ids) l
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
-import math
 import os
 import re
 import shutil
 import warnings
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
-from safetensors.torch import load_file, save_file
 
-from rltok.config import Config, ConfigError, ModelConfig
-from rltok.training.model_card import model_card
+from rltok.config import Config
+from rltok.model.factory import build_model
+# the model folder's format; names kept here for callers
+from rltok.model.pretrained import (CARD, CONFIG, META_KEYS, MODEL_FILES, WEIGHTS, CheckpointError,  # noqa: F401
+                                    PretrainedError, clean_results, fetch_from_hub, model_config_of, read_config,
+                                    write_model_files)
+from rltok.model.pretrained import load_weights as load_model_weights
 
-WEIGHTS = "model.safetensors"
-CONFIG = "config.json"
-CARD = "README.md"
 TRAINER = "trainer.pt"
 MANIFEST = "manifest.json"
 SHARDED = "dcp"  # FSDP's sharded model and optimiser state, a folder inside the checkpoint
-MODEL_FILES = (WEIGHTS, CONFIG, CARD)  # a model folder; a checkpoint adds TRAINER and MANIFEST
-META_KEYS = ("model_type", "rltok_version", "architecture", "num_parameters", "results")
 REQUIRED = (WEIGHTS, CONFIG)  # what a manifest must list
 _STEP_DIR = re.compile(r"step_\d+")
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint or model folder that is missing, partial, corrupt or does not match its config."""
-
-
-class PretrainedError(CheckpointError, ValueError):
-    """A folder or repo that does not hold an rltok model."""
 
 
 def _sha256(path: Path) -> str:
@@ -111,68 +94,6 @@ def _writer_pid(name: str) -> int | None:
 
 
 # ---- writing ---------------------------------------------------------------------------------
-def _version() -> str:
-    from rltok import __version__
-
-    return __version__
-
-
-def model_config_of(model: torch.nn.Module) -> ModelConfig:
-    cfg = getattr(model, "model_config", None) or getattr(model, "cfg", None)
-    if not isinstance(cfg, ModelConfig):
-        raise PretrainedError(f"{type(model).__name__} carries no ModelConfig; build it with "
-                              "rltok.model.factory.build_model, or pass config=")
-    return cfg
-
-
-def _architecture(model: torch.nn.Module | None, arch: str) -> str:
-    """The model's class name (FSDP2's dynamic `FSDP<Name>` subclass looked through)."""
-    if model is None:
-        return {"flat": "FlatByteLM", "bpe_token": "BPETokenLM"}.get(arch, "HourglassLM")
-    for cls in type(model).__mro__:
-        if cls.__module__.startswith("rltok."):
-            return cls.__name__
-    return type(model).__name__
-
-
-def clean_results(results: dict | None) -> dict:
-    """JSON-safe scalar results (histograms and non-finite values left out)."""
-    out = {}
-    for k, v in (results or {}).items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            continue
-        if isinstance(v, float) and not math.isfinite(v):
-            continue
-        out[k] = v
-    return out
-
-
-def write_model_files(folder: Path, model: torch.nn.Module | None, config: Config | ModelConfig | None = None,
-                      results: dict | None = None, name: str | None = None,
-                      state_dict: dict[str, torch.Tensor] | None = None) -> list[str]:
-    """The model part of every folder: model.safetensors, config.json and README.md in `folder`
-    (which must exist). `config`: the full training Config or just a ModelConfig (default: the
-    model's own); `state_dict` replaces `model.state_dict()` (a sharded model's weights gathered
-    beforehand). Returns the names written."""
-    if isinstance(config, Config):
-        full: dict[str, Any] = config.to_dict()
-    else:
-        full = {"model": dataclasses.asdict(config if isinstance(config, ModelConfig) else model_config_of(model))}
-    weights = model.state_dict() if state_dict is None else state_dict
-    state = {k: v.detach().contiguous().cpu() for k, v in weights.items()}
-    if model is not None:  # DTensor parameters (FSDP) count their full size
-        n_params = sum(p.numel() for p in model.parameters())
-    else:
-        n_params = sum(v.numel() for v in state.values() if v.is_floating_point())
-    arch = _architecture(model, full["model"]["arch"])
-    meta = {"model_type": "rltok", "rltok_version": _version(), "architecture": arch,
-            "num_parameters": n_params, "results": clean_results(results)}
-    save_file(state, folder / WEIGHTS, metadata={"format": "pt"})
-    (folder / CONFIG).write_text(json.dumps({**meta, **full}, indent=2) + "\n")
-    (folder / CARD).write_text(model_card(full, meta["results"], n_params, arch, name or folder.name))
-    return list(MODEL_FILES)
-
-
 def run_results(run_dir: str | Path, step: int) -> dict:
     """Results of a run at `step`, from its metrics.jsonl: the step, bytes seen and the last
     validation results logged up to it (with `val_step` when that was an earlier step)."""
@@ -361,73 +282,10 @@ def resolve_checkpoint(path: str | Path) -> Path:
     raise CheckpointError(f"no valid checkpoint under {path}: " + "; ".join(errors))
 
 
-def fetch_from_hub(repo_id: str, revision: str | None = None, cache_dir: str | None = None,
-                   token: str | None = None, local_files_only: bool = False) -> Path:
-    """The model files of a Hub repo, downloaded (or taken from the local Hub cache)."""
-    if repo_id.startswith((".", "/", "~")) or repo_id.count("/") > 1 or "\\" in repo_id:
-        raise CheckpointError(f"checkpoint path not found: {repo_id} (not a folder holding an rltok model or run)")
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError:
-        raise CheckpointError(f"{repo_id!r} is not a local folder, and loading from the Hub needs "
-                              "huggingface_hub: pip install 'rltok[hub]'") from None
-    try:
-        return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, token=token,
-                                      local_files_only=local_files_only, allow_patterns=list(MODEL_FILES)))
-    except Exception as e:  # offline, unknown repo, auth: the library raises many types
-        raise CheckpointError(f"cannot fetch {repo_id!r} from the Hugging Face Hub ({type(e).__name__}: {e}); "
-                              "for a local folder, check the path") from None
-
-
-def read_config(folder: Path) -> tuple[Config, dict]:
-    """(Config, metadata) from a folder's config.json: the metadata keys of save_pretrained (absent
-    in checkpoints written before the shared format), and the config sections. A bare model
-    export's other sections are defaults, not a run, and are not validated."""
-    path = folder / CONFIG
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{folder} has no {CONFIG}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"checkpoint {folder}: bad {CONFIG} (not valid JSON: {e})") from None
-    ours = isinstance(data, dict) and data.get("model_type", "rltok") == "rltok"  # older checkpoints: no model_type
-    if not ours or not isinstance(data.get("model"), dict):
-        raise CheckpointError(f"{path} does not describe an rltok model")
-    meta = {k: data.pop(k) for k in META_KEYS if k in data}
-    try:
-        cfg = Config.from_dict(data)
-        if set(data) == {"model"}:
-            cfg.model.validate()
-            return cfg, meta
-        return cfg.validate(), meta
-    except ConfigError as e:
-        raise CheckpointError(f"checkpoint {folder}: bad {CONFIG} ({e})") from None
-
-
 def load_weights(folder: Path, cfg: Config) -> torch.nn.Module:
-    """The model config.json describes, with the folder's weights loaded strictly (on CPU)."""
-    from rltok.model.factory import build_model
-
-    try:
-        state = load_file(folder / WEIGHTS)
-    except Exception as e:  # safetensors raises its own error types for truncated files
-        raise CheckpointError(f"checkpoint {folder}: cannot read {WEIGHTS} ({e})") from None
-    try:
-        model = build_model(cfg.model, state_dict=state)
-    except (ValueError, KeyError, RuntimeError) as e:  # e.g. a tokenizer buffer that does not parse
-        raise CheckpointError(f"checkpoint {folder}: cannot build the model of its {CONFIG} ({e})") from None
-    expected = model.state_dict().keys()
-    missing = sorted(k for k in expected if k not in state)
-    unexpected = sorted(k for k in state if k not in expected)
-    if missing or unexpected:
-        raise CheckpointError(f"checkpoint {folder}: {WEIGHTS} does not match its {CONFIG}: "
-                              f"missing keys {missing}, unexpected keys {unexpected}")
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as e:  # shapes: weights and config.json disagree
-        raise CheckpointError(f"checkpoint {folder}: {WEIGHTS} does not match its {CONFIG} "
-                              f"({' '.join(str(e).split())})") from None
-    return model
+    """The model config.json describes (rltok.model.factory.build_model), with the folder's
+    weights loaded strictly (on CPU)."""
+    return load_model_weights(folder, cfg, build_model)
 
 
 def read_trainer_state(folder: Path) -> dict | None:

@@ -1,0 +1,281 @@
+"""The model folder, rltok's one on-disk format for a model, in the Hugging Face Hub layout:
+
+    <folder>/
+        model.safetensors   weights (no pickle); BPE tokenizers travel inside as uint8 buffers
+        config.json         {"model_type": "rltok", "rltok_version", "architecture", "num_parameters",
+                             "results", "model": {...}, "objective"/"data"/"train": {...} when known}
+        README.md           model card (rltok.model.model_card)
+
+PretrainedMixin gives HourglassLM, FlatByteLM and BPETokenLM `save_pretrained`, `push_to_hub`
+and the classmethod `from_pretrained` (a model folder or a Hub repo id, fetched with
+`huggingface_hub.snapshot_download`; the folder must hold a model of that class). A training
+checkpoint (rltok.training.checkpoint) is such a folder plus trainer.pt and a manifest; its
+run folders, verification and `rltok.training.hub.from_pretrained` (which loads any of them)
+build on the writer and readers here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from rltok.config import Config, ConfigError, ModelConfig
+from rltok.model.model_card import model_card
+
+WEIGHTS = "model.safetensors"
+CONFIG = "config.json"
+CARD = "README.md"
+MODEL_FILES = (WEIGHTS, CONFIG, CARD)  # a model folder; a checkpoint adds trainer.pt and manifest.json
+META_KEYS = ("model_type", "rltok_version", "architecture", "num_parameters", "results")
+ARCHITECTURES = {"hourglass": "HourglassLM", "flat": "FlatByteLM", "bpe_token": "BPETokenLM"}  # model.arch -> class
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint or model folder that is missing, partial, corrupt or does not match its config."""
+
+
+class PretrainedError(CheckpointError, ValueError):
+    """A folder or repo that does not hold an rltok model."""
+
+
+# ---- writing ---------------------------------------------------------------------------------
+def _version() -> str:
+    from rltok import __version__
+
+    return __version__
+
+
+def model_config_of(model: torch.nn.Module) -> ModelConfig:
+    cfg = getattr(model, "model_config", None) or getattr(model, "cfg", None)
+    if not isinstance(cfg, ModelConfig):
+        raise PretrainedError(f"{type(model).__name__} carries no ModelConfig; build it with "
+                              "rltok.model.factory.build_model, or pass config=")
+    return cfg
+
+
+def _architecture(model: torch.nn.Module | None, arch: str) -> str:
+    """The model's class name (FSDP2's dynamic `FSDP<Name>` subclass looked through)."""
+    if model is None:
+        return ARCHITECTURES.get(arch, "HourglassLM")
+    for cls in type(model).__mro__:
+        if cls.__module__.startswith("rltok."):
+            return cls.__name__
+    return type(model).__name__
+
+
+def clean_results(results: dict | None) -> dict:
+    """JSON-safe scalar results (histograms and non-finite values left out)."""
+    out = {}
+    for k, v in (results or {}).items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        if isinstance(v, float) and not math.isfinite(v):
+            continue
+        out[k] = v
+    return out
+
+
+def write_model_files(folder: Path, model: torch.nn.Module | None, config: Config | ModelConfig | None = None,
+                      results: dict | None = None, name: str | None = None,
+                      state_dict: dict[str, torch.Tensor] | None = None) -> list[str]:
+    """The model part of every folder: model.safetensors, config.json and README.md in `folder`
+    (which must exist). `config`: the full training Config or just a ModelConfig (default: the
+    model's own); `state_dict` replaces `model.state_dict()` (a sharded model's weights gathered
+    beforehand). Returns the names written."""
+    if isinstance(config, Config):
+        full: dict[str, Any] = config.to_dict()
+    else:
+        full = {"model": dataclasses.asdict(config if isinstance(config, ModelConfig) else model_config_of(model))}
+    weights = model.state_dict() if state_dict is None else state_dict
+    state = {k: v.detach().contiguous().cpu() for k, v in weights.items()}
+    if model is not None:  # DTensor parameters (FSDP) count their full size
+        n_params = sum(p.numel() for p in model.parameters())
+    else:
+        n_params = sum(v.numel() for v in state.values() if v.is_floating_point())
+    arch = _architecture(model, full["model"]["arch"])
+    meta = {"model_type": "rltok", "rltok_version": _version(), "architecture": arch,
+            "num_parameters": n_params, "results": clean_results(results)}
+    save_file(state, folder / WEIGHTS, metadata={"format": "pt"})
+    (folder / CONFIG).write_text(json.dumps({**meta, **full}, indent=2) + "\n")
+    (folder / CARD).write_text(model_card(full, meta["results"], n_params, arch, name or folder.name))
+    return list(MODEL_FILES)
+
+
+def save_pretrained(model: torch.nn.Module, save_directory: str | Path, config: Config | ModelConfig | None = None,
+                    results: dict | None = None, name: str | None = None) -> Path:
+    """Write weights, config.json and a model card to `save_directory` (created if needed).
+    `config` is the full training Config (its sections go into config.json and the card) or
+    just a ModelConfig (default: the model's own); `results` e.g. {"val_bpb": 1.28, "val_rate": 0.2}."""
+    out = Path(save_directory)
+    out.mkdir(parents=True, exist_ok=True)
+    write_model_files(out, model, config, results, name=name or out.name)
+    return out
+
+
+def push_to_hub(model: torch.nn.Module, repo_id: str, config: Config | ModelConfig | None = None,
+                results: dict | None = None, private: bool = False, token: str | None = None,
+                commit_message: str = "Upload rltok model") -> str:
+    """save_pretrained into a temporary folder and upload it to `repo_id` (needs network and a
+    Hub token). Returns the URL of the commit."""
+    import tempfile
+
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=token)
+    api.create_repo(repo_id, private=private, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        save_pretrained(model, tmp, config, results, name=repo_id.split("/")[-1])
+        info = api.upload_folder(repo_id=repo_id, folder_path=tmp, commit_message=commit_message)
+    return str(getattr(info, "commit_url", info))
+
+
+# ---- reading ---------------------------------------------------------------------------------
+def fetch_from_hub(repo_id: str, revision: str | None = None, cache_dir: str | None = None,
+                   token: str | None = None, local_files_only: bool = False) -> Path:
+    """The model files of a Hub repo, downloaded (or taken from the local Hub cache)."""
+    if repo_id.startswith((".", "/", "~")) or repo_id.count("/") > 1 or "\\" in repo_id:
+        raise CheckpointError(f"checkpoint path not found: {repo_id} (not a folder holding an rltok model or run)")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise CheckpointError(f"{repo_id!r} is not a local folder, and loading from the Hub needs "
+                              "huggingface_hub: pip install 'rltok[hub]'") from None
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, token=token,
+                                      local_files_only=local_files_only, allow_patterns=list(MODEL_FILES)))
+    except Exception as e:  # offline, unknown repo, auth: the library raises many types
+        raise CheckpointError(f"cannot fetch {repo_id!r} from the Hugging Face Hub ({type(e).__name__}: {e}); "
+                              "for a local folder, check the path") from None
+
+
+def read_config(folder: Path) -> tuple[Config, dict]:
+    """(Config, metadata) from a folder's config.json: the metadata keys of save_pretrained (absent
+    in checkpoints written before the shared format), and the config sections. A bare model
+    export's other sections are defaults, not a run, and are not validated."""
+    path = folder / CONFIG
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{folder} has no {CONFIG}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"checkpoint {folder}: bad {CONFIG} (not valid JSON: {e})") from None
+    ours = isinstance(data, dict) and data.get("model_type", "rltok") == "rltok"  # older checkpoints: no model_type
+    if not ours or not isinstance(data.get("model"), dict):
+        raise CheckpointError(f"{path} does not describe an rltok model")
+    meta = {k: data.pop(k) for k in META_KEYS if k in data}
+    try:
+        cfg = Config.from_dict(data)
+        if set(data) == {"model"}:
+            cfg.model.validate()
+            return cfg, meta
+        return cfg.validate(), meta
+    except ConfigError as e:
+        raise CheckpointError(f"checkpoint {folder}: bad {CONFIG} ({e})") from None
+
+
+Build = Callable[..., torch.nn.Module]  # (ModelConfig, state_dict=...) -> model, e.g. factory.build_model
+
+
+def load_weights(folder: Path, cfg: Config, build: Build) -> torch.nn.Module:
+    """The model config.json describes, made by `build`, with the folder's weights loaded strictly (on CPU)."""
+    try:
+        state = load_file(folder / WEIGHTS)
+    except Exception as e:  # safetensors raises its own error types for truncated files
+        raise CheckpointError(f"checkpoint {folder}: cannot read {WEIGHTS} ({e})") from None
+    try:
+        model = build(cfg.model, state_dict=state)
+    except (ValueError, KeyError, RuntimeError) as e:  # e.g. a tokenizer buffer that does not parse
+        raise CheckpointError(f"checkpoint {folder}: cannot build the model of its {CONFIG} ({e})") from None
+    expected = model.state_dict().keys()
+    missing = sorted(k for k in expected if k not in state)
+    unexpected = sorted(k for k in state if k not in expected)
+    if missing or unexpected:
+        raise CheckpointError(f"checkpoint {folder}: {WEIGHTS} does not match its {CONFIG}: "
+                              f"missing keys {missing}, unexpected keys {unexpected}")
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:  # shapes: weights and config.json disagree
+        raise CheckpointError(f"checkpoint {folder}: {WEIGHTS} does not match its {CONFIG} "
+                              f"({' '.join(str(e).split())})") from None
+    return model
+
+
+def model_folder(name_or_path: str | Path, revision: str | None = None, cache_dir: str | None = None,
+                 token: str | None = None, local_files_only: bool = False) -> Path:
+    """The local folder holding the model files of a path (a file inside it stands for the folder)
+    or, when no such path exists, of a Hub repo id."""
+    local = Path(name_or_path).expanduser()
+    if not local.exists():
+        folder = fetch_from_hub(str(name_or_path), revision, cache_dir, token, local_files_only)
+        if not ((folder / WEIGHTS).is_file() and (folder / CONFIG).is_file()):
+            raise CheckpointError(f"the Hub repo {str(name_or_path)!r} holds no {WEIGHTS} + {CONFIG}")
+        return folder
+    folder = local.parent if local.is_file() else local
+    if not ((folder / WEIGHTS).is_file() and (folder / CONFIG).is_file()):
+        raise PretrainedError(f"no {WEIGHTS} + {CONFIG} in {folder}; a training run loads with "
+                              "rltok.training.hub.from_pretrained or rltok.training.checkpoint.load_checkpoint")
+    return folder
+
+
+class PretrainedMixin:
+    """save_pretrained / push_to_hub / from_pretrained for the model classes. Adds no parameters:
+    a subclass names its `arch` (ModelConfig.arch) and builds itself in `from_config`."""
+
+    arch: str
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, train_bytes: torch.Tensor | None = None,
+                    state_dict: dict[str, torch.Tensor] | None = None):
+        """A fresh model of `cfg` (rltok.model.factory.build_model picks the class), keeping its
+        config as `model.model_config` (what save_pretrained writes). `train_bytes` fits
+        data-dependent parts (BPE tokenizers) on the training split; `state_dict` (from a
+        checkpoint) provides them instead."""
+        cfg.validate()
+        if cfg.arch != cls.arch:
+            raise ValueError(f"model.arch={cfg.arch} builds a {ARCHITECTURES[cfg.arch]}, not a {cls.__name__}")
+        model = cls._from_config(cfg, train_bytes, state_dict)
+        model.model_config = cfg
+        return model
+
+    @classmethod
+    def _from_config(cls, cfg: ModelConfig, train_bytes, state_dict):
+        raise NotImplementedError
+
+    def save_pretrained(self, save_directory: str | Path, config: Config | ModelConfig | None = None,
+                        results: dict | None = None, name: str | None = None) -> Path:
+        """Weights, config.json and a model card in `save_directory` (created if needed). `config`:
+        the full training Config or just a ModelConfig (default: the model's own); `results` e.g.
+        {"val_bpb": 1.28, "val_rate": 0.2}."""
+        return save_pretrained(self, save_directory, config, results, name)
+
+    def push_to_hub(self, repo_id: str, **kwargs) -> str:
+        """save_pretrained, then upload to a Hub repo (see rltok.model.pretrained.push_to_hub)."""
+        return push_to_hub(self, repo_id, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | Path, device: str | torch.device = "cpu",
+                        dtype: torch.dtype | None = None, revision: str | None = None, cache_dir: str | None = None,
+                        token: str | None = None, local_files_only: bool = False, return_config: bool = False):
+        """The model saved in a model folder (a checkpoint folder holds one) or a Hub repo, which
+        must be a `cls`, in eval mode on `device` (optionally cast to `dtype`); with return_config,
+        (model, Config, metadata). Raises PretrainedError."""
+        try:
+            folder = model_folder(name_or_path, revision, cache_dir, token, local_files_only)
+            cfg, meta = read_config(folder)
+            if cfg.model.arch != cls.arch:
+                raise PretrainedError(f"{name_or_path} holds a {ARCHITECTURES[cfg.model.arch]}, not a {cls.__name__}; "
+                                      "use rltok.training.hub.from_pretrained to load whatever it holds")
+            model = load_weights(folder, cfg, cls.from_config)
+        except PretrainedError:
+            raise
+        except CheckpointError as e:
+            raise PretrainedError(str(e)) from None
+        model.to(device=device, dtype=dtype)
+        model.eval()
+        return (model, cfg, meta) if return_config else model
