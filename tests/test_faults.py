@@ -331,7 +331,7 @@ def test_preset_parameter_counts_are_current():
     assert {name: count_params(name) for name in PRESETS} == PRESET_PARAMS
 
 
-def test_model_methods_are_installed_when_the_model_is_imported():
+def test_model_methods_exist_when_the_model_is_imported():
     done = in_fresh_process("import sys\nfrom rltok.model.hourglass import HourglassLM\n"
                             "from rltok.model.token_lm import BPETokenLM\nimport rltok\n"
                             "assert hasattr(HourglassLM, 'generate') and hasattr(BPETokenLM, 'from_pretrained')\n"

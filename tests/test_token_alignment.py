@@ -90,7 +90,7 @@ def test_precision_chance_recall_on_snippet():
 
 def test_lexer_matches_tokenize_on_whole_files():
     assert torch.equal(token_ends(TRICKY, "code"), tokenize_ends(TRICKY))
-    files = sorted(SRC.glob("*.py"))
+    files = sorted(SRC.rglob("*.py"))
     assert files
     for f in files:
         src = f.read_bytes()
@@ -101,7 +101,7 @@ def test_windows_close_to_tokenize():
     """Arbitrary 512-byte slices (starting mid-token, mid-line, inside strings and docstrings)
     read by the window lexer against tokenize on the whole file: interior disagreement small."""
     wrong = total = 0
-    for f in sorted(SRC.glob("*.py"))[:8]:
+    for f in sorted(SRC.rglob("*.py"))[:8]:
         src = f.read_bytes()
         ref = tokenize_ends(src)
         for s in range(0, len(src) - 512, 389):

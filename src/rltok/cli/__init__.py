@@ -1,0 +1,70 @@
+"""Command line: `rltok train`, `rltok prepare`, `rltok eval`, `rltok segment`, `rltok generate`,
+`rltok presets`, `rltok export`, `rltok lm-eval` ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+
+from rltok.cli.model_commands import cmd_lm_eval
+from rltok.cli.parser import build_parser
+from rltok.cli.run_commands import PRESET_PARAMS, count_params
+from rltok.config import ConfigError
+
+__all__ = ["PRESET_PARAMS", "build_parser", "count_params", "main", "user_errors"]
+
+# `rltok --help` and `rltok presets` load no torch: every module that needs it is imported by the
+# command that uses it. The user errors of modules not loaded cannot have been raised.
+_ERROR_CLASSES = (("rltok.data.sources", "DataError"), ("rltok.training.checkpoint", "CheckpointError"))
+
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """The exceptions that end a command with one `error:` line: ConfigError, DataError, CheckpointError."""
+    return (ConfigError, *(getattr(sys.modules[m], n) for m, n in _ERROR_CLASSES if m in sys.modules))
+
+
+def __getattr__(name: str):
+    if name == "USER_ERRORS":  # the full tuple, for callers that want it (loads its modules)
+        from rltok.data.sources import DataError
+        from rltok.training.checkpoint import CheckpointError
+
+        return (ConfigError, DataError, CheckpointError)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["lm-eval"]:  # everything after it belongs to lm_eval's own parser
+        return cmd_lm_eval(argparse.Namespace(lm_eval_args=argv[1:]))
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # argparse takes only one run of positionals, so overrides after options (`--data x
+    # train.lr=1e-3`) arrive here; anything that is not an option is an override
+    if extra and hasattr(args, "overrides") and not any(a.startswith("-") for a in extra):
+        args.overrides += extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if getattr(args, "mode", "unset") is None:
+        args.mode = args.default_mode
+    warnings.simplefilter("default")
+    warnings.formatwarning = lambda msg, cat, *a, **k: f"warning: {msg}\n"
+    try:
+        code = args.func(args)
+        sys.stdout.flush()  # here, so that a closed pipe is handled below and not at exit
+        return code
+    except BrokenPipeError:  # e.g. `rltok presets | head -1`: the reader has all it wanted
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
+    except Exception as e:
+        if not isinstance(e, user_errors()):
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+

@@ -1,0 +1,178 @@
+"""The research instruments: `rltok compare`, `diagnose`, `vocab`."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rltok.cli.model_commands import _load
+from rltok.config import ConfigError
+
+
+def cmd_compare(args) -> int:
+    import shlex
+    from pathlib import Path
+
+    from rltok.analysis.compare import method_config, run_sweep, write_report
+    from rltok.model.flops import hourglass_flops, train_flops_per_byte
+
+    out = Path(args.out)
+    for m in args.methods:  # every method and its NAME@key=value overrides are checked before any run
+        try:
+            method_config(m, args.overrides, args.data, out, 0, args.preset)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    from rltok.data.corpus import resolve_split
+
+    split = resolve_split(args.data, args.split, fallback=True)  # the split every number is really on
+    if split != args.split:
+        print(f"note: {args.data} has no {args.split!r} split: evaluating on {split!r}", file=sys.stderr)
+    ref = method_config("rl", args.overrides, args.data, out, 0, args.preset)
+    budget = args.budget_bytes * train_flops_per_byte(hourglass_flops(ref.model, ref.train.seq_len))
+    print(f"budget: {budget:.3e} training FLOPs (= {args.budget_bytes:,} bytes of the hierarchical model "
+          f"at rate {ref.model.target_rate})", file=sys.stderr)
+    results = run_sweep(args.data, args.methods, args.seeds, out, budget, args.overrides, args.preset,
+                        split, args.max_eval_windows, log=lambda m: print(m, file=sys.stderr))
+    command = "rltok " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if args.command_line is None else args.command_line
+    # the report covers every finished run in the folder (earlier invocations with other seeds too)
+    names = {(r["method"], r["seed"]) for r in results}
+    for path in sorted(out.glob("*_s*.json")):
+        r = json.loads(path.read_text())
+        if (r["method"], r["seed"]) not in names:
+            results.append(r)
+    report = write_report(results, out, args.title or f"{Path(args.data).name} ({split} split)", command)
+    print(report.read_text())
+    return 0
+
+
+def cmd_diagnose(args) -> int:
+    from pathlib import Path
+
+    from rltok.data.windows import eval_windows
+    from rltok.data.corpus import load_eval_bytes
+    from rltok.analysis.diagnose import checkpoint_lexicon, diagnose, known_variants, markdown
+
+    if args.true_advantage:
+        return _diagnose_true_advantage(args)
+    if args.lexicon_costs:
+        return _diagnose_lexicon_costs(args)
+    known = known_variants(args.objective)
+    for v in args.variants or []:
+        if v not in known:
+            raise ConfigError(f"unknown variant {v!r}; choose from {', '.join(known)}")
+        k = known[v].get("group_size", 1)
+        if args.batch % k:
+            raise ConfigError(f"variant {v!r} needs --batch a multiple of its group size {k}")
+    if args.batch < 1 or args.estimates < 2 or args.reference < 1:
+        raise ConfigError("--batch and --reference must be >= 1, --estimates >= 2")
+    if args.reference_group < 2:
+        raise ConfigError("--reference-group must be >= 2 (segmentations per sequence in the reference)")
+    model, cfg, ckpt, device = _load(args)
+    if model.__class__.__name__ != "HourglassLM" or model.cfg.chunker != "rl":
+        raise ConfigError("diagnose needs a checkpoint of the hierarchical model with the rl chunker")
+    lexicon = checkpoint_lexicon(ckpt, cfg, device) if args.objective == "lexicon" else None
+    data = load_eval_bytes(args.data or cfg.data.train, args.split, val_fraction=cfg.data.val_fraction)
+    x, y = eval_windows(data, args.seq_len or cfg.train.seq_len, args.batch)
+    if len(x) < args.batch:
+        raise ConfigError(f"only {len(x)} windows of evaluation data; lower --batch or --seq-len")
+    result = diagnose(model, x.to(device), y.to(device), cfg.objective, cfg.model.target_rate,
+                      variants=args.variants, n_estimates=args.estimates, n_reference=args.reference,
+                      reference_group=args.reference_group, seed=args.seed,
+                      log=lambda m: print(m, file=sys.stderr), lexicon=lexicon)
+    result.update(checkpoint=str(ckpt), data=args.data or cfg.data.train, split=args.split)
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2))
+    print(markdown(result))
+    return 0
+
+
+def _diagnose_true_advantage(args) -> int:
+    """`rltok diagnose --true-advantage`: what a boundary at t does to the loss, per byte class,
+    and how well the estimators' advantages track it."""
+    from pathlib import Path
+
+    from rltok.data.windows import eval_windows
+    from rltok.data.corpus import load_eval_bytes
+    from rltok.analysis.true_advantage import format_true_advantage, true_advantage
+
+    if args.per_class < 1 or args.variant_batch < 1 or args.batch < 1:
+        raise ConfigError("--per-class, --variant-batch and --batch must be >= 1")
+    if args.horizon is not None and args.horizon < 0:
+        raise ConfigError("--horizon must be >= 0")
+    model, cfg, ckpt, device = _load(args)
+    if model.__class__.__name__ != "HourglassLM":
+        raise ConfigError("--true-advantage needs a checkpoint of the hierarchical (hourglass) model")
+    if model.cfg.stages == 2:
+        raise ConfigError("--true-advantage does not support two-stage (model.stages=2) checkpoints")
+    spec = args.data or cfg.data.train
+    data = load_eval_bytes(spec, args.split, val_fraction=cfg.data.val_fraction)
+    x, y = eval_windows(data, args.seq_len or cfg.train.seq_len, args.batch)
+    if x.shape[1] < 3:
+        raise ConfigError("windows of at least 3 bytes are needed; raise --seq-len or give more data")
+    result = true_advantage(model, x.to(device), y.to(device), cfg.objective, n_per_class=args.per_class,
+                            horizon=args.horizon, batch_size=args.variant_batch, seed=args.seed)
+    result.update(checkpoint=str(ckpt), data=spec, split=args.split)
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2))
+        print(f"wrote {args.out}", file=sys.stderr)
+    print(format_true_advantage(result))
+    return 0
+
+
+def _diagnose_lexicon_costs(args) -> int:
+    """`rltok diagnose --lexicon-costs`: where a lexicon-trained policy cuts and what flipping each
+    decision changes in the lexicon's code length, per byte class."""
+    from pathlib import Path
+
+    from rltok.data.windows import eval_windows
+    from rltok.data.corpus import load_eval_bytes
+    from rltok.analysis.diagnose import checkpoint_lexicon
+    from rltok.analysis.lexicon_costs import format_lexicon_costs, lexicon_costs_by_class
+
+    model, cfg, ckpt, device = _load(args)
+    if model.__class__.__name__ != "HourglassLM" or model.cfg.chunker != "rl":
+        raise ConfigError("--lexicon-costs needs a checkpoint of the hierarchical model with the rl chunker")
+    lexicon = checkpoint_lexicon(ckpt, cfg, device)
+    spec = args.data or cfg.data.train
+    x, _ = eval_windows(load_eval_bytes(spec, args.split, val_fraction=cfg.data.val_fraction),
+                        args.seq_len or cfg.train.seq_len, args.batch)
+    result = lexicon_costs_by_class(model, lexicon, x.to(device), seed=args.seed)
+    result.update(checkpoint=str(ckpt), data=spec, split=args.split, windows=list(x.shape))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2))
+        print(f"wrote {args.out}", file=sys.stderr)
+    print(format_lexicon_costs(result))
+    return 0
+
+
+def cmd_vocab(args) -> int:
+    from rltok.analysis.vocab import load_vocab_data, vocab_report
+    from rltok.analysis.vocab_render import print_report, write_json, write_markdown
+
+    if args.max_bytes < 0 or args.top < 1 or args.batch_size < 1 or args.bpe_sample_bytes < 1:
+        raise ConfigError("--top, --batch-size and --bpe-sample-bytes must be >= 1, --max-bytes >= 0")
+    model, cfg, ckpt, device = _load(args)
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    spec = args.data or cfg.data.train
+    # the BPE samples its training bytes from at most 25x its sample (and the run's own cap)
+    read_cap = min(cfg.data.max_bytes or 1 << 62, 25 * args.bpe_sample_bytes)
+    text, bpe_train = load_vocab_data(spec, args.split, args.max_bytes, cfg.data.val_fraction, read_cap, log=log)
+    result = vocab_report(model, text, cfg.train.seq_len, mode=args.mode, seed=args.seed, top=args.top,
+                          bpe=not args.no_bpe, bpe_data=bpe_train, bpe_pretokenize=args.bpe_pretokenize,
+                          bpe_sample_bytes=args.bpe_sample_bytes, device=device, batch_size=args.batch_size, log=log)
+    result.update(checkpoint=str(ckpt), data=spec, split=args.split)
+    # the files first: a reader that stops early (`| head`) must not cost them
+    if args.json:
+        log(f"wrote {write_json(result, args.json)}")
+    if args.markdown:
+        log(f"wrote {write_markdown(result, args.markdown, min(args.top, 30))}")
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")  # chunks may not be encodable on this terminal
+    try:
+        print_report(result)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+    return 0

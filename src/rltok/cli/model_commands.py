@@ -1,0 +1,170 @@
+"""The commands that use a trained model: `rltok eval`, `segment`, `generate`, `lm-eval`."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rltok.config import ConfigError
+
+
+def cmd_lm_eval(args) -> int:
+    from rltok.eval.lm_eval_adapter import main as lm_eval_main
+
+    return lm_eval_main(args.lm_eval_args)
+
+
+def _load(args):
+    import torch
+
+    from rltok.training.checkpoint import load_checkpoint
+    from rltok.training.device import resolve_device
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    model, cfg, _, ckpt = load_checkpoint(args.checkpoint, device=device)
+    model.eval()
+    return model, cfg, ckpt, device
+
+
+def cmd_eval(args) -> int:
+    from rltok.data.windows import eval_windows
+    from rltok.data.corpus import load_eval_bytes, resolve_split
+    from rltok.training.evaluate import evaluate
+    from rltok.data.python_tokens import looks_like_python
+
+    if args.data is not None:  # a wrong split fails before the model loads
+        resolve_split(args.data, args.split, args.fallback_to_val)
+    model, cfg, ckpt, device = _load(args)
+    spec = args.data or cfg.data.train
+    split = resolve_split(spec, args.split, args.fallback_to_val)
+    if split != args.split:
+        print(f"note: {spec} has no {args.split!r} split: evaluating on {split!r}", file=sys.stderr)
+    data = load_eval_bytes(spec, split, args.max_bytes, cfg.data.val_fraction)
+    seq_len = args.seq_len or cfg.train.seq_len
+    x, y = eval_windows(data, seq_len, args.max_windows)
+    code = args.code if args.code is not None else looks_like_python(spec)
+    result = evaluate(model, x, y, batch_size=args.batch_size, mode=args.mode, seed=args.seed, device=device,
+                      code_metrics=code)
+    result.update(checkpoint=str(ckpt), data=spec, split=split, seq_len=x.shape[1], mode=args.mode)
+    if split != args.split:
+        result["split_requested"] = args.split
+    if not args.hist:
+        result.pop("chunk_length_hist", None)
+    print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}, indent=2))
+    return 0
+
+
+def cmd_segment(args) -> int:
+    from rltok.data.sources import read_user_text
+    from rltok.model.segment import print_colored, render_pipes, segment_boundaries, split_chunks
+
+    if args.text is None and args.file is None:
+        raise ConfigError("give a text to segment, or --file PATH ('-' for stdin)")
+    data = read_user_text(args.text, args.file)
+    if args.max_bytes:
+        data = data[: args.max_bytes]
+    if not data:
+        from rltok.data.sources import DataError
+
+        raise DataError("nothing to segment: the input is empty")
+    model, _, _, device = _load(args)
+    b, probs = segment_boundaries(model, data, mode=args.mode, seed=args.seed, device=device)
+    chunks = split_chunks(data, b)
+    use_color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
+    if use_color:
+        print_colored(chunks)
+    else:
+        print(render_pipes(chunks, args.sep))
+    n = len(data)
+    print(f"\n{len(chunks)} chunks over {n} bytes: rate {len(chunks) / n:.3f}, "
+          f"{n / len(chunks):.2f} bytes per chunk", file=sys.stderr)
+    if args.html or args.png:
+        _write_heatmaps(args, data, b.tolist(), probs)
+    return 0
+
+
+def _write_heatmaps(args, data: bytes, flags: list[bool], probs) -> None:
+    from rltok.analysis.heatmap import write_html, write_png
+
+    if args.html:
+        write_html(args.html, data, probs, flags)
+        print(f"wrote {args.html}", file=sys.stderr)
+    if args.png:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ConfigError("--png needs matplotlib: pip install 'rltok[plot]'") from None
+        write_png(args.png, data, probs, flags)
+        print(f"wrote {args.png}", file=sys.stderr)
+
+
+def _unescape(s: str) -> bytes:
+    """Stop strings from the shell: \\n, \\t, \\r, \\\\ and \\xNN escapes become bytes."""
+    import re
+
+    simple = {"n": b"\n", "t": b"\t", "r": b"\r", "\\": b"\\"}
+
+    def one(m: re.Match) -> bytes:
+        e = m.group(1).decode()
+        return bytes([int(e[1:], 16)]) if e[0] == "x" else simple[e]
+
+    return re.sub(rb"\\(x[0-9a-fA-F]{2}|[ntr\\])", one, s.encode("utf-8", errors="surrogateescape"))
+
+
+def cmd_generate(args) -> int:
+    import time
+
+    from rltok.model.generate import GenerationError, Utf8Streamer, check_args, context_length, generate
+
+    if args.text is not None and args.prompt_file is not None:
+        raise ConfigError("give a prompt or --prompt-file, not both")
+    try:  # before loading anything: bad arguments should fail fast
+        check_args(args.max_bytes, args.temperature, args.top_k, args.top_p, args.mode)
+    except GenerationError as e:
+        raise ConfigError(str(e)) from None
+    if args.prompt_file == "-":
+        prompt = sys.stdin.buffer.read()
+    elif args.prompt_file is not None:
+        try:
+            with open(args.prompt_file, "rb") as f:  # raw bytes: any byte string is a valid prompt
+                prompt = f.read()
+        except OSError as e:
+            from rltok.data.sources import DataError
+
+            raise DataError(f"cannot read prompt file {args.prompt_file}: {e.strerror}") from None
+    else:
+        prompt = (args.text or "").encode("utf-8", errors="surrogateescape")
+    model, _, _, _ = _load(args)
+    max_len = context_length(model)
+    if not prompt:
+        print("note: empty prompt, generating from a newline", file=sys.stderr)
+    elif len(prompt) > max_len:
+        print(f"note: the prompt has {len(prompt)} bytes, more than the model's context of {max_len}: "
+              f"keeping the last {max_len}", file=sys.stderr)
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")  # a non-UTF-8 terminal must not crash us
+    out = Utf8Streamer(sys.stdout)
+    if args.echo:
+        out.write(prompt)
+    start = time.perf_counter()
+    try:
+        result = generate(model, prompt, args.max_bytes, temperature=args.temperature, top_k=args.top_k,
+                          top_p=args.top_p, seed=args.seed, stop=[_unescape(s) for s in args.stop],
+                          mode=args.mode, on_bytes=lambda _, data: out.write(data))
+        out.close()
+        if sys.stdout.isatty() and not result.output.endswith(b"\n"):
+            print()
+    except GenerationError as e:
+        raise ConfigError(str(e)) from None
+    except BrokenPipeError:  # e.g. piped into `head`: the reader has all it wanted
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
+    secs = time.perf_counter() - start
+    n = len(result.output)
+    print(f"[{n} bytes in {secs:.2f} s ({n / max(secs, 1e-9):.0f} bytes/s), stop: {result.stop_reason}]",
+          file=sys.stderr)
+    return 0

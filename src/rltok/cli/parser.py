@@ -1,0 +1,205 @@
+"""The argument parser of the `rltok` command: one subcommand per job, each with its flags."""
+
+from __future__ import annotations
+
+import argparse
+
+from rltok.cli.analysis_commands import cmd_compare, cmd_diagnose, cmd_vocab
+from rltok.cli.model_commands import cmd_eval, cmd_generate, cmd_lm_eval, cmd_segment
+from rltok.cli.run_commands import cmd_export, cmd_prepare, cmd_presets, cmd_train
+from rltok.config import PRESETS
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("overrides", nargs="*", metavar="section.key=value",
+                   help="config overrides, e.g. train.max_steps=2000 model.d_chunk=384")
+    p.add_argument("--preset", default=None, help=f"named preset ({', '.join(PRESETS)}); default: tiny "
+                                                  "(with --resume: the run's own saved config)")
+    p.add_argument("--config", help="JSON or TOML config file applied on top of the preset")
+    p.add_argument("--data", help="training data: 'stdlib' (default), a file, a folder, a glob or hf:name")
+    p.add_argument("--out", help="run folder (checkpoints, metrics.jsonl); default runs/default")
+    p.add_argument("--steps", type=int, help="shorthand for train.max_steps")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rltok", description="Byte-level LMs that learn their own tokenization with RL.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train a model (defaults: the stdlib corpus, a few minutes on 2 CPU cores)")
+    _add_config_args(p)
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its newest valid checkpoint, with the run's own saved "
+                        "config and data; only train.max_steps, logging/eval/checkpoint cadence, threads, "
+                        "device and tensorboard/wandb may be given again")
+    p.add_argument("--allow-config-change", action="store_true",
+                   help="with --resume: continue even though other config keys differ from the run's")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    p.add_argument("--list-presets", action="store_true", help="list the named presets and exit")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser(
+        "prepare", help="write a corpus once as byte shards that training reads without loading it",
+        description="Read a source (file, folder, glob, archives, 'stdlib', hf:NAME[:CONFIG][@SPLIT], "
+                    "hf:json:PATH / hf:parquet:PATH, a save_to_disk folder as hf:PATH) and write its "
+                    "train/val(/test) byte streams as shards with a document index and a manifest. The "
+                    "splits are those `rltok train --data SRC` makes in memory. Re-running is a no-op; "
+                    "an interrupted run resumes. Then: rltok train --data DIR.")
+    p.add_argument("source", help="the data to prepare (or, with --verify and no --out, a prepared folder)")
+    p.add_argument("--out", "-o", help="folder to write (new or empty, or an unfinished preparation to resume)")
+    p.add_argument("--val", default="", help="explicit validation source (default: the folder's val.* files, "
+                                             "else whole held-out documents)")
+    p.add_argument("--val-fraction", type=float, default=0.02, help="share of the bytes held out (default 0.02)")
+    p.add_argument("--max-bytes", type=int, default=0, help="read at most this many bytes of the source (0 = all)")
+    p.add_argument("--text-field", default="text", help="hub datasets: the record field holding the text")
+    p.add_argument("--shard-size", default="256M", help="bytes per shard, e.g. 256M (default), 64k, 1G")
+    p.add_argument("--num-proc", type=int, default=1,
+                   help="processes reading and decompressing files in parallel (local files; default 1)")
+    p.add_argument("--verify", action="store_true", help="check every shard's SHA-256 against the manifest")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_prepare)
+
+    p = sub.add_parser("presets", help="list the named config presets (size, shape, purpose)")
+    p.add_argument("name", nargs="?", help="print this preset's full resolved config")
+    p.set_defaults(func=cmd_presets)
+
+    p = sub.add_parser("export", help="write a checkpoint as a Hub-style model folder (safetensors, config, model card)")
+    p.add_argument("--checkpoint", "-c", default="runs/default", help="checkpoint or run folder (newest checkpoint)")
+    p.add_argument("--out", "-o", help="folder to write (model.safetensors, config.json, README.md)")
+    p.add_argument("--push-to-hub", metavar="REPO_ID", help="also upload to this Hugging Face Hub repo (network, token)")
+    p.add_argument("--private", action="store_true", help="create the Hub repo private")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("lm-eval", add_help=False,
+                       help="lm-evaluation-harness with the 'rltok' model (needs rltok[eval]); arguments go to lm_eval")
+    p.add_argument("lm_eval_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_lm_eval)
+
+    def add_model_args(q):
+        q.add_argument("--checkpoint", "-c", default="runs/default", help="checkpoint or run folder (newest checkpoint)")
+        q.add_argument("--device", default="auto")
+        q.add_argument("--threads", type=int, default=0)
+        q.add_argument("--mode", choices=("sample", "greedy"), default=None,
+                       help="boundary decisions: sampled from the policy or thresholded at p=0.5")
+        q.add_argument("--seed", type=int, default=0)
+
+    p = sub.add_parser("eval", help="bpb, boundary rate, bytes per chunk and whitespace alignment on any data")
+    add_model_args(p)
+    p.add_argument("--data", help="data to evaluate (default: the training source); a split folder uses --split")
+    p.add_argument("--split", default="val", help="val (held-out part, default), test (split folders and prepared "
+                                                  "folders that have one), train or all; a split the data lacks is "
+                                                  "an error")
+    p.add_argument("--fallback-to-val", action="store_true",
+                   help="evaluate on val when the data has no such split (the output's split names the one used)")
+    p.add_argument("--seq-len", type=int, default=0, help="window length (default: training seq_len)")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--max-windows", type=int, default=0, help="evaluate on at most this many windows (0 = all)")
+    p.add_argument("--max-bytes", type=int, default=0, help="read at most this many bytes")
+    p.add_argument("--hist", action="store_true", help="include the chunk-length histogram")
+    p.add_argument("--code", action=argparse.BooleanOptionalAction, default=None,
+                   help="report token_end_* and token_start_* precision/chance/recall (chunk ends at Python "
+                        "token ends, or one byte late: on the byte that starts the next token); default: "
+                        "on when the data is Python source ('stdlib', .py files)")
+    p.set_defaults(func=cmd_eval, default_mode="sample")
+
+    p = sub.add_parser("segment", help="show how a trained model chunks a text")
+    add_model_args(p)
+    p.add_argument("text", nargs="?", help="text to segment (UTF-8)")
+    p.add_argument("--file", "--prompt-file", "-f", dest="file",
+                   help="read the bytes from a file ('-' for stdin); --prompt-file is the same (as in generate)")
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    p.add_argument("--sep", default="|", help="separator printed between chunks without colour")
+    p.add_argument("--max-bytes", type=int, default=0)
+    p.add_argument("--html", metavar="OUT.html", help="also write an HTML heat map of per-byte boundary probabilities")
+    p.add_argument("--png", metavar="OUT.png", help="also write a PNG heat map (needs matplotlib)")
+    p.set_defaults(func=cmd_segment, default_mode="sample")
+
+    p = sub.add_parser(
+        "generate", help="sample a continuation (cached decoding, streamed as it is produced)",
+        description="Sample a continuation of a prompt with cached incremental decoding: each byte's "
+                    "boundary decision is made once and kept. Output is streamed; bytes of an incomplete "
+                    "UTF-8 character are held until it is complete (invalid bytes print as \\xNN).",
+        epilog="Prompt rules: an empty prompt starts generation from a newline (b'\\n') as context. A prompt "
+               "longer than the model's max_seq_len keeps only its last max_seq_len bytes. Positions are "
+               "absolute, so when prompt + generated bytes reach max_seq_len the context slides: its oldest "
+               "half is dropped and the rest re-read with the boundaries it already had, and generation "
+               "goes on. Prompts are bytes: any byte string (also invalid UTF-8) is a valid prompt.")
+    add_model_args(p)
+    p.add_argument("text", nargs="?", help="prompt (UTF-8); empty or omitted: start from a newline")
+    p.add_argument("--prompt-file", "--file", "-f", dest="prompt_file",
+                   help="read the prompt as raw bytes from a file ('-' for stdin); --file is the same (as in segment)")
+    p.add_argument("--max-bytes", "-n", type=int, default=256, help="generate at most this many bytes (default 256)")
+    p.add_argument("--temperature", "-t", type=float, default=1.0, help="sampling temperature; 0 = greedy (default 1)")
+    p.add_argument("--top-k", type=int, default=0, help="sample among the k likeliest bytes (0 = off)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling: smallest set with this mass (1 = off)")
+    p.add_argument("--stop", action="append", default=[], metavar="STR",
+                   help="stop when this string is produced (not printed); repeatable; \\n \\t \\xNN escapes work")
+    p.add_argument("--echo", action="store_true", help="print the prompt before the continuation")
+    p.set_defaults(func=cmd_generate, default_mode="sample")
+    p = sub.add_parser("diagnose", help="variance, SNR and alignment of the boundary-policy gradient per variance reducer")
+    add_model_args(p)
+    p.add_argument("--data", help="data for the fixed batch (default: the training source)")
+    p.add_argument("--split", default="val")
+    p.add_argument("--batch", type=int, default=8, help="sequences in the fixed batch")
+    p.add_argument("--seq-len", type=int, default=0)
+    p.add_argument("--estimates", type=int, default=32, help="independent estimates per variant")
+    p.add_argument("--reference", type=int, default=64, help="estimates averaged into the reference gradient")
+    p.add_argument("--reference-group", type=int, default=8, help="segmentations per sequence in the reference")
+    p.add_argument("--variants", nargs="+", help="subset of variants (default: all; with --objective lexicon, "
+                                                 "those that apply)")
+    p.add_argument("--objective", choices=["lm", "lexicon"], default="lm",
+                   help="the gradient estimated: of the LM loss (default), or of the segmentation's code length "
+                        "under the checkpoint's lexicon (what the lexicon recipe's policy is trained on)")
+    p.add_argument("--out", "--json", dest="out", help="write the result as JSON")
+    p.add_argument("--true-advantage", action="store_true",
+                   help="instead: how much a boundary at t changes the loss (D_t = L(b_t=0) - L(b_t=1)) per "
+                        "byte class, and each estimator's correlation with the true advantage")
+    p.add_argument("--per-class", type=int, default=32, help="--true-advantage: positions per byte class")
+    p.add_argument("--horizon", type=int, default=None,
+                   help="--true-advantage: bytes after t whose loss counts (default: to the end of the window)")
+    p.add_argument("--variant-batch", type=int, default=32, help="--true-advantage: rows per forward pass")
+    p.add_argument("--lexicon-costs", action="store_true",
+                   help="instead (lexicon-trained checkpoints): per byte class, how often the policy cuts and "
+                        "what removing or adding one cut changes in the lexicon's code length")
+    p.set_defaults(func=cmd_diagnose, default_mode="sample")
+
+    p = sub.add_parser("compare", help="train several boundary rules at equal training FLOPs and tabulate them")
+    p.add_argument("overrides", nargs="*", metavar="section.key=value", help="base config overrides for every method")
+    p.add_argument("--data", required=True, help="training data (a folder with train/val/test files is best)")
+    p.add_argument("--methods", nargs="+", default=["rl", "hnet", "gumbel", "entropy", "whitespace", "bpe", "fixed",
+                                                     "uniform", "flat", "bpe_token"])
+    p.add_argument("--seeds", nargs="+", type=int, default=[0])
+    p.add_argument("--budget-bytes", type=int, default=1_000_000,
+                   help="budget in bytes of the hierarchical model at the target rate; every method gets "
+                        "the same training FLOPs")
+    p.add_argument("--preset", default="tiny")
+    p.add_argument("--split", default="test", help="held-out split to evaluate on (test or val)")
+    p.add_argument("--max-eval-windows", type=int, default=0)
+    p.add_argument("--out", required=True, help="folder for per-run JSON, runs, the table and plots")
+    p.add_argument("--title", default="")
+    p.add_argument("--command-line", default=None, help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("vocab", help="the learned vocabulary of a checkpoint on a corpus, against a BPE of the same rate")
+    p.add_argument("checkpoint", help="checkpoint or run folder (newest checkpoint)")
+    p.add_argument("--data", help="corpus: a file, folder, glob, 'stdlib' or hf:name (default: the training source)")
+    p.add_argument("--split", default="test", help="test (default) or val of a split folder (else the validation "
+                                                   "part the data loader holds out: whole documents, or the tail "
+                                                   "of each when there are fewer than 20), or all (the whole source)")
+    p.add_argument("--max-bytes", type=int, default=200_000, help="analyse the first N bytes of the split (default 200k; 0 = all)")
+    p.add_argument("--mode", choices=("greedy", "sample"), default="sample",
+                   help="boundary decisions: sampled with --seed (default: how the model trains and is "
+                        "evaluated) or thresholded at p=0.5 (few boundaries where the policy is unsure)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--top", type=int, default=30, help="most frequent chunks to list (default 30)")
+    p.add_argument("--bpe-pretokenize", choices=("line", "gpt2"), default="line",
+                   help="BPE pre-tokenisation: line (tokens may span words; default) or gpt2 (within words)")
+    p.add_argument("--bpe-sample-bytes", type=int, default=4_000_000,
+                   help="bytes the BPE is trained on, random blocks of the train split (default 4M)")
+    p.add_argument("--no-bpe", action="store_true", help="skip the BPE comparison")
+    p.add_argument("--json", metavar="PATH", help="also write the full result as JSON")
+    p.add_argument("--markdown", metavar="PATH", help="also write a markdown report")
+    p.add_argument("--batch-size", type=int, default=16, help="windows per forward pass")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=0)
+    p.set_defaults(func=cmd_vocab)
+    return parser
