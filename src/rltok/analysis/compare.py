@@ -62,7 +62,7 @@ PIECES: dict[str, list[str]] = {
 
 def _head_commit() -> str:
     """HEAD's short hash, with "+dirty" when tracked files differ from it."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]  # the repository (src/rltok/analysis/compare.py)
     try:
         head = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
                                        stderr=subprocess.DEVNULL).strip()
