@@ -159,7 +159,10 @@ def main() -> int:
           "samples); `rate (train)` is the mean over the last logged training steps. `greedy` columns: the "
           "same checkpoint with its sampling rule replaced by thresholding p > 0.5. `+ngram`: hashed byte "
           "3..6-gram embeddings (32768 rows per n) added to each byte's embedding; `+cvocab`: a hashed "
-          "chunk-content vocabulary (32768 rows) added to each chunk vector; `state MB`: weights, gradients "
+          "chunk-content vocabulary (32768 rows) added to each chunk vector; `depth`: layers (hierarchical: "
+          "encoder+main+decoder), `width`: model width (hierarchical: byte/chunk), `vocab`: the BPE-token "
+          "model's BPE vocabulary, or a byte model's n-gram rows / chunk-vocabulary rows (– in runs recorded "
+          "before these columns); `state MB`: weights, gradients "
           "and AdamW moments in fp32; `peak mem MB`: the training process's peak resident set on a CPU (the "
           "allocator's peak on a GPU).", ""]
     for name, title, kind in SECTIONS:

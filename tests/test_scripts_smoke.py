@@ -306,8 +306,8 @@ def test_frontier_report_collect(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # shell sweeps: syntax, and the rltok command lines they would run
 
-SWEEPS = ["ablation_sweep.sh", "boundary_compare.sh", "compare_sweep.sh", "embedding_sweep.sh",
-          "frontier_sweep.sh", "vocab_report.sh"]
+SWEEPS = ["ablation_sweep.sh", "boundary_compare.sh", "bpe_baseline_sweep.sh", "compare_sweep.sh",
+          "embedding_sweep.sh", "frontier_sweep.sh", "vocab_report.sh"]
 
 
 @pytest.mark.parametrize("name", [*SWEEPS, "data_root.sh", "setup.sh"])
@@ -351,7 +351,7 @@ def sweep_commands(tmp_path_factory, data_root) -> dict[str, list[list[str]]]:
     return commands
 
 
-EXPECTED_CALLS = {"ablation_sweep.sh": 4, "boundary_compare.sh": 2, "compare_sweep.sh": 2, "embedding_sweep.sh": 2,
+EXPECTED_CALLS = {"ablation_sweep.sh": 4, "boundary_compare.sh": 2, "bpe_baseline_sweep.sh": 2, "compare_sweep.sh": 2, "embedding_sweep.sh": 2,
                   "frontier_sweep.sh": 8, "vocab_report.sh": 1}
 
 
@@ -386,7 +386,8 @@ def test_sweeps_reuse_committed_reference_runs():
             assert (DOC_RESULTS / "compare" / c / f"{m}.json").exists()
 
 
-@pytest.mark.parametrize("name", ["ablation_sweep.sh", "embedding_sweep.sh", "frontier_sweep.sh", "vocab_report.sh"])
+@pytest.mark.parametrize("name", ["ablation_sweep.sh", "bpe_baseline_sweep.sh", "embedding_sweep.sh",
+                                  "frontier_sweep.sh", "vocab_report.sh"])
 def test_sweep_rejects_missing_data_root(name, tmp_path):
     proc = subprocess.run(["bash", str(SCRIPTS / name), str(tmp_path / "nope")], capture_output=True, text=True,
                           env={**os.environ, "RLTOK": "false"}, timeout=30)

@@ -62,7 +62,7 @@ PIECES: dict[str, list[str]] = {
 
 def _head_commit() -> str:
     """HEAD's short hash, with "+dirty" when tracked files differ from it."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]  # the repository (src/rltok/analysis/compare.py)
     try:
         head = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
                                        stderr=subprocess.DEVNULL).strip()
@@ -143,6 +143,35 @@ class PeakMemory:
             self._thread.join()
             self.peak_mb = max(self.peak_mb, self._rss_mb())
         return False
+
+
+def model_shape(cfg, model) -> dict:
+    """Depth, width and vocabulary of the model a run trained, for the tables. `depth`: layers
+    (the hourglass: encoder+main+decoder, with the two chunk-level stages around main when
+    stages=2); `width`: d_model (the hourglass: byte/chunk width); `bpe_vocab`: the BPE-token
+    model's vocabulary (None for byte models); `ngram_rows` and `chunk_vocab_rows`: a byte
+    model's hashed n-gram rows (all n together) and chunk-vocabulary rows (0 when off)."""
+    m = cfg.model
+    if m.arch == "hourglass":
+        mid = f"{m.stage2_layers}+{m.main_layers}+{m.stage2_layers}" if m.stages == 2 else f"{m.main_layers}"
+        depth, width = f"{m.encoder_layers}+{mid}+{m.decoder_layers}", f"{m.d_byte}/{m.d_chunk}"
+    else:
+        depth, width = m.flat_layers, m.d_chunk
+    byte_model = m.arch != "bpe_token"
+    return {"depth": depth, "width": width,
+            "bpe_vocab": None if byte_model else int(model.vocab_size),
+            "ngram_rows": m.ngram_vocab * len(m.ngram_sizes) if byte_model else None,
+            "chunk_vocab_rows": m.chunk_vocab if byte_model else None}
+
+
+def vocab_cell(r: dict) -> str:
+    """The vocabulary column: `BPE <size>` for the BPE-token model, `<n-gram rows> / <chunk-vocab
+    rows>` for byte models (0 where off), – for runs recorded before these fields existed."""
+    if r.get("bpe_vocab") is not None:
+        return f"BPE {r['bpe_vocab']}"
+    if r.get("ngram_rows") is None and r.get("chunk_vocab_rows") is None:
+        return "–"
+    return f"{r.get('ngram_rows') or 0} / {r.get('chunk_vocab_rows') or 0}"
 
 
 def probe_rate(trainer) -> float | None:
@@ -268,6 +297,7 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
               "val_rate": r.get("val_rate")} for r in records if "val_bpb" in r]
     return {
         "method": method, "seed": seed, "data": data, "split": eval_split, "commit": git_commit(),
+        **model_shape(cfg_loaded, model),
         "params": model.num_params(), "state_mb": train_state_mb(model), "peak_mem_mb": memory.peak_mb,
         "peak_mem_kind": memory.kind, "steps": steps, "train_bytes": train_bytes,
         "planned_rate": planned_rate, "planned_train_flops_per_byte": planned_fpb,
@@ -347,6 +377,7 @@ def summarize(results: list[dict]) -> list[dict]:
             "budget_flag": any(abs(x - 1) > BUDGET_TOLERANCE for x in ratios) or len(ratios) < len(rs),
             "train_bytes": statistics.mean(r["train_bytes"] for r in rs),
             "train_bytes_per_s": statistics.mean(r["train_bytes_per_s"] or 0 for r in rs),
+            "depth": rs[0].get("depth"), "width": rs[0].get("width"), "vocab": vocab_cell(rs[0]),
             "params": rs[0]["params"],
             "state_mb": rs[0].get("state_mb"),
             "peak_mem_mb": max((r.get("peak_mem_mb") or 0.0) for r in rs) or None,
@@ -358,11 +389,12 @@ def summarize(results: list[dict]) -> list[dict]:
 def markdown_table(rows: list[dict], split: str = "test") -> str:
     """One row per method. `train FLOPs` is what the runs spent (counted step by step at the
     chunks they drew); `spend/budget` its range over seeds, flagged (!) beyond the tolerance.
+    `depth`, `width`, `vocab`: see model_shape and vocab_cell (– for runs recorded before them).
     `state MB`: weights, gradients and AdamW moments; `peak mem MB`: see PeakMemory."""
     lines = [f"| method | seeds | {split} bpb | rate (eval) | rate (train) | bytes/chunk | space align "
              "| greedy bpb | greedy rate | train FLOPs/byte | train FLOPs | spend/budget | train bytes "
-             "| train bytes/s | params | state MB | peak mem MB |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| train bytes/s | depth | width | vocab | params | state MB | peak mem MB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["budget_ratio_min"] is None:
             spend = "– (!)"
@@ -373,9 +405,14 @@ def markdown_table(rows: list[dict], split: str = "test") -> str:
         lines.append(f"| {r['method']} | {r['seeds']} | {r['bpb']} | {r['rate']} | {r['train_rate']} "
                      f"| {r['bytes_per_chunk']} | {r['space_align']} | {r['bpb_greedy']} | {r['rate_greedy']} "
                      f"| {r['train_flops_per_byte'] / 1e6:.2f}M | {r['train_flops']:.3e} | {spend} "
-                     f"| {r['train_bytes'] / 1e6:.2f}M | {r['train_bytes_per_s'] / 1e3:.1f}k | {r['params'] / 1e6:.2f}M "
+                     f"| {r['train_bytes'] / 1e6:.2f}M | {r['train_bytes_per_s'] / 1e3:.1f}k "
+                     f"| {_cell(r.get('depth'))} | {_cell(r.get('width'))} | {r.get('vocab') or '–'} | {r['params'] / 1e6:.2f}M "
                      f"| {_mb(r.get('state_mb'))} | {_mb(r.get('peak_mem_mb'))} |")
     return "\n".join(lines)
+
+
+def _cell(value) -> str:
+    return "–" if value is None else str(value)
 
 
 def _mb(value: float | None) -> str:

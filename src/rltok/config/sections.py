@@ -54,6 +54,11 @@ class ModelConfig:
     # BPE pre-tokenisation for chunker=bpe / arch=bpe_token: "gpt2" (tokens within words; cannot
     # go below ~0.24 tokens/byte on our corpora) or "line" (tokens may span words, not lines)
     bpe_pretokenize: str = "gpt2"
+    # BPE vocabulary for arch=bpe_token and chunker=bpe: 0 = sized so its tokens per byte come
+    # closest to target_rate (rltok.data.bpe.fit_bpe_to_rate; with gpt2 pre-tokenisation 0.2 is out
+    # of reach, so the largest vocabulary the 4 MB sample supports), otherwise exactly this many
+    # tokens (>= 256, the byte alphabet), trained on the same sample; target_rate is then unused.
+    bpe_vocab: int = 0
     # stages=2: chunks of chunks. A chunk-level encoder (stage2_layers, full causal attention),
     # a second RL policy that groups chunks into supertokens at stage2_target_rate supertokens
     # per chunk, the main network over supertokens, then a chunk-level decoder (stage2_layers).
@@ -87,6 +92,9 @@ class ModelConfig:
             raise _unknown(self.chunker, list(chunkers), "", what="model.chunker")
         if self.bpe_pretokenize not in ("gpt2", "line"):
             raise _unknown(self.bpe_pretokenize, ["gpt2", "line"], "", what="model.bpe_pretokenize")
+        if self.bpe_vocab != 0 and self.bpe_vocab < 256:
+            raise ConfigError(f"model.bpe_vocab must be 0 (fit to model.target_rate) or >= 256 (the byte alphabet), "
+                              f"got {self.bpe_vocab}")
         if self.arch not in ("hourglass", "flat", "bpe_token"):
             raise _unknown(self.arch, ["hourglass", "flat", "bpe_token"], "", what="model.arch")
         if not 0 < self.target_rate <= 1:

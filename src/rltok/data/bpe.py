@@ -271,20 +271,25 @@ def _split_blocks(docs: list[bytes], sample_bytes: int, heldout_bytes: int, seed
 
 def fit_bpe_to_rate(data: bytes | Sequence[bytes], target_rate: float, sample_bytes: int = 4_000_000,
                     seed: int = 0, pretokenize: str = "gpt2", heldout_bytes: int = 1_000_000,
-                    max_vocab: int = 65536, min_frequency: int = 2, vocab_tol: float = 0.005) -> BPEFit:
+                    max_vocab: int = 65536, min_frequency: int = 2, vocab_tol: float = 0.005,
+                    vocab_size: int = 0) -> BPEFit:
     """A BPE whose tokens per byte on held-out bytes of `data` is closest to `target_rate`.
 
     Trains once, at `max_vocab`, on `sample_bytes` of random blocks of `data` and sizes the
     vocabulary on `heldout_bytes` of other blocks (fit_bpe_sized_on). Deterministic for a given
     seed. If the target is out of reach, the closest vocabulary comes back with
     `reachable=False`, the reason in `note`, and a warning.
+
+    `vocab_size` > 0 skips the sizing: a BPE of exactly that many tokens, trained on the same
+    sample (its rate measured on the same held-out bytes; `target_rate` is ignored). A sample
+    too small to supply that many merges is an error.
     """
     start = time.perf_counter()
     docs = [bytes(data)] if isinstance(data, (bytes, bytearray, memoryview)) else [bytes(d) for d in data if len(d)]
     if not docs or not any(docs):
         raise ValueError("fit_bpe_to_rate needs some bytes")
     train, heldout = _split_blocks(docs, sample_bytes, heldout_bytes, seed)
-    fit = fit_bpe_sized_on(train, heldout, target_rate, pretokenize, max_vocab, min_frequency, vocab_tol)
+    fit = fit_bpe_sized_on(train, heldout, target_rate, pretokenize, max_vocab, min_frequency, vocab_tol, vocab_size)
     if not fit.reachable:
         if target_rate > 1.0:
             note = f"target rate {target_rate} > 1: a token holds at least one byte"
@@ -301,7 +306,7 @@ def fit_bpe_to_rate(data: bytes | Sequence[bytes], target_rate: float, sample_by
 
 def fit_bpe_sized_on(train: Sequence[bytes], heldout: Sequence[bytes], target_rate: float,
                      pretokenize: str = "gpt2", max_vocab: int = 65536, min_frequency: int = 2,
-                     vocab_tol: float = 0.005) -> BPEFit:
+                     vocab_tol: float = 0.005, vocab_size: int = 0) -> BPEFit:
     """A BPE trained on the pieces `train` whose tokens per byte on the pieces `heldout` is
     closest to `target_rate`; reachable means min_rate <= target_rate <= 1 (no note, no warning:
     the caller words them).
@@ -309,10 +314,22 @@ def fit_bpe_sized_on(train: Sequence[bytes], heldout: Sequence[bytes], target_ra
     Trains once, at `max_vocab`; a smaller vocabulary is a prefix of that one (see truncate_bpe),
     so the bisection over vocab size only re-encodes the held-out bytes - as counts of distinct
     pre-tokens, which BPE encodes one by one. The bisection stops once its bracket is narrower
-    than `vocab_tol` of the vocab size (such neighbours differ by ~1e-4 in rate)."""
+    than `vocab_tol` of the vocab size (such neighbours differ by ~1e-4 in rate).
+
+    `vocab_size` > 0: no sizing; trains at exactly that size (the same tokenizer as training at
+    `max_vocab` and truncating, which the prefix property guarantees, only faster), reports its
+    rate, and is `reachable` by definition (its `target_rate` is the rate it gets)."""
     start = time.perf_counter()
+    if vocab_size:
+        if vocab_size < 256:
+            raise ValueError(f"vocab_size must be >= 256 (the byte alphabet), got {vocab_size}")
+        max_vocab = vocab_size
     full = train_bpe(train, max_vocab, pretokenize, min_frequency)
     id_to_token, merges = _vocab_merges(full)
+    if vocab_size and len(id_to_token) != vocab_size:
+        raise ValueError(f"a BPE of {vocab_size} tokens needs more merges than the sample supplies: training on "
+                         f"{sum(map(len, train)):,} bytes stopped at {len(id_to_token)} tokens "
+                         f"(min_frequency={min_frequency})")
 
     pre = _pre_tokenizer(pretokenize)
     counts: Counter[str] = Counter()
@@ -337,8 +354,10 @@ def fit_bpe_sized_on(train: Sequence[bytes], heldout: Sequence[bytes], target_ra
         return rates[v]
 
     lo, hi = 256, len(id_to_token)
+    if vocab_size:  # no sizing: the one vocabulary, its rate taken as the target
+        target_rate = rate(hi)
     # rate falls (weakly) with vocab size: bisect for the neighbours around the target
-    if rate(hi) < target_rate < rate(lo):
+    elif rate(hi) < target_rate < rate(lo):
         while hi - lo > max(1, int(vocab_tol * hi)):
             mid = (lo + hi) // 2
             if rate(mid) > target_rate:

@@ -462,17 +462,18 @@ class BPEChunker(Chunker):
     noncausal = ("chunker=bpe cannot generate: a BPE boundary at byte t depends on whether byte t+1 merges "
                  "with it, so it cannot be decided before byte t+1 exists")
 
-    def __init__(self, rate: float, pretokenize: str = "gpt2"):
+    def __init__(self, rate: float, pretokenize: str = "gpt2", vocab_size: int = 0):
         super().__init__()
         self.rate = rate
         self.pretokenize = pretokenize
+        self.vocab_size = vocab_size  # > 0: exactly this vocabulary instead of the one fitted to `rate`
         self.register_buffer("tokenizer_json", torch.zeros(0, dtype=torch.uint8))
         self._tok = None
 
     def fit(self, data: bytes, seed: int = 0) -> dict:
         from rltok.data.bpe import fit_bpe_to_rate, tokenizer_to_tensor
 
-        fit = fit_bpe_to_rate(data, self.rate, seed=seed, pretokenize=self.pretokenize)
+        fit = fit_bpe_to_rate(data, self.rate, seed=seed, pretokenize=self.pretokenize, vocab_size=self.vocab_size)
         self.tokenizer_json = tokenizer_to_tensor(fit.tokenizer).to(self.tokenizer_json.device)
         self._tok = fit.tokenizer
         return fit
@@ -518,5 +519,5 @@ def build_chunker(cfg) -> nn.Module:
     if cfg.chunker == "gumbel":
         return GumbelChunker(cfg.d_byte, cfg.target_rate, cfg.gumbel_temperature, cfg.gumbel_prior_weight)
     if cfg.chunker == "bpe":
-        return BPEChunker(cfg.target_rate, cfg.bpe_pretokenize)
+        return BPEChunker(cfg.target_rate, cfg.bpe_pretokenize, cfg.bpe_vocab)
     raise ValueError(f"unknown chunker {cfg.chunker!r}; choose one of {', '.join(CHUNKERS)}")

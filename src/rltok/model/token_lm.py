@@ -46,7 +46,9 @@ class BPETokenLM(nn.Module, PretrainedMixin):
         if state_dict is not None and "tokenizer_json" in state_dict:
             tok = tokenizer_from_tensor(state_dict["tokenizer_json"].cpu())
         elif train_bytes is not None:
-            tok = fit_bpe_to_rate(bytes(train_bytes.numpy()), cfg.target_rate, pretokenize=cfg.bpe_pretokenize).tokenizer
+            # model.bpe_vocab > 0: exactly that vocabulary, on the sample the rate fit would use
+            tok = fit_bpe_to_rate(bytes(train_bytes.numpy()), cfg.target_rate, pretokenize=cfg.bpe_pretokenize,
+                                  vocab_size=cfg.bpe_vocab).tokenizer
         else:
             raise ValueError("model.arch=bpe_token needs training bytes to fit its tokenizer")
         return cls(tok, cfg.d_chunk, cfg.flat_layers, cfg.n_heads_chunk, cfg.mlp_ratio, max_tokens=cfg.max_seq_len)

@@ -1,0 +1,166 @@
+"""Tuning the BPE-token reference: model.bpe_vocab, depth overrides in compare, the FLOPs of any
+vocabulary and depth, and the comparison table's depth / width / vocab columns."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import tiny_model_config
+from rltok.analysis.compare import (markdown_table, matched_flat_layers, method_config, method_overrides,
+                                    model_shape, summarize)
+from rltok.config import ConfigError, load_config
+from rltok.data.bpe import fit_bpe_to_rate, train_bpe, truncate_bpe
+from rltok.data.sources import Corpus
+from rltok.model.factory import build_model
+from rltok.model.flops import attention_flops, block_linear_flops, config_forward_flops_per_byte, train_flops_per_byte
+from rltok.training.trainer import Trainer
+
+REPO = Path(__file__).resolve().parent.parent
+TEXT = b"".join(b"def f%d(x):\n    return x * %d  # the quick brown fox jumps\n" % (i, i * 7) for i in range(1200))
+
+
+def train_bytes() -> torch.Tensor:
+    return torch.frombuffer(bytearray(TEXT), dtype=torch.uint8)
+
+
+def test_bpe_vocab_gives_exactly_that_vocabulary_deterministically():
+    a = build_model(tiny_model_config(arch="bpe_token", flat_layers=1, bpe_vocab=300, max_seq_len=256),
+                    train_bytes=train_bytes())
+    b = build_model(tiny_model_config(arch="bpe_token", flat_layers=1, bpe_vocab=300, max_seq_len=256),
+                    train_bytes=train_bytes())
+    assert a.vocab_size == 300 == a.tokenizer.get_vocab_size()
+    assert a.head.weight.shape[0] == 300 and a.embed.weight.shape[0] == 300
+    assert torch.equal(a.tokenizer_json, b.tokenizer_json)
+    # the same sample as the rate fit: training at 300 is the rate fit's tokenizer cut to 300
+    fit = fit_bpe_to_rate(TEXT, 0.2, vocab_size=300)
+    assert fit.vocab_size == 300 and fit.reachable and fit.target_rate == fit.rate
+    with pytest.warns(UserWarning, match="unreachable"):
+        big = fit_bpe_to_rate(TEXT, 0.01).tokenizer  # the largest vocabulary
+    assert big.get_vocab_size() > 300
+    assert truncate_bpe(big, 300).get_vocab() == fit.tokenizer.get_vocab()
+
+
+def test_bpe_vocab_zero_is_the_rate_fit_and_the_chunker_honours_it():
+    with pytest.warns(UserWarning):
+        default = build_model(tiny_model_config(arch="bpe_token", flat_layers=1, max_seq_len=256),
+                              train_bytes=train_bytes())
+    with pytest.warns(UserWarning):
+        fitted = fit_bpe_to_rate(TEXT, 0.2).tokenizer
+    assert default.tokenizer.to_str() == fitted.to_str()
+    hourglass = build_model(tiny_model_config(chunker="bpe", bpe_vocab=280), train_bytes=train_bytes())
+    assert hourglass.chunker.tokenizer.get_vocab_size() == 280
+
+
+def test_bpe_vocab_validation():
+    assert load_config("test").model.bpe_vocab == 0
+    assert load_config("test", overrides=["model.bpe_vocab=256"]).model.bpe_vocab == 256
+    for bad in (-1, 1, 255):
+        with pytest.raises(ConfigError, match="bpe_vocab"):
+            load_config("test", overrides=[f"model.bpe_vocab={bad}"])
+    with pytest.raises(ValueError, match="256"):  # the trainer's own minimum
+        train_bpe(TEXT, 10)
+    with pytest.raises(ValueError, match="needs more merges"):  # the sample cannot supply it
+        fit_bpe_to_rate(TEXT, 0.2, vocab_size=60_000)
+
+
+def test_depth_and_vocab_overrides_win_over_the_matched_depth(tmp_path):
+    method = "bpe_token@model.bpe_vocab=1024,model.flat_layers=3"
+    assert method_overrides(method) == ["model.arch=bpe_token", "model.bpe_vocab=1024", "model.flat_layers=3"]
+    cfg = method_config(method, [], "stdlib", tmp_path, 0, "test")
+    assert cfg.model.arch == "bpe_token" and cfg.model.flat_layers == 3 and cfg.model.bpe_vocab == 1024
+    matched = matched_flat_layers(load_config("test", overrides=["data.train=stdlib"]))
+    assert matched != 3  # else the override would win vacuously
+    plain = method_config("bpe_token", [], "stdlib", tmp_path, 0, "test")
+    assert plain.model.flat_layers == matched and plain.model.bpe_vocab == 0
+    small = method_config("bpe_token@model.bpe_vocab=4096,model.flat_layers=3", [], "stdlib", tmp_path, 0, "small")
+    assert small.model.flat_layers == 3 == small.model.main_layers
+
+
+@pytest.mark.parametrize("layers", [1, 3])
+@pytest.mark.parametrize("vocab", [300, 4096])
+def test_bpe_token_flops_count_every_layer_and_the_vocab_head(layers, vocab):
+    cfg = load_config("test", overrides=["model.arch=bpe_token", f"model.flat_layers={layers}"])
+    m, rate = cfg.model, 0.25
+    n_tok = int(cfg.train.seq_len * rate)
+    per_token = layers * (block_linear_flops(m.d_chunk, m.mlp_ratio) + attention_flops(m.d_chunk, (n_tok + 1) / 2))
+    per_token += 2.0 * m.d_chunk * vocab  # the output layer, d x V per token
+    assert config_forward_flops_per_byte(cfg, rate, vocab) == pytest.approx(rate * per_token)
+
+
+def test_trainer_counts_a_tuned_bpe_token_model(tmp_path):
+    cfg = load_config("test", overrides=[f"train.out_dir={tmp_path}", "train.max_steps=3", "train.log_every=1",
+                                         "train.eval_every=100", "train.threads=1", "model.arch=bpe_token",
+                                         "model.bpe_vocab=300", "model.flat_layers=2"])
+    data = train_bytes()
+    trainer = Trainer(cfg, corpus=Corpus(data[:50_000], data[50_000:], "src"), quiet=True)
+    assert trainer.model.vocab_size == 300 and len(trainer.model.body.blocks) == 2
+    trainer.fit()
+    step_bytes = cfg.train.batch_size * cfg.train.seq_len
+    expected = sum(train_flops_per_byte({"total": config_forward_flops_per_byte(cfg, r["chunks_per_byte"], 300)})
+                   * step_bytes for r in trainer.history)
+    assert trainer.flops_spent == pytest.approx(expected, rel=1e-6)
+    shape = model_shape(cfg, trainer.model)
+    assert shape == {"depth": 2, "width": cfg.model.d_chunk, "bpe_vocab": 300, "ngram_rows": None,
+                     "chunk_vocab_rows": None}
+
+
+def test_model_shape_of_byte_models():
+    cfg = load_config("test", overrides=["model.ngram_vocab=64", "model.chunk_vocab=128"])
+    shape = model_shape(cfg, None)
+    assert shape == {"depth": "1+1+1", "width": f"{cfg.model.d_byte}/{cfg.model.d_chunk}", "bpe_vocab": None,
+                     "ngram_rows": 64 * len(cfg.model.ngram_sizes), "chunk_vocab_rows": 128}
+    flat = load_config("test", overrides=["model.arch=flat", "model.flat_layers=4"])
+    assert model_shape(flat, None) == {"depth": 4, "width": flat.model.d_chunk, "bpe_vocab": None,
+                                       "ngram_rows": 0, "chunk_vocab_rows": 0}
+
+
+def run(method, bpb, **extra):
+    r = {"method": method, "seed": 0, "bpb": bpb, "rate": 0.25, "bytes_per_chunk": 4.0, "space_align": None,
+         "train_flops_per_byte": 1e6, "train_flops": 1e12, "budget_flops": 1e12, "train_bytes": 1e6,
+         "train_bytes_per_s": 5e3, "params": 2_000_000, "state_mb": 30.0, "peak_mem_mb": 500.0}
+    return {**r, **extra}
+
+
+def table_row(table: str, method: str) -> list[str]:
+    header = table.splitlines()[0].split("|")[1:-1]
+    line = next(x for x in table.splitlines() if x.startswith(f"| {method} |"))
+    return dict(zip((h.strip() for h in header), (c.strip() for c in line.split("|")[1:-1])))
+
+
+def test_table_states_depth_width_vocab_and_old_runs_show_dashes():
+    results = [run("bpe_token@model.bpe_vocab=4096,model.flat_layers=3", 2.0, depth=3, width=192, bpe_vocab=4096,
+                   ngram_rows=None, chunk_vocab_rows=None),
+               run("rl+ngram+cvocab", 2.1, depth="1+3+1", width="96/192", bpe_vocab=None, ngram_rows=131072,
+                   chunk_vocab_rows=32768),
+               run("bpe_token", 2.2)]  # recorded before the columns existed
+    table = markdown_table(summarize(results))
+    new = table_row(table, "bpe_token@model.bpe_vocab=4096,model.flat_layers=3")
+    assert (new["depth"], new["width"], new["vocab"]) == ("3", "192", "BPE 4096")
+    byte = table_row(table, "rl+ngram+cvocab")
+    assert (byte["depth"], byte["width"], byte["vocab"]) == ("1+3+1", "96/192", "131072 / 32768")
+    old = table_row(table, "bpe_token")
+    assert (old["depth"], old["width"], old["vocab"]) == ("–", "–", "–")
+    assert old["params"] == "2.00M" and old["state MB"] == "30" and old["peak mem MB"] == "500"
+    assert all(len(line.split("|")) == len(table.splitlines()[0].split("|")) for line in table.splitlines())
+
+
+def test_report_renders_committed_runs_without_the_new_fields(tmp_path):
+    spec = importlib.util.spec_from_file_location("compare_report", REPO / "scripts" / "compare_report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    src = REPO / "docs" / "results" / "compare" / "code-py"
+    dest = tmp_path / "results" / "compare" / "code-py"
+    dest.mkdir(parents=True)
+    for name in ("bpe_token_s0.json", "bpe_token_s1.json"):
+        assert "depth" not in json.loads((src / name).read_text())
+        shutil.copy(src / name, dest / name)
+    md = "\n".join(report.render_corpus("compare", "code-py", tmp_path / "runs", True, None, "gap",
+                                        tmp_path / "results"))
+    row = table_row(md[md.index("| method |"):], "bpe_token")
+    assert (row["depth"], row["width"], row["vocab"]) == ("–", "–", "–")
