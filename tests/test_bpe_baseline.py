@@ -164,3 +164,24 @@ def test_report_renders_committed_runs_without_the_new_fields(tmp_path):
                                         tmp_path / "results"))
     row = table_row(md[md.index("| method |"):], "bpe_token")
     assert (row["depth"], row["width"], row["vocab"]) == ("–", "–", "–")
+
+
+def test_run_one_reports_the_bpe_token_models_forward_flops_at_its_trained_rate(tmp_path):
+    """The BPE-token model reports no chunks in evaluation; its forward FLOPs per byte are read at
+    the tokens per byte it drew in training, not at the hierarchical models' target rate."""
+    from rltok.analysis.compare import run_one
+
+    data = tmp_path / "data"
+    data.mkdir()
+    cut = len(TEXT) * 8 // 10
+    (data / "train.txt").write_bytes(TEXT[:cut])
+    (data / "val.txt").write_bytes(TEXT[cut:cut + 4000])
+    (data / "test.txt").write_bytes(TEXT[cut + 4000:])
+    method = "bpe_token@model.bpe_vocab=300,model.flat_layers=1"
+    res = run_one(method, 0, str(data), tmp_path / "runs", budget_flops=3e9, preset="test", eval_split="test",
+                  base=["train.threads=1"], max_eval_windows=4)
+    cfg = load_config("test", overrides=[f"data.train={data}", "model.arch=bpe_token", "model.bpe_vocab=300",
+                                         "model.flat_layers=1"])
+    assert res["train_chunks_per_byte"] > cfg.model.target_rate  # this text tokenises above 0.2
+    assert res["forward_flops_per_byte"] == pytest.approx(
+        config_forward_flops_per_byte(cfg, res["train_chunks_per_byte"], 300), rel=1e-9)

@@ -304,7 +304,9 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
         "budget_flops": budget_flops, "train_flops": spent, "budget_ratio": spent / budget_flops,
         "budget_flag": abs(spent / budget_flops - 1) > BUDGET_TOLERANCE,
         "train_flops_per_byte": spent / max(1, train_bytes),
-        "forward_flops_per_byte": config_forward_flops_per_byte(cfg, ev.get("chunks_per_byte"), vocab, supertokens),
+        # the BPE-token model reports no chunks in evaluation: its tokens per byte as trained
+        "forward_flops_per_byte": config_forward_flops_per_byte(
+            cfg, ev.get("chunks_per_byte") or training_rate(records, "chunks_per_byte"), vocab, supertokens),
         "train_rate": training_rate(records), "train_chunks_per_byte": training_rate(records, "chunks_per_byte"),
         "rate2": training_rate(records, "rate2"), "supertokens_per_chunk": supertokens,
         "bpb": ev["bpb"], "rate": ev.get("rate"), "chunks_per_byte": ev.get("chunks_per_byte"),
