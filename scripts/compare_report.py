@@ -63,7 +63,11 @@ SECTIONS = [
      "1M-byte budget", "rl+ngram+cvocab"),
     ("boundaries_vocab/b4000000", "Learned boundaries with a vocabulary's memory, at the whitespace rule's rate: "
      "4M-byte budget", "rl+ngram+cvocab"),
+    ("bpe_baseline/b1000000", "The BPE-token model tuned: vocabulary x depth, 1M-byte budget "
+     "(scripts/bpe_baseline_sweep.sh)", "bpe_grid"),
 ]
+# the byte models a tuned BPE-token model is held against: the vocabulary section of its budget
+BYTE_MODELS_FOR = {"bpe_baseline/b1000000": "embedding/b1000000"}
 
 
 def gap_to_tokens(rows: list[dict]) -> list[str]:
@@ -86,9 +90,33 @@ def gap_to_tokens(rows: list[dict]) -> list[str]:
     return lines
 
 
+def tuned_bpe_against_bytes(rows: list[dict], byte_rows: list[dict]) -> list[str]:
+    """The best BPE-token configuration of a grid against the best byte-level model (any family)
+    and the best byte-level model with no more parameters, each margin in seed sds."""
+    if not rows:
+        return []
+    best = min(rows, key=lambda r: r["bpb_mean"])
+    lines = [f"- best BPE-token configuration: `{best['method']}`, {best['bpb_mean']:.4f} bpb "
+             f"({best['seeds']} seeds, sd {best['bpb_std'] or 0:.4f}), {best['params'] / 1e6:.2f}M parameters"]
+    byte = [r for r in byte_rows if not r["method"].startswith("bpe_token")]
+    for label, cands in (("at equal FLOPs", byte),
+                         ("at equal FLOPs and no more parameters", [r for r in byte if r["params"] <= best["params"]])):
+        if not cands:
+            lines.append(f"- best byte-level model {label}: none in the comparison")
+            continue
+        b = min(cands, key=lambda r: r["bpb_mean"])
+        spread = max(best["bpb_std"] or 0.0, b["bpb_std"] or 0.0)
+        gap = b["bpb_mean"] - best["bpb_mean"]
+        margin = f"{gap / spread:+.1f} of the larger seed sd, {spread:.4f}" if spread else "one seed: no sd"
+        lines.append(f"- best byte-level model {label}: `{b['method']}`, {b['bpb_mean']:.4f} bpb, "
+                     f"{b['params'] / 1e6:.2f}M parameters: {gap:+.4f} bpb against the tuned BPE-token model "
+                     f"({margin})")
+    return lines
+
+
 def render_corpus(name: str, corpus: str, src: Path, from_docs: bool, only, kind: str,
                   results: Path = ROOT / "docs" / "results") -> list[str]:
-    dest = results / name / corpus
+    results_root, dest = results, results / name / corpus
     if not from_docs and not any(src.glob("*_s*.json")):
         from_docs = True  # a section not re-run: render it from the JSON already in docs/
     src = dest if from_docs else src
@@ -126,7 +154,13 @@ def render_corpus(name: str, corpus: str, src: Path, from_docs: bool, only, kind
     if snr:
         md += ["Gradient SNR of the rl runs' own estimator at their final checkpoint: " +
                ", ".join(f"{m} s{s}: {v:.3f}" for m, s, v in snr) + ".", ""]
-    if kind != "gap":
+    if kind == "bpe_grid":
+        byte_dir = results_root / BYTE_MODELS_FOR[name] / corpus
+        byte_rows = summarize([json.loads(f.read_text()) for f in sorted(byte_dir.glob("*_s*.json"))])
+        v = tuned_bpe_against_bytes(rows, byte_rows)
+        if v:
+            md += [f"Against the byte-level models of `{BYTE_MODELS_FOR[name]}` (mean over seeds):", "", *v, ""]
+    elif kind != "gap":
         v = verdict(rows, kind)
         if v:
             md += [f"Verdict for `{kind}` (mean over seeds):", "", *v, ""]

@@ -29,3 +29,15 @@ def test_verdict_finds_the_method_with_overrides():
     # ambiguous or absent: no verdict rather than a guess
     assert report.verdict(rows + [row("rl+ngram+cvocab@model.target_rate=0.2", 2.0, 0.01)], "rl+ngram+cvocab") == []
     assert report.verdict(rows, "rl") == []
+
+
+def test_tuned_bpe_against_the_best_byte_models_at_equal_flops_and_at_no_more_parameters():
+    grid = [{**row("bpe_token@model.bpe_vocab=1024,model.flat_layers=1", 2.70, 0.01), "params": 840_000},
+            {**row("bpe_token@model.bpe_vocab=4096,model.flat_layers=3", 2.80, 0.02), "params": 2_900_000}]
+    byte = [{**row("flat+ngram", 2.75, 0.01), "params": 25_700_000}, {**row("rl", 3.75, 0.04), "params": 1_660_000},
+            {**row("flat", 3.78, 0.02), "params": 540_000}, {**row("bpe_token", 2.89, 0.01), "params": 13_000_000}]
+    lines = report.tuned_bpe_against_bytes(grid, byte)
+    assert "`bpe_token@model.bpe_vocab=1024,model.flat_layers=1`, 2.7000" in lines[0]
+    assert "at equal FLOPs: `flat+ngram`, 2.7500" in lines[1] and "+0.0500" in lines[1] and "+5.0 of" in lines[1]
+    # no more parameters than the best BPE-token model's 0.84M: only the plain flat model fits
+    assert "no more parameters: `flat`, 3.7800" in lines[2]
