@@ -92,7 +92,10 @@ def gap_to_tokens(rows: list[dict]) -> list[str]:
 
 def tuned_bpe_against_bytes(rows: list[dict], byte_rows: list[dict]) -> list[str]:
     """The best BPE-token configuration of a grid against the best byte-level model (any family)
-    and the best byte-level model with no more parameters, each margin in seed sds."""
+    and the best byte-level model with no more parameters, each margin in seed sds. Byte models
+    run beside the grid (tables shrunk to a BPE model's parameters) count with `byte_rows`."""
+    byte_rows = byte_rows + [r for r in rows if not r["method"].startswith("bpe_token")]  # param-matched runs
+    rows = [r for r in rows if r["method"].startswith("bpe_token")]
     if not rows:
         return []
     best = min(rows, key=lambda r: r["bpb_mean"])

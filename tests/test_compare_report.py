@@ -41,3 +41,10 @@ def test_tuned_bpe_against_the_best_byte_models_at_equal_flops_and_at_no_more_pa
     assert "at equal FLOPs: `flat+ngram`, 2.7500" in lines[1] and "+0.0500" in lines[1] and "+5.0 of" in lines[1]
     # no more parameters than the best BPE-token model's 0.84M: only the plain flat model fits
     assert "no more parameters: `flat`, 3.7800" in lines[2]
+
+
+def test_byte_models_run_beside_the_grid_count_as_candidates():
+    grid = [{**row("bpe_token@model.bpe_vocab=1024,model.flat_layers=1", 2.70, 0.01), "params": 836_160},
+            {**row("flat@model.ngram_vocab=380", 2.90, 0.01), "params": 836_160}]
+    lines = report.tuned_bpe_against_bytes(grid, [{**row("flat", 3.78, 0.02), "params": 544_320}])
+    assert "no more parameters: `flat@model.ngram_vocab=380`, 2.9000" in lines[2]
