@@ -1,4 +1,4 @@
-"""What does the lexicon prior itself prefer? Fit the unigram lexicon (rl/lexicon.py) to a corpus
+"""What does the lexicon prior itself prefer? Fit the unigram lexicon (objective/lexicon.py) to a corpus
 by EM (every possible unit counted by its posterior probability, `ChunkLexicon.update_posterior`)
 with no policy involved, then read its most probable unit ends on held-out windows: the
 segmentation the minimum-description-length objective favours, independent of what a policy
