@@ -65,9 +65,11 @@ SECTIONS = [
      "4M-byte budget", "rl+ngram+cvocab"),
     ("bpe_baseline/b1000000", "The BPE-token model tuned: vocabulary x depth, 1M-byte budget "
      "(scripts/bpe_baseline_sweep.sh)", "bpe_grid"),
+    ("bpe_baseline/b4000000", "The BPE-token model tuned: the 1M grid's three best per corpus, 4M-byte budget",
+     "bpe_grid"),
 ]
 # the byte models a tuned BPE-token model is held against: the vocabulary section of its budget
-BYTE_MODELS_FOR = {"bpe_baseline/b1000000": "embedding/b1000000"}
+BYTE_MODELS_FOR = {"bpe_baseline/b1000000": "embedding/b1000000", "bpe_baseline/b4000000": "embedding/b4000000"}
 
 
 def gap_to_tokens(rows: list[dict]) -> list[str]:
