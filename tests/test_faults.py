@@ -365,3 +365,69 @@ def test_prompt_file_and_file_are_both_spelled_on_generate_and_segment(trained, 
         code, out, err = run_cli(capsys, "generate", "-c", run, flag, prompt, "-n", "4", "--echo", "--seed", "1")
         assert code == 0, err
         assert out.startswith("row 1: plain words")
+
+
+# ---- a second interrupt ----------------------------------------------------------------------------
+def test_a_second_sigint_aborts_a_step_but_not_a_checkpoint_being_written():
+    import signal
+
+    from rltok.training.signals import StopRequest
+
+    said = []
+    stop = StopRequest(said.append)
+    stop.handle(signal.SIGINT, None)
+    assert stop.requested
+    with stop.saving_checkpoint():
+        stop.handle(signal.SIGINT, None)  # waits for the checkpoint: no exception
+    assert "still writing the checkpoint" in said[-1]
+    with pytest.raises(KeyboardInterrupt):
+        stop.handle(signal.SIGINT, None)
+
+
+def test_a_second_sigint_during_the_promised_checkpoint_lets_it_finish(tmp_path):
+    import signal
+
+    import torch
+
+    from rltok.config import load_config
+    from rltok.data.sources import Corpus
+    from rltok.training.checkpoint import list_checkpoints, load_checkpoint
+    from rltok.training.trainer import Trainer
+
+    cfg = load_config("test", overrides=[f"train.out_dir={tmp_path / 'run'}", "train.max_steps=50",
+                                         "train.checkpoint_every=1000", "train.threads=1"])
+    data = torch.frombuffer(bytearray(TEXT), dtype=torch.uint8)
+    trainer = Trainer(cfg, corpus=Corpus(data[:15_000], data[15_000:], "t"), quiet=True)
+    step, save = trainer.train_step, trainer.save
+
+    def first_signal_at_step_3():
+        if trainer.step == 2:
+            trainer.stop.handle(signal.SIGINT, None)
+        return step()
+
+    def save_hit_by_a_second_signal(*a, **k):
+        trainer.stop.handle(signal.SIGINT, None)  # Ctrl-C again while the checkpoint is written
+        return save(*a, **k)
+
+    trainer.train_step, trainer.save = first_signal_at_step_3, save_hit_by_a_second_signal
+    trainer.fit()
+    assert [p.name for p in list_checkpoints(tmp_path / "run")] == ["step_0000003"]
+    load_checkpoint(tmp_path / "run", with_trainer_state=True)  # complete and loadable
+
+
+@pytest.mark.parametrize("saved", [True, False], ids=["with_checkpoint", "none_yet"])
+def test_an_interrupted_step_says_where_resume_starts(tmp_path, monkeypatch, capsys, data_file, saved):
+    import rltok.training.trainer as trainer_mod
+
+    run = tmp_path / "run"
+    if saved:
+        (run / "checkpoints" / "step_0000005").mkdir(parents=True)
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer_mod, "train", interrupted)
+    assert main(["train", "--preset", "test", "--data", str(data_file), "--out", str(run)]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted before a checkpoint of this step was written" in err
+    assert ("continues from step 5" in err) if saved else ("starts from scratch" in err)

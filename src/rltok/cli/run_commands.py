@@ -42,6 +42,10 @@ def cmd_train(args) -> int:
     except TrainingDiverged as e:
         print(f"error: {e}", file=sys.stderr)
         return 3
+    except KeyboardInterrupt:  # a second Ctrl-C during a step: say what is on disk
+        print(f"interrupted before a checkpoint of this step was written; {resume_point(cfg.train.out_dir)}",
+              file=sys.stderr)
+        return 130
     main_rank = distributed.is_main_process()
     distributed.shutdown()  # a no-op in one process; under torchrun a clean exit of every rank
     if not main_rank:  # rank 0 alone prints the summary
@@ -51,6 +55,16 @@ def cmd_train(args) -> int:
         summary = {k: round(v, 4) if isinstance(v, float) else v for k, v in val.items() if k != "chunk_length_hist"}
         print(json.dumps({"step": result.step, "run_dir": str(result.run_dir), **summary}))
     return 0
+
+
+def resume_point(run_dir: str) -> str:
+    """Where `rltok train --resume` would continue the run in `run_dir`, in words."""
+    from rltok.training.checkpoint import checkpoint_step, list_checkpoints
+
+    ckpts = list_checkpoints(run_dir)
+    if not ckpts:
+        return f"no checkpoint was saved: `--resume --out {run_dir}` starts from scratch"
+    return f"`--resume --out {run_dir}` continues from step {checkpoint_step(ckpts[-1])} ({ckpts[-1]})"
 
 
 def _last_override(overrides: list[str], key: str) -> str | None:

@@ -1,5 +1,7 @@
 """Stopping on a signal: SIGINT/SIGTERM ask training to finish the current step, checkpoint and
-stop (a second SIGINT aborts at once)."""
+stop. A second SIGINT aborts the step at once, but not a checkpoint being written: that one is
+finished first, so an interrupt never leaves a half-written run (the command line then says which
+step `--resume` starts from)."""
 
 from __future__ import annotations
 
@@ -22,14 +24,27 @@ class StopRequest:
         self.across_ranks = across_ranks
         self.received = False
         self.requested = False
+        self.saving = False  # a checkpoint is being written: a second SIGINT waits for it
 
     def handle(self, signum, frame) -> None:
         if self.received and signum == signal.SIGINT:
+            if self.saving:
+                self.log("still writing the checkpoint: it finishes in a moment, then training stops")
+                return
             raise KeyboardInterrupt
         self.received = True
         if not self.across_ranks:
             self.requested = True
         self.log(f"received {signal.Signals(signum).name}: finishing the step and checkpointing")
+
+    @contextmanager
+    def saving_checkpoint(self):
+        """A checkpoint is written inside this block: a second SIGINT does not cut it short."""
+        self.saving = True
+        try:
+            yield
+        finally:
+            self.saving = False
 
     @contextmanager
     def installed(self):

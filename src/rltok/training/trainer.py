@@ -416,11 +416,13 @@ class Trainer:
                             trackers.log(rec)
                         self.report.show(rec)
                     if self.step % tc.checkpoint_every == 0 or last:
-                        self.save(final=last)
+                        with self.stop.saving_checkpoint():
+                            self.save(final=last)
                     if log_now:
                         self.meter.restart_clock()
                 if self.step != self.last_saved_step and (self.stop.requested or self.step == end):
-                    path = self.save()
+                    with self.stop.saving_checkpoint():
+                        path = self.save()
                     if self.stop.requested:
                         self._log(f"interrupted: saved {path}; continue with --resume")
         except OSError as e:  # metrics.jsonl or another run-folder file could not be written
