@@ -134,7 +134,7 @@ def test_real_process_prints_no_traceback(tmp_path):
 # ---- config ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv,message", [
-    (["train.max_step=5"], "unknown config key 'train.max_step'; did you mean 'max_steps'?"),
+    (["train.max_step=5"], "unknown config key 'train.max_step'; did you mean 'train.max_steps'?"),
     (["trian.max_steps=5"], "did you mean 'train'?"),
     (["train.max_steps=lots"], "'train.max_steps' expects int, got 'lots'"),
     (["train.lr=fast"], "expects float"),
@@ -158,7 +158,7 @@ def test_config_mistakes(tmp_path, data_file, capsys, argv, message):
     ("bad.json", '{"train": {"max_steps": }', "is not valid JSON"),
     ("bad.toml", "[train\nmax_steps = 3", "is not valid TOML"),
     ("list.json", "[1, 2]", "must hold a mapping of sections, got list"),
-    ("typo.toml", "[train]\nmax_stepz = 3\n", "did you mean 'max_steps'?"),
+    ("typo.toml", "[train]\nmax_stepz = 3\n", "did you mean 'train.max_steps'?"),
     ("section.json", '{"train": 3}', "config section 'train' must be a mapping"),
     ("path.json", '{"data": {"train": ["a", "b"]}}', "'data.train' expects str"),
 ])

@@ -307,7 +307,7 @@ def test_config_overrides_and_typos():
                                          "objective.normalize_advantages=true", "train.lr=1e-3"])
     assert cfg.train.max_steps == 7 and cfg.model.policy_window == 8 and cfg.train.betas == (0.8, 0.9)
     assert cfg.objective.normalize_advantages is True and cfg.train.lr == 1e-3
-    with pytest.raises(ConfigError, match="did you mean 'max_steps'"):
+    with pytest.raises(ConfigError, match="did you mean 'train.max_steps'"):
         load_config(overrides=["train.max_step=7"])
     with pytest.raises(ConfigError, match="did you mean 'objective'"):
         load_config(overrides=["objectve.gamma=1"])

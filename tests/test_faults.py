@@ -431,3 +431,53 @@ def test_an_interrupted_step_says_where_resume_starts(tmp_path, monkeypatch, cap
     err = capsys.readouterr().err
     assert "interrupted before a checkpoint of this step was written" in err
     assert ("continues from step 5" in err) if saved else ("starts from scratch" in err)
+
+
+# ---- rough edges at the prompt ---------------------------------------------------------------------
+def test_segment_shows_control_bytes_escaped_never_raw():
+    from rltok.model.segment import render_pipes, show
+
+    assert show(b"a\x1b[31mred\x00x\r") == "a\\x1b[31mred\\x00x\\r"
+    assert show(b"tab\tand\nline \xff") == "tab\tand\nline \\xff"  # layout kept, invalid UTF-8 escaped
+    assert "\x1b" not in render_pipes([b"\x1b[2J", b"ok"])
+
+
+def test_saved_weights_get_the_mode_of_the_other_files(tmp_path):
+    import torch
+
+    from rltok.config import ModelConfig
+    from rltok.model.hourglass import HourglassLM
+
+    torch.manual_seed(0)
+    model = HourglassLM(ModelConfig(d_byte=16, d_chunk=32, n_heads_byte=2, n_heads_chunk=2, main_layers=1,
+                                    window=8, max_seq_len=64))
+    folder = model.save_pretrained(tmp_path / "m")
+    mask = os.umask(0)
+    os.umask(mask)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in Path(folder).iterdir()}
+    assert modes["model.safetensors"] == 0o666 & ~mask == modes["config.json"], modes
+
+
+def test_a_negative_byte_count_names_the_flag(capsys):
+    assert main(["generate", "-c", "nowhere", "hi", "-n", "-5"]) == 2
+    assert capsys.readouterr().err.strip() == "error: -n/--max-bytes must be >= 0, got -5"
+
+
+def test_the_default_corpus_reads_without_a_warning():
+    import warnings
+
+    from rltok.data.sources import read_documents
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        docs, report = read_documents("stdlib")  # its empty package __init__.py files are normal
+    assert docs and report.files >= len(docs)
+
+
+def test_empty_files_of_a_users_folder_are_still_reported(tmp_path):
+    from rltok.data.sources import read_documents
+
+    (tmp_path / "a.txt").write_bytes(b"some text")
+    (tmp_path / "b.txt").write_bytes(b"")
+    with pytest.warns(UserWarning, match="1 empty"):
+        read_documents(str(tmp_path))

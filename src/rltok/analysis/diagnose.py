@@ -138,7 +138,7 @@ def fit_critic(model, x, y, cfg: ObjectiveConfig, generator, steps: int = 200, l
         opt.step()
     for p, f in zip(critic, flags):
         p.requires_grad_(f)
-    return float(loss)
+    return float(loss.detach())
 
 
 def step_time(model, x, y, cfg: ObjectiveConfig, target_rate: float, generator, repeats: int = 3,

@@ -120,6 +120,8 @@ def cmd_generate(args) -> int:
 
     if args.text is not None and args.prompt_file is not None:
         raise ConfigError("give a prompt or --prompt-file, not both")
+    if args.max_bytes < 0:  # named as the user typed it, not as the API calls it
+        raise ConfigError(f"-n/--max-bytes must be >= 0, got {args.max_bytes}")
     try:  # before loading anything: bad arguments should fail fast
         check_args(args.max_bytes, args.temperature, args.top_k, args.top_p, args.mode)
     except GenerationError as e:

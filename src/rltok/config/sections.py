@@ -345,7 +345,7 @@ class TrainConfig:
 
 def _unknown(key: str, choices: list[str], where: str, what: str = "config key") -> ConfigError:
     close = difflib.get_close_matches(key, choices, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else f"; valid: {', '.join(sorted(choices))}"
+    hint = f"; did you mean {where + close[0]!r}?" if close else f"; valid: {', '.join(sorted(choices))}"
     return ConfigError(f"unknown {what} {where + key!r}{hint}")
 
 

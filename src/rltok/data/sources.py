@@ -160,7 +160,8 @@ def read_documents(spec: str, max_bytes: int = 0, text_field: str = "text") -> t
     if report.bytes == 0:
         detail = f"; skipped {report.summary()}" if report.skipped or report.empty else ""
         raise DataError(f"data source {spec!r} holds no bytes to train on: {report.files} file(s) read{detail}")
-    if report.skipped or report.empty:
+    # the standard library holds empty files by design (package __init__.py): not the user's business
+    if report.skipped or (report.empty and spec != "stdlib"):
         warnings.warn(f"{spec}: skipped {report.summary()}; read {report.files - len(report.empty)} file(s), "
                       f"{report.bytes:,} bytes", stacklevel=2)
     return docs, report

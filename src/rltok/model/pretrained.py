@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -81,6 +82,13 @@ def clean_results(results: dict | None) -> dict:
     return out
 
 
+def _as_umask_allows(path: Path) -> None:
+    """safetensors creates its file 0600; give it the mode every other file of the folder gets."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
+
+
 def write_model_files(folder: Path, model: torch.nn.Module | None, config: Config | ModelConfig | None = None,
                       results: dict | None = None, name: str | None = None,
                       state_dict: dict[str, torch.Tensor] | None = None) -> list[str]:
@@ -102,6 +110,7 @@ def write_model_files(folder: Path, model: torch.nn.Module | None, config: Confi
     meta = {"model_type": "rltok", "rltok_version": _version(), "architecture": arch,
             "num_parameters": n_params, "results": clean_results(results)}
     save_file(state, folder / WEIGHTS, metadata={"format": "pt"})
+    _as_umask_allows(folder / WEIGHTS)
     (folder / CONFIG).write_text(json.dumps({**meta, **full}, indent=2) + "\n")
     (folder / CARD).write_text(model_card(full, meta["results"], n_params, arch, name or folder.name))
     return list(MODEL_FILES)

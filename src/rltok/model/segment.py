@@ -47,7 +47,11 @@ def split_chunks(data: bytes, b: torch.Tensor) -> list[bytes]:
 
 
 def show(chunk: bytes) -> str:
-    return chunk.decode("utf-8", errors="backslashreplace")
+    """A chunk as text for a terminal: invalid UTF-8 as \\xNN, and control characters other than
+    newline and tab escaped too, so a chunk can never move the cursor or change colours."""
+    text = chunk.decode("utf-8", errors="backslashreplace")
+    return "".join(c if c.isprintable() or c in "\n\t" else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
 
 
 def render_pipes(chunks: list[bytes], sep: str = "|") -> str:
