@@ -89,7 +89,6 @@ def cmd_diagnose(args) -> int:
 def _diagnose_true_advantage(args) -> int:
     """`rltok diagnose --true-advantage`: what a boundary at t does to the loss, per byte class,
     and how well the estimators' advantages track it."""
-    from pathlib import Path
 
     from rltok.data.windows import eval_windows
     from rltok.data.corpus import load_eval_bytes
@@ -112,17 +111,23 @@ def _diagnose_true_advantage(args) -> int:
     result = true_advantage(model, x.to(device), y.to(device), cfg.objective, n_per_class=args.per_class,
                             horizon=args.horizon, batch_size=args.variant_batch, seed=args.seed)
     result.update(checkpoint=str(ckpt), data=spec, split=args.split)
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=2))
-        print(f"wrote {args.out}", file=sys.stderr)
-    print(format_true_advantage(result))
+    return _write_and_print(result, args.out, format_true_advantage)
+
+
+def _write_and_print(result: dict, out: str | None, render) -> int:
+    """An instrument's result: as JSON to `out` when given, as a table on stdout."""
+    if out:
+        from pathlib import Path
+
+        Path(out).write_text(json.dumps(result, indent=2))
+        print(f"wrote {out}", file=sys.stderr)
+    print(render(result))
     return 0
 
 
 def _diagnose_lexicon_costs(args) -> int:
     """`rltok diagnose --lexicon-costs`: where a lexicon-trained policy cuts and what flipping each
     decision changes in the lexicon's code length, per byte class."""
-    from pathlib import Path
 
     from rltok.data.windows import eval_windows
     from rltok.data.corpus import load_eval_bytes
@@ -138,11 +143,7 @@ def _diagnose_lexicon_costs(args) -> int:
                         args.seq_len or cfg.train.seq_len, args.batch)
     result = lexicon_costs_by_class(model, lexicon, x.to(device), seed=args.seed)
     result.update(checkpoint=str(ckpt), data=spec, split=args.split, windows=list(x.shape))
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=2))
-        print(f"wrote {args.out}", file=sys.stderr)
-    print(format_lexicon_costs(result))
-    return 0
+    return _write_and_print(result, args.out, format_lexicon_costs)
 
 
 def cmd_vocab(args) -> int:
