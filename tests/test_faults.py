@@ -470,7 +470,7 @@ def test_the_default_corpus_reads_without_a_warning():
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        docs, report = read_documents("stdlib")  # its empty package __init__.py files are normal
+        docs, report = read_documents("stdlib")  # its empty package __init__.py files are not listed
     assert docs and report.files >= len(docs)
 
 

@@ -92,9 +92,11 @@ def read_file(path: Path, limit: int = 0) -> bytes:
 
 
 def stdlib_files() -> list[Path]:
-    """The running Python's standard-library sources, in a fixed order."""
+    """The running Python's standard-library sources, in a fixed order. Its empty files (package
+    __init__.py) are left out here: they are there by design, not something to report."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    files = [p for p in root.rglob("*.py") if "site-packages" not in p.parts and "dist-packages" not in p.parts]
+    files = [p for p in root.rglob("*.py") if "site-packages" not in p.parts and "dist-packages" not in p.parts
+             and p.stat().st_size > 0]
     return sorted(files)
 
 
@@ -160,8 +162,7 @@ def read_documents(spec: str, max_bytes: int = 0, text_field: str = "text") -> t
     if report.bytes == 0:
         detail = f"; skipped {report.summary()}" if report.skipped or report.empty else ""
         raise DataError(f"data source {spec!r} holds no bytes to train on: {report.files} file(s) read{detail}")
-    # the standard library holds empty files by design (package __init__.py): not the user's business
-    if report.skipped or (report.empty and spec != "stdlib"):
+    if report.skipped or report.empty:
         warnings.warn(f"{spec}: skipped {report.summary()}; read {report.files - len(report.empty)} file(s), "
                       f"{report.bytes:,} bytes", stacklevel=2)
     return docs, report
