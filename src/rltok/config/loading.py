@@ -41,6 +41,12 @@ class Config:
         if self.objective.estimator == "flips" and self.model.stages == 2:
             raise ConfigError("objective.estimator=flips supports one stage only (model.stages=1); train "
                               "two-stage models with objective.recipe=reference")
+        o, m = self.objective, self.model
+        if o.tokenizer_phase > 0 and m.arch == "hourglass" and m.chunker == "rl" and not (
+                o.estimator == "flips" and o.lexicon_weight > 0 and not o.flip_model_pass):
+            raise ConfigError("objective.tokenizer_phase needs a boundary credit that does not read the full model: "
+                              "the lexicon recipe (objective.recipe=lexicon: flips, lexicon_weight > 0, "
+                              "flip_model_pass=false)")
         if self.train.seq_len > self.model.max_seq_len:
             raise ConfigError("train.seq_len exceeds model.max_seq_len")
         return self

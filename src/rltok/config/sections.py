@@ -190,6 +190,13 @@ class ObjectiveConfig:
     # so an RL policy draws its initial i.i.d. boundaries at the target rate while the
     # chunk-level path learns to use chunks; then it learns where to cut.
     policy_start_step: int = 0
+    # Tokenizer phase: the first share of the training compute (of train.flops_budget, or of the
+    # FLOPs max_steps full steps cost at the target rate) runs only the encoder, the early-exit
+    # head and the boundary rule: the policy learns from the lexicon's credit and the encoder from
+    # the early-exit loss, at about a quarter of a full step's FLOPs per byte (counted in the
+    # budget). Then everything trains together on the rule found. A learned rule (chunker=rl)
+    # only, with a credit that does not read the full model (the lexicon recipe). 0 = off.
+    tokenizer_phase: float = 0.0
     policy_lr_mult: float = 1.0  # the boundary policy's learning rate as a multiple of train.lr
     # A lexicon prior (rl/lexicon.py, flips estimator only): the flips' credits also count the
     # code length of the segmentation under a unigram model of chunk contents learned from the
@@ -233,6 +240,8 @@ class ObjectiveConfig:
             raise _unknown(self.reward, ["early_exit", "final", *PROBE_REWARDS], "", what="objective.reward")
         if self.estimator not in ("score_function", "flips"):
             raise _unknown(self.estimator, ["score_function", "flips"], "", what="objective.estimator")
+        if not 0 <= self.tokenizer_phase < 1:
+            raise ConfigError("objective.tokenizer_phase is a share of the training compute: 0 <= it < 1 (0 = off)")
         if self.flip_stride < 1 or self.policy_start_step < 0 or self.policy_lr_mult <= 0:
             raise ConfigError("objective.flip_stride >= 1, policy_start_step >= 0 and "
                               "policy_lr_mult > 0 are required")

@@ -157,6 +157,16 @@ def counterfactual_flops_per_byte(cfg, rate: float | None = None, rate2: float |
     return cfg.objective.group_size * (f["total"] - shared)
 
 
+def tokenizer_phase_flops_per_byte(cfg) -> float:
+    """Training FLOPs per distinct byte of one tokenizer-phase step (objective.tokenizer_phase):
+    the byte embedding's n-grams, the encoder, the early-exit head and the boundary rule, forward
+    and backward; no chunk level and no decoder run."""
+    m = cfg.model
+    f = hourglass_flops(m, cfg.train.seq_len)
+    shared = sum(f[k] for k in ("ngram", "encoder", "encoder_attn", "early_head"))
+    return train_flops_per_byte({"total": shared + cfg.objective.group_size * f["policy"]})
+
+
 def train_flops_per_byte(forward: dict[str, float]) -> float:
     """Forward + backward: the backward pass costs about twice the forward."""
     return 3.0 * forward["total"]

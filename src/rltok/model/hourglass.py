@@ -146,14 +146,17 @@ class HourglassLM(Stage, PretrainedMixin):
     def forward(self, idx: torch.Tensor, boundaries: torch.Tensor | None = None, mode: str = "sample",
                 generator: torch.Generator | None = None, force_last: bool | None = None,
                 group_size: int = 1, boundaries2: torch.Tensor | None = None,
-                encoded: tuple[torch.Tensor, torch.Tensor] | None = None, cache=None) -> ModelOutput:
+                encoded: tuple[torch.Tensor, torch.Tensor] | None = None, cache=None,
+                encoder_only: bool = False) -> ModelOutput:
         """idx: (B, T) byte ids. `boundaries` (B, T) bool fixes the segmentation; otherwise the
         chunker draws one (`mode` "sample" or "greedy"). With group_size K > 1, K segmentations
         of every sequence share one encoder pass and the outputs have B*K rows (row b*K + k).
         `boundaries2` (B, M) bool fixes a two-stage model's supertoken decisions per chunk.
         `encoded` = (encoder_state, early_logits) of an earlier call on the same idx skips the
         encoder (a counterfactual segmentation re-runs only what comes after it). `cache`: a
-        PrefillCache for one row (decoding; see prefill), which every layer stack fills."""
+        PrefillCache for one row (decoding; see prefill), which every layer stack fills.
+        `encoder_only`: stop after the boundary rule (the tokenizer phase of training): the
+        early-exit head's logits stand in for the model's, and no chunk level or decoder runs."""
         length = idx.shape[1]
         if length > self.cfg.max_seq_len:
             raise ValueError(f"sequence of {length} bytes exceeds model.max_seq_len={self.cfg.max_seq_len}")
@@ -170,6 +173,9 @@ class HourglassLM(Stage, PretrainedMixin):
         values = self.value_head(h.detach()).squeeze(-1) if self.value_head is not None else None
         forced = forced_mask(bsz, length, idx.device, force_last)
         bd = self.chunker(h, forced, boundaries, mode, generator, idx=idx, early_logits=early_logits)
+        if encoder_only:
+            return ModelOutput(logits=early_logits, early_logits=early_logits, boundaries=bd, n_chunks=bd.b.sum(1),
+                               values=values, encoder_state=h)
         out, below = self.hourglass(h, bd, pos, Pass(idx, mode, generator, (boundaries2,), cache))
         two = below[0] if below else None
         return ModelOutput(logits=self.head(out), early_logits=early_logits, boundaries=bd, n_chunks=bd.b.sum(1),

@@ -145,6 +145,25 @@ class BoundaryObjective:
         """Whether the policy learns from a counterfactual (and needs the flips' stream)."""
         return self.learned and isinstance(self.estimator, Flips)
 
+    def tokenizer_phase(self, step_bytes: int, seq_len: int) -> bool:
+        """Whether the next step belongs to the tokenizer phase (objective.tokenizer_phase): only
+        the encoder, the early-exit head and the boundary rule run, until that share of the
+        training compute is spent."""
+        share = self.cfg.objective.tokenizer_phase
+        if not (self.learned and share > 0):
+            return False
+        return self.flops_spent < share * self.planned_flops(step_bytes, seq_len)
+
+    def planned_flops(self, step_bytes: int, seq_len: int) -> float:
+        """The run's training compute: train.flops_budget, or (without one) what train.max_steps
+        full steps cost at the target rate."""
+        from rltok.model.flops import step_train_flops_per_byte
+
+        tc = self.cfg.train
+        if tc.flops_budget > 0:
+            return tc.flops_budget
+        return tc.max_steps * step_bytes * step_train_flops_per_byte(self.cfg, seq_len, vocab_size=self.vocab_size)
+
     def policy_on(self, step: int) -> bool:
         """False during the warm start (objective.policy_start_step)."""
         return step >= self.cfg.objective.policy_start_step
@@ -171,8 +190,12 @@ class BoundaryObjective:
     def after_step(self, step: int, rates: dict[str, float | None], step_bytes: int, seq_len: int) -> None:
         """Feed the step's global rates (RATE_KEYS; None where the model has none) to the rate
         controllers and the FLOPs meter. `step` is the index of the step just taken."""
-        from rltok.model.flops import step_train_flops_per_byte
+        from rltok.model.flops import step_train_flops_per_byte, tokenizer_phase_flops_per_byte
 
+        if self.tokenizer_phase(step_bytes, seq_len):  # decided as at the step's start: nothing counted yet
+            self.rate.after_step(rates)
+            self.flops_spent += tokenizer_phase_flops_per_byte(self.cfg) * step_bytes
+            return
         on = self.policy_on(step)
         if on:  # a frozen (warm-start) policy cannot answer a price
             self.rate.after_step(rates)

@@ -128,7 +128,8 @@ class Trainer:
         # the module forward/backward go through: the model, its DDP wrapper, or (FSDP) the
         # model itself, sharded in place
         self.wrapped = ddp.wrap_model(self.model, self.dist, self.device, fsdp=tc.fsdp,
-                                      find_unused=tc.ddp_find_unused)
+                                      # the tokenizer phase's steps leave the chunk level and decoder idle
+                                      find_unused=tc.ddp_find_unused or cfg.objective.tokenizer_phase > 0)
         self.forward = torch.compile(self.wrapped) if tc.compile else self.wrapped
         self.opt = make_optimizer(self.model, tc, self.device, cfg.objective.policy_lr_mult)
 
@@ -285,13 +286,16 @@ class Trainer:
             group["lr"] = lr_at(self.step, tc, self.budget_progress()) * group.get("lr_scale", 1.0)
         self.opt.zero_grad(set_to_none=True)
         sums: dict[str, torch.Tensor] = {}
+        # the tokenizer phase: encoder, early-exit head and boundary rule only (objective.tokenizer_phase)
+        phase = self.objective.tokenizer_phase(self.step_bytes, self.sampler.seq_len)
+        kw = dict(self.group_kw, encoder_only=True) if phase else self.group_kw
         for i in range(tc.grad_accum):
             x, y = self.sampler.next()
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             # data parallel: gradients are all-reduced on the last micro-batch only
             with ddp.GradSync(self.wrapped, sync=i == tc.grad_accum - 1):
                 with self.autocast():
-                    out = self.forward(x, generator=self.noise, **self.group_kw)
+                    out = self.forward(x, generator=self.noise, **kw)
                     cf = self.objective.counterfactual(self.model, x, y, out, self.step)
                 loss, metrics = self.objective.loss(out, y, self.step, cf)
                 (loss / tc.grad_accum).backward()
@@ -299,6 +303,8 @@ class Trainer:
                 sums[k] = sums.get(k, 0.0) + v / tc.grad_accum
         grad_norm = ddp.full_tensor(torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip))
         sums["grad_norm"] = grad_norm.detach()
+        if phase:
+            sums["tokenizer_phase"] = torch.ones((), device=self.device)
         bad = not (torch.isfinite(grad_norm) and torch.isfinite(sums["loss"]))
         if self.dist.enabled:
             # one small collective per step: skip together, and stop together when any rank got a signal
