@@ -81,10 +81,22 @@ def test_phase_settings_are_checked():
         load_config("small", overrides=["objective.recipe=reference", "objective.tokenizer_phase=0.1"])
     with pytest.raises(ConfigError, match="lexicon recipe"):
         load_config("small", overrides=["objective.flip_model_pass=true", "objective.tokenizer_phase=0.1"])
-    # a fixed rule has no tokenizer to learn: the setting changes nothing for it
-    fixed = load_config("small", overrides=["model.chunker=uniform", "objective.recipe=reference",
-                                            "objective.tokenizer_phase=0.1"])
     from rltok.objective.loss import BoundaryObjective
 
-    assert not BoundaryObjective(fixed).tokenizer_phase(4096, 512)
+    # a fixed rule has no tokenizer to learn: its phase trains the encoder alone (the control)
+    fixed = load_config("small", overrides=["model.chunker=uniform", "objective.recipe=reference",
+                                            "objective.tokenizer_phase=0.1"])
+    assert BoundaryObjective(fixed).tokenizer_phase(4096, 512)
     assert BoundaryObjective(load_config("small", overrides=["objective.tokenizer_phase=0.1"])).tokenizer_phase(4096, 512)
+    # models without an encoder: no phase
+    flat = load_config("small", overrides=["model.arch=flat", "objective.tokenizer_phase=0.1"])
+    assert not BoundaryObjective(flat).tokenizer_phase(4096, 512)
+
+
+def test_a_fixed_rule_phase_trains_the_encoder_alone(tmp_path):
+    trainer = Trainer(cfg(tmp_path, "train.max_steps=8", "objective.tokenizer_phase=0.2", "model.chunker=uniform",
+                          "objective.recipe=reference"), corpus=corpus(), quiet=True)
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    assert trainer.train_step() is not None
+    moved = {k for k in before if not torch.equal(before[k], trainer.model.state_dict()[k])}
+    assert "early_head.weight" in moved and not any(k.startswith(("main.", "decoder.", "head.")) for k in moved)

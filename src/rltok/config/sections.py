@@ -195,7 +195,8 @@ class ObjectiveConfig:
     # head and the boundary rule: the policy learns from the lexicon's credit and the encoder from
     # the early-exit loss, at about a quarter of a full step's FLOPs per byte (counted in the
     # budget). Then everything trains together on the rule found. A learned rule (chunker=rl)
-    # only, with a credit that does not read the full model (the lexicon recipe). 0 = off.
+    # needs a credit that does not read the full model (the lexicon recipe); under a fixed rule
+    # the phase trains the encoder alone (the control for what the cheap steps give). 0 = off.
     tokenizer_phase: float = 0.0
     policy_lr_mult: float = 1.0  # the boundary policy's learning rate as a multiple of train.lr
     # A lexicon prior (rl/lexicon.py, flips estimator only): the flips' credits also count the

@@ -148,9 +148,10 @@ class BoundaryObjective:
     def tokenizer_phase(self, step_bytes: int, seq_len: int) -> bool:
         """Whether the next step belongs to the tokenizer phase (objective.tokenizer_phase): only
         the encoder, the early-exit head and the boundary rule run, until that share of the
-        training compute is spent."""
+        training compute is spent. Under a fixed rule the same phase is an encoder warm-up at the
+        same cost: the control that tells the rule found from the cheap byte-level training."""
         share = self.cfg.objective.tokenizer_phase
-        if not (self.learned and share > 0):
+        if not (self.cfg.model.arch == "hourglass" and share > 0):
             return False
         return self.flops_spent < share * self.planned_flops(step_bytes, seq_len)
 
