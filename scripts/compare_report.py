@@ -47,8 +47,20 @@ def verdict(rows: list[dict], method: str = "rl") -> list[str]:
         else:
             word = "beats" if diff > 0 else "loses to"
         lines.append(f"- `{method}` {word} `{other['method']}`: {ours['bpb_mean']:.4f} vs {other['bpb_mean']:.4f} "
-                     f"bpb (Δ = {diff:+.4f}{', seeds ' + str(ours['seeds']) + '/' + str(other['seeds']) if spread else ''})")
+                     f"bpb (Δ = {diff:+.4f}{', seeds ' + str(ours['seeds']) + '/' + str(other['seeds']) if spread else ''}"
+                     f"{paired(ours, other)})")
     return lines
+
+
+def paired(ours: dict, other: dict) -> str:
+    """The difference paired by seed (same seed: same initialisation and data order), as mean ± sd
+    over the seeds both rows ran; empty below two common seeds."""
+    a, b = ours.get("bpb_by_seed") or {}, other.get("bpb_by_seed") or {}
+    common = sorted(set(a) & set(b))
+    if len(common) < 2:
+        return ""
+    d = [b[s] - a[s] for s in common]
+    return f"; paired by seed {statistics.mean(d):+.4f} ± {statistics.stdev(d):.4f} over {len(common)}"
 
 
 # (results folder under docs/results and runs/, section title, the verdict it computes: the method
@@ -57,6 +69,9 @@ SECTIONS = [
     ("compare", "Boundary rules (`rl` here: the published recipe, today's `rl_reference`)", "rl"),
     ("boundaries/b1000000", "Learned boundaries (the lexicon recipe) against the fixed rules: 1M-byte budget", "rl"),
     ("boundaries/b4000000", "Learned boundaries (the lexicon recipe) against the fixed rules: 4M-byte budget", "rl"),
+    ("boundaries_phase/b1000000", "The tokenizer phase (15% of the FLOPs on the encoder side alone) under learned, "
+     "uniform and whitespace cuts, beside the same rules without it: 1M-byte budget",
+     "rl@objective.tokenizer_phase=0.15,objective.policy_lr_mult=3"),
     ("embedding/b1000000", "With a vocabulary's memory: 1M-byte budget", "gap"),
     ("embedding/b4000000", "With a vocabulary's memory: 4M-byte budget", "gap"),
     ("boundaries_vocab/b1000000", "Learned boundaries with a vocabulary's memory, at the whitespace rule's rate: "

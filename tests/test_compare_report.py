@@ -48,3 +48,12 @@ def test_byte_models_run_beside_the_grid_count_as_candidates():
             {**row("flat@model.ngram_vocab=380", 2.90, 0.01), "params": 836_160}]
     lines = report.tuned_bpe_against_bytes(grid, [{**row("flat", 3.78, 0.02), "params": 544_320}])
     assert "no more parameters: `flat@model.ngram_vocab=380`, 2.9000" in lines[2]
+
+
+def test_verdict_pairs_the_difference_by_seed():
+    ours = dict(row("rl", 2.0, 0.05), bpb_by_seed={0: 1.95, 1: 2.0, 2: 2.05})
+    other = dict(row("uniform", 2.03, 0.05), bpb_by_seed={0: 1.98, 1: 2.02, 2: 2.09})
+    line = report.verdict([ours, other], "rl")[0]
+    assert "ties" in line  # unpaired: inside two seed sds
+    assert "paired by seed +0.0300 ± 0.0100 over 3" in line  # paired: each seed 0.02-0.04 apart
+    assert "paired" not in report.verdict([ours, dict(other, bpb_by_seed={5: 2.0})], "rl")[0]

@@ -366,6 +366,7 @@ def summarize(results: list[dict]) -> list[dict]:
             "bpb_mean": statistics.mean(r["bpb"] for r in rs),
             "bpb_std": statistics.stdev([r["bpb"] for r in rs]) if len(rs) > 1 else None,
             "bpb": mean_sd([r["bpb"] for r in rs], 4),
+            "bpb_by_seed": {r["seed"]: r["bpb"] for r in rs},  # for differences paired by seed
             "bpb_greedy": mean_sd([r.get("bpb_greedy") for r in rs], 4),
             "rate": mean_sd([r["rate"] for r in rs]),
             "train_rate": mean_sd([r.get("train_rate") for r in rs]),
