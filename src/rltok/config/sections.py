@@ -186,6 +186,12 @@ class ObjectiveConfig:
     # credit, raised by dual ascent (lagrange_lr, lagrange_gain) while the expected rate is above
     # model.target_rate. A strong credit (the lexicon's) overpowers the separate rate penalty.
     flip_rate_control: bool = False
+    # What that price answers to: "target" (dual ascent towards model.target_rate) or "loss_slope"
+    # (no rate target: a price in nats per boundary read from the run, the slope of its training
+    # loss against ln FLOPs spent times d ln(FLOPs per byte)/d rate: what the compute a boundary
+    # costs would buy as more data; the credits are then not centred, so the rate is what the
+    # credit and the price settle on).
+    rate_price: str = "target"
     # Warm start: for this many steps the policy is left alone (no policy, rate or price term),
     # so an RL policy draws its initial i.i.d. boundaries at the target rate while the
     # chunk-level path learns to use chunks; then it learns where to cut.
@@ -241,6 +247,11 @@ class ObjectiveConfig:
             raise _unknown(self.reward, ["early_exit", "final", *PROBE_REWARDS], "", what="objective.reward")
         if self.estimator not in ("score_function", "flips"):
             raise _unknown(self.estimator, ["score_function", "flips"], "", what="objective.estimator")
+        if self.rate_price not in ("target", "loss_slope"):
+            raise _unknown(self.rate_price, ["target", "loss_slope"], "", what="objective.rate_price")
+        if self.rate_price == "loss_slope" and not (self.estimator == "flips" and self.flip_rate_control):
+            raise ConfigError("objective.rate_price=loss_slope prices the flips' credit: it needs "
+                              "objective.estimator=flips and objective.flip_rate_control=true (the lexicon recipe)")
         if not 0 <= self.tokenizer_phase < 1:
             raise ConfigError("objective.tokenizer_phase is a share of the training compute: 0 <= it < 1 (0 = off)")
         if self.flip_stride < 1 or self.policy_start_step < 0 or self.policy_lr_mult <= 0:

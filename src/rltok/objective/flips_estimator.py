@@ -11,6 +11,7 @@ import torch
 
 from rltok.model.output import ModelOutput, token_nll
 from rltok.objective.batch import Counterfactual, PolicyBatch, per_segmentation
+from rltok.objective.controller import LossSlopePrice
 from rltok.objective.estimator import BoundaryEstimator
 from rltok.objective.flips import boundary_values, draw_flips, local_expectation_loss
 from rltok.objective.policy_gradient import masked_mean
@@ -80,10 +81,15 @@ class Flips(BoundaryEstimator):
 
     def policy_loss(self, batch: PolicyBatch) -> torch.Tensor:
         values = self.credits(batch)
-        batch.metrics["flip_value"] = masked_mean(values, batch.counterfactual.flips).detach()
+        flips = batch.counterfactual.flips
+        batch.metrics["flip_value"] = masked_mean(values, flips).detach()
         price = 0.0 if batch.credit_price is None else batch.credit_price.price
-        return local_expectation_loss(batch.bd.logits, values, batch.counterfactual.flips,
-                                      mean=batch.reduce.masked_mean, price=price)
+        if isinstance(batch.credit_price, LossSlopePrice):
+            # a price in nats, set against the credits as they are: not centred, so the rate is
+            # where the credit of one more boundary meets its price
+            return local_expectation_loss(batch.bd.logits, torch.where(flips, values - price, values), flips,
+                                          center=False, mean=batch.reduce.masked_mean)
+        return local_expectation_loss(batch.bd.logits, values, flips, mean=batch.reduce.masked_mean, price=price)
 
     def add(self, loss: torch.Tensor, batch: PolicyBatch) -> torch.Tensor:
         batch.pg_loss = self.policy_loss(batch)

@@ -19,7 +19,7 @@ from rltok.model.output import ModelOutput, token_nll
 from rltok.objective.batch import (LOCAL, Counterfactual, LocalMean, PolicyBatch, boundary_rate, expected_rate,
                                    per_segmentation)
 from rltok.objective.build import ESTIMATORS, build_estimator, build_lexicon
-from rltok.objective.controller import LagrangePrice
+from rltok.objective.controller import LagrangePrice, LossSlopePrice
 from rltok.objective.estimator import BoundaryEstimator
 from rltok.objective.flips_estimator import LN2, Flips, with_lexicon_costs
 from rltok.objective.policy_gradient import masked_mean
@@ -186,25 +186,39 @@ class BoundaryObjective:
                             counterfactual=counterfactual, policy_on=self.policy_on(step),
                             estimator=self.estimator, rate=self.rate)
 
-    RATE_KEYS = ("expected_rate", "chunks_per_byte", "expected_rate2", "supertokens_per_chunk")
+    RATE_KEYS = ("expected_rate", "chunks_per_byte", "expected_rate2", "supertokens_per_chunk", "ce_final")
 
     def after_step(self, step: int, rates: dict[str, float | None], step_bytes: int, seq_len: int) -> None:
         """Feed the step's global rates (RATE_KEYS; None where the model has none) to the rate
         controllers and the FLOPs meter. `step` is the index of the step just taken."""
         from rltok.model.flops import step_train_flops_per_byte, tokenizer_phase_flops_per_byte
 
-        if self.tokenizer_phase(step_bytes, seq_len):  # decided as at the step's start: nothing counted yet
-            self.rate.after_step(rates)
-            self.flops_spent += tokenizer_phase_flops_per_byte(self.cfg) * step_bytes
-            return
-        on = self.policy_on(step)
+        phase = self.tokenizer_phase(step_bytes, seq_len)  # decided as at the step's start: nothing counted yet
+        on = phase or self.policy_on(step)
         if on:  # a frozen (warm-start) policy cannot answer a price
             self.rate.after_step(rates)
-        # a probe's credit is a function of the decisions alone: no model pass is run or charged
-        model_pass = self.learned and on and self.estimator.model_pass
-        self.flops_spent += step_train_flops_per_byte(
-            self.cfg, seq_len, rates["chunks_per_byte"], rates["supertokens_per_chunk"], self.vocab_size,
-            counterfactual=model_pass) * step_bytes
+        if phase:
+            self.flops_spent += tokenizer_phase_flops_per_byte(self.cfg) * step_bytes
+        else:
+            # a probe's credit is a function of the decisions alone: no model pass is run or charged
+            model_pass = self.learned and on and self.estimator.model_pass
+            self.flops_spent += step_train_flops_per_byte(
+                self.cfg, seq_len, rates["chunks_per_byte"], rates["supertokens_per_chunk"], self.vocab_size,
+                counterfactual=model_pass) * step_bytes
+        if isinstance(self.flip_price, LossSlopePrice) and on:
+            if phase and not self.tokenizer_phase(step_bytes, seq_len):
+                self.flip_price.restart()  # the full model's loss from the next step on
+            else:
+                self.flip_price.update(rates["ce_final"], self.flops_spent, self.cost_slope(rates["chunks_per_byte"]))
+
+    def cost_slope(self, rate: float | None) -> float:
+        """d ln(training FLOPs per byte) / d rate at `rate`: what one more boundary per byte costs,
+        relative to what a byte costs (model.flops.chunk_cost_flops)."""
+        from rltok.model.flops import chunk_cost_flops, config_forward_flops_per_byte
+
+        rate = self.cfg.model.target_rate if rate is None else rate
+        a, c = chunk_cost_flops(self.cfg.model, self.cfg.train.seq_len)
+        return (a + c * rate) / config_forward_flops_per_byte(self.cfg, rate, self.vocab_size)
 
     def state_dict(self) -> dict:
         rate = self.rate.state_dict()

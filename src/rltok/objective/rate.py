@@ -12,7 +12,7 @@ import torch
 
 from rltok.config import ModelConfig, ObjectiveConfig
 from rltok.objective.batch import PolicyBatch
-from rltok.objective.controller import LagrangePrice
+from rltok.objective.controller import LagrangePrice, LossSlopePrice
 from rltok.objective.policy_gradient import masked_mean, rate_loss
 
 LN2 = math.log(2.0)
@@ -72,7 +72,8 @@ class RateControl:
         # the flips' rate controller: a price in normalised credit units, by dual ascent
         flip_price = None
         if uses_flips and o.flip_rate_control:
-            flip_price = LagrangePrice(m.target_rate, o.lagrange_lr, o.lagrange_gain, device)
+            flip_price = LossSlopePrice(device=device) if o.rate_price == "loss_slope" else \
+                LagrangePrice(m.target_rate, o.lagrange_lr, o.lagrange_gain, device)
         return cls(o, m.target_rate, price, m.stage2_target_rate if two_stage else None, price2, flip_price)
 
     def prepare(self, batch: PolicyBatch) -> None:
@@ -119,7 +120,7 @@ class RateControl:
         while the policy learns: a frozen policy cannot answer a price)."""
         if self.price is not None and self.price.lagrange is not None and rates["expected_rate"] is not None:
             self.price.lagrange.update(rates["expected_rate"])
-        if self.flip_price is not None and rates["expected_rate"] is not None:
+        if isinstance(self.flip_price, LagrangePrice) and rates["expected_rate"] is not None:
             self.flip_price.update(rates["expected_rate"])
         if self.price2 is not None and rates["expected_rate2"] is not None:
             self.price2.lagrange.update(rates["expected_rate2"])

@@ -1,0 +1,72 @@
+"""The rate a run picks itself (objective.rate_price=loss_slope): a price per boundary in nats,
+the slope of the training loss against ln FLOPs spent times what a boundary adds to the FLOPs
+per byte, set against the flips' credits uncentred."""
+
+import math
+
+import pytest
+import torch
+
+from rltok.config import ConfigError, load_config
+from rltok.objective.controller import LossSlopePrice
+from rltok.objective.loss import BoundaryObjective
+from rltok.training.trainer import Trainer
+from test_boundary_learning import corpus
+
+
+def test_the_slope_is_the_loss_fall_per_e_fold_of_compute():
+    price = LossSlopePrice(decay=1.0)
+    for i in range(1, 40):
+        flops = 1e9 * 1.1 ** i
+        price.update(5.0 - 0.3 * math.log(flops), flops, cost_slope=2.5)
+    assert price.slope.item() == pytest.approx(0.3, rel=1e-4)
+    assert price.price.item() == pytest.approx(0.75, rel=1e-4)
+    # a loss that rises buys nothing: no negative price (it would pay for boundaries)
+    rising = LossSlopePrice(decay=1.0)
+    for i in range(1, 10):
+        rising.update(1.0 + 0.1 * i, 1e9 * 2 ** i, 2.5)
+    assert rising.price.item() == 0.0
+    # state round trip, and a restart forgets the history
+    copy = LossSlopePrice()
+    copy.load_state_dict(price.state_dict())
+    assert torch.equal(copy.sums, price.sums) and copy.price.item() == price.price.item()
+    price.restart()
+    assert price.slope.item() == 0.0
+
+
+def test_cost_slope_is_the_relative_growth_of_flops_per_byte():
+    from rltok.model.flops import config_forward_flops_per_byte
+
+    cfg = load_config("small", overrides=["objective.rate_price=loss_slope"])
+    obj = BoundaryObjective(cfg)
+    h = 1e-4
+    numeric = (math.log(config_forward_flops_per_byte(cfg, 0.2 + h)) -
+               math.log(config_forward_flops_per_byte(cfg, 0.2 - h))) / (2 * h)
+    assert obj.cost_slope(0.2) == pytest.approx(numeric, rel=1e-4)
+    assert isinstance(obj.flip_price, LossSlopePrice)
+
+
+def test_a_run_sets_its_own_price_and_resumes_exactly(tmp_path):
+    over = ["train.threads=1", "objective.recipe=lexicon", "objective.rate_price=loss_slope",
+            "objective.lexicon_size=4096", "train.log_every=1", "train.eval_every=1000",
+            "train.checkpoint_every=5", "train.max_steps=12", "objective.tokenizer_phase=0.2"]
+    full = Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path / 'a'}", *over]), corpus=corpus(),
+                   quiet=True)
+    full.fit()
+    prices = [rec["flip_price"] for rec in full.history]
+    assert prices[-1] > 0 and len(set(prices)) > 2  # read from the run, moving with it
+    Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path / 'b'}", *over]), corpus=corpus(),
+            quiet=True).fit(stop_at=5)
+    resumed = Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path / 'b'}", *over]), corpus=corpus(),
+                      resume=True, quiet=True)
+    resumed.fit()
+    assert torch.equal(full.objective.flip_price.sums, resumed.objective.flip_price.sums)
+    for p, q in zip(full.model.parameters(), resumed.model.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_rate_price_settings_are_checked():
+    with pytest.raises(ConfigError, match="rate_price"):
+        load_config("small", overrides=["objective.rate_price=slope"])
+    with pytest.raises(ConfigError, match="flip_rate_control"):
+        load_config("small", overrides=["objective.recipe=reference", "objective.rate_price=loss_slope"])
