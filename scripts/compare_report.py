@@ -83,8 +83,20 @@ SECTIONS = [
     ("bpe_baseline/b4000000", "The BPE-token model tuned: the 1M grid's three best per corpus, 4M-byte budget",
      "bpe_grid"),
 ]
-# the byte models a tuned BPE-token model is held against: the vocabulary section of its budget
-BYTE_MODELS_FOR = {"bpe_baseline/b1000000": "embedding/b1000000", "bpe_baseline/b4000000": "embedding/b4000000"}
+# the byte models a tuned BPE-token model is held against: the sections of its budget with vocabularies
+BYTE_MODELS_FOR = {"bpe_baseline/b1000000": ("embedding/b1000000", "boundaries_vocab/b1000000"),
+                   "bpe_baseline/b4000000": ("embedding/b4000000", "boundaries_vocab/b4000000")}
+
+
+def byte_model_runs(folders, corpus: str, results_root: Path) -> list[dict]:
+    """Per-run JSON of several sections, one record per (method, seed): a run copied into two
+    sections (a shared seed-0 run, say) counts once."""
+    runs = {}
+    for folder in folders:
+        for f in sorted((results_root / folder / corpus).glob("*_s*.json")):
+            r = json.loads(f.read_text())
+            runs.setdefault((r["method"], r["seed"]), r)
+    return list(runs.values())
 
 
 def gap_to_tokens(rows: list[dict]) -> list[str]:
@@ -175,11 +187,11 @@ def render_corpus(name: str, corpus: str, src: Path, from_docs: bool, only, kind
         md += ["Gradient SNR of the rl runs' own estimator at their final checkpoint: " +
                ", ".join(f"{m} s{s}: {v:.3f}" for m, s, v in snr) + ".", ""]
     if kind == "bpe_grid":
-        byte_dir = results_root / BYTE_MODELS_FOR[name] / corpus
-        byte_rows = summarize([json.loads(f.read_text()) for f in sorted(byte_dir.glob("*_s*.json"))])
+        byte_rows = summarize(byte_model_runs(BYTE_MODELS_FOR[name], corpus, results_root))
         v = tuned_bpe_against_bytes(rows, byte_rows)
         if v:
-            md += [f"Against the byte-level models of `{BYTE_MODELS_FOR[name]}` (mean over seeds):", "", *v, ""]
+            where = " and ".join(f"`{f}`" for f in BYTE_MODELS_FOR[name])
+            md += [f"Against the byte-level models of {where} (mean over seeds):", "", *v, ""]
     elif kind != "gap":
         v = verdict(rows, kind)
         if v:

@@ -57,3 +57,17 @@ def test_verdict_pairs_the_difference_by_seed():
     assert "ties" in line  # unpaired: inside two seed sds
     assert "paired by seed +0.0300 ± 0.0100 over 3" in line  # paired: each seed 0.02-0.04 apart
     assert "paired" not in report.verdict([ours, dict(other, bpb_by_seed={5: 2.0})], "rl")[0]
+
+
+def test_byte_models_from_several_sections_count_each_run_once(tmp_path):
+    import json
+    for folder, seeds in (("embedding/b4", [0]), ("boundaries_vocab/b4", [0, 1, 2])):
+        d = tmp_path / folder / "code-py"
+        d.mkdir(parents=True)
+        for s in seeds:
+            (d / f"whitespace+ngram_s{s}.json").write_text(json.dumps({"method": "whitespace+ngram", "seed": s}))
+        (d / "flat_s0.json").write_text(json.dumps({"method": "flat", "seed": 0, "folder": folder}))
+    runs = report.byte_model_runs(("embedding/b4", "boundaries_vocab/b4"), "code-py", tmp_path)
+    assert sorted((r["method"], r["seed"]) for r in runs) == [("flat", 0), ("whitespace+ngram", 0),
+                                                                ("whitespace+ngram", 1), ("whitespace+ngram", 2)]
+    assert next(r for r in runs if r["method"] == "flat")["folder"] == "embedding/b4"  # the first section wins
