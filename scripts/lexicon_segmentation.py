@@ -4,7 +4,7 @@ with no policy involved, then read its most probable unit ends on held-out windo
 segmentation the minimum-description-length objective favours, independent of what a policy
 can learn or how its gradient is estimated.
 
-    .venv/bin/python scripts/lexicon_segmentation.py DATA_DIR [--steps N] [--concentration A] [--code]
+    .venv/bin/python scripts/lexicon_segmentation.py DATA_DIR [--steps N] [--concentration A] [--code] [--base bigram]
 
 With --unit-price P ..., also the fitted lexicon's least-cost segmentation with P nats per unit
 (Viterbi, `ChunkLexicon.best_segmentation`): a negative price buys more units, which shows where
@@ -50,6 +50,8 @@ def main() -> int:
     ap.add_argument("--seq-len", type=int, default=512)
     ap.add_argument("--concentration", type=float, default=100.0)
     ap.add_argument("--mean-len", type=float, default=5.0, help="the base model's mean unit length (1 / rate)")
+    ap.add_argument("--base", choices=["unigram", "bigram"], default="unigram",
+                    help="how the base distribution spells a unit's bytes (bigram: each byte given the one before)")
     ap.add_argument("--code", action="store_true", help="also report Python token-end precision")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--unit-price", type=float, nargs="*", default=[],
@@ -63,7 +65,7 @@ def main() -> int:
     train = torch.as_tensor(load_eval_bytes(args.data, "train", 8_000_000), dtype=torch.long)
     val = torch.as_tensor(load_eval_bytes(args.data, "val", 32 * args.seq_len), dtype=torch.long)
     val = val[: len(val) // args.seq_len * args.seq_len].view(-1, args.seq_len)
-    lex = ChunkLexicon(concentration=args.concentration, mean_len=args.mean_len)
+    lex = ChunkLexicon(concentration=args.concentration, mean_len=args.mean_len, base=args.base)
     gen = torch.Generator().manual_seed(args.seed)
     t0 = time.time()
     for _ in range(args.steps):
@@ -72,9 +74,11 @@ def main() -> int:
     ends = lex.unit_posteriors(val).sum(-1) > 0.5  # P(a unit ends at byte e) > 1/2
     command = f"python scripts/lexicon_segmentation.py DATA/{Path(args.data).name} --steps {args.steps}" + \
         (f" --concentration {args.concentration:g}" if args.concentration != 100.0 else "") + (" --code" if args.code else "") \
+        + (f" --base {args.base}" if args.base != "unigram" else "") \
         + (" --unit-price " + " ".join(f"{p:g}" for p in args.unit_price) if args.unit_price else "") \
         + (" --whole-blank-runs" if args.whole_blank_runs else "")
     result = {"data": Path(args.data).name, "command": command, "steps": args.steps, "concentration": args.concentration,
+              "base": args.base,
               "rate": ends.float().mean().item(), "space_align": whitespace_alignment(val, ends)["space_align"],
               "seconds": time.time() - t0}
     if args.code:

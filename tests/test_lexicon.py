@@ -245,11 +245,12 @@ def test_the_lexicon_recipe_learns_to_cut_at_spaces(tmp_path):
 CODE = b"class A:\n    def f(self):\n        if x:\n            return self.y\n        return  1\n"
 
 
-@pytest.mark.parametrize("lag,collapse", [(0, False), (1, False), (0, True), (1, True)])
-def test_flip_deltas_are_each_single_flip_exactly(lag, collapse):
+@pytest.mark.parametrize("lag,collapse,base", [(0, False, "unigram"), (1, False, "unigram"), (0, True, "unigram"),
+                                               (1, True, "unigram"), (0, False, "bigram"), (1, True, "bigram")])
+def test_flip_deltas_are_each_single_flip_exactly(lag, collapse, base):
     """flip_deltas gives, for every position at once, what flipping that decision alone changes in
     the total code length (checked against re-costing each flipped segmentation)."""
-    lex = ChunkLexicon(size=1 << 12, decay=1.0, lag=lag, collapse_blanks=collapse)
+    lex = ChunkLexicon(size=1 << 12, decay=1.0, lag=lag, collapse_blanks=collapse, base=base)
     x = tensor(CODE if collapse else TEXT[:80])
     lex.update(x, x == 32)
     b = torch.rand(x.shape, generator=torch.Generator().manual_seed(lag)) < 0.3
@@ -387,3 +388,41 @@ def test_best_segmentation_is_the_cheapest_by_enumeration(price):
         end_cost = torch.zeros(1, n)
         end_cost[0, e0] = 100.0
         assert not lex.best_segmentation(x, price, max_len, end_cost)[0, e0]
+
+
+def test_a_bigram_base_spells_units_byte_to_byte():
+    """base="bigram": an unseen unit's base probability is its first byte's unigram probability
+    times each later byte's probability given the one before (smoothed towards the unigram), so a
+    cut costs more between bytes that go together than between bytes that do not."""
+    x = tensor(b"aaaa bbbb aaaa bbbb aaaa bbbb ")
+    lex = ChunkLexicon(size=1 << 12, decay=1.0, base="bigram")
+    lex.update(x, torch.zeros_like(x, dtype=torch.bool))  # counts bytes and byte pairs, no units
+    p1 = (lex.byte_counts + 1) / (lex.byte_counts.sum() + 256)
+    pairs = lex.byte_pair_counts
+    p2 = (pairs + p1) / (pairs.sum(1, keepdim=True) + 1)
+    a, b = ord("a"), ord("b")
+    assert pairs[a, a] == 9 and pairs[a, b] == 0 and pairs[b, a] == 0
+    unit = tensor(b"ab")
+    log_p0 = p1[a].log() + p2[a, b].log() + math.log(lex.stop) + math.log1p(-lex.stop)
+    got = lex.span_costs(unit, torch.tensor([[0]]), torch.tensor([[1]]))
+    assert got.item() == pytest.approx(-log_p0.item(), rel=1e-4)  # no unit counted: p = a * P0 / a
+    # splitting "aa" (a pair seen 9 times) costs more than splitting "a b"-like unseen pairs
+    y = tensor(b"aabb")
+    whole = lambda s, e: lex.span_costs(y, torch.tensor([[s]]), torch.tensor([[e]])).item()  # noqa: E731
+    split_inside_run = whole(0, 0) + whole(1, 1) - whole(0, 1)
+    split_between_runs = whole(0, 1) + whole(2, 3) - whole(0, 3)
+    assert split_inside_run > split_between_runs
+    unigram = ChunkLexicon(size=1 << 12, decay=1.0)
+    unigram.update(x, torch.zeros_like(x, dtype=torch.bool))
+    uw = lambda s, e: unigram.span_costs(y, torch.tensor([[s]]), torch.tensor([[e]])).item()  # noqa: E731
+    assert uw(0, 0) + uw(1, 1) - uw(0, 1) == pytest.approx(uw(0, 1) + uw(2, 3) - uw(0, 3), rel=1e-4)  # same anywhere
+
+
+def test_a_bigram_lexicon_state_does_not_load_into_a_unigram_one():
+    big = ChunkLexicon(size=1 << 10, base="bigram")
+    big.update(tensor(b"ab ab"), tensor(b"ab ab") == 32)
+    other = ChunkLexicon(size=1 << 10, base="bigram")
+    other.load_state_dict(big.state_dict())
+    assert torch.equal(other.byte_pair_counts, big.byte_pair_counts)
+    with pytest.raises(ValueError, match="bigram base"):
+        ChunkLexicon(size=1 << 10).load_state_dict(big.state_dict())

@@ -15,7 +15,8 @@ The model: a chunk w (its bytes) has probability
 
 where n_w counts w among the recent chunks (hashed into a table, decayed every update so old
 segmentations fade), N is their sum, a the concentration, and P0 a base distribution over
-strings: a geometric length (mean 1 / rate) times a unigram model of the bytes (also counted).
+strings: a geometric length (mean 1 / rate) times a model of the bytes (also counted): a
+unigram one, or with base="bigram" each byte after a unit's first given the byte before it.
 The cost of a segmentation is -log p(w) in nats at each chunk's last byte, the last byte of the
 window closing a chunk too, so changing one decision changes costs only near it: the flips
 estimator (rl/flips.py) charges each flip with exactly that local change.
@@ -35,6 +36,13 @@ the same for every segmentation that keeps the run whole), and splitting an inde
 single spaces costs one unit per piece instead of buying cheap ones: on code, where most spaces
 are indentation, the policy's own counts otherwise lock onto "every space a chunk".
 
+A bigram base (base="bigram"): a unit's bytes are spelled by a byte-bigram model, its first byte
+by the unigram. Cutting between bytes a and b then costs about log p(b | a) - log p(b), their
+pointwise mutual information, on top of the price of one more unit: cuts are cheap where the
+text's byte statistics change (after a run, between an identifier and the punctuation after it)
+and dear inside anything that hangs together byte to byte, a run of blanks included. The unigram
+base charges a cut the same wherever it falls.
+
 Nothing here knows about models: inputs are byte ids and boundary masks. A chunk's row in the
 count table is the chunk vocabulary's content hash (model.chunk_vocab.span_hash), seeded apart.
 """
@@ -50,19 +58,23 @@ from rltok.model.chunk_vocab import odd_multipliers, span_hash
 
 _HASH_SEED = 0x1E71C0
 _MAX_LEN = 16  # a chunk is hashed by its last 16 bytes and its length
+BASES = ("unigram", "bigram")  # how the base distribution spells a unit's bytes
 
 
 class ChunkLexicon:
     def __init__(self, size: int = 1 << 20, concentration: float = 100.0, mean_len: float = 5.0,
-                 decay: float = 0.995, lag: int = 0, collapse_blanks: bool = False, device=None):
-        if size < 2 or concentration <= 0 or mean_len < 1 or not 0 < decay <= 1 or lag not in (0, 1):
+                 decay: float = 0.995, lag: int = 0, collapse_blanks: bool = False, base: str = "unigram",
+                 device=None):
+        if size < 2 or concentration <= 0 or mean_len < 1 or not 0 < decay <= 1 or lag not in (0, 1) \
+                or base not in BASES:
             raise ValueError("ChunkLexicon needs size >= 2, concentration > 0, mean_len >= 1, 0 < decay <= 1, "
-                             "lag 0 or 1")
-        self.size, self.concentration, self.decay, self.lag = size, concentration, decay, lag
+                             f"lag 0 or 1, base one of {BASES}")
+        self.size, self.concentration, self.decay, self.lag, self.base = size, concentration, decay, lag, base
         self.collapse_blanks = collapse_blanks
         self.stop = 1.0 / mean_len  # P0's chance that a chunk ends at each byte
         self.counts = torch.zeros(size, device=device)
         self.byte_counts = torch.zeros(256, device=device)
+        self.byte_pair_counts = torch.zeros(256, 256, device=device) if base == "bigram" else None
         self.mult = odd_multipliers(_MAX_LEN + 1, _HASH_SEED).to(device)  # per offset from the end, and the length
 
     @staticmethod
@@ -147,18 +159,31 @@ class ChunkLexicon:
         """-log p(x[start..end]) in nats for every pair of (B, M) positions (end >= start); `rows`:
         the units' table rows (`rows(x, end, start)`) when the caller already has them."""
         kept = self.kept(x)
-        log_pb = ((self.byte_counts + 1) / (self.byte_counts.sum() + 256)).log()[x.long()]  # add-one: any byte possible
+        p_byte = (self.byte_counts + 1) / (self.byte_counts.sum() + 256)  # add-one: any byte possible
+        log_pb = p_byte.log()[x.long()]  # a unit's first byte, and every byte under the unigram base
+        log_inner = log_pb if self.base == "unigram" else self._log_p_given_previous(x, p_byte)
         pad = torch.nn.functional.pad
-        cum = pad(torch.cumsum(log_pb * kept, dim=1), (1, 0))  # cum[:, i]: over spelled bytes < i
+        cum = pad(torch.cumsum(log_inner * kept, dim=1), (1, 0))  # cum[:, i]: over spelled bytes < i
         spelled = pad(torch.cumsum(kept.float(), dim=1), (1, 0))
         first = ~torch.gather(kept, 1, start)  # an unspelled first byte is spelled all the same
         length = torch.gather(spelled, 1, end + 1) - torch.gather(spelled, 1, start) + first
-        log_p0 = (torch.gather(cum, 1, end + 1) - torch.gather(cum, 1, start)) + first * torch.gather(log_pb, 1, start) \
+        # the first byte by the unigram, the rest (spelled) by the inner model
+        log_p0 = (torch.gather(cum, 1, end + 1) - torch.gather(cum, 1, start + 1)) + torch.gather(log_pb, 1, start) \
             + math.log(self.stop) + (length - 1) * math.log1p(-self.stop)
         n = self.counts[self.rows(x, end, start) if rows is None else rows]
         log_p = torch.logaddexp(n.clamp(min=1e-30).log(), log_p0 + math.log(self.concentration)) \
             - torch.log(self.counts.sum() + self.concentration)
         return -log_p
+
+    def _log_p_given_previous(self, x: torch.Tensor, p_byte: torch.Tensor) -> torch.Tensor:
+        """(B, T) log p(x_t | x_{t-1}) under the counted byte pairs, smoothed towards the unigram
+        (one pseudo-count); position 0 has no byte before it and gets the unigram."""
+        pairs = self.byte_pair_counts
+        p = (pairs + p_byte) / (pairs.sum(1, keepdim=True) + 1)  # row a: p(b | a)
+        xl = x.long()
+        out = p_byte.log()[xl]
+        out[:, 1:] = p.log()[xl[:, :-1], xl[:, 1:]]
+        return out
 
     @torch.no_grad()
     def flip_deltas(self, x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -198,6 +223,11 @@ class ChunkLexicon:
         self.counts.mul_(self.decay).index_add_(0, rows, weights)
         self.byte_counts.mul_(self.decay).index_add_(0, x.flatten().long(),
                                                      torch.ones(x.numel(), device=x.device))
+        if self.byte_pair_counts is not None:
+            xl = x.long()
+            pair = (xl[:, :-1] * 256 + xl[:, 1:]).flatten()
+            flat = self.byte_pair_counts.view(-1)
+            flat.mul_(self.decay).index_add_(0, pair, torch.ones(pair.numel(), device=x.device))
 
     @staticmethod
     def unit_grid(bsz: int, length: int, max_len: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -286,7 +316,10 @@ class ChunkLexicon:
         self._count(x, rows.flatten(), post.flatten().to(self.counts.dtype))
 
     def state_dict(self) -> dict:
-        return {"counts": self.counts.clone(), "byte_counts": self.byte_counts.clone()}
+        state = {"counts": self.counts.clone(), "byte_counts": self.byte_counts.clone()}
+        if self.byte_pair_counts is not None:
+            state["byte_pair_counts"] = self.byte_pair_counts.clone()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         if "pair_counts" in state and type(self) is ChunkLexicon:
@@ -294,5 +327,11 @@ class ChunkLexicon:
         if state["counts"].shape != self.counts.shape:
             raise ValueError(f"lexicon table of {state['counts'].numel()} rows in the checkpoint, "
                              f"{self.size} configured (objective.lexicon_size)")
+        if ("byte_pair_counts" in state) != (self.byte_pair_counts is not None):
+            saved = "bigram" if "byte_pair_counts" in state else "unigram"
+            raise ValueError(f"the checkpoint's lexicon spells units with a {saved} base, this one with a "
+                             f"{self.base} base (objective.lexicon_base)")
         self.counts.copy_(state["counts"])
         self.byte_counts.copy_(state["byte_counts"])
+        if self.byte_pair_counts is not None:
+            self.byte_pair_counts.copy_(state["byte_pair_counts"])
