@@ -64,14 +64,16 @@ def paired(ours: dict, other: dict) -> str:
 
 
 # (results folder under docs/results and runs/, section title, the verdict it computes: the method
-# the others are set against, or "gap" for the best byte models against the BPE-token transformer)
+# (or methods) the others are set against, "gap" for the best byte models against the BPE-token
+# transformer, or "bpe_grid" for a tuned BPE-token grid against the byte models)
 SECTIONS = [
     ("compare", "Boundary rules (`rl` here: the published recipe, today's `rl_reference`)", "rl"),
     ("boundaries/b1000000", "Learned boundaries (the lexicon recipe) against the fixed rules: 1M-byte budget", "rl"),
     ("boundaries/b4000000", "Learned boundaries (the lexicon recipe) against the fixed rules: 4M-byte budget", "rl"),
     ("boundaries_phase/b1000000", "The tokenizer phase (15% of the FLOPs on the encoder side alone) under learned, "
-     "uniform and whitespace cuts, beside the same rules without it: 1M-byte budget",
-     "rl@objective.tokenizer_phase=0.15,objective.policy_lr_mult=3"),
+     "uniform, fixed and whitespace cuts, beside the same rules without it: 1M-byte budget",
+     ("rl@objective.tokenizer_phase=0.15,objective.policy_lr_mult=3",
+      "rl@model.target_rate=0.158,objective.tokenizer_phase=0.15,objective.policy_lr_mult=3")),
     ("embedding/b1000000", "With a vocabulary's memory: 1M-byte budget", "gap"),
     ("embedding/b4000000", "With a vocabulary's memory: 4M-byte budget", "gap"),
     ("boundaries_vocab/b1000000", "Learned boundaries with a vocabulary's memory, at the whitespace rule's rate: "
@@ -146,7 +148,7 @@ def tuned_bpe_against_bytes(rows: list[dict], byte_rows: list[dict]) -> list[str
     return lines
 
 
-def render_corpus(name: str, corpus: str, src: Path, from_docs: bool, only, kind: str,
+def render_corpus(name: str, corpus: str, src: Path, from_docs: bool, only, kind: str | tuple[str, ...],
                   results: Path = ROOT / "docs" / "results") -> list[str]:
     results_root, dest = results, results / name / corpus
     if not from_docs and not any(src.glob("*_s*.json")):
@@ -193,9 +195,10 @@ def render_corpus(name: str, corpus: str, src: Path, from_docs: bool, only, kind
             where = " and ".join(f"`{f}`" for f in BYTE_MODELS_FOR[name])
             md += [f"Against the byte-level models of {where} (mean over seeds):", "", *v, ""]
     elif kind != "gap":
-        v = verdict(rows, kind)
-        if v:
-            md += [f"Verdict for `{kind}` (mean over seeds):", "", *v, ""]
+        for ours in (kind,) if isinstance(kind, str) else kind:
+            v = verdict(rows, ours)
+            if v:
+                md += [f"Verdict for `{ours}` (mean over seeds):", "", *v, ""]
     else:
         v = gap_to_tokens(rows)
         if v:
