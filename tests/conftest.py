@@ -11,6 +11,23 @@ def tiny_model_config(**kw) -> ModelConfig:
     return ModelConfig(**base)
 
 
+def straight_and_resumed(make_cfg, tmp_path, stop_at: int, corpus):
+    """Train one config twice: straight through (in tmp_path/a), and stopped after `stop_at`
+    steps (in tmp_path/b), then resumed from that checkpoint. The two must end with equal weights
+    (a resume continues exactly); both trainers are returned for checks of their other state.
+    make_cfg(out_dir) -> Config; corpus() -> the training Corpus."""
+    from rltok.training.trainer import Trainer
+
+    full = Trainer(make_cfg(tmp_path / "a"), corpus=corpus(), quiet=True)
+    full.fit()
+    Trainer(make_cfg(tmp_path / "b"), corpus=corpus(), quiet=True).fit(stop_at=stop_at)
+    resumed = Trainer(make_cfg(tmp_path / "b"), corpus=corpus(), resume=True, quiet=True)
+    resumed.fit()
+    for p, q in zip(full.model.parameters(), resumed.model.parameters()):
+        assert torch.equal(p, q)
+    return full, resumed
+
+
 def randomize_(model: torch.nn.Module, scale: float = 0.3, seed: int = 0) -> torch.nn.Module:
     """Give every parameter (including the zero-initialised policy weights) a random value, so
     tests exercise paths that a fresh init would leave inert."""

@@ -11,6 +11,7 @@ from rltok.data.sources import Corpus
 from rltok.model.flops import config_forward_flops_per_byte, counterfactual_flops_per_byte, train_flops_per_byte
 from rltok.objective.flips import boundary_values, draw_flips, flip_segment_sums, local_expectation_loss
 from rltok.training.trainer import Trainer
+from conftest import straight_and_resumed
 
 def synthetic_text(n_bytes: int = 260_000, seed: int = 0) -> bytes:
     """Fixed pseudo-code text (words, punctuation, indented lines) from a seeded generator: the
@@ -133,8 +134,8 @@ def test_warm_start_leaves_the_policy_alone_then_trains_it(tmp_path):
 def test_flips_training_counts_the_extra_pass_and_resumes_exactly(tmp_path):
     over = ["train.max_steps=6", "train.threads=1", "objective.estimator=flips", "objective.policy_lr_mult=3",
             "train.log_every=1", "train.eval_every=1000", "train.checkpoint_every=3", "objective.policy_start_step=2"]
-    full = Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path / 'a'}", *over]), corpus=corpus(), quiet=True)
-    full.fit()
+    full, _ = straight_and_resumed(
+        lambda out: load_config("test", overrides=[f"train.out_dir={out}", *over]), tmp_path, 3, corpus)
     cfg = full.cfg
     step_bytes = cfg.train.batch_size * cfg.train.seq_len
     expected = 0.0
@@ -145,13 +146,6 @@ def test_flips_training_counts_the_extra_pass_and_resumes_exactly(tmp_path):
             step += counterfactual_flops_per_byte(cfg, cpb)
         expected += step * step_bytes
     assert full.flops_spent == pytest.approx(expected, rel=1e-6)
-    Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path / 'b'}", *over]), corpus=corpus(),
-            quiet=True).fit(stop_at=3)
-    resumed = Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path / 'b'}", *over]), corpus=corpus(),
-                      resume=True, quiet=True)
-    resumed.fit()
-    for p, q in zip(full.model.parameters(), resumed.model.parameters()):
-        assert torch.equal(p, q)
 
 
 def test_flips_config_validation():

@@ -9,6 +9,7 @@ import torch
 from rltok.config import ConfigError, load_config
 from rltok.objective.lexicon import ChunkLexicon
 from rltok.training.trainer import Trainer
+from conftest import straight_and_resumed
 from test_boundary_learning import corpus
 
 TEXT = b"the cat sat on the mat and the dog sat on the log " * 20
@@ -153,17 +154,10 @@ def test_training_with_the_lexicon_resumes_exactly(tmp_path):
     over = ["train.max_steps=6", "train.threads=1", "objective.estimator=flips", "objective.lexicon_weight=1",
             "objective.lexicon_size=4096", "train.log_every=1", "train.eval_every=1000", "train.checkpoint_every=3",
             "objective.policy_start_step=2"]
-    full = Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path / 'a'}", *over]), corpus=corpus(), quiet=True)
-    full.fit()
+    full, resumed = straight_and_resumed(
+        lambda out: load_config("test", overrides=[f"train.out_dir={out}", *over]), tmp_path, 3, corpus)
     assert "lexicon_bpb" in full.history[-1]
-    Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path / 'b'}", *over]), corpus=corpus(),
-            quiet=True).fit(stop_at=3)
-    resumed = Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path / 'b'}", *over]), corpus=corpus(),
-                      resume=True, quiet=True)
-    resumed.fit()
     assert torch.equal(full.objective.lexicon.counts, resumed.objective.lexicon.counts)
-    for p, q in zip(full.model.parameters(), resumed.model.parameters()):
-        assert torch.equal(p, q)
 
 
 def test_recipes_set_their_keys_and_explicit_keys_win():

@@ -10,7 +10,7 @@ import torch
 from rltok.config import ConfigError, load_config
 from rltok.objective.controller import LossSlopePrice
 from rltok.objective.loss import BoundaryObjective
-from rltok.training.trainer import Trainer
+from conftest import straight_and_resumed
 from test_boundary_learning import corpus
 
 
@@ -50,19 +50,11 @@ def test_a_run_sets_its_own_price_and_resumes_exactly(tmp_path):
     over = ["train.threads=1", "objective.recipe=lexicon", "objective.rate_price=loss_slope",
             "objective.lexicon_size=4096", "train.log_every=1", "train.eval_every=1000",
             "train.checkpoint_every=5", "train.max_steps=12", "objective.tokenizer_phase=0.2"]
-    full = Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path / 'a'}", *over]), corpus=corpus(),
-                   quiet=True)
-    full.fit()
+    full, resumed = straight_and_resumed(
+        lambda out: load_config("test", overrides=[f"train.out_dir={out}", *over]), tmp_path, 5, corpus)
     prices = [rec["flip_price"] for rec in full.history]
     assert prices[-1] > 0 and len(set(prices)) > 2  # read from the run, moving with it
-    Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path / 'b'}", *over]), corpus=corpus(),
-            quiet=True).fit(stop_at=5)
-    resumed = Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path / 'b'}", *over]), corpus=corpus(),
-                      resume=True, quiet=True)
-    resumed.fit()
     assert torch.equal(full.objective.flip_price.sums, resumed.objective.flip_price.sums)
-    for p, q in zip(full.model.parameters(), resumed.model.parameters()):
-        assert torch.equal(p, q)
 
 
 def test_rate_price_settings_are_checked():

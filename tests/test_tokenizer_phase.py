@@ -8,6 +8,7 @@ import torch
 from rltok.config import ConfigError, load_config
 from rltok.model.flops import hourglass_flops, step_train_flops_per_byte, tokenizer_phase_flops_per_byte
 from rltok.training.trainer import Trainer
+from conftest import straight_and_resumed
 from test_boundary_learning import corpus
 
 OVER = ["train.threads=1", "objective.recipe=lexicon", "objective.lexicon_size=4096", "train.log_every=1",
@@ -63,14 +64,8 @@ def test_phase_is_reported_in_the_metrics(tmp_path):
 
 def test_resume_is_exact_across_the_phase_end(tmp_path):
     extra = ("train.max_steps=10", "objective.tokenizer_phase=0.3", "train.checkpoint_every=4")
-    full = Trainer(cfg(tmp_path / "a", *extra), corpus=corpus(), quiet=True)
-    full.fit()
-    Trainer(cfg(tmp_path / "b", *extra), corpus=corpus(), quiet=True).fit(stop_at=4)
-    resumed = Trainer(cfg(tmp_path / "b", *extra), corpus=corpus(), resume=True, quiet=True)
-    resumed.fit()
+    full, resumed = straight_and_resumed(lambda out: cfg(out, *extra), tmp_path, 4, corpus)
     assert resumed.flops_spent == full.flops_spent
-    for p, q in zip(full.model.parameters(), resumed.model.parameters()):
-        assert torch.equal(p, q)
 
 
 def test_phase_settings_are_checked():
