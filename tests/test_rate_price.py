@@ -10,6 +10,7 @@ import torch
 from rltok.config import ConfigError, load_config
 from rltok.objective.controller import LossSlopePrice
 from rltok.objective.loss import BoundaryObjective
+from rltok.training.trainer import Trainer
 from conftest import straight_and_resumed
 from test_boundary_learning import corpus
 
@@ -62,3 +63,17 @@ def test_rate_price_settings_are_checked():
         load_config("small", overrides=["objective.rate_price=slope"])
     with pytest.raises(ConfigError, match="flip_rate_control"):
         load_config("small", overrides=["objective.recipe=reference", "objective.rate_price=loss_slope"])
+
+
+def test_the_compare_harness_diagnoses_a_run_that_sets_its_own_price(tmp_path):
+    """`rltok compare` measures each rl run's own estimator at its final checkpoint; the diagnostic
+    drops the price from the credit, which must not trip the check that the price needs one."""
+    from rltok.analysis.diagnose import diagnose
+
+    cfg = load_config("test", overrides=[f"train.out_dir={tmp_path}", "train.threads=1", "objective.recipe=lexicon",
+                                         "objective.rate_price=loss_slope", "objective.lexicon_size=4096"])
+    model = Trainer(cfg, corpus=corpus(), quiet=True).model
+    x = torch.randint(0, 256, (4, 32))
+    d = diagnose(model, x, x, cfg.objective, cfg.model.target_rate, variants={"own": {}}, n_estimates=2,
+                 n_reference=2, log=lambda m: None)
+    assert math.isfinite(d["variants"]["own"]["snr"])

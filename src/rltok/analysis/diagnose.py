@@ -185,7 +185,8 @@ def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, tar
     specs = {n: s for n, s in specs.items() if n not in misfit}
     # each estimator of the LM loss's gradient: the flips re-run the model, the lexicon prior (a
     # second objective) is left out; or with `lexicon`, of the code length's (set per variant below)
-    base = dataclasses.replace(base, lexicon_weight=0.0, flip_model_pass=True, flip_rate_control=False)
+    base = dataclasses.replace(base, lexicon_weight=0.0, flip_model_pass=True, flip_rate_control=False,
+                               rate_price="target")  # no price inside the credit: nothing for one to answer to
     model = copy.deepcopy(model).train()
     if model.value_head is None:  # a critic for the value variants, fitted below
         model.value_head = ValueHead(model.cfg.d_byte)
