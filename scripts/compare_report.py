@@ -74,6 +74,13 @@ SECTIONS = [
      "uniform, fixed and whitespace cuts, beside the same rules without it: 1M-byte budget",
      ("rl@objective.tokenizer_phase=0.15,objective.policy_lr_mult=3",
       "rl@model.target_rate=0.158,objective.tokenizer_phase=0.15,objective.policy_lr_mult=3")),
+    ("phase_val/b1000000", "Choosing the tokenizer phase's settings (validation split, one seed): 1M-byte budget",
+     "rl@objective.tokenizer_phase=0.15,objective.policy_lr_mult=3"),
+    ("rate_price_val/b1000000", "A rate the rule picks (`objective.rate_price=loss_slope`) against uniform cuts at "
+     "fixed rates (validation split, one seed): 1M-byte budget",
+     "rl@objective.rate_price=loss_slope,objective.tokenizer_phase=0.15,objective.policy_lr_mult=3"),
+    ("rate_price/b4000000", "A rate the rule picks against the fixed rates of the 4M runs: 4M-byte budget",
+     "rl@objective.rate_price=loss_slope"),
     ("embedding/b1000000", "With a vocabulary's memory: 1M-byte budget", "gap"),
     ("embedding/b4000000", "With a vocabulary's memory: 4M-byte budget", "gap"),
     ("boundaries_vocab/b1000000", "Learned boundaries with a vocabulary's memory, at the whitespace rule's rate: "
