@@ -42,7 +42,10 @@ def verdict(rows: list[dict], method: str = "rl") -> list[str]:
             continue
         diff = other["bpb_mean"] - ours["bpb_mean"]
         spread = max(ours["bpb_std"] or 0.0, other["bpb_std"] or 0.0)
-        if abs(diff) <= 2 * spread and spread > 0:
+        if not spread:  # one seed on both sides: an order, not a verdict
+            word = "is ahead of (one seed each, no spread to judge by)" if diff > 0 else \
+                "is behind (one seed each, no spread to judge by)"
+        elif abs(diff) <= 2 * spread:
             word = "ties (within 2 std of the seeds)"
         else:
             word = "beats" if diff > 0 else "loses to"

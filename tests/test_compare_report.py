@@ -71,3 +71,8 @@ def test_byte_models_from_several_sections_count_each_run_once(tmp_path):
     assert sorted((r["method"], r["seed"]) for r in runs) == [("flat", 0), ("whitespace+ngram", 0),
                                                                 ("whitespace+ngram", 1), ("whitespace+ngram", 2)]
     assert next(r for r in runs if r["method"] == "flat")["folder"] == "embedding/b4"  # the first section wins
+
+
+def test_one_seed_on_both_sides_is_an_order_not_a_verdict():
+    lines = report.verdict([row("rl", 2.0, None, seeds=1), row("uniform", 2.1, None, seeds=1)], "rl")
+    assert "is ahead of (one seed each" in lines[0] and "beats" not in lines[0]
