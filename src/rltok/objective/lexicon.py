@@ -167,9 +167,13 @@ class ChunkLexicon:
         spelled = pad(torch.cumsum(kept.float(), dim=1), (1, 0))
         first = ~torch.gather(kept, 1, start)  # an unspelled first byte is spelled all the same
         length = torch.gather(spelled, 1, end + 1) - torch.gather(spelled, 1, start) + first
-        # the first byte by the unigram, the rest (spelled) by the inner model
-        log_p0 = (torch.gather(cum, 1, end + 1) - torch.gather(cum, 1, start + 1)) + torch.gather(log_pb, 1, start) \
-            + math.log(self.stop) + (length - 1) * math.log1p(-self.stop)
+        if self.base == "unigram":  # the first byte is in the sum when spelled, added when not
+            spelled_sum = (torch.gather(cum, 1, end + 1) - torch.gather(cum, 1, start)) \
+                + first * torch.gather(log_pb, 1, start)
+        else:  # the first byte by the unigram, the later (spelled) ones given the byte before
+            spelled_sum = (torch.gather(cum, 1, end + 1) - torch.gather(cum, 1, start + 1)) \
+                + torch.gather(log_pb, 1, start)
+        log_p0 = spelled_sum + math.log(self.stop) + (length - 1) * math.log1p(-self.stop)
         n = self.counts[self.rows(x, end, start) if rows is None else rows]
         log_p = torch.logaddexp(n.clamp(min=1e-30).log(), log_p0 + math.log(self.concentration)) \
             - torch.log(self.counts.sum() + self.concentration)
