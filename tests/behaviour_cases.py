@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import platform
 import random
 import sys
 from pathlib import Path
@@ -108,7 +109,19 @@ def run(case: str, out_dir) -> dict:
 
 
 def machine() -> dict:
-    return {"torch": torch.__version__, "cpu": torch.backends.cpu.get_cpu_capability()}
+    """What bit-exact results depend on: the torch build, the instruction set its kernels use, and
+    the processor model (the same instruction set on another vendor's cores rounds differently)."""
+    return {"torch": torch.__version__, "cpu": torch.backends.cpu.get_cpu_capability(), "cpu_model": cpu_model()}
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":
