@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from rltok.model import HourglassLM
@@ -22,7 +23,9 @@ def test_model_exported_before_the_layout_change_loads_and_computes_the_same():
     assert isinstance(model, HourglassLM)
     x = torch.frombuffer(bytearray(TEXT), dtype=torch.uint8).long()[None]
     out = model(x[:, :-1], mode="greedy")
-    assert out.logits.double().sum().item() == -57.56128296508575
+    # recorded on another processor: float32 kernels round differently across CPU models, so a
+    # relative 1e-6 (a real change in what the model computes moves the sum far more)
+    assert out.logits.double().sum().item() == pytest.approx(-57.56128296508575, rel=1e-6)
     gen = model.generate(b"the ", 12, seed=0)
     assert gen.output == b"\xf9u\xb8b0\xec<3\xa08\xd5\xf4" and sum(gen.boundaries) == 3
 
