@@ -333,8 +333,8 @@ class ChunkLexicon:
                              f"{self.size} configured (objective.lexicon_size)")
         if ("byte_pair_counts" in state) != (self.byte_pair_counts is not None):
             saved = "bigram" if "byte_pair_counts" in state else "unigram"
-            raise ValueError(f"the checkpoint's lexicon spells units with a {saved} base, this one with a "
-                             f"{self.base} base (objective.lexicon_base)")
+            raise ValueError(f"the saved lexicon spells units with a {saved} base, this one with a "
+                             f"{self.base} base (ChunkLexicon(base=...))")
         self.counts.copy_(state["counts"])
         self.byte_counts.copy_(state["byte_counts"])
         if self.byte_pair_counts is not None:
