@@ -1,12 +1,16 @@
-"""Typed configuration: a section per component (sections.py), named presets (presets.py), and the
-loader that applies a preset, a file and `key=value` overrides (loading.py)."""
+"""Typed configuration: a section per component (sections.py), the registries of the components
+chosen by kind (registry.py, filled in sections.py), named presets (presets.py), and the loader
+that applies a preset, a file and `key=value` overrides (loading.py)."""
 
-from rltok.config.loading import (REMOVED_KEYS, Config, _read_config_file, apply_dict, apply_override,
-                                  load_config)
+from rltok.config.loading import (LEGACY_KEYS, REMOVED_KEYS, Config, _read_config_file, apply_dict,
+                                  apply_override, load_config)
 from rltok.config.presets import PRESET_NOTES, PRESETS
-from rltok.config.sections import (BOS, CHUNKERS, EOS, PAD, PROBE_REWARDS, RECIPES, VOCAB_SIZE, ConfigError,
-                                   DataConfig, ModelConfig, ObjectiveConfig, TrainConfig)
+from rltok.config.registry import Registry, Section
+from rltok.config.sections import (BOS, CHUNKERS, CREDIT_PRICES, EOS, ESTIMATORS, FAMILIES, PAD, RATES, RECIPES,
+                                   REWARDS, VOCAB_SIZE, ConfigError, DataConfig, ModelConfig, ObjectiveConfig,
+                                   TrainConfig)
 
-__all__ = ["BOS", "CHUNKERS", "Config", "ConfigError", "DataConfig", "EOS", "ModelConfig", "ObjectiveConfig", "PAD",
-           "PRESETS", "PRESET_NOTES", "PROBE_REWARDS", "RECIPES", "REMOVED_KEYS", "TrainConfig", "VOCAB_SIZE",
-           "_read_config_file", "apply_dict", "apply_override", "load_config"]
+__all__ = ["BOS", "CHUNKERS", "CREDIT_PRICES", "Config", "ConfigError", "DataConfig", "EOS", "ESTIMATORS", "FAMILIES",
+           "LEGACY_KEYS", "ModelConfig", "ObjectiveConfig", "PAD", "PRESETS", "PRESET_NOTES", "RATES", "RECIPES",
+           "REMOVED_KEYS", "REWARDS", "Registry", "Section", "TrainConfig", "VOCAB_SIZE", "_read_config_file",
+           "apply_dict", "apply_override", "load_config"]

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from rltok.config.presets import PRESETS
-from rltok.config.sections import (RECIPES, ConfigError, DataConfig, ModelConfig, ObjectiveConfig, TrainConfig,
-                                   _unknown)
+from rltok.config.registry import Section
+from rltok.config.registry import unknown as _unknown
+from rltok.config.sections import RECIPES, ConfigError, DataConfig, ModelConfig, ObjectiveConfig, TrainConfig
 
 
 @dataclass
@@ -30,24 +31,27 @@ class Config:
         self.objective.validate()
         self.data.validate()
         self.train.validate()
-        if "value" in self.objective.baseline_parts():
-            self.model.value_head = True  # the critic is part of the model (and its checkpoints)
-        if self.train.batch_size % self.objective.group_size:
+        m, o = self.model, self.objective
+        estimator, rate = o.estimator.kind, o.rate.kind
+        baseline = o.estimator.baseline_parts() if estimator == "score_function" else set()
+        lexicon_weight = o.estimator.lexicon.weight if estimator == "flips" else 0.0
+        if "value" in baseline:
+            m.value_head = True  # the critic is part of the model (and its checkpoints)
+        if self.train.batch_size % o.group_size:
             raise ConfigError("train.batch_size must be a multiple of objective.group_size "
                               "(it counts segmentations; batch_size / group_size distinct sequences)")
-        if self.model.stages == 2 and self.objective.rate_control == "none":
-            raise ConfigError("model.stages=2 needs objective.rate_control=penalty or lagrange: the supertoken "
+        if m.stages == 2 and rate == "none":
+            raise ConfigError("model.stages=2 needs objective.rate=penalty or lagrange: the supertoken "
                               "policy has no compute price of its own and would drift without a rate target")
-        if self.objective.estimator == "flips" and self.model.stages == 2:
+        if estimator == "flips" and m.stages == 2:
             raise ConfigError("objective.estimator=flips supports one stage only (model.stages=1); train "
                               "two-stage models with objective.recipe=reference")
-        o, m = self.objective, self.model
-        if o.tokenizer_phase > 0 and m.arch == "hourglass" and m.chunker == "rl" and not (
-                o.estimator == "flips" and o.lexicon_weight > 0 and not o.flip_model_pass):
+        if o.tokenizer_phase > 0 and m.arch == "hourglass" and m.chunker.kind == "rl" and not (
+                estimator == "flips" and lexicon_weight > 0 and not o.estimator.model_pass):
             raise ConfigError("objective.tokenizer_phase needs a boundary credit that does not read the full model: "
-                              "the lexicon recipe (objective.recipe=lexicon: flips, lexicon_weight > 0, "
-                              "flip_model_pass=false)")
-        if self.train.seq_len > self.model.max_seq_len:
+                              "the lexicon recipe (objective.recipe=lexicon: flips, lexicon.weight > 0, "
+                              "model_pass=false)")
+        if self.train.seq_len > m.max_seq_len:
             raise ConfigError("train.seq_len exceeds model.max_seq_len")
         return self
 
@@ -59,6 +63,11 @@ class Config:
         cfg = cls()
         apply_dict(cfg, d)
         return cfg
+
+
+# the component sections of a Config (their dotted paths): `path=NAME` chooses a kind
+SECTION_PATHS = ("model.chunker", "objective.reward", "objective.estimator", "objective.rate",
+                 "objective.estimator.price")
 
 
 def _field_types(obj: Any) -> dict[str, Any]:
@@ -119,44 +128,249 @@ REMOVED_KEYS: dict[str, str] = {f"objective.{k}": why for k, why in {
 }.items()}
 
 
-def apply_dict(obj: Any, d: dict[str, Any], where: str = "") -> None:
-    types = _field_types(obj)
-    for key, value in d.items():
-        if where + key in REMOVED_KEYS:
-            warnings.warn(f"{where + key} was removed ({REMOVED_KEYS[where + key]}); ignored", stacklevel=2)
-            continue
-        if key not in types:
-            raise _unknown(key, list(types), where)
-        current = getattr(obj, key)
-        if dataclasses.is_dataclass(current):
-            if not isinstance(value, dict):
-                raise ConfigError(f"config section {where}{key!r} must be a mapping")
-            apply_dict(current, value, f"{where}{key}.")
+# Keys of the flat layout older versions wrote (saved configs, run folders, model folders, command
+# lines), and where each now lives: a component's settings moved into its own section. A saved
+# config still loads (one note says it was read in the old layout); a key that belongs to another
+# kind than the one chosen is dropped when it holds its old default and noted otherwise.
+LEGACY_KEYS: dict[str, tuple[str, ...]] = {
+    "model.policy_window": ("model.chunker.window",),
+    "model.policy_detach": ("model.chunker.detach",),
+    "model.fixed_stride": ("model.chunker.stride",),
+    "model.hnet_ratio_weight": ("model.chunker.ratio_weight",),
+    "model.gumbel_temperature": ("model.chunker.temperature",),
+    "model.gumbel_prior_weight": ("model.chunker.prior_weight",),
+    "objective.gamma": ("objective.estimator.gamma",),
+    "objective.baseline": ("objective.estimator.baseline",),
+    "objective.gae_lambda": ("objective.estimator.gae_lambda",),
+    "objective.normalize_advantages": ("objective.estimator.normalize_advantages",),
+    "objective.flip_stride": ("objective.estimator.stride",),
+    "objective.flip_model_pass": ("objective.estimator.model_pass",),
+    "objective.lexicon_weight": ("objective.estimator.lexicon.weight",),
+    "objective.lexicon_size": ("objective.estimator.lexicon.size",),
+    "objective.lexicon_decay": ("objective.estimator.lexicon.decay",),
+    "objective.rate_control": ("objective.rate.kind",),
+    "objective.rate_weight": ("objective.rate.weight",),
+    "objective.lagrange_lr": ("objective.rate.lr", "objective.estimator.price.lr"),
+    "objective.lagrange_gain": ("objective.rate.gain", "objective.estimator.price.gain"),
+    "objective.compute_price": ("objective.rate.compute_price",),
+    "objective.cost_estimator": ("objective.rate.cost_estimator",),
+    # the flips' credit price was a switch and a mode: now one section with a kind
+    "objective.flip_rate_control": ("objective.estimator.price.kind",),
+    "objective.rate_price": ("objective.estimator.price.kind",),
+}
+# the old keys' defaults: a saved config carries every key, most of them at these
+LEGACY_DEFAULTS: dict[str, Any] = {
+    "model.policy_window": 1, "model.policy_detach": False, "model.fixed_stride": 5,
+    "model.hnet_ratio_weight": 0.03, "model.gumbel_temperature": 1.0, "model.gumbel_prior_weight": 1.0,
+    "objective.gamma": 0.99, "objective.baseline": "batch", "objective.gae_lambda": 0.95,
+    "objective.normalize_advantages": False, "objective.flip_stride": 16, "objective.flip_model_pass": True,
+    "objective.lexicon_weight": 0.0, "objective.lexicon_size": 1 << 20, "objective.lexicon_decay": 0.995,
+    "objective.rate_control": "penalty", "objective.rate_weight": 0.01, "objective.lagrange_lr": 0.2,
+    "objective.lagrange_gain": 5.0, "objective.compute_price": 0.0, "objective.cost_estimator": "exact",
+    "objective.flip_rate_control": False, "objective.rate_price": "target",
+}
+
+
+def _legacy_value(key: str, value: Any) -> Any:
+    """An old key's value as its new place takes it (the credit price's switch and mode become a kind)."""
+    if key == "objective.flip_rate_control":
+        return "target" if _coerce(value, bool, key) else "none"
+    if key == "objective.rate_price" and value == "target":
+        return None  # the old mode's default: the switch alone says whether there is a price
+    return value
+
+
+def _section_registry(parent: Any, name: str):
+    """The registry of a component field (a section with a kind), or None for a plain field."""
+    for f in dataclasses.fields(parent):
+        if f.name == name:
+            return f.metadata.get("registry")
+    return None
+
+
+def _set_kind(parent: Any, name: str, kind: Any, where: str) -> None:
+    """Choose a component's kind. Settings both kinds have keep their value; the new kind's own
+    settings start at their defaults."""
+    registry = _section_registry(parent, name)
+    current = getattr(parent, name)
+    kind = _coerce(kind, str, where + "kind")
+    if kind == current.kind:
+        return
+    new = registry.settings(kind)
+    old_defaults = type(current)()
+    for f in dataclasses.fields(new):
+        if f.name != "kind" and hasattr(current, f.name) and getattr(current, f.name) != getattr(old_defaults, f.name):
+            setattr(new, f.name, getattr(current, f.name))
+    setattr(parent, name, new)
+
+
+def _is_section(parent: Any, name: str) -> bool:
+    return _section_registry(parent, name) is not None
+
+
+def _kind_first(obj: Any, items: list[tuple[str, Any]], where: str) -> list[tuple[str, Any]]:
+    """Assignments that choose a kind go before the settings that kind may own."""
+    def chooses_kind(item: tuple[str, Any]) -> bool:
+        key, value = item
+        return (key == "kind" or where + key in ("objective.rate_control", "objective.flip_rate_control",
+                                                   "objective.rate_price")
+                or (key in _field_types(obj) and _is_section(obj, key) and isinstance(value, str)))
+    return sorted(items, key=lambda item: not chooses_kind(item))
+
+
+def apply_dict(obj: Any, d: dict[str, Any], where: str = "", notes: list[str] | None = None) -> None:
+    """Set the keys of mapping `d` on section `obj` (dotted prefix `where`), nested sections
+    included; a component section takes a mapping with a kind, or just its kind's name."""
+    top = notes is None
+    notes = [] if top else notes
+    if isinstance(obj, Section) and d.get("kind", obj.kind) != obj.kind:
+        raise ConfigError(f"{where}kind is chosen where the section is set ({where.rstrip('.')}=NAME)")
+    d = {k: v for k, v in d.items() if not (k == "kind" and isinstance(obj, Section))}
+    for key, value in _kind_first(obj, list(d.items()), where):
+        full = where + key
+        if full in REMOVED_KEYS:
+            warnings.warn(f"{full} was removed ({REMOVED_KEYS[full]}); ignored", stacklevel=2)
+        elif full in LEGACY_KEYS:
+            _apply_legacy(_root_of(obj, where), full, value, notes, strict=False)
         else:
-            setattr(obj, key, _coerce(value, types[key], where + key))
+            _apply_field(obj, key, value, where, notes)
+    if top and notes:
+        _note_legacy(notes)
+
+
+def _apply_field(obj: Any, key: str, value: Any, where: str, notes: list[str]) -> None:
+    types = _field_types(obj)
+    if key not in types:
+        raise _unknown(key, list(types), where, what=_what(obj, where))
+    current = getattr(obj, key)
+    if _is_section(obj, key):
+        if isinstance(value, dict):
+            value = dict(value)
+            if "kind" in value:
+                _set_kind(obj, key, value.pop("kind"), f"{where}{key}.")
+            apply_dict(getattr(obj, key), value, f"{where}{key}.", notes)
+        elif isinstance(value, str):
+            _set_kind(obj, key, value, f"{where}{key}.")
+        else:
+            raise ConfigError(f"{where}{key} is a component: give its kind ({where}{key}=NAME) or a mapping "
+                              f"with a kind and its settings")
+    elif dataclasses.is_dataclass(current):
+        if not isinstance(value, dict):
+            raise ConfigError(f"config section {where}{key!r} must be a mapping")
+        apply_dict(current, value, f"{where}{key}.", notes)
+    else:
+        setattr(obj, key, _coerce(value, types[key], where + key))
+
+
+def _what(obj: Any, where: str) -> str:
+    """How an unknown key is named: a component's keys depend on its kind."""
+    return f"config key (for kind {obj.kind!r})" if isinstance(obj, Section) else "config key"
+
+
+def _root_of(obj: Any, where: str) -> Any:
+    """`obj` is the section at `where` ("model." / "objective."): legacy keys are paths from the
+    Config, so they are applied from a stand-in whose attribute is `obj`."""
+    name = where.rstrip(".")
+    return _Holder(name, obj) if "." not in name else obj
+
+
+class _Holder:
+    """A one-attribute stand-in for the Config: `holder.model` is the section being filled."""
+
+    def __init__(self, name: str, section: Any):
+        setattr(self, name, section)
+
+
+def _apply_legacy(root: Any, key: str, value: Any, notes: list[str], strict: bool) -> None:
+    """An old flat key, applied where it lives now. Not applicable to the chosen kind: dropped at
+    its old default, an error from the command line (`strict`), noted otherwise."""
+    given, value = value, _legacy_value(key, value)
+    if value is None:
+        return
+    applied = [path for path in LEGACY_KEYS[key] if _set_path(root, path, value)]
+    if applied:
+        notes.append(f"{key} -> {applied[0]}")
+        return
+    here = " or ".join(LEGACY_KEYS[key])
+    if strict:
+        raise ConfigError(f"config key {key!r} is now {here}, which the chosen kind does not have")
+    if given != LEGACY_DEFAULTS.get(key):
+        warnings.warn(f"{key}={given!r} ignored: it is now {here}, which the chosen kind does not have", stacklevel=3)
+
+
+def _set_path(root: Any, path: str, value: Any) -> bool:
+    """Set a dotted path from `root`; False when a section on the way (a component of another
+    kind) has no such key."""
+    parts = path.split(".")
+    obj = root
+    for i, part in enumerate(parts[:-1]):
+        if not hasattr(obj, part):
+            return False
+        if parts[i + 1] == "kind" and i + 1 == len(parts) - 1:
+            _set_kind(obj, part, value, ".".join(parts[: i + 1]) + ".")
+            return True
+        obj = getattr(obj, part)
+    if not dataclasses.is_dataclass(obj) or parts[-1] not in _field_types(obj):
+        return False
+    setattr(obj, parts[-1], _coerce(value, _field_types(obj)[parts[-1]], path))
+    return True
+
+
+def _note_legacy(notes: list[str]) -> None:
+    shown = ", ".join(notes[:3]) + (f" and {len(notes) - 3} more" if len(notes) > 3 else "")
+    warnings.warn(f"read {len(notes)} key(s) of the older flat config layout: {shown}", stacklevel=3)
+
+
+def _kind_override(assignment: str) -> bool:
+    """Whether an override chooses a component's kind (applied before the other overrides)."""
+    dotted = assignment.split("=", 1)[0].strip()
+    return dotted.endswith(".kind") or dotted in SECTION_PATHS or dotted in (
+        "objective.rate_control", "objective.flip_rate_control", "objective.rate_price")
 
 
 def apply_override(cfg: Config, assignment: str) -> None:
-    """Apply one `section.key=value` override (value parsed as JSON when it looks like JSON)."""
+    """Apply one `section.key=value` override (value parsed as JSON when it looks like JSON).
+    `a.component=NAME` chooses a component's kind, `a.component.key=value` sets its settings."""
     if "=" not in assignment:
         raise ConfigError(f"override {assignment!r} must look like section.key=value")
     dotted, raw = assignment.split("=", 1)
-    parts = dotted.strip().split(".")
-    if ".".join(parts) in REMOVED_KEYS:
-        raise ConfigError(f"config key {'.'.join(parts)!r} was removed ({REMOVED_KEYS['.'.join(parts)]})")
+    dotted = dotted.strip()
+    if dotted in REMOVED_KEYS:
+        raise ConfigError(f"config key {dotted!r} was removed ({REMOVED_KEYS[dotted]})")
+    if dotted in LEGACY_KEYS:
+        notes: list[str] = []
+        _apply_legacy(cfg, dotted, raw, notes, strict=True)
+        if notes:
+            warnings.warn(f"{dotted} is now {notes[0].split(' -> ')[1]}", stacklevel=2)
+        return
+    parts = dotted.split(".")
     obj: Any = cfg
     for i, part in enumerate(parts):
         types = _field_types(obj)
+        where = ".".join(parts[:i]) + ("." if i else "")
+        if part == "kind" and isinstance(obj, Section) and i == len(parts) - 1:
+            parent = _walk(cfg, parts[:-2])
+            _set_kind(parent, parts[-2], raw, where)
+            return
         if part not in types:
-            raise _unknown(part, list(types), ".".join(parts[:i]) + ("." if i else ""))
+            raise _unknown(part, list(types), where, what=_what(obj, where))
         if i == len(parts) - 1:
-            if dataclasses.is_dataclass(getattr(obj, part)):
+            if _is_section(obj, part):
+                _set_kind(obj, part, raw, f"{dotted}.")
+            elif dataclasses.is_dataclass(getattr(obj, part)):
                 raise ConfigError(f"{dotted!r} is a section; set one of its keys, e.g. {dotted}.<key>=...")
-            setattr(obj, part, _coerce(raw, types[part], dotted))
+            else:
+                setattr(obj, part, _coerce(raw, types[part], dotted))
         else:
             obj = getattr(obj, part)
             if not dataclasses.is_dataclass(obj):
                 raise ConfigError(f"{'.'.join(parts[: i + 1])!r} is not a section")
+
+
+def _walk(obj: Any, parts: list[str]) -> Any:
+    for part in parts:
+        obj = getattr(obj, part)
+    return obj
 
 
 def load_config(preset: str = "tiny", file: str | None = None, overrides: list[str] | None = None) -> Config:
@@ -179,7 +393,7 @@ def load_config(preset: str = "tiny", file: str | None = None, overrides: list[s
     apply_dict(cfg.objective, RECIPES[recipe], "objective.")
     if data is not None:
         apply_dict(cfg, data)
-    for ov in overrides or []:
+    for ov in sorted(overrides or [], key=lambda ov: not _kind_override(ov)):
         apply_override(cfg, ov)
     return cfg.validate()
 

@@ -1,22 +1,91 @@
 """The configuration's sections: one typed dataclass per component (model, objective, data,
-train), each declaring, commenting and validating its own keys, and the boundary-learning recipes
-the objective section starts from."""
+train), each declaring, commenting and validating its own keys. A component chosen by kind (the
+boundary rule, the estimator, the reward, the rate control, the flips' credit price) is a nested
+section whose `kind` names a registry entry and whose other keys are that kind's own settings:
+`model.chunker: {kind: rl, window: 1}`, `objective.estimator: {kind: flips, stride: 16,
+lexicon: {weight: 1.0}}`, `objective.rate: {kind: lagrange, lr: 0.2}`. The registries
+(CHUNKERS, FAMILIES, ESTIMATORS, REWARDS, RATES, CREDIT_PRICES) are at the end of this file."""
 
 from __future__ import annotations
 
-import difflib
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Any
+
+from rltok.config.registry import ConfigError, Registry, Section, unknown
+
+__all__ = ["BOS", "CHUNKERS", "CREDIT_PRICES", "ConfigError", "DataConfig", "ESTIMATORS", "EOS", "FAMILIES",
+           "ModelConfig", "ObjectiveConfig", "PAD", "RATES", "RECIPES", "REWARDS", "Section", "TrainConfig",
+           "VOCAB_SIZE", "section_field"]
 
 # Vocabulary: the 256 byte values, then specials. Padded to a multiple of 8 for matmul tiles.
 BOS, EOS, PAD = 256, 257, 258
 VOCAB_SIZE = 264
-# model.chunker: the boundary rules rltok.model.chunkers.build_chunker makes
-CHUNKERS = ("rl", "fixed", "uniform", "whitespace", "entropy", "hnet", "gumbel", "bpe")
+
+# The registries of the components a config names by kind (registry.py). Built-in entries are
+# registered at the end of this file.
+CHUNKERS = Registry("model.chunker")  # boundary rules (rltok.model.chunkers)
+FAMILIES = Registry("model.arch")  # model families: the hierarchy and the flat references
+ESTIMATORS = Registry("objective.estimator")  # the boundary policy's gradient estimators
+REWARDS = Registry("objective.reward")  # per-position rewards of the boundary decisions
+CREDIT_PRICES = Registry("objective.estimator.price")  # what holds the rate inside the flips' credit
 
 
-class ConfigError(ValueError):
-    """A user mistake in a configuration (unknown key, bad value)."""
+def section_field(registry: Registry, kind: str) -> Any:
+    """A nested component section defaulting to `kind`; the registry says which kinds it takes."""
+    return field(default_factory=lambda: registry.settings(kind), metadata={"registry": registry})
+
+
+def check(ok: bool, key: str, allowed: str) -> None:
+    """One ConfigError naming the key and what it allows."""
+    if not ok:
+        raise ConfigError(f"{key} must be {allowed}")
+
+
+def finite(x: float) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+# ---- boundary rules: model.chunker ------------------------------------------------------------
+
+@dataclass
+class RLChunkerSettings(Section):
+    """The learned policy: an autoregressive Bernoulli over its own last `window` decisions."""
+    kind: str = "rl"
+    window: int = 1  # w: how many of its own previous decisions the policy sees
+    detach: bool = False  # True: the policy and rate losses do not flow into the encoder
+
+    def validate(self, where: str) -> None:
+        check(1 <= self.window <= 12, f"{where}.window", "between 1 and 12")
+
+
+@dataclass
+class FixedChunkerSettings(Section):
+    kind: str = "fixed"
+    stride: int = 5  # a chunk every `stride` bytes
+
+    def validate(self, where: str) -> None:
+        check(1 <= self.stride <= 1 << 20, f"{where}.stride", "between 1 and 2^20")
+
+
+@dataclass
+class HNetChunkerSettings(Section):
+    kind: str = "hnet"
+    ratio_weight: float = 0.03  # H-Net's ratio loss weight
+
+    def validate(self, where: str) -> None:
+        check(finite(self.ratio_weight) and self.ratio_weight >= 0, f"{where}.ratio_weight", "a number >= 0")
+
+
+@dataclass
+class GumbelChunkerSettings(Section):
+    kind: str = "gumbel"
+    temperature: float = 1.0
+    prior_weight: float = 1.0  # binomial prior on the boundary count (dynamic pooling)
+
+    def validate(self, where: str) -> None:
+        check(finite(self.temperature) and self.temperature > 0, f"{where}.temperature", "a number > 0")
+        check(finite(self.prior_weight) and self.prior_weight >= 0, f"{where}.prior_weight", "a number >= 0")
 
 
 @dataclass
@@ -36,21 +105,17 @@ class ModelConfig:
     max_seq_len: int = 8192  # longest sequence the model accepts
     rope_base: float = 10000.0
     dropout: float = 0.0
-    # "hourglass" (the hierarchical model), "flat" (byte transformer of d_chunk x flat_layers),
-    # "bpe_token" (transformer over BPE tokens of the same size); the last two are references
+    # the model family (FAMILIES): "hourglass" (the hierarchical model), "flat" (byte transformer of
+    # d_chunk x flat_layers), "bpe_token" (transformer over BPE tokens of the same size); the last
+    # two are references
     arch: str = "hourglass"
     flat_layers: int = 6
-    # boundary rule: rl (learned policy) | fixed | uniform | whitespace | entropy | hnet | gumbel | bpe
-    chunker: str = "rl"
-    policy_window: int = 1  # w: how many of its own previous decisions the policy sees
-    policy_detach: bool = False  # True: policy/rate losses do not flow into the encoder
-    target_rate: float = 0.2  # used to initialise the policy bias (and by the rate loss)
-    fixed_stride: int = 5
+    # the boundary rule, a section with a kind (CHUNKERS): rl (learned policy) | fixed | uniform |
+    # whitespace | entropy | hnet | gumbel | bpe, and that kind's settings
+    chunker: Section = section_field(CHUNKERS, "rl")
+    target_rate: float = 0.2  # chunks per byte the rules aim at (the policy's initial bias, the rate loss)
     force_last_boundary: bool = True  # training: the last byte of a window closes a chunk
-    value_head: bool = False  # a critic V(h_t) on the encoder state (set by objective.baseline=...+value)
-    hnet_ratio_weight: float = 0.03  # H-Net ratio loss weight
-    gumbel_temperature: float = 1.0
-    gumbel_prior_weight: float = 1.0  # binomial prior on the boundary count (dynamic pooling)
+    value_head: bool = False  # a critic V(h_t) on the encoder state (set by objective.estimator.baseline=...+value)
     # BPE pre-tokenisation for chunker=bpe / arch=bpe_token: "gpt2" (tokens within words; cannot
     # go below ~0.24 tokens/byte on our corpora) or "line" (tokens may span words, not lines)
     bpe_pretokenize: str = "gpt2"
@@ -83,30 +148,29 @@ class ModelConfig:
     pack_chunks: bool = True
 
     def validate(self) -> None:
+        for name in ("d_byte", "d_chunk", "n_heads_byte", "n_heads_chunk", "max_seq_len"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"model.{name} must be >= 1")
         if self.d_byte % self.n_heads_byte or self.d_chunk % self.n_heads_chunk:
             raise ConfigError("d_byte/d_chunk must be divisible by their number of heads")
         if (self.d_byte // self.n_heads_byte) % 2 or (self.d_chunk // self.n_heads_chunk) % 2:
             raise ConfigError("head dimension must be even (RoPE rotates pairs)")
-        chunkers = CHUNKERS
-        if self.chunker not in chunkers:
-            raise _unknown(self.chunker, list(chunkers), "", what="model.chunker")
+        if self.arch not in FAMILIES:
+            raise unknown(self.arch, FAMILIES.names(), "", what="model.arch")
+        validate_section(self.chunker, CHUNKERS)
         if self.bpe_pretokenize not in ("gpt2", "line"):
-            raise _unknown(self.bpe_pretokenize, ["gpt2", "line"], "", what="model.bpe_pretokenize")
+            raise unknown(self.bpe_pretokenize, ["gpt2", "line"], "", what="model.bpe_pretokenize")
         if self.bpe_vocab != 0 and self.bpe_vocab < 256:
             raise ConfigError(f"model.bpe_vocab must be 0 (fit to model.target_rate) or >= 256 (the byte alphabet), "
                               f"got {self.bpe_vocab}")
-        if self.arch not in ("hourglass", "flat", "bpe_token"):
-            raise _unknown(self.arch, ["hourglass", "flat", "bpe_token"], "", what="model.arch")
         if not 0 < self.target_rate <= 1:
             raise ConfigError("model.target_rate must be in (0, 1]")
         if self.stages not in (1, 2):
             raise ConfigError(f"model.stages must be 1 or 2, got {self.stages}")
-        if self.stages == 2 and (self.arch != "hourglass" or self.chunker != "rl"):
+        if self.stages == 2 and (self.arch != "hourglass" or self.chunker.kind != "rl"):
             raise ConfigError("model.stages=2 needs model.arch=hourglass and model.chunker=rl")
         if not 0 < self.stage2_target_rate <= 1 or self.stage2_layers < 0:
             raise ConfigError("model.stage2_target_rate must be in (0, 1] and model.stage2_layers >= 0")
-        if not 1 <= self.policy_window <= 12:
-            raise ConfigError("model.policy_window must be between 1 and 12")
         if self.chunk_vocab < 0 or self.chunk_vocab_max_len < 1:
             raise ConfigError("model.chunk_vocab must be >= 0 (0 = off) and model.chunk_vocab_max_len >= 1")
         if self.ngram_vocab < 0 or (self.ngram_vocab and (not self.ngram_sizes or min(self.ngram_sizes) < 1
@@ -116,11 +180,8 @@ class ModelConfig:
             raise ConfigError("model.chunk_vocab needs chunks: it is for model.arch=hourglass")
         if self.ngram_vocab and self.arch == "bpe_token":
             raise ConfigError("model.ngram_vocab is for byte models (hourglass, flat); bpe_token has a vocabulary")
-        if self.window < 1 or self.fixed_stride < 1:
-            raise ConfigError("model.window and model.fixed_stride must be >= 1")
-        for name in ("d_byte", "d_chunk", "n_heads_byte", "n_heads_chunk", "max_seq_len"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"model.{name} must be >= 1")
+        if self.window < 1:
+            raise ConfigError("model.window must be >= 1")
         for name in ("encoder_layers", "main_layers", "decoder_layers"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"model.{name} must be >= 0")
@@ -130,8 +191,153 @@ class ModelConfig:
             raise ConfigError("model.mlp_ratio must be > 0")
 
 
-# the synthetic rewards of the plumbing checks (rltok.objective.rewards, Reward.probe): no model pass needed
-PROBE_REWARDS = ("whitespace_probe", "token_probe")
+def validate_section(section: Section, registry: Registry, where: str | None = None) -> None:
+    """A component section's kind is registered and its settings are valid."""
+    where = registry.key if where is None else where
+    if section.kind not in registry:
+        raise unknown(section.kind, registry.names(), "", what=f"{where} kind")
+    if not isinstance(section, registry.entry(section.kind).settings):
+        raise ConfigError(f"{where} holds settings of another kind than {section.kind!r}")
+    section.validate(where)
+
+
+# ---- the boundary policy's estimators: objective.estimator ------------------------------------
+
+@dataclass
+class ScoreFunctionSettings(Section):
+    """REINFORCE on the discounted, baselined reward (the reference recipe)."""
+    kind: str = "score_function"
+    gamma: float = 0.99  # time discount of the boundary return
+    # variance reducers, joined with "+": "batch" (per-position batch mean) or "group" (leave-one-
+    # out mean over the objective.group_size segmentations of the same sequence), and/or "value"
+    # (a critic on the encoder state, advantages by GAE(gamma, gae_lambda)); "none": plain REINFORCE
+    baseline: str = "batch"
+    gae_lambda: float = 0.95
+    normalize_advantages: bool = False
+
+    def baseline_parts(self) -> set[str]:
+        return {p.strip() for p in self.baseline.split("+") if p.strip()}
+
+    def validate(self, where: str) -> None:
+        parts = self.baseline_parts()
+        for part in parts:
+            if part not in ("none", "batch", "group", "value"):
+                raise unknown(part, ["none", "batch", "group", "value"], "", what=f"{where}.baseline part")
+        if "none" in parts and len(parts) > 1:
+            raise ConfigError(f"{where}.baseline 'none' cannot be combined with other parts")
+        if {"batch", "group"} <= parts:
+            raise ConfigError(f"{where}.baseline: choose one of 'batch' and 'group'")
+        check(finite(self.gamma) and 0 <= self.gamma <= 1, f"{where}.gamma", "in [0, 1]")
+        check(finite(self.gae_lambda) and 0 <= self.gae_lambda <= 1, f"{where}.gae_lambda", "in [0, 1]")
+
+
+@dataclass
+class LexiconSettings:
+    """The lexicon prior: the flips' credits also count the code length of the segmentation under
+    a unigram model of chunk contents learned from the policy's own recent chunks, times `weight`
+    (nats of lexicon code per nat of LM loss; 0 = off). It rewards cutting the same strings the
+    same way: minimum description length."""
+    weight: float = 0.0
+    size: int = 1 << 20  # hash-table rows of chunk counts
+    decay: float = 0.995  # counts decay by this per training step (old segmentations fade)
+
+    def validate(self, where: str) -> None:
+        check(finite(self.weight) and self.weight >= 0, f"{where}.weight", "a number >= 0")
+        check(2 <= self.size <= 1 << 28, f"{where}.size", "between 2 and 2^28")
+        check(finite(self.decay) and 0 < self.decay <= 1, f"{where}.decay", "in (0, 1]")
+
+
+@dataclass
+class TargetPriceSettings(Section):
+    """A price per boundary in units of the normalised credit, raised by dual ascent while the
+    expected rate is above model.target_rate (a strong credit, the lexicon's, overpowers a
+    separate rate penalty)."""
+    kind: str = "target"
+    lr: float = 0.2  # dual ascent step per unit of rate error, per step
+    gain: float = 5.0  # proportional term added to the price (damps the integral's swing)
+
+    def validate(self, where: str) -> None:
+        check(finite(self.lr) and self.lr >= 0, f"{where}.lr", "a number >= 0")
+        check(finite(self.gain) and self.gain >= 0, f"{where}.gain", "a number >= 0")
+
+
+@dataclass
+class FlipsSettings(Section):
+    """Counterfactual flips: one extra pass without gradients through the chunk level and decoder
+    with every `stride`-th free decision flipped; each flipped decision gets the loss change up to
+    the next flip as its own credit (a truncated local-expectation gradient), centred and scaled
+    over the flips. Exact in expectation for a window-1 policy when a decision's effect ends
+    within `stride` bytes."""
+    kind: str = "flips"
+    stride: int = 16
+    # False: no counterfactual model pass, the credit is the lexicon's alone (a decision moves the
+    # LM loss by ~0.01 nats and the lexicon's code length by several, and the pass costs about a
+    # quarter of a training step's FLOPs)
+    model_pass: bool = True
+    lexicon: LexiconSettings = field(default_factory=LexiconSettings)
+    # what holds the rate inside the credit (CREDIT_PRICES): "none"; "target" (dual ascent towards
+    # model.target_rate); "loss_slope" (no rate target: a price in nats per boundary read from the
+    # run, the slope of its training loss against ln FLOPs spent times d ln(FLOPs per byte)/d rate:
+    # what the compute a boundary costs would buy as more data; the credits are then not centred)
+    price: Section = section_field(CREDIT_PRICES, "none")
+
+    def validate(self, where: str) -> None:
+        check(1 <= self.stride <= 1 << 20, f"{where}.stride", "between 1 and 2^20")
+        self.lexicon.validate(f"{where}.lexicon")
+        validate_section(self.price, CREDIT_PRICES, f"{where}.price")
+        if not self.model_pass and self.lexicon.weight <= 0:
+            raise ConfigError(f"{where}.model_pass=false leaves the flips' credit to the lexicon: "
+                              f"set {where}.lexicon.weight > 0")
+
+
+# ---- rate control: objective.rate -------------------------------------------------------------
+
+@dataclass
+class RateSettings(Section):
+    """What every rate control has: the compute-aware price and how a price reaches the policy."""
+    # Every chunk costs compute_price bits per million forward FLOPs that one more chunk adds to the
+    # chunk-level network (rltok.model.flops.chunk_cost_flops); 0 = off.
+    compute_price: float = 0.0
+    # How a price per chunk (compute_price, the Lagrange multiplier) reaches the policy: "exact"
+    # (its expected cost is p_t x price, differentiated in closed form: no variance; the same
+    # expected gradient as "reward" for a window-1 policy, while for w > 1 it leaves out how b_t
+    # changes the later decisions' costs) or "reward" (subtracted from the sampled reward at each
+    # boundary and estimated by the score function, with the other rewards' baseline/discount).
+    # The supertoken policy of stages=2 (w = 1) always uses "exact".
+    cost_estimator: str = "exact"
+
+    def validate(self, where: str) -> None:
+        check(finite(self.compute_price) and self.compute_price >= 0, f"{where}.compute_price", "a number >= 0")
+        if self.cost_estimator not in ("exact", "reward"):
+            raise unknown(self.cost_estimator, ["exact", "reward"], "", what=f"{where}.cost_estimator")
+
+
+@dataclass
+class PenaltyRateSettings(RateSettings):
+    """The reference's rate loss towards model.target_rate."""
+    kind: str = "penalty"
+    weight: float = 0.01  # lambda_rate
+
+    def validate(self, where: str) -> None:
+        super().validate(where)
+        check(finite(self.weight) and self.weight >= 0, f"{where}.weight", "a number >= 0")
+
+
+@dataclass
+class LagrangeRateSettings(RateSettings):
+    """A price per chunk (a Lagrange multiplier) raised or lowered by dual ascent every step until
+    the expected rate equals model.target_rate."""
+    kind: str = "lagrange"
+    lr: float = 0.2  # dual ascent step: nats per chunk, per unit of rate error, per step
+    gain: float = 5.0  # proportional term added to the price (damps the integral's swing)
+
+    def validate(self, where: str) -> None:
+        super().validate(where)
+        check(finite(self.lr) and self.lr >= 0, f"{where}.lr", "a number >= 0")
+        check(finite(self.gain) and self.gain >= 0, f"{where}.gain", "a number >= 0")
+
+
+RATES = Registry("objective.rate", base=RateSettings)  # what holds the boundary rate
 
 
 @dataclass
@@ -143,55 +349,17 @@ class ObjectiveConfig:
     # explicitly win.
     recipe: str = "reference"
     alpha: float = 0.1  # weight of the early-exit CE: L = (1-a) CE_final + a CE_early + ...
-    pg_weight: float = 0.01  # lambda_PG
-    rate_weight: float = 0.01  # lambda_rate
-    gamma: float = 0.99  # time discount of the boundary return
-    # variance reducers, joined with "+": "batch" (per-position batch mean) or "group" (leave-one-
-    # out mean over the group_size segmentations of the same sequence), and/or "value" (a critic
-    # on the encoder state, advantages by GAE(gamma, gae_lambda)); "none" for plain REINFORCE
-    baseline: str = "batch"
+    pg_weight: float = 0.01  # lambda_PG: the policy terms' weight (estimator and closed-form prices)
     group_size: int = 1  # K segmentations sampled per sequence, sharing one encoder pass
-    gae_lambda: float = 0.95
-    # "early_exit": CE_early - CE_final | "final": -CE_final | plumbing checks with a synthetic
-    # reward: "whitespace_probe" (cut on whitespace), "token_probe" (cut where a Python token starts)
-    reward: str = "early_exit"
-    normalize_advantages: bool = False
-    # How the boundary rate is held. "penalty": the reference's rate loss (weight rate_weight)
-    # towards model.target_rate. "lagrange": a price per chunk (a Lagrange multiplier) raised or
-    # lowered by dual ascent every step until the expected rate equals model.target_rate.
-    # "none": no rate term, so with compute_price the rate is set by the loss/compute trade-off.
-    rate_control: str = "penalty"
-    lagrange_lr: float = 0.2  # dual ascent step: nats per chunk, per unit of rate error, per step
-    lagrange_gain: float = 5.0  # proportional term added to the price (damps the integral's swing)
-    # The compute-aware objective: every chunk costs compute_price bits per million forward FLOPs
-    # that one more chunk adds to the chunk-level network (rltok.model.flops.chunk_cost_flops); 0 = off.
-    compute_price: float = 0.0
-    # How a price per chunk (compute_price, the Lagrange multiplier) reaches the policy: "exact"
-    # (its expected cost is p_t x price, differentiated in closed form: no variance; the same
-    # expected gradient as "reward" for policy_window=1, while for w > 1 it leaves out how b_t
-    # changes the later decisions' costs) or "reward" (subtracted from the sampled reward at each
-    # boundary and estimated by the score function, with the other rewards' baseline/discount).
-    # The supertoken policy of stages=2 (w = 1) always uses "exact".
-    cost_estimator: str = "exact"
-    # How the boundary policy's gradient is estimated. "score_function": REINFORCE on the
-    # discounted, baselined reward above (the reference recipe). "flips": counterfactual flips —
-    # one extra pass without gradients through the chunk level and decoder with every
-    # flip_stride-th free decision flipped; each flipped decision gets the loss change up to the
-    # next flip as its own credit (a truncated local-expectation gradient, objective/flips.py),
-    # centred and scaled over the flips. Exact in expectation for policy_window=1 when a
-    # decision's effect ends within flip_stride bytes.
-    estimator: str = "score_function"
-    flip_stride: int = 16
-    # Hold the rate inside the flips' credit: a price per boundary, in units of the normalised
-    # credit, raised by dual ascent (lagrange_lr, lagrange_gain) while the expected rate is above
-    # model.target_rate. A strong credit (the lexicon's) overpowers the separate rate penalty.
-    flip_rate_control: bool = False
-    # What that price answers to: "target" (dual ascent towards model.target_rate) or "loss_slope"
-    # (no rate target: a price in nats per boundary read from the run, the slope of its training
-    # loss against ln FLOPs spent times d ln(FLOPs per byte)/d rate: what the compute a boundary
-    # costs would buy as more data; the credits are then not centred, so the rate is what the
-    # credit and the price settle on).
-    rate_price: str = "target"
+    # the per-position reward (REWARDS): "early_exit" (CE_early - CE_final) | "final" (-CE_final) |
+    # plumbing checks with a synthetic reward: "whitespace_probe" (cut on whitespace),
+    # "token_probe" (cut where a Python token starts)
+    reward: Section = section_field(REWARDS, "early_exit")
+    # how the boundary policy's gradient is estimated (ESTIMATORS): "score_function" | "flips"
+    estimator: Section = section_field(ESTIMATORS, "score_function")
+    # how the boundary rate is held (RATES): "penalty" | "lagrange" | "none" (no rate term: with
+    # compute_price the rate is set by the loss/compute trade-off)
+    rate: RateSettings = section_field(RATES, "penalty")
     # Warm start: for this many steps the policy is left alone (no policy, rate or price term),
     # so an RL policy draws its initial i.i.d. boundaries at the target rate while the
     # chunk-level path learns to use chunks; then it learns where to cut.
@@ -200,79 +368,28 @@ class ObjectiveConfig:
     # FLOPs max_steps full steps cost at the target rate) runs only the encoder, the early-exit
     # head and the boundary rule: the policy learns from the lexicon's credit and the encoder from
     # the early-exit loss, at about a quarter of a full step's FLOPs per byte (counted in the
-    # budget). Then everything trains together on the rule found. A learned rule (chunker=rl)
+    # budget). Then everything trains together on the rule found. A learned rule (chunker rl)
     # needs a credit that does not read the full model (the lexicon recipe); under a fixed rule
     # the phase trains the encoder alone (the control for what the cheap steps give). 0 = off.
     tokenizer_phase: float = 0.0
     policy_lr_mult: float = 1.0  # the boundary policy's learning rate as a multiple of train.lr
-    # A lexicon prior (rl/lexicon.py, flips estimator only): the flips' credits also count the
-    # code length of the segmentation under a unigram model of chunk contents learned from the
-    # policy's own recent chunks, times lexicon_weight (nats of lexicon code per nat of LM loss;
-    # 0 = off). It rewards cutting the same strings the same way: minimum description length.
-    lexicon_weight: float = 0.0
-    # False: no counterfactual model pass, the flips' credit is the lexicon's alone (a decision
-    # moves the LM loss by ~0.01 nats and the lexicon's code length by several, and the pass costs
-    # about a quarter of a training step's FLOPs)
-    flip_model_pass: bool = True
-    lexicon_size: int = 1 << 20  # hash-table rows of chunk counts
-    lexicon_decay: float = 0.995  # counts decay by this per training step (old segmentations fade)
-
-    def baseline_parts(self) -> set[str]:
-        return {p.strip() for p in self.baseline.split("+") if p.strip()}
 
     def validate(self) -> None:
         if self.recipe not in RECIPES:
-            raise _unknown(self.recipe, list(RECIPES), "", what="objective.recipe")
-        parts = self.baseline_parts()
-        for part in parts:
-            if part not in ("none", "batch", "group", "value"):
-                raise _unknown(part, ["none", "batch", "group", "value"], "", what="objective.baseline part")
-        if "none" in parts and len(parts) > 1:
-            raise ConfigError("objective.baseline 'none' cannot be combined with other parts")
-        if {"batch", "group"} <= parts:
-            raise ConfigError("objective.baseline: choose one of 'batch' and 'group'")
-        if "group" in parts and self.group_size < 2:
-            raise ConfigError("objective.baseline 'group' needs objective.group_size >= 2")
-        if self.group_size < 1:
-            raise ConfigError("objective.group_size must be >= 1")
-        if not 0 <= self.gae_lambda <= 1:
-            raise ConfigError("objective.gae_lambda must be in [0, 1]")
-        if self.rate_control not in ("penalty", "lagrange", "none"):
-            raise _unknown(self.rate_control, ["penalty", "lagrange", "none"], "", what="objective.rate_control")
-        if self.cost_estimator not in ("exact", "reward"):
-            raise _unknown(self.cost_estimator, ["exact", "reward"], "", what="objective.cost_estimator")
-        if self.compute_price < 0 or self.lagrange_lr < 0 or self.lagrange_gain < 0:
-            raise ConfigError("objective.compute_price, lagrange_lr and lagrange_gain must be >= 0")
-        if self.reward not in ("early_exit", "final", *PROBE_REWARDS):
-            raise _unknown(self.reward, ["early_exit", "final", *PROBE_REWARDS], "", what="objective.reward")
-        if self.estimator not in ("score_function", "flips"):
-            raise _unknown(self.estimator, ["score_function", "flips"], "", what="objective.estimator")
-        if self.rate_price not in ("target", "loss_slope"):
-            raise _unknown(self.rate_price, ["target", "loss_slope"], "", what="objective.rate_price")
-        if self.rate_price == "loss_slope" and not (self.estimator == "flips" and self.flip_rate_control):
-            raise ConfigError("objective.rate_price=loss_slope prices the flips' credit: it needs "
-                              "objective.estimator=flips and objective.flip_rate_control=true (the lexicon recipe)")
-        if not 0 <= self.tokenizer_phase < 1:
-            raise ConfigError("objective.tokenizer_phase is a share of the training compute: 0 <= it < 1 (0 = off)")
-        if self.flip_stride < 1 or self.policy_start_step < 0 or self.policy_lr_mult <= 0:
-            raise ConfigError("objective.flip_stride >= 1, policy_start_step >= 0 and "
-                              "policy_lr_mult > 0 are required")
-        if self.lexicon_weight < 0 or self.lexicon_size < 2 or not 0 < self.lexicon_decay <= 1:
-            raise ConfigError("objective.lexicon_weight >= 0, lexicon_size >= 2 and "
-                              "lexicon_decay in (0, 1] are required")
-        if self.estimator == "flips" and "value" in self.baseline_parts():
-            raise ConfigError("objective.baseline 'value' is the score function's critic: the flips' credit is "
-                              "per decision already (use baseline=batch with estimator=flips)")
-        if not self.flip_model_pass and self.lexicon_weight <= 0:
-            raise ConfigError("objective.flip_model_pass=false leaves the flips' credit to the lexicon: "
-                              "set objective.lexicon_weight > 0")
-        if self.lexicon_weight > 0 and self.estimator != "flips":
-            raise ConfigError("objective.lexicon_weight needs objective.estimator=flips (the lexicon's credit is "
-                              "the local code-length change of each flipped decision)")
-        if not 0 <= self.gamma <= 1:
-            raise ConfigError("objective.gamma must be in [0, 1]")
-        if not 0 <= self.alpha <= 1:
-            raise ConfigError("objective.alpha must be in [0, 1]")
+            raise unknown(self.recipe, list(RECIPES), "", what="objective.recipe")
+        validate_section(self.reward, REWARDS)
+        validate_section(self.estimator, ESTIMATORS)
+        validate_section(self.rate, RATES)
+        est = self.estimator
+        check(1 <= self.group_size <= 1024, "objective.group_size", "between 1 and 1024")
+        if "group" in getattr(est, "baseline_parts", set)() and self.group_size < 2:
+            raise ConfigError("objective.estimator.baseline 'group' needs objective.group_size >= 2")
+        check(finite(self.tokenizer_phase) and 0 <= self.tokenizer_phase < 1, "objective.tokenizer_phase",
+              "a share of the training compute: 0 <= it < 1 (0 = off)")
+        check(0 <= self.policy_start_step, "objective.policy_start_step", ">= 0")
+        check(finite(self.policy_lr_mult) and self.policy_lr_mult > 0, "objective.policy_lr_mult", "a number > 0")
+        check(finite(self.pg_weight) and self.pg_weight >= 0, "objective.pg_weight", "a number >= 0")
+        check(finite(self.alpha) and 0 <= self.alpha <= 1, "objective.alpha", "in [0, 1]")
 
 
 @dataclass
@@ -364,15 +481,44 @@ class TrainConfig:
             raise ConfigError("train.flops_budget must be >= 0 (0 = off)")
 
 
-def _unknown(key: str, choices: list[str], where: str, what: str = "config key") -> ConfigError:
-    close = difflib.get_close_matches(key, choices, n=1)
-    hint = f"; did you mean {where + close[0]!r}?" if close else f"; valid: {', '.join(sorted(choices))}"
-    return ConfigError(f"unknown {what} {where + key!r}{hint}")
-
-
 # Boundary-learning recipes (objective.recipe): the objective keys each one sets.
 RECIPES: dict[str, dict[str, Any]] = {
-    "reference": {"estimator": "score_function", "lexicon_weight": 0.0, "flip_rate_control": False,
-                  "flip_model_pass": True},
-    "lexicon": {"estimator": "flips", "lexicon_weight": 1.0, "flip_rate_control": True, "flip_model_pass": False},
+    "reference": {"estimator": {"kind": "score_function"}},
+    "lexicon": {"estimator": {"kind": "flips", "model_pass": False, "lexicon": {"weight": 1.0},
+                              "price": {"kind": "target"}}},
 }
+
+
+# ---- the built-in components of each registry -------------------------------------------------
+# (settings above; components imported from the model and objective layers when first built)
+
+_C = "rltok.model.chunkers:"
+CHUNKERS.register("rl", _C + "RLPolicy", RLChunkerSettings)
+CHUNKERS.register("fixed", _C + "FixedChunker", FixedChunkerSettings)
+CHUNKERS.register("uniform", _C + "UniformChunker")
+CHUNKERS.register("whitespace", _C + "WhitespaceChunker")
+CHUNKERS.register("entropy", _C + "EntropyChunker")
+CHUNKERS.register("hnet", _C + "HNetRouter", HNetChunkerSettings)
+CHUNKERS.register("gumbel", _C + "GumbelChunker", GumbelChunkerSettings)
+CHUNKERS.register("bpe", _C + "BPEChunker")
+
+FAMILIES.register("hourglass", "rltok.model.hourglass:HourglassLM")
+FAMILIES.register("flat", "rltok.model.flat:FlatByteLM")
+FAMILIES.register("bpe_token", "rltok.model.token_lm:BPETokenLM")
+
+ESTIMATORS.register("score_function", "rltok.objective.score_function:ScoreFunction", ScoreFunctionSettings)
+ESTIMATORS.register("flips", "rltok.objective.flips_estimator:Flips", FlipsSettings)
+
+_R = "rltok.objective.rewards:"
+REWARDS.register("early_exit", _R + "EarlyExit")
+REWARDS.register("final", _R + "Final")
+REWARDS.register("whitespace_probe", _R + "WhitespaceProbe")
+REWARDS.register("token_probe", _R + "TokenProbe")
+
+RATES.register("penalty", "rltok.objective.rate:RatePenalty", PenaltyRateSettings)
+RATES.register("lagrange", "rltok.objective.rate:LagrangeRate", LagrangeRateSettings)
+RATES.register("none", "rltok.objective.rate:NoRateControl")
+
+CREDIT_PRICES.register("none", None)
+CREDIT_PRICES.register("target", "rltok.objective.controller:LagrangePrice", TargetPriceSettings)
+CREDIT_PRICES.register("loss_slope", "rltok.objective.controller:LossSlopePrice")

@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from rltok.config import CHUNKERS
+from rltok.config import CHUNKERS, ModelConfig, Section
 from rltok.model.noise import uniform  # noise that data-parallel ranks can slice from the global batch
 
 
@@ -58,6 +58,15 @@ class Chunker(nn.Module):
 
     uses_early_logits = False  # step reads the early-exit logits (decoding computes them only then)
     noncausal: str | None = None  # why the rule cannot decide byte t from bytes <= t, if it cannot
+    learned = False  # a policy whose decisions the objective's estimator trains
+    needs_fit = False  # fitted to training bytes before training (fit(data)), e.g. a BPE tokenizer
+
+    @classmethod
+    def from_settings(cls, settings: Section, m: ModelConfig, dim: int | None = None,
+                      rate: float | None = None) -> "Chunker":
+        """The rule from its config section, at width `dim` and target `rate` (default: the byte
+        level's, model.d_byte and model.target_rate). Rules with settings or sizes override this."""
+        return cls()
 
     def start_state(self, h, b, idx, early_logits, offset: int = 0) -> dict[str, torch.Tensor]:
         return {}
@@ -102,6 +111,12 @@ class RLPolicy(Chunker):
     sampling with window > 1 needs a loop over positions, which runs on the device with no
     host synchronisation.
     """
+
+    learned = True
+
+    @classmethod
+    def from_settings(cls, settings, m, dim=None, rate=None):
+        return cls(dim or m.d_byte, settings.window, rate or m.target_rate, settings.detach)
 
     def __init__(self, dim: int, window: int = 1, target_rate: float = 0.2, detach_input: bool = False):
         super().__init__()
@@ -196,6 +211,10 @@ class RLPolicy(Chunker):
 class FixedChunker(Chunker):
     """A boundary every `stride` bytes (byte stride-1, 2*stride-1, ...), plus the forced ones."""
 
+    @classmethod
+    def from_settings(cls, settings, m, dim=None, rate=None):
+        return cls(settings.stride)
+
     def __init__(self, stride: int):
         super().__init__()
         self.stride = stride
@@ -224,6 +243,10 @@ class UniformChunker(Chunker):
     Decoding cannot know the window's length or its later draws, so it decides each byte by an
     independent draw at the same rate (the same positions are equally likely; only the count
     varies). Boundaries are independent of the bytes either way."""
+
+    @classmethod
+    def from_settings(cls, settings, m, dim=None, rate=None):
+        return cls(rate or m.target_rate)
 
     def __init__(self, rate: float):
         super().__init__()
@@ -293,6 +316,10 @@ class EntropyChunker(Chunker):
     the rule draws no free boundary. Stored as buffers, so evaluation and resumes reuse it. No
     gradient reaches the rule."""
 
+    @classmethod
+    def from_settings(cls, settings, m, dim=None, rate=None):
+        return cls(rate or m.target_rate)
+
     def __init__(self, rate: float, mode: str = "spike", momentum: float = 0.99):
         super().__init__()
         self.rate = rate
@@ -361,6 +388,10 @@ class HNetRouter(Chunker):
     confidence (p_t or 1 - p_t) with its value replaced by 1, chunk outputs are smoothed by an
     EMA weighted by p, and a ratio loss pulls the rate towards the target."""
 
+    @classmethod
+    def from_settings(cls, settings, m, dim=None, rate=None):
+        return cls(dim or m.d_byte, rate or m.target_rate, settings.ratio_weight)
+
     def __init__(self, dim: int, rate: float, ratio_weight: float = 0.03):
         super().__init__()
         self.q = nn.Linear(dim, dim, bias=False)
@@ -408,6 +439,10 @@ class GumbelChunker(Chunker):
     """Dynamic-pooling style: an MLP scores each byte, a hard Gumbel-sigmoid sample decides, and
     a straight-through gate (value 1, gradient of the soft sample) multiplies the selected
     vectors. A binomial prior on the boundary count holds the rate near the target."""
+
+    @classmethod
+    def from_settings(cls, settings, m, dim=None, rate=None):
+        return cls(dim or m.d_byte, rate or m.target_rate, settings.temperature, settings.prior_weight)
 
     def __init__(self, dim: int, rate: float, temperature: float = 1.0, prior_weight: float = 1.0):
         super().__init__()
@@ -462,6 +497,12 @@ class BPEChunker(Chunker):
     noncausal = ("chunker=bpe cannot generate: a BPE boundary at byte t depends on whether byte t+1 merges "
                  "with it, so it cannot be decided before byte t+1 exists")
 
+    needs_fit = True
+
+    @classmethod
+    def from_settings(cls, settings, m, dim=None, rate=None):
+        return cls(rate or m.target_rate, m.bpe_pretokenize, m.bpe_vocab)
+
     def __init__(self, rate: float, pretokenize: str = "gpt2", vocab_size: int = 0):
         super().__init__()
         self.rate = rate
@@ -503,21 +544,6 @@ class BPEChunker(Chunker):
         return Boundaries(b=b.bool() | forced, free=~forced)
 
 
-def build_chunker(cfg) -> nn.Module:
-    if cfg.chunker == "rl":
-        return RLPolicy(cfg.d_byte, cfg.policy_window, cfg.target_rate, cfg.policy_detach)
-    if cfg.chunker == "fixed":
-        return FixedChunker(cfg.fixed_stride)
-    if cfg.chunker == "uniform":
-        return UniformChunker(cfg.target_rate)
-    if cfg.chunker == "whitespace":
-        return WhitespaceChunker()
-    if cfg.chunker == "entropy":
-        return EntropyChunker(cfg.target_rate)
-    if cfg.chunker == "hnet":
-        return HNetRouter(cfg.d_byte, cfg.target_rate, cfg.hnet_ratio_weight)
-    if cfg.chunker == "gumbel":
-        return GumbelChunker(cfg.d_byte, cfg.target_rate, cfg.gumbel_temperature, cfg.gumbel_prior_weight)
-    if cfg.chunker == "bpe":
-        return BPEChunker(cfg.target_rate, cfg.bpe_pretokenize, cfg.bpe_vocab)
-    raise ValueError(f"unknown chunker {cfg.chunker!r}; choose one of {', '.join(CHUNKERS)}")
+def build_chunker(cfg: ModelConfig) -> nn.Module:
+    """The byte level's boundary rule: the entry of model.chunker's kind, made from its settings."""
+    return CHUNKERS.build(cfg.chunker, cfg)

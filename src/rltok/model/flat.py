@@ -31,6 +31,12 @@ class FlatByteLM(nn.Module, PretrainedMixin):
         nn.init.normal_(self.head.weight, 0.0, 0.02)
         nn.init.normal_(self.embed.weight, 0.0, 1.0)
 
+    @staticmethod
+    def card_facts(m: dict) -> tuple[str, list[tuple[str, str]], bool]:
+        """What the model card says of it (see HourglassLM.card_facts)."""
+        return ("a flat byte-level transformer (rltok's non-hierarchical reference)",
+                [("layers", f"{m['flat_layers']} x d={m['d_chunk']}")], True)
+
     @classmethod
     def _from_config(cls, cfg: ModelConfig, train_bytes=None, state_dict=None) -> FlatByteLM:
         return cls(cfg.d_chunk, cfg.flat_layers, cfg.n_heads_chunk, cfg.mlp_ratio, max_seq_len=cfg.max_seq_len,

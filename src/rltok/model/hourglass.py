@@ -96,12 +96,31 @@ class HourglassLM(Stage, PretrainedMixin):
         nn.init.normal_(self.embed.weight, 0.0, 1.0)
         self.dim = cfg.d_byte
 
+    @staticmethod
+    def card_facts(m: dict) -> tuple[str, list[tuple[str, str]], bool]:
+        """What the model card says of a model of config `m` (a dict): a sentence, its shape's
+        rows, and whether it reads bytes with no tokenizer."""
+        from rltok.config import CHUNKERS
+
+        chunker = m["chunker"]
+        settings = ", ".join(f"{k}={v}" for k, v in chunker.items() if k != "kind")
+        shape = [("boundary rule", chunker["kind"] + (f" ({settings})" if settings else "")),
+                 ("target rate", m["target_rate"]),
+                 ("byte level", f"d={m['d_byte']}, {m['encoder_layers']} encoder + {m['decoder_layers']} decoder "
+                                f"layers, sliding window {m['window']}"),
+                 ("chunk level", f"d={m['d_chunk']}, {m['main_layers']} layers, full causal attention")]
+        what = ("a byte-level hierarchical language model: an encoder over bytes, a boundary rule that "
+                "decides where each chunk ends, a main network over the chunks and a decoder back to bytes")
+        if CHUNKERS.component(chunker["kind"]).learned:
+            what += "; the boundaries are drawn by a policy trained with reinforcement learning"
+        return what, shape, True
+
     @classmethod
     def _from_config(cls, cfg: ModelConfig, train_bytes: torch.Tensor | None, state_dict) -> HourglassLM:
         model = cls(cfg)
-        if cfg.chunker == "bpe" and state_dict is None:
+        if model.chunker.needs_fit and state_dict is None:
             if train_bytes is None:
-                raise ValueError("model.chunker=bpe needs training bytes to fit its tokenizer")
+                raise ValueError(f"model.chunker={cfg.chunker.kind} needs training bytes to fit it")
             model.chunker.fit(bytes(train_bytes.numpy()))
         return model
 

@@ -20,28 +20,17 @@ def _fmt(v) -> str:
 
 
 def model_card(full: dict, results: dict, n_params: int, architecture: str, name: str) -> str:
+    """The card of a model whose config (`full`, or just its "model" section) names its family;
+    the family's class describes itself (`card_facts`)."""
+    from rltok.config import FAMILIES
+
     m = full["model"]
-    if m["arch"] == "hourglass":
-        rule = m["chunker"] + (f" (policy window w={m['policy_window']})" if m["chunker"] == "rl" else "")
-        shape = [("boundary rule", rule), ("target rate", m["target_rate"]),
-                 ("byte level", f"d={m['d_byte']}, {m['encoder_layers']} encoder + {m['decoder_layers']} decoder "
-                                f"layers, sliding window {m['window']}"),
-                 ("chunk level", f"d={m['d_chunk']}, {m['main_layers']} layers, full causal attention")]
-        what = ("a byte-level hierarchical language model: an encoder over bytes, a boundary rule that "
-                "decides where each chunk ends, a main network over the chunks and a decoder back to bytes")
-        if m["chunker"] == "rl":
-            what += "; the boundaries are drawn by a policy trained with reinforcement learning"
-    elif m["arch"] == "flat":
-        shape = [("layers", f"{m['flat_layers']} x d={m['d_chunk']}")]
-        what = "a flat byte-level transformer (rltok's non-hierarchical reference)"
-    else:
-        shape = [("layers", f"{m['flat_layers']} x d={m['d_chunk']}"), ("tokenizer", "BPE, stored in the weights")]
-        what = "a BPE-token transformer (rltok's tokenized reference; bpb over the bytes its tokens cover)"
+    what, shape, byte_level = FAMILIES.component(m["arch"]).card_facts(m)
     rows = [("architecture", architecture), ("parameters", f"{n_params / 1e6:.2f}M"), *shape,
             ("max sequence", f"{m['max_seq_len']} bytes"), ("vocabulary", "256 bytes + specials (no tokenizer)"
-                                                             if m["arch"] != "bpe_token" else "BPE tokens")]
+                                                             if byte_level else "BPE tokens")]
     lines = ["---", "library_name: rltok", "license: mit", "pipeline_tag: text-generation", "tags:",
-             "- rltok", "- byte-level", "- tokenizer-free" if m["arch"] != "bpe_token" else "- bpe",
+             "- rltok", "- byte-level", "- tokenizer-free" if byte_level else "- bpe",
              "- text-generation", "---", "", f"# {name}", "",
              f"This is {what}. Trained with rltok (byte-level language models that learn their "
              "own tokenization).", "", "## Model", "", "| | |", "|---|---|"]
@@ -69,7 +58,7 @@ def model_card(full: dict, results: dict, n_params: int, architecture: str, name
     lines += ["```json", json.dumps(full, indent=2), "```", "", "## Usage", "", "```python",
               "from rltok.training.hub import from_pretrained", "",
               f'model = from_pretrained("{name}")  # a local folder or a Hub repo id',
-              'print(model.generate("def main():", max_new_bytes=64, temperature=0.8).text)' if m["arch"] != "bpe_token"
+              'print(model.generate("def main():", max_new_bytes=64, temperature=0.8).text)' if byte_level
               else "# score bytes: model(idx).byte_nll", "```", "",
               "Command line: `rltok generate -c <folder> \"prompt\"`, `rltok eval -c <folder> --data <text>`; "
               "lm-evaluation-harness: `rltok lm-eval --model_args pretrained=<folder> --tasks <tasks>`.", ""]

@@ -234,7 +234,7 @@ class ChunkStage(Stage):
         super().__init__()
         kw = dict(mlp_ratio=cfg.mlp_ratio, rope_base=cfg.rope_base, dropout=cfg.dropout)
         self.encoder = Stack(cfg.stage2_layers, cfg.d_chunk, cfg.n_heads_chunk, window=None, **kw)
-        self.chunker = RLPolicy(cfg.d_chunk, 1, cfg.stage2_target_rate, cfg.policy_detach)
+        self.chunker = RLPolicy(cfg.d_chunk, 1, cfg.stage2_target_rate, cfg.chunker.detach)
         self.main = Stack(cfg.main_layers, cfg.d_chunk, cfg.n_heads_chunk, window=None, **kw)
         self.decoder = Stack(cfg.stage2_layers, cfg.d_chunk, cfg.n_heads_chunk, window=None, **kw)
         for stack in (self.encoder, self.main, self.decoder):

@@ -41,6 +41,13 @@ class BPETokenLM(nn.Module, PretrainedMixin):
         nn.init.normal_(self.head.weight, 0.0, 0.02)
         nn.init.normal_(self.embed.weight, 0.0, 1.0)
 
+    @staticmethod
+    def card_facts(m: dict) -> tuple[str, list[tuple[str, str]], bool]:
+        """What the model card says of it (see HourglassLM.card_facts)."""
+        return ("a BPE-token transformer (rltok's tokenized reference; bpb over the bytes its tokens cover)",
+                [("layers", f"{m['flat_layers']} x d={m['d_chunk']}"), ("tokenizer", "BPE, stored in the weights")],
+                False)
+
     @classmethod
     def _from_config(cls, cfg: ModelConfig, train_bytes: torch.Tensor | None, state_dict) -> BPETokenLM:
         if state_dict is not None and "tokenizer_json" in state_dict:

@@ -18,13 +18,13 @@ LEXICON_CONCENTRATION = 100.0  # the Dirichlet process' weight of the base model
 def build_estimator(cfg: ObjectiveConfig, lexicon=None) -> BoundaryEstimator:
     """The estimator objective.estimator names, with its reward (objective.reward) and, for the
     flips, the lexicon whose code length it credits."""
-    return ESTIMATORS[cfg.estimator](cfg, make_reward(cfg.reward), lexicon)
+    return ESTIMATORS[cfg.estimator.kind](cfg, make_reward(cfg.reward.kind), lexicon)
 
 
 def build_lexicon(cfg, device=None):
     """The lexicon prior of a Config (objective.lexicon_*, base mean length 1 / model.target_rate)."""
     from rltok.objective.lexicon import ChunkLexicon
 
-    o = cfg.objective
-    return ChunkLexicon(o.lexicon_size, LEXICON_CONCENTRATION, 1.0 / cfg.model.target_rate, o.lexicon_decay,
+    lex = cfg.objective.estimator.lexicon
+    return ChunkLexicon(lex.size, LEXICON_CONCENTRATION, 1.0 / cfg.model.target_rate, lex.decay,
                         device=device)

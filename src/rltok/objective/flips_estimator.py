@@ -35,8 +35,9 @@ class Flips(BoundaryEstimator):
 
     def __init__(self, cfg, reward, lexicon=None):
         super().__init__(cfg, reward)
-        self.stride, self.run_model = cfg.flip_stride, cfg.flip_model_pass
-        self.lexicon, self.lexicon_weight = lexicon, cfg.lexicon_weight
+        est = cfg.estimator
+        self.stride, self.run_model = est.stride, est.model_pass
+        self.lexicon, self.lexicon_weight = lexicon, est.lexicon.weight
 
     @property
     def model_pass(self) -> bool:

@@ -124,9 +124,9 @@ class BoundaryObjective:
         m, o = cfg.model, cfg.objective
         self.reduce = reduce or LOCAL
         self.vocab_size = vocab_size or VOCAB_SIZE
-        self.learned = m.arch == "hourglass" and m.chunker == "rl"
+        self.learned = m.arch == "hourglass" and m.chunker.kind == "rl"
         # the lexicon prior's chunk counts (per rank under data parallelism)
-        lexicon = build_lexicon(cfg, device) if self.learned and o.estimator == "flips" and o.lexicon_weight > 0 \
+        lexicon = build_lexicon(cfg, device) if self.learned and o.estimator.kind == "flips" and o.estimator.lexicon.weight > 0 \
             else None
         self.estimator = build_estimator(o, lexicon)
         self.rate = RateControl.from_config(cfg, self.learned, self.uses_flips, device)

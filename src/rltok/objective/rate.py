@@ -34,15 +34,15 @@ class ChunkPrice:
 
 def make_chunk_price(model_cfg: ModelConfig, cfg: ObjectiveConfig, seq_len: int, device=None) -> ChunkPrice | None:
     """The price the config asks for (None when chunks are free, as in the reference recipe)."""
-    lagrange = None
-    if cfg.rate_control == "lagrange":
-        lagrange = LagrangePrice(model_cfg.target_rate, cfg.lagrange_lr, cfg.lagrange_gain, device)
-    if cfg.compute_price == 0 and lagrange is None:
+    lagrange, rate = None, cfg.rate
+    if rate.kind == "lagrange":
+        lagrange = LagrangePrice(model_cfg.target_rate, rate.lr, rate.gain, device)
+    if rate.compute_price == 0 and lagrange is None:
         return None
     from rltok.model.flops import chunk_cost_flops
 
     a, c = chunk_cost_flops(model_cfg, seq_len)
-    nats_per_flop = cfg.compute_price * LN2 / 1e6  # compute_price is in bits per MFLOP
+    nats_per_flop = rate.compute_price * LN2 / 1e6  # compute_price is in bits per MFLOP
     return ChunkPrice(a * nats_per_flop, c * nats_per_flop, lagrange)
 
 
@@ -56,9 +56,9 @@ class RateControl:
                  flip_price: LagrangePrice | None = None):
         self.target_rate, self.target_rate2 = target_rate, target_rate2
         self.price, self.price2, self.flip_price = price, price2, flip_price
-        self.penalty = cfg.rate_control == "penalty"
-        self.cost_in_reward = cfg.cost_estimator == "reward"
-        self.pg_weight, self.rate_weight = cfg.pg_weight, cfg.rate_weight
+        self.penalty = cfg.rate.kind == "penalty"
+        self.cost_in_reward = cfg.rate.cost_estimator == "reward"
+        self.pg_weight, self.rate_weight = cfg.pg_weight, getattr(cfg.rate, "weight", 0.0)
 
     @classmethod
     def from_config(cls, cfg, learned: bool, uses_flips: bool, device=None) -> "RateControl":
@@ -67,13 +67,14 @@ class RateControl:
         price = make_chunk_price(m, o, cfg.train.seq_len, device) if learned else None
         two_stage = learned and m.stages == 2
         price2 = None  # the supertoken policy's rate multiplier
-        if two_stage and o.rate_control == "lagrange":
-            price2 = ChunkPrice(lagrange=LagrangePrice(m.stage2_target_rate, o.lagrange_lr, o.lagrange_gain, device))
+        if two_stage and o.rate.kind == "lagrange":
+            price2 = ChunkPrice(lagrange=LagrangePrice(m.stage2_target_rate, o.rate.lr, o.rate.gain, device))
         # the flips' rate controller: a price in normalised credit units, by dual ascent
         flip_price = None
-        if uses_flips and o.flip_rate_control:
-            flip_price = LossSlopePrice(device=device) if o.rate_price == "loss_slope" else \
-                LagrangePrice(m.target_rate, o.lagrange_lr, o.lagrange_gain, device)
+        price_cfg = o.estimator.price if uses_flips else None
+        if price_cfg is not None and price_cfg.kind != "none":
+            flip_price = LossSlopePrice(device=device) if price_cfg.kind == "loss_slope" else \
+                LagrangePrice(m.target_rate, price_cfg.lr, price_cfg.gain, device)
         return cls(o, m.target_rate, price, m.stage2_target_rate if two_stage else None, price2, flip_price)
 
     def prepare(self, batch: PolicyBatch) -> None:

@@ -27,19 +27,20 @@ def boundary_advantages(reward: torch.Tensor, free: torch.Tensor, cfg: Objective
     sum_k gamma^(k-t) A_k, or with "value" GAE(gamma, lambda) on the critic, whose regression
     target is that discounted return.
     """
-    parts = cfg.baseline_parts()
+    est = cfg.estimator
+    parts = est.baseline_parts()
     if "batch" in parts:
         reward = batch_relative(reward, mean=batch_mean(reward))
     elif "group" in parts:
         reward = group_relative(reward, cfg.group_size)
-    returns = discounted_cumsum(reward, cfg.gamma)
+    returns = discounted_cumsum(reward, est.gamma)
     value_loss = None
     if "value" in parts:
         if values is None:
             raise ValueError("objective.baseline uses 'value' but the model has no value head")
         value_loss = masked_mean((values.float() - returns).square(), free)
-        returns = gae(reward, values.detach().float(), cfg.gamma, cfg.gae_lambda)
-    if cfg.normalize_advantages:
+        returns = gae(reward, values.detach().float(), est.gamma, est.gae_lambda)
+    if est.normalize_advantages:
         mu = masked_mean(returns, free)
         sd = masked_mean((returns - mu).square(), free).sqrt().clamp(min=1e-6)
         returns = (returns - mu) / sd
