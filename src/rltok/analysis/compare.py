@@ -22,7 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from rltok.config import Config, load_config
+from rltok.config import FAMILIES, Config, load_config
 from rltok.model.flops import config_forward_flops_per_byte, flat_flops, hourglass_flops, train_flops_per_byte
 
 _REF = ["model.chunker=rl", "objective.recipe=reference"]
@@ -42,14 +42,14 @@ METHODS: dict[str, list[str]] = {
     "flat": ["model.arch=flat"],
     "bpe_token": ["model.arch=bpe_token"],
     # the reference's ablations and the variance reducers (all: the rl rule, published recipe)
-    "rl_gamma1": [*_REF, "objective.gamma=1.0"],
-    "rl_no_batch": [*_REF, "objective.baseline=none"],
+    "rl_gamma1": [*_REF, "objective.estimator.gamma=1.0"],
+    "rl_no_batch": [*_REF, "objective.estimator.baseline=none"],
     "rl_final_reward": [*_REF, "objective.reward=final"],
-    "rl_w8": [*_REF, "model.policy_window=8"],
-    "rl_no_rate": [*_REF, "objective.rate_weight=0"],
-    "rl_group4": [*_REF, "objective.baseline=group", "objective.group_size=4"],
-    "rl_value": [*_REF, "objective.baseline=batch+value"],
-    "rl_group4_value": [*_REF, "objective.baseline=group+value", "objective.group_size=4"],
+    "rl_w8": [*_REF, "model.chunker.window=8"],
+    "rl_no_rate": [*_REF, "objective.rate.weight=0"],
+    "rl_group4": [*_REF, "objective.estimator.baseline=group", "objective.group_size=4"],
+    "rl_value": [*_REF, "objective.estimator.baseline=batch+value"],
+    "rl_group4_value": [*_REF, "objective.estimator.baseline=group+value", "objective.group_size=4"],
 }
 
 # pieces a byte model can add to any method (`rl+ngram+cvocab`): a vocabulary's memory at no
@@ -91,9 +91,7 @@ def matched_flat_layers(cfg: Config) -> int:
     return max(1, round((target - head) / (per_layer["total"] - head)))
 
 
-LEARNED_RULES = ("rl", "hnet", "gumbel", "entropy")  # rate set in training, towards the target
 BUDGET_TOLERANCE = 0.02  # a run whose spend misses the budget by more is flagged
-GREEDY_RULES = ("rl", "gumbel")  # rules that sample in training and have a thresholded variant
 
 
 def train_state_mb(model) -> float:
@@ -146,22 +144,10 @@ class PeakMemory:
 
 
 def model_shape(cfg, model) -> dict:
-    """Depth, width and vocabulary of the model a run trained, for the tables. `depth`: layers
-    (the hourglass: encoder+main+decoder, with the two chunk-level stages around main when
-    stages=2); `width`: d_model (the hourglass: byte/chunk width); `bpe_vocab`: the BPE-token
-    model's vocabulary (None for byte models); `ngram_rows` and `chunk_vocab_rows`: a byte
-    model's hashed n-gram rows (all n together) and chunk-vocabulary rows (0 when off)."""
-    m = cfg.model
-    if m.arch == "hourglass":
-        mid = f"{m.stage2_layers}+{m.main_layers}+{m.stage2_layers}" if m.stages == 2 else f"{m.main_layers}"
-        depth, width = f"{m.encoder_layers}+{mid}+{m.decoder_layers}", f"{m.d_byte}/{m.d_chunk}"
-    else:
-        depth, width = m.flat_layers, m.d_chunk
-    byte_model = m.arch != "bpe_token"
-    return {"depth": depth, "width": width,
-            "bpe_vocab": None if byte_model else int(model.vocab_size),
-            "ngram_rows": m.ngram_vocab * len(m.ngram_sizes) if byte_model else None,
-            "chunk_vocab_rows": m.chunk_vocab if byte_model else None}
+    """Depth, width and vocabulary of the model a run trained, for the tables (the model's own
+    `shape_facts`): `depth` in layers, `width` d_model (the hourglass: byte/chunk width),
+    `bpe_vocab` (None for byte models), `ngram_rows` and `chunk_vocab_rows` (0 where off)."""
+    return model.shape_facts()
 
 
 def vocab_cell(r: dict) -> str:
@@ -183,23 +169,12 @@ def probe_rate(trainer) -> float | None:
 
     from rltok.data.windows import eval_windows
 
-    m = trainer.cfg.model
-    if m.arch == "flat":
-        return None
-    if m.arch == "hourglass" and m.chunker in LEARNED_RULES:
-        return m.target_rate
-    x, y = eval_windows(trainer.corpus.train[:400_000], trainer.cfg.train.seq_len, 16)
-    with torch.no_grad():
-        if m.arch == "bpe_token":
-            from rltok.data.bpe import encode_rows
-
-            ids, _ = encode_rows(trainer.model.tokenizer, x)
-            return sum(len(r) for r in ids) / x.numel()
-        was = trainer.model.training
-        trainer.model.eval()
-        out = trainer.model(x.to(trainer.device), generator=torch.Generator(device=trainer.device).manual_seed(0))
-        trainer.model.train(was)
-        return out.boundaries.b.float().mean().item()
+    rule = getattr(trainer.model, "chunker", None)
+    if rule is not None and rule.tracks_target:
+        return trainer.cfg.model.target_rate
+    x, _ = eval_windows(trainer.corpus.train[:400_000], trainer.cfg.train.seq_len, 16)
+    return trainer.model.chunks_per_byte(x.to(trainer.device),
+                                         generator=torch.Generator(device=trainer.device).manual_seed(0))
 
 
 def training_rate(history: list[dict], key: str = "rate", last: int = 3) -> float | None:
@@ -251,7 +226,7 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
     out_dir = run_root / f"{method_slug(method)}_s{seed}"
     cfg = method_config(method, base, data, out_dir, seed, preset)
     # distinct bytes: with group_size K, batch_size counts segmentations of batch_size / K sequences
-    k = cfg.objective.group_size if cfg.model.arch == "hourglass" else 1
+    k = cfg.objective.group_size if FAMILIES.component(cfg.model.arch).hierarchical else 1
     bytes_per_step = cfg.train.batch_size // k * cfg.train.grad_accum * cfg.train.seq_len
     t0 = time.time()
     memory = PeakMemory()
@@ -278,10 +253,11 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
     x, y = eval_windows(load_eval_bytes(data, eval_split), cfg.train.seq_len, max_eval_windows)
     ev = evaluate(model, x, y, batch_size=16, mode="sample", seed=0)
     greedy = None
-    if cfg_loaded.model.arch == "hourglass" and cfg_loaded.model.chunker in GREEDY_RULES:
+    rule = getattr(model, "chunker", None)
+    if rule is not None and rule.stochastic:
         greedy = evaluate(model, x, y, batch_size=16, mode="greedy", seed=0)
     estimator = None
-    if cfg_loaded.model.arch == "hourglass" and cfg_loaded.model.chunker == "rl":
+    if rule is not None and rule.learned:
         from rltok.analysis.diagnose import diagnose
 
         # SNR of the run's own gradient estimator at its final checkpoint, on 8 held-out windows

@@ -25,13 +25,13 @@ score function's unbiased estimate of that gradient.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import statistics
 import time
 
 import torch
 
-from rltok.config import ObjectiveConfig
+from rltok.config import ObjectiveConfig, with_settings
+from rltok.config.sections import FlipsSettings, ScoreFunctionSettings
 from rltok.objective.batch import PolicyBatch, per_segmentation
 from rltok.objective.build import build_estimator, build_lexicon
 from rltok.objective.loss import compute_loss, token_nll
@@ -40,16 +40,22 @@ from rltok.objective.score_function import boundary_advantages
 # name -> objective overrides on top of the checkpoint's objective: the reference estimator, its
 # ablations (gamma = 1, no batch baseline, final-loss reward) and the variance reducers (group
 # baselines, the critic)
+def _score_function(baseline: str = "batch", gamma: float = 0.99, reward: str = "early_exit", k: int = 1) -> dict:
+    return {"estimator": {"kind": "score_function", "baseline": baseline, "gamma": gamma}, "reward": reward,
+            "group_size": k}
+
+
+# name -> objective settings on top of the checkpoint's (as a config file's objective section)
 VARIANTS: dict[str, dict] = {
-    "reference": {"estimator": "score_function", "reward": "early_exit", "baseline": "batch", "gamma": 0.99, "group_size": 1},
-    "gamma=1": {"estimator": "score_function", "reward": "early_exit", "baseline": "batch", "gamma": 1.0, "group_size": 1},
-    "no batch baseline": {"estimator": "score_function", "reward": "early_exit", "baseline": "none", "gamma": 0.99, "group_size": 1},
-    "no early-exit reward": {"estimator": "score_function", "reward": "final", "baseline": "batch", "gamma": 0.99, "group_size": 1},
-    "group K=4": {"estimator": "score_function", "reward": "early_exit", "baseline": "group", "gamma": 0.99, "group_size": 4},
-    "batch+value": {"estimator": "score_function", "reward": "early_exit", "baseline": "batch+value", "gamma": 0.99, "group_size": 1},
-    "group K=4 + value": {"estimator": "score_function", "reward": "early_exit", "baseline": "group+value", "gamma": 0.99, "group_size": 4},
-    "flips/16": {"estimator": "flips", "flip_stride": 16, "group_size": 1, "baseline": "batch"},
-    "flips/4": {"estimator": "flips", "flip_stride": 4, "group_size": 1, "baseline": "batch"},
+    "reference": _score_function(),
+    "gamma=1": _score_function(gamma=1.0),
+    "no batch baseline": _score_function(baseline="none"),
+    "no early-exit reward": _score_function(reward="final"),
+    "group K=4": _score_function(baseline="group", k=4),
+    "batch+value": _score_function(baseline="batch+value"),
+    "group K=4 + value": _score_function(baseline="group+value", k=4),
+    "flips/16": {"estimator": {"kind": "flips", "stride": 16}, "group_size": 1},
+    "flips/4": {"estimator": {"kind": "flips", "stride": 4}, "group_size": 1},
 }
 # what `--objective lexicon` measures by default (the early-exit reward has no meaning there)
 LEXICON_VARIANTS = ["reference", "gamma=1", "group K=4", "flips/16", "flips/4"]
@@ -66,9 +72,10 @@ def checkpoint_lexicon(folder, cfg, device="cpu"):
     from rltok.config import ConfigError
 
     state = (read_trainer_state(folder) or {}).get("objective") or {}
-    if cfg.objective.lexicon_weight <= 0 or state.get("lexicon") is None:
+    est = cfg.objective.estimator
+    if not isinstance(est, FlipsSettings) or est.lexicon.weight <= 0 or state.get("lexicon") is None:
         raise ConfigError(f"--objective lexicon: checkpoint {folder} was not trained with the lexicon prior "
-                          "(objective.lexicon_weight > 0) or has no trainer state")
+                          "(objective.estimator.lexicon.weight > 0) or has no trainer state")
     lexicon = build_lexicon(cfg, device)
     lexicon.load_state_dict(state["lexicon"])
     return lexicon
@@ -185,8 +192,9 @@ def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, tar
     specs = {n: s for n, s in specs.items() if n not in misfit}
     # each estimator of the LM loss's gradient: the flips re-run the model, the lexicon prior (a
     # second objective) is left out; or with `lexicon`, of the code length's (set per variant below)
-    base = dataclasses.replace(base, lexicon_weight=0.0, flip_model_pass=True, flip_rate_control=False,
-                               rate_price="target")  # no price inside the credit: nothing for one to answer to
+    if isinstance(base.estimator, FlipsSettings):  # no price inside the credit: nothing for one to answer to
+        base = with_settings(base, {"estimator": {"lexicon": {"weight": 0.0}, "model_pass": True, "price": "none"}},
+                             "objective.")
     model = copy.deepcopy(model).train()
     if model.value_head is None:  # a critic for the value variants, fitted below
         model.value_head = ValueHead(model.cfg.d_byte)
@@ -196,12 +204,13 @@ def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, tar
     for p in params:
         p.requires_grad_(True)
     if not params:
-        raise ValueError(f"chunker {model.cfg.chunker!r} has no parameters: nothing to diagnose")
+        raise ValueError(f"chunker {model.cfg.chunker.kind!r} has no parameters: nothing to diagnose")
     gen = torch.Generator().manual_seed(seed)
 
     # whatever the checkpoint trained with: the reference is the score function's unbiased estimate
-    ref_cfg = dataclasses.replace(base, estimator="score_function", gamma=1.0, baseline="group",
-                                  group_size=reference_group, reward="early_exit", normalize_advantages=False)
+    ref_cfg = with_settings(base, {"estimator": {"kind": "score_function", "gamma": 1.0, "baseline": "group",
+                                                 "normalize_advantages": False},
+                                   "group_size": reference_group, "reward": "early_exit"}, "objective.")
     t0 = time.perf_counter()
     # the reference sees len(x) distinct sequences, each segmented reference_group times
     xr, yr = x.repeat(reference_group, 1), y.repeat(reference_group, 1)
@@ -212,12 +221,12 @@ def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, tar
 
     rows = {}
     for name, spec in specs.items():
-        cfg = dataclasses.replace(base, **spec)
-        if lexicon is not None and cfg.estimator == "flips":  # the credit is the code length's change alone
-            cfg = dataclasses.replace(cfg, lexicon_weight=1.0, flip_model_pass=False)
+        cfg = with_settings(base, spec, "objective.")
+        if lexicon is not None and isinstance(cfg.estimator, FlipsSettings):  # the credit: the code length's change
+            cfg = with_settings(cfg, {"estimator": {"lexicon": {"weight": 1.0}, "model_pass": False}}, "objective.")
         cfg.validate()
         critic_loss = None
-        if "value" in cfg.baseline_parts():
+        if isinstance(cfg.estimator, ScoreFunctionSettings) and "value" in cfg.estimator.baseline_parts():
             critic_loss = fit_critic(model, x, y, cfg, gen, lexicon=lexicon)
         t0 = time.perf_counter()
         g = torch.stack([estimate(model, x, y, cfg, params, gen, lexicon) for _ in range(n_estimates)])

@@ -34,7 +34,8 @@ from typing import Callable
 import torch
 
 from rltok.data.bytes_classes import TEXT_WHITESPACE
-from rltok.config import ObjectiveConfig
+from rltok.config import ObjectiveConfig, with_settings
+from rltok.config.sections import ScoreFunctionSettings
 from rltok.objective.loss import boundary_advantages, boundary_reward, token_nll
 
 CLASSES = ("indentation", "whitespace", "before_whitespace", "after_whitespace", "punctuation", "mid_word",
@@ -52,7 +53,9 @@ def reference_advantage(model, out, x: torch.Tensor, y: torch.Tensor, cfg: Objec
     """The advantage training uses: boundary_reward, then boundary_advantages (baseline over the
     whole batch, discounted return) with the checkpoint's objective config. A price per chunk,
     when the objective has one, is not included: D_t measures the loss alone."""
-    reward = boundary_reward(token_nll(out.early_logits, y), token_nll(out.logits, y), cfg.reward)
+    reward = boundary_reward(token_nll(out.early_logits, y), token_nll(out.logits, y), cfg.reward.kind)
+    if not isinstance(cfg.estimator, ScoreFunctionSettings):  # another estimator: the score function's defaults
+        cfg = with_settings(cfg, {"estimator": "score_function"}, "objective.")
     adv, _ = boundary_advantages(reward, out.boundaries.free, cfg, out.values)
     return adv
 
@@ -242,7 +245,7 @@ def true_advantage(model, x: torch.Tensor, y: torch.Tensor, objective_cfg: Objec
             l1, l0, leak = variant_losses(model, xr, yr, b, [(i, t) for i, t, _ in positions], horizon, batch_size)
             d = (l0 - l1).cpu().tolist()
 
-            rl = model.cfg.chunker == "rl" and bd.logits is not None
+            rl = model.chunker.learned and bd.logits is not None
             ests = (ESTIMATORS if estimators is None else estimators) if rl else {}
             adv = {name: fn(model, out, xr, yr, objective_cfg).float().cpu() for name, fn in ests.items()}
             p = torch.sigmoid(bd.logits.float()).cpu() if rl else None
@@ -291,14 +294,14 @@ def true_advantage(model, x: torch.Tensor, y: torch.Tensor, objective_cfg: Objec
     settings = {
         "n_per_class": n_per_class, "horizon": horizon, "batch_size": batch_size, "seed": seed,
         "windows": list(x.shape), "rows": len(xr), "group_size": objective_cfg.group_size,
-        "chunker": model.cfg.chunker, "policy_window": model.cfg.policy_window if rl else None,
+        "chunker": model.cfg.chunker.kind, "policy_window": model.chunker.window if rl else None,
         "sampled_rate": float(b.float().mean()), "causal_leak_max": leak, "classes": list(CLASSES),
         "objective": {k: getattr(objective_cfg, k) for k in ("reward", "baseline", "gamma", "gae_lambda",
                                                              "normalize_advantages")},
     }
     if not rl:
         settings["note"] = "estimator correlations need the rl chunker"
-    elif model.cfg.policy_window > 1:
+    elif model.chunker.window > 1:
         settings["note"] = ("policy_window > 1: A_true holds the later decisions fixed, leaving out how b_t "
                             "changes their probabilities")
     return {"classes": class_stats, "overall": overall, "estimators": est_stats, "positions": records,

@@ -57,10 +57,10 @@ def learned_boundaries(model, data: bytes, seq_len: int, mode: str = "sample", s
         return torch.zeros(0, dtype=torch.bool)
     seq_len = max(1, min(seq_len, model.cfg.max_seq_len))
     context = seq_len // 4 if context is None else max(0, min(context, seq_len - 1))
-    if getattr(model.cfg, "chunker", "") == "fixed":
+    stride = getattr(getattr(model, "chunker", None), "stride", None)
+    if stride is not None:
         # a fixed stride counts from each window's start: keep the step a multiple of it, or the
         # seams would cut chunks of other lengths
-        stride = model.cfg.fixed_stride
         step = (seq_len - context) // stride * stride
         context = seq_len - step if step else 0
     was_training = model.training

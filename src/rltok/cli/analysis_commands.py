@@ -9,6 +9,12 @@ from rltok.cli.model_commands import _load
 from rltok.config import ConfigError
 
 
+
+def has_learned_rule(model) -> bool:
+    """Whether the model draws its boundaries with a policy the objective trains."""
+    rule = getattr(model, "chunker", None)
+    return rule is not None and rule.learned
+
 def cmd_compare(args) -> int:
     import shlex
     from pathlib import Path
@@ -68,8 +74,8 @@ def cmd_diagnose(args) -> int:
     if args.reference_group < 2:
         raise ConfigError("--reference-group must be >= 2 (segmentations per sequence in the reference)")
     model, cfg, ckpt, device = _load(args)
-    if model.__class__.__name__ != "HourglassLM" or model.cfg.chunker != "rl":
-        raise ConfigError("diagnose needs a checkpoint of the hierarchical model with the rl chunker")
+    if not has_learned_rule(model):
+        raise ConfigError("diagnose needs a checkpoint of the hierarchical model with a learned boundary policy (rl)")
     lexicon = checkpoint_lexicon(ckpt, cfg, device) if args.objective == "lexicon" else None
     data = load_eval_bytes(args.data or cfg.data.train, args.split, val_fraction=cfg.data.val_fraction)
     x, y = eval_windows(data, args.seq_len or cfg.train.seq_len, args.batch)
@@ -135,8 +141,9 @@ def _diagnose_lexicon_costs(args) -> int:
     from rltok.analysis.lexicon_costs import format_lexicon_costs, lexicon_costs_by_class
 
     model, cfg, ckpt, device = _load(args)
-    if model.__class__.__name__ != "HourglassLM" or model.cfg.chunker != "rl":
-        raise ConfigError("--lexicon-costs needs a checkpoint of the hierarchical model with the rl chunker")
+    if not has_learned_rule(model):
+        raise ConfigError("--lexicon-costs needs a checkpoint of the hierarchical model with a learned boundary "
+                          "policy (rl)")
     lexicon = checkpoint_lexicon(ckpt, cfg, device)
     spec = args.data or cfg.data.train
     x, _ = eval_windows(load_eval_bytes(spec, args.split, val_fraction=cfg.data.val_fraction),

@@ -3,7 +3,7 @@ chosen by kind (registry.py, filled in sections.py), named presets (presets.py),
 that applies a preset, a file and `key=value` overrides (loading.py)."""
 
 from rltok.config.loading import (LEGACY_KEYS, REMOVED_KEYS, Config, _read_config_file, apply_dict,
-                                  apply_override, load_config)
+                                  apply_override, load_config, with_settings)
 from rltok.config.presets import PRESET_NOTES, PRESETS
 from rltok.config.registry import Registry, Section
 from rltok.config.sections import (BOS, CHUNKERS, CREDIT_PRICES, EOS, ESTIMATORS, FAMILIES, PAD, RATES, RECIPES,
@@ -13,4 +13,4 @@ from rltok.config.sections import (BOS, CHUNKERS, CREDIT_PRICES, EOS, ESTIMATORS
 __all__ = ["BOS", "CHUNKERS", "CREDIT_PRICES", "Config", "ConfigError", "DataConfig", "EOS", "ESTIMATORS", "FAMILIES",
            "LEGACY_KEYS", "ModelConfig", "ObjectiveConfig", "PAD", "PRESETS", "PRESET_NOTES", "RATES", "RECIPES",
            "REMOVED_KEYS", "REWARDS", "Registry", "Section", "TrainConfig", "VOCAB_SIZE", "_read_config_file",
-           "apply_dict", "apply_override", "load_config"]
+           "apply_dict", "apply_override", "load_config", "with_settings"]

@@ -367,6 +367,17 @@ def apply_override(cfg: Config, assignment: str) -> None:
                 raise ConfigError(f"{'.'.join(parts[: i + 1])!r} is not a section")
 
 
+def with_settings(section: Any, mapping: dict[str, Any], where: str) -> Any:
+    """A copy of a config section with `mapping` applied as a config file would apply it (a
+    component takes a mapping with a kind and its settings, or just its kind), validated where it
+    can be alone: variants of one section for instruments that compare settings."""
+    import copy
+
+    new = copy.deepcopy(section)
+    apply_dict(new, mapping, where)
+    return new
+
+
 def _walk(obj: Any, parts: list[str]) -> Any:
     for part in parts:
         obj = getattr(obj, part)

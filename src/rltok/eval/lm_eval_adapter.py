@@ -95,14 +95,13 @@ class RLTokLM(_LMBase):
         self.boundary_mode = boundary_mode
         self.seed = int(seed)
         self.max_gen_toks = int(max_gen_toks)
-        from rltok.model.hourglass import HourglassLM
         from rltok.model.token_lm import BPETokenLM
 
         self.token_model = isinstance(self.model, BPETokenLM)
         # right-padding a batch leaves earlier scores unchanged for causal byte models; a BPE rule
         # would tokenise the padding, so those models get batches of equal lengths only
-        bpe_chunker = isinstance(self.model, HourglassLM) and self.model.cfg.chunker == "bpe"
-        self.pad_safe = not (self.token_model or bpe_chunker)
+        reads_ahead = getattr(getattr(self.model, "chunker", None), "noncausal", None) is not None
+        self.pad_safe = not (self.token_model or reads_ahead)
 
     # lm_eval reads these
     @property

@@ -59,6 +59,8 @@ class Chunker(nn.Module):
     uses_early_logits = False  # step reads the early-exit logits (decoding computes them only then)
     noncausal: str | None = None  # why the rule cannot decide byte t from bytes <= t, if it cannot
     learned = False  # a policy whose decisions the objective's estimator trains
+    tracks_target = False  # its rate is set in training, towards model.target_rate
+    stochastic = False  # samples its boundaries in training and has a thresholded (greedy) mode
     needs_fit = False  # fitted to training bytes before training (fit(data)), e.g. a BPE tokenizer
 
     @classmethod
@@ -113,6 +115,9 @@ class RLPolicy(Chunker):
     """
 
     learned = True
+
+    tracks_target = True
+    stochastic = True
 
     @classmethod
     def from_settings(cls, settings, m, dim=None, rate=None):
@@ -316,6 +321,8 @@ class EntropyChunker(Chunker):
     the rule draws no free boundary. Stored as buffers, so evaluation and resumes reuse it. No
     gradient reaches the rule."""
 
+    tracks_target = True
+
     @classmethod
     def from_settings(cls, settings, m, dim=None, rate=None):
         return cls(rate or m.target_rate)
@@ -388,6 +395,8 @@ class HNetRouter(Chunker):
     confidence (p_t or 1 - p_t) with its value replaced by 1, chunk outputs are smoothed by an
     EMA weighted by p, and a ratio loss pulls the rate towards the target."""
 
+    tracks_target = True
+
     @classmethod
     def from_settings(cls, settings, m, dim=None, rate=None):
         return cls(dim or m.d_byte, rate or m.target_rate, settings.ratio_weight)
@@ -439,6 +448,9 @@ class GumbelChunker(Chunker):
     """Dynamic-pooling style: an MLP scores each byte, a hard Gumbel-sigmoid sample decides, and
     a straight-through gate (value 1, gradient of the soft sample) multiplies the selected
     vectors. A binomial prior on the boundary count holds the rate near the target."""
+
+    tracks_target = True
+    stochastic = True
 
     @classmethod
     def from_settings(cls, settings, m, dim=None, rate=None):

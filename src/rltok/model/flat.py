@@ -31,6 +31,18 @@ class FlatByteLM(nn.Module, PretrainedMixin):
         nn.init.normal_(self.head.weight, 0.0, 0.02)
         nn.init.normal_(self.embed.weight, 0.0, 1.0)
 
+    hierarchical = False
+
+    def chunks_per_byte(self, x: torch.Tensor, generator=None) -> None:
+        """A byte model with no chunks: nothing to plan with."""
+        return None
+
+    def shape_facts(self) -> dict:
+        """Depth, width and vocabulary rows, for result tables (see HourglassLM.shape_facts)."""
+        ngram = self.ngram_embed
+        return {"depth": len(self.body.blocks), "width": self.embed.embedding_dim, "bpe_vocab": None,
+                "ngram_rows": ngram.table.num_embeddings if ngram is not None else 0, "chunk_vocab_rows": 0}
+
     @staticmethod
     def card_facts(m: dict) -> tuple[str, list[tuple[str, str]], bool]:
         """What the model card says of it (see HourglassLM.card_facts)."""

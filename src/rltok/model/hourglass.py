@@ -59,6 +59,7 @@ class ValueHead(nn.Module):
 class HourglassLM(Stage, PretrainedMixin):
     depth = 0  # the byte level
     arch = "hourglass"
+    hierarchical = True  # draws segmentations (K per sequence with group baselines)
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -123,6 +124,23 @@ class HourglassLM(Stage, PretrainedMixin):
                 raise ValueError(f"model.chunker={cfg.chunker.kind} needs training bytes to fit it")
             model.chunker.fit(bytes(train_bytes.numpy()))
         return model
+
+    @torch.no_grad()
+    def chunks_per_byte(self, x: torch.Tensor, generator: torch.Generator | None = None) -> float:
+        """Chunks per byte the rule draws on windows x (B, T) in eval mode."""
+        was = self.training
+        self.eval()
+        out = self(x, generator=generator)
+        self.train(was)
+        return out.boundaries.b.float().mean().item()
+
+    def shape_facts(self) -> dict:
+        """Depth (encoder+main+decoder, with the chunk-level stages around main when there are
+        two), width (byte/chunk) and vocabulary rows, for result tables."""
+        m = self.cfg
+        mid = f"{m.stage2_layers}+{m.main_layers}+{m.stage2_layers}" if m.stages == 2 else f"{m.main_layers}"
+        return {"depth": f"{m.encoder_layers}+{mid}+{m.decoder_layers}", "width": f"{m.d_byte}/{m.d_chunk}",
+                "bpe_vocab": None, "ngram_rows": m.ngram_vocab * len(m.ngram_sizes), "chunk_vocab_rows": m.chunk_vocab}
 
     @property
     def pack(self) -> bool:

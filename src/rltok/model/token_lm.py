@@ -41,6 +41,20 @@ class BPETokenLM(nn.Module, PretrainedMixin):
         nn.init.normal_(self.head.weight, 0.0, 0.02)
         nn.init.normal_(self.embed.weight, 0.0, 1.0)
 
+    hierarchical = False
+
+    def chunks_per_byte(self, x: torch.Tensor, generator=None) -> float:
+        """Tokens per byte of windows x (B, T) under its tokenizer."""
+        from rltok.data.bpe import encode_rows
+
+        ids, _ = encode_rows(self.tokenizer, x)
+        return sum(len(r) for r in ids) / x.numel()
+
+    def shape_facts(self) -> dict:
+        """Depth, width and vocabulary, for result tables (see HourglassLM.shape_facts)."""
+        return {"depth": len(self.body.blocks), "width": self.embed.embedding_dim, "bpe_vocab": int(self.vocab_size),
+                "ngram_rows": None, "chunk_vocab_rows": None}
+
     @staticmethod
     def card_facts(m: dict) -> tuple[str, list[tuple[str, str]], bool]:
         """What the model card says of it (see HourglassLM.card_facts)."""

@@ -24,7 +24,7 @@ from rltok.training.run_lock import RunLock
 from rltok.training.state import TrainState, check_resumable
 from rltok.training.checkpoint import (SHARDED, CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint,
                          stage_checkpoint)
-from rltok.config import VOCAB_SIZE, Config
+from rltok.config import FAMILIES, VOCAB_SIZE, Config
 from rltok.data.sources import Corpus
 from rltok.data.windows import WindowSampler, rank_eval_windows
 from rltok.data.corpus import load_corpus
@@ -135,7 +135,7 @@ class Trainer:
 
         # data and boundary noise
         # batch_size counts segmentations: with group_size K, K of them share each sequence
-        self.group_size = cfg.objective.group_size if cfg.model.arch == "hourglass" else 1
+        self.group_size = cfg.objective.group_size if FAMILIES.component(cfg.model.arch).hierarchical else 1
         self.group_kw = {"group_size": self.group_size} if self.group_size > 1 else {}
         self.sampler = WindowSampler(self.corpus.train, tc.batch_size // self.group_size, tc.seq_len, seed=tc.seed,
                                      rank=self.dist.rank, world_size=self.dist.world_size)
