@@ -38,6 +38,7 @@ report all live in the one file that gets executed.
 from __future__ import annotations
 
 import argparse
+import copy
 import gc
 import json
 import os
@@ -49,12 +50,12 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
 
-from rltok.config import RECIPES, Config, ConfigError, ModelConfig, apply_dict
+from rltok.config import CHUNKERS, RECIPES, Config, ConfigError, ModelConfig, apply_dict
 from rltok.data.sources import Corpus
 from rltok.data.corpus import load_corpus
 from rltok.model.flops import flat_flops, hourglass_flops, train_flops_per_byte
@@ -116,12 +117,13 @@ def build_configs(args) -> dict[str, dict]:
     else:
         d, n = flat_shape(n_hier, args.seq_len, base.mlp_ratio)
     stride = round(1 / base.target_rate)
-    fixed = ModelConfig(**{**asdict(base), "chunker": "fixed", "fixed_stride": stride})
+    fixed = copy.deepcopy(base)
+    fixed.chunker = CHUNKERS.settings("fixed", stride=stride)
     specs = {
         "hier_rl": {"kind": "hier", "model": base},
         "hier_fixed": {"kind": "hier", "model": fixed},
         "hier_rl_given": {"kind": "hier", "model": base, "given_stride": stride},
-        "hier_rl_padded": {"kind": "hier", "model": ModelConfig(**{**asdict(base), "pack_chunks": False})},
+        "hier_rl_padded": {"kind": "hier", "model": replace(base, pack_chunks=False)},
         # the trainer builds it from the config (model.arch=flat: d_chunk x flat_layers)
         "flat": {"kind": "flat", "model": ModelConfig(
             arch="flat", d_chunk=d, flat_layers=n, n_heads_chunk=max(1, d // 64), mlp_ratio=base.mlp_ratio,
@@ -129,7 +131,7 @@ def build_configs(args) -> dict[str, dict]:
     }
     if args.sweep:
         for name, over in SWEEP.items():
-            specs["alt_" + name] = {"kind": "hier", "model": ModelConfig(**{**asdict(base), **over})}
+            specs["alt_" + name] = {"kind": "hier", "model": replace(copy.deepcopy(base), **over)}
     return specs
 
 
@@ -180,7 +182,7 @@ def describe(spec: dict) -> str:
     m = spec["model"]
     if spec["kind"] == "flat":
         return f"flat {m.d_chunk}x{m.flat_layers}"
-    rule = "RL" if m.chunker == "rl" else f"fixed/{m.fixed_stride}"
+    rule = f"fixed/{m.chunker.stride}" if hasattr(m.chunker, "stride") else m.chunker.kind.upper()
     if spec.get("given_stride"):
         rule += f", given fixed/{spec['given_stride']} boundaries"
     if not m.pack_chunks:

@@ -36,13 +36,13 @@ def main() -> int:
         cfg = load_config(args.preset, overrides=[
             f"data.train={args.data}", f"train.out_dir={tmp}/run", f"train.max_steps={args.steps}",
             f"train.threads={args.threads}", "train.log_every=10", f"train.eval_every={args.steps}",
-            f"train.checkpoint_every={args.steps}", "objective.rate_control=lagrange", f"model.target_rate={args.target}"])
+            f"train.checkpoint_every={args.steps}", "objective.rate=lagrange", f"model.target_rate={args.target}"])
         trainer = Trainer(cfg, quiet=True)
         trainer.fit()
     late = trainer.history[len(trainer.history) // 2:]
     res = {
         "data": args.data, "target": args.target, "steps": args.steps, "preset": args.preset,
-        "lagrange_lr": cfg.objective.lagrange_lr, "lagrange_gain": cfg.objective.lagrange_gain,
+        "lagrange_lr": cfg.objective.rate.lr, "lagrange_gain": cfg.objective.rate.gain,
         "expected_rate": sum(r["expected_rate"] for r in late) / len(late),
         "sampled_rate": sum(r["rate"] for r in late) / len(late),
         "max_record_deviation": max(abs(r["expected_rate"] - args.target) for r in late),

@@ -36,11 +36,11 @@ RUNS: dict[str, list[str]] = {
     "flips": ["objective.estimator=flips"],
     "warm": ["objective.policy_start_step=250"],
     "warm_flips": ["objective.estimator=flips", "objective.policy_start_step=250"],
-    "warm_flips_s8": ["objective.estimator=flips", "objective.policy_start_step=250", "objective.flip_stride=8"],
+    "warm_flips_s8": ["objective.estimator=flips", "objective.policy_start_step=250", "objective.estimator.stride=8"],
     # a learned chunk vocabulary: recurring chunks get their own embedding
     "warm_flips_vocab": ["objective.estimator=flips", "objective.policy_start_step=250", "model.chunk_vocab=65536"],
     "warm_flips_vocab_detach": ["objective.estimator=flips", "objective.policy_start_step=250", "model.chunk_vocab=65536",
-                                "model.policy_detach=true"],
+                                "model.chunker.detach=true"],
     "warm_flips_vocab_lr01": ["objective.estimator=flips", "objective.policy_start_step=250", "model.chunk_vocab=65536",
                               "objective.policy_lr_mult=0.1"],
     "warm500_flips_vocab": ["objective.estimator=flips", "objective.policy_start_step=500", "model.chunk_vocab=65536"],
@@ -55,20 +55,20 @@ RUNS: dict[str, list[str]] = {
     # a lexicon prior: the flips' credits also count the segmentation's code length under a
     # unigram model of the policy's own recent chunks (cut the same strings the same way)
     # (centred on the mean credit, the rate penalty cannot hold the rate against it)
-    "lexicon_meancenter": ["objective.estimator=flips", "objective.lexicon_weight=1"],
+    "lexicon_meancenter": ["objective.estimator=flips", "objective.estimator.lexicon.weight=1"],
     # a price per boundary inside the credit, held by dual ascent: the credit holds the rate
-    "lexicon": ["objective.estimator=flips", "objective.lexicon_weight=1", "objective.flip_rate_control=true"],
+    "lexicon": ["objective.estimator=flips", "objective.estimator.lexicon.weight=1", "objective.estimator.price=target"],
     # the lexicon's credit alone, no counterfactual model pass: the lexicon recipe (objective.recipe=lexicon)
     "lexicon_only": ["objective.recipe=lexicon"],
     # at the whitespace rule's rate on code: the policy cannot afford a chunk per space
     "lexicon_r118": ["objective.recipe=lexicon", "model.target_rate=0.118"],
     # counts that forget faster: the lexicon follows the policy's new cuts sooner
-    "lexicon_d98": ["objective.recipe=lexicon", "objective.lexicon_decay=0.98"],
-    "lexicon_w01": ["objective.estimator=flips", "objective.lexicon_weight=0.1", "objective.flip_rate_control=true"],
-    "lexicon_vocab": ["objective.estimator=flips", "objective.lexicon_weight=1", "objective.flip_rate_control=true",
+    "lexicon_d98": ["objective.recipe=lexicon", "objective.estimator.lexicon.decay=0.98"],
+    "lexicon_w01": ["objective.estimator=flips", "objective.estimator.lexicon.weight=0.1", "objective.estimator.price=target"],
+    "lexicon_vocab": ["objective.estimator=flips", "objective.estimator.lexicon.weight=1", "objective.estimator.price=target",
                       "model.chunk_vocab=65536"],
-    "lexicon_vocab_ngram": ["objective.estimator=flips", "objective.lexicon_weight=1",
-                            "objective.flip_rate_control=true", "model.chunk_vocab=65536", "model.ngram_vocab=32768"],
+    "lexicon_vocab_ngram": ["objective.estimator=flips", "objective.estimator.lexicon.weight=1",
+                            "objective.estimator.price=target", "model.chunk_vocab=65536", "model.ngram_vocab=32768"],
     "vocab_ngram": ["model.chunk_vocab=65536", "model.ngram_vocab=32768"],
     "vocab": ["model.chunk_vocab=65536"],
     "uniform_vocab": ["model.chunker=uniform", "model.chunk_vocab=65536"],

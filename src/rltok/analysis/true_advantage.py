@@ -110,7 +110,7 @@ def byte_classes(data: bytes | list[int] | torch.Tensor) -> list[str]:
 
 
 def _check_model(model) -> None:
-    if model.__class__.__name__ != "HourglassLM":
+    if not getattr(model, "hierarchical", False):
         raise ValueError("the true advantage needs the hierarchical (hourglass) model: boundaries must change it")
     if model.cfg.stages == 2:
         raise ValueError("two-stage models are not supported: flipping b_t changes the chunks the "

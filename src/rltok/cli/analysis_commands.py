@@ -105,7 +105,7 @@ def _diagnose_true_advantage(args) -> int:
     if args.horizon is not None and args.horizon < 0:
         raise ConfigError("--horizon must be >= 0")
     model, cfg, ckpt, device = _load(args)
-    if model.__class__.__name__ != "HourglassLM":
+    if not getattr(model, "hierarchical", False):
         raise ConfigError("--true-advantage needs a checkpoint of the hierarchical (hourglass) model")
     if model.cfg.stages == 2:
         raise ConfigError("--true-advantage does not support two-stage (model.stages=2) checkpoints")

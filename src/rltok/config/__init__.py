@@ -7,10 +7,15 @@ from rltok.config.loading import (LEGACY_KEYS, REMOVED_KEYS, Config, _read_confi
 from rltok.config.presets import PRESET_NOTES, PRESETS
 from rltok.config.registry import Registry, Section
 from rltok.config.sections import (BOS, CHUNKERS, CREDIT_PRICES, EOS, ESTIMATORS, FAMILIES, PAD, RATES, RECIPES,
-                                   REWARDS, VOCAB_SIZE, ConfigError, DataConfig, ModelConfig, ObjectiveConfig,
-                                   TrainConfig)
+                                   REWARDS, VOCAB_SIZE, ConfigError, DataConfig, FixedChunkerSettings, FlipsSettings,
+                                   GumbelChunkerSettings, HNetChunkerSettings, LagrangeRateSettings, LexiconSettings,
+                                   ModelConfig, ObjectiveConfig, PenaltyRateSettings, RateSettings, RLChunkerSettings,
+                                   ScoreFunctionSettings, TargetPriceSettings, TrainConfig)
 
-__all__ = ["BOS", "CHUNKERS", "CREDIT_PRICES", "Config", "ConfigError", "DataConfig", "EOS", "ESTIMATORS", "FAMILIES",
+__all__ = ["FixedChunkerSettings", "FlipsSettings", "GumbelChunkerSettings", "HNetChunkerSettings",
+           "LagrangeRateSettings", "LexiconSettings", "PenaltyRateSettings", "RateSettings", "RLChunkerSettings",
+           "ScoreFunctionSettings", "TargetPriceSettings",
+           "BOS", "CHUNKERS", "CREDIT_PRICES", "Config", "ConfigError", "DataConfig", "EOS", "ESTIMATORS", "FAMILIES",
            "LEGACY_KEYS", "ModelConfig", "ObjectiveConfig", "PAD", "PRESETS", "PRESET_NOTES", "RATES", "RECIPES",
            "REMOVED_KEYS", "REWARDS", "Registry", "Section", "TrainConfig", "VOCAB_SIZE", "_read_config_file",
            "apply_dict", "apply_override", "load_config", "with_settings"]

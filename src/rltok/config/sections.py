@@ -9,7 +9,7 @@ lexicon: {weight: 1.0}}`, `objective.rate: {kind: lagrange, lr: 0.2}`. The regis
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from rltok.config.registry import ConfigError, Registry, Section, unknown
@@ -34,6 +34,15 @@ CREDIT_PRICES = Registry("objective.estimator.price")  # what holds the rate ins
 def section_field(registry: Registry, kind: str) -> Any:
     """A nested component section defaulting to `kind`; the registry says which kinds it takes."""
     return field(default_factory=lambda: registry.settings(kind), metadata={"registry": registry})
+
+
+def kinds_from_names(obj: Any) -> None:
+    """A component field given as its kind's name (`ModelConfig(chunker="fixed")`) becomes that
+    kind's default settings."""
+    for f in fields(obj):
+        registry = f.metadata.get("registry")
+        if registry is not None and isinstance(getattr(obj, f.name), str):
+            setattr(obj, f.name, registry.settings(getattr(obj, f.name)))
 
 
 def check(ok: bool, key: str, allowed: str) -> None:
@@ -146,6 +155,9 @@ class ModelConfig:
     # alone pads them per sequence), instead of padding every sequence to the batch's largest
     # chunk count. The same model; results differ from the padded path in the last float bits.
     pack_chunks: bool = True
+
+    def __post_init__(self) -> None:
+        kinds_from_names(self)
 
     def validate(self) -> None:
         for name in ("d_byte", "d_chunk", "n_heads_byte", "n_heads_chunk", "max_seq_len"):
@@ -281,6 +293,9 @@ class FlipsSettings(Section):
     # what the compute a boundary costs would buy as more data; the credits are then not centred)
     price: Section = section_field(CREDIT_PRICES, "none")
 
+    def __post_init__(self) -> None:
+        kinds_from_names(self)
+
     def validate(self, where: str) -> None:
         check(1 <= self.stride <= 1 << 20, f"{where}.stride", "between 1 and 2^20")
         self.lexicon.validate(f"{where}.lexicon")
@@ -373,6 +388,9 @@ class ObjectiveConfig:
     # the phase trains the encoder alone (the control for what the cheap steps give). 0 = off.
     tokenizer_phase: float = 0.0
     policy_lr_mult: float = 1.0  # the boundary policy's learning rate as a multiple of train.lr
+
+    def __post_init__(self) -> None:
+        kinds_from_names(self)
 
     def validate(self) -> None:
         if self.recipe not in RECIPES:

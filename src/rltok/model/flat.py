@@ -33,6 +33,10 @@ class FlatByteLM(nn.Module, PretrainedMixin):
 
     hierarchical = False
 
+    @staticmethod
+    def fitted_to_data(cfg) -> bool:
+        return False
+
     def chunks_per_byte(self, x: torch.Tensor, generator=None) -> None:
         """A byte model with no chunks: nothing to plan with."""
         return None

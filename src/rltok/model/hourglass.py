@@ -125,6 +125,13 @@ class HourglassLM(Stage, PretrainedMixin):
             model.chunker.fit(bytes(train_bytes.numpy()))
         return model
 
+    @staticmethod
+    def fitted_to_data(cfg: ModelConfig) -> bool:
+        """Whether a model of config `cfg` fits a part to the training bytes (its boundary rule)."""
+        from rltok.config import CHUNKERS
+
+        return CHUNKERS.component(cfg.chunker.kind).needs_fit
+
     @torch.no_grad()
     def chunks_per_byte(self, x: torch.Tensor, generator: torch.Generator | None = None) -> float:
         """Chunks per byte the rule draws on windows x (B, T) in eval mode."""

@@ -43,6 +43,11 @@ class BPETokenLM(nn.Module, PretrainedMixin):
 
     hierarchical = False
 
+    @staticmethod
+    def fitted_to_data(cfg) -> bool:
+        """Its BPE tokenizer is fitted to the training bytes."""
+        return True
+
     def chunks_per_byte(self, x: torch.Tensor, generator=None) -> float:
         """Tokens per byte of windows x (B, T) under its tokenizer."""
         from rltok.data.bpe import encode_rows

@@ -167,7 +167,7 @@ class Trainer:
         """The model; with data-fitted parts (BPE tokenizers) rank 0 fits them and the others
         receive its state, so every rank holds the same tokenizer."""
         cfg = self.cfg.model
-        fitted = cfg.arch == "bpe_token" or (cfg.arch == "hourglass" and cfg.chunker.kind == "bpe")
+        fitted = FAMILIES.component(cfg.arch).fitted_to_data(cfg)
         if not (self.dist.enabled and fitted):
             return build_model(cfg, train_bytes=self.corpus.train)
         state = None
