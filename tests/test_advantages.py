@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import randomize_, tiny_model_config
-from rltok.config import ConfigError, ObjectiveConfig, load_config
+from rltok.config import ConfigError, ObjectiveConfig, RLChunkerSettings, ScoreFunctionSettings, load_config
 from rltok.model import HourglassLM
 from rltok.objective.loss import boundary_advantages, compute_loss, token_nll
 from rltok.objective import policy_gradient_loss
@@ -29,7 +29,7 @@ def test_group_loo_estimator_is_unbiased_on_an_enumerable_problem():
     """K segmentations of one 6-byte sequence, leave-one-out baseline, gamma = 1: the average
     estimate equals -grad E_b[sum_t r_t] / n_free from enumerating all 16 segmentations."""
     torch.manual_seed(0)
-    model = randomize_(HourglassLM(tiny_model_config(policy_window=2)), scale=0.6, seed=3)
+    model = randomize_(HourglassLM(tiny_model_config(chunker=RLChunkerSettings(window=2))), scale=0.6, seed=3)
     T = 6
     x, y = torch.randint(0, 256, (1, T)), torch.randint(0, 256, (1, T))
     params = list(model.chunker.parameters())
@@ -41,7 +41,7 @@ def test_group_loo_estimator_is_unbiased_on_an_enumerable_problem():
     exact = torch.cat([g.flatten() for g in torch.autograd.grad(J, params)]) * (-1.0 / n_free)
 
     K = 4
-    cfg = ObjectiveConfig(gamma=1.0, baseline="group", group_size=K)
+    cfg = ObjectiveConfig(estimator=ScoreFunctionSettings(gamma=1.0, baseline="group"), group_size=K)
     gen = torch.Generator().manual_seed(7)
     estimates = []
     for _ in range(8):
@@ -93,13 +93,13 @@ def test_value_advantages_are_gae_of_the_baselined_rewards():
     r = torch.randn(4, 30)
     v = torch.randn(4, 30)
     free = torch.ones(4, 30, dtype=torch.bool)
-    cfg = ObjectiveConfig(baseline="batch+value", gamma=0.9, gae_lambda=0.8)
+    cfg = ObjectiveConfig(estimator=ScoreFunctionSettings(baseline="batch+value", gamma=0.9, gae_lambda=0.8))
     adv, vl = boundary_advantages(r, free, cfg, v)
     centred = batch_relative(r)
     assert torch.allclose(adv, gae(centred, v, 0.9, 0.8), atol=1e-5)
     assert torch.allclose(vl, (v - discounted_cumsum(centred, 0.9)).square().mean(), atol=1e-5)
     # lambda = 1: GAE is the discounted return minus the value
-    cfg1 = ObjectiveConfig(baseline="batch+value", gamma=0.9, gae_lambda=1.0)
+    cfg1 = ObjectiveConfig(estimator=ScoreFunctionSettings(baseline="batch+value", gamma=0.9, gae_lambda=1.0))
     adv1, _ = boundary_advantages(r, free, cfg1, v)
     assert torch.allclose(adv1, discounted_cumsum(centred, 0.9) - v, atol=1e-4)
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from conftest import randomize_, tiny_model_config
-from rltok.config import ObjectiveConfig
+from rltok.config import CHUNKERS, FixedChunkerSettings, ObjectiveConfig
 from rltok.model import HourglassLM
 from rltok.model.chunkers import spacelike
 from rltok.model.stage import ema_over_chunks
@@ -45,7 +45,7 @@ def test_uniform_places_exactly_rate_times_free_positions():
 
 
 def test_fixed_stride():
-    model = HourglassLM(tiny_model_config(chunker="fixed", fixed_stride=4))
+    model = HourglassLM(tiny_model_config(chunker=FixedChunkerSettings(stride=4)))
     b = model(text_batch(1, 20), force_last=False).boundaries.b[0]
     assert torch.nonzero(b).flatten().tolist() == [0, 3, 7, 11, 15, 19]
 
@@ -103,7 +103,7 @@ def test_straight_through_rules_pass_lm_gradient_to_their_predictor(rule):
 @pytest.mark.parametrize("rule", ["hnet", "gumbel"])
 def test_straight_through_rules_move_towards_target_rate(rule):
     torch.manual_seed(0)
-    model = HourglassLM(tiny_model_config(chunker=rule, target_rate=0.2, hnet_ratio_weight=1.0))
+    model = HourglassLM(tiny_model_config(chunker=CHUNKERS.settings(rule, **({"ratio_weight": 1.0} if rule == "hnet" else {})), target_rate=0.2))
     opt = torch.optim.Adam(model.chunker.parameters(), lr=1e-2)
     x = text_batch(8, 64)
     gen = torch.Generator().manual_seed(0)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import randomize_, tiny_model_config
-from rltok.config import ConfigError, ObjectiveConfig, load_config
+from rltok.config import ConfigError, ObjectiveConfig, PenaltyRateSettings, RLChunkerSettings, ScoreFunctionSettings, load_config
 from rltok.model import HourglassLM
 from rltok.model.chunkers import forced_mask
 from rltok.model.stage import boundary_positions, chunk_index
@@ -21,7 +21,7 @@ from rltok.objective import batch_relative, discounted_cumsum, gae, group_relati
 @pytest.mark.parametrize("chunker", ["rl", "fixed"])
 def test_prediction_at_t_ignores_bytes_after_t(chunker):
     torch.manual_seed(0)
-    model = randomize_(HourglassLM(tiny_model_config(chunker=chunker, policy_window=3))).eval()
+    model = randomize_(HourglassLM(tiny_model_config(chunker=RLChunkerSettings(window=3) if chunker == "rl" else chunker))).eval()
     T = 40
     x = torch.randint(0, 256, (2, T))
     b = torch.rand(2, T) < 0.3
@@ -51,7 +51,7 @@ def test_prediction_at_t_ignores_boundary_decisions_after_t():
 
 def test_policy_decisions_are_causal():
     """With sampled boundaries and a fixed seed, decisions at <= t do not depend on bytes > t."""
-    model = randomize_(HourglassLM(tiny_model_config(policy_window=4))).eval()
+    model = randomize_(HourglassLM(tiny_model_config(chunker=RLChunkerSettings(window=4)))).eval()
     T = 30
     x = torch.randint(0, 256, (3, T))
     gen = torch.Generator().manual_seed(5)
@@ -116,7 +116,7 @@ def test_upsampling_uses_latest_chunk_ending_at_or_before_t():
 
 @pytest.mark.parametrize("window", [1, 2, 8])
 def test_loss_logp_equals_sampler_logp(window):
-    model = randomize_(HourglassLM(tiny_model_config(policy_window=window)))
+    model = randomize_(HourglassLM(tiny_model_config(chunker=RLChunkerSettings(window=window))))
     x = torch.randint(0, 256, (4, 64))
     out = model(x, generator=torch.Generator().manual_seed(1))
     bd = out.boundaries
@@ -137,7 +137,7 @@ def test_forced_positions_and_rate_at_init():
 
 
 def test_greedy_mode_thresholds_the_policy():
-    model = randomize_(HourglassLM(tiny_model_config(policy_window=1)))
+    model = randomize_(HourglassLM(tiny_model_config(chunker=RLChunkerSettings(window=1))))
     x = torch.randint(0, 256, (2, 40))
     bd = model(x, mode="greedy", force_last=False).boundaries
     expected = (bd.logits > 0) | forced_mask(2, 40, "cpu", False)
@@ -200,11 +200,11 @@ def test_score_function_matches_exact_gradient(window, reward, baseline):
     """On a 6-byte sequence with 4 free decisions (16 segmentations), the average estimate of
     grad L_PG equals -grad E_b[sum_t r_t] / n_free computed by enumerating every segmentation."""
     torch.manual_seed(0)
-    model = randomize_(HourglassLM(tiny_model_config(policy_window=window)), scale=0.6, seed=3)
+    model = randomize_(HourglassLM(tiny_model_config(chunker=RLChunkerSettings(window=window))), scale=0.6, seed=3)
     T = 6
     x = torch.randint(0, 256, (1, T))
     y = torch.randint(0, 256, (1, T))
-    cfg = ObjectiveConfig(gamma=1.0, reward=reward, baseline=baseline, pg_weight=1.0)
+    cfg = ObjectiveConfig(estimator=ScoreFunctionSettings(gamma=1.0, baseline=baseline), reward=reward, pg_weight=1.0)
     params = _policy_params(model)
     free = list(range(1, T - 1))
 
@@ -244,7 +244,7 @@ def test_score_function_matches_exact_gradient(window, reward, baseline):
 def test_compute_loss_uses_the_estimator_it_claims():
     """compute_loss's PG term equals policy_gradient_loss on the discounted batch-relative
     early-exit reward, so the enumeration test above covers the training objective."""
-    model = randomize_(HourglassLM(tiny_model_config(policy_window=2)))
+    model = randomize_(HourglassLM(tiny_model_config(chunker=RLChunkerSettings(window=2))))
     x, y = torch.randint(0, 256, (4, 32)), torch.randint(0, 256, (4, 32))
     out = model(x, generator=torch.Generator().manual_seed(0))
     cfg = ObjectiveConfig()
@@ -262,7 +262,7 @@ def test_compute_loss_uses_the_estimator_it_claims():
 def test_rate_loss_drives_rate_to_target(start, target):
     torch.manual_seed(0)
     model = HourglassLM(tiny_model_config(target_rate=start))
-    cfg = ObjectiveConfig(pg_weight=0.0, rate_weight=1.0)
+    cfg = ObjectiveConfig(pg_weight=0.0, rate=PenaltyRateSettings(weight=1.0))
     opt = torch.optim.Adam(model.parameters(), lr=3e-2)
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, 256, (8, 64))
@@ -306,7 +306,7 @@ def test_config_overrides_and_typos():
     cfg = load_config("tiny", overrides=["train.max_steps=7", "model.policy_window=8", "train.betas=0.8,0.9",
                                          "objective.normalize_advantages=true", "train.lr=1e-3"])
     assert cfg.train.max_steps == 7 and cfg.model.policy_window == 8 and cfg.train.betas == (0.8, 0.9)
-    assert cfg.objective.normalize_advantages is True and cfg.train.lr == 1e-3
+    assert cfg.objective.estimator.normalize_advantages is True and cfg.train.lr == 1e-3
     with pytest.raises(ConfigError, match="did you mean 'train.max_steps'"):
         load_config(overrides=["train.max_step=7"])
     with pytest.raises(ConfigError, match="did you mean 'objective'"):
@@ -323,7 +323,7 @@ def test_config_file_json_and_toml(tmp_path):
     (tmp_path / "c.json").write_text('{"train": {"max_steps": 3}, "model": {"d_chunk": 64}}')
     assert load_config(file=str(tmp_path / "c.json")).model.d_chunk == 64
     (tmp_path / "c.toml").write_text("[objective]\ngamma = 0.9\n")
-    assert load_config(file=str(tmp_path / "c.toml")).objective.gamma == 0.9
+    assert load_config(file=str(tmp_path / "c.toml")).objective.estimator.gamma == 0.9
     (tmp_path / "bad.json").write_text('{"train": {"max_stepz": 3}}')
     with pytest.raises(ConfigError, match="max_steps"):
         load_config(file=str(tmp_path / "bad.json"))

@@ -94,7 +94,7 @@ TINY = dict(d_byte=32, d_chunk=48, n_heads_byte=2, n_heads_chunk=2, encoder_laye
     ("hnet", 16, 64, False), ("gumbel", 16, 64, False)])
 def test_hourglass_flops_match_brute_force(chunker, window, seq_len, value_head, monkeypatch):
     torch.manual_seed(0)
-    cfg = ModelConfig(**TINY, window=window, chunker=chunker, fixed_stride=5, value_head=value_head)
+    cfg = ModelConfig(**TINY, window=window, chunker=chunker, value_head=value_head)
     model = HourglassLM(cfg).eval()
     bsz = 3
     x = torch.randint(0, 256, (bsz, seq_len))

@@ -9,15 +9,15 @@ from conftest import randomize_, tiny_model_config
 
 from rltok import cli
 from rltok.training.checkpoint import save_checkpoint
-from rltok.config import Config
+from rltok.config import Config, FixedChunkerSettings, RLChunkerSettings
 from rltok.model.generate import GenerationError, Utf8Streamer, _pending, generate, make_state, sample_bytes, slide_start
 from rltok.model import FlatByteLM, HourglassLM
 
 # every causal rule, and the model options that change what decoding must keep
 RULES = {
-    "rl-w1": dict(chunker="rl", policy_window=1),
-    "rl-w4": dict(chunker="rl", policy_window=4),
-    "fixed": dict(chunker="fixed", fixed_stride=3),
+    "rl-w1": dict(chunker=RLChunkerSettings(window=1)),
+    "rl-w4": dict(chunker=RLChunkerSettings(window=4)),
+    "fixed": dict(chunker=FixedChunkerSettings(stride=3)),
     "uniform": dict(chunker="uniform", target_rate=0.3),
     "whitespace": dict(chunker="whitespace"),
     "entropy": dict(chunker="entropy"),
@@ -26,7 +26,7 @@ RULES = {
     "two-stage": dict(stages=2, stage2_layers=1),
     "chunk-vocab": dict(chunk_vocab=64, chunk_vocab_max_len=4),
     "ngram": dict(ngram_vocab=64, ngram_sizes=(2, 5)),
-    "all": dict(stages=2, policy_window=3, chunk_vocab=64, chunk_vocab_max_len=4, ngram_vocab=64, ngram_sizes=(3,)),
+    "all": dict(stages=2, chunker=RLChunkerSettings(window=3), chunk_vocab=64, chunk_vocab_max_len=4, ngram_vocab=64, ngram_sizes=(3,)),
 }
 # the rules whose sampled decisions follow the same uniform draws as the forward pass's (uniform's
 # exact count per window cannot be drawn one byte at a time; two stages draw in another order)
@@ -220,7 +220,7 @@ def test_batched_generation_equals_unbatched_greedy():
 
 
 def test_greedy_output_is_argmax_of_parallel_pass_with_kept_boundaries():
-    model = make_model(policy_window=4)
+    model = make_model(chunker=RLChunkerSettings(window=4))
     g = model.generate(b"some prompt", 30, temperature=0, seed=0)
     data = g.prompt + g.output
     assert len(g.boundaries) == len(data) - 1  # the last byte is never read

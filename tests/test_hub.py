@@ -13,7 +13,7 @@ import torch
 from conftest import randomize_, tiny_model_config
 from rltok.training.checkpoint import load_checkpoint
 from rltok.cli import main
-from rltok.config import Config, load_config
+from rltok.config import Config, RLChunkerSettings, load_config
 from rltok.training.hub import PretrainedError, from_pretrained, save_pretrained
 from rltok.model import FlatByteLM, HourglassLM
 from rltok.model.factory import build_model
@@ -29,7 +29,7 @@ def logits_of(model, x):
     return out.logits if out.logits is not None else out.byte_nll
 
 
-@pytest.mark.parametrize("kw", [dict(chunker="rl", policy_window=3), dict(chunker="bpe", target_rate=0.4),
+@pytest.mark.parametrize("kw", [dict(chunker=RLChunkerSettings(window=3)), dict(chunker="bpe", target_rate=0.4),
                                 dict(arch="flat", flat_layers=2), dict(arch="bpe_token", flat_layers=1, target_rate=0.4)],
                          ids=["hourglass-rl", "hourglass-bpe", "flat", "bpe_token"])
 def test_save_then_load_gives_identical_logits(tmp_path, kw):

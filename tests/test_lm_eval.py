@@ -11,6 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from rltok.config import RLChunkerSettings
+
 from conftest import randomize_, tiny_model_config
 from rltok.model.generate import generate
 from rltok.eval.lm_eval_adapter import RLTokLM, gold_bpb_task, rolling_bpb_task
@@ -26,7 +28,7 @@ def req(*args):
 @pytest.fixture(scope="module", params=["hourglass", "flat"])
 def model(request):
     torch.manual_seed(0)
-    kw = dict(max_seq_len=40, policy_window=2) if request.param == "hourglass" else dict(arch="flat", flat_layers=1,
+    kw = dict(max_seq_len=40, chunker=RLChunkerSettings(window=2)) if request.param == "hourglass" else dict(arch="flat", flat_layers=1,
                                                                                          max_seq_len=40)
     return randomize_(build_model(tiny_model_config(**kw)), scale=0.05)
 

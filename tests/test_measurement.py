@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import randomize_, tiny_model_config
-from rltok.config import ObjectiveConfig, load_config
+from rltok.config import FixedChunkerSettings, LagrangeRateSettings, ObjectiveConfig, load_config
 from rltok.data.sources import Corpus
 from rltok.data.windows import eval_windows
 from rltok.training.evaluate import evaluate
@@ -100,7 +100,7 @@ def test_one_rate_for_controller_rate_loss_logs_and_eval():
     model = HourglassLM(cfg)  # head weight 0, bias logit(target): p = target at every free position
     x, y = windows(16, length=64)
     out = model(x, generator=torch.Generator().manual_seed(0))
-    loss, metrics = compute_loss(out, y, ObjectiveConfig(rate_control="lagrange"), target)
+    loss, metrics = compute_loss(out, y, ObjectiveConfig(rate="lagrange"), target)
     assert metrics["expected_rate"].item() == pytest.approx(target, abs=1e-6)
     lp = LagrangePrice(target, lr=1.0)
     lp.update(metrics["expected_rate"])
@@ -112,7 +112,7 @@ def test_one_rate_for_controller_rate_loss_logs_and_eval():
     assert metrics["rate"].item() == pytest.approx(((b & free).sum() / free.sum()).item())
     assert metrics["chunks_per_byte"].item() == pytest.approx(b.float().mean().item())
     # eval reports the same rate for the same decisions
-    fixed = HourglassLM(tiny_model_config(chunker="fixed", fixed_stride=7))
+    fixed = HourglassLM(tiny_model_config(chunker=FixedChunkerSettings(stride=7)))
     out_f = fixed(x)
     _, m_f = compute_loss(out_f, y, ObjectiveConfig(), target)
     ev = evaluate(fixed, x, y)
@@ -137,7 +137,7 @@ def test_bf16_autocast_step_keeps_rl_terms_in_fp32(rule):
     x, y = windows(4, length=64)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = model(x, generator=torch.Generator().manual_seed(0))
-        loss, metrics = compute_loss(out, y, ObjectiveConfig(rate_control="lagrange", compute_price=0.01), 0.2)
+        loss, metrics = compute_loss(out, y, ObjectiveConfig(rate=LagrangeRateSettings(compute_price=0.01)), 0.2)
     assert out.logits.dtype == torch.bfloat16  # the autocast really was on
     bd = out.boundaries
     for t in (bd.logits, bd.logp, bd.scores, bd.gate, bd.confidence, bd.smooth):

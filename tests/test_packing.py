@@ -12,13 +12,13 @@ import torch
 from rltok.model import HourglassLM
 from rltok.model.layers import Packing
 from rltok.objective.loss import compute_loss
-from rltok.config import ObjectiveConfig
+from rltok.config import ObjectiveConfig, RLChunkerSettings, ScoreFunctionSettings
 
 from conftest import randomize_, tiny_model_config
 
 VARIANTS = {
     "rl": dict(),
-    "rl-window3": dict(policy_window=3),
+    "rl-window3": dict(chunker=RLChunkerSettings(window=3)),
     "hnet": dict(chunker="hnet"),
     "gumbel": dict(chunker="gumbel"),
     "two-stage": dict(stages=2, stage2_layers=1),
@@ -47,7 +47,8 @@ def pair(variant: str, seed: int = 0):
 def run(model, x, y, group_size=1):
     gen = torch.Generator().manual_seed(3)
     out = model(x, generator=gen, group_size=group_size)
-    obj = ObjectiveConfig(baseline="group" if group_size > 1 else "batch", group_size=group_size)
+    obj = ObjectiveConfig(estimator=ScoreFunctionSettings(baseline="group" if group_size > 1 else "batch"),
+                          group_size=group_size)
     loss, _ = compute_loss(out, y, obj, model.cfg.target_rate, target_rate2=0.5 if model.stage2 else None)
     model.zero_grad()
     loss.backward()

@@ -37,8 +37,8 @@ def tiny_model(**overrides) -> HourglassLM:
 
 MODELS = {
     "rl_w1": tiny_model(),
-    "rl_w4": tiny_model(policy_window=4),
-    "fixed": tiny_model(chunker="fixed", fixed_stride=3),
+    "rl_w4": tiny_model(**{"chunker.window": 4}),
+    "fixed": tiny_model(chunker="fixed", **{"chunker.stride": 3}),
 }
 
 

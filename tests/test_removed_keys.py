@@ -21,7 +21,7 @@ def test_every_removed_key_is_listed():
 def test_an_old_config_dict_with_removed_keys_loads():
     with pytest.warns(UserWarning, match=r"objective\.lexicon_lag was removed .*; ignored"):
         cfg = Config.from_dict(OLD)
-    assert cfg.objective.gamma == 0.9 and not hasattr(cfg.objective, "lexicon_lag")
+    assert cfg.objective.estimator.gamma == 0.9 and not hasattr(cfg.objective, "lexicon_lag")
     cfg.validate()
 
 
@@ -31,7 +31,7 @@ def test_an_old_config_file_with_removed_keys_loads(tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         cfg = load_config("test", file=str(path))
-    assert cfg.objective.gamma == 0.9
+    assert cfg.objective.estimator.gamma == 0.9
     assert sum("was removed" in str(w.message) for w in caught) == len(REMOVED_KEYS)
 
 

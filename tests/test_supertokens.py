@@ -169,7 +169,7 @@ def test_method_overrides_and_slugs(tmp_path):
     assert method_overrides("rl@model.target_rate=0.3") == ["model.chunker=rl", "model.target_rate=0.3"]
     assert method_slug("rl@objective.compute_price=0.1,model.stages=2") == "rl__objective.compute_price-0.1_model.stages-2"
     cfg = method_config("rl@objective.rate_control=none,objective.compute_price=0.1", [], "stdlib", tmp_path, 0, "test")
-    assert cfg.objective.rate_control == "none" and cfg.objective.compute_price == 0.1
+    assert cfg.objective.rate.kind == "none" and cfg.objective.rate.compute_price == 0.1
     with pytest.raises(ValueError, match="unknown method"):
         method_overrides("rll@model.target_rate=0.3")
     with pytest.raises(ConfigError):

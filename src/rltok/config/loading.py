@@ -285,8 +285,8 @@ def _apply_legacy(root: Any, key: str, value: Any, notes: list[str], strict: boo
     """An old flat key, applied where it lives now. Not applicable to the chosen kind: dropped at
     its old default, an error from the command line (`strict`), noted otherwise."""
     given, value = value, _legacy_value(key, value)
-    if value is None:
-        return
+    if value is None or (value == "target" and _price_kind(root) not in (None, "none")):
+        return  # the old switch turns a price on; it never overrides the mode chosen with it
     applied = [path for path in LEGACY_KEYS[key] if _set_path(root, path, value)]
     if applied:
         notes.append(f"{key} -> {applied[0]}")
@@ -296,6 +296,12 @@ def _apply_legacy(root: Any, key: str, value: Any, notes: list[str], strict: boo
         raise ConfigError(f"config key {key!r} is now {here}, which the chosen kind does not have")
     if given != LEGACY_DEFAULTS.get(key):
         warnings.warn(f"{key}={given!r} ignored: it is now {here}, which the chosen kind does not have", stacklevel=3)
+
+
+def _price_kind(root: Any) -> str | None:
+    """The kind of the flips' credit price under `root`, if the estimator has one."""
+    price = getattr(getattr(getattr(root, "objective", None), "estimator", None), "price", None)
+    return getattr(price, "kind", None)
 
 
 def _set_path(root: Any, path: str, value: Any) -> bool:

@@ -61,7 +61,7 @@ def finite(x: float) -> bool:
 class RLChunkerSettings(Section):
     """The learned policy: an autoregressive Bernoulli over its own last `window` decisions."""
     kind: str = "rl"
-    window: int = 1  # w: how many of its own previous decisions the policy sees
+    window: int = 1  # w: the policy sees its own last w - 1 decisions (1: independent given the encoder)
     detach: bool = False  # True: the policy and rate losses do not flow into the encoder
 
     def validate(self, where: str) -> None:
