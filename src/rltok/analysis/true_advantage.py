@@ -35,7 +35,7 @@ import torch
 
 from rltok.data.bytes_classes import TEXT_WHITESPACE
 from rltok.config import ObjectiveConfig
-from rltok.objective.loss import boundary_advantages, boundary_reward, token_nll
+from rltok.objective.loss import boundary_advantages, boundary_reward, returns_of, token_nll
 
 CLASSES = ("indentation", "whitespace", "before_whitespace", "after_whitespace", "punctuation", "mid_word",
            "other")
@@ -53,7 +53,7 @@ def reference_advantage(model, out, x: torch.Tensor, y: torch.Tensor, cfg: Objec
     whole batch, discounted return) with the checkpoint's objective config. A price per chunk,
     when the objective has one, is not included: D_t measures the loss alone."""
     reward = boundary_reward(token_nll(out.early_logits, y), token_nll(out.logits, y), cfg.reward)
-    adv, _ = boundary_advantages(reward, out.boundaries.free, cfg, out.values)
+    adv, _ = boundary_advantages(reward, out.boundaries.free, returns_of(cfg), out.values)
     return adv
 
 
