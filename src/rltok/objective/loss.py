@@ -41,11 +41,9 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, terms, target_rate: fl
                  batch_mean: LocalMean | None = None, counterfactual: Counterfactual | None = None,
                  policy_on: bool = True, price: ChunkPrice | None = None, target_rate2: float | None = None
                  ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Total loss and detached metrics: the sum of `terms` (ObjectiveTerms; an ObjectiveConfig
-    means build.terms_of_objective's, with `target_rate`, `price` and `target_rate2`).
-    `batch_mean`: the batch-statistics protocol (data parallel: a global one). `counterfactual`:
-    what the flips learn from. `policy_on=False` (the warm start) leaves the boundary policy
-    untouched: no policy, rate or price term, so it keeps drawing its initial boundaries."""
+    """Total loss and detached metrics: the sum of `terms` (ObjectiveTerms; an ObjectiveConfig means
+    build.terms_of_objective's). `batch_mean`: the batch-statistics protocol (data parallel: a global
+    one). `policy_on=False` (the warm start): no policy, rate or price term, the policy is left alone."""
     if not isinstance(terms, ObjectiveTerms):  # a bare ObjectiveConfig; a plain LM has no early exit
         terms = terms_of_objective(terms, target_rate, out.early_logits is not None, price, target_rate2)
     mb, total = MicroBatch.of(out, targets, counterfactual, LOCAL if batch_mean is None else batch_mean), Total()
