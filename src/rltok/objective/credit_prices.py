@@ -59,4 +59,5 @@ class LossSlopeCreditPrice(_CreditPrice):
         if end.phase_ended:
             self.controller.restart()  # the full model's loss from the next step on
         else:
-            self.controller.update(end.rates["ce_final"], end.flops_spent, self.cost_slope(end.rates["chunks_per_byte"]))
+            slope = self.cost_slope(end.rates["chunks_per_byte"])
+            self.controller.update(end.rates["ce_final"], end.flops_spent, slope)

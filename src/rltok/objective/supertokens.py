@@ -29,8 +29,8 @@ class Supertokens(Term):
         loss = self.pg_weight * policy_gradient_loss(bd2.logp, torch.gather(returns, 1, out.chunk_pos), bd2.free)
         # the rate over free chunk slots (as for stage 1); compute follows supertokens per chunk
         per_chunk = (bd2.b.sum() / out.n_chunks.sum().clamp(min=1)).detach().float()
-        metrics = {"rate2": boundary_rate(bd2.b, bd2.free).detach(), "expected_rate2": expected_rate(bd2.logits, bd2.free),
-                   "supertokens_per_chunk": per_chunk}
+        metrics = {"rate2": boundary_rate(bd2.b, bd2.free).detach(),
+                   "expected_rate2": expected_rate(bd2.logits, bd2.free), "supertokens_per_chunk": per_chunk}
         stage = Stage(bd2, mb.reduce, lambda: per_chunk, suffix="2")
         for price in self.prices:
             part, m = price(stage)
