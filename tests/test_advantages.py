@@ -10,7 +10,7 @@ import torch
 from conftest import randomize_, tiny_model_config
 from rltok.config import ConfigError, ObjectiveConfig, RLChunkerSettings, ScoreFunctionSettings, load_config
 from rltok.model import HourglassLM
-from rltok.objective.loss import boundary_advantages, compute_loss, token_nll
+from rltok.objective.loss import boundary_advantages, compute_loss, returns_of, token_nll
 from rltok.objective import policy_gradient_loss
 
 
@@ -49,7 +49,7 @@ def test_group_loo_estimator_is_unbiased_on_an_enumerable_problem():
         o = model(x.expand(n_seq, T), generator=gen, group_size=K)
         yy = y.expand(n_seq * K, T)
         rr = (token_nll(o.early_logits, yy) - token_nll(o.logits, yy)).detach()
-        adv, _ = boundary_advantages(rr, o.boundaries.free, cfg)
+        adv, _ = boundary_advantages(rr, o.boundaries.free, returns_of(cfg))
         loss = policy_gradient_loss(o.boundaries.logp, adv, o.boundaries.free)
         estimates.append(torch.cat([g.flatten() for g in torch.autograd.grad(loss, params)]))
     est = torch.stack(estimates)
@@ -78,7 +78,7 @@ def test_critic_loss_falls_on_a_fixed_policy():
         opt.zero_grad()
         # the critic's own term, isolated: only value_head parameters are stepped
         r = (token_nll(out.early_logits, x.roll(-1, 1)) - token_nll(out.logits, x.roll(-1, 1))).detach()
-        _, vl = boundary_advantages(r, out.boundaries.free, cfg.objective, out.values)
+        _, vl = boundary_advantages(r, out.boundaries.free, returns_of(cfg.objective), out.values)
         vl.backward()
         opt.step()
     first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
@@ -94,13 +94,13 @@ def test_value_advantages_are_gae_of_the_baselined_rewards():
     v = torch.randn(4, 30)
     free = torch.ones(4, 30, dtype=torch.bool)
     cfg = ObjectiveConfig(estimator=ScoreFunctionSettings(baseline="batch+value", gamma=0.9, gae_lambda=0.8))
-    adv, vl = boundary_advantages(r, free, cfg, v)
+    adv, vl = boundary_advantages(r, free, returns_of(cfg), v)
     centred = batch_relative(r)
     assert torch.allclose(adv, gae(centred, v, 0.9, 0.8), atol=1e-5)
     assert torch.allclose(vl, (v - discounted_cumsum(centred, 0.9)).square().mean(), atol=1e-5)
     # lambda = 1: GAE is the discounted return minus the value
     cfg1 = ObjectiveConfig(estimator=ScoreFunctionSettings(baseline="batch+value", gamma=0.9, gae_lambda=1.0))
-    adv1, _ = boundary_advantages(r, free, cfg1, v)
+    adv1, _ = boundary_advantages(r, free, returns_of(cfg1), v)
     assert torch.allclose(adv1, discounted_cumsum(centred, 0.9) - v, atol=1e-4)
 
 

@@ -30,22 +30,20 @@ import time
 
 import torch
 
-from rltok.config import ObjectiveConfig, with_settings
-from rltok.config.sections import FlipsSettings, ScoreFunctionSettings
-from rltok.objective.batch import PolicyBatch, per_segmentation
-from rltok.objective.build import build_estimator, build_lexicon
-from rltok.objective.loss import compute_loss, token_nll
+from rltok.config import FlipsSettings, ObjectiveConfig, ScoreFunctionSettings, with_settings
+from rltok.objective.batch import MicroBatch, per_segmentation
+from rltok.objective.build import build_estimator, build_lexicon, returns_of, terms_of_objective
+from rltok.objective.loss import compute_loss
 from rltok.objective.score_function import boundary_advantages
 
-# name -> objective overrides on top of the checkpoint's objective: the reference estimator, its
-# ablations (gamma = 1, no batch baseline, final-loss reward) and the variance reducers (group
-# baselines, the critic)
 def _score_function(baseline: str = "batch", gamma: float = 0.99, reward: str = "early_exit", k: int = 1) -> dict:
     return {"estimator": {"kind": "score_function", "baseline": baseline, "gamma": gamma}, "reward": reward,
             "group_size": k}
 
 
-# name -> objective settings on top of the checkpoint's (as a config file's objective section)
+# name -> objective settings on top of the checkpoint's (as a config file's objective section): the
+# reference estimator, its ablations (gamma = 1, no batch baseline, final-loss reward), the variance
+# reducers (group baselines, the critic) and the flips
 VARIANTS: dict[str, dict] = {
     "reference": _score_function(),
     "gamma=1": _score_function(gamma=1.0),
@@ -92,22 +90,21 @@ def _group_batch(x: torch.Tensor, y: torch.Tensor, k: int):
     return (x, y) if k == 1 else (x[: len(x) // k], y[: len(x) // k])
 
 
-def _rollout(model, x, y, cfg: ObjectiveConfig, generator, lexicon=None, estimator=None) -> PolicyBatch:
+def _rollout(model, x, y, cfg: ObjectiveConfig, generator, lexicon=None, estimator=None
+             ) -> tuple[MicroBatch, torch.Tensor]:
     """Sample segmentations of (x, y) and score them, as the objective's estimator sees them
-    (with `estimator`, its counterfactual too); the reward is the estimator's, or with a lexicon
-    minus the segmentation's code length under it."""
+    (with `estimator`, its counterfactual too): the micro-batch and its reward, the estimator's
+    or with a lexicon minus the segmentation's code length under it."""
     estimator = build_estimator(cfg, lexicon) if estimator is None else estimator
     k = cfg.group_size
     xs, ys = _group_batch(x, y, k)
     out = model(xs, generator=generator, group_size=k)
     cf = estimator.counterfactual(model, xs, ys, out, generator)
     ys = ys.repeat_interleave(k, 0) if k > 1 else ys
-    batch = PolicyBatch(out, ys, token_nll(out.early_logits, ys), token_nll(out.logits, ys), cf)
+    mb = MicroBatch.of(out, ys, cf)
     if lexicon is not None:
-        batch.reward = -lexicon.costs(per_segmentation(xs, len(ys)), out.boundaries.b)
-    else:
-        batch.reward = estimator.reward(batch)
-    return batch
+        return mb, -lexicon.costs(per_segmentation(xs, len(ys)), out.boundaries.b)
+    return mb, estimator.reward(mb)
 
 
 def estimate(model, x: torch.Tensor, y: torch.Tensor, cfg: ObjectiveConfig, params, generator,
@@ -115,7 +112,8 @@ def estimate(model, x: torch.Tensor, y: torch.Tensor, cfg: ObjectiveConfig, para
     """One estimate of the policy gradient on (x, y): the gradient of the estimator's surrogate
     (the score function on the baselined, discounted reward, the counterfactual-flips one, ...)."""
     estimator = build_estimator(cfg, lexicon)
-    return _flat_grad(estimator.policy_loss(_rollout(model, x, y, cfg, generator, lexicon, estimator)), params)
+    mb, reward = _rollout(model, x, y, cfg, generator, lexicon, estimator)
+    return _flat_grad(estimator.policy_loss(mb, reward).surrogate, params)
 
 
 def train_flops_per_byte_of(model, cfg: ObjectiveConfig, seq_len: int) -> float:
@@ -138,8 +136,8 @@ def fit_critic(model, x, y, cfg: ObjectiveConfig, generator, steps: int = 200, l
     opt = torch.optim.Adam(critic, lr=lr)
     loss = torch.tensor(float("nan"))
     for _ in range(steps):
-        batch = _rollout(model, x, y, cfg, generator, lexicon)
-        _, loss = boundary_advantages(batch.reward, batch.bd.free, cfg, batch.out.values)
+        mb, reward = _rollout(model, x, y, cfg, generator, lexicon)
+        _, loss = boundary_advantages(reward, mb.bd.free, returns_of(cfg), mb.out.values)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -154,12 +152,13 @@ def step_time(model, x, y, cfg: ObjectiveConfig, target_rate: float, generator, 
     k = cfg.group_size
     xs, ys = _group_batch(x, y, k)
     estimator = build_estimator(cfg, lexicon)
+    terms = terms_of_objective(cfg, target_rate, estimator=estimator)
     times = []
     for i in range(repeats + 1):
         t0 = time.perf_counter()
         out = model(xs, generator=generator, group_size=k)
         cf = estimator.counterfactual(model, xs, ys, out, generator)
-        loss, _ = compute_loss(out, ys, cfg, target_rate, counterfactual=cf, estimator=estimator)
+        loss, _ = compute_loss(out, ys, terms, counterfactual=cf)
         loss.backward()
         model.zero_grad(set_to_none=True)
         if i:  # the first is a warm-up

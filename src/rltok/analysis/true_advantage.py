@@ -34,9 +34,8 @@ from typing import Callable
 import torch
 
 from rltok.data.bytes_classes import TEXT_WHITESPACE
-from rltok.config import ObjectiveConfig, with_settings
-from rltok.config.sections import ScoreFunctionSettings
-from rltok.objective.loss import boundary_advantages, boundary_reward, token_nll
+from rltok.config import ObjectiveConfig
+from rltok.objective.loss import boundary_advantages, boundary_reward, returns_of, token_nll
 
 CLASSES = ("indentation", "whitespace", "before_whitespace", "after_whitespace", "punctuation", "mid_word",
            "other")
@@ -53,10 +52,9 @@ def reference_advantage(model, out, x: torch.Tensor, y: torch.Tensor, cfg: Objec
     """The advantage training uses: boundary_reward, then boundary_advantages (baseline over the
     whole batch, discounted return) with the checkpoint's objective config. A price per chunk,
     when the objective has one, is not included: D_t measures the loss alone."""
+    # under another estimator, the score function's default returns (returns_of)
     reward = boundary_reward(token_nll(out.early_logits, y), token_nll(out.logits, y), cfg.reward.kind)
-    if not isinstance(cfg.estimator, ScoreFunctionSettings):  # another estimator: the score function's defaults
-        cfg = with_settings(cfg, {"estimator": "score_function"}, "objective.")
-    adv, _ = boundary_advantages(reward, out.boundaries.free, cfg, out.values)
+    adv, _ = boundary_advantages(reward, out.boundaries.free, returns_of(cfg), out.values)
     return adv
 
 

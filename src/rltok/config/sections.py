@@ -538,5 +538,5 @@ RATES.register("lagrange", "rltok.objective.rate:LagrangeRate", LagrangeRateSett
 RATES.register("none", "rltok.objective.rate:NoRateControl")
 
 CREDIT_PRICES.register("none", None)
-CREDIT_PRICES.register("target", "rltok.objective.controller:LagrangePrice", TargetPriceSettings)
-CREDIT_PRICES.register("loss_slope", "rltok.objective.controller:LossSlopePrice")
+CREDIT_PRICES.register("target", "rltok.objective.credit_prices:TargetCreditPrice", TargetPriceSettings)
+CREDIT_PRICES.register("loss_slope", "rltok.objective.credit_prices:LossSlopeCreditPrice")

@@ -1,13 +1,13 @@
-"""What the boundary estimators and the rate control see of one micro-batch (PolicyBatch), and
-the batch-statistics protocol they reduce with (LocalMean)."""
+"""What every term of the objective sees of one micro-batch (MicroBatch, read-only), and the
+batch-statistics protocol they reduce with (LocalMean)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from rltok.model.output import ModelOutput
+from rltok.model.output import ModelOutput, token_nll
 from rltok.objective.policy_gradient import masked_mean
 
 
@@ -54,25 +54,33 @@ class Counterfactual:
     reward: torch.Tensor | None = None
 
 
-@dataclass
-class PolicyBatch:
-    """One micro-batch as the boundary policy's terms see it. The estimator and the rate control
-    read the model's output and per-position losses and fill in what later terms and the metrics
-    need (reward, returns, prices), so each piece is computed once."""
+@dataclass(frozen=True)
+class MicroBatch:
+    """One micro-batch as every term of the objective sees it, read-only: the model's output, its
+    per-position losses (computed once, here), the counterfactual and the batch-statistics
+    protocol. Terms add nothing to it: what one term computes for another (a reward, credits,
+    returns) is returned and passed on explicitly."""
     out: ModelOutput
     targets: torch.Tensor  # (B, T) per segmentation row
-    ce_early: torch.Tensor | None  # (B, T) encoder-only head's loss
-    ce_final: torch.Tensor  # (B, T) the model's loss
+    ce_final: torch.Tensor  # (B, T) the model's loss, attributed to bytes
+    counted: torch.Tensor  # (B, T) bool: the bytes whose loss counts
+    ce_early: torch.Tensor | None  # (B, T) the encoder-only head's loss (None: no early exit)
     counterfactual: Counterfactual | None = None
     reduce: LocalMean = LOCAL
-    metrics: dict = field(default_factory=dict)
-    reward: torch.Tensor | None = None  # (B, T) detached per-position reward (after any price in it)
-    returns: torch.Tensor | None = None  # the score function's advantages (the supertoken policy reuses them)
-    value_loss: torch.Tensor | None = None
-    pg_loss: torch.Tensor | None = None  # the estimator's unweighted surrogate
-    chunk_price: torch.Tensor | None = None  # nats per chunk (compute price + Lagrange multiplier)
-    credit_price: object | None = None  # the flips' price per boundary (a LagrangePrice), None: none
+
+    @classmethod
+    def of(cls, out: ModelOutput, targets: torch.Tensor, counterfactual: Counterfactual | None = None,
+           reduce: LocalMean = LOCAL) -> "MicroBatch":
+        targets = out.rows_targets(targets)
+        ce_final, counted = out.per_byte_nll(targets)
+        ce_early = None if out.early_logits is None else token_nll(out.early_logits, targets)
+        return cls(out, targets, ce_final, counted, ce_early, counterfactual, reduce)
 
     @property
     def bd(self):
         return self.out.boundaries
+
+    @property
+    def learns_boundaries(self) -> bool:
+        """Whether the output carries a boundary policy's logits (a learned rule)."""
+        return self.bd is not None and self.bd.logits is not None

@@ -1,24 +1,88 @@
-"""The registries the objective is built from, by config name. Adding an estimator or a reward
-is one class (estimator.BoundaryEstimator / rewards.Reward) and one entry here or in REWARDS."""
+"""The one place the objective is read from the config: the registries (one entry per kind) and
+the functions that turn a config into the list of terms (build_objective) and, for tests and
+tools holding a bare ObjectiveConfig, into the same terms without a trainer (terms_of_objective).
+
+Adding an estimator, a reward or a rate control is one class and one entry here: an estimator is
+built as `cls(reward, EstimatorSettings, lexicon, credit_price)`, a reward as `cls()`, a rate
+control as `cls(RateSettings)` (a rate.PriceTerm; its `multiplier`, if any, joins the chunk price).
+"""
 
 from __future__ import annotations
 
-from rltok.config import ObjectiveConfig
-from rltok.objective.estimator import BoundaryEstimator
-from rltok.objective.flips_estimator import Flips
-from rltok.objective.rewards import REWARDS, make_reward  # noqa: F401  (REWARDS: the reward registry)
-from rltok.objective.score_function import ScoreFunction
+from dataclasses import dataclass, field
 
-# objective.estimator -> class
-ESTIMATORS: dict[str, type[BoundaryEstimator]] = {e.name: e for e in (ScoreFunction, Flips)}
+from rltok.config import CHUNKERS, ESTIMATORS, FAMILIES, RATES, REWARDS, ObjectiveConfig  # noqa: F401
+from rltok.config import CREDIT_PRICES as CREDIT_PRICE_KINDS
+from rltok.config import FlipsSettings, ScoreFunctionSettings
+from rltok.objective.estimator import BoundaryEstimator, EstimatorSettings
+from rltok.objective.flips_estimator import Flips
+from rltok.objective.lm_terms import BoundaryRule, EarlyExitCE, FinalCE, PlainLM
+from rltok.objective.rate import (ChunkPrice, ChunkPriceInReward, ClosedFormChunkPrice, RateSettings,
+                                  compute_price)
+from rltok.objective.rewards import make_reward
+from rltok.objective.score_function import Returns
+from rltok.objective.supertokens import Supertokens
+from rltok.objective.terms import ObjectiveTerms, PolicyTerms
+
+# The components come from the config's registries (rltok.config: ESTIMATORS, REWARDS, RATES,
+# CREDIT_PRICES), one per kind. How a chunk price reaches the policy is a setting of every rate
+# control (objective.rate.cost_estimator), not a component: this table is its meaning.
+COST_ESTIMATORS: dict[str, type] = {"exact": ClosedFormChunkPrice, "reward": ChunkPriceInReward}
 
 LEXICON_CONCENTRATION = 100.0  # the Dirichlet process' weight of the base model (never tuned)
 
 
-def build_estimator(cfg: ObjectiveConfig, lexicon=None) -> BoundaryEstimator:
+@dataclass(frozen=True)
+class Schedule:
+    """What the objective container needs of the config beside its terms."""
+    policy_start_step: int = 0  # the warm start: the policy is left alone before this step
+    tokenizer_phase: float = 0.0  # the share of the training compute spent in the tokenizer phase
+    has_encoder_phase: bool = False  # whether the model has an encoder-only phase (the hierarchical LM)
+    flops_budget: float = 0.0
+    max_steps: int = 0
+    flip_seed: int = 2  # the flips' random stream
+
+
+@dataclass
+class BuiltObjective:
+    terms: ObjectiveTerms
+    schedule: Schedule
+    # the pieces tests and tools inspect, by the names older callers use (price, price2,
+    # flip_price: the controllers; lexicon; target_rate2)
+    named: dict = field(default_factory=dict)
+
+
+def returns_of(o: ObjectiveConfig) -> Returns:
+    """The score function's returns settings of an objective config (its defaults under another
+    estimator: the instruments that compare estimators read them)."""
+    sf = o.estimator if isinstance(o.estimator, ScoreFunctionSettings) else ScoreFunctionSettings()
+    parts = sf.baseline_parts()
+    return Returns(batch_baseline="batch" in parts, group_size=o.group_size, group_baseline="group" in parts,
+                   critic="value" in parts, gamma=sf.gamma, gae_lambda=sf.gae_lambda, normalize=sf.normalize_advantages)
+
+
+def estimator_settings(o: ObjectiveConfig) -> EstimatorSettings:
+    fl = o.estimator if isinstance(o.estimator, FlipsSettings) else FlipsSettings()
+    return EstimatorSettings(o.pg_weight, returns_of(o), fl.stride, fl.model_pass, fl.lexicon.weight)
+
+
+def rate_settings(section, target: float, stage: int = 1, device=None, cost_slope=None) -> RateSettings:
+    """What a rate control or a credit price reads of its config section (the settings its kind
+    has; the others are unused by it)."""
+    return RateSettings(target, getattr(section, "weight", 0.0), getattr(section, "lr", 0.0),
+                        getattr(section, "gain", 0.0), stage, device, cost_slope)
+
+
+def rate_control(o: ObjectiveConfig, target: float, stage: int = 1, device=None):
+    """The rate control objective.rate names, for one stage's policy."""
+    return RATES.component(o.rate.kind)(rate_settings(o.rate, target, stage, device))
+
+
+def build_estimator(o: ObjectiveConfig, lexicon=None, credit_price=None) -> BoundaryEstimator:
     """The estimator objective.estimator names, with its reward (objective.reward) and, for the
-    flips, the lexicon whose code length it credits."""
-    return ESTIMATORS[cfg.estimator.kind](cfg, make_reward(cfg.reward.kind), lexicon)
+    flips, the lexicon whose code length it credits and the price in its credit."""
+    return ESTIMATORS.component(o.estimator.kind)(make_reward(o.reward.kind), estimator_settings(o), lexicon,
+                                                   credit_price)
 
 
 def build_lexicon(cfg, device=None):
@@ -26,5 +90,81 @@ def build_lexicon(cfg, device=None):
     from rltok.objective.lexicon import ChunkLexicon
 
     lex = cfg.objective.estimator.lexicon
-    return ChunkLexicon(lex.size, LEXICON_CONCENTRATION, 1.0 / cfg.model.target_rate, lex.decay,
-                        device=device)
+    return ChunkLexicon(lex.size, LEXICON_CONCENTRATION, 1.0 / cfg.model.target_rate, lex.decay, device=device)
+
+
+def make_chunk_price(model_cfg, o: ObjectiveConfig, seq_len: int, device=None, control=None) -> ChunkPrice | None:
+    """The price per chunk the config asks for: objective.rate.compute_price plus the multiplier of
+    the rate control (`control`, or objective.rate's own); None when chunks are free."""
+    control = rate_control(o, model_cfg.target_rate, device=device) if control is None else control
+    if o.rate.compute_price == 0 and control.multiplier is None:
+        return None
+    from rltok.model.flops import chunk_cost_flops
+
+    a, c = chunk_cost_flops(model_cfg, seq_len)
+    return compute_price(a, c, o.rate.compute_price, control.multiplier)
+
+
+def lm_terms(alpha: float, hierarchical: bool) -> list:
+    """(1 - alpha) CE_final, alpha CE_early and the rule's own loss; or a plain LM's loss."""
+    return [FinalCE(1 - alpha), EarlyExitCE(alpha), BoundaryRule()] if hierarchical else [PlainLM()]
+
+
+def build_objective(cfg, device=None, cost_slope=None) -> BuiltObjective:
+    """The terms a Config's training minimises, and the container's schedule. `cost_slope(rate)`:
+    d ln(training FLOPs per byte) / d rate (what the loss-slope price needs)."""
+    m, o, t = cfg.model, cfg.objective, cfg.train
+    hierarchical = FAMILIES.component(m.arch).hierarchical
+    schedule = Schedule(o.policy_start_step, o.tokenizer_phase, hierarchical, t.flops_budget, t.max_steps, t.seed + 2)
+    terms = ObjectiveTerms(lm_terms(o.alpha, hierarchical))
+    if not (hierarchical and CHUNKERS.component(m.chunker.kind).learned):
+        return BuiltObjective(terms, schedule)
+    terms.policy, named = _policy_terms(cfg, device, cost_slope)
+    return BuiltObjective(terms, schedule, named)
+
+
+def _policy_terms(cfg, device, cost_slope) -> tuple[PolicyTerms, dict]:
+    m, o = cfg.model, cfg.objective
+    cls = ESTIMATORS.component(o.estimator.kind)
+    credit_price = lexicon = None
+    if cls.credits_each_decision:
+        price_cls = CREDIT_PRICE_KINDS.component(o.estimator.price.kind)  # None: no price in the credit
+        if price_cls is not None:
+            credit_price = price_cls(rate_settings(o.estimator.price, m.target_rate, 1, device, cost_slope))
+        if o.estimator.lexicon.weight > 0:  # its chunk counts (per rank under data parallelism)
+            lexicon = build_lexicon(cfg, device)
+    control = rate_control(o, m.target_rate, 1, device)
+    price = make_chunk_price(m, o, cfg.train.seq_len, device, control)
+    prices = [] if price is None else [COST_ESTIMATORS[o.rate.cost_estimator](price, o.pg_weight)]
+    prices += [control] + ([] if credit_price is None else [credit_price])
+    policy = PolicyTerms(build_estimator(o, lexicon, credit_price), prices)
+    named = {"price": price, "flip_price": getattr(credit_price, "controller", None), "lexicon": lexicon}
+    if m.stages == 2:  # the supertoken policy: its own rate control, its price always in closed form
+        control2 = rate_control(o, m.stage2_target_rate, 2, device)
+        price2 = None if control2.multiplier is None else ChunkPrice(lagrange=control2.multiplier)
+        prices2 = ([] if price2 is None else [ClosedFormChunkPrice(price2, o.pg_weight)]) + [control2]
+        policy.stage2 = [Supertokens(o.pg_weight, prices2)]
+        named.update(price2=price2, target_rate2=m.stage2_target_rate)
+    return policy, named
+
+
+def terms_of_objective(o: ObjectiveConfig, target_rate: float, hierarchical: bool = True,
+                       price: ChunkPrice | None = None, target_rate2: float | None = None,
+                       estimator: BoundaryEstimator | None = None) -> ObjectiveTerms:
+    """The terms of a bare ObjectiveConfig, for tests and tools that run `compute_loss` without a
+    trainer: no controller of its own (a rate control's multiplier is left out), the chunk price
+    `price` if given, a supertoken rate control only with `target_rate2`, and `estimator` (one
+    built with a lexicon, say) in place of the one `o` names."""
+    lm = lm_terms(o.alpha, hierarchical)
+    if not hierarchical:
+        return ObjectiveTerms(lm)
+    prices = [] if price is None else [COST_ESTIMATORS[o.rate.cost_estimator](price, o.pg_weight)]
+    prices.append(rate_control(o, target_rate))
+    prices2 = [] if target_rate2 is None else [rate_control(o, target_rate2, 2)]
+    estimator = build_estimator(o) if estimator is None else estimator
+    return ObjectiveTerms(lm, PolicyTerms(estimator, prices, [Supertokens(o.pg_weight, prices2)]))
+
+
+def counterfactual_pass(model, idx, targets, out, o: ObjectiveConfig, generator=None):
+    """The flips' counterfactual of `o`'s settings on one batch, without a lexicon."""
+    return Flips(make_reward(o.reward.kind), estimator_settings(o)).counterfactual(model, idx, targets, out, generator)

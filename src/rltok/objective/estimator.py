@@ -1,27 +1,54 @@
 """The interface every boundary-gradient estimator implements (see build.ESTIMATORS).
 
-An estimator owns its settings and its reward. Per micro-batch the objective calls
-`counterfactual` (any extra pass it learns from; after the model's forward), `observe` (state
-it keeps from the sampled decisions, e.g. the lexicon's counts), then `reward` and `add`, which
-adds its weighted loss terms to the running loss and writes its metrics. `policy_loss` is the
-unweighted surrogate alone (what diagnostics differentiate).
+An estimator is a term of the objective that owns its reward. Per micro-batch the objective calls
+`counterfactual` (any extra pass it learns from; after the model's forward) and `observe` (state
+it keeps from the sampled decisions, e.g. the lexicon's counts); then `reward`, which the rate
+terms may reshape (a price in the reward), and `__call__(mb, reward)`, which returns its weighted
+loss terms, its metrics and the per-decision returns later terms are credited with (None if it
+has none). `policy_loss(mb, reward)` is the unweighted surrogate alone (what diagnostics
+differentiate), with what it computed on the way.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 
-from rltok.objective.batch import PolicyBatch
+from rltok.objective.batch import MicroBatch
 from rltok.objective.rewards import Reward
+from rltok.objective.terms import Term
 
 
-class BoundaryEstimator:
+@dataclass(frozen=True)
+class EstimatorSettings:
+    """Every estimator's settings, plain values (build.py reads them from the config); each
+    estimator uses its own."""
+    pg_weight: float = 1.0  # the policy term's weight
+    returns: object = None  # score function: score_function.Returns (baselines, discount, critic)
+    flip_stride: int = 16  # flips: every stride-th free decision is flipped
+    flip_model_pass: bool = True  # flips: re-run the model on the flipped decisions
+    lexicon_weight: float = 0.0  # flips: nats of the lexicon's code length per nat of LM loss
+
+
+@dataclass
+class PolicyLoss:
+    surrogate: torch.Tensor  # the unweighted surrogate
+    returns: torch.Tensor | None = None  # per-decision returns (the supertoken policy is credited with them)
+    value_loss: torch.Tensor | None = None  # the critic's
+    metrics: dict = field(default_factory=dict)
+
+
+class BoundaryEstimator(Term):
     name = ""
     model_pass = False  # whether `counterfactual` runs the model (charged in the FLOPs meter)
+    # whether it credits each decision on its own (then a lexicon's code length and a price per
+    # boundary in credit units apply to it)
+    credits_each_decision = False
 
-    def __init__(self, cfg, reward: Reward, lexicon=None):
-        self.cfg = cfg
+    def __init__(self, reward: Reward, settings: EstimatorSettings, lexicon=None, credit_price=None):
         self.reward_fn = reward
+        self.settings = settings
 
     def counterfactual(self, model, idx, targets, out, generator=None):
         return None
@@ -29,14 +56,16 @@ class BoundaryEstimator:
     def observe(self, idx: torch.Tensor, out) -> None:
         """Called for every micro-batch, the warm start's too."""
 
-    def reward(self, batch: PolicyBatch) -> torch.Tensor:
-        cf = batch.counterfactual
+    def reward(self, mb: MicroBatch) -> torch.Tensor:
+        """(B, T) the detached per-position reward of the sampled decisions."""
+        cf = mb.counterfactual
         if cf is not None and cf.reward is not None:  # a probe's, computed with the counterfactual's
             return cf.reward
-        return self.reward_fn(batch.ce_early, batch.ce_final, batch.bd.b, batch.targets)
+        return self.reward_fn(mb.ce_early, mb.ce_final, mb.bd.b, mb.targets)
 
-    def policy_loss(self, batch: PolicyBatch) -> torch.Tensor:
+    def policy_loss(self, mb: MicroBatch, reward: torch.Tensor) -> PolicyLoss:
         raise NotImplementedError
 
-    def add(self, loss: torch.Tensor, batch: PolicyBatch) -> torch.Tensor:
+    def __call__(self, mb: MicroBatch, reward: torch.Tensor):
+        """(loss parts, metrics, returns)."""
         raise NotImplementedError

@@ -6,13 +6,13 @@ credited with the loss change its flip caused (flips.py), from a counterfactual 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
 from rltok.model.output import ModelOutput, token_nll
-from rltok.objective.batch import Counterfactual, PolicyBatch, per_segmentation
-from rltok.objective.controller import LossSlopePrice
-from rltok.objective.estimator import BoundaryEstimator
+from rltok.objective.batch import Counterfactual, MicroBatch, per_segmentation
+from rltok.objective.estimator import BoundaryEstimator, EstimatorSettings, PolicyLoss
 from rltok.objective.flips import boundary_values, draw_flips, local_expectation_loss
 from rltok.objective.policy_gradient import masked_mean
 
@@ -27,17 +27,29 @@ def with_lexicon_costs(cf: Counterfactual, lexicon, idx: torch.Tensor, b: torch.
                           reward=cf.reward)
 
 
+@dataclass(frozen=True)
+class Credit:
+    """Each flipped decision's credit D_f (0 elsewhere) and how the surrogate is to treat it: a
+    price per boundary reshapes it (rate.py's credit prices) before the estimator consumes it."""
+    values: torch.Tensor  # (B, T)
+    flips: torch.Tensor  # (B, T) bool
+    center: bool = True  # subtract the mean credit over the flips (the rate is then left to a price)
+    price: torch.Tensor | float = 0.0  # subtracted from every normalised credit
+
+
 class Flips(BoundaryEstimator):
     """Settings: flip_stride, flip_model_pass, lexicon_weight (and the reward: a probe's credit
     is a function of the decisions alone, so no model pass is run for it). `lexicon`: the
-    ChunkLexicon whose code length is credited (None: none)."""
+    ChunkLexicon whose code length is credited (None: none). `credit_price`: a term with
+    `price_credit(Credit) -> Credit`, a price per boundary in the credits (None: none)."""
     name = "flips"
+    credits_each_decision = True
 
-    def __init__(self, cfg, reward, lexicon=None):
-        super().__init__(cfg, reward)
-        est = cfg.estimator
-        self.stride, self.run_model = est.stride, est.model_pass
-        self.lexicon, self.lexicon_weight = lexicon, est.lexicon.weight
+    def __init__(self, reward, settings: EstimatorSettings, lexicon=None, credit_price=None):
+        super().__init__(reward, settings)
+        self.stride, self.run_model = settings.flip_stride, settings.flip_model_pass
+        self.lexicon, self.lexicon_weight = lexicon, settings.lexicon_weight
+        self.credit_price = credit_price
 
     @property
     def model_pass(self) -> bool:
@@ -68,35 +80,38 @@ class Flips(BoundaryEstimator):
             b = out.boundaries.b
             self.lexicon.update(per_segmentation(idx, b.shape[0]), b)
 
-    def credits(self, batch: PolicyBatch) -> torch.Tensor:
-        """(B, T) D_f = L(b_f = 0) - L(b_f = 1) at each flipped decision. The per-position loss
+    def credits(self, mb: MicroBatch, reward: torch.Tensor) -> Credit:
+        """D_f = L(b_f = 0) - L(b_f = 1) at each flipped decision. The per-position loss
         compared with the counterfactual one is the LM's (or, for a probe, minus the reward)."""
-        cf = batch.counterfactual
+        cf = mb.counterfactual
         if cf is None:
             raise ValueError("objective.estimator='flips' needs the counterfactual pass (Flips.counterfactual)")
-        base = -batch.reward if self.reward_fn.probe else batch.ce_final.detach()
+        base = -reward if self.reward_fn.probe else mb.ce_final.detach()
         flipped = base if cf.nll is None else cf.nll  # not re-run: no change
         if cf.extra is not None:
             base, flipped = base + cf.extra, flipped + cf.extra_flipped
-        return boundary_values(base, flipped, cf.flips, batch.bd.b)
+        return Credit(boundary_values(base, flipped, cf.flips, mb.bd.b), cf.flips)
 
-    def policy_loss(self, batch: PolicyBatch) -> torch.Tensor:
-        values = self.credits(batch)
-        flips = batch.counterfactual.flips
-        batch.metrics["flip_value"] = masked_mean(values, flips).detach()
-        price = 0.0 if batch.credit_price is None else batch.credit_price.price
-        if isinstance(batch.credit_price, LossSlopePrice):
-            # a price in nats, set against the credits as they are: not centred, so the rate is
-            # where the credit of one more boundary meets its price
-            return local_expectation_loss(batch.bd.logits, torch.where(flips, values - price, values), flips,
-                                          center=False, mean=batch.reduce.masked_mean)
-        return local_expectation_loss(batch.bd.logits, values, flips, mean=batch.reduce.masked_mean, price=price)
+    def policy_loss(self, mb: MicroBatch, reward: torch.Tensor) -> PolicyLoss:
+        credit = self.credits(mb, reward)
+        metrics = {"flip_value": masked_mean(credit.values, credit.flips).detach()}
+        if self.credit_price is not None:
+            credit = self.credit_price.price_credit(credit)
+        surrogate = local_expectation_loss(mb.bd.logits, credit.values, credit.flips, center=credit.center,
+                                           mean=mb.reduce.masked_mean, price=credit.price)
+        return PolicyLoss(surrogate, metrics=metrics)
 
-    def add(self, loss: torch.Tensor, batch: PolicyBatch) -> torch.Tensor:
-        batch.pg_loss = self.policy_loss(batch)
-        if batch.credit_price is not None:
-            batch.metrics["flip_price"] = batch.credit_price.price.detach()
-        cf = batch.counterfactual
+    def __call__(self, mb: MicroBatch, reward: torch.Tensor):
+        pl = self.policy_loss(mb, reward)
+        metrics = {**pl.metrics, "pg_loss": pl.surrogate.detach(), "reward": reward.mean()}
+        cf = mb.counterfactual
         if cf.extra is not None:  # the lexicon's code length of the sampled chunks, bits per byte
-            batch.metrics["lexicon_bpb"] = cf.extra.mean() / (self.lexicon_weight * LN2)
-        return loss + batch.pg_loss
+            metrics["lexicon_bpb"] = cf.extra.mean() / (self.lexicon_weight * LN2)
+        return [pl.surrogate], metrics, None
+
+    def state_dict(self) -> dict:
+        return {"lexicon": self.lexicon.state_dict()} if self.lexicon is not None else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.lexicon is not None and state.get("lexicon") is not None:
+            self.lexicon.load_state_dict(state["lexicon"])

@@ -1,21 +1,56 @@
-"""Rate control: what holds the boundary rate, in one object (RateControl): the rate penalty
-(objective.rate_control="penalty"), a price per chunk (ChunkPrice: the compute price and/or the
-Lagrange multiplier of rate_control="lagrange"), the flips' price per boundary in credit units
-(flip_rate_control), and the same for a two-stage model's supertoken policy."""
+"""The terms that hold a boundary rate, one class per kind, each one stage's (chunks, or a
+two-stage model's supertokens: `Stage`):
+
+- a price per chunk (ChunkPrice: the compute one more chunk costs, plus a rate control's
+  multiplier), charged in closed form (ClosedFormChunkPrice) or in the sampled reward
+  (ChunkPriceInReward);
+- the rate controls (the config's RATES registry): the rate penalty (RatePenalty), the Lagrange
+  multiplier (LagrangeRate, charged through the stage's chunk price), none.
+
+The flips' price per boundary in credit units is in credit_prices.py."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
-from rltok.config import ModelConfig, ObjectiveConfig
-from rltok.objective.batch import PolicyBatch
-from rltok.objective.controller import LagrangePrice, LossSlopePrice
+from rltok.objective.batch import LocalMean, MicroBatch
+from rltok.objective.controller import LagrangePrice
 from rltok.objective.policy_gradient import masked_mean, rate_loss
+from rltok.objective.terms import StepEnd, Term
 
 LN2 = math.log(2.0)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage's boundary decisions as the price terms see them."""
+    bd: object  # model.chunkers.Boundaries, with the policy's logits
+    reduce: LocalMean
+    density: Callable[[], torch.Tensor]  # what the chunk price grows with (units per byte or per chunk)
+    suffix: str = ""  # of its metric names: "" for chunks, "2" for supertokens
+
+    @classmethod
+    def first(cls, mb: MicroBatch) -> "Stage":
+        bd = mb.bd
+        # data parallel: the price grows with the global rate, the same on every rank
+        return cls(bd, mb.reduce, lambda: mb.reduce.masked_mean(bd.b.float(), torch.ones_like(bd.b)))
+
+
+class PriceTerm(Term):
+    """A term on a stage's rate. `shape_reward` may change the reward before the estimator sees
+    it; `__call__(stage)` returns its own (loss, metrics), added after the estimator's. A rate
+    control's `multiplier` (a price per chunk with `.price`, or None) joins the chunk price."""
+    multiplier = None
+
+    def shape_reward(self, stage: Stage, reward: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        return reward, {}
+
+    def __call__(self, stage: Stage):
+        return None, {}
 
 
 @dataclass
@@ -32,110 +67,90 @@ class ChunkPrice:
         return price + self.lagrange.price if self.lagrange is not None else price
 
 
-def make_chunk_price(model_cfg: ModelConfig, cfg: ObjectiveConfig, seq_len: int, device=None) -> ChunkPrice | None:
-    """The price the config asks for (None when chunks are free, as in the reference recipe)."""
-    lagrange, rate = None, cfg.rate
-    if rate.kind == "lagrange":
-        lagrange = LagrangePrice(model_cfg.target_rate, rate.lr, rate.gain, device)
-    if rate.compute_price == 0 and lagrange is None:
-        return None
-    from rltok.model.flops import chunk_cost_flops
-
-    a, c = chunk_cost_flops(model_cfg, seq_len)
-    nats_per_flop = rate.compute_price * LN2 / 1e6  # compute_price is in bits per MFLOP
-    return ChunkPrice(a * nats_per_flop, c * nats_per_flop, lagrange)
+def compute_price(a: float, c: float, bits_per_mflop: float, multiplier=None) -> ChunkPrice:
+    """A chunk price from the chunk-level network's FLOPs per chunk (a + c * rate) at
+    `bits_per_mflop`, plus a rate control's multiplier."""
+    nats_per_flop = bits_per_mflop * LN2 / 1e6
+    return ChunkPrice(a * nats_per_flop, c * nats_per_flop, multiplier)
 
 
-class RateControl:
-    """`prepare` (before the estimator: the chunk price, and with cost_estimator="reward" the
-    price in the reward), `add` (after it: the price's closed-form term and the rate penalty),
-    `add_stage2` (the supertoken policy's), `after_step` (the controllers' dual ascent)."""
+class ClosedFormChunkPrice(PriceTerm):
+    """objective.cost_estimator="exact": a chunk's cost depends on its own decision,
+    E[price * b_t] = price * p_t: for policy_window = 1 the same expected gradient as the sampled
+    cost in the reward, with no variance."""
 
-    def __init__(self, cfg: ObjectiveConfig, target_rate: float, price: ChunkPrice | None = None,
-                 target_rate2: float | None = None, price2: ChunkPrice | None = None,
-                 flip_price: LagrangePrice | None = None):
-        self.target_rate, self.target_rate2 = target_rate, target_rate2
-        self.price, self.price2, self.flip_price = price, price2, flip_price
-        self.penalty = cfg.rate.kind == "penalty"
-        self.cost_in_reward = cfg.rate.cost_estimator == "reward"
-        self.pg_weight, self.rate_weight = cfg.pg_weight, getattr(cfg.rate, "weight", 0.0)
+    def __init__(self, price: ChunkPrice, pg_weight: float):
+        self.price, self.pg_weight = price, pg_weight
 
-    @classmethod
-    def from_config(cls, cfg, learned: bool, uses_flips: bool, device=None) -> "RateControl":
-        """A Config's rate control; `learned`: the RL policy (prices apply to it only)."""
-        m, o = cfg.model, cfg.objective
-        price = make_chunk_price(m, o, cfg.train.seq_len, device) if learned else None
-        two_stage = learned and m.stages == 2
-        price2 = None  # the supertoken policy's rate multiplier
-        if two_stage and o.rate.kind == "lagrange":
-            price2 = ChunkPrice(lagrange=LagrangePrice(m.stage2_target_rate, o.rate.lr, o.rate.gain, device))
-        # the flips' rate controller: a price in normalised credit units, by dual ascent
-        flip_price = None
-        price_cfg = o.estimator.price if uses_flips else None
-        if price_cfg is not None and price_cfg.kind != "none":
-            flip_price = LossSlopePrice(device=device) if price_cfg.kind == "loss_slope" else \
-                LagrangePrice(m.target_rate, price_cfg.lr, price_cfg.gain, device)
-        return cls(o, m.target_rate, price, m.stage2_target_rate if two_stage else None, price2, flip_price)
+    def __call__(self, stage: Stage):
+        price, bd = self.price(stage.density()), stage.bd
+        loss = self.pg_weight * price * masked_mean(torch.sigmoid(bd.logits.float()), bd.free)
+        return loss, {f"chunk_price{stage.suffix}": price.detach()}
 
-    def prepare(self, batch: PolicyBatch) -> None:
-        bd = batch.bd
-        batch.credit_price = self.flip_price
-        if self.price is None:
-            return
-        # data parallel: the price grows with the global rate, the same on every rank
-        batch.chunk_price = self.price(batch.reduce.masked_mean(bd.b.float(), torch.ones_like(bd.b)))
-        if self.cost_in_reward:  # sampled cost, score-function gradient
-            batch.reward = batch.reward - batch.chunk_price * (bd.b & bd.free).to(batch.reward.dtype)
 
-    def add(self, loss: torch.Tensor, batch: PolicyBatch) -> torch.Tensor:
-        bd = batch.bd
-        if batch.chunk_price is not None:
-            batch.metrics["chunk_price"] = batch.chunk_price.detach()
-            if not self.cost_in_reward:
-                # a chunk's cost depends on its own decision, E[price * b_t] = price * p_t: for
-                # w = 1 the same expected gradient as the sampled cost in the reward, with no variance
-                loss = loss + self.pg_weight * batch.chunk_price * masked_mean(torch.sigmoid(bd.logits.float()), bd.free)
-        if self.penalty:
-            # a data-parallel reduce also supplies the global mean boundary probability
-            l_rate = rate_loss(bd.logits, bd.free, self.target_rate, mean=batch.reduce.masked_mean)
-            loss = loss + self.rate_weight * l_rate
-            batch.metrics["rate_loss"] = l_rate.detach()
-        return loss
+class ChunkPriceInReward(ClosedFormChunkPrice):
+    """objective.cost_estimator="reward": the price is subtracted from the sampled reward at each
+    boundary the rule drew (a sampled cost, estimated by the score function)."""
 
-    def add_stage2(self, loss: torch.Tensor, bd2, metrics: dict, reduce) -> torch.Tensor:
-        """The supertoken policy's price (always in closed form) and rate penalty."""
-        free2 = bd2.free
-        p2 = torch.sigmoid(bd2.logits.float())
-        if self.price2 is not None:
-            pr = self.price2(metrics["supertokens_per_chunk"])
-            metrics["chunk_price2"] = pr.detach()
-            loss = loss + self.pg_weight * pr * masked_mean(p2, free2)
-        if self.penalty and self.target_rate2 is not None:
-            l_rate2 = rate_loss(bd2.logits, free2, self.target_rate2, mean=reduce.masked_mean)
-            metrics["rate_loss2"] = l_rate2.detach()
-            loss = loss + self.rate_weight * l_rate2
-        return loss
+    def shape_reward(self, stage: Stage, reward: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        price, bd = self.price(stage.density()), stage.bd
+        return reward - price * (bd.b & bd.free).to(reward.dtype), {f"chunk_price{stage.suffix}": price.detach()}
 
-    def after_step(self, rates: dict) -> None:
-        """One dual-ascent step of each controller from the step's global expected rates (only
-        while the policy learns: a frozen policy cannot answer a price)."""
-        if self.price is not None and self.price.lagrange is not None and rates["expected_rate"] is not None:
-            self.price.lagrange.update(rates["expected_rate"])
-        if isinstance(self.flip_price, LagrangePrice) and rates["expected_rate"] is not None:
-            self.flip_price.update(rates["expected_rate"])
-        if self.price2 is not None and rates["expected_rate2"] is not None:
-            self.price2.lagrange.update(rates["expected_rate2"])
+    def __call__(self, stage: Stage):
+        return None, {}
+
+
+@dataclass(frozen=True)
+class RateSettings:
+    """One stage's rate-control settings, plain values (build.py reads them from the config)."""
+    target: float  # boundaries per free decision
+    weight: float = 0.01  # the rate penalty's
+    lr: float = 0.2  # dual ascent: nats per chunk, per unit of rate error, per step
+    gain: float = 5.0  # proportional term of the multiplier
+    stage: int = 1  # 1: chunks, 2: a two-stage model's supertokens
+    device: object = None
+    cost_slope: Callable | None = None  # d ln(FLOPs per byte) / d rate at a rate (loss-slope price)
+
+    @property
+    def suffix(self) -> str:
+        """Of its metrics' and state's names: "" for stage 1, "2" for stage 2."""
+        return "" if self.stage == 1 else str(self.stage)
+
+
+class RatePenalty(PriceTerm):
+    """objective.rate_control="penalty": the reference's rate loss towards the target."""
+
+    def __init__(self, settings: RateSettings):
+        self.target, self.weight = settings.target, settings.weight
+
+    def __call__(self, stage: Stage):
+        # a data-parallel reduce also supplies the global mean boundary probability
+        l_rate = rate_loss(stage.bd.logits, stage.bd.free, self.target, mean=stage.reduce.masked_mean)
+        return self.weight * l_rate, {f"rate_loss{stage.suffix}": l_rate.detach()}
+
+
+class LagrangeRate(PriceTerm):
+    """objective.rate_control="lagrange": a price per chunk (the multiplier) raised by dual ascent
+    while the expected rate is above the target; charged through the stage's chunk price."""
+
+    def __init__(self, settings: RateSettings):
+        self.multiplier = LagrangePrice(settings.target, settings.lr, settings.gain, settings.device)
+        self.key, self.rate_key = f"lagrange{settings.suffix}", f"expected_rate{settings.suffix}"
+
+    def after_step(self, end: StepEnd) -> None:
+        if end.rates[self.rate_key] is not None:
+            self.multiplier.update(end.rates[self.rate_key])
 
     def state_dict(self) -> dict:
-        lagrange = self.price.lagrange if self.price is not None else None
-        return {"lagrange": lagrange.state_dict() if lagrange is not None else None,
-                "lagrange2": self.price2.lagrange.state_dict() if self.price2 is not None else None,
-                "flip_price": self.flip_price.state_dict() if self.flip_price is not None else None}
+        return {self.key: self.multiplier.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        if self.price is not None and self.price.lagrange is not None and state.get("lagrange"):
-            self.price.lagrange.load_state_dict(state["lagrange"])
-        if self.price2 is not None and state.get("lagrange2"):
-            self.price2.lagrange.load_state_dict(state["lagrange2"])
-        if self.flip_price is not None and state.get("flip_price") is not None:
-            self.flip_price.load_state_dict(state["flip_price"])
+        if state.get(self.key):
+            self.multiplier.load_state_dict(state[self.key])
+
+
+class NoRateControl(PriceTerm):
+    """objective.rate_control="none": the rate is what the loss (and any compute price) settle on."""
+
+    def __init__(self, settings: RateSettings):
+        pass

@@ -1,6 +1,6 @@
 """Per-position rewards of the boundary decisions (detached (B, T) tensors), by name.
 
-A reward is a class with a `name` in REWARDS; the estimators call it with the batch's losses,
+A reward is a class registered in the config's REWARDS registry; the estimators call it with the batch's losses,
 decisions and targets. The probes are the plumbing checks: synthetic rewards that are a
 function of the bytes and decisions alone, so they need no model pass (`probe = True`).
 """
@@ -67,22 +67,22 @@ class TokenProbe(WhitespaceProbe):
         return sign
 
 
-REWARDS: dict[str, type[Reward]] = {r.name: r for r in (EarlyExit, Final, WhitespaceProbe, TokenProbe)}
-
-
 def make_reward(name: str) -> Reward:
-    return REWARDS[name]()
+    """The reward objective.reward names (the config's REWARDS registry)."""
+    from rltok.config import REWARDS
+
+    return REWARDS.component(name)()
 
 
 def probe_sign(targets: torch.Tensor, kind: str = "whitespace_probe") -> torch.Tensor:
-    return REWARDS[kind]().sign(targets)
+    return make_reward(kind).sign(targets)
 
 
 def probe_reward(b: torch.Tensor, targets: torch.Tensor, kind: str = "whitespace_probe") -> torch.Tensor:
-    return REWARDS[kind]()(None, None, b, targets)
+    return make_reward(kind)(None, None, b, targets)
 
 
 def boundary_reward(ce_early: torch.Tensor, ce_final: torch.Tensor, kind: str, b: torch.Tensor | None = None,
                     targets: torch.Tensor | None = None) -> torch.Tensor:
     """The reward `kind` (a REWARDS name) of one batch; the probes need the decisions `b` and the `targets`."""
-    return REWARDS[kind]()(ce_early, ce_final, b, targets)
+    return make_reward(kind)(ce_early, ce_final, b, targets)
