@@ -162,10 +162,10 @@ def kind_comparisons(text: str, names: set[str]) -> list[str]:
     `__class__.__name__`."""
     alternatives = "|".join(sorted(map(re.escape, names), key=len, reverse=True))
     literal = rf"""["']({alternatives})["']"""
-    patterns = [rf"(==|!=)\s*{literal}", rf"{literal}\s*(==|!=)", rf"\bin\s*[(\[{{][^)\]}}]*{literal}",
-                r"__class__\.__name__"]
-    return [line.strip() for line in text.splitlines()
-            if not line.strip().startswith("#") and any(re.search(p, line) for p in patterns)]
+    compared = [rf"(==|!=)\s*{literal}", rf"{literal}\s*(==|!=)", r"__class__\.__name__"]
+    member = rf"\bin\s*[(\[{{][^)\]}}]*{literal}"  # `x in (...)`, not a loop's `for x in (...)`
+    return [line.strip() for line in text.splitlines() if not line.strip().startswith("#") and (
+        any(re.search(p, line) for p in compared) or (re.search(member, line) and not re.search(r"\bfor\b", line)))]
 
 
 def test_no_kind_name_is_compared_outside_the_config_layer():
@@ -186,3 +186,4 @@ def test_the_kind_check_catches_what_it_should():
     assert kind_comparisons("ok = m.arch in ('hourglass', 'flat')", names)
     assert kind_comparisons("if model.__class__.__name__ != 'HourglassLM':", names)
     assert not kind_comparisons('if kind == "error":', names)
+    assert not kind_comparisons('for side in ("flat", "other"):', names)

@@ -207,7 +207,8 @@ def method_config(method: str, base: list[str], data: str, out_dir: Path, seed: 
     cfg = load_config(preset, overrides=[*base, f"data.train={data}"])
     name = method.partition("@")[0].partition("+")[0]
     extra = method_overrides(method)
-    if name in ("flat", "bpe_token"):  # matched depth first, so NAME@model.flat_layers=... still wins
+    flat = not FAMILIES.component(load_config(preset, overrides=[*base, *METHODS[name]]).model.arch).hierarchical
+    if flat:  # a reference at the hierarchy's parameters: matched depth first, so NAME@model.flat_layers=... wins
         extra.insert(len(METHODS[name]), f"model.flat_layers={matched_flat_layers(cfg)}")
     return load_config(preset, overrides=[*base, f"data.train={data}", *extra, f"train.seed={seed}",
                                           f"train.out_dir={out_dir}"])
