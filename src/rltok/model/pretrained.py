@@ -28,6 +28,7 @@ from safetensors.torch import load_file, save_file
 
 from rltok.config import Config, ConfigError, ModelConfig
 from rltok.model.model_card import model_card
+from rltok.version import __version__
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
@@ -46,12 +47,6 @@ class PretrainedError(CheckpointError, ValueError):
 
 
 # ---- writing ---------------------------------------------------------------------------------
-def _version() -> str:
-    from rltok import __version__
-
-    return __version__
-
-
 def model_config_of(model: torch.nn.Module) -> ModelConfig:
     cfg = getattr(model, "model_config", None) or getattr(model, "cfg", None)
     if not isinstance(cfg, ModelConfig):
@@ -107,7 +102,7 @@ def write_model_files(folder: Path, model: torch.nn.Module | None, config: Confi
     else:
         n_params = sum(v.numel() for v in state.values() if v.is_floating_point())
     arch = _architecture(model, full["model"]["arch"])
-    meta = {"model_type": "rltok", "rltok_version": _version(), "architecture": arch,
+    meta = {"model_type": "rltok", "rltok_version": __version__, "architecture": arch,
             "num_parameters": n_params, "results": clean_results(results)}
     save_file(state, folder / WEIGHTS, metadata={"format": "pt"})
     _as_umask_allows(folder / WEIGHTS)
