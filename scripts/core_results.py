@@ -137,6 +137,7 @@ def render(results: Path = RESULTS) -> str:
 
 
 def main() -> int:
+    git_commit()  # the commit the runs start from: read now, kept for the records written later
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-root", help="folder holding one folder per corpus (code-py/, docs-en/), each with "
                                         "train.*, val.* and test.* files (required unless --render-only)")

@@ -188,3 +188,67 @@ def test_package_exports_and_model_methods():
             "print('ok')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "ok", done.stderr
+
+
+# Run in a fresh interpreter: the third-party libraries are imported first, then every rltok
+# module with the calls that do work (processes, files, directory listings, the environment)
+# replaced by ones that fail when rltok's own code makes them, directly or through the standard
+# library. A library's own calls during its import (torch reading its files) are left alone.
+_NOTHING_RUNS_AT_IMPORT = r'''
+import builtins, importlib, io, os, pathlib, subprocess, sys, sysconfig
+SRC, NAMES = sys.argv[1], sys.argv[2:]
+for lib in ("torch", "numpy", "safetensors.torch", "tokenizers", "tqdm", "rich", "zstandard", "huggingface_hub"):
+    importlib.import_module(lib)
+LIBS = (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], "<frozen importlib")
+seen = []
+
+def from_rltok() -> bool:
+    f = sys._getframe(2)
+    while f is not None:
+        name = f.f_code.co_filename
+        if name.startswith(SRC):
+            return True
+        if name.startswith(LIBS):  # a library doing its own work (its import included)
+            return False
+        f = f.f_back  # the standard library's wrappers: keep looking for who called them
+    return False
+
+def guard(owner, attr):
+    real = getattr(owner, attr)
+    def guarded(*a, **k):
+        if from_rltok():
+            seen.append(f"{getattr(owner, '__name__', owner)}.{attr}")
+            raise RuntimeError(f"{attr} called while importing rltok")
+        return real(*a, **k)
+    setattr(owner, attr, guarded)
+
+for owner, attrs in ((subprocess, ("Popen", "run", "call", "check_call", "check_output", "getoutput")),
+                     (os, ("system", "popen", "listdir", "scandir", "walk", "getenv", "stat")),
+                     (builtins, ("open",)), (io, ("open",)),
+                     (pathlib.Path, ("read_text", "read_bytes", "open", "iterdir", "glob", "exists", "is_file"))):
+    for attr in attrs:
+        guard(owner, attr)
+class Env(type(os.environ)):
+    def __getitem__(self, key):
+        if from_rltok():
+            seen.append(f"os.environ[{key!r}]")
+        return super().__getitem__(key)
+os.environ.__class__ = Env
+import torch
+rng, threads, dtype = torch.get_rng_state(), torch.get_num_threads(), torch.get_default_dtype()
+for name in NAMES:
+    importlib.import_module(name)
+assert torch.equal(rng, torch.get_rng_state()), "the torch RNG was drawn from at import"
+assert (threads, dtype) == (torch.get_num_threads(), torch.get_default_dtype()), "torch settings changed at import"
+print("seen:", sorted(set(seen)))
+'''
+
+
+def test_importing_any_module_runs_nothing():
+    """No module of the package does work when it is imported: no git or other process, no file
+    or environment read, no torch draw or setting (the command-line entry `__main__` aside)."""
+    names = [n for n in MODULES if not n.endswith("__main__")]
+    done = subprocess.run([sys.executable, "-c", _NOTHING_RUNS_AT_IMPORT, str(SRC), *names],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "seen: []", done.stdout
