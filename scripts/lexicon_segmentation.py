@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from rltok.data.bytes_classes import is_blank_byte  # noqa: E402
 from rltok.data.corpus import load_eval_bytes  # noqa: E402
-from rltok.training.evaluate import whitespace_alignment  # noqa: E402
+from rltok.eval.evaluate import whitespace_alignment  # noqa: E402
 from rltok.objective.lexicon import ChunkLexicon  # noqa: E402
 from rltok.data.python_tokens import token_alignment  # noqa: E402
 

@@ -1,5 +1,5 @@
-"""The package is layered: config at the bottom, then data -> model -> objective -> training ->
-eval -> analysis -> cli. A module imports only modules of its own layer or the layers below it,
+"""The package is layered: config at the bottom, then data -> model -> objective -> eval ->
+training -> harness -> analysis -> cli. A module imports only modules of its own layer or the layers below it,
 at module level or lazily inside a function, and no two modules import each other (directly or
 around a longer loop). The core (everything below analysis) never imports rltok.analysis.
 Modules directly in the package (rltok/version.py) are leaves below every layer: they import no
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(importlib.util.find_spec("rltok").submodule_search_locations[0])
-LAYERS = ["config", "data", "model", "objective", "training", "eval", "analysis", "cli"]
+LAYERS = ["config", "data", "model", "objective", "eval", "training", "harness", "analysis", "cli"]
 
 
 def typing_only_nodes(tree: ast.AST) -> set[int]:
@@ -175,7 +175,7 @@ def test_package_exports_and_model_methods():
     code = ("import sys\nfrom rltok import train, evaluate, Trainer, load_checkpoint, from_pretrained, save_pretrained\n"
             "import rltok\n"
             "assert callable(train) and train.__module__ == 'rltok.training.trainer'\n"
-            "assert callable(evaluate) and evaluate.__module__ == 'rltok.training.evaluate'\n"
+            "assert callable(evaluate) and evaluate.__module__ == 'rltok.eval.evaluate'\n"
             "assert set(rltok.__all__) <= set(dir(rltok))\n"
             "from rltok.model import FlatByteLM, HourglassLM\n"
             "from rltok.model.token_lm import BPETokenLM\n"

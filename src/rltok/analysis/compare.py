@@ -241,10 +241,10 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
             preset: str = "tiny", eval_split: str = "test", max_eval_windows: int = 0) -> dict:
     import torch
 
-    from rltok.training.checkpoint import load_checkpoint
+    from rltok.training.loading import load_checkpoint
     from rltok.data.windows import eval_windows
     from rltok.data.corpus import load_eval_bytes
-    from rltok.training.evaluate import evaluate
+    from rltok.eval.evaluate import evaluate
     from rltok.training.trainer import Trainer
 
     out_dir = run_root / f"{method_slug(method)}_s{seed}"

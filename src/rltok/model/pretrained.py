@@ -10,8 +10,8 @@ PretrainedMixin gives HourglassLM, FlatByteLM and BPETokenLM `save_pretrained`, 
 and the classmethod `from_pretrained` (a model folder or a Hub repo id, fetched with
 `huggingface_hub.snapshot_download`; the folder must hold a model of that class). A training
 checkpoint (rltok.training.checkpoint) is such a folder plus trainer.pt and a manifest; its
-run folders, verification and `rltok.training.hub.from_pretrained` (which loads any of them)
-build on the writer and readers here.
+run folders and verification, and rltok.training.loading (which loads any of them), build on the
+writer and readers here.
 """
 
 from __future__ import annotations
@@ -223,7 +223,7 @@ def model_folder(name_or_path: str | Path, revision: str | None = None, cache_di
     folder = local.parent if local.is_file() else local
     if not ((folder / WEIGHTS).is_file() and (folder / CONFIG).is_file()):
         raise PretrainedError(f"no {WEIGHTS} + {CONFIG} in {folder}; a training run loads with "
-                              "rltok.training.hub.from_pretrained or rltok.training.checkpoint.load_checkpoint")
+                              "rltok.training.loading (from_pretrained, load_checkpoint)")
     return folder
 
 
@@ -274,7 +274,7 @@ class PretrainedMixin:
             cfg, meta = read_config(folder)
             if cfg.model.arch != cls.arch:
                 raise PretrainedError(f"{name_or_path} holds a {ARCHITECTURES[cfg.model.arch]}, not a {cls.__name__}; "
-                                      "use rltok.training.hub.from_pretrained to load whatever it holds")
+                                      "use rltok.training.loading.from_pretrained to load whatever it holds")
             model = load_weights(folder, cfg, cls.from_config)
         except PretrainedError:
             raise
