@@ -92,6 +92,7 @@ def run_record(name: str, args, corpus: str, curve: list[dict], **extra) -> dict
 
 
 def main() -> int:
+    git_commit()  # the commit the runs start from: read now, kept for the records written later
     ap = argparse.ArgumentParser()
     ap.add_argument("data")
     ap.add_argument("names", nargs="+", choices=sorted(RUNS))

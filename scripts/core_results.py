@@ -28,11 +28,11 @@ from rltok.analysis.compare import git_commit  # noqa: E402  (the one helper tha
 def run_corpus(name: str, data_root: Path, steps: int, run_root: Path, extra: list[str]) -> dict:
     import torch
 
-    from rltok.training.checkpoint import load_checkpoint
+    from rltok.training.loading import load_checkpoint
     from rltok.config import load_config
     from rltok.data.windows import eval_windows
     from rltok.data.corpus import load_eval_bytes
-    from rltok.training.evaluate import evaluate
+    from rltok.eval.evaluate import evaluate
     from rltok.model.segment import render_pipes, segment_bytes
     from rltok.training.trainer import Trainer
 
@@ -137,6 +137,7 @@ def render(results: Path = RESULTS) -> str:
 
 
 def main() -> int:
+    git_commit()  # the commit the runs start from: read now, kept for the records written later
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-root", help="folder holding one folder per corpus (code-py/, docs-en/), each with "
                                         "train.*, val.* and test.* files (required unless --render-only)")

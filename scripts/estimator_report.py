@@ -27,7 +27,7 @@ from rltok.analysis.compare import git_commit, mean_sd  # noqa: E402  (shared wi
 def run(name: str, ckpt: str, args) -> dict:
     import torch
 
-    from rltok.training.checkpoint import load_checkpoint
+    from rltok.training.loading import load_checkpoint
     from rltok.data.windows import eval_windows
     from rltok.data.corpus import load_eval_bytes
     from rltok.analysis.diagnose import checkpoint_lexicon, diagnose

@@ -1,5 +1,5 @@
 """What does the lexicon prior itself prefer? Fit the unigram lexicon (objective/lexicon.py) to a corpus
-by EM (every possible unit counted by its posterior probability, `ChunkLexicon.update_posterior`)
+by EM (every possible unit counted by its posterior probability, `LabLexicon.update_posterior`)
 with no policy involved, then read its most probable unit ends on held-out windows: the
 segmentation the minimum-description-length objective favours, independent of what a policy
 can learn or how its gradient is estimated.
@@ -7,7 +7,7 @@ can learn or how its gradient is estimated.
     .venv/bin/python scripts/lexicon_segmentation.py DATA_DIR [--steps N] [--concentration A] [--code] [--base bigram]
 
 With --unit-price P ..., also the fitted lexicon's least-cost segmentation with P nats per unit
-(Viterbi, `ChunkLexicon.best_segmentation`): a negative price buys more units, which shows where
+(Viterbi, `LabLexicon.best_segmentation`): a negative price buys more units, which shows where
 the lexicon puts cuts when more of them are asked for than it wants. With --whole-blank-runs, each
 price is also read with a prior that keeps runs of blanks whole (30 nats more for a unit that ends
 inside one, so only runs longer than the longest unit get split): where the surplus goes when it
@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from rltok.data.bytes_classes import is_blank_byte  # noqa: E402
 from rltok.data.corpus import load_eval_bytes  # noqa: E402
-from rltok.training.evaluate import whitespace_alignment  # noqa: E402
-from rltok.objective.lexicon import ChunkLexicon  # noqa: E402
+from rltok.eval.evaluate import whitespace_alignment  # noqa: E402
+from rltok.analysis.lexicon_instruments import LabLexicon  # noqa: E402
 from rltok.data.python_tokens import token_alignment  # noqa: E402
 
 
@@ -65,7 +65,7 @@ def main() -> int:
     train = torch.as_tensor(load_eval_bytes(args.data, "train", 8_000_000), dtype=torch.long)
     val = torch.as_tensor(load_eval_bytes(args.data, "val", 32 * args.seq_len), dtype=torch.long)
     val = val[: len(val) // args.seq_len * args.seq_len].view(-1, args.seq_len)
-    lex = ChunkLexicon(concentration=args.concentration, mean_len=args.mean_len, base=args.base)
+    lex = LabLexicon(concentration=args.concentration, mean_len=args.mean_len, base=args.base)
     gen = torch.Generator().manual_seed(args.seed)
     t0 = time.time()
     for _ in range(args.steps):

@@ -20,7 +20,7 @@ from rltok.data.bpe import (PRETOKENIZERS, bpe_boundary_mask, bytes_to_text, dec
                        train_bpe, truncate_bpe)
 from rltok.config import ObjectiveConfig
 from rltok.data.sources import DOC_SEP, read_documents, to_tensor
-from rltok.training.evaluate import evaluate
+from rltok.eval.evaluate import evaluate
 from rltok.model.token_lm import BPETokenLM
 from rltok.objective.loss import compute_loss
 

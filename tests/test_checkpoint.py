@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from rltok.training.checkpoint import (CheckpointError, clean_stale, list_checkpoints, load_checkpoint, resolve_checkpoint,
-                              save_checkpoint)
+from rltok.training.checkpoint import (CheckpointError, clean_stale, list_checkpoints, resolve_checkpoint,
+                                       save_checkpoint)
+from rltok.training.loading import load_checkpoint
 from rltok.config import load_config
 from rltok.model import HourglassLM
 
@@ -273,7 +274,8 @@ def test_sigkill_at_random_moments_of_a_save_loop(tmp_path):
 # ---- one format, one loader ------------------------------------------------------------------
 
 def test_checkpoint_folder_is_an_export_folder_and_both_load_everywhere(tmp_path, model, cfg):
-    from rltok.training.hub import from_pretrained, save_pretrained
+    from rltok.model.pretrained import save_pretrained
+    from rltok.training.loading import from_pretrained
 
     ckpt = save_checkpoint(tmp_path / "run", 3, model, cfg, {"step": 3})
     exported = save_pretrained(model, tmp_path / "exported", cfg)
@@ -311,7 +313,8 @@ def _rewrite_weights(ckpt: Path, change) -> None:
 
 
 def test_strict_loading_names_missing_and_unexpected_keys(tmp_path, model, cfg):
-    from rltok.training.hub import PretrainedError, from_pretrained, save_pretrained
+    from rltok.model.pretrained import PretrainedError, save_pretrained
+    from rltok.training.loading import from_pretrained
 
     extra = save_checkpoint(tmp_path / "a", 1, model, cfg)
     _rewrite_weights(extra, lambda s: s.__setitem__("head.extra", torch.zeros(2)))
@@ -360,7 +363,7 @@ def write_old_format_checkpoint(run: Path, step: int, model, cfg, trainer_state:
 
 def test_old_format_checkpoint_loads_for_evaluation_and_export(tmp_path, model, cfg, capsys):
     from rltok.cli import main
-    from rltok.training.hub import from_pretrained
+    from rltok.training.loading import from_pretrained
 
     ckpt = write_old_format_checkpoint(tmp_path / "old", 5, model, cfg, {"step": 5})
     loaded, cfg2, state, folder = load_checkpoint(tmp_path / "old", with_trainer_state=True)

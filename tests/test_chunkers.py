@@ -139,7 +139,8 @@ def test_every_rule_trains_one_step(rule):
 
 def test_bpe_rule_uses_the_tokenizer_token_ends_and_travels_in_checkpoints(tmp_path):
     from rltok.data.bpe import bpe_boundary_mask, encode_bytes
-    from rltok.training.checkpoint import load_checkpoint, save_checkpoint
+    from rltok.training.checkpoint import save_checkpoint
+    from rltok.training.loading import load_checkpoint
     from rltok.config import Config
     from rltok.data.sources import read_documents
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rltok.model import HourglassLM
-from rltok.training.hub import from_pretrained
+from rltok.training.loading import from_pretrained
 
 FOLDER = Path(__file__).parent / "fixtures" / "pre_layout_model"
 TEXT = b"the cat sat on the mat and then it sat again"

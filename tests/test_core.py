@@ -281,7 +281,7 @@ def test_rate_loss_drives_rate_to_target(start, target):
 def test_short_training_lowers_validation_bpb(tmp_path):
     from rltok.data.sources import Corpus
     from rltok.data.windows import eval_windows
-    from rltok.training.evaluate import evaluate
+    from rltok.eval.evaluate import evaluate
     from rltok.training.trainer import Trainer
 
     text = (b"the quick brown fox jumps over the lazy dog. " * 40 + b"pack my box with five dozen jugs. " * 40) * 20

@@ -21,7 +21,7 @@ import torch
 
 from conftest import wait_for_ranks
 
-from rltok.training.checkpoint import load_checkpoint
+from rltok.training.loading import load_checkpoint
 from rltok.config import load_config
 from rltok.training.trainer import Trainer
 

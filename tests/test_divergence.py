@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import rltok.model.pretrained as model_files
-from rltok.training.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
+from rltok.training.checkpoint import CheckpointError, list_checkpoints
+from rltok.training.loading import load_checkpoint
 from rltok.cli import main
 from rltok.config import load_config
 from rltok.data.sources import Corpus

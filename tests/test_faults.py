@@ -110,7 +110,7 @@ def test_two_trainers_in_one_process_cannot_share_a_folder(tmp_path):
 
 def final_state(run: Path) -> tuple[dict, dict]:
 
-    from rltok.training.checkpoint import load_checkpoint
+    from rltok.training.loading import load_checkpoint
 
     model = load_checkpoint(run)[0]
     last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
@@ -391,7 +391,8 @@ def test_a_second_sigint_during_the_promised_checkpoint_lets_it_finish(tmp_path)
 
     from rltok.config import load_config
     from rltok.data.sources import Corpus
-    from rltok.training.checkpoint import list_checkpoints, load_checkpoint
+    from rltok.training.checkpoint import list_checkpoints
+    from rltok.training.loading import load_checkpoint
     from rltok.training.trainer import Trainer
 
     cfg = load_config("test", overrides=[f"train.out_dir={tmp_path / 'run'}", "train.max_steps=50",

@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from conftest import randomize_, tiny_model_config
-from rltok.training.checkpoint import load_checkpoint
+from rltok.training.loading import load_checkpoint
 from rltok.cli import main
 from rltok.config import Config, RLChunkerSettings, load_config
-from rltok.training.hub import PretrainedError, from_pretrained, save_pretrained
+from rltok.model.pretrained import PretrainedError, save_pretrained
+from rltok.training.loading import from_pretrained
 from rltok.model import FlatByteLM, HourglassLM
 from rltok.model.factory import build_model
 

@@ -1,7 +1,10 @@
-"""The package is layered: config at the bottom, then data -> model -> objective -> training ->
-eval -> analysis -> cli. A module imports only modules of its own layer or the layers below it,
+"""The package is layered: config at the bottom, then data -> model -> objective -> eval ->
+training -> harness -> analysis -> cli. A module imports only modules of its own layer or the layers below it,
 at module level or lazily inside a function, and no two modules import each other (directly or
-around a longer loop). The core (everything below analysis) never imports rltok.analysis."""
+around a longer loop). The core (everything below analysis) never imports rltok.analysis.
+Modules directly in the package (rltok/version.py) are leaves below every layer: they import no
+rltok module. Nothing inside the package imports the package root (`import rltok`,
+`from rltok import X`): the root re-exports the layers, so that is an upward import too."""
 
 from __future__ import annotations
 
@@ -14,7 +17,14 @@ from pathlib import Path
 import pytest
 
 SRC = Path(importlib.util.find_spec("rltok").submodule_search_locations[0])
-LAYERS = ["config", "data", "model", "objective", "training", "eval", "analysis", "cli"]
+LAYERS = ["config", "data", "model", "objective", "eval", "training", "harness", "analysis", "cli"]
+
+
+def typing_only_nodes(tree: ast.AST) -> set[int]:
+    """ids of the nodes under `if TYPE_CHECKING:` blocks: annotations only, never imported at run time."""
+    return {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+            and getattr(block.test, "id", getattr(block.test, "attr", "")) == "TYPE_CHECKING"
+            for stmt in block.body for n in ast.walk(stmt)}
 
 
 def module_name(path: Path) -> str:
@@ -31,9 +41,7 @@ def imports_of(name: str) -> set[str]:
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found = set()
     tree = ast.parse(path.read_text())
-    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
-                   and getattr(block.test, "id", getattr(block.test, "attr", "")) == "TYPE_CHECKING"
-                   for stmt in block.body for n in ast.walk(stmt)}
+    typing_only = typing_only_nodes(tree)
     for node in ast.walk(tree):
         if id(node) in typing_only:  # annotations only: never imported at run time
             continue
@@ -56,20 +64,72 @@ def imports_of(name: str) -> set[str]:
     return found
 
 
+def root_imports(name: str) -> list[str]:
+    """The statements of a module that import the package root itself: `import rltok` (bare) or
+    `from rltok import X` / `from .. import X` where X is not a module (e.g. __version__)."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text())
+    typing_only = typing_only_nodes(tree)
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found += [f"import {a.name}" for a in node.names if a.name == "rltok"]
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            if mod == "rltok":
+                found += [f"from rltok import {a.name}" for a in node.names if f"rltok.{a.name}" not in MODULES]
+    return found
+
+
+LEAF = -1  # a module directly in the package, beside __init__: below every layer
+
+
 def layer(name: str) -> int:
     parts = name.split(".")
     if len(parts) < 2:
-        return -1  # the package itself: glue above everything, checked separately
+        return len(LAYERS)  # the package itself: glue above everything, checked separately
+    if parts[1] not in LAYERS and not (SRC / parts[1]).is_dir():
+        return LEAF
     return LAYERS.index(parts[1])
 
 
 GRAPH = {name: imports_of(name) for name in MODULES}
 
 
-@pytest.mark.parametrize("name", [n for n in MODULES if n != "rltok"])
+@pytest.mark.parametrize("name", [n for n in MODULES if n != "rltok" and layer(n) != LEAF])
 def test_module_imports_only_its_layer_and_below(name):
     above = sorted(m for m in GRAPH[name] if layer(m) > layer(name))
     assert not above, f"{name} (layer {LAYERS[layer(name)]}) imports upper-layer modules {above}"
+
+
+def test_top_level_modules_are_leaves():
+    leaves = [n for n in MODULES if layer(n) == LEAF]
+    assert "rltok.version" in leaves
+    assert not {n: sorted(GRAPH[n]) for n in leaves if GRAPH[n]}
+
+
+@pytest.mark.parametrize("name", [n for n in MODULES if n != "rltok"])
+def test_nothing_inside_the_package_imports_its_root(name):
+    assert not root_imports(name), f"{name} imports the package root: {root_imports(name)}"
+
+
+def test_root_imports_are_seen(tmp_path):
+    """The check above reads these forms as imports of the root, and a submodule import as none."""
+    sample = tmp_path / "sample.py"
+    sample.write_text("import rltok\nfrom rltok import __version__\nfrom .. import Config\n"
+                      "from rltok import config\nimport rltok.model\n")
+    MODULES["rltok.training.sample"] = sample
+    try:
+        assert root_imports("rltok.training.sample") == ["import rltok", "from rltok import __version__",
+                                                         "from rltok import Config"]
+    finally:
+        del MODULES["rltok.training.sample"]
 
 
 def test_core_never_imports_analysis():
@@ -115,7 +175,7 @@ def test_package_exports_and_model_methods():
     code = ("import sys\nfrom rltok import train, evaluate, Trainer, load_checkpoint, from_pretrained, save_pretrained\n"
             "import rltok\n"
             "assert callable(train) and train.__module__ == 'rltok.training.trainer'\n"
-            "assert callable(evaluate) and evaluate.__module__ == 'rltok.training.evaluate'\n"
+            "assert callable(evaluate) and evaluate.__module__ == 'rltok.eval.evaluate'\n"
             "assert set(rltok.__all__) <= set(dir(rltok))\n"
             "from rltok.model import FlatByteLM, HourglassLM\n"
             "from rltok.model.token_lm import BPETokenLM\n"
@@ -128,3 +188,67 @@ def test_package_exports_and_model_methods():
             "print('ok')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "ok", done.stderr
+
+
+# Run in a fresh interpreter: the third-party libraries are imported first, then every rltok
+# module with the calls that do work (processes, files, directory listings, the environment)
+# replaced by ones that fail when rltok's own code makes them, directly or through the standard
+# library. A library's own calls during its import (torch reading its files) are left alone.
+_NOTHING_RUNS_AT_IMPORT = r'''
+import builtins, importlib, io, os, pathlib, subprocess, sys, sysconfig
+SRC, NAMES = sys.argv[1], sys.argv[2:]
+for lib in ("torch", "numpy", "safetensors.torch", "tokenizers", "tqdm", "rich", "zstandard", "huggingface_hub"):
+    importlib.import_module(lib)
+LIBS = (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], "<frozen importlib")
+seen = []
+
+def from_rltok() -> bool:
+    f = sys._getframe(2)
+    while f is not None:
+        name = f.f_code.co_filename
+        if name.startswith(SRC):
+            return True
+        if name.startswith(LIBS):  # a library doing its own work (its import included)
+            return False
+        f = f.f_back  # the standard library's wrappers: keep looking for who called them
+    return False
+
+def guard(owner, attr):
+    real = getattr(owner, attr)
+    def guarded(*a, **k):
+        if from_rltok():
+            seen.append(f"{getattr(owner, '__name__', owner)}.{attr}")
+            raise RuntimeError(f"{attr} called while importing rltok")
+        return real(*a, **k)
+    setattr(owner, attr, guarded)
+
+for owner, attrs in ((subprocess, ("Popen", "run", "call", "check_call", "check_output", "getoutput")),
+                     (os, ("system", "popen", "listdir", "scandir", "walk", "getenv", "stat")),
+                     (builtins, ("open",)), (io, ("open",)),
+                     (pathlib.Path, ("read_text", "read_bytes", "open", "iterdir", "glob", "exists", "is_file"))):
+    for attr in attrs:
+        guard(owner, attr)
+class Env(type(os.environ)):
+    def __getitem__(self, key):
+        if from_rltok():
+            seen.append(f"os.environ[{key!r}]")
+        return super().__getitem__(key)
+os.environ.__class__ = Env
+import torch
+rng, threads, dtype = torch.get_rng_state(), torch.get_num_threads(), torch.get_default_dtype()
+for name in NAMES:
+    importlib.import_module(name)
+assert torch.equal(rng, torch.get_rng_state()), "the torch RNG was drawn from at import"
+assert (threads, dtype) == (torch.get_num_threads(), torch.get_default_dtype()), "torch settings changed at import"
+print("seen:", sorted(set(seen)))
+'''
+
+
+def test_importing_any_module_runs_nothing():
+    """No module of the package does work when it is imported: no git or other process, no file
+    or environment read, no torch draw or setting (the command-line entry `__main__` aside)."""
+    names = [n for n in MODULES if not n.endswith("__main__")]
+    done = subprocess.run([sys.executable, "-c", _NOTHING_RUNS_AT_IMPORT, str(SRC), *names],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "seen: []", done.stdout

@@ -1,5 +1,6 @@
-"""The lexicon prior (rl/lexicon.py): a unigram model of chunk contents whose code length the
-flips estimator adds to each flipped decision's credit."""
+"""The lexicon prior (objective/lexicon.py): a unigram model of chunk contents whose code length
+the flips estimator adds to each flipped decision's credit; and its research variants and
+instruments (analysis/lexicon_instruments.py)."""
 
 import math
 
@@ -7,6 +8,7 @@ import pytest
 import torch
 
 from rltok.config import ConfigError, load_config
+from rltok.analysis.lexicon_instruments import LabLexicon
 from rltok.objective.lexicon import ChunkLexicon
 from rltok.training.trainer import Trainer
 from conftest import straight_and_resumed
@@ -75,7 +77,7 @@ def test_units_one_byte_late():
     """lag 1: a boundary at t closes the unit that ended at t - 1, charged at t; a flip still
     changes costs only at or after itself (at f and at the next boundary), so the flips estimator's
     local credit stays exact."""
-    lex = ChunkLexicon(size=1 << 16, decay=1.0, lag=1)
+    lex = LabLexicon(size=1 << 16, decay=1.0, lag=1)
     x = tensor(b"ab ab ab")
     b = torch.tensor([[1, 0, 1, 0, 0, 1, 0, 0]])  # boundaries on the spaces: units "ab", " ab", " ab"
     assert lex.unit_ends(b).tolist() == [[False, True, False, False, True, False, False, False]]
@@ -100,7 +102,7 @@ def test_blank_runs_are_one_unit_when_collapsed():
     """collapse_blanks: units that differ only in how long a run of spaces or tabs is share one row
     and one cost; splitting a run gives pieces that are all the one-blank unit; text with no
     repeated blank is costed exactly as without the option."""
-    lex = ChunkLexicon(size=1 << 16, decay=1.0, collapse_blanks=True)
+    lex = LabLexicon(size=1 << 16, decay=1.0, collapse_blanks=True)
     x = tensor(b"\n    if\n        if")
     start, end = torch.tensor([[0, 7]]), torch.tensor([[6, 17]])  # "\n    if", "\n        if"
     rows = lex.rows(x, end, start)
@@ -108,7 +110,7 @@ def test_blank_runs_are_one_unit_when_collapsed():
     assert lex.span_costs(x, start, end)[0, 0] == lex.span_costs(x, start, end)[0, 1]
     piece = lex.rows(x, torch.tensor([[3, 12, 15]]), torch.tensor([[3, 11, 14]]))  # " ", "  ", "  " inside runs
     assert (piece == lex.rows(x, torch.tensor([[1]]), torch.tensor([[1]]))).all()
-    plain = ChunkLexicon(size=1 << 16, decay=1.0)
+    plain = LabLexicon(size=1 << 16, decay=1.0)
     assert lex.rows(x, end, start)[0, 0] != plain.rows(x, end, start)[0, 0]
     # split space by space an indentation run costs more than whole, once whole runs are counted
     code = tensor(CODE)
@@ -121,8 +123,31 @@ def test_blank_runs_are_one_unit_when_collapsed():
     s = torch.randint(0, y.shape[1], (1, 200), generator=torch.Generator().manual_seed(0))
     e = (s + torch.randint(0, 20, (1, 200), generator=torch.Generator().manual_seed(1))).clamp(max=y.shape[1] - 1)
     assert torch.equal(lex.rows(y, e, s), plain.rows(y, e, s))
-    assert torch.allclose(ChunkLexicon(size=1 << 16, collapse_blanks=True).span_costs(y, s, e),
+    assert torch.allclose(LabLexicon(size=1 << 16, collapse_blanks=True).span_costs(y, s, e),
                           ChunkLexicon(size=1 << 16).span_costs(y, s, e))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_lab_lexicon_with_its_defaults_is_the_training_lexicon_bit_for_bit(seed):
+    """The instruments' lexicon (analysis/lexicon_instruments.py) with lag 0, no blank collapsing
+    and the unigram base takes the general path (spelled bytes, per-unit first byte); the training
+    lexicon takes the short one. They cost, count and save exactly alike, so what the instruments
+    measure is what training optimises, and `LabLexicon.of` shares a checkpoint's counts."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.cat([tensor(CODE[:80]), tensor(TEXT[:80])])
+    train, lab = ChunkLexicon(size=1 << 12, decay=0.9), LabLexicon(size=1 << 12, decay=0.9)
+    for _ in range(3):
+        b = torch.rand(x.shape, generator=gen) < 0.25
+        assert torch.equal(train.costs(x, b), lab.costs(x, b))
+        train.update(x, b)
+        lab.update(x, b)
+    assert all(torch.equal(v, lab.state_dict()[k]) for k, v in train.state_dict().items())
+    s = torch.randint(0, 80, (2, 50), generator=gen)
+    e = (s + torch.randint(0, 16, (2, 50), generator=gen)).clamp(max=79)
+    assert torch.equal(train.span_costs(x, s, e), lab.span_costs(x, s, e))
+    view = LabLexicon.of(train)
+    assert view.counts is train.counts and torch.equal(view.costs(x, b), train.costs(x, b))
+    assert not hasattr(train, "lag") and not hasattr(train, "flip_deltas")
 
 
 def test_decay_and_state_round_trip():
@@ -147,7 +172,7 @@ def test_lexicon_config_validation():
     from rltok.objective.loss import build_lexicon
 
     lex = build_lexicon(load_config("test", overrides=["objective.recipe=lexicon"]))
-    assert lex.lag == 0 and not lex.collapse_blanks and lex.concentration == 100.0
+    assert type(lex) is ChunkLexicon and lex.concentration == 100.0  # the training lexicon: no variants
 
 
 def test_training_with_the_lexicon_resumes_exactly(tmp_path):
@@ -244,7 +269,7 @@ CODE = b"class A:\n    def f(self):\n        if x:\n            return self.y\n 
 def test_flip_deltas_are_each_single_flip_exactly(lag, collapse, base):
     """flip_deltas gives, for every position at once, what flipping that decision alone changes in
     the total code length (checked against re-costing each flipped segmentation)."""
-    lex = ChunkLexicon(size=1 << 12, decay=1.0, lag=lag, collapse_blanks=collapse, base=base)
+    lex = LabLexicon(size=1 << 12, decay=1.0, lag=lag, collapse_blanks=collapse, base=base)
     x = tensor(CODE if collapse else TEXT[:80])
     lex.update(x, x == 32)
     b = torch.rand(x.shape, generator=torch.Generator().manual_seed(lag)) < 0.3
@@ -261,7 +286,7 @@ def test_flip_deltas_are_each_single_flip_exactly(lag, collapse, base):
 def test_unit_posteriors_match_enumeration():
     """Forward-backward over unit ends: each unit's posterior probability equals the brute-force sum
     over every segmentation of the window into units of at most max_len bytes."""
-    lex = ChunkLexicon(size=1 << 12, decay=1.0)
+    lex = LabLexicon(size=1 << 12, decay=1.0)
     lex.update(tensor(TEXT[:60]), tensor(TEXT[:60]) == 32)
     x = tensor(b"at the")
     n, max_len = x.shape[1], 3
@@ -340,7 +365,7 @@ def test_lexicon_costs_by_class_are_the_flip_deltas_where_the_policy_cuts():
     res = lexicon_costs_by_class(CutAtSpaces(), lex, x)
     free = torch.ones_like(x, dtype=torch.bool)
     free[:, 0] = free[:, -1] = False
-    d = lex.flip_deltas(x, (x == 32) | ~free)
+    d = LabLexicon.of(lex).flip_deltas(x, (x == 32) | ~free)  # a training lexicon, as a checkpoint holds
     cls = [byte_classes(r) for r in x]
 
     def at(c):
@@ -359,7 +384,7 @@ def test_lexicon_costs_by_class_are_the_flip_deltas_where_the_policy_cuts():
 def test_best_segmentation_is_the_cheapest_by_enumeration(price):
     """Viterbi over unit ends: the least code length plus a price per unit, against every
     segmentation of a short window into units of at most max_len bytes."""
-    lex = ChunkLexicon(size=1 << 12, decay=1.0)
+    lex = LabLexicon(size=1 << 12, decay=1.0)
     lex.update(tensor(TEXT[:60]), tensor(TEXT[:60]) == 32)
     x = tensor(b"at the ma")
     n, max_len = x.shape[1], 4
@@ -389,7 +414,7 @@ def test_a_bigram_base_spells_units_byte_to_byte():
     times each later byte's probability given the one before (smoothed towards the unigram), so a
     cut costs more between bytes that go together than between bytes that do not."""
     x = tensor(b"aaaa bbbb aaaa bbbb aaaa bbbb ")
-    lex = ChunkLexicon(size=1 << 12, decay=1.0, base="bigram")
+    lex = LabLexicon(size=1 << 12, decay=1.0, base="bigram")
     lex.update(x, torch.zeros_like(x, dtype=torch.bool))  # counts bytes and byte pairs, no units
     p1 = (lex.byte_counts + 1) / (lex.byte_counts.sum() + 256)
     pairs = lex.byte_pair_counts
@@ -413,9 +438,9 @@ def test_a_bigram_base_spells_units_byte_to_byte():
 
 
 def test_a_bigram_lexicon_state_does_not_load_into_a_unigram_one():
-    big = ChunkLexicon(size=1 << 10, base="bigram")
+    big = LabLexicon(size=1 << 10, base="bigram")
     big.update(tensor(b"ab ab"), tensor(b"ab ab") == 32)
-    other = ChunkLexicon(size=1 << 10, base="bigram")
+    other = LabLexicon(size=1 << 10, base="bigram")
     other.load_state_dict(big.state_dict())
     assert torch.equal(other.byte_pair_counts, big.byte_pair_counts)
     with pytest.raises(ValueError, match="bigram base"):

@@ -15,7 +15,7 @@ from rltok.config import RLChunkerSettings
 
 from conftest import randomize_, tiny_model_config
 from rltok.model.generate import generate
-from rltok.eval.lm_eval_adapter import RLTokLM, gold_bpb_task, rolling_bpb_task
+from rltok.harness.lm_eval_adapter import RLTokLM, gold_bpb_task, rolling_bpb_task
 from rltok.model.factory import build_model
 
 TEXT = b"".join(b"def f%d(x):\n    return x * %d\n" % (i, i) for i in range(120))

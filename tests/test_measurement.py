@@ -12,7 +12,7 @@ from conftest import randomize_, tiny_model_config
 from rltok.config import FixedChunkerSettings, LagrangeRateSettings, ObjectiveConfig, load_config
 from rltok.data.sources import Corpus
 from rltok.data.windows import eval_windows
-from rltok.training.evaluate import evaluate
+from rltok.eval.evaluate import evaluate
 from rltok.model.flops import config_forward_flops_per_byte, train_flops_per_byte
 from rltok.model import HourglassLM
 from rltok.model.factory import build_model

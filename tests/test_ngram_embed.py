@@ -6,7 +6,7 @@ import torch
 from conftest import randomize_, tiny_model_config
 from rltok.config import ConfigError, load_config
 from rltok.model.flops import config_forward_flops_per_byte, hourglass_flops
-from rltok.training.hub import from_pretrained
+from rltok.training.loading import from_pretrained
 from rltok.model import HourglassLM
 from rltok.model.factory import build_model
 from rltok.model.ngram_embed import NgramEmbedding

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rltok.training.checkpoint import list_checkpoints, load_checkpoint
+from rltok.training.checkpoint import list_checkpoints
+from rltok.training.loading import load_checkpoint
 from rltok.config import ConfigError, load_config
 from rltok.data.sources import Corpus
 from rltok.training.trainer import TIMING_KEYS, Trainer, lr_at

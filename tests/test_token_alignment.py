@@ -8,7 +8,7 @@ import torch
 
 from rltok.cli import build_parser
 from rltok.config import load_config
-from rltok.training.evaluate import evaluate, evaluate_sums
+from rltok.eval.evaluate import evaluate, evaluate_sums
 from rltok.model.factory import build_model
 from rltok.data.python_tokens import (looks_like_python, token_alignment, token_alignment_counts, token_ends,
                                    token_units, tokenize_ends)

@@ -6,7 +6,8 @@ boundaries trained by reinforcement learning.
     model, cfg, _, _ = load_checkpoint(result.run_dir)
 
 The package is layered, each layer importing only those before it:
-data -> model -> objective -> training -> eval -> analysis -> cli (docs/ARCHITECTURE.md).
+config -> data -> model -> objective -> eval -> training -> harness -> analysis -> cli
+(docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
@@ -14,15 +15,16 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from rltok.version import __version__  # noqa: F401  (rltok.__version__)
+
 __all__ = ["Config", "DataConfig", "ModelConfig", "ObjectiveConfig", "TrainConfig", "load_config", "load_corpus",
            "HourglassLM", "FlatByteLM", "compute_loss", "Trainer", "train", "evaluate", "load_checkpoint",
            "save_checkpoint", "segment_bytes", "from_pretrained", "save_pretrained"]
 
 # Loaded on first use, so that `import rltok` (and `rltok --help`) loads no torch.
-_LAZY = {"load_checkpoint": "rltok.training.checkpoint", "save_checkpoint": "rltok.training.checkpoint",
-         "load_corpus": "rltok.data.corpus", "evaluate": "rltok.training.evaluate",
-         "from_pretrained": "rltok.training.hub", "save_pretrained": "rltok.training.hub",
+_LAZY = {"load_checkpoint": "rltok.training.loading", "save_checkpoint": "rltok.training.checkpoint",
+         "load_corpus": "rltok.data.corpus", "evaluate": "rltok.eval.evaluate",
+         "from_pretrained": "rltok.training.loading", "save_pretrained": "rltok.model.pretrained",
          "compute_loss": "rltok.objective.loss", "segment_bytes": "rltok.model.segment",
          "Trainer": "rltok.training.trainer", "train": "rltok.training.trainer",
          "HourglassLM": "rltok.model", "FlatByteLM": "rltok.model"}
@@ -42,11 +44,12 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from rltok.data.corpus import load_corpus
-    from rltok.training.evaluate import evaluate
+    from rltok.eval.evaluate import evaluate
     from rltok.model.segment import segment_bytes
     from rltok.objective.loss import compute_loss
-    from rltok.training.checkpoint import load_checkpoint, save_checkpoint
-    from rltok.training.hub import from_pretrained, save_pretrained
+    from rltok.model.pretrained import save_pretrained
+    from rltok.training.checkpoint import save_checkpoint
+    from rltok.training.loading import from_pretrained, load_checkpoint
     from rltok.training.trainer import Trainer, train
 
     from rltok.model import FlatByteLM, HourglassLM

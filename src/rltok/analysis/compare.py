@@ -13,6 +13,7 @@ file as soon as it finishes; a rerun skips finished runs and resumes interrupted
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -73,14 +74,12 @@ def _head_commit() -> str:
         return "unknown"
 
 
-# taken when this module is imported, with the rest of the package: a long sweep records the code
-# it runs, not whatever HEAD has moved to by the time a run finishes
-_COMMIT_AT_IMPORT = _head_commit()
-
-
+@functools.cache
 def git_commit() -> str:
-    """The commit of the code this process runs (as of importing rltok.analysis.compare)."""
-    return _COMMIT_AT_IMPORT
+    """The commit of the code this process runs: read once, on the first call, and kept. A long
+    sweep calls it when it starts, so it records the code it runs, not whatever HEAD has moved to
+    by the time a run finishes (importing this module runs nothing)."""
+    return _head_commit()
 
 
 def matched_flat_layers(cfg: Config) -> int:
@@ -218,10 +217,10 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
             preset: str = "tiny", eval_split: str = "test", max_eval_windows: int = 0) -> dict:
     import torch
 
-    from rltok.training.checkpoint import load_checkpoint
+    from rltok.training.loading import load_checkpoint
     from rltok.data.windows import eval_windows
     from rltok.data.corpus import load_eval_bytes
-    from rltok.training.evaluate import evaluate
+    from rltok.eval.evaluate import evaluate
     from rltok.training.trainer import Trainer
 
     out_dir = run_root / f"{method_slug(method)}_s{seed}"
@@ -302,6 +301,7 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
 def run_sweep(data: str, methods: list[str], seeds: list[int], out: Path, budget_flops: float,
               base: list[str], preset: str = "tiny", eval_split: str = "test", max_eval_windows: int = 0,
               log=print) -> list[dict]:
+    git_commit()  # the commit the sweep starts from, before any run can take long
     out.mkdir(parents=True, exist_ok=True)
     results = []
     for seed in seeds:

@@ -1,10 +1,11 @@
 """Where a lexicon-trained policy cuts, and what each cut is worth to the lexicon, per byte class.
 
 The lexicon recipe trains the boundary policy on the change each decision makes to the
-segmentation's code length under the lexicon (rl/lexicon.py), with a price per boundary that holds
-the rate. For a checkpoint this draws the policy's segmentation of some windows and, at every free
-position, the exact change in code length from flipping that decision alone
-(`ChunkLexicon.flip_deltas`), then reports per byte class (rltok.analysis.true_advantage.byte_classes):
+segmentation's code length under the lexicon (objective/lexicon.py), with a price per boundary
+that holds the rate. For a checkpoint this draws the policy's segmentation of some windows and,
+at every free position, the exact change in code length from flipping that decision alone
+(`LabLexicon.flip_deltas`, rltok.analysis.lexicon_instruments), then reports per byte class
+(rltok.analysis.true_advantage.byte_classes):
 
 * share: the class's share of the free positions;
 * cut_rate: how often the policy cuts there;
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from rltok.analysis.lexicon_instruments import LabLexicon
 from rltok.objective.lexicon import ChunkLexicon
 from rltok.analysis.true_advantage import CLASSES, byte_classes
 
@@ -29,6 +31,7 @@ def lexicon_costs_by_class(model, lexicon: ChunkLexicon, x: torch.Tensor, seed: 
                            batch_size: int = 8) -> dict:
     """Per byte class: share, cut_rate, remove_cut and add_cut (see the module docstring), and the
     sampled rate, over the windows x (B, T) of byte ids."""
+    lexicon = LabLexicon.of(lexicon)  # a checkpoint's training lexicon, with the instruments
     was_training = model.training
     model.eval()
     gen = torch.Generator(device=x.device).manual_seed(seed)

@@ -9,7 +9,7 @@ from rltok.config import ConfigError
 
 
 def cmd_lm_eval(args) -> int:
-    from rltok.eval.lm_eval_adapter import main as lm_eval_main
+    from rltok.harness.lm_eval_adapter import main as lm_eval_main
 
     return lm_eval_main(args.lm_eval_args)
 
@@ -17,7 +17,7 @@ def cmd_lm_eval(args) -> int:
 def _load(args):
     import torch
 
-    from rltok.training.checkpoint import load_checkpoint
+    from rltok.training.loading import load_checkpoint
     from rltok.training.device import resolve_device
 
     if args.threads:
@@ -31,7 +31,7 @@ def _load(args):
 def cmd_eval(args) -> int:
     from rltok.data.windows import eval_windows
     from rltok.data.corpus import load_eval_bytes, resolve_split
-    from rltok.training.evaluate import evaluate
+    from rltok.eval.evaluate import evaluate
     from rltok.data.python_tokens import looks_like_python
 
     if args.data is not None:  # a wrong split fails before the model loads

@@ -163,8 +163,8 @@ def _run_results(ckpt, cfg) -> dict:
 
 
 def cmd_export(args) -> int:
-    from rltok.training.checkpoint import load_checkpoint
-    from rltok.training.hub import push_to_hub, save_pretrained
+    from rltok.model.pretrained import push_to_hub, save_pretrained
+    from rltok.training.loading import load_checkpoint
 
     model, cfg, _, ckpt = load_checkpoint(args.checkpoint)
     results = _run_results(ckpt, cfg)

@@ -36,6 +36,7 @@ from rltok.data.sources import DOC_SEP, HUB_FILE_BUILDERS, DataError, corpus_cut
 from rltok.data.shards import (FORMAT, FORMAT_VERSION, HEADER_BYTES, MANIFEST, SPLITS, WORK_DIR, ShardWriter,
                      file_sha256, is_prepared, open_prepared, read_manifest)
 from rltok.data.ingest import Ingest, _atomic_write, _log, copy_pieces, open_source
+from rltok.version import __version__
 
 DEFAULT_SHARD_BYTES = 256 << 20
 STATE = "state.json"
@@ -309,8 +310,6 @@ def _finish(out, source, val, want, corpus_id, shard_bytes, rule, val_fraction, 
                 stray.unlink()
     skipped = [s for i in ingests for s in i.skipped]
     empty = [e for i in ingests for e in i.empty]
-    from rltok import __version__
-
     manifest = {
         "format": FORMAT, "version": FORMAT_VERSION, "id": corpus_id, "created_by": f"rltok {__version__}",
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "doc_sep": DOC_SEP,

@@ -1,7 +1,3 @@
-"""Using trained models: cached generation and the lm-evaluation-harness adapter. `evaluate`
-(bits per byte and boundary metrics) lives in rltok.training, which validates with it, and is
-re-exported here."""
-
-from rltok.training.evaluate import evaluate
-
-__all__ = ["evaluate"]
+"""Measuring a model: `evaluate` (bits per byte, boundary rate, bytes per chunk, whitespace and
+Python-token alignment) on held-out windows. It needs only the model and the bytes, so it sits
+below training, which validates with it; `from rltok import evaluate` is the public name."""

@@ -56,7 +56,7 @@ def model_card(full: dict, results: dict, n_params: int, architecture: str, name
     else:
         lines += ["Only the model configuration was saved with this export.", ""]
     lines += ["```json", json.dumps(full, indent=2), "```", "", "## Usage", "", "```python",
-              "from rltok.training.hub import from_pretrained", "",
+              "from rltok import from_pretrained", "",
               f'model = from_pretrained("{name}")  # a local folder or a Hub repo id',
               'print(model.generate("def main():", max_new_bytes=64, temperature=0.8).text)' if byte_level
               else "# score bytes: model(idx).byte_nll", "```", "",

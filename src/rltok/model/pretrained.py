@@ -10,8 +10,8 @@ PretrainedMixin gives HourglassLM, FlatByteLM and BPETokenLM `save_pretrained`, 
 and the classmethod `from_pretrained` (a model folder or a Hub repo id, fetched with
 `huggingface_hub.snapshot_download`; the folder must hold a model of that class). A training
 checkpoint (rltok.training.checkpoint) is such a folder plus trainer.pt and a manifest; its
-run folders, verification and `rltok.training.hub.from_pretrained` (which loads any of them)
-build on the writer and readers here.
+run folders and verification, and rltok.training.loading (which loads any of them), build on the
+writer and readers here.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from safetensors.torch import load_file, save_file
 
 from rltok.config import Config, ConfigError, ModelConfig
 from rltok.model.model_card import model_card
+from rltok.version import __version__
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
@@ -46,12 +47,6 @@ class PretrainedError(CheckpointError, ValueError):
 
 
 # ---- writing ---------------------------------------------------------------------------------
-def _version() -> str:
-    from rltok import __version__
-
-    return __version__
-
-
 def model_config_of(model: torch.nn.Module) -> ModelConfig:
     cfg = getattr(model, "model_config", None) or getattr(model, "cfg", None)
     if not isinstance(cfg, ModelConfig):
@@ -107,7 +102,7 @@ def write_model_files(folder: Path, model: torch.nn.Module | None, config: Confi
     else:
         n_params = sum(v.numel() for v in state.values() if v.is_floating_point())
     arch = _architecture(model, full["model"]["arch"])
-    meta = {"model_type": "rltok", "rltok_version": _version(), "architecture": arch,
+    meta = {"model_type": "rltok", "rltok_version": __version__, "architecture": arch,
             "num_parameters": n_params, "results": clean_results(results)}
     save_file(state, folder / WEIGHTS, metadata={"format": "pt"})
     _as_umask_allows(folder / WEIGHTS)
@@ -228,7 +223,7 @@ def model_folder(name_or_path: str | Path, revision: str | None = None, cache_di
     folder = local.parent if local.is_file() else local
     if not ((folder / WEIGHTS).is_file() and (folder / CONFIG).is_file()):
         raise PretrainedError(f"no {WEIGHTS} + {CONFIG} in {folder}; a training run loads with "
-                              "rltok.training.hub.from_pretrained or rltok.training.checkpoint.load_checkpoint")
+                              "rltok.training.loading (from_pretrained, load_checkpoint)")
     return folder
 
 
@@ -279,7 +274,7 @@ class PretrainedMixin:
             cfg, meta = read_config(folder)
             if cfg.model.arch != cls.arch:
                 raise PretrainedError(f"{name_or_path} holds a {ARCHITECTURES[cfg.model.arch]}, not a {cls.__name__}; "
-                                      "use rltok.training.hub.from_pretrained to load whatever it holds")
+                                      "use rltok.training.loading.from_pretrained to load whatever it holds")
             model = load_weights(folder, cfg, cls.from_config)
         except PretrainedError:
             raise

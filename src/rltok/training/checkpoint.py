@@ -1,4 +1,4 @@
-"""Training checkpoints, run folders and the one loader for models and checkpoints alike.
+"""Training checkpoints and run folders: writing them, and finding and checking the folder to load.
 
 A model folder (model.safetensors, config.json, README.md: what `save_pretrained` writes) is
 the model layer's format, rltok.model.pretrained. A training checkpoint is such a folder plus
@@ -13,11 +13,11 @@ the trainer state and a manifest, written under a temporary name and renamed int
                             then holds no optimiser state
         manifest.json       file (dcp/ files by relative path) -> sha256, written last
 
-`load` (behind `load_checkpoint`, `from_pretrained` and every command that takes `-c`) accepts a
-run folder (its newest valid checkpoint), a checkpoint folder, a model folder, or (`hub=True`) a
-Hugging Face Hub repo id; checks the manifest where there is one, builds the model from
-config.json and loads the weights strictly. Checkpoints written before this format (config.json
-without the metadata keys, no README.md, optimiser state keyed by integer ids) load the same.
+`resolve_checkpoint` finds the folder a path stands for (a run folder: its newest valid checkpoint)
+and checks the manifest where there is one; rltok.training.loading (`load`, `load_checkpoint`,
+`from_pretrained`, every command that takes `-c`) builds the model from it. Checkpoints written
+before this format (config.json without the metadata keys, no README.md, optimiser state keyed by
+integer ids) load the same.
 """
 
 from __future__ import annotations
@@ -29,17 +29,13 @@ import re
 import shutil
 import warnings
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 
 from rltok.config import Config
-from rltok.model.factory import build_model
 # the model folder's format; names kept here for callers
 from rltok.model.pretrained import (CARD, CONFIG, META_KEYS, MODEL_FILES, WEIGHTS, CheckpointError,  # noqa: F401
-                                    PretrainedError, clean_results, fetch_from_hub, model_config_of, read_config,
-                                    write_model_files)
-from rltok.model.pretrained import load_weights as load_model_weights
+                                    PretrainedError, clean_results, model_config_of, write_model_files)
 
 TRAINER = "trainer.pt"
 MANIFEST = "manifest.json"
@@ -282,12 +278,6 @@ def resolve_checkpoint(path: str | Path) -> Path:
     raise CheckpointError(f"no valid checkpoint under {path}: " + "; ".join(errors))
 
 
-def load_weights(folder: Path, cfg: Config) -> torch.nn.Module:
-    """The model config.json describes (rltok.model.factory.build_model), with the folder's
-    weights loaded strictly (on CPU)."""
-    return load_model_weights(folder, cfg, build_model)
-
-
 def read_trainer_state(folder: Path) -> dict | None:
     if not (folder / TRAINER).is_file():
         return None
@@ -295,40 +285,3 @@ def read_trainer_state(folder: Path) -> dict | None:
         return torch.load(folder / TRAINER, map_location="cpu", weights_only=False)
     except Exception as e:
         raise CheckpointError(f"checkpoint {folder}: cannot read {TRAINER} ({e})") from None
-
-
-class Loaded(NamedTuple):
-    model: torch.nn.Module
-    config: Config
-    meta: dict  # save_pretrained's metadata from config.json (empty for older checkpoints)
-    trainer_state: dict | None
-    folder: Path
-
-
-def load(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
-         with_trainer_state: bool = False, hub: bool = False, revision: str | None = None,
-         cache_dir: str | None = None, token: str | None = None, local_files_only: bool = False) -> Loaded:
-    """The one loader. `path`: a run folder (its newest valid checkpoint), a checkpoint folder, a
-    model folder, or with `hub=True` a Hub repo id (when no such local path exists). The manifest
-    is checked where there is one; the model is built from config.json and its weights loaded
-    strictly (CheckpointError naming missing or unexpected keys), then moved to `device` (and
-    `dtype`). The model is left in the mode a fresh module has (training)."""
-    local = Path(path).expanduser()
-    if hub and not local.exists():
-        folder = fetch_from_hub(str(path), revision, cache_dir, token, local_files_only)
-        if not is_model_dir(folder):
-            raise CheckpointError(f"the Hub repo {str(path)!r} holds no {WEIGHTS} + {CONFIG}")
-    else:
-        folder = resolve_checkpoint(local)
-    cfg, meta = read_config(folder)
-    model = load_weights(folder, cfg)
-    model.to(device=device, dtype=dtype)
-    trainer_state = read_trainer_state(folder) if with_trainer_state else None
-    return Loaded(model, cfg, meta, trainer_state, folder)
-
-
-def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", with_trainer_state: bool = False):
-    """-> (model, cfg, trainer_state or None, folder): `load` for training and evaluation (local
-    paths only; a model folder loads too, without trainer state)."""
-    got = load(path, device=device, with_trainer_state=with_trainer_state)
-    return got.model.train(), got.config, got.trainer_state, got.folder

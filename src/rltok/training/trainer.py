@@ -22,14 +22,15 @@ from rltok.training import distributed as ddp
 from rltok.training import run_folder, tracking
 from rltok.training.run_lock import RunLock
 from rltok.training.state import TrainState, check_resumable
-from rltok.training.checkpoint import (SHARDED, CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint,
+from rltok.training.loading import load_checkpoint
+from rltok.training.checkpoint import (SHARDED, CheckpointError, list_checkpoints, save_checkpoint,
                          stage_checkpoint)
 from rltok.config import FAMILIES, VOCAB_SIZE, Config
 from rltok.data.sources import Corpus
 from rltok.data.windows import WindowSampler, rank_eval_windows
 from rltok.data.corpus import load_corpus
 from rltok.training.device import resolve_device, resolve_dtype
-from rltok.training.evaluate import evaluate_sums, summarize
+from rltok.eval.evaluate import evaluate_sums, summarize
 from rltok.training.metrics import TIMING_KEYS, IntervalMeter, Reporter  # noqa: F401  (TIMING_KEYS: part of this module's API)
 from rltok.model.factory import build_model
 from rltok.model.noise import RowShard

@@ -3,7 +3,7 @@
     pip install 'rltok[eval]'
     rltok lm-eval --model_args pretrained=runs/x --tasks hellaswag,arc_easy --device cuda
     # or from Python
-    import lm_eval, rltok.eval.lm_eval_adapter  # registers the model name "rltok"
+    import lm_eval, rltok.harness.lm_eval_adapter  # registers the model name "rltok"
     lm_eval.simple_evaluate(model="rltok", model_args="pretrained=runs/x", tasks=["wikitext"])
 
 Everything is over UTF-8 bytes: a request's text is encoded, scored byte by byte and decoded
@@ -238,7 +238,7 @@ class RLTokLM(_LMBase):
 
 def load_any(spec: str, device) -> torch.nn.Module:
     """A run folder (newest valid checkpoint), a checkpoint, a save_pretrained folder or a Hub repo id."""
-    from rltok.training.hub import from_pretrained
+    from rltok.training.loading import from_pretrained
 
     return from_pretrained(spec, device=device)
 

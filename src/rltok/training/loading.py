@@ -1,0 +1,91 @@
+"""The one place that loads a trained model, from whatever holds it:
+
+- a model folder (what `save_pretrained` writes: model.safetensors, config.json, README.md),
+- a training checkpoint folder (the same files plus trainer.pt and a manifest, checked against it),
+- a run folder (its newest valid checkpoint, older ones with a warning when the newest is corrupt),
+- or a Hugging Face Hub repo id (`hub=True`, when no such local path exists).
+
+`load` returns everything (`Loaded`); `load_checkpoint` is its shape for training and evaluation,
+`from_pretrained` its shape for people who use models (eval mode, `PretrainedError`). The command
+line, the analysis instruments and the lm-eval adapter all load through here. The files'
+formats stay where they are written: the model folder in rltok.model.pretrained, the checkpoint
+(manifest, trainer.pt, which folder of a run to use) in rltok.training.checkpoint. A model class's
+own `from_pretrained` (HourglassLM.from_pretrained) reads a model folder of that class only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+from rltok.config import Config
+from rltok.model.factory import build_model
+from rltok.model.pretrained import (CONFIG, WEIGHTS, CheckpointError, PretrainedError, fetch_from_hub, read_config)
+from rltok.model.pretrained import load_weights as load_model_weights
+from rltok.training.checkpoint import is_model_dir, read_trainer_state, resolve_checkpoint
+
+__all__ = ["Loaded", "from_pretrained", "load", "load_checkpoint", "load_weights"]
+
+
+class Loaded(NamedTuple):
+    model: torch.nn.Module
+    config: Config
+    meta: dict  # save_pretrained's metadata from config.json (empty for older checkpoints)
+    trainer_state: dict | None
+    folder: Path
+
+
+def load_weights(folder: Path, cfg: Config) -> torch.nn.Module:
+    """The model config.json describes (rltok.model.factory.build_model), with the folder's
+    weights loaded strictly (on CPU)."""
+    return load_model_weights(folder, cfg, build_model)
+
+
+def load(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
+         with_trainer_state: bool = False, hub: bool = False, revision: str | None = None,
+         cache_dir: str | None = None, token: str | None = None, local_files_only: bool = False) -> Loaded:
+    """The one loader. `path`: a run folder (its newest valid checkpoint), a checkpoint folder, a
+    model folder, or with `hub=True` a Hub repo id (when no such local path exists). The manifest
+    is checked where there is one; the model is built from config.json and its weights loaded
+    strictly (CheckpointError naming missing or unexpected keys), then moved to `device` (and
+    `dtype`). The model is left in the mode a fresh module has (training)."""
+    local = Path(path).expanduser()
+    if hub and not local.exists():
+        folder = fetch_from_hub(str(path), revision, cache_dir, token, local_files_only)
+        if not is_model_dir(folder):
+            raise CheckpointError(f"the Hub repo {str(path)!r} holds no {WEIGHTS} + {CONFIG}")
+    else:
+        folder = resolve_checkpoint(local)
+    cfg, meta = read_config(folder)
+    model = load_weights(folder, cfg)
+    model.to(device=device, dtype=dtype)
+    trainer_state = read_trainer_state(folder) if with_trainer_state else None
+    return Loaded(model, cfg, meta, trainer_state, folder)
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", with_trainer_state: bool = False):
+    """-> (model, cfg, trainer_state or None, folder): `load` for training and evaluation (local
+    paths only; a model folder loads too, without trainer state)."""
+    got = load(path, device=device, with_trainer_state=with_trainer_state)
+    return got.model.train(), got.config, got.trainer_state, got.folder
+
+
+def from_pretrained(name_or_path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
+                    revision: str | None = None, cache_dir: str | None = None, token: str | None = None,
+                    local_files_only: bool = False, return_config: bool = False):
+    """The model saved in a model folder, a checkpoint folder, a run folder (its newest valid
+    checkpoint) or a Hub repo, in eval mode on `device` (optionally cast to `dtype`): the
+    hierarchical HourglassLM with any boundary rule, FlatByteLM or BPETokenLM, whichever it holds.
+    With return_config, (model, Config, metadata). Raises PretrainedError."""
+    try:
+        got = load(name_or_path, device=device, dtype=dtype, hub=True, revision=revision, cache_dir=cache_dir,
+                   token=token, local_files_only=local_files_only)
+    except PretrainedError:
+        raise
+    except CheckpointError as e:
+        raise PretrainedError(str(e)) from None
+    got.model.eval()
+    return (got.model, got.config, got.meta) if return_config else got.model
+
