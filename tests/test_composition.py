@@ -69,7 +69,7 @@ def corpus_folder(tmp_path) -> Path:
 def test_a_toy_rule_trains_costs_compares_and_generates(vowel_rule, tmp_path):
     from rltok.analysis.compare import run_one
     from rltok.model.flops import step_train_flops_per_byte
-    from rltok.training.checkpoint import load_checkpoint
+    from rltok.training.loading import load_checkpoint
     from rltok.training.trainer import Trainer
 
     data = corpus_folder(tmp_path)
