@@ -115,21 +115,26 @@ class BoundaryObjective:
     every micro-batch and `after_step` once per optimiser step with the step's global rates;
     `state_dict`/`load_state_dict` carry its state through checkpoints.
 
-    `reduce`: the batch-statistics protocol (LocalMean, or distributed.GlobalBatchMean)."""
+    `reduce`: the batch-statistics protocol (LocalMean, or distributed.GlobalBatchMean).
+    `cost`: what the model costs (rltok.model.flops.ModelCost; the trainer asks its built model),
+    by default the config's model's."""
 
-    def __init__(self, cfg, device=None, reduce: LocalMean | None = None, vocab_size: int | None = None):
+    def __init__(self, cfg, device=None, reduce: LocalMean | None = None, vocab_size: int | None = None,
+                 cost=None):
         from rltok.config import VOCAB_SIZE
+        from rltok.model.flops import cost_of_config
 
         self.cfg = cfg
         m, o = cfg.model, cfg.objective
         self.reduce = reduce or LOCAL
         self.vocab_size = vocab_size or VOCAB_SIZE
+        self.cost = cost or cost_of_config(cfg, self.vocab_size)
         self.learned = m.arch == "hourglass" and m.chunker == "rl"
         # the lexicon prior's chunk counts (per rank under data parallelism)
         lexicon = build_lexicon(cfg, device) if self.learned and o.estimator == "flips" and o.lexicon_weight > 0 \
             else None
         self.estimator = build_estimator(o, lexicon)
-        self.rate = RateControl.from_config(cfg, self.learned, self.uses_flips, device)
+        self.rate = RateControl.from_config(cfg, self.learned, self.uses_flips, device, self.cost)
         self.flip_gen = torch.Generator().manual_seed(cfg.train.seed + 2)  # which decisions get flipped
         self.flops_spent = 0.0  # training FLOPs, each step counted at the chunks it drew
 
@@ -158,12 +163,10 @@ class BoundaryObjective:
     def planned_flops(self, step_bytes: int, seq_len: int) -> float:
         """The run's training compute: train.flops_budget, or (without one) what train.max_steps
         full steps cost at the target rate."""
-        from rltok.model.flops import step_train_flops_per_byte
-
         tc = self.cfg.train
         if tc.flops_budget > 0:
             return tc.flops_budget
-        return tc.max_steps * step_bytes * step_train_flops_per_byte(self.cfg, seq_len, vocab_size=self.vocab_size)
+        return tc.max_steps * step_bytes * self.cost.at(seq_len).step_train_per_byte()
 
     def policy_on(self, step: int) -> bool:
         """False during the warm start (objective.policy_start_step)."""
@@ -191,20 +194,17 @@ class BoundaryObjective:
     def after_step(self, step: int, rates: dict[str, float | None], step_bytes: int, seq_len: int) -> None:
         """Feed the step's global rates (RATE_KEYS; None where the model has none) to the rate
         controllers and the FLOPs meter. `step` is the index of the step just taken."""
-        from rltok.model.flops import step_train_flops_per_byte, tokenizer_phase_flops_per_byte
-
         phase = self.tokenizer_phase(step_bytes, seq_len)  # decided as at the step's start: nothing counted yet
         on = phase or self.policy_on(step)
         if on:  # a frozen (warm-start) policy cannot answer a price
             self.rate.after_step(rates)
         if phase:
-            self.flops_spent += tokenizer_phase_flops_per_byte(self.cfg) * step_bytes
+            self.flops_spent += self.cost.tokenizer_phase_per_byte() * step_bytes
         else:
             # a probe's credit is a function of the decisions alone: no model pass is run or charged
             model_pass = self.learned and on and self.estimator.model_pass
-            self.flops_spent += step_train_flops_per_byte(
-                self.cfg, seq_len, rates["chunks_per_byte"], rates["supertokens_per_chunk"], self.vocab_size,
-                counterfactual=model_pass) * step_bytes
+            self.flops_spent += self.cost.at(seq_len).step_train_per_byte(
+                rates["chunks_per_byte"], rates["supertokens_per_chunk"], counterfactual=model_pass) * step_bytes
         if isinstance(self.flip_price, LossSlopePrice) and on:
             if phase and not self.tokenizer_phase(step_bytes, seq_len):
                 self.flip_price.restart()  # the full model's loss from the next step on
@@ -213,12 +213,8 @@ class BoundaryObjective:
 
     def cost_slope(self, rate: float | None) -> float:
         """d ln(training FLOPs per byte) / d rate at `rate`: what one more boundary per byte costs,
-        relative to what a byte costs (model.flops.chunk_cost_flops)."""
-        from rltok.model.flops import chunk_cost_flops, config_forward_flops_per_byte
-
-        rate = self.cfg.model.target_rate if rate is None else rate
-        a, c = chunk_cost_flops(self.cfg.model, self.cfg.train.seq_len)
-        return (a + c * rate) / config_forward_flops_per_byte(self.cfg, rate, self.vocab_size)
+        relative to what a byte costs (ModelCost.cost_slope)."""
+        return self.cost.cost_slope(self.cfg.model.target_rate if rate is None else rate)
 
     def state_dict(self) -> dict:
         rate = self.rate.state_dict()

@@ -32,8 +32,10 @@ class ChunkPrice:
         return price + self.lagrange.price if self.lagrange is not None else price
 
 
-def make_chunk_price(model_cfg: ModelConfig, cfg: ObjectiveConfig, seq_len: int, device=None) -> ChunkPrice | None:
-    """The price the config asks for (None when chunks are free, as in the reference recipe)."""
+def make_chunk_price(model_cfg: ModelConfig, cfg: ObjectiveConfig, seq_len: int, device=None,
+                     cost=None) -> ChunkPrice | None:
+    """The price the config asks for (None when chunks are free, as in the reference recipe).
+    `cost`: the model's (rltok.model.flops.ModelCost), by default HourglassLM(model_cfg)'s."""
     lagrange = None
     if cfg.rate_control == "lagrange":
         lagrange = LagrangePrice(model_cfg.target_rate, cfg.lagrange_lr, cfg.lagrange_gain, device)
@@ -41,7 +43,7 @@ def make_chunk_price(model_cfg: ModelConfig, cfg: ObjectiveConfig, seq_len: int,
         return None
     from rltok.model.flops import chunk_cost_flops
 
-    a, c = chunk_cost_flops(model_cfg, seq_len)
+    a, c = cost.at(seq_len).chunk_cost() if cost is not None else chunk_cost_flops(model_cfg, seq_len)
     nats_per_flop = cfg.compute_price * LN2 / 1e6  # compute_price is in bits per MFLOP
     return ChunkPrice(a * nats_per_flop, c * nats_per_flop, lagrange)
 
@@ -61,10 +63,11 @@ class RateControl:
         self.pg_weight, self.rate_weight = cfg.pg_weight, cfg.rate_weight
 
     @classmethod
-    def from_config(cls, cfg, learned: bool, uses_flips: bool, device=None) -> "RateControl":
-        """A Config's rate control; `learned`: the RL policy (prices apply to it only)."""
+    def from_config(cls, cfg, learned: bool, uses_flips: bool, device=None, cost=None) -> "RateControl":
+        """A Config's rate control; `learned`: the RL policy (prices apply to it only); `cost`:
+        what the model costs (its chunk price's), by default the config's model's."""
         m, o = cfg.model, cfg.objective
-        price = make_chunk_price(m, o, cfg.train.seq_len, device) if learned else None
+        price = make_chunk_price(m, o, cfg.train.seq_len, device, cost) if learned else None
         two_stage = learned and m.stages == 2
         price2 = None  # the supertoken policy's rate multiplier
         if two_stage and o.rate_control == "lagrange":
