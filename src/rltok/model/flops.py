@@ -16,12 +16,10 @@ tokenizer phase, and the slope of the cost in the rate. Where only a config is a
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 from rltok.config import VOCAB_SIZE, ModelConfig
-from rltok.model.cost import Level, causal_keys, linear_layers_flops
+from rltok.model.cost import Level, causal_keys, module_flops
 
 ATTENTION = {"causal": False, "kernel": True}  # attention= -> count what the kernel computes
 
@@ -31,13 +29,13 @@ def model_flops(model: torch.nn.Module, seq_len: int, rate: float | None = None,
     """Forward FLOPs per byte of a built model on windows of `seq_len` bytes, by component, with
     `total` (and, for the hourglass, `byte_level` and `chunk_level`). `rate`: chunks (tokens) per
     byte, `rate2`: supertokens per chunk (defaults: the model's targets). A model that cannot say
-    is costed by its linear layers, once per byte."""
+    is walked module by module (model/cost.py: each its own answer, or its linear layers), once per byte."""
     if attention not in ATTENTION:
         raise ValueError(f"attention={attention!r}: choose one of {', '.join(ATTENTION)}")
     own = getattr(model, "forward_flops", None)
     if callable(own):
         return own(seq_len, rate, rate2, kernel=ATTENTION[attention])
-    return {"total": linear_layers_flops(model, Level(seq_len))}
+    return {"total": module_flops(model, Level(seq_len))}
 
 
 class ModelCost:
@@ -49,6 +47,7 @@ class ModelCost:
         self.model, self.seq_len = model, seq_len
         self.shared = getattr(model, "group_shared", ())
         self.group_size = group_size if self.shared else 1
+        self._chunk_cost: tuple[float, float] | None = None
 
     def at(self, seq_len: int) -> ModelCost:
         """The same model on windows of `seq_len` bytes."""
@@ -89,12 +88,15 @@ class ModelCost:
     def chunk_cost(self) -> tuple[float, float]:
         """(a, c) such that one more chunk per byte costs a + c * rate forward FLOPs per byte: the
         derivative of the chunk-level FLOPs per byte in the rate. Those are quadratic in the rate
-        (attention over the chunks), so the central differences below are exact."""
+        (attention over the chunks), so the central differences below are exact. (Worked out
+        once: the loss-slope price asks every step.)"""
         def slope(r: float, h: float = 1e-3) -> float:
             return (self.forward(r + h)["chunk_level"] - self.forward(r - h)["chunk_level"]) / (2 * h)
 
-        a = slope(0.0)
-        return a, slope(1.0) - a
+        if self._chunk_cost is None:
+            a = slope(0.0)
+            self._chunk_cost = (a, slope(1.0) - a)
+        return self._chunk_cost
 
     def cost_slope(self, rate: float) -> float:
         """d ln(forward FLOPs per byte) / d rate at `rate`: what one more boundary per byte costs,

@@ -33,7 +33,7 @@ import torch.nn as nn
 
 from rltok.config import ModelConfig
 from rltok.model.chunkers import Boundaries, RLPolicy
-from rltok.model.cost import Level, module_flops
+from rltok.model import cost  # (cost.Level: where a module runs; Level here: a level as a pass decided it)
 from rltok.model.decoding import HourglassState
 from rltok.model.layers import Packing, Stack, init_weights
 from rltok.model.noise import uniform
@@ -128,7 +128,7 @@ class Stage(nn.Module):
         inner = self.body.stacks() if isinstance(self.body, Stage) else [self.body]
         return [self.encoder, self.decoder] + inner
 
-    def body_flops(self, chunks: Level, rates: tuple[float, ...]) -> dict[str, float]:
+    def body_flops(self, chunks: cost.Level, rates: tuple[float, ...]) -> dict[str, float]:
         """Forward FLOPs per byte of the main network run on `chunks`, by component: a stack's
         linear layers (`main`) and attention (`main_attn`), or the stage below's components
         (`rates`: items per item above, for each level below this one)."""
@@ -271,14 +271,14 @@ class ChunkStage(Stage):
         out, below = self.hourglass(h, bd, pos, run, packing)
         return out, [Level(bd, pos)] + below
 
-    def stage_flops(self, items: Level, rates: tuple[float, ...]) -> dict[str, float]:
+    def stage_flops(self, items: cost.Level, rates: tuple[float, ...]) -> dict[str, float]:
         """Forward FLOPs per byte of this stage run on `items` (the chunks above), by component:
         `stage{n}` its encoder, decoder and rule (counted per item, then scaled), `stage{n}_attn`
         their attention, and the main network's on `rates[0]` of its items per item."""
         name = f"stage{self.depth + 1}"
         below = items.below(rates[0])
         unit = items.per_item()
-        own = self.encoder.linear_flops(unit) + self.decoder.linear_flops(unit) + module_flops(self.chunker, unit)
+        own = self.encoder.linear_flops(unit) + self.decoder.linear_flops(unit) + cost.module_flops(self.chunker, unit)
         return {**self.body_flops(below, rates[1:]),
                 name: items.per_byte * own + self.chunker.chunk_flops(below, self.dim),
                 name + "_attn": self.encoder.attention_flops(items) + self.decoder.attention_flops(items)}
