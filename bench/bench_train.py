@@ -58,7 +58,7 @@ import torch
 from rltok.config import CHUNKERS, RECIPES, Config, ConfigError, ModelConfig, apply_dict
 from rltok.data.sources import Corpus
 from rltok.data.corpus import load_corpus
-from rltok.model.flops import flat_flops, hourglass_flops, train_flops_per_byte
+from rltok.model.flops import flat_flops, model_flops, train_flops_per_byte, unfitted_model
 from rltok.model import FlatByteLM, HourglassLM
 from rltok.model.factory import build_model
 from rltok.training.trainer import Trainer
@@ -172,10 +172,8 @@ def n_params(spec: dict) -> int:
 
 
 def flops_of(spec: dict, seq_len: int, rate: float | None) -> dict[str, float]:
-    if spec["kind"] == "hier":
-        return hourglass_flops(spec["model"], seq_len, rate)
-    m = spec["model"]
-    return flat_flops(m.d_chunk, m.flat_layers, seq_len, None, m.mlp_ratio)
+    """Forward FLOPs per byte by component, asked of the model the spec builds (on the meta device)."""
+    return model_flops(unfitted_model(spec["model"]), seq_len, rate)
 
 
 def describe(spec: dict) -> str:

@@ -29,7 +29,6 @@ from rltok.training import distributed
 from rltok.config import load_config
 from rltok.data.sources import Corpus
 from rltok.data.corpus import load_corpus
-from rltok.model.flops import step_train_flops_per_byte
 from rltok.training.trainer import Trainer
 
 # datasheet dense (no sparsity) bf16 FLOP/s; the measured matmul peak is reported beside it
@@ -145,7 +144,7 @@ def main() -> int:
     bytes_per_s = step_bytes * len(times) / total
     rate = sum(r for r in rates if r is not None) / max(1, sum(r is not None for r in rates)) if any(
         r is not None for r in rates) else None
-    fpb = step_train_flops_per_byte(cfg, trainer.sampler.seq_len, rate)
+    fpb = trainer.cost.at(trainer.sampler.seq_len).step_train_per_byte(rate)
     flops_per_s = fpb * bytes_per_s if fpb else None
     report = {
         "preset": preset, "device": device_name, "torch": torch.__version__,

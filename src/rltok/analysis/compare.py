@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from rltok.config import FAMILIES, Config, load_config
-from rltok.model.flops import config_forward_flops_per_byte, flat_flops, hourglass_flops, train_flops_per_byte
+from rltok.model.flops import flat_flops, hourglass_flops, train_flops_per_byte
 
 _REF = ["model.chunker=rl", "objective.recipe=reference"]
 
@@ -231,9 +231,8 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
     t0 = time.time()
     memory = PeakMemory()
     trainer = Trainer(cfg, resume=True, quiet=True)  # builds (and for BPE, fits) the model
-    vocab = getattr(trainer.model, "vocab_size", 264)
     planned_rate = probe_rate(trainer)
-    planned_fpb = train_flops_per_byte({"total": config_forward_flops_per_byte(cfg, planned_rate, vocab)})
+    planned_fpb = train_flops_per_byte({"total": trainer.cost.forward_per_byte(planned_rate)})
     steps = max(1, round(budget_flops / (planned_fpb * bytes_per_step)))
     tc = trainer.cfg.train
     tc.eval_every = max(1, steps // 6)
@@ -281,8 +280,8 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
         "budget_flag": abs(spent / budget_flops - 1) > BUDGET_TOLERANCE,
         "train_flops_per_byte": spent / max(1, train_bytes),
         # the BPE-token model reports no chunks in evaluation: its tokens per byte as trained
-        "forward_flops_per_byte": config_forward_flops_per_byte(
-            cfg, ev.get("chunks_per_byte") or training_rate(records, "chunks_per_byte"), vocab, supertokens),
+        "forward_flops_per_byte": trainer.cost.forward_per_byte(
+            ev.get("chunks_per_byte") or training_rate(records, "chunks_per_byte"), supertokens),
         "train_rate": training_rate(records), "train_chunks_per_byte": training_rate(records, "chunks_per_byte"),
         "rate2": training_rate(records, "rate2"), "supertokens_per_chunk": supertokens,
         "bpb": ev["bpb"], "rate": ev.get("rate"), "chunks_per_byte": ev.get("chunks_per_byte"),

@@ -118,11 +118,9 @@ def estimate(model, x: torch.Tensor, y: torch.Tensor, cfg: ObjectiveConfig, para
 
 def train_flops_per_byte_of(model, cfg: ObjectiveConfig, seq_len: int) -> float:
     """Training FLOPs per distinct byte of a step with this estimator, at the model's target rate."""
-    from rltok.config import Config, TrainConfig
-    from rltok.model.flops import step_train_flops_per_byte
+    from rltok.model.flops import ModelCost
 
-    full = Config(model=model.cfg, objective=cfg, train=TrainConfig(seq_len=seq_len))
-    return step_train_flops_per_byte(full, counterfactual=build_estimator(cfg).model_pass)
+    return ModelCost(model, seq_len, cfg.group_size).step_train_per_byte(counterfactual=build_estimator(cfg).model_pass)
 
 
 def fit_critic(model, x, y, cfg: ObjectiveConfig, generator, steps: int = 200, lr: float = 3e-3,

@@ -7,13 +7,15 @@ own, like a token in a vocabulary, and a rule that cuts the same strings the sam
 out of the table than one that cuts them at random: where to cut starts to matter.
 
 Causal: the chunk ending at byte e hashes bytes <= e only. The lookup is not a matrix product
-and costs no FLOPs in rltok.model.flops' accounting (only the table's memory).
+and costs no FLOPs (`flops`; only the table's memory).
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn as nn
+
+from rltok.model.cost import Level
 
 _HASH_SEED = 0x5EED_C4A9
 
@@ -55,6 +57,11 @@ class ChunkVocab(nn.Module):
         starts after the previous chunk's end (chunk 0 at byte 0)."""
         start = torch.cat([torch.zeros_like(chunk_pos[:, :1]), chunk_pos[:, :-1] + 1], dim=1)
         return span_hash(idx, chunk_pos, start, self.mult, self.size)
+
+    def flops(self, level: Level) -> float:
+        """A lookup: no matrix product. (Its add into the chunk vector, d_chunk per chunk, is
+        left out, as it always was in the FLOPs that runs were matched on.)"""
+        return 0.0
 
     def forward(self, idx: torch.Tensor, chunk_pos: torch.Tensor) -> torch.Tensor:
         return self.table(self.hashes(idx, chunk_pos))

@@ -20,6 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from rltok.config import CHUNKERS, ModelConfig, Section
+from rltok.model.cost import Level, linear_layers_flops
 from rltok.model.noise import uniform  # noise that data-parallel ranks can slice from the global batch
 
 
@@ -72,6 +73,18 @@ class Chunker(nn.Module):
 
     def start_state(self, h, b, idx, early_logits, offset: int = 0) -> dict[str, torch.Tensor]:
         return {}
+
+    def flops(self, level: Level) -> float:
+        """Forward FLOPs per byte of the rule's own layers at `level` (the items it decides on).
+        Here: its linear layers, wherever they sit (RLPolicy's head, Gumbel's MLP, H-Net's q and
+        k); a rule with none (fixed, uniform, whitespace, BPE; entropy reads the early-exit
+        logits the model computes anyway) costs nothing. A rule computing other products says so."""
+        return linear_layers_flops(self, level)
+
+    def chunk_flops(self, level: Level, dim: int) -> float:
+        """Forward FLOPs per byte the rule adds where its chunks, of width `dim`, are at `level`
+        (H-Net's smoothing); none here."""
+        return 0.0
 
     def step(self, state: dict[str, torch.Tensor], h: torch.Tensor, forced: torch.Tensor,
              b: torch.Tensor | None = None, mode: str = "sample", generator=None, idx=None,
@@ -427,6 +440,11 @@ class HNetRouter(Chunker):
         ratio = n / (n - 1) * ((n - 1) * f_sel * g_prob + (1 - f_sel) * (1 - g_prob))
         return Boundaries(b=b, free=~forced, confidence=confidence, smooth=p, scores=p.detach(),
                           aux_loss=self.ratio_weight * ratio)
+
+    def chunk_flops(self, level: Level, dim: int) -> float:
+        """The EMA over chunks (stage.ema_over_chunks): a dense (chunks x chunks) @ (chunks x dim)
+        product per sequence."""
+        return level.per_byte * 2.0 * level.items * dim
 
     def start_state(self, h, b, idx=None, early_logits=None, offset: int = 0) -> dict[str, torch.Tensor]:
         return {"key": fp32_linear(self.k, h[:, -1])}

@@ -6,6 +6,7 @@ import torch
 import torch.nn as nn
 
 from rltok.config import VOCAB_SIZE, ModelConfig
+from rltok.model.cost import Level, linear_flops, module_flops
 from rltok.model.decoding import FlatState, StepOutput
 from rltok.model.generate import Generation, generate
 from rltok.model.layers import Stack, init_weights
@@ -57,6 +58,16 @@ class FlatByteLM(nn.Module, PretrainedMixin):
     def _from_config(cls, cfg: ModelConfig, train_bytes=None, state_dict=None) -> FlatByteLM:
         return cls(cfg.d_chunk, cfg.flat_layers, cfg.n_heads_chunk, cfg.mlp_ratio, max_seq_len=cfg.max_seq_len,
                    rope_base=cfg.rope_base, ngram_sizes=cfg.ngram_sizes, ngram_vocab=cfg.ngram_vocab)
+
+    def forward_flops(self, seq_len: int, rate: float | None = None, rate2: float | None = None,
+                      kernel: bool = False) -> dict[str, float]:
+        """Forward FLOPs per byte on windows of `seq_len` bytes, by component (as HourglassLM's;
+        no chunks, so `rate` and `rate2` change nothing). `kernel`: attention as its kernel computes."""
+        byte = Level(seq_len, 1.0, kernel)
+        out = {"ngram": module_flops(self.ngram_embed, byte), "body": self.body.linear_flops(byte),
+               "body_attn": self.body.attention_flops(byte), "head": linear_flops(self.head, byte)}
+        out["total"] = sum(out.values())
+        return out
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -30,6 +30,7 @@ from rltok.config import VOCAB_SIZE, ModelConfig
 from rltok.model.chunk_vocab import ChunkVocab
 from rltok.model.ngram_embed import NgramEmbedding, byte_input
 from rltok.model.chunkers import NonCausalRule, build_chunker, forced_mask
+from rltok.model.cost import Level, linear_flops, module_flops
 from rltok.model.decoding import HourglassState, StepOutput, put_row
 from rltok.model.generate import Generation, generate
 from rltok.model.layers import Packing, Stack, init_weights
@@ -148,6 +149,45 @@ class HourglassLM(Stage, PretrainedMixin):
         mid = f"{m.stage2_layers}+{m.main_layers}+{m.stage2_layers}" if m.stages == 2 else f"{m.main_layers}"
         return {"depth": f"{m.encoder_layers}+{mid}+{m.decoder_layers}", "width": f"{m.d_byte}/{m.d_chunk}",
                 "bpe_vocab": None, "ngram_rows": m.ngram_vocab * len(m.ngram_sizes), "chunk_vocab_rows": m.chunk_vocab}
+
+    @classmethod
+    def unfitted(cls, cfg: ModelConfig, vocab_size: int | None = None) -> HourglassLM:
+        """The model of `cfg` with its data-fitted parts (a BPE rule's tokenizer) left empty: its
+        shape, all that costing it needs."""
+        return cls(cfg)
+
+    # what K segmentations of one sequence (objective.group_size) share: one encoder pass
+    group_shared = ("encoder", "encoder_attn", "early_head")
+    # what the tokenizer phase runs besides the rule: the byte input, the encoder, the early exit
+    encoder_side = ("ngram", "encoder", "encoder_attn", "early_head")
+
+    def forward_flops(self, seq_len: int, rate: float | None = None, rate2: float | None = None,
+                      kernel: bool = False) -> dict[str, float]:
+        """Forward FLOPs per byte on windows of `seq_len` bytes, by component, each module asked
+        for its own. `rate`: chunks per byte (default: the target); `rate2`: supertokens per chunk
+        with two stages (default: their target). Keys ending in `_attn` are attention; `policy`
+        is the boundary rule's layers, `smoothing` what it adds over the chunks (H-Net's EMA);
+        `stage2` a chunk stage's encoder, decoder and rule; `byte_level` + `chunk_level` = `total`
+        (chunk-level parts already scaled by the rate). `kernel`: attention as its kernel computes."""
+        rate = self.cfg.target_rate if rate is None else rate
+        rates = () if self.stage2 is None else (self.cfg.stage2_target_rate if rate2 is None else rate2,)
+        byte = Level(seq_len, 1.0, kernel)
+        chunks = byte.below(rate)
+        chunk_level = {"down": linear_flops(self.down, chunks) + module_flops(self.chunk_vocab, chunks),
+                       **self.body_flops(chunks, rates),
+                       "up": linear_flops(self.up, chunks), "smoothing": self.chunker.chunk_flops(chunks, self.dim)}
+        for key in ("stage2", "stage2_attn"):  # reported (as 0) with one stage too
+            chunk_level.setdefault(key, 0.0)
+        out = {"ngram": module_flops(self.ngram_embed, byte), "encoder": self.encoder.linear_flops(byte),
+               "encoder_attn": self.encoder.attention_flops(byte), "early_head": linear_flops(self.early_head, byte),
+               "policy": module_flops(self.chunker, byte), "value_head": module_flops(self.value_head, byte),
+               **chunk_level,
+               "decoder": self.decoder.linear_flops(byte), "decoder_attn": self.decoder.attention_flops(byte),
+               "head": linear_flops(self.head, byte)}
+        out["chunk_level"] = sum(chunk_level.values())
+        out["byte_level"] = sum(v for k, v in out.items() if k not in chunk_level and k != "chunk_level")
+        out["total"] = out["byte_level"] + out["chunk_level"]
+        return out
 
     @property
     def pack(self) -> bool:

@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from rltok.model.cost import Level, blocked_keys, causal_keys, linear_layers_flops
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float = 1e-6):
@@ -149,6 +150,23 @@ class Attention(nn.Module):
         mask = local_causal_mask(t, t, self.window, q.device)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
 
+    def keys(self, items: float, kernel: bool = False) -> float:
+        """Keys per query over `items` queries: the pairs the causal window uses, or (kernel) the
+        pairs the kernel `attend` picks computes, masked ones included (a fused causal kernel
+        may skip some of those; a profiler counts them all)."""
+        if not kernel:
+            return causal_keys(items, self.window)
+        if self.window is None or self.window >= items or 4 * self.window > items:
+            return items  # the causal or the dense masked kernel: every key for every query
+        return blocked_keys(items, self.window)
+
+    def flops(self, level: Level) -> float:
+        return linear_layers_flops(self, level) + level.per_byte * self.query_flops(level)
+
+    def query_flops(self, level: Level) -> float:
+        """Forward FLOPs per query of QK^T and AV: head_dim multiply-adds per key, each, per head."""
+        return 4.0 * self.n_heads * self.head_dim * self.keys(level.items, level.kernel)
+
     def forward(self, x: torch.Tensor, positions: torch.Tensor, packing: Packing | None = None) -> torch.Tensor:
         """x (B, T, dim) at positions (T,) or (B, T); packed: x (1, N, dim) and the padded
         positions (batch, width) of `packing`'s layout."""
@@ -236,6 +254,22 @@ class Stack(nn.Module):
             kvs.append((k, v))
         cache.fill(self, kvs)
         return self.norm(x)
+
+    # what it costs: its blocks are alike, so one block's count times their number
+    def linear_flops(self, level: Level) -> float:
+        """Forward FLOPs per byte of the blocks' linear layers (q, k, v, out, MLP in and out)."""
+        if not self.blocks:
+            return 0.0
+        return level.per_byte * len(self.blocks) * linear_layers_flops(self.blocks[0], level.per_item())
+
+    def attention_flops(self, level: Level) -> float:
+        """Forward FLOPs per byte of the blocks' attention (QK^T and AV) over `level.items`."""
+        if not self.blocks:
+            return 0.0
+        return level.per_byte * len(self.blocks) * self.blocks[0].attn.query_flops(level)
+
+    def flops(self, level: Level) -> float:
+        return self.linear_flops(level) + self.attention_flops(level)
 
     def step(self, x: torch.Tensor, positions: torch.Tensor, cache: "KVCache",
              rows: list[int] | None = None) -> torch.Tensor:

@@ -16,6 +16,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from rltok.model.cost import Level
+
 _HASH_SEED = 0xB17E_9A3D
 
 
@@ -49,6 +51,10 @@ class NgramEmbedding(nn.Module):
         h = terms.sum(-1)
         h = h ^ (h >> 17)  # fold the high bits in: the table index is taken modulo `rows`
         return torch.remainder(h, self.rows) + self.offset
+
+    def flops(self, level: Level) -> float:
+        """Lookups, not matrix products: count the adds that sum one vector per table into each byte."""
+        return level.per_byte * len(self.sizes) * self.table.embedding_dim
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         rows = self.hashes(idx)

@@ -251,6 +251,12 @@ class PretrainedMixin:
     def _from_config(cls, cfg: ModelConfig, train_bytes, state_dict):
         raise NotImplementedError
 
+    @classmethod
+    def unfitted(cls, cfg: ModelConfig, vocab_size: int | None = None):
+        """The model of `cfg` without fitting anything to data: its shape, for costing a config
+        (rltok.model.flops.cost_of_config). `vocab_size`: a fitted tokenizer's, where it matters."""
+        return cls._from_config(cfg, None, None)
+
     def save_pretrained(self, save_directory: str | Path, config: Config | ModelConfig | None = None,
                         results: dict | None = None, name: str | None = None) -> Path:
         """Weights, config.json and a model card in `save_directory` (created if needed). `config`:

@@ -33,6 +33,7 @@ import torch.nn as nn
 
 from rltok.config import ModelConfig
 from rltok.model.chunkers import Boundaries, RLPolicy
+from rltok.model import cost  # (cost.Level: where a module runs; Level here: a level as a pass decided it)
 from rltok.model.decoding import HourglassState
 from rltok.model.layers import Packing, Stack, init_weights
 from rltok.model.noise import uniform
@@ -126,6 +127,14 @@ class Stage(nn.Module):
         """Every layer stack of this stage and those below (each has a KV cache in decoding)."""
         inner = self.body.stacks() if isinstance(self.body, Stage) else [self.body]
         return [self.encoder, self.decoder] + inner
+
+    def body_flops(self, chunks: cost.Level, rates: tuple[float, ...]) -> dict[str, float]:
+        """Forward FLOPs per byte of the main network run on `chunks`, by component: a stack's
+        linear layers (`main`) and attention (`main_attn`), or the stage below's components
+        (`rates`: items per item above, for each level below this one)."""
+        if isinstance(self.body, Stage):
+            return self.body.stage_flops(chunks, rates)
+        return {"main": self.body.linear_flops(chunks), "main_attn": self.body.attention_flops(chunks)}
 
     # what the byte level changes between the levels; a chunk level passes vectors unchanged
     def to_chunks(self, z: torch.Tensor, chunk_pos: torch.Tensor, packing: Packing | None,
@@ -261,6 +270,18 @@ class ChunkStage(Stage):
         bd.free = bd.free & valid
         out, below = self.hourglass(h, bd, pos, run, packing)
         return out, [Level(bd, pos)] + below
+
+    def stage_flops(self, items: cost.Level, rates: tuple[float, ...]) -> dict[str, float]:
+        """Forward FLOPs per byte of this stage run on `items` (the chunks above), by component:
+        `stage{n}` its encoder, decoder and rule (counted per item, then scaled), `stage{n}_attn`
+        their attention, and the main network's on `rates[0]` of its items per item."""
+        name = f"stage{self.depth + 1}"
+        below = items.below(rates[0])
+        unit = items.per_item()
+        own = self.encoder.linear_flops(unit) + self.decoder.linear_flops(unit) + cost.module_flops(self.chunker, unit)
+        return {**self.body_flops(below, rates[1:]),
+                name: items.per_byte * own + self.chunker.chunk_flops(below, self.dim),
+                name + "_attn": self.encoder.attention_flops(items) + self.decoder.attention_flops(items)}
 
     def step(self, state: HourglassState, x: torch.Tensor, pos: torch.Tensor, rows: list[int] | None,
              given: tuple, noise: torch.Tensor | None) -> tuple[torch.Tensor, list[torch.Tensor]]:

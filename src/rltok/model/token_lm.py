@@ -16,9 +16,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
 
 from rltok.config import ModelConfig
 from rltok.data.bpe import encode_rows, fit_bpe_to_rate, tokenizer_from_tensor, tokenizer_to_tensor
+from rltok.model.cost import Level, linear_flops
 from rltok.model.layers import Stack, init_weights
 from rltok.model.output import ModelOutput
 from rltok.model.pretrained import PretrainedMixin
@@ -78,6 +80,30 @@ class BPETokenLM(nn.Module, PretrainedMixin):
         else:
             raise ValueError("model.arch=bpe_token needs training bytes to fit its tokenizer")
         return cls(tok, cfg.d_chunk, cfg.flat_layers, cfg.n_heads_chunk, cfg.mlp_ratio, max_tokens=cfg.max_seq_len)
+
+    @classmethod
+    def unfitted(cls, cfg: ModelConfig, vocab_size: int | None = None) -> BPETokenLM:
+        """The model of `cfg` over a vocabulary of `vocab_size` tokens (default model.bpe_vocab)
+        with a placeholder tokenizer: its shape, all that costing it needs before a tokenizer is fitted."""
+        size = vocab_size or cfg.bpe_vocab
+        if not size:
+            raise ValueError("a BPE-token model's shape needs its vocabulary size (model.bpe_vocab or vocab_size)")
+        tok = Tokenizer(WordLevel({f"t{i}": i for i in range(size)}, unk_token="t0"))
+        return cls(tok, cfg.d_chunk, cfg.flat_layers, cfg.n_heads_chunk, cfg.mlp_ratio, max_tokens=cfg.max_seq_len)
+
+    def forward_flops(self, seq_len: int, rate: float | None = None, rate2: float | None = None,
+                      kernel: bool = False) -> dict[str, float]:
+        """Forward FLOPs per byte at `rate` tokens per byte (default: model.target_rate): each of
+        a window's int(seq_len * rate) tokens (at least one) runs the stack and the output layer
+        over the whole vocabulary. `kernel`: attention as its kernel computes."""
+        if rate is None:
+            if getattr(self, "model_config", None) is None:
+                raise ValueError("pass the tokens per byte: this model has no config to take a target from")
+            rate = self.model_config.target_rate
+        tokens = Level(max(1, int(seq_len * rate)), 1.0, kernel)
+        per_token = {"body": self.body.linear_flops(tokens), "body_attn": self.body.attention_flops(tokens),
+                     "head": linear_flops(self.head, tokens)}
+        return {**{k: rate * v for k, v in per_token.items()}, "total": rate * sum(per_token.values())}
 
     def num_params(self, non_embedding: bool = False) -> int:
         n = sum(p.numel() for p in self.parameters())

@@ -93,15 +93,17 @@ def build_lexicon(cfg, device=None):
     return ChunkLexicon(lex.size, LEXICON_CONCENTRATION, 1.0 / cfg.model.target_rate, lex.decay, device=device)
 
 
-def make_chunk_price(model_cfg, o: ObjectiveConfig, seq_len: int, device=None, control=None) -> ChunkPrice | None:
+def make_chunk_price(model_cfg, o: ObjectiveConfig, seq_len: int, device=None, control=None,
+                     cost=None) -> ChunkPrice | None:
     """The price per chunk the config asks for: objective.rate.compute_price plus the multiplier of
-    the rate control (`control`, or objective.rate's own); None when chunks are free."""
+    the rate control (`control`, or objective.rate's own); None when chunks are free. `cost`: what
+    the model costs (rltok.model.flops.ModelCost), by default the config's model's."""
     control = rate_control(o, model_cfg.target_rate, device=device) if control is None else control
     if o.rate.compute_price == 0 and control.multiplier is None:
         return None
     from rltok.model.flops import chunk_cost_flops
 
-    a, c = chunk_cost_flops(model_cfg, seq_len)
+    a, c = cost.at(seq_len).chunk_cost() if cost is not None else chunk_cost_flops(model_cfg, seq_len)
     return compute_price(a, c, o.rate.compute_price, control.multiplier)
 
 
@@ -110,7 +112,7 @@ def lm_terms(alpha: float, hierarchical: bool) -> list:
     return [FinalCE(1 - alpha), EarlyExitCE(alpha), BoundaryRule()] if hierarchical else [PlainLM()]
 
 
-def build_objective(cfg, device=None, cost_slope=None) -> BuiltObjective:
+def build_objective(cfg, device=None, cost_slope=None, cost=None) -> BuiltObjective:
     """The terms a Config's training minimises, and the container's schedule. `cost_slope(rate)`:
     d ln(training FLOPs per byte) / d rate (what the loss-slope price needs)."""
     m, o, t = cfg.model, cfg.objective, cfg.train
@@ -119,11 +121,11 @@ def build_objective(cfg, device=None, cost_slope=None) -> BuiltObjective:
     terms = ObjectiveTerms(lm_terms(o.alpha, hierarchical))
     if not (hierarchical and CHUNKERS.component(m.chunker.kind).learned):
         return BuiltObjective(terms, schedule)
-    terms.policy, named = _policy_terms(cfg, device, cost_slope)
+    terms.policy, named = _policy_terms(cfg, device, cost_slope, cost)
     return BuiltObjective(terms, schedule, named)
 
 
-def _policy_terms(cfg, device, cost_slope) -> tuple[PolicyTerms, dict]:
+def _policy_terms(cfg, device, cost_slope, cost=None) -> tuple[PolicyTerms, dict]:
     m, o = cfg.model, cfg.objective
     cls = ESTIMATORS.component(o.estimator.kind)
     credit_price = lexicon = None
@@ -134,7 +136,7 @@ def _policy_terms(cfg, device, cost_slope) -> tuple[PolicyTerms, dict]:
         if o.estimator.lexicon.weight > 0:  # its chunk counts (per rank under data parallelism)
             lexicon = build_lexicon(cfg, device)
     control = rate_control(o, m.target_rate, 1, device)
-    price = make_chunk_price(m, o, cfg.train.seq_len, device, control)
+    price = make_chunk_price(m, o, cfg.train.seq_len, device, control, cost)
     prices = [] if price is None else [COST_ESTIMATORS[o.rate.cost_estimator](price, o.pg_weight)]
     prices += [control] + ([] if credit_price is None else [credit_price])
     policy = PolicyTerms(build_estimator(o, lexicon, credit_price), prices)

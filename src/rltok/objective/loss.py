@@ -75,15 +75,20 @@ class BoundaryObjective:
     every micro-batch and `after_step` once per optimiser step with the step's global rates;
     `state_dict`/`load_state_dict` carry its state through checkpoints.
 
-    `reduce`: the batch-statistics protocol (LocalMean, or distributed.GlobalBatchMean)."""
+    `reduce`: the batch-statistics protocol (LocalMean, or distributed.GlobalBatchMean).
+    `cost`: what the model costs (rltok.model.flops.ModelCost; the trainer asks its built model),
+    by default the config's model's."""
 
-    def __init__(self, cfg, device=None, reduce: LocalMean | None = None, vocab_size: int | None = None):
+    def __init__(self, cfg, device=None, reduce: LocalMean | None = None, vocab_size: int | None = None,
+                 cost=None):
         from rltok.config import VOCAB_SIZE
+        from rltok.model.flops import cost_of_config
 
         self.cfg = cfg  # for the FLOPs counts
         self.reduce = reduce or LOCAL
         self.vocab_size = vocab_size or VOCAB_SIZE
-        built = build_objective(cfg, device, cost_slope=self.cost_slope)
+        self.cost = cost or cost_of_config(cfg, self.vocab_size)
+        built = build_objective(cfg, device, cost_slope=self.cost_slope, cost=self.cost)
         self.terms, self.schedule, self.named = built.terms, built.schedule, built.named
         self.learned = self.terms.policy is not None  # a boundary rule trained by an estimator
         self.flip_gen = torch.Generator().manual_seed(self.schedule.flip_seed)  # which decisions get flipped
@@ -110,12 +115,9 @@ class BoundaryObjective:
     def planned_flops(self, step_bytes: int, seq_len: int) -> float:
         """The run's training compute: train.flops_budget, or (without one) what train.max_steps
         full steps cost at the target rate."""
-        from rltok.model.flops import step_train_flops_per_byte
-
         if self.schedule.flops_budget > 0:
             return self.schedule.flops_budget
-        return self.schedule.max_steps * step_bytes * step_train_flops_per_byte(self.cfg, seq_len,
-                                                                                vocab_size=self.vocab_size)
+        return self.schedule.max_steps * step_bytes * self.cost.at(seq_len).step_train_per_byte()
 
     def policy_on(self, step: int) -> bool:
         """False during the warm start (objective.policy_start_step)."""
@@ -143,18 +145,15 @@ class BoundaryObjective:
         """Add the step's training FLOPs to the meter, then feed the step's global rates
         (RATE_KEYS; None where the model has none) to every term (rate controllers, prices).
         `step` is the index of the step just taken."""
-        from rltok.model.flops import step_train_flops_per_byte, tokenizer_phase_flops_per_byte
-
         phase = self.tokenizer_phase(step_bytes, seq_len)  # decided as at the step's start: nothing counted yet
         on = phase or self.policy_on(step)
         if phase:
-            self.flops_spent += tokenizer_phase_flops_per_byte(self.cfg) * step_bytes
+            self.flops_spent += self.cost.tokenizer_phase_per_byte() * step_bytes
         else:
             # a probe's credit is a function of the decisions alone: no model pass is run or charged
             model_pass = self.learned and on and self.estimator.model_pass
-            self.flops_spent += step_train_flops_per_byte(
-                self.cfg, seq_len, rates["chunks_per_byte"], rates["supertokens_per_chunk"], self.vocab_size,
-                counterfactual=model_pass) * step_bytes
+            self.flops_spent += self.cost.at(seq_len).step_train_per_byte(
+                rates["chunks_per_byte"], rates["supertokens_per_chunk"], counterfactual=model_pass) * step_bytes
         if on:  # a frozen (warm-start) policy cannot answer a price
             end = StepEnd(rates, self.flops_spent, phase_ended=phase and not self.tokenizer_phase(step_bytes, seq_len))
             for term in self.terms.all():
@@ -162,12 +161,8 @@ class BoundaryObjective:
 
     def cost_slope(self, rate: float | None) -> float:
         """d ln(training FLOPs per byte) / d rate at `rate`: what one more boundary per byte costs,
-        relative to what a byte costs (model.flops.chunk_cost_flops)."""
-        from rltok.model.flops import chunk_cost_flops, config_forward_flops_per_byte
-
-        rate = self.cfg.model.target_rate if rate is None else rate
-        a, c = chunk_cost_flops(self.cfg.model, self.cfg.train.seq_len)
-        return (a + c * rate) / config_forward_flops_per_byte(self.cfg, rate, self.vocab_size)
+        relative to what a byte costs (ModelCost.cost_slope)."""
+        return self.cost.cost_slope(self.cfg.model.target_rate if rate is None else rate)
 
     def state_dict(self) -> dict:
         """The meter, the flips' stream and every term's own keys (lagrange, lagrange2, lexicon, flip_price)."""

@@ -11,7 +11,7 @@ import torch
 from tqdm import tqdm
 
 from rltok.training import distributed as ddp
-from rltok.model.flops import step_train_flops_per_byte
+from rltok.model.flops import cost_of_config
 
 # record keys that depend on wall-clock time (everything else is reproducible run to run)
 TIMING_KEYS = ("bytes_per_s", "flops_per_s", "mfu")
@@ -22,9 +22,11 @@ class IntervalMeter:
     `sums`/`n` are part of the trainer state, so the first record after a resume averages the
     same steps as the uninterrupted run's."""
 
-    def __init__(self, cfg, dist: ddp.DistInfo, device: torch.device, seq_len: int, vocab_size: int):
+    def __init__(self, cfg, dist: ddp.DistInfo, device: torch.device, seq_len: int, vocab_size: int, cost=None):
         self.cfg, self.dist, self.device = cfg, dist, device
         self.seq_len, self.vocab_size = seq_len, vocab_size
+        # what the model costs (rltok.model.flops.ModelCost), by default the config's model's
+        self.cost = (cost or cost_of_config(cfg, vocab_size)).at(seq_len)
         self.sums: dict[str, torch.Tensor] = {}
         self.n = 0
         self.t_last = time.perf_counter()
@@ -53,8 +55,7 @@ class IntervalMeter:
         rec.update(step=step, bytes=bytes_seen, lr=lr,
                    bytes_per_s=(bytes_seen - self.bytes_last) / max(1e-9, now - self.t_last))
         # MFU: analytical FLOPs/byte x bytes/s against the peak of all devices
-        fpb = step_train_flops_per_byte(self.cfg, self.seq_len, rec.get("chunks_per_byte"),
-                                        rec.get("supertokens_per_chunk"), self.vocab_size)
+        fpb = self.cost.step_train_per_byte(rec.get("chunks_per_byte"), rec.get("supertokens_per_chunk"))
         rec["flops_per_s"] = fpb * rec["bytes_per_s"]
         rec["mfu"] = rec["flops_per_s"] / (peak_flops * self.dist.world_size)
         self.t_last, self.bytes_last, self.sums, self.n = now, bytes_seen, {}, 0

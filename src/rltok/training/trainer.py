@@ -33,6 +33,7 @@ from rltok.training.device import resolve_device, resolve_dtype
 from rltok.eval.evaluate import evaluate_sums, summarize
 from rltok.training.metrics import TIMING_KEYS, IntervalMeter, Reporter  # noqa: F401  (TIMING_KEYS: part of this module's API)
 from rltok.model.factory import build_model
+from rltok.model.flops import ModelCost
 from rltok.model.noise import RowShard
 from rltok.objective.loss import BoundaryObjective, LocalMean
 from rltok.training.signals import StopRequest
@@ -124,6 +125,8 @@ class Trainer:
         np.random.seed(tc.seed)
         self.model = self._build_model().to(self.device)
         self.vocab_size = getattr(self.model, "vocab_size", VOCAB_SIZE)  # BPE-token reference: its own
+        # what a step costs, asked of the model itself: the FLOPs meter, the budget, the chunk price
+        self.cost = ModelCost(self.model, tc.seq_len, cfg.objective.group_size)
         if self.dist.enabled:
             torch.manual_seed(tc.seed + 1 + self.dist.rank)  # dropout masks differ between ranks
         # the module forward/backward go through: the model, its DDP wrapper, or (FSDP) the
@@ -152,10 +155,10 @@ class Trainer:
 
         # the boundary decisions' loss and its state: prices, controllers, flips, FLOPs meter
         # (the baseline and the rate loss' mean boundary probability over the global batch)
-        self.objective = BoundaryObjective(cfg, self.device, vocab_size=self.vocab_size,
+        self.objective = BoundaryObjective(cfg, self.device, vocab_size=self.vocab_size, cost=self.cost,
                                            reduce=ddp.GlobalBatchMean(self.dist) if self.dist.enabled else LocalMean())
         self.peak_flops = tc.peak_flops or None  # measured when fit() starts if not given
-        self.meter = IntervalMeter(cfg, self.dist, self.device, self.sampler.seq_len, self.vocab_size)
+        self.meter = IntervalMeter(cfg, self.dist, self.device, self.sampler.seq_len, self.vocab_size, self.cost)
         self.stop = StopRequest(self._log, across_ranks=self.dist.enabled)
         self.state = TrainState(self.model, self.opt, self.sampler, self.boundary_gen, self.objective, self.meter,
                                 self.report, self.device, self.dist, self.data_id)
