@@ -59,7 +59,7 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
     targets = out.rows_targets(targets)
     ce_final, counted = out.per_byte_nll(targets)
     bpb = masked_mean(ce_final.detach(), counted) / LN2
-    if out.early_logits is None:  # a plain LM (flat byte or BPE-token): the mean over the counted bytes
+    if not out.hierarchical:  # a plain LM (flat byte or BPE-token): the mean over the counted bytes
         loss = ce_final.sum() / counted.sum().clamp(min=1)
         metrics = {"loss": loss.detach(), "ce_final": loss.detach(), "bpb": bpb}
         if out.n_chunks is not None:  # tokens per byte: what a token model's compute scales with
