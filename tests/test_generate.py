@@ -245,7 +245,8 @@ def spy_decoding(monkeypatch) -> tuple[list, list]:
     def spy(self, state, row, ids, boundaries=None, start=0, boundaries2=None):
         out = real(self, state, row, ids, boundaries, start, boundaries2)
         copy = lambda t: None if t is None else t.clone()  # noqa: E731
-        calls.append((start, ids.clone(), copy(boundaries), out.boundaries.clone(), copy(boundaries2),
+        given2 = boundaries2[0] if boundaries2 is not None else None  # (the first level below the bytes)
+        calls.append((start, ids.clone(), copy(boundaries), out.boundaries.clone(), copy(given2),
                       copy(out.boundaries2)))
         return out
 

@@ -29,7 +29,7 @@ class StepOutput(NamedTuple):
     boundaries: torch.Tensor | None = None  # bool: the byte closed a chunk (chunked models)
     boundary_logits: torch.Tensor | None = None  # the RL policy's logits for those decisions
     boundaries2: torch.Tensor | None = None  # bool: the byte closed a supertoken (two stages)
-    below: tuple = ()  # bool per level below the bytes, top down: the byte closed an item there (below[0] is boundaries2)
+    below: tuple = ()  # bool per level below the bytes, top down: the byte closed an item there (boundaries2 first)
 
 
 class PrefillCache:

@@ -263,18 +263,14 @@ class HourglassLM(Stage, PretrainedMixin):
     def _start_levels(self, state: HourglassState, row: int, x: torch.Tensor, out: HourglassOutput,
                       cache) -> list[torch.Tensor]:
         """After prefill's pass: each level below the bytes counts the items it read and starts
-        its rule's state. Returns each level's decisions per byte (T,): whether the byte closed
-        an item of that level."""
-        closes, decided = out.boundaries.b[0], []
+        its rule's state. Returns each level's decisions per byte (T,)."""
+        decided = out.per_byte_levels()
+        closes = [out.boundaries.b[0]] + decided  # the bytes that close each level's items
         for depth, (stage, level) in enumerate(zip(self.stages()[1:], out.levels), start=1):
-            b = level.boundaries.b
-            state.levels[depth].n[row] = int(closes.sum())
-            rule = stage.chunker.start_state(cache.kept[f"encoded{depth}"], b, x[:, level.pos[0]], None)
+            state.levels[depth].n[row] = int(closes[depth - 1].sum())
+            items = x[:, level.pos[0]]  # each item's last byte
+            rule = stage.chunker.start_state(cache.kept[f"encoded{depth}"], level.boundaries.b, items, None)
             put_row(state.levels[depth].rule, row, rule, state.batch)
-            mine = torch.zeros_like(closes)
-            mine[closes] = b[0]
-            decided.append(mine)
-            closes = mine
         return decided
 
     @torch.inference_mode()

@@ -103,3 +103,15 @@ class HourglassOutput(ModelOutput):
     def n_chunks2(self) -> torch.Tensor | None:
         """(B,) supertokens per sequence."""
         return self.levels[0].boundaries.b.sum(1) if self.levels else None
+
+    def per_byte_levels(self, row: int = 0) -> list[torch.Tensor]:
+        """Row `row`'s decisions of each level below the bytes, top down, per byte (T,) bool:
+        whether the byte closed an item of that level (the form cached decoding reads and returns)."""
+        closes, decided = self.boundaries.b[row], []
+        for level in self.levels:
+            mine = torch.zeros_like(closes)
+            mine[closes] = level.boundaries.b[row, : int(closes.sum())]
+            decided.append(mine)
+            closes = mine
+        return decided
+

@@ -90,7 +90,8 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, cfg: ObjectiveConfig, 
         rate.prepare(batch)
         loss = estimator.add(loss, batch)
         loss = rate.add(loss, batch)
-        if out.boundaries2 is not None:  # the supertoken policy learns from the stage-1 returns
+        # a supertoken policy (a learned rule at the first chunk level) learns from the stage-1 returns
+        if out.boundaries2 is not None and out.boundaries2.logits is not None:
             loss = loss + supertoken_terms(out, batch.returns, cfg, rate, metrics, batch_mean)
         free = bd.free
         metrics.update(
