@@ -249,9 +249,10 @@ def test_a_probe_runs_no_model_pass_and_counts_no_extra_flops(tmp_path):
         cfg = load_config("test", overrides=[f"train.out_dir={tmp_path / name}", "train.max_steps=3", "train.threads=1",
                                              "train.eval_every=1000", "train.checkpoint_every=1000", *extra])
         trainer = Trainer(cfg, corpus=corpus(), quiet=True)
-        calls = []
-        forward = trainer.model.forward
-        trainer.model.forward = lambda *a, **k: calls.append(k.get("encoded") is not None) or forward(*a, **k)
+        calls = []  # per model pass: whether it re-ran a counterfactual segmentation
+        forward, rerun = trainer.model.forward, trainer.model.rerun
+        trainer.model.forward = lambda *a, **k: calls.append(False) or forward(*a, **k)
+        trainer.model.rerun = lambda *a, **k: calls.append(True) or rerun(*a, **k)
         trainer.fit()
         return trainer, calls
 

@@ -30,11 +30,11 @@ def test_chunk_vocab_keeps_the_model_causal_and_learns():
     torch.nn.init.normal_(model.chunk_vocab.table.weight)
     x = torch.randint(0, 256, (2, 48))
     b = torch.rand(2, 48, generator=torch.Generator().manual_seed(0)) < 0.3
-    ref = model(x, boundaries=b).logits
+    ref = model.score(x, b).logits
     for t in (5, 20, 40):
         x2 = x.clone()
         x2[:, t + 1:] = torch.randint(0, 256, (2, 48 - t - 1))
-        out = model(x2, boundaries=b).logits
+        out = model.score(x2, b).logits
         assert torch.allclose(out[:, : t + 1], ref[:, : t + 1], atol=1e-5)
     ref.sum().backward()
     assert model.chunk_vocab.table.weight.grad.abs().sum() > 0
@@ -54,7 +54,7 @@ def test_chunk_vocab_config_and_cached_generation():
     ends = torch.nonzero(b).flatten()
     assert (ends[1:] - ends[:-1]).max() > 3  # some chunk is longer than max_len
     with torch.no_grad():
-        ref = model(torch.tensor([list(data[:-1])]), boundaries=b.unsqueeze(0), force_last=False)
+        ref = model.score(torch.tensor([list(data[:-1])]), b.unsqueeze(0), force_last=False)
     assert ref.logits[0, len(g.prompt) - 1:, :256].argmax(-1).tolist() == list(g.output)
     st = model.start_decoding(1, 64)
     x = torch.tensor(list(data[:-1]))

@@ -25,11 +25,11 @@ def test_prediction_at_t_ignores_bytes_after_t(chunker):
     T = 40
     x = torch.randint(0, 256, (2, T))
     b = torch.rand(2, T) < 0.3
-    ref = model(x, boundaries=b)
+    ref = model.score(x, b)
     for t in (0, 7, 8, 23, T - 2):
         x2 = x.clone()
         x2[:, t + 1 :] = torch.randint(0, 256, (2, T - t - 1))
-        out = model(x2, boundaries=b)
+        out = model.score(x2, b)
         assert torch.allclose(out.logits[:, : t + 1], ref.logits[:, : t + 1], atol=1e-5)
         assert torch.allclose(out.early_logits[:, : t + 1], ref.early_logits[:, : t + 1], atol=1e-5)
         # the future does change the future (the test would be vacuous otherwise)
@@ -41,11 +41,11 @@ def test_prediction_at_t_ignores_boundary_decisions_after_t():
     T = 32
     x = torch.randint(0, 256, (1, T))
     b = torch.rand(1, T) < 0.3
-    ref = model(x, boundaries=b, force_last=False)
+    ref = model.score(x, b, force_last=False)
     t = 15
     b2 = b.clone()
     b2[:, t + 1 :] = ~b2[:, t + 1 :]
-    out = model(x, boundaries=b2, force_last=False)
+    out = model.score(x, b2, force_last=False)
     assert torch.allclose(out.logits[:, : t + 1], ref.logits[:, : t + 1], atol=1e-5)
 
 
@@ -72,7 +72,7 @@ def test_gradient_causality():
     b = torch.rand(1, T) < 0.4
     emb = model.embed(x).detach().requires_grad_(True)
     model.embed.forward = lambda _idx: emb  # feed the leaf tensor through the real forward
-    out = model(x, boundaries=b)
+    out = model.score(x, b)
     t = 10
     out.logits[0, t].sum().backward()
     assert emb.grad[0, t + 1 :].abs().max() == 0
@@ -104,10 +104,10 @@ def test_upsampling_uses_latest_chunk_ending_at_or_before_t():
     x = torch.randint(0, 256, (1, T))
     b = torch.zeros(1, T, dtype=torch.bool)
     b[0, [0, 5, 11]] = True
-    ref = model(x, boundaries=b, force_last=False).logits
+    ref = model.score(x, b, force_last=False).logits
     x2 = x.clone()
     x2[0, 5] = (x2[0, 5] + 1) % 256
-    out = model(x2, boundaries=b, force_last=False).logits
+    out = model.score(x2, b, force_last=False).logits
     diff = (out - ref).abs().amax(-1)[0]
     assert diff[:5].max() < 1e-6 and diff[5] > 0 and diff[6:].min() > 0  # chunk at 5 reaches 5..19
 
@@ -123,7 +123,7 @@ def test_loss_logp_equals_sampler_logp(window):
     assert bd.sample_logp is not None
     assert torch.allclose(bd.logp.detach(), bd.sample_logp, atol=1e-5)
     # and teacher forcing with the sampled decisions gives the same log-probs again
-    out2 = model(x, boundaries=bd.b)
+    out2 = model.score(x, bd.b)
     assert torch.allclose(out2.boundaries.logp, bd.logp, atol=1e-5)
 
 
@@ -211,7 +211,7 @@ def test_score_function_matches_exact_gradient(window, reward, baseline):
     # exact: J = sum_b pi(b) R(b), R detached
     segs = torch.tensor([[1, *bits, 1] for bits in itertools.product([0, 1], repeat=len(free))], dtype=torch.bool)
     xs, ys = x.expand(len(segs), T), y.expand(len(segs), T)
-    out = model(xs, boundaries=segs)
+    out = model.score(xs, segs)
     nll_final = token_nll(out.logits, ys).detach()
     nll_early = token_nll(out.early_logits, ys).detach()
     r = (nll_early - nll_final) if reward == "early_exit" else -nll_final

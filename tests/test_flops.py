@@ -112,7 +112,7 @@ def test_hourglass_flops_match_brute_force(chunker, window, seq_len, value_head,
     t = torch.arange(seq_len)
     b = ((t + 1) % 5 == 0).expand(bsz, seq_len).clone()  # every 5 bytes; forced ends are added
     out = {}
-    counts = brute_force_flops(model, lambda: out.setdefault("o", model(x, boundaries=b)), monkeypatch)
+    counts = brute_force_flops(model, lambda: out.setdefault("o", model.score(x, b)), monkeypatch)
     n_chunks = int(out["o"].n_chunks[0])
     assert (out["o"].n_chunks == n_chunks).all()
     est = hourglass_flops(cfg, seq_len, rate=n_chunks / seq_len)
@@ -401,15 +401,15 @@ def test_hourglass_walk_matches_the_profiler(chunker, extra, window, seq_len):
     model = HourglassLM(cfg).eval()
     bsz = 3
     x = torch.randint(0, 256, (bsz, seq_len))
-    kw = {"boundaries": fixed_boundaries(bsz, seq_len)}
+    b, below = fixed_boundaries(bsz, seq_len), ()
     if cfg.stages == 2:  # every other chunk closes a supertoken (the first one is forced)
-        n = int(model(x, **kw).n_chunks[0])
-        kw["boundaries2"] = (torch.arange(n) % 2 == 1).expand(bsz, n).clone()
-    out = model(x, **kw)
+        n = int(model.score(x, b).n_chunks[0])
+        below = ((torch.arange(n) % 2 == 1).expand(bsz, n).clone(),)
+    out = model.score(x, b, below)
     n_chunks = int(out.n_chunks[0])
     rate = n_chunks / seq_len
     rate2 = float(out.n_chunks2[0]) / n_chunks if cfg.stages == 2 else None
-    profiled = profiled_flops(lambda: model(x, **kw))
+    profiled = profiled_flops(lambda: model.score(x, b, below))
     kernel = model_flops(model, seq_len, rate, rate2, attention="kernel")
     causal = model_flops(model, seq_len, rate, rate2)
     n_bytes = bsz * seq_len
@@ -490,8 +490,8 @@ def test_a_rule_defined_here_is_costed_by_its_layers(rule, per_byte):
     # and it is what the profiler sees it run
     x = torch.randint(0, 256, (2, 64))
     b = fixed_boundaries(2, 64)
-    rate = int(model(x, boundaries=b).n_chunks[0]) / 64
-    profiled = profiled_flops(lambda: model(x, boundaries=b))
+    rate = int(model.score(x, b).n_chunks[0]) / 64
+    profiled = profiled_flops(lambda: model.score(x, b))
     assert model_flops(model, 64, rate, attention="kernel")["total"] * x.numel() == pytest.approx(profiled, rel=1e-9)
 
 

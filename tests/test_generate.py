@@ -48,9 +48,9 @@ def make_model(**kw) -> HourglassLM:
         if table is not None:  # zero-initialised: make them matter
             torch.nn.init.normal_(table.table.weight, generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
-        if base.get("chunker", "rl") == "rl":  # a policy that actually varies, centred near rate 0.3
+        if model.chunker.learned:  # a policy that actually varies, centred near rate 0.3
             model.chunker.head.bias.fill_(-0.8)
-        if model.stage2 is not None:  # and a supertoken policy near rate 0.4
+        if len(model.stages()) > 1:  # and a supertoken policy near rate 0.4
             model.stage2.chunker.head.bias.fill_(-0.4)
         if base.get("chunker") == "entropy":  # a threshold as training would have left it: rate ~0.3
             x = torch.tensor([list(TEXT)])
@@ -60,15 +60,16 @@ def make_model(**kw) -> HourglassLM:
     return model.eval()
 
 
-def per_chunk(b: torch.Tensor, b2: torch.Tensor | None) -> torch.Tensor | None:
-    """Per-byte supertoken decisions (T,) -> the (1, M) per-chunk ones the forward takes."""
-    return None if b2 is None else b2[b].unsqueeze(0)
+def per_chunk(b: torch.Tensor, b2: torch.Tensor | None) -> list[torch.Tensor]:
+    """Per-byte supertoken decisions (T,) -> the levels below the bytes as score takes them:
+    [(1, M)] per chunk, or none."""
+    return [] if b2 is None else [b2[b].unsqueeze(0)]
 
 
 def parallel(model, x: torch.Tensor, b: torch.Tensor, b2: torch.Tensor | None = None):
     """The forward pass over x (T,) with decisions b, b2 (T,) fixed, as generation reads them."""
     with torch.no_grad():
-        return model(x.unsqueeze(0), boundaries=b.unsqueeze(0), boundaries2=per_chunk(b, b2), force_last=False)
+        return model.score(x.unsqueeze(0), b.unsqueeze(0), per_chunk(b, b2), force_last=False)
 
 
 def byte_b2(out) -> torch.Tensor | None:
@@ -193,7 +194,7 @@ def test_batched_equals_unbatched(name):
     bounds = [torch.rand(n + steps, generator=g) < 0.3 for n in lengths]
     for b in bounds:
         b[0] = True
-    bounds2 = [b & (torch.rand(len(b), generator=g) < 0.5) for b in bounds] if model.stage2 else [None] * 3
+    bounds2 = [b & (torch.rand(len(b), generator=g) < 0.5) for b in bounds] if len(model.stages()) > 1 else [None] * 3
     cut = lambda t, a, z: None if t is None else t[a:z]  # noqa: E731
     batched = model.start_decoding(3, 64)
     rows = [[model.prefill(batched, i, s[:n], b[:n], boundaries2=cut(b2, 0, n)).logits]
@@ -201,7 +202,7 @@ def test_batched_equals_unbatched(name):
     for k in range(steps):
         ids = torch.stack([s[n + k] for s, n in zip(seqs, lengths)])
         given = torch.stack([b[n + k] for b, n in zip(bounds, lengths)])
-        given2 = None if model.stage2 is None else torch.stack([b[n + k] for b, n in zip(bounds2, lengths)])
+        given2 = None if len(model.stages()) == 1 else torch.stack([b[n + k] for b, n in zip(bounds2, lengths)])
         logits = model.step(batched, ids, given, given2).logits
         for i in range(3):
             rows[i].append(logits[i])
@@ -226,7 +227,7 @@ def test_greedy_output_is_argmax_of_parallel_pass_with_kept_boundaries():
     assert len(g.boundaries) == len(data) - 1  # the last byte is never read
     x = torch.tensor(list(data[:-1])).unsqueeze(0)
     with torch.no_grad():
-        out = model(x, boundaries=torch.tensor(g.boundaries).unsqueeze(0), force_last=False)
+        out = model.score(x, torch.tensor(g.boundaries).unsqueeze(0), force_last=False)
     assert out.logits[0, len(g.prompt) - 1:, :256].argmax(-1).tolist() == list(g.output)
 
 
@@ -244,7 +245,8 @@ def spy_decoding(monkeypatch) -> tuple[list, list]:
     def spy(self, state, row, ids, boundaries=None, start=0, boundaries2=None):
         out = real(self, state, row, ids, boundaries, start, boundaries2)
         copy = lambda t: None if t is None else t.clone()  # noqa: E731
-        calls.append((start, ids.clone(), copy(boundaries), out.boundaries.clone(), copy(boundaries2),
+        given2 = boundaries2[0] if boundaries2 is not None else None  # (the first level below the bytes)
+        calls.append((start, ids.clone(), copy(boundaries), out.boundaries.clone(), copy(given2),
                       copy(out.boundaries2)))
         return out
 
@@ -269,7 +271,7 @@ def test_sliding_keeps_every_boundary_decision(name, monkeypatch):
     data = g.prompt + g.output
     # every decision as made, before a slide that found none in reach forced one
     made = calls[0][3].tolist() + [b for b, _ in steps]
-    made2 = None if model.stage2 is None else calls[0][5].tolist() + [b2 for _, b2 in steps]
+    made2 = None if len(model.stages()) == 1 else calls[0][5].tolist() + [b2 for _, b2 in steps]
     starts = made2 or made  # where a context may start
     slides = [c for c in calls if c[2] is not None]
     assert len(slides) >= 3
@@ -278,7 +280,7 @@ def test_sliding_keeps_every_boundary_decision(name, monkeypatch):
         assert given.tolist()[1:] == made[start + 1:start + len(ids)] and bool(given[0])
         assert starts[start] or not any(starts[start + len(ids) - 31:start + len(ids)])  # forced: none in reach
         assert torch.equal(used, given.bool())  # the prefill changed nothing
-        if model.stage2 is not None:
+        if len(model.stages()) > 1:
             assert given2.tolist()[1:] == made2[start + 1:start + len(ids)] and bool(given2[0])
             assert torch.equal(used2, given2.bool())
     if name == "fixed":  # the stride keeps its phase across slides

@@ -234,9 +234,10 @@ def test_lexicon_only_credit_runs_no_model_pass_and_counts_no_extra_flops(tmp_pa
             "objective.lexicon_size=4096", "train.log_every=1", "train.eval_every=1000", "train.checkpoint_every=1000"]
     trainer = Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path / 'a'}", *over]), corpus=corpus(),
                       quiet=True)
-    calls = []
-    model_forward = trainer.model.forward
-    trainer.model.forward = lambda *a, **k: calls.append(k.get("encoded") is not None) or model_forward(*a, **k)
+    calls = []  # per model pass: whether it re-ran a counterfactual segmentation
+    model_forward, model_rerun = trainer.model.forward, trainer.model.rerun
+    trainer.model.forward = lambda *a, **k: calls.append(False) or model_forward(*a, **k)
+    trainer.model.rerun = lambda *a, **k: calls.append(True) or model_rerun(*a, **k)
     trainer.fit()
     assert calls and not any(calls)  # forward ran, never re-run after the encoder
     assert trainer.history[-1]["flip_value"] != 0  # the lexicon still gives credit

@@ -49,7 +49,7 @@ def run(model, x, y, group_size=1):
     out = model(x, generator=gen, group_size=group_size)
     obj = ObjectiveConfig(estimator=ScoreFunctionSettings(baseline="group" if group_size > 1 else "batch"),
                           group_size=group_size)
-    loss, _ = compute_loss(out, y, obj, model.cfg.target_rate, target_rate2=0.5 if model.stage2 else None)
+    loss, _ = compute_loss(out, y, obj, model.cfg.target_rate, target_rate2=0.5 if len(model.stages()) > 1 else None)
     model.zero_grad()
     loss.backward()
     return out, loss, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}

@@ -205,12 +205,12 @@ def test_two_stage_prediction_at_t_ignores_bytes_after_t():
     T = 48
     x = torch.randint(0, 256, (2, T))
     b = torch.rand(2, T) < 0.35
-    ref = model(x, boundaries=b, generator=torch.Generator().manual_seed(3))
+    ref = model.score(x, b, generator=torch.Generator().manual_seed(3))
     assert ref.boundaries2 is not None and (ref.n_chunks2 < ref.n_chunks).any()
     for t in (0, 9, 20, T - 2):
         x2 = x.clone()
         x2[:, t + 1:] = torch.randint(0, 256, (2, T - t - 1))
-        out = model(x2, boundaries=b, generator=torch.Generator().manual_seed(3))
+        out = model.score(x2, b, generator=torch.Generator().manual_seed(3))
         assert torch.allclose(out.logits[:, : t + 1], ref.logits[:, : t + 1], atol=1e-5)
         assert not torch.allclose(out.logits[:, t + 1:], ref.logits[:, t + 1:], atol=1e-5)
 
@@ -240,7 +240,7 @@ def test_two_stage_gradient_causality():
     b = torch.rand(1, T) < 0.4
     emb = model.embed(x).detach().requires_grad_(True)
     model.embed.forward = lambda _idx: emb
-    out = model(x, boundaries=b, generator=torch.Generator().manual_seed(0))
+    out = model.score(x, b, generator=torch.Generator().manual_seed(0))
     t = 14
     out.logits[0, t].sum().backward()
     assert emb.grad[0, t + 1:].abs().max() == 0
@@ -289,8 +289,8 @@ def test_two_stage_model_generates_with_its_caches():
         assert len(b) == len(b2) == len(data) - 1 and not (b2 & ~b).any() and b2[0]
         if n == 20:  # no slide: one parallel pass over everything
             with torch.no_grad():
-                out = model(torch.tensor([list(data[:-1])]), boundaries=b.unsqueeze(0),
-                            boundaries2=b2[b].unsqueeze(0), force_last=False)
+                out = model.score(torch.tensor([list(data[:-1])]), b.unsqueeze(0),
+                                  [b2[b].unsqueeze(0)], force_last=False)
             assert out.logits[0, len(g.prompt) - 1:, :256].argmax(-1).tolist() == list(g.output)
             assert 2 <= int(b2.sum()) < int(b.sum())
         else:

@@ -40,7 +40,7 @@ def windows(n: int = 3, length: int = 48):
 def direct_loss(model, x_row, y_row, b_row, t, horizon=None):
     """Per-byte NLL of one row and its loss over bytes t..t+horizon, one forward pass alone."""
     with torch.no_grad():
-        nll = token_nll(model(x_row[None], boundaries=b_row[None]).logits, y_row[None])[0].double()
+        nll = token_nll(model.score(x_row[None], b_row[None]).logits, y_row[None])[0].double()
     end = len(x_row) - 1 if horizon is None else min(len(x_row) - 1, t + horizon)
     return nll, nll[t : end + 1].sum().item()
 

@@ -160,7 +160,7 @@ def variant_losses(model, x: torch.Tensor, y: torch.Tensor, b: torch.Tensor, pos
         bv = b[ri].clone()
         rows = torch.arange(len(ri), device=x.device)
         bv[rows, ts] = rows % 2 == 0  # even rows: boundary at t, odd rows: none
-        out = model(x[ri], boundaries=bv)
+        out = model.score(x[ri], bv)
         nll = token_nll(out.logits, y[ri]).double()
         end = length - 1 if horizon is None else ts + horizon
         window = (ar.unsqueeze(0) >= ts.unsqueeze(1)) & (ar.unsqueeze(0) <= torch.as_tensor(end).view(-1, 1))

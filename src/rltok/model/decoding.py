@@ -29,6 +29,7 @@ class StepOutput(NamedTuple):
     boundaries: torch.Tensor | None = None  # bool: the byte closed a chunk (chunked models)
     boundary_logits: torch.Tensor | None = None  # the RL policy's logits for those decisions
     boundaries2: torch.Tensor | None = None  # bool: the byte closed a supertoken (two stages)
+    below: tuple = ()  # bool per level below the bytes, top down: the byte closed an item there (boundaries2 first)
 
 
 class PrefillCache:
@@ -118,8 +119,8 @@ class LevelState:
 
 
 class HourglassState(DecodingState):
-    """Also: a LevelState per stage (levels[0] the bytes, levels[1] the chunks of a two-stage
-    model) and where each row's open chunk starts."""
+    """Also: a LevelState per stage (levels[0] the bytes, levels[1] the chunks, levels[2] the
+    chunks of chunks of a deeper model, ...) and where each row's open chunk starts."""
 
     def __init__(self, model, batch: int, capacity: int, mode: str = "sample", generator=None):
         p = next(model.parameters())

@@ -11,7 +11,7 @@ from rltok.model.decoding import FlatState, StepOutput
 from rltok.model.generate import Generation, generate
 from rltok.model.layers import Stack, init_weights
 from rltok.model.ngram_embed import NgramEmbedding, byte_input
-from rltok.model.output import ModelOutput
+from rltok.model.output import LMOutput
 from rltok.model.pretrained import PretrainedMixin
 
 
@@ -72,11 +72,11 @@ class FlatByteLM(nn.Module, PretrainedMixin):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, idx: torch.Tensor, **_: object) -> ModelOutput:
+    def forward(self, idx: torch.Tensor, **_: object) -> LMOutput:
         if idx.shape[1] > self.max_seq_len:
             raise ValueError(f"sequence of {idx.shape[1]} bytes exceeds max_seq_len={self.max_seq_len}")
         pos = torch.arange(idx.shape[1], device=idx.device)
-        return ModelOutput(logits=self.head(self.body(self.embed_bytes(idx), pos)), early_logits=None, boundaries=None)
+        return LMOutput(self.head(self.body(self.embed_bytes(idx), pos)))
 
     def embed_bytes(self, idx: torch.Tensor) -> torch.Tensor:
         return byte_input(self.embed, self.ngram_embed, idx)

@@ -19,7 +19,7 @@ Prompts are read by the parallel pass, one row at a time, which also seeds the c
 row keeps its own positions, so a batch may mix prompt lengths. Positions are absolute (RoPE),
 so a row whose context reaches max_seq_len slides: about its oldest half is dropped and the
 rest is re-read by the parallel pass with the boundaries it already had. The first byte of a
-context always closes a chunk (and, with two stages, a supertoken), so the new context starts at
+context always closes a chunk (and an item of every level below: with two stages, a supertoken), so the new context starts at
 the byte nearest its middle that already did (see `slide_start`), and no decision changes: the
 sliding window is read exactly as the parallel pass reads those bytes with those boundaries. A
 fixed chunker keeps its stride counted from the row's first byte. Only a genuinely new context
@@ -30,7 +30,7 @@ max_seq_len - 1 bytes closed one, which must start at a forced one (recorded in 
 from __future__ import annotations
 
 import codecs
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import torch
@@ -55,6 +55,8 @@ class Generation:
     boundaries: list[bool] | None = None
     # two-stage models: whether each of those bytes closed a supertoken (None otherwise)
     boundaries2: list[bool] | None = None
+    # every level below the bytes, top down (boundaries2 first; empty for one level)
+    below: list[list[bool]] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -195,7 +197,7 @@ def _decode(model, state, contexts: list[bytes], max_new_bytes: int, max_len: in
     n = len(contexts)
     fed = [bytearray(c) for c in contexts]  # every byte each row has been given
     bounds: list[list[bool]] = [[] for _ in contexts]  # per byte read: closed a chunk
-    bounds2: list[list[bool]] = [[] for _ in contexts]  # two stages: closed a supertoken
+    below: list[list[list[bool]]] = [[] for _ in contexts]  # per level below the bytes: closed an item there
     ctx = [0] * n  # bytes in each row's current (possibly slid) context
 
     def read(row: int, start: int, end: int):
@@ -203,11 +205,11 @@ def _decode(model, state, contexts: list[bytes], max_new_bytes: int, max_len: in
         given = given2 = None
         if start and bounds[row]:  # slides keep their decisions
             given = torch.tensor(bounds[row][start:end])
-            given2 = torch.tensor(bounds2[row][start:end]) if bounds2[row] else None
+            given2 = [torch.tensor(level[start:end]) for level in below[row]] or None
         out = model.prefill(state, row, ids, given, start=start, boundaries2=given2)
         if out.boundaries is not None and not start:
             bounds[row] = out.boundaries.tolist()
-            bounds2[row] = [] if out.boundaries2 is None else out.boundaries2.tolist()
+            below[row] = [level.tolist() for level in out.below]
         ctx[row] = len(ids)
         return out.logits
 
@@ -236,28 +238,34 @@ def _decode(model, state, contexts: list[bytes], max_new_bytes: int, max_len: in
             if ctx[i] >= max_len:  # positions are absolute: slide before reading past the context
                 end = len(fed[i]) - 1  # the byte just sampled is read by the step below
                 if bounds[i]:
-                    # a context's first byte closes a chunk (two stages: and a supertoken)
-                    start, forced = slide_start(bounds2[i] or bounds[i], end, max_len)
+                    # a context's first byte closes an item of every level (the deepest closes them all)
+                    start, forced = slide_start(([bounds[i]] + below[i])[-1], end, max_len)
                     if forced:  # no decision to start from: the new first byte closes one
-                        bounds[i][start] = True
-                        if bounds2[i]:
-                            bounds2[i][start] = True
+                        for level in [bounds[i]] + below[i]:
+                            level[start] = True
                 else:
                     start = end - max(1, max_len // 2)
                 read(i, start, end)
         out = model.step(state, nxt)
         b = None if out.boundaries is None else out.boundaries.tolist()
-        b2 = None if out.boundaries2 is None else out.boundaries2.tolist()
+        made = [level.tolist() for level in out.below]
         for i in range(n):
             ctx[i] += 1
             if b is not None:
                 bounds[i].append(b[i])
-            if b2 is not None:
-                bounds2[i].append(b2[i])
+            for level, decided in zip(below[i], made):
+                level.append(decided[i])
         logits = out.logits
-    return [Generation(c, bytes(o), r, bounds[i][: len(c) + len(o)] if bounds[i] else None,
-                       bounds2[i][: len(c) + len(o)] if bounds2[i] else None)
-            for i, (c, o, r) in enumerate(zip(contexts, outs, reason))]
+    return [_generation(c, o, r, bounds[i], below[i]) for i, (c, o, r) in enumerate(zip(contexts, outs, reason))]
+
+
+def _generation(prompt: bytes, output: bytearray, reason: str, bounds: list[bool],
+                below: list[list[bool]]) -> Generation:
+    """The record of one row: its decisions for the bytes it read (prompt + output)."""
+    n = len(prompt) + len(output)
+    below = [level[:n] for level in below]
+    return Generation(prompt, bytes(output), reason, bounds[:n] if bounds else None,
+                      below[0] if below else None, below)
 
 
 class Utf8Streamer:

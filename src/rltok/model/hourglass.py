@@ -11,9 +11,17 @@
 HourglassLM is the byte-level Stage (stage.py, where down -> main -> up is written, once for the
 parallel pass and once for the cached step, for every level); here is what only bytes have:
 the embedding, the early-exit, value and next-byte heads, the projections between byte and
-chunk width (with the chunk vocabulary) - and the public API. With model.stages=2 the main
-network is itself a stage over chunks (ChunkStage, `stage2`): chunk encoder -> a second policy
-that closes supertokens -> main network over supertokens -> chunk decoder.
+chunk width (with the chunk vocabulary) - and the public API. Its main network is a Stack, or
+a stage over chunks (ChunkStage; model.stages=2, saved as `stage2`: chunk encoder -> a second
+policy that closes supertokens -> main network over supertokens -> chunk decoder), which may
+nest further: the levels below the bytes are a list of LevelSpec (levels.py).
+
+The forward is split by purpose, each returning an HourglassOutput:
+  - forward(idx, generator, group_size, encoder_only): the rules draw the segmentation (training,
+    evaluation; K segmentations per sequence; the tokenizer phase stops after the byte rule);
+  - score(idx, boundaries, below): a fixed segmentation (comparisons, analyses, tests);
+  - rerun(idx, out, boundaries): a counterfactual segmentation, reusing `out`'s encoder pass;
+  - prefill / step: cached decoding.
 
 Cached decoding (start_decoding / prefill / step, below the forward) runs the same modules: a
 context is read by this forward pass given a cache, then each new byte goes through the encoder
@@ -22,6 +30,8 @@ when that byte closes a chunk, the decoder and the head. Causality is what makes
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import torch
 import torch.nn as nn
@@ -34,7 +44,8 @@ from rltok.model.cost import Level, linear_flops, module_flops
 from rltok.model.decoding import HourglassState, StepOutput, put_row
 from rltok.model.generate import Generation, generate
 from rltok.model.layers import Packing, Stack, init_weights
-from rltok.model.output import ModelOutput
+from rltok.model.levels import LevelSpec, chunk_levels
+from rltok.model.output import HourglassOutput
 from rltok.model.pretrained import PretrainedMixin
 from rltok.model.stage import ChunkStage, Pass, Stage
 
@@ -62,10 +73,14 @@ class HourglassLM(Stage, PretrainedMixin):
     arch = "hourglass"
     hierarchical = True  # draws segmentations (K per sequence with group baselines)
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, levels: Sequence[LevelSpec] | None = None):
+        """`levels`: the stages below the bytes, top down (default: those the config describes,
+        chunk_levels(cfg)); the main network runs at the bottom, at the last level's width."""
         super().__init__()
         cfg.validate()
         self.cfg = cfg
+        levels = chunk_levels(cfg) if levels is None else list(levels)
+        chunk_dim = levels[0].width if levels else cfg.d_chunk  # what the byte level's chunks become
         self.embed = nn.Embedding(VOCAB_SIZE, cfg.d_byte)
         # the byte n-grams ending at each byte, hashed into learned tables (model.ngram_vocab)
         self.ngram_embed = NgramEmbedding(cfg.ngram_sizes, cfg.ngram_vocab, cfg.d_byte) if cfg.ngram_vocab else None
@@ -73,30 +88,29 @@ class HourglassLM(Stage, PretrainedMixin):
         self.encoder = Stack(cfg.encoder_layers, cfg.d_byte, cfg.n_heads_byte, window=cfg.window, **kw)
         self.early_head = nn.Linear(cfg.d_byte, VOCAB_SIZE, bias=False)
         self.chunker = build_chunker(cfg)
-        self.down = nn.Linear(cfg.d_byte, cfg.d_chunk, bias=False)
+        self.down = nn.Linear(cfg.d_byte, chunk_dim, bias=False)
         # a learned vocabulary of chunk contents, added to the chunk vectors (model.chunk_vocab)
-        self.chunk_vocab = ChunkVocab(cfg.chunk_vocab, cfg.d_chunk, cfg.chunk_vocab_max_len) if cfg.chunk_vocab else None
-        n_layers = cfg.encoder_layers + cfg.main_layers + cfg.decoder_layers
-        if cfg.stages == 2:
-            self.stage2 = ChunkStage(cfg, n_layers + 2 * cfg.stage2_layers)
-            self.main = None
+        self.chunk_vocab = ChunkVocab(cfg.chunk_vocab, chunk_dim, cfg.chunk_vocab_max_len) if cfg.chunk_vocab else None
+        # the residual depth the output projections are scaled by: every layer of every level
+        n_layers = cfg.encoder_layers + cfg.main_layers + cfg.decoder_layers + 2 * sum(lv.layers for lv in levels)
+        if levels:
+            self.set_main(ChunkStage(levels[0], levels[1:], cfg.main_layers, n_layers, 1, cfg.pack_chunks, kw))
         else:
-            self.stage2 = None
-            self.main = Stack(cfg.main_layers, cfg.d_chunk, cfg.n_heads_chunk, window=None, **kw)
-        self.up = nn.Linear(cfg.d_chunk, cfg.d_byte, bias=False)
+            self.set_main(Stack(cfg.main_layers, cfg.d_chunk, cfg.n_heads_chunk, window=None, **kw))
+        self.up = nn.Linear(chunk_dim, cfg.d_byte, bias=False)
         self.decoder = Stack(cfg.decoder_layers, cfg.d_byte, cfg.n_heads_byte, window=cfg.window, **kw)
         self.head = nn.Linear(cfg.d_byte, VOCAB_SIZE, bias=False)
         # the critic reads the encoder state detached: its regression never reshapes the encoder
         self.value_head = ValueHead(cfg.d_byte) if cfg.value_head else None
-        if cfg.stages == 2:
-            n_layers += 2 * cfg.stage2_layers
         for stack in (self.encoder, self.main, self.decoder):
-            if stack is not None:
+            if isinstance(stack, Stack):  # a stage below initialised its own
                 init_weights(stack, n_layers)
         for lin in (self.early_head, self.down, self.up, self.head):
             nn.init.normal_(lin.weight, 0.0, 0.02)
         nn.init.normal_(self.embed.weight, 0.0, 1.0)
         self.dim = cfg.d_byte
+        # chunks per item each level below aims at (what its cost is planned with)
+        self.level_targets = tuple(cfg.target_rate if lv.target_rate is None else lv.target_rate for lv in levels)
 
     @staticmethod
     def card_facts(m: dict) -> tuple[str, list[tuple[str, str]], bool]:
@@ -170,7 +184,7 @@ class HourglassLM(Stage, PretrainedMixin):
         `stage2` a chunk stage's encoder, decoder and rule; `byte_level` + `chunk_level` = `total`
         (chunk-level parts already scaled by the rate). `kernel`: attention as its kernel computes."""
         rate = self.cfg.target_rate if rate is None else rate
-        rates = () if self.stage2 is None else (self.cfg.stage2_target_rate if rate2 is None else rate2,)
+        rates = self.level_targets if rate2 is None else (rate2, *self.level_targets[1:])
         byte = Level(seq_len, 1.0, kernel)
         chunks = byte.below(rate)
         chunk_level = {"down": linear_flops(self.down, chunks) + module_flops(self.chunk_vocab, chunks),
@@ -224,48 +238,62 @@ class HourglassLM(Stage, PretrainedMixin):
         return byte_input(self.embed, self.ngram_embed, idx)
 
     def encode(self, idx: torch.Tensor, cache=None) -> torch.Tensor:
+        """The encoder's output (B, T, d_byte) for byte ids idx (B, T)."""
+        if idx.shape[1] > self.cfg.max_seq_len:
+            raise ValueError(f"sequence of {idx.shape[1]} bytes exceeds model.max_seq_len={self.cfg.max_seq_len}")
         pos = torch.arange(idx.shape[1], device=idx.device)
         return self.encoder(self.embed_bytes(idx), pos, cache=cache)
 
-    def forward(self, idx: torch.Tensor, boundaries: torch.Tensor | None = None, mode: str = "sample",
-                generator: torch.Generator | None = None, force_last: bool | None = None,
-                group_size: int = 1, boundaries2: torch.Tensor | None = None,
-                encoded: tuple[torch.Tensor, torch.Tensor] | None = None, cache=None,
-                encoder_only: bool = False) -> ModelOutput:
-        """idx: (B, T) byte ids. `boundaries` (B, T) bool fixes the segmentation; otherwise the
-        chunker draws one (`mode` "sample" or "greedy"). With group_size K > 1, K segmentations
-        of every sequence share one encoder pass and the outputs have B*K rows (row b*K + k).
-        `boundaries2` (B, M) bool fixes a two-stage model's supertoken decisions per chunk.
-        `encoded` = (encoder_state, early_logits) of an earlier call on the same idx skips the
-        encoder (a counterfactual segmentation re-runs only what comes after it). `cache`: a
-        PrefillCache for one row (decoding; see prefill), which every layer stack fills.
-        `encoder_only`: stop after the boundary rule (the tokenizer phase of training): the
-        early-exit head's logits stand in for the model's, and no chunk level or decoder runs."""
-        length = idx.shape[1]
-        if length > self.cfg.max_seq_len:
-            raise ValueError(f"sequence of {length} bytes exceeds model.max_seq_len={self.cfg.max_seq_len}")
-        force_last = self.cfg.force_last_boundary if force_last is None else force_last
-        pos = torch.arange(length, device=idx.device)
-        if encoded is None:
-            h = self.encode(idx, cache)
-            early_logits = self.early_head(h)
-        else:
-            h, early_logits = encoded
+    def forward(self, idx: torch.Tensor, generator: torch.Generator | None = None, group_size: int = 1,
+                encoder_only: bool = False, *, mode: str = "sample", force_last: bool | None = None
+                ) -> HourglassOutput:
+        """Training and evaluation: idx (B, T) byte ids, segmented by the boundary rules of every
+        level (`mode` "sample" or "greedy", drawing from `generator`). With group_size K > 1, K
+        segmentations of every sequence share one encoder pass and the outputs have B*K rows
+        (row b*K + k). `encoder_only`: the tokenizer phase of training: stop after the byte
+        level's rule; the early-exit logits stand in for the model's, and no chunk level or
+        decoder runs (a flag, not a method of its own: data-parallel wrappers call forward).
+        `force_last`: whether the last byte closes a chunk (default model.force_last_boundary)."""
+        h = self.encode(idx)
+        early_logits = self.early_head(h)
         if group_size > 1:
             h, early_logits, idx = (t.repeat_interleave(group_size, 0) for t in (h, early_logits, idx))
-        bsz = idx.shape[0]
+        return self._run(idx, h, early_logits, Pass(idx, mode, generator, (), None), force_last, encoder_only)
+
+    def score(self, idx: torch.Tensor, boundaries: torch.Tensor, below: Sequence[torch.Tensor | None] = (), *,
+              mode: str = "sample", generator: torch.Generator | None = None,
+              force_last: bool | None = None) -> HourglassOutput:
+        """The model on a fixed segmentation: boundaries (B, T) bool, byte t closes a chunk (the
+        forced positions close one whatever they say). `below`: the fixed decisions of the levels
+        below the bytes, top down, (B, M) per item of that level (a two-stage model's supertokens
+        per chunk); a level not given decides by its rule (`mode`, `generator`)."""
+        h = self.encode(idx)
+        run = Pass(idx, mode, generator, (boundaries, *below), None)
+        return self._run(idx, h, self.early_head(h), run, force_last)
+
+    def rerun(self, idx: torch.Tensor, encoded: HourglassOutput, boundaries: torch.Tensor) -> HourglassOutput:
+        """The counterfactual pass: the model on another segmentation `boundaries` (rows as in
+        `encoded`) of the bytes idx that `encoded` came from, reusing its encoder state and
+        early-exit logits, detached; only what comes after the encoder runs. The levels below
+        the bytes decide again."""
+        h, early_logits = encoded.encoder_state.detach(), encoded.early_logits.detach()
+        return self._run(idx, h, early_logits, Pass(idx, "sample", None, (boundaries,), None), None)
+
+    def _run(self, idx: torch.Tensor, h: torch.Tensor, early_logits: torch.Tensor, run: Pass,
+             force_last: bool | None, encoder_only: bool = False) -> HourglassOutput:
+        """Everything after the encoder: the byte level's rule (fixed by run.given[0] if given),
+        then down -> the levels below -> up -> decoder -> head."""
+        length = idx.shape[1]
+        force_last = self.cfg.force_last_boundary if force_last is None else force_last
         values = self.value_head(h.detach()).squeeze(-1) if self.value_head is not None else None
-        forced = forced_mask(bsz, length, idx.device, force_last)
-        bd = self.chunker(h, forced, boundaries, mode, generator, idx=idx, early_logits=early_logits)
+        forced = forced_mask(idx.shape[0], length, idx.device, force_last)
+        bd = self.chunker(h, forced, run.decided(0), run.mode, run.generator, idx=idx, early_logits=early_logits)
         if encoder_only:
-            return ModelOutput(logits=early_logits, early_logits=early_logits, boundaries=bd, n_chunks=bd.b.sum(1),
-                               values=values, encoder_state=h)
-        out, below = self.hourglass(h, bd, pos, Pass(idx, mode, generator, (boundaries2,), cache))
-        two = below[0] if below else None
-        return ModelOutput(logits=self.head(out), early_logits=early_logits, boundaries=bd, n_chunks=bd.b.sum(1),
-                           values=values, boundaries2=None if two is None else two.boundaries,
-                           chunk_pos=None if two is None else two.pos,
-                           n_chunks2=None if two is None else two.boundaries.b.sum(1), encoder_state=h)
+            return HourglassOutput(early_logits, early_logits=early_logits, boundaries=bd, values=values,
+                                   encoder_state=h)
+        out, levels = self.hourglass(h, bd, torch.arange(length, device=idx.device), run)
+        return HourglassOutput(self.head(out), early_logits=early_logits, boundaries=bd, values=values,
+                               encoder_state=h, levels=levels)
 
     # ---- cached decoding: one byte per row through the same modules ------------------------
 
@@ -287,24 +315,24 @@ class HourglassLM(Stage, PretrainedMixin):
 
     @torch.inference_mode()
     def prefill(self, state: HourglassState, row: int, ids: torch.Tensor, boundaries: torch.Tensor | None = None,
-                start: int = 0, boundaries2: torch.Tensor | None = None) -> StepOutput:
-        """Read one row's context ids (T,) with the forward pass, replacing whatever the row held.
+                start: int = 0, boundaries2=None) -> StepOutput:
+        """Read one row's context ids (T,) with the parallel pass, replacing whatever the row held.
         boundaries (T,) fix its decisions (byte 0 always closes a chunk; the last one is not
-        forced), boundaries2 (T,) the bytes that close a supertoken (two stages; with
-        boundaries). `start`: the row's byte index of ids[0] (after a slide, which passes the
-        decisions it keeps), from which a fixed stride goes on counting in the steps. Returns the
-        last byte's next-byte logits and the per-byte decisions."""
+        forced); boundaries2 the bytes that close an item of the levels below (with boundaries):
+        (T,) for the first (two stages: supertokens), or a sequence of (T,), one per level, top
+        down. `start`: the row's byte index of ids[0] (after a slide, which passes the decisions
+        it keeps), from which a fixed stride goes on counting in the steps. Returns the last
+        byte's next-byte logits and the per-byte decisions."""
         x = ids.view(1, -1).to(state.device)
         given = None if boundaries is None else boundaries.view(1, -1).to(state.device).bool()
-        given2 = None
-        if boundaries2 is not None:  # per byte -> per chunk, as forward takes them
-            if given is None:
-                raise ValueError("boundaries2 needs the boundaries they group")
-            ends = given.clone()
-            ends[:, 0] = True
-            given2 = boundaries2.view(1, -1).to(state.device).bool()[ends].view(1, -1)
+        below = [b.view(1, -1).to(state.device).bool() for b in as_levels(boundaries2)]
+        if below and given is None:
+            raise ValueError("boundaries2 needs the boundaries they group")
         cache = state.prefill_cache(row)
-        out = self(x, given, state.mode, state.generator, force_last=False, boundaries2=given2, cache=cache)
+        h = self.encode(x, cache)
+        early_logits = self.early_head(h)
+        run = Pass(x, state.mode, state.generator, (given, *per_item(given, below)), cache)
+        out = self._run(x, h, early_logits, run, force_last=False)
         b = out.boundaries.b
         state.start_row(row, x)
         for level in range(len(state.levels)):
@@ -313,22 +341,30 @@ class HourglassLM(Stage, PretrainedMixin):
         put_row(state.levels[0].rule, row, rule, state.batch)
         ends = torch.nonzero(b[0]).flatten()
         state.chunk_start[row] = ends[-1] + 1
-        b2 = None
-        if self.stage2 is not None:
-            bd2 = out.boundaries2.b
-            state.levels[1].n[row] = len(ends)
-            rule2 = self.stage2.chunker.start_state(cache.kept["encoded1"], bd2, None, None)
-            put_row(state.levels[1].rule, row, rule2, state.batch)
-            b2 = torch.zeros_like(b[0])
-            b2[ends] = bd2[0]
+        decided = self._start_levels(state, row, x, out, cache)
         logits = out.boundaries.logits
-        return StepOutput(out.logits[0, -1], b[0], None if logits is None else logits[0], b2)
+        return StepOutput(out.logits[0, -1], b[0], None if logits is None else logits[0],
+                          decided[0] if decided else None, tuple(decided))
+
+    def _start_levels(self, state: HourglassState, row: int, x: torch.Tensor, out: HourglassOutput,
+                      cache) -> list[torch.Tensor]:
+        """After prefill's pass: each level below the bytes counts the items it read and starts
+        its rule's state. Returns each level's decisions per byte (T,)."""
+        decided = out.per_byte_levels()
+        closes = [out.boundaries.b[0]] + decided  # the bytes that close each level's items
+        for depth, (stage, level) in enumerate(zip(self.stages()[1:], out.levels), start=1):
+            state.levels[depth].n[row] = int(closes[depth - 1].sum())
+            items = x[:, level.pos[0]]  # each item's last byte
+            rule = stage.chunker.start_state(cache.kept[f"encoded{depth}"], level.boundaries.b, items, None)
+            put_row(state.levels[depth].rule, row, rule, state.batch)
+        return decided
 
     @torch.inference_mode()
     def step(self, state: HourglassState, ids: torch.Tensor, boundaries: torch.Tensor | None = None,
-             boundaries2: torch.Tensor | None = None, noise: torch.Tensor | None = None) -> StepOutput:
-        """Read one byte per row, ids (B,). boundaries / boundaries2 (B,) fix its decisions;
-        noise (B, stages) are the uniform draws for them (None: drawn from the state's generator)."""
+             boundaries2=None, noise: torch.Tensor | None = None) -> StepOutput:
+        """Read one byte per row, ids (B,). boundaries (B,) fix its decisions, boundaries2 those
+        of the levels below ((B,) for the first, or a sequence of them, top down); noise (B,
+        levels) are the uniform draws for them (None: drawn from the state's generator)."""
         dev = state.device
         ids = ids.to(dev)
         given = None if boundaries is None else boundaries.to(dev).bool()
@@ -341,7 +377,31 @@ class HourglassLM(Stage, PretrainedMixin):
         bd = self.chunker.step(state.levels[0].rule, h, pos == 0, given, state.mode, state.generator, idx=ids,
                                early_logits=early, noise=None if noise is None else noise[:, 0])
         out, below = self.hourglass_step(state, h, bd, pos, None,
-                                         (None if boundaries2 is None else boundaries2.to(dev).bool(),),
+                                         tuple(b.to(dev).bool() for b in as_levels(boundaries2)),
                                          None if noise is None else noise[:, 1:])
         state.advance()
-        return StepOutput(self.head(out), bd.b, bd.logits, below[0] if below else None)
+        return StepOutput(self.head(out), bd.b, bd.logits, below[0] if below else None, tuple(below))
+
+
+def as_levels(given) -> tuple:
+    """Decisions of the levels below the bytes as prefill and step take them: None, one tensor
+    (the first level), or a sequence of tensors (top down) -> a tuple of tensors."""
+    if given is None:
+        return ()
+    return (given,) if isinstance(given, torch.Tensor) else tuple(given)
+
+
+def per_item(given: torch.Tensor | None, below: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Per-byte decisions (1, T) of each level below the bytes -> per item of that level, as the
+    parallel pass takes them: level 1's items are the bytes that close a chunk (byte 0 always
+    does), level 2's those that also close an item of level 1, and so on."""
+    if given is None:
+        return []
+    closes = given.clone()
+    closes[:, 0] = True
+    items = []
+    for b in below:
+        items.append(b[closes].view(1, -1))
+        closes = closes & b
+        closes[:, 0] = True  # an item of every level ends at byte 0
+    return items

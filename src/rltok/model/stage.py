@@ -9,9 +9,10 @@ A Stage reads a sequence of items (the bytes, or the chunks of the stage above) 
     encoder state (skip) -> decoder
 
 HourglassLM (hourglass.py) is the byte-level stage: it adds the byte embedding, the heads and the
-projections between byte and chunk width (to_chunks / from_chunks). Its main network is a Stack
-(`main`), or with model.stages=2 a ChunkStage over its chunks whose rule groups them into
-supertokens (`stage2`).
+projections between byte and chunk width (to_chunks / from_chunks). Its main network (`main`)
+is a Stack, or a ChunkStage over its chunks (model.stages=2: its rule groups them into
+supertokens), whose own main network is a Stack or the next ChunkStage, to any depth. Each
+chunk level is built from a LevelSpec (levels.py): width, layers and a boundary rule of any kind.
 
 Causality: the chunk ending at item s only sees items <= s and decisions <= s, and item t only
 receives chunks that end at or before t, so, level by level, the prediction for byte t+1
@@ -26,17 +27,18 @@ Causality is what makes the two agree.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import torch
 import torch.nn as nn
 
-from rltok.config import ModelConfig
-from rltok.model.chunkers import Boundaries, RLPolicy
 from rltok.model import cost  # (cost.Level: where a module runs; Level here: a level as a pass decided it)
+from rltok.model.chunkers import Boundaries
 from rltok.model.decoding import HourglassState
 from rltok.model.layers import Packing, Stack, init_weights
+from rltok.model.levels import LevelSpec
 from rltok.model.noise import uniform
+from rltok.model.output import Level
 
 
 def chunk_index(b: torch.Tensor) -> torch.Tensor:
@@ -94,47 +96,53 @@ class Pass(NamedTuple):
     ids: torch.Tensor  # (B, T) byte ids (the chunk vocabulary reads them; T sizes the noise)
     mode: str  # "sample" or "greedy"
     generator: object
-    given: tuple  # fixed decisions of each level below the bytes, (B, M) per chunk, or None
+    given: tuple  # fixed decisions per level, top down: (B, T) at the bytes, (B, M) per chunk below; or None
     cache: object  # a PrefillCache when reading a context for decoding, else None
 
-
-class Level(NamedTuple):
-    """A level below the bytes as one forward pass decided it."""
-
-    boundaries: Boundaries  # (B, M): chunk j closes a supertoken
-    pos: torch.Tensor  # (B, M) byte position of each of its items (padding slots: 0)
+    def decided(self, depth: int) -> torch.Tensor | None:
+        """The fixed decisions of level `depth`, or None (the rule decides)."""
+        return self.given[depth] if depth < len(self.given) else None
 
 
 class Stage(nn.Module):
-    """The hourglass of one level. Subclasses build `encoder`, `chunker`, `decoder` and the main
-    network: `main` (a Stack), or the next Stage as `stage{depth + 2}` with `main` None (stage
-    numbers count from 1 at the bytes; the attribute names are the checkpoints' keys). They set
-    `depth` (0: bytes), `dim` (item width) and `pack` (whether chunks run packed)."""
+    """The hourglass of one level. Subclasses build `encoder`, `chunker`, `decoder` and set the
+    main network with `set_main`: a Stack, or the next Stage. They set `depth` (0: bytes), `dim`
+    (item width) and `pack` (whether chunks run packed)."""
 
     depth: int
     dim: int
     pack: bool
 
+    def set_main(self, main: nn.Module) -> None:
+        """Make `main` this stage's main network. Its name in checkpoints: `main` for a Stack,
+        `stage{n}` for a Stage (n counts levels from 1 at the bytes), as models have always saved it."""
+        self._main_key = f"stage{self.depth + 2}" if isinstance(main, Stage) else "main"
+        self._modules[self._main_key] = main  # (add_module would take the property below for a clash)
+
     @property
-    def body(self) -> nn.Module:
-        return self.main if self.main is not None else getattr(self, f"stage{self.depth + 2}")
+    def main(self) -> nn.Module:
+        """The main network over this stage's chunks: a Stack, or the Stage below."""
+        try:
+            return self._modules[self._main_key]
+        except (AttributeError, KeyError):
+            raise AttributeError("the stage has no main network yet (set_main)") from None
 
     def stages(self) -> list[Stage]:
         """This stage and those below it, top down."""
-        return [self] + (self.body.stages() if isinstance(self.body, Stage) else [])
+        return [self] + (self.main.stages() if isinstance(self.main, Stage) else [])
 
     def stacks(self) -> list[Stack]:
         """Every layer stack of this stage and those below (each has a KV cache in decoding)."""
-        inner = self.body.stacks() if isinstance(self.body, Stage) else [self.body]
+        inner = self.main.stacks() if isinstance(self.main, Stage) else [self.main]
         return [self.encoder, self.decoder] + inner
 
     def body_flops(self, chunks: cost.Level, rates: tuple[float, ...]) -> dict[str, float]:
         """Forward FLOPs per byte of the main network run on `chunks`, by component: a stack's
         linear layers (`main`) and attention (`main_attn`), or the stage below's components
         (`rates`: items per item above, for each level below this one)."""
-        if isinstance(self.body, Stage):
-            return self.body.stage_flops(chunks, rates)
-        return {"main": self.body.linear_flops(chunks), "main_attn": self.body.attention_flops(chunks)}
+        if isinstance(self.main, Stage):
+            return self.main.stage_flops(chunks, rates)
+        return {"main": self.main.linear_flops(chunks), "main_attn": self.main.attention_flops(chunks)}
 
     # what the byte level changes between the levels; a chunk level passes vectors unchanged
     def to_chunks(self, z: torch.Tensor, chunk_pos: torch.Tensor, packing: Packing | None,
@@ -169,10 +177,10 @@ class Stage(nn.Module):
         if inner is not None:
             z = inner.unpad(z)
         z = self.to_chunks(z, chunk_pos, inner, run)
-        if isinstance(self.body, Stage):
-            z, below = self.body(z, chunk_pos, n, run, packing=inner)
+        if isinstance(self.main, Stage):
+            z, below = self.main(z, chunk_pos, n, run, packing=inner)
         else:
-            z, below = self.body(z, chunk_pos, cache=run.cache, packing=inner), []
+            z, below = self.main(z, chunk_pos, cache=run.cache, packing=inner), []
         z = self.from_chunks(z)
         if inner is not None:  # back to (B, M): the EMA and the upsampling work per sequence
             z = inner.pad(z)
@@ -209,14 +217,14 @@ class Stage(nn.Module):
                 z = z * bd.gate[mine].unsqueeze(-1).to(h.dtype)
             z = self.to_chunks_step(state, z, batch)
             sub = None if len(sel) == state.batch else sel
-            if isinstance(self.body, Stage):
-                z, decided = self.body.step(state, z, pos[mine], sub,
+            if isinstance(self.main, Stage):
+                z, decided = self.main.step(state, z, pos[mine], sub,
                                             tuple(None if g is None else g[mine] for g in given),
                                             None if noise is None else noise[mine])
                 for b, d in zip(below, decided):
                     b[mine] = d
             else:
-                z = self.body.step(z.unsqueeze(1), pos[mine], state.caches[self.body], sub)[:, 0]
+                z = self.main.step(z.unsqueeze(1), pos[mine], state.caches[self.main], sub)[:, 0]
             z = self.from_chunks(z)
             if bd.smooth is not None:
                 z = ema_step(z, level.latest[batch], bd.smooth[mine])
@@ -229,26 +237,52 @@ class Stage(nn.Module):
 
 
 class ChunkStage(Stage):
-    """A stage over the chunks of the stage above, in place of its main network (model.stages=2:
-    chunks of chunks, supertokens).
+    """A stage over the chunks of the stage above, as its main network (model.stages=2: chunks
+    of chunks, supertokens; deeper models nest more of them). Built from a LevelSpec: its own
+    width, layers and boundary rule; the levels below it, or at the bottom a main Stack of
+    `main_layers`, are its main network.
 
     Its items arrive as the (B, M) chunk vectors, or with `packing` the real ones packed (1, N),
-    and its output leaves the same way. Its RL policy decides per chunk whether it closes a
-    supertoken (on the padded layout: it is one linear head); the noise is drawn per byte and
-    read at the chunk's last byte, so a decision never depends on how many chunks the future
-    holds (sampling stays causal).
+    and its output leaves the same way. Its rule decides per item whether it closes a chunk of
+    this level, on the padded layout. The noise is drawn per byte and read at the item's last
+    byte, so a decision never depends on how many items the future holds (sampling stays
+    causal); a rule that reads bytes reads each item's last byte.
     """
 
-    def __init__(self, cfg: ModelConfig, n_layers: int, depth: int = 1):
+    def __init__(self, spec: LevelSpec, below: Sequence[LevelSpec], main_layers: int, n_layers: int,
+                 depth: int, pack: bool, kw: dict):
         super().__init__()
-        kw = dict(mlp_ratio=cfg.mlp_ratio, rope_base=cfg.rope_base, dropout=cfg.dropout)
-        self.encoder = Stack(cfg.stage2_layers, cfg.d_chunk, cfg.n_heads_chunk, window=None, **kw)
-        self.chunker = RLPolicy(cfg.d_chunk, 1, cfg.stage2_target_rate, cfg.chunker.detach)
-        self.main = Stack(cfg.main_layers, cfg.d_chunk, cfg.n_heads_chunk, window=None, **kw)
-        self.decoder = Stack(cfg.stage2_layers, cfg.d_chunk, cfg.n_heads_chunk, window=None, **kw)
+        self.depth, self.dim, self.pack = depth, spec.width, pack
+        self.encoder = Stack(spec.layers, spec.width, spec.heads, window=None, **kw)
+        self.chunker = spec.chunker(spec.width)
+        if getattr(self.chunker, "uses_early_logits", False):
+            raise ValueError(f"{type(self.chunker).__name__} reads the early-exit head, which only the bytes have")
+        if below:
+            self.set_main(ChunkStage(below[0], below[1:], main_layers, n_layers, depth + 1, pack, kw))
+        else:
+            self.set_main(Stack(main_layers, spec.width, spec.heads, window=None, **kw))
+        self.decoder = Stack(spec.layers, spec.width, spec.heads, window=None, **kw)
         for stack in (self.encoder, self.main, self.decoder):
-            init_weights(stack, n_layers)
-        self.depth, self.dim, self.pack = depth, cfg.d_chunk, cfg.pack_chunks
+            if isinstance(stack, Stack):  # a stage below initialised its own
+                init_weights(stack, n_layers)
+        # to the width of the level below and back, when it has another
+        main_dim = below[0].width if below else spec.width
+        self.down = self.up = None
+        if main_dim != spec.width:
+            self.down = nn.Linear(spec.width, main_dim, bias=False)
+            self.up = nn.Linear(main_dim, spec.width, bias=False)
+            for lin in (self.down, self.up):
+                nn.init.normal_(lin.weight, 0.0, 0.02)
+
+    def to_chunks(self, z: torch.Tensor, chunk_pos: torch.Tensor, packing: Packing | None,
+                  run: Pass) -> torch.Tensor:
+        return z if self.down is None else self.down(z)
+
+    def to_chunks_step(self, state: HourglassState, z: torch.Tensor, rows) -> torch.Tensor:
+        return z if self.down is None else self.down(z)
+
+    def from_chunks(self, z: torch.Tensor) -> torch.Tensor:
+        return z if self.up is None else self.up(z)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, n: torch.Tensor, run: Pass,
                 packing: Packing | None = None) -> tuple[torch.Tensor, list[Level]]:
@@ -260,12 +294,12 @@ class ChunkStage(Stage):
             h = packing.pad(h)
         valid = torch.arange(m, device=x.device).unsqueeze(0) < n.unsqueeze(1)
         forced = torch.zeros_like(valid)
-        forced[:, 0] = True  # every chunk has a supertoken ending at or before it
-        given = run.given[self.depth - 1]
+        forced[:, 0] = True  # every item has a chunk ending at or before it
+        given = run.decided(self.depth)
         noise = None
         if given is None and run.mode != "greedy":
             noise = torch.gather(uniform((bsz, run.ids.shape[1]), x.device, run.generator), 1, pos)
-        bd = self.chunker(h, forced, given, run.mode, run.generator, noise=noise)
+        bd = self.chunker(h, forced, given, run.mode, run.generator, idx=torch.gather(run.ids, 1, pos), noise=noise)
         bd.b = bd.b & valid  # padding slots close nothing and carry no gradient
         bd.free = bd.free & valid
         out, below = self.hourglass(h, bd, pos, run, packing)
@@ -294,8 +328,8 @@ class ChunkStage(Stage):
         r = slice(None) if rows is None else torch.tensor(rows, device=x.device)
         h = self.encoder.step(x.unsqueeze(1), pos, state.caches[self.encoder], rows)[:, 0]
         sub = {k: v[r] for k, v in level.rule.items()}
-        bd = self.chunker.step(sub, h, level.n[r] == 0, given[0], state.mode, state.generator,
-                               noise=None if noise is None else noise[:, 0])
+        bd = self.chunker.step(sub, h, level.n[r] == 0, given[0] if given else None, state.mode, state.generator,
+                               idx=state.recent[r, -1], noise=None if noise is None else noise[:, 0])
         for k, v in sub.items():
             level.rule[k][r] = v
         level.n[r] += 1

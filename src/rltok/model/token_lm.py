@@ -22,7 +22,7 @@ from rltok.config import ModelConfig
 from rltok.data.bpe import encode_rows, fit_bpe_to_rate, tokenizer_from_tensor, tokenizer_to_tensor
 from rltok.model.cost import Level, linear_flops
 from rltok.model.layers import Stack, init_weights
-from rltok.model.output import ModelOutput
+from rltok.model.output import LMOutput
 from rltok.model.pretrained import PretrainedMixin
 
 
@@ -152,7 +152,7 @@ class BPETokenLM(nn.Module, PretrainedMixin):
         pos = torch.arange(tok.shape[1], device=tok.device)
         return self.head(self.body(self.embed(tok), pos))
 
-    def forward(self, idx: torch.Tensor, **_: object) -> ModelOutput:
+    def forward(self, idx: torch.Tensor, **_: object) -> LMOutput:
         bsz, length = idx.shape
         tok, end, counts = self.encode(idx)
         n = tok.shape[1]
@@ -164,5 +164,4 @@ class BPETokenLM(nn.Module, PretrainedMixin):
         byte_nll = torch.zeros(bsz, length, dtype=nll.dtype, device=idx.device).scatter_add(
             1, torch.where(scored, end[:, 1:], 0), nll)
         byte_mask = torch.arange(length, device=idx.device) > end[:, :1]  # after token 0
-        return ModelOutput(logits=None, early_logits=None, boundaries=None, n_chunks=counts,
-                           byte_nll=byte_nll, byte_mask=byte_mask)
+        return LMOutput(None, n_chunks=counts, byte_nll=byte_nll, byte_mask=byte_mask)

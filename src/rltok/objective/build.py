@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rltok.config import CHUNKERS, ESTIMATORS, FAMILIES, RATES, REWARDS, ObjectiveConfig  # noqa: F401
+from rltok.config import CHUNKERS, ESTIMATORS, FAMILIES, RATES, ObjectiveConfig
 from rltok.config import CREDIT_PRICES as CREDIT_PRICE_KINDS
 from rltok.config import FlipsSettings, ScoreFunctionSettings
 from rltok.objective.estimator import BoundaryEstimator, EstimatorSettings

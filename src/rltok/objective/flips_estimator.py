@@ -71,7 +71,7 @@ class Flips(BoundaryEstimator):
         elif not self.run_model:  # the lexicon's credit alone: no model pass, no extra FLOPs
             cf = Counterfactual(flips, None)
         else:
-            alt = model(idx, boundaries=b_flipped, encoded=(out.encoder_state.detach(), out.early_logits.detach()))
+            alt = model.rerun(idx, out, b_flipped)
             cf = Counterfactual(flips, token_nll(alt.logits, targets))
         return cf if self.lexicon is None else with_lexicon_costs(cf, self.lexicon, idx, bd.b, self.lexicon_weight)
 

@@ -45,7 +45,7 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, terms, target_rate: fl
     build.terms_of_objective's). `batch_mean`: the batch-statistics protocol (data parallel: a global
     one). `policy_on=False` (the warm start): no policy, rate or price term, the policy is left alone."""
     if not isinstance(terms, ObjectiveTerms):  # a bare ObjectiveConfig; a plain LM has no early exit
-        terms = terms_of_objective(terms, target_rate, out.early_logits is not None, price, target_rate2)
+        terms = terms_of_objective(terms, target_rate, out.hierarchical, price, target_rate2)
     mb, total = MicroBatch.of(out, targets, counterfactual, LOCAL if batch_mean is None else batch_mean), Total()
     for term in terms.lm:  # the LM loss, the early exit, the rule's own loss
         total.add(*term(mb))
@@ -61,8 +61,8 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, terms, target_rate: fl
         total.add(loss, metrics)
         for price_term in policy.prices:
             total.add(*price_term(stage))
-        for term in (policy.stage2 if out.boundaries2 is not None else []):
-            total.add(*term(mb, returns))  # credited with the estimator's returns
+        for term in policy.stage2:  # a supertoken policy, credited with the estimator's returns
+            total.add(*term(mb, returns))
         total.add(None, policy_metrics(mb))
     total.metrics["loss"] = total.loss.detach()
     return total.loss, total.metrics

@@ -22,10 +22,12 @@ class Supertokens(Term):
         self.pg_weight, self.prices = pg_weight, prices
 
     def __call__(self, mb: MicroBatch, returns: torch.Tensor | None):
+        bd2 = mb.out.boundaries2
+        if bd2 is None or bd2.logits is None:  # no supertoken policy drew this batch's chunk level
+            return None, {}
         if returns is None:
             raise ValueError("the supertoken policy is credited with the estimator's returns: use the score function")
         out = mb.out
-        bd2 = out.boundaries2
         loss = self.pg_weight * policy_gradient_loss(bd2.logp, torch.gather(returns, 1, out.chunk_pos), bd2.free)
         # the rate over free chunk slots (as for stage 1); compute follows supertokens per chunk
         per_chunk = (bd2.b.sum() / out.n_chunks.sum().clamp(min=1)).detach().float()
