@@ -32,3 +32,42 @@ def test_model_exported_before_the_layout_change_loads_and_computes_the_same():
 
 def test_model_method_from_pretrained_checks_the_class():
     assert isinstance(HourglassLM.from_pretrained(FOLDER), HourglassLM)
+
+
+RUN = Path(__file__).parent / "fixtures" / "pre_composition_run"
+
+
+def test_run_folder_written_before_the_nested_config_resumes_as_it_would_have(tmp_path):
+    """A run folder of the flat config layout (lexicon recipe: flips, the lexicon's counts, the
+    credit price's controller in trainer.pt) resumes from its step-2 checkpoint, reads its config
+    through the old keys, and continues with the losses the code that wrote it produced."""
+    import json
+    import shutil
+    import warnings
+
+    from behaviour_cases import corpus, machine
+    from rltok.config import Config
+    from rltok.training.trainer import Trainer
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run, ignore=shutil.ignore_patterns("resumed.json"))
+    saved = json.loads((run / "config.json").read_text())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg = Config.from_dict(saved)
+    assert any("older flat config layout" in str(w.message) for w in caught)
+    est = cfg.objective.estimator
+    assert (est.kind, est.model_pass, est.lexicon.weight, est.lexicon.size, est.price.kind) == \
+        ("flips", False, 1.0, 1024, "target")
+    cfg.train.out_dir, cfg.train.max_steps = str(run), 4
+    trainer = Trainer(cfg.validate(), corpus=corpus(), resume=True, quiet=True)
+    assert trainer.step == 2 and trainer.objective.named["lexicon"] is not None
+    trainer.peak_flops = 1e12
+    losses = {str(h["step"]): h["loss"] for h in trainer.fit().history}
+    recorded = json.loads((RUN / "resumed.json").read_text())
+    assert set(losses) == set(recorded["resumed_loss"])
+    for step, loss in recorded["resumed_loss"].items():
+        if recorded["machine"] == machine():
+            assert losses[step] == loss, step  # bit for bit where it was recorded
+        else:
+            assert losses[step] == pytest.approx(loss, rel=1e-5), step
