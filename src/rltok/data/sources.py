@@ -190,9 +190,12 @@ def open_hub_dataset(spec: str):
                 raise DataError(f"dataset {name} has no split {split!r}; splits: {sorted(ds)}")
             ds = ds[split]
         return ds
+    # never a dataset's own loading script: that is code from the Hub (datasets >= 3.0 also
+    # refuses it by default; said here so that no version or environment setting turns it on)
+    safe = {"trust_remote_code": False}
     if name in HUB_FILE_BUILDERS:
-        return datasets.load_dataset(name, data_files=os.path.expanduser(config), split=split, streaming=True)
-    return datasets.load_dataset(name, config or None, split=split, streaming=True)
+        return datasets.load_dataset(name, data_files=os.path.expanduser(config), split=split, streaming=True, **safe)
+    return datasets.load_dataset(name, config or None, split=split, streaming=True, **safe)
 
 
 # `hf:BUILDER:PATH` reads local data files with one of these `datasets` builders

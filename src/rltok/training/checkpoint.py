@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import re
 import shutil
 import warnings
@@ -40,6 +41,7 @@ from rltok.model.pretrained import (CARD, CONFIG, META_KEYS, MODEL_FILES, WEIGHT
                                     PretrainedError, clean_results, fetch_from_hub, model_config_of, read_config,
                                     write_model_files)
 from rltok.model.pretrained import load_weights as load_model_weights
+from rltok.training.safe_load import load_tensors_only
 
 TRAINER = "trainer.pt"
 MANIFEST = "manifest.json"
@@ -291,10 +293,13 @@ def load_weights(folder: Path, cfg: Config) -> torch.nn.Module:
 def read_trainer_state(folder: Path) -> dict | None:
     if not (folder / TRAINER).is_file():
         return None
-    try:  # our own file, checksum-verified; it holds numpy RNG state, hence no weights_only
-        return torch.load(folder / TRAINER, map_location="cpu", weights_only=False)
+    try:  # tensors and plain values only: a run folder from elsewhere must not run code here
+        return load_tensors_only(folder / TRAINER)
+    except pickle.UnpicklingError:
+        raise CheckpointError(f"checkpoint {folder}: {TRAINER} holds more than tensors and plain values "
+                              "(refused: unpickling it could run code)") from None
     except Exception as e:
-        raise CheckpointError(f"checkpoint {folder}: cannot read {TRAINER} ({e})") from None
+        raise CheckpointError(f"checkpoint {folder}: cannot read {TRAINER} ({' '.join(str(e).split())[:300]})") from None
 
 
 class Loaded(NamedTuple):

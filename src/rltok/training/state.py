@@ -39,6 +39,19 @@ def check_resumable(state: dict | None, ckpt: Path, saved: ModelConfig, wanted: 
                           f"({'; '.join(changed)}); resume with the original model settings")
 
 
+def numpy_rng_state() -> tuple:
+    """NumPy's global RNG state with its key array as a list of ints, so that trainer.pt holds
+    no NumPy objects and loads with torch's weights-only unpickler."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return (name, keys.tolist(), int(pos), int(has_gauss), float(gauss))
+
+
+def set_numpy_rng_state(state: tuple) -> None:
+    """Put back numpy_rng_state() (or the array form older trainer states hold)."""
+    name, keys, *rest = state
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
+
+
 @dataclass
 class TrainState:
     """Everything besides the weights that the next step depends on: the counters below and the
@@ -74,7 +87,7 @@ class TrainState:
             "boundary_gen": self.boundary_gen.get_state(),
             "torch_rng": torch.get_rng_state(),  # dropout
             "python_rng": random.getstate(),
-            "numpy_rng": np.random.get_state(),
+            "numpy_rng": numpy_rng_state(),
             "bad_steps": self.bad_steps,
             "skipped_steps": self.skipped_steps,
             "warnings": self.report.warnings,
@@ -106,7 +119,7 @@ class TrainState:
         self.boundary_gen.set_state(state["boundary_gen"])
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])
-        np.random.set_state(state["numpy_rng"])
+        set_numpy_rng_state(state["numpy_rng"])
         if "cuda_rng" in state and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
         rank_rng = state.get("rank_rng")
