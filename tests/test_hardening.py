@@ -63,3 +63,130 @@ def test_the_datasets_floor_runs_no_dataset_scripts_by_default():
     floors = [re.fullmatch(r"datasets>=(\d+)\.(\d+).*", d) for deps in extras.values() for d in deps
               if d.startswith("datasets")]
     assert floors and all(m and (int(m[1]), int(m[2])) >= (3, 0) for m in floors)
+
+
+# ---- a full disk at a checkpoint, for real ---------------------------------------------------------
+
+def cli_process(argv, cwd, preexec_fn=None, stdout=None, stderr=None, timeout=240):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "rltok.cli", *map(str, argv)], cwd=cwd, preexec_fn=preexec_fn,
+                          stdout=subprocess.PIPE if stdout is None else stdout,
+                          stderr=subprocess.PIPE if stderr is None else stderr,
+                          env={**os.environ, "PYTHONPATH": SRC}, timeout=timeout)
+
+
+def file_size_limit(limit: int):
+    """preexec_fn: files may grow to `limit` bytes (`ulimit -f`); past it a write fails with
+    EFBIG instead of the process being killed by SIGXFSZ."""
+    import resource
+    import signal
+
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def assert_failed_checkpoints_kept_the_good_one(done, run: Path, good_step: int, failed_periodic: int) -> None:
+    from rltok.training.checkpoint import list_checkpoints, verify_checkpoint
+
+    err = done.stderr.decode(errors="replace")
+    assert "Traceback" not in err, err
+    assert done.returncode == 2, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: cannot write the checkpoint of step"), err
+    assert f"resume from step {good_step}" in last, last
+    assert err.count("failed (") == failed_periodic and "training continues" in err, err
+    ckpts = list_checkpoints(run)
+    assert [p.name for p in ckpts] == [f"step_{good_step:07d}"]
+    verify_checkpoint(ckpts[-1])
+    assert not list((run / "checkpoints").glob(".tmp_*"))
+
+
+def test_a_file_size_limit_at_checkpoints_warns_keeps_the_good_one_and_ends_in_one_error(tmp_path, data_file):
+    run = tmp_path / "run"
+    first = cli_process(["train", *FAST, "--data", data_file, "--out", run, "--steps", "2"], tmp_path)
+    assert first.returncode == 0, first.stderr
+    # the weights (~0.4 MB) fit under the limit, the trainer state (~0.9 MB) does not
+    done = cli_process(["train", "--resume", "--out", run, "--steps", "5", "train.checkpoint_every=1"], tmp_path,
+                       preexec_fn=file_size_limit(600_000))
+    assert_failed_checkpoints_kept_the_good_one(done, run, good_step=2, failed_periodic=2)
+    assert "step 5/5" in done.stderr.decode(), "training went on to the end"
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 2 MB tmpfs: one checkpoint of the test preset (~1.3 MB) fits, a second one does not."""
+    import subprocess
+
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root and a container that allows mount): "
+                    f"{made.stderr.decode().strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_a_full_filesystem_at_checkpoints_warns_keeps_the_good_one_and_ends_in_one_error(
+        tmp_path, data_file, small_filesystem):
+    run = small_filesystem / "run"
+    done = cli_process(["train", *FAST, "--data", data_file, "--out", run, "--steps", "6",
+                        "train.checkpoint_every=2", "train.log_every=1"], tmp_path)
+    assert_failed_checkpoints_kept_the_good_one(done, run, good_step=2, failed_periodic=1)
+    assert "step 6/6" in done.stderr.decode(), "training went on to the end"
+
+
+# ---- a closed pipe or a closed stderr never costs a checkpoint --------------------------------------
+
+def assert_trained_to(run: Path, step: int) -> None:
+    from rltok.training.checkpoint import list_checkpoints, verify_checkpoint
+
+    ckpts = list_checkpoints(run)
+    assert ckpts and ckpts[-1].name == f"step_{step:07d}", ckpts
+    verify_checkpoint(ckpts[-1])
+
+
+def test_train_into_a_pipe_whose_reader_has_gone_finishes_and_checkpoints(tmp_path, data_file):
+    """`rltok train ... 2>&1 | head -0`: stdout and stderr both into a pipe nobody reads."""
+    import os
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = cli_process(["train", *FAST, "--data", data_file, "--out", tmp_path / "run", "--steps", "4",
+                            "train.log_every=1"], tmp_path, stdout=write, stderr=write)
+    finally:
+        os.close(write)
+    assert done.returncode == 0
+    assert_trained_to(tmp_path / "run", 4)
+
+
+def test_train_piped_into_head_finishes_and_checkpoints(tmp_path, data_file):
+    """`rltok train ... 2>&1 | head -3`: the reader goes after three lines."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "rltok.cli", "train", *FAST, "--data", str(data_file), "--out",
+                             str(tmp_path / "run"), "--steps", "30", "train.log_every=1"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": SRC})
+    for _ in range(3):
+        proc.stdout.readline()
+    proc.stdout.close()
+    assert proc.wait(timeout=240) == 0
+    assert_trained_to(tmp_path / "run", 30)
+
+
+def test_train_with_stderr_closed_finishes_and_checkpoints(tmp_path, data_file):
+    """`rltok train ... 2>&-`: no stderr at all."""
+    import os
+
+    done = cli_process(["train", *FAST, "--data", data_file, "--out", tmp_path / "run", "--steps", "3"], tmp_path,
+                       preexec_fn=lambda: os.close(2))
+    assert done.returncode == 0, done.stdout
+    assert_trained_to(tmp_path / "run", 3)

@@ -11,6 +11,7 @@ import warnings
 from rltok.cli.model_commands import cmd_lm_eval
 from rltok.cli.parser import build_parser
 from rltok.cli.run_commands import PRESET_PARAMS, count_params
+from rltok.cli.streams import output_never_fails
 from rltok.config import ConfigError
 
 __all__ = ["PRESET_PARAMS", "build_parser", "count_params", "main", "user_errors"]
@@ -50,6 +51,13 @@ def main(argv: list[str] | None = None) -> int:
         args.mode = args.default_mode
     warnings.simplefilter("default")
     warnings.formatwarning = lambda msg, cat, *a, **k: f"warning: {msg}\n"
+    # a closed stderr never stops a command; for the long writers (train, prepare) not a closed
+    # stdout either: their output is a by-product of the files they write
+    with output_never_fails(stdout=args.command in ("train", "prepare")):
+        return _run(args)
+
+
+def _run(args) -> int:
     try:
         code = args.func(args)
         sys.stdout.flush()  # here, so that a closed pipe is handled below and not at exit

@@ -22,8 +22,8 @@ from rltok.training import distributed as ddp
 from rltok.training import run_folder, tracking
 from rltok.training.run_lock import RunLock
 from rltok.training.state import TrainState, check_resumable
-from rltok.training.checkpoint import (SHARDED, CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint,
-                         stage_checkpoint)
+from rltok.training.checkpoint import (SHARDED, CheckpointError, checkpoint_step, list_checkpoints, load_checkpoint,
+                                      save_checkpoint, stage_checkpoint)
 from rltok.config import VOCAB_SIZE, Config
 from rltok.data.sources import Corpus
 from rltok.data.windows import WindowSampler, rank_eval_windows
@@ -35,6 +35,11 @@ from rltok.model.factory import build_model
 from rltok.model.noise import RowShard
 from rltok.objective.loss import BoundaryObjective, LocalMean
 from rltok.training.signals import StopRequest
+
+
+def _one_line(e: BaseException) -> str:
+    """An exception as one short line: its type and its message, whitespace collapsed."""
+    return f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
 
 
 class TrainingDiverged(RuntimeError):
@@ -226,19 +231,26 @@ class Trainer:
             try:
                 path = save_checkpoint(self.run_dir, self.step, self.model, self.cfg, state,
                                        keep_last=self.cfg.train.keep_checkpoints, state_dict=weights, staged=staged)
-            except OSError as e:
-                error = e
+            except Exception as e:  # noqa: BLE001 - a full disk surfaces as OSError, a safetensors or a torch error
+                error = OSError(_one_line(e))
         if self.dist.enabled:
             error, path = ddp.broadcast_object((None if error is None else OSError(str(error)), path), self.dist)
         if error is not None:
             if final:
                 raise CheckpointError(f"cannot write the checkpoint of step {self.step} under "
-                                      f"{self.run_dir / 'checkpoints'}: {error}") from None
-            self.report.warn(f"warning: checkpoint at step {self.step} failed ({error}); training continues "
-                             "and the next checkpoint retries")
+                                      f"{self.run_dir / 'checkpoints'}: {error}; {self._resumes_from()}") from None
+            self.report.warn(f"warning: checkpoint at step {self.step} failed ({error}); training continues, "
+                             f"the last good checkpoint is kept and the next checkpoint retries")
             return None
         self.last_saved_step = self.step
         return path
+
+    def _resumes_from(self) -> str:
+        """Where `--resume` would continue this run, in words."""
+        ckpts = list_checkpoints(self.run_dir)
+        if not ckpts:
+            return "no checkpoint of this run was written: a --resume starts from scratch"
+        return f"the run can resume from step {checkpoint_step(ckpts[-1])} ({ckpts[-1].name}) with --resume"
 
     def _write_shards(self) -> tuple[Path | None, OSError | None]:
         """FSDP: rank 0 stages the checkpoint folder, every rank writes its shards into its dcp/
