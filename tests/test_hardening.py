@@ -190,3 +190,63 @@ def test_train_with_stderr_closed_finishes_and_checkpoints(tmp_path, data_file):
                        preexec_fn=lambda: os.close(2))
     assert done.returncode == 0, done.stdout
     assert_trained_to(tmp_path / "run", 3)
+
+
+# ---- --resume continues the run it names, on the data it names, on its schedule ---------------------
+
+@pytest.mark.parametrize("make", ["missing", "empty", "file"])
+def test_resume_of_a_folder_that_holds_no_run_is_an_error(tmp_path, capsys, make, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    target = tmp_path / "typo"
+    if make == "empty":
+        target.mkdir()
+    elif make == "file":
+        target.write_text("x")
+    expected = {"missing": "no such folder", "empty": "no config.json and no checkpoints/", "file": "is a file"}
+    assert_user_error(capsys, ["train", "--resume", "--out", target], "--resume", expected[make])
+    assert not (target / "checkpoints").exists() and not (tmp_path / "runs").exists()
+
+
+def test_data_paths_are_stored_absolute_and_compared_as_paths(tmp_path, capsys, monkeypatch):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "a.txt").write_bytes(TEXT)
+    monkeypatch.chdir(tmp_path)
+    assert run_cli(capsys, "train", *FAST, "--data", "corpus/", "--out", "run", "--steps", "2")[0] == 0
+    import json
+
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["data"]["train"] == str(folder)
+    # the same folder spelled otherwise is the same data; resuming from elsewhere finds it
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    monkeypatch.chdir(other)
+    for spelling in (str(folder), "../corpus", "../corpus/", "../corpus/."):
+        code, _, err = run_cli(capsys, "train", "--resume", "--out", "../run", "--data", spelling, "--steps", "2")
+        assert code == 0, err
+    code, _, err = run_cli(capsys, "train", "--resume", "--out", "../run", "--steps", "3")
+    assert code == 0 and "data changed" not in err, err
+
+
+def lrs(run: Path) -> dict[int, float]:
+    import json
+
+    return {r["step"]: r["lr"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())}
+
+
+@pytest.mark.parametrize("choice", ["keep", "restart"])
+def test_raising_max_steps_on_resume_says_what_the_schedule_does(tmp_path, data_file, capsys, choice):
+    run = tmp_path / "run"
+    base = [*FAST, "train.warmup_steps=1", "train.log_every=1", "train.lr=0.001", "train.min_lr_ratio=0.1"]
+    assert run_cli(capsys, "train", *base, "--data", data_file, "--out", run, "--steps", "6")[0] == 0
+    before = lrs(run)[6]
+    code, _, err = run_cli(capsys, "train", "--resume", "--out", run, "--steps", "10", "train.log_every=1",
+                           f"train.schedule_on_resume={choice}")
+    assert code == 0, err
+    assert "train.max_steps changed from 6 to 10 at step 6" in err and f"schedule_on_resume={choice}" in err, err
+    after = lrs(run)
+    if choice == "keep":  # no jump: from the last value, down to the minimum by the new end
+        assert "no jump" in err and after[7] <= before * 1.0001, (before, after)
+    else:
+        assert "restarts" in err and after[7] > 0.9 * 0.001
+    assert abs(after[10] - 0.0001) < 0.00002 or after[10] < after[7], after
+    assert all(after[s] >= after[s + 1] for s in range(7, 10)), after

@@ -26,12 +26,15 @@ def cmd_train(args) -> int:
         from rltok.training import run_folder
 
         run_dir = args.out if args.out is not None else _last_override(overrides, "train.out_dir")
+        run_folder.require_run_folder(run_dir or "runs/default")
         saved = run_folder.saved_config(run_dir or "runs/default")
     if saved is not None:
         cfg = run_folder.resume_config(run_dir or "runs/default", saved, args.preset, args.config, overrides,
                                        allow_change=args.allow_config_change)
     else:
-        cfg = load_config(args.preset or "tiny", args.config, overrides)
+        from rltok.training.run_folder import absolute_data
+
+        cfg = absolute_data(load_config(args.preset or "tiny", args.config, overrides))
     if args.print_config:
         print(json.dumps(cfg.to_dict(), indent=2))
         return 0

@@ -339,6 +339,10 @@ class TrainConfig:
     # ("" = off; WANDB_MODE=offline keeps it on this machine).
     tensorboard: bool = False
     wandb: str = ""
+    # When a resume changes max_steps after warm-up: "keep" (the learning rate goes on from the
+    # value it had and decays to the minimum by the new max_steps: no jump) or "restart" (the
+    # cosine decay starts again from train.lr).
+    schedule_on_resume: str = "keep"
 
     def validate(self) -> None:
         for name in ("seq_len", "batch_size", "grad_accum", "max_steps", "eval_batches", "log_every",
@@ -362,6 +366,8 @@ class TrainConfig:
             raise ConfigError("train.peak_flops must be >= 0 (0 = measure)")
         if not 0 <= self.flops_budget < float("inf"):
             raise ConfigError("train.flops_budget must be >= 0 (0 = off)")
+        if self.schedule_on_resume not in ("keep", "restart"):
+            raise ConfigError(f"train.schedule_on_resume must be keep or restart, got {self.schedule_on_resume!r}")
 
 
 def _unknown(key: str, choices: list[str], where: str, what: str = "config key") -> ConfigError:

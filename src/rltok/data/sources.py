@@ -355,6 +355,33 @@ def named_split(spec: str, split: str) -> str | None:
 
 
 
+def _absolute(path: str) -> str:
+    return os.path.normpath(os.path.abspath(os.path.expanduser(path)))
+
+
+def absolute_spec(spec: str) -> str:
+    """`spec` with its local paths absolute and normalised (no trailing slash, no `./`), so that a
+    run names the same data from any working directory and one path spelled two ways is one path.
+    Names that are not local paths ('stdlib', a Hub dataset) are kept as they are."""
+    if not spec.strip() or spec == "stdlib":
+        return spec
+    if spec.startswith("mix:"):  # mix:DIR=W,DIR=W
+        parts = []
+        for item in spec[4:].split(","):
+            folder, sep, weight = item.rpartition("=")
+            parts.append(f"{_absolute(folder)}={weight}" if sep else item)
+        return "mix:" + ",".join(parts)
+    if spec.startswith("hf:"):  # hf:BUILDER:PATH or hf:LOCAL_FOLDER, each with an optional @split
+        body, at, split = spec[3:].rpartition("@") if "@" in spec[3:] else (spec[3:], "", "")
+        name, colon, config = body.partition(":")
+        if name in HUB_FILE_BUILDERS and config:
+            body = f"{name}:{_absolute(config)}"
+        elif not colon and Path(name).expanduser().exists():
+            body = _absolute(name)
+        return f"hf:{body}{at}{split}"
+    return _absolute(spec)
+
+
 def read_user_text(text: str | None, file: str | None) -> bytes:
     """Bytes for `segment`/`generate`: a literal string (UTF-8) or a file ('-' = stdin)."""
     if file is not None:

@@ -73,6 +73,9 @@ class TrainState:
     bytes_seen: int = 0
     bad_steps: int = 0  # consecutive non-finite steps
     skipped_steps: int = 0  # all non-finite steps so far
+    # (step, progress): where the learning rate's decay went on from after a resume changed
+    # max_steps (Trainer.schedule_progress); None: the plain schedule
+    lr_anchor: tuple[int, float] | None = None
 
     def state_dict(self) -> dict:
         """The whole state. Under data parallelism a collective: every rank calls it together."""
@@ -90,6 +93,7 @@ class TrainState:
             "numpy_rng": numpy_rng_state(),
             "bad_steps": self.bad_steps,
             "skipped_steps": self.skipped_steps,
+            "lr_anchor": None if self.lr_anchor is None else list(self.lr_anchor),
             "warnings": self.report.warnings,
             "collapse_streak": self.report.collapse_streak,
             "log_acc": dict(self.meter.sums),  # so the first record after a resume averages the same steps
@@ -133,6 +137,8 @@ class TrainState:
         self.objective.load_state_dict(state.get("objective", state))  # older states: top-level keys
         self.bad_steps = state.get("bad_steps", 0)
         self.skipped_steps = state.get("skipped_steps", 0)
+        anchor = state.get("lr_anchor")
+        self.lr_anchor = None if anchor is None else (int(anchor[0]), float(anchor[1]))
         self.report.warnings = state.get("warnings", 0)
         self.report.collapse_streak = state.get("collapse_streak", 0)
         self.meter.sums = dict(state.get("log_acc", {}))
