@@ -250,3 +250,63 @@ def test_raising_max_steps_on_resume_says_what_the_schedule_does(tmp_path, data_
         assert "restarts" in err and after[7] > 0.9 * 0.001
     assert abs(after[10] - 0.0001) < 0.00002 or after[10] < after[7], after
     assert all(after[s] >= after[s + 1] for s in range(7, 10)), after
+
+
+# ---- results that are not results ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("trained")
+    data = root / "data.txt"
+    data.write_bytes(TEXT)
+    assert main(["train", *FAST, "--data", str(data), "--out", str(root / "run"), "--steps", "2"]) == 0
+    return root / "run", data
+
+
+def test_eval_of_a_model_with_non_finite_weights_is_an_error(trained, tmp_path, capsys):
+    import torch
+
+    from rltok.training.checkpoint import load_checkpoint
+    from rltok.training.hub import save_pretrained
+
+    model, cfg, _, _ = load_checkpoint(trained[0])
+    with torch.no_grad():
+        next(model.parameters()).view(-1)[0] = float("nan")
+    save_pretrained(model, tmp_path / "nan", cfg)
+    for argv in (["eval", "-c", tmp_path / "nan"], ["segment", "-c", tmp_path / "nan", "hello"],
+                 ["generate", "-c", tmp_path / "nan", "-n", "2", "hi"]):
+        assert_user_error(capsys, argv, "non-finite weights")
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["segment", "--max-bytes", "-3", "hello"], "--max-bytes"),
+    (["eval", "--batch-size", "0"], "--batch-size"), (["eval", "--max-windows", "-1"], "--max-windows"),
+    (["eval", "--threads", "-2"], "--threads"), (["eval", "--threads", "100000"], "--threads"),
+    (["eval", "--seed", "-1"], "--seed"), (["generate", "--top-p", "nan", "hi"], "--top-p"),
+    (["generate", "-t", "inf", "hi"], "--temperature"), (["prepare", "x", "--val-fraction", "0.7"], "--val-fraction"),
+    (["vocab", "r", "--top", "0"], "--top"), (["diagnose", "--estimates", "1"], "--estimates"),
+    (["compare", "--data", "x", "--out", "o", "--budget-bytes", "0"], "--budget-bytes"),
+    (["train", "--steps", "0"], "--steps"), (["eval", "--batch-size", "many"], "--batch-size"),
+    (["generate", "-n", "99999999999", "hi"], "--max-bytes"),
+])
+def test_numeric_flags_are_range_checked_in_one_line(capsys, argv, flag):
+    assert_user_error(capsys, argv, flag)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model.n_heads_byte=0", "model.n_heads_byte must be between 1 and"), ("train.betas=[2,0]", "train.betas"),
+    ("train.seed=-1", "train.seed must be between 0 and"), ("train.seed=1e23", "train.seed"),
+    ("train.batch_size=1e8", "train.batch_size"), ("model.d_chunk=1e6", "model.d_chunk"),
+    ("train.grad_clip=nan", "train.grad_clip must be a finite number"),
+    ("train.weight_decay=nan", "train.weight_decay must be a finite number"), ("model.d_chunk=true", "expects int"),
+    ("train.threads=100000", "train.threads must be between 0 and 1024"), ("model.mlp_ratio=inf", "finite"),
+    ("train.seq_len=16777216", "train.batch_size x train.seq_len"),
+])
+def test_settings_are_range_checked_in_one_line(capsys, override, message):
+    assert_user_error(capsys, ["train", "--print-config", "--preset", "test", override], message)
+
+
+def test_a_json_true_is_not_a_number(tmp_path, capsys):
+    (tmp_path / "c.json").write_text('{"model": {"d_chunk": true}}')
+    assert_user_error(capsys, ["train", "--print-config", "--config", tmp_path / "c.json"], "model.d_chunk",
+                      "expects int")

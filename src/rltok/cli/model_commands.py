@@ -7,6 +7,8 @@ import sys
 
 from rltok.config import ConfigError
 
+MAX_COUNT = (1 << 31) - 1  # as rltok.cli.parser.MAX_COUNT (which imports this module)
+
 
 def cmd_lm_eval(args) -> int:
     from rltok.eval.lm_eval_adapter import main as lm_eval_main
@@ -24,8 +26,21 @@ def _load(args):
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     model, cfg, _, ckpt = load_checkpoint(args.checkpoint, device=device)
+    refuse_non_finite(model, ckpt)
     model.eval()
     return model, cfg, ckpt, device
+
+
+def refuse_non_finite(model, ckpt) -> None:
+    """A model whose weights hold NaN or inf gives NaN for everything: an error, not a result."""
+    import torch
+
+    from rltok.training.checkpoint import CheckpointError
+
+    bad = [name for name, t in model.state_dict().items() if t.is_floating_point() and not torch.isfinite(t).all()]
+    if bad:
+        raise CheckpointError(f"the model in {ckpt} has non-finite weights (NaN or inf) in {len(bad)} tensor(s), "
+                              f"first {bad[0]}; it cannot be evaluated or used")
 
 
 def cmd_eval(args) -> int:
@@ -122,6 +137,8 @@ def cmd_generate(args) -> int:
         raise ConfigError("give a prompt or --prompt-file, not both")
     if args.max_bytes < 0:  # named as the user typed it, not as the API calls it
         raise ConfigError(f"-n/--max-bytes must be >= 0, got {args.max_bytes}")
+    if args.max_bytes > MAX_COUNT:
+        raise ConfigError(f"-n/--max-bytes must be at most {MAX_COUNT}, got {args.max_bytes}")
     try:  # before loading anything: bad arguments should fail fast
         check_args(args.max_bytes, args.temperature, args.top_k, args.top_p, args.mode)
     except GenerationError as e:

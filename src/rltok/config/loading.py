@@ -79,6 +79,8 @@ def _coerce(value: Any, typ: Any, key: str) -> Any:
                     return False
                 raise ValueError(value)
             return bool(value)
+        if typ in (int, float) and isinstance(value, bool):  # JSON true is not the number 1
+            raise ValueError(value)
         if typ is int:
             if isinstance(value, float) and not value.is_integer():
                 raise ValueError(value)

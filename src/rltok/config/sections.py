@@ -4,7 +4,9 @@ the objective section starts from."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +85,7 @@ class ModelConfig:
     pack_chunks: bool = True
 
     def validate(self) -> None:
+        _check_numbers(self, 'model', _MODEL_RANGES)
         if self.d_byte % self.n_heads_byte or self.d_chunk % self.n_heads_chunk:
             raise ConfigError("d_byte/d_chunk must be divisible by their number of heads")
         if (self.d_byte // self.n_heads_byte) % 2 or (self.d_chunk // self.n_heads_chunk) % 2:
@@ -221,6 +224,7 @@ class ObjectiveConfig:
         return {p.strip() for p in self.baseline.split("+") if p.strip()}
 
     def validate(self) -> None:
+        _check_numbers(self, 'objective', _OBJECTIVE_RANGES)
         if self.recipe not in RECIPES:
             raise _unknown(self.recipe, list(RECIPES), "", what="objective.recipe")
         parts = self.baseline_parts()
@@ -294,6 +298,7 @@ class DataConfig:
     cache_dir: str = ""  # empty: $RLTOK_CACHE, else ~/.cache/rltok
 
     def validate(self) -> None:
+        _check_numbers(self, 'data', _DATA_RANGES)
         if not 0 < self.val_fraction < 0.5:
             raise ConfigError("data.val_fraction must be in (0, 0.5)")
         if self.prepare_above < 0:
@@ -345,6 +350,7 @@ class TrainConfig:
     schedule_on_resume: str = "keep"
 
     def validate(self) -> None:
+        _check_numbers(self, 'train', _TRAIN_RANGES)
         for name in ("seq_len", "batch_size", "grad_accum", "max_steps", "eval_batches", "log_every",
                      "eval_every", "checkpoint_every"):
             if getattr(self, name) < 1:
@@ -356,6 +362,9 @@ class TrainConfig:
             raise ConfigError("train.min_lr_ratio must be in [0, 1]")
         if self.grad_clip <= 0:
             raise ConfigError("train.grad_clip must be > 0")
+        if self.batch_size * self.seq_len > MAX_BATCH_BYTES:
+            raise ConfigError(f"train.batch_size x train.seq_len = {self.batch_size * self.seq_len:,} bytes per "
+                              f"micro-batch, more than {MAX_BATCH_BYTES:,} would fit in memory; lower one of them")
         if not self.out_dir.strip():
             raise ConfigError("train.out_dir must not be empty")
         if self.dtype not in ("auto", "fp32", "bf16"):
@@ -368,6 +377,52 @@ class TrainConfig:
             raise ConfigError("train.flops_budget must be >= 0 (0 = off)")
         if self.schedule_on_resume not in ("keep", "restart"):
             raise ConfigError(f"train.schedule_on_resume must be keep or restart, got {self.schedule_on_resume!r}")
+
+
+def _check_numbers(section: Any, name: str, ranges: dict[str, tuple[float, float]]) -> None:
+    """Every number of a section is a number (not true/false), finite, and in its range where
+    `ranges` gives one ([low, high], both included): checked before any other rule reads it, so
+    no value can divide by zero, overflow or ask for more memory than exists."""
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        key = f"{name}.{f.name}"
+        if f.type in ("int", "float") and isinstance(value, bool):
+            raise ConfigError(f"{key} expects a number ({f.type}), got {str(value).lower()}")
+        for v in value if isinstance(value, tuple) else (value,):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            if not math.isfinite(v):
+                raise ConfigError(f"{key} must be a finite number, got {v}")
+            low, high = ranges.get(f.name, (-math.inf, math.inf))
+            if not low <= v <= high:
+                raise ConfigError(f"{key} must be between {_shown(low)} and {_shown(high)}, got {_shown(v)}")
+
+
+def _shown(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+# The largest values a key may take: beyond them a model or batch cannot fit any machine's memory
+# (or an index overflows); what runs and what fits is then for the device to say.
+_BIG = float(1 << 40)  # steps and counts of things that cost no memory each
+_MODEL_RANGES = {"d_byte": (1, 65536), "d_chunk": (1, 65536), "n_heads_byte": (1, 1024), "n_heads_chunk": (1, 1024),
+                 "encoder_layers": (0, 1024), "main_layers": (0, 1024), "decoder_layers": (0, 1024),
+                 "flat_layers": (0, 1024), "stage2_layers": (0, 1024), "window": (1, 1 << 24),
+                 "mlp_ratio": (1e-6, 1024), "max_seq_len": (1, 1 << 24), "rope_base": (1, 1e12),
+                 "fixed_stride": (1, 1 << 24), "bpe_vocab": (0, 1 << 22), "chunk_vocab": (0, 1 << 26),
+                 "chunk_vocab_max_len": (1, 1024), "ngram_vocab": (0, 1 << 26), "ngram_sizes": (1, 16),
+                 "policy_window": (1, 12), "hnet_ratio_weight": (0, 1e6), "gumbel_temperature": (1e-6, 1e6),
+                 "gumbel_prior_weight": (0, 1e6)}
+_OBJECTIVE_RANGES = {"group_size": (1, 1024), "flip_stride": (1, 1 << 24), "policy_start_step": (0, _BIG),
+                     "lexicon_size": (2, 1 << 30), "policy_lr_mult": (0, 1e6), "lagrange_lr": (0, 1e6),
+                     "lagrange_gain": (0, 1e6), "compute_price": (0, 1e12), "lexicon_weight": (0, 1e6)}
+_DATA_RANGES = {"max_bytes": (0, 1 << 50), "prepare_above": (0, 1 << 62)}
+_TRAIN_RANGES = {"seq_len": (1, 1 << 24), "batch_size": (1, 1 << 20), "grad_accum": (1, 1 << 20),
+                 "max_steps": (1, _BIG), "warmup_steps": (0, _BIG), "weight_decay": (0, 1e3), "betas": (0, 0.999999),
+                 "grad_clip": (1e-12, 1e12), "eval_every": (1, _BIG), "eval_batches": (1, 1 << 20),
+                 "log_every": (1, _BIG), "checkpoint_every": (1, _BIG), "keep_checkpoints": (0, 1 << 20),
+                 "seed": (0, (1 << 32) - 1), "threads": (0, 1024)}
+MAX_BATCH_BYTES = 1 << 32  # train.batch_size x train.seq_len: bytes of one micro-batch
 
 
 def _unknown(key: str, choices: list[str], where: str, what: str = "config key") -> ConfigError:
