@@ -67,7 +67,7 @@ def test_the_datasets_floor_runs_no_dataset_scripts_by_default():
 
 # ---- a full disk at a checkpoint, for real ---------------------------------------------------------
 
-def cli_process(argv, cwd, preexec_fn=None, stdout=None, stderr=None, timeout=240):
+def cli_process(argv, cwd, preexec_fn=None, stdout=None, stderr=None, timeout=240, stdin=None):
     import os
     import subprocess
     import sys
@@ -75,7 +75,7 @@ def cli_process(argv, cwd, preexec_fn=None, stdout=None, stderr=None, timeout=24
     return subprocess.run([sys.executable, "-m", "rltok.cli", *map(str, argv)], cwd=cwd, preexec_fn=preexec_fn,
                           stdout=subprocess.PIPE if stdout is None else stdout,
                           stderr=subprocess.PIPE if stderr is None else stderr,
-                          env={**os.environ, "PYTHONPATH": SRC}, timeout=timeout)
+                          stdin=stdin, env={**os.environ, "PYTHONPATH": SRC}, timeout=timeout)
 
 
 def file_size_limit(limit: int):
@@ -310,3 +310,95 @@ def test_a_json_true_is_not_a_number(tmp_path, capsys):
     (tmp_path / "c.json").write_text('{"model": {"d_chunk": true}}')
     assert_user_error(capsys, ["train", "--print-config", "--config", tmp_path / "c.json"], "model.d_chunk",
                       "expects int")
+
+
+# ---- a run folder with a name that is not UTF-8 -------------------------------------------------------
+
+def test_a_run_folder_whose_name_is_not_utf8_trains_checkpoints_and_resumes(tmp_path, data_file, capsys):
+    import os
+
+    run = Path(os.fsdecode(bytes(tmp_path) + b"/r\xffun"))
+    assert run_cli(capsys, "train", *FAST, "--data", data_file, "--out", run, "--steps", "2")[0] == 0
+    code, _, err = run_cli(capsys, "train", "--resume", "--out", run, "--steps", "3")
+    assert code == 0, err
+    assert_trained_to(run, 3)
+    assert run_cli(capsys, "eval", "-c", run, "--max-windows", "2")[0] == 0
+
+
+# ---- export never overwrites a run; outputs are checked before the work -------------------------------
+
+def test_export_into_a_run_or_a_checkpoint_is_refused(trained, capsys, tmp_path):
+    run = trained[0]
+    ckpt = sorted((run / "checkpoints").iterdir())[-1]
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert_user_error(capsys, ["export", "-c", run, "-o", run], "is inside a run folder")
+    assert_user_error(capsys, ["export", "-c", run, "-o", ckpt], "is inside a checkpoint")
+    assert_user_error(capsys, ["export", "-c", ckpt, "-o", run / "sub"], "is inside a run folder")
+    alone = tmp_path / "ckpt"
+    import shutil
+
+    shutil.copytree(ckpt, alone)
+    assert_user_error(capsys, ["export", "-c", alone, "-o", alone], "is inside a checkpoint")
+    assert before == {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+
+
+def test_diagnose_checks_its_output_before_computing(trained, capsys, tmp_path, monkeypatch):
+    import rltok.cli.model_commands as model_commands
+
+    (tmp_path / "afile").write_text("x")
+    monkeypatch.setattr(model_commands, "load_checkpoint", None, raising=False)  # nothing may be loaded
+    assert_user_error(capsys, ["diagnose", "-c", trained[0], "--out", tmp_path / "afile" / "d.json"], "is a file")
+    assert_user_error(capsys, ["diagnose", "-c", trained[0], "--out", tmp_path], "is a folder")
+
+
+LONG = "x" * 300
+
+
+@pytest.mark.parametrize("argv", [
+    ["export", "-c", "{run}", "-o", "{tmp}/afile/out"], ["export", "-c", "{run}", "-o", "{tmp}/" + LONG],
+    ["segment", "-c", "{run}", "hello", "--html", "{tmp}/afile/x.html"],
+    ["segment", "-c", "{run}", "hello", "--html", "{tmp}/" + LONG],
+    ["vocab", "{run}", "--no-bpe", "--json", "{tmp}/afile/v.json"],
+    ["compare", "--data", "{data}", "--out", "{tmp}/afile/cmp", "--methods", "fixed"],
+    ["train", *FAST, "--data", "{data}", "--out", "{tmp}/" + LONG, "--steps", "1"],
+    ["train", "--resume", "--out", "{tmp}/" + LONG], ["eval", "-c", "{tmp}/" + LONG],
+    ["prepare", "{data}", "--out", "{tmp}/" + LONG], ["prepare", "{data}", "--out", "{tmp}/afile/p"],
+    ["generate", "-c", "{run}", "-f", "{tmp}/" + LONG],
+])
+def test_bad_output_paths_are_one_error_line(trained, capsys, tmp_path, argv):
+    (tmp_path / "afile").write_text("x")
+    run, data = trained
+    assert_user_error(capsys, [a.format(run=run, tmp=tmp_path, data=data) for a in argv])
+
+
+def test_presets_into_a_full_device_is_one_error_line(tmp_path):
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this system")
+    with open("/dev/full", "w") as full:
+        done = cli_process(["presets"], tmp_path, stdout=full)
+    err = done.stderr.decode()
+    assert done.returncode == 2 and err.strip().startswith("error: ") and len(err.strip().splitlines()) == 1, err
+
+
+# ---- inputs are bounded and named for what they are ----------------------------------------------------
+
+def test_inputs_that_are_not_files_say_what_they_are(trained, capsys, tmp_path):
+    import os
+
+    run = trained[0]
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for argv, message in ((["generate", "-c", run, "-f", "/dev/zero"], "character device"),
+                          (["segment", "-c", run, "-f", fifo], "named pipe"),
+                          (["segment", "-c", run, "-f", tmp_path], "is a folder"),
+                          (["train", "--print-config", "--config", tmp_path], "is a folder"),
+                          (["train", "--print-config", "--config", "/dev/zero"], "not a regular file"),
+                          (["eval", "-c", run, "--data", "/dev/zero"], "neither a file nor a folder")):
+        assert_user_error(capsys, argv, message)
+
+
+def test_stdin_past_its_limit_is_an_error_not_an_endless_read(trained, tmp_path):
+    with open("/dev/zero", "rb") as zero:
+        done = cli_process(["segment", "-c", trained[0], "-f", "-"], tmp_path, stdin=zero, timeout=60)
+    err = done.stderr.decode()
+    assert done.returncode == 2 and "holds more than" in err and len(err.strip().splitlines()) == 1, err

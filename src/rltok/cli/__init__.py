@@ -57,6 +57,20 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args)
 
 
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null when what it holds cannot be written (a full /dev/full), so the
+    interpreter's flush at exit does not fail a second time."""
+    import os
+
+    try:
+        sys.stdout.flush()
+    except OSError:
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
 def _run(args) -> int:
     try:
         code = args.func(args)
@@ -67,6 +81,11 @@ def _run(args) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return 0
+    except OSError as e:  # the system refused a read or a write (a full disk, /dev/full, a name too long)
+        _quiet_stdout()
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"error: {e.strerror or e}{where}", file=sys.stderr)
+        return 2
     except Exception as e:
         if not isinstance(e, user_errors()):
             raise

@@ -75,9 +75,14 @@ def cmd_segment(args) -> int:
     from rltok.data.sources import read_user_text
     from rltok.model.segment import print_colored, render_pipes, segment_boundaries, split_chunks
 
+    from rltok.cli.paths import check_output_file, read_input
+
     if args.text is None and args.file is None:
         raise ConfigError("give a text to segment, or --file PATH ('-' for stdin)")
-    data = read_user_text(args.text, args.file)
+    for flag, out in (("--html", args.html), ("--png", args.png)):
+        if out:
+            check_output_file(out, flag)
+    data = read_input(args.file, "input file") if args.file is not None else read_user_text(args.text, None)
     if args.max_bytes:
         data = data[: args.max_bytes]
     if not data:
@@ -143,16 +148,10 @@ def cmd_generate(args) -> int:
         check_args(args.max_bytes, args.temperature, args.top_k, args.top_p, args.mode)
     except GenerationError as e:
         raise ConfigError(str(e)) from None
-    if args.prompt_file == "-":
-        prompt = sys.stdin.buffer.read()
-    elif args.prompt_file is not None:
-        try:
-            with open(args.prompt_file, "rb") as f:  # raw bytes: any byte string is a valid prompt
-                prompt = f.read()
-        except OSError as e:
-            from rltok.data.sources import DataError
+    if args.prompt_file is not None:  # raw bytes: any byte string is a valid prompt
+        from rltok.cli.paths import read_input
 
-            raise DataError(f"cannot read prompt file {args.prompt_file}: {e.strerror}") from None
+        prompt = read_input(args.prompt_file, "prompt file")
     else:
         prompt = (args.text or "").encode("utf-8", errors="surrogateescape")
     model, _, _, _ = _load(args)

@@ -38,7 +38,10 @@ def cmd_train(args) -> int:
     if args.print_config:
         print(json.dumps(cfg.to_dict(), indent=2))
         return 0
+    from rltok.cli.paths import check_output_folder
     from rltok.training import distributed
+
+    check_output_folder(cfg.train.out_dir, "cannot use run folder")
 
     try:
         result = train(cfg, resume=args.resume)
@@ -99,6 +102,9 @@ def cmd_prepare(args) -> int:
         return 0
     if args.num_proc < 1:
         raise ConfigError("--num-proc must be >= 1")
+    from rltok.cli.paths import check_output_folder
+
+    check_output_folder(args.out, "--out")
     try:
         out = prepare(args.source, args.out, val=args.val, val_fraction=args.val_fraction, max_bytes=args.max_bytes,
                       text_field=args.text_field, shard_bytes=_size(args.shard_size), num_proc=args.num_proc,
@@ -169,6 +175,11 @@ def cmd_export(args) -> int:
     from rltok.training.checkpoint import load_checkpoint
     from rltok.training.hub import push_to_hub, save_pretrained
 
+    from rltok.cli.paths import check_output_folder, refuse_run_or_checkpoint
+
+    if args.out:  # before loading: never into the run or checkpoint it reads, or any other
+        check_output_folder(args.out, "--out")
+        refuse_run_or_checkpoint(args.out, "--out")
     model, cfg, _, ckpt = load_checkpoint(args.checkpoint)
     results = _run_results(ckpt, cfg)
     if args.out:

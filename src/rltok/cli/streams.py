@@ -46,7 +46,14 @@ class DroppingStream:
             return default
 
     def write(self, text: str) -> int:
-        return self._guarded(lambda t: self._stream.write(t), text, default=len(text))
+        return self._guarded(self._write, text, default=len(text))
+
+    def _write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except UnicodeEncodeError:  # a path that is not UTF-8, on a stream that is strict about it
+            encoding = getattr(self._stream, "encoding", None) or "utf-8"
+            return self._stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
 
     def flush(self) -> None:
         self._guarded(lambda: self._stream.flush())

@@ -186,11 +186,18 @@ def load_config(preset: str = "tiny", file: str | None = None, overrides: list[s
     return cfg.validate()
 
 
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def _read_config_file(file: str) -> dict:
     """A JSON or TOML config file's mapping of sections, or a clear ConfigError."""
     path = Path(file)
+    if path.exists() and not path.is_file():  # a folder, a FIFO, /dev/zero: say so, do not read forever
+        raise ConfigError(f"config file {file} is {'a folder' if path.is_dir() else 'not a regular file'}")
     if not path.is_file():
         raise ConfigError(f"config file not found: {file}")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {file} is larger than {MAX_CONFIG_BYTES:,} bytes: not a config")
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as e:

@@ -130,6 +130,8 @@ def _expand_local(spec: str, path: Path) -> list[Path]:
         if not files:
             raise DataError(f"glob {spec!r} matches no files")
         return files
+    if path.exists():  # a FIFO or a device (/dev/zero) would be read forever
+        raise DataError(f"data path {spec} is neither a file nor a folder (a named pipe or a device?)")
     raise DataError(f"data path not found: {spec}")
 
 
