@@ -98,7 +98,7 @@ def _coerce(value: Any, typ: Any, key: str) -> Any:
             if len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]: any length
                 return tuple(_coerce(v, args[0], key) for v in value)
             return tuple(_coerce(v, a, key) for v, a in zip(value, args, strict=True))
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):  # OverflowError: 1e400 as an int
         raise ConfigError(f"config key {key!r} expects {getattr(typ, '__name__', typ)}, got {value!r}") from None
     return value
 
