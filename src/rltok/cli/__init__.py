@@ -40,13 +40,17 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["lm-eval"]:  # everything after it belongs to lm_eval's own parser
         return cmd_lm_eval(argparse.Namespace(lm_eval_args=argv[1:]))
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    try:  # a bad flag is an exit status, also for in-process callers (argparse would raise SystemExit)
+        args, extra = parser.parse_known_args(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 2
     # argparse takes only one run of positionals, so overrides after options (`--data x
     # train.lr=1e-3`) arrive here; anything that is not an option is an override
     if extra and hasattr(args, "overrides") and not any(a.startswith("-") for a in extra):
         args.overrides += extra
     elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        print(f"error: unrecognized arguments: {' '.join(extra)}", file=sys.stderr)
+        return 2
     if getattr(args, "mode", "unset") is None:
         args.mode = args.default_mode
     warnings.simplefilter("default")

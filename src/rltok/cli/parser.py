@@ -60,7 +60,8 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="JSON or TOML config file applied on top of the preset")
     p.add_argument("--data", help="training data: 'stdlib' (default), a file, a folder, a glob or hf:name")
     p.add_argument("--out", help="run folder (checkpoints, metrics.jsonl); default runs/default")
-    p.add_argument("--steps", type=count(1), help="shorthand for train.max_steps")
+    p.add_argument("--steps", type=count(0),  # 0: the config says why not
+                   help="shorthand for train.max_steps")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -172,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-bytes", "-n", type=int, default=256, help="generate at most this many bytes (default 256)")
     p.add_argument("--temperature", "-t", type=number(0, 1e6), default=1.0, help="sampling temperature; 0 = greedy (default 1)")
     p.add_argument("--top-k", type=count(0), default=0, help="sample among the k likeliest bytes (0 = off)")
-    p.add_argument("--top-p", type=number(0, 1, low_open=True), default=1.0, help="nucleus sampling: smallest set with this mass (1 = off)")
+    p.add_argument("--top-p", type=number(0, 1), default=1.0, help="nucleus sampling: smallest set with this mass (1 = off)")
     p.add_argument("--stop", action="append", default=[], metavar="STR",
                    help="stop when this string is produced (not printed); repeatable; \\n \\t \\xNN escapes work")
     p.add_argument("--echo", action="store_true", help="print the prompt before the continuation")
@@ -183,9 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="val")
     p.add_argument("--batch", type=count(1), default=8, help="sequences in the fixed batch")
     p.add_argument("--seq-len", type=count(0, 1 << 20), default=0)
-    p.add_argument("--estimates", type=count(2, 1 << 20), default=32, help="independent estimates per variant")
+    p.add_argument("--estimates", type=count(0, 1 << 20), default=32, help="independent estimates per variant")
     p.add_argument("--reference", type=count(1, 1 << 20), default=64, help="estimates averaged into the reference gradient")
-    p.add_argument("--reference-group", type=count(2, 1 << 16), default=8, help="segmentations per sequence in the reference")
+    p.add_argument("--reference-group", type=count(0, 1 << 16), default=8, help="segmentations per sequence in the reference")
     p.add_argument("--variants", nargs="+", help="subset of variants (default: all; with --objective lexicon, "
                                                  "those that apply)")
     p.add_argument("--objective", choices=["lm", "lexicon"], default="lm",

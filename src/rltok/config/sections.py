@@ -394,8 +394,10 @@ def _check_numbers(section: Any, name: str, ranges: dict[str, tuple[float, float
             if not math.isfinite(v):
                 raise ConfigError(f"{key} must be a finite number, got {v}")
             low, high = ranges.get(f.name, (-math.inf, math.inf))
-            if not low <= v <= high:
-                raise ConfigError(f"{key} must be between {_shown(low)} and {_shown(high)}, got {_shown(v)}")
+            if v < low:
+                raise ConfigError(f"{key} must be >= {_shown(low)} (at most {_shown(high)}), got {_shown(v)}")
+            if v > high:
+                raise ConfigError(f"{key} must be <= {_shown(high)} (at least {_shown(low)}), got {_shown(v)}")
 
 
 def _shown(x: float) -> str:
