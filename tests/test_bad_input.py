@@ -138,7 +138,7 @@ def test_real_process_prints_no_traceback(tmp_path):
     (["trian.max_steps=5"], "did you mean 'train'?"),
     (["train.max_steps=lots"], "'train.max_steps' expects int, got 'lots'"),
     (["train.lr=fast"], "expects float"),
-    (["train.lr=nan"], "train.lr must be a positive number"),
+    (["train.lr=nan"], "train.lr must be a finite number"),
     (["model.dropout=1.5"], "model.dropout must be in [0, 1)"),
     (["train.checkpoint_every=0"], "train.checkpoint_every must be >= 1"),
     (["train=5"], "is a section"),

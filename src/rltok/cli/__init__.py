@@ -11,6 +11,7 @@ import warnings
 from rltok.cli.model_commands import cmd_lm_eval
 from rltok.cli.parser import build_parser
 from rltok.cli.run_commands import PRESET_PARAMS, count_params
+from rltok.cli.streams import output_never_fails
 from rltok.config import ConfigError
 
 __all__ = ["PRESET_PARAMS", "build_parser", "count_params", "main", "user_errors"]
@@ -39,17 +40,42 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["lm-eval"]:  # everything after it belongs to lm_eval's own parser
         return cmd_lm_eval(argparse.Namespace(lm_eval_args=argv[1:]))
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    try:  # a bad flag is an exit status, also for in-process callers (argparse would raise SystemExit)
+        args, extra = parser.parse_known_args(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 2
     # argparse takes only one run of positionals, so overrides after options (`--data x
     # train.lr=1e-3`) arrive here; anything that is not an option is an override
     if extra and hasattr(args, "overrides") and not any(a.startswith("-") for a in extra):
         args.overrides += extra
     elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        print(f"error: unrecognized arguments: {' '.join(extra)}", file=sys.stderr)
+        return 2
     if getattr(args, "mode", "unset") is None:
         args.mode = args.default_mode
     warnings.simplefilter("default")
     warnings.formatwarning = lambda msg, cat, *a, **k: f"warning: {msg}\n"
+    # a closed stderr never stops a command; for the long writers (train, prepare) not a closed
+    # stdout either: their output is a by-product of the files they write
+    with output_never_fails(stdout=args.command in ("train", "prepare")):
+        return _run(args)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null when what it holds cannot be written (a full /dev/full), so the
+    interpreter's flush at exit does not fail a second time."""
+    import os
+
+    try:
+        sys.stdout.flush()
+    except OSError:
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
+def _run(args) -> int:
     try:
         code = args.func(args)
         sys.stdout.flush()  # here, so that a closed pipe is handled below and not at exit
@@ -59,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return 0
+    except OSError as e:  # the system refused a read or a write (a full disk, /dev/full, a name too long)
+        _quiet_stdout()
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"error: {e.strerror or e}{where}", file=sys.stderr)
+        return 2
     except Exception as e:
         if not isinstance(e, user_errors()):
             raise

@@ -22,7 +22,9 @@ def cmd_compare(args) -> int:
     from rltok.analysis.compare import method_config, run_sweep, write_report
     from rltok.model.flops import hourglass_flops, train_flops_per_byte
 
-    out = Path(args.out)
+    from rltok.cli.paths import check_output_folder
+
+    out = check_output_folder(args.out, "--out")
     for m in args.methods:  # every method and its NAME@key=value overrides are checked before any run
         try:
             method_config(m, args.overrides, args.data, out, 0, args.preset)
@@ -58,6 +60,10 @@ def cmd_diagnose(args) -> int:
     from rltok.data.corpus import load_eval_bytes
     from rltok.analysis.diagnose import checkpoint_lexicon, diagnose, known_variants, markdown
 
+    if args.out:  # before hours of computing, not after
+        from rltok.cli.paths import check_output_file
+
+        check_output_file(args.out, "--out")
     if args.true_advantage:
         return _diagnose_true_advantage(args)
     if args.lexicon_costs:
@@ -157,8 +163,13 @@ def cmd_vocab(args) -> int:
     from rltok.analysis.vocab import load_vocab_data, vocab_report
     from rltok.analysis.vocab_render import print_report, write_json, write_markdown
 
+    from rltok.cli.paths import check_output_file
+
     if args.max_bytes < 0 or args.top < 1 or args.batch_size < 1 or args.bpe_sample_bytes < 1:
         raise ConfigError("--top, --batch-size and --bpe-sample-bytes must be >= 1, --max-bytes >= 0")
+    for flag, out in (("--json", args.json), ("--markdown", args.markdown)):
+        if out:
+            check_output_file(out, flag)
     model, cfg, ckpt, device = _load(args)
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
     spec = args.data or cfg.data.train

@@ -7,6 +7,8 @@ import sys
 
 from rltok.config import ConfigError
 
+MAX_COUNT = (1 << 31) - 1  # as rltok.cli.parser.MAX_COUNT (which imports this module)
+
 
 def cmd_lm_eval(args) -> int:
     from rltok.harness.lm_eval_adapter import main as lm_eval_main
@@ -24,8 +26,21 @@ def _load(args):
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     model, cfg, _, ckpt = load_checkpoint(args.checkpoint, device=device)
+    refuse_non_finite(model, ckpt)
     model.eval()
     return model, cfg, ckpt, device
+
+
+def refuse_non_finite(model, ckpt) -> None:
+    """A model whose weights hold NaN or inf gives NaN for everything: an error, not a result."""
+    import torch
+
+    from rltok.training.checkpoint import CheckpointError
+
+    bad = [name for name, t in model.state_dict().items() if t.is_floating_point() and not torch.isfinite(t).all()]
+    if bad:
+        raise CheckpointError(f"the model in {ckpt} has non-finite weights (NaN or inf) in {len(bad)} tensor(s), "
+                              f"first {bad[0]}; it cannot be evaluated or used")
 
 
 def cmd_eval(args) -> int:
@@ -60,9 +75,14 @@ def cmd_segment(args) -> int:
     from rltok.data.sources import read_user_text
     from rltok.model.segment import print_colored, render_pipes, segment_boundaries, split_chunks
 
+    from rltok.cli.paths import check_output_file, read_input
+
     if args.text is None and args.file is None:
         raise ConfigError("give a text to segment, or --file PATH ('-' for stdin)")
-    data = read_user_text(args.text, args.file)
+    for flag, out in (("--html", args.html), ("--png", args.png)):
+        if out:
+            check_output_file(out, flag)
+    data = read_input(args.file, "input file") if args.file is not None else read_user_text(args.text, None)
     if args.max_bytes:
         data = data[: args.max_bytes]
     if not data:
@@ -122,20 +142,16 @@ def cmd_generate(args) -> int:
         raise ConfigError("give a prompt or --prompt-file, not both")
     if args.max_bytes < 0:  # named as the user typed it, not as the API calls it
         raise ConfigError(f"-n/--max-bytes must be >= 0, got {args.max_bytes}")
+    if args.max_bytes > MAX_COUNT:
+        raise ConfigError(f"-n/--max-bytes must be at most {MAX_COUNT}, got {args.max_bytes}")
     try:  # before loading anything: bad arguments should fail fast
         check_args(args.max_bytes, args.temperature, args.top_k, args.top_p, args.mode)
     except GenerationError as e:
         raise ConfigError(str(e)) from None
-    if args.prompt_file == "-":
-        prompt = sys.stdin.buffer.read()
-    elif args.prompt_file is not None:
-        try:
-            with open(args.prompt_file, "rb") as f:  # raw bytes: any byte string is a valid prompt
-                prompt = f.read()
-        except OSError as e:
-            from rltok.data.sources import DataError
+    if args.prompt_file is not None:  # raw bytes: any byte string is a valid prompt
+        from rltok.cli.paths import read_input
 
-            raise DataError(f"cannot read prompt file {args.prompt_file}: {e.strerror}") from None
+        prompt = read_input(args.prompt_file, "prompt file")
     else:
         prompt = (args.text or "").encode("utf-8", errors="surrogateescape")
     model, _, _, _ = _load(args)

@@ -10,6 +10,48 @@ from rltok.cli.run_commands import cmd_export, cmd_prepare, cmd_presets, cmd_tra
 from rltok.config import PRESETS
 
 
+# Numeric flags are range-checked as they are parsed: one `error:` line naming the flag and its
+# range, before anything is loaded or computed.
+MAX_COUNT = (1 << 31) - 1  # sizes and counts: torch indexes with int64, but nothing sane is larger
+MAX_THREADS = 1024  # more threads than any machine has cores: torch would try to start them and crash
+MAX_SEED = (1 << 32) - 1  # NumPy's seeds are 32-bit
+
+
+def count(low: int = 0, high: int = MAX_COUNT):
+    """An argparse type: a whole number in [low, high]."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expects a whole number, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {value}")
+        return value
+    parse.__name__ = "count"
+    return parse
+
+
+def number(low: float, high: float, low_open: bool = False):
+    """An argparse type: a finite number in [low, high] (or (low, high] with low_open)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expects a number, got {text!r}") from None
+        if not (low < value if low_open else low <= value) or not value <= high:  # NaN fails both
+            raise argparse.ArgumentTypeError(f"must be in {'(' if low_open else '['}{low}, {high}], got {text}")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors in the CLI's form: one `error:` line, exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog}: {message}\n")
+
+
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="section.key=value",
                    help="config overrides, e.g. train.max_steps=2000 model.d_chunk=384")
@@ -18,11 +60,12 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="JSON or TOML config file applied on top of the preset")
     p.add_argument("--data", help="training data: 'stdlib' (default), a file, a folder, a glob or hf:name")
     p.add_argument("--out", help="run folder (checkpoints, metrics.jsonl); default runs/default")
-    p.add_argument("--steps", type=int, help="shorthand for train.max_steps")
+    p.add_argument("--steps", type=count(0),  # 0: the config says why not
+                   help="shorthand for train.max_steps")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rltok", description="Byte-level LMs that learn their own tokenization with RL.")
+    parser = Parser(prog="rltok", description="Byte-level LMs that learn their own tokenization with RL.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="train a model (defaults: the stdlib corpus, a few minutes on 2 CPU cores)")
@@ -48,11 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", "-o", help="folder to write (new or empty, or an unfinished preparation to resume)")
     p.add_argument("--val", default="", help="explicit validation source (default: the folder's val.* files, "
                                              "else whole held-out documents)")
-    p.add_argument("--val-fraction", type=float, default=0.02, help="share of the bytes held out (default 0.02)")
-    p.add_argument("--max-bytes", type=int, default=0, help="read at most this many bytes of the source (0 = all)")
+    p.add_argument("--val-fraction", type=number(0, 0.5, low_open=True), default=0.02, help="share of the bytes held out (default 0.02)")
+    p.add_argument("--max-bytes", type=count(0), default=0, help="read at most this many bytes of the source (0 = all)")
     p.add_argument("--text-field", default="text", help="hub datasets: the record field holding the text")
     p.add_argument("--shard-size", default="256M", help="bytes per shard, e.g. 256M (default), 64k, 1G")
-    p.add_argument("--num-proc", type=int, default=1,
+    p.add_argument("--num-proc", type=count(1, 256), default=1,
                    help="processes reading and decompressing files in parallel (local files; default 1)")
     p.add_argument("--verify", action="store_true", help="check every shard's SHA-256 against the manifest")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
@@ -77,10 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     def add_model_args(q):
         q.add_argument("--checkpoint", "-c", default="runs/default", help="checkpoint or run folder (newest checkpoint)")
         q.add_argument("--device", default="auto")
-        q.add_argument("--threads", type=int, default=0)
+        q.add_argument("--threads", type=count(0, MAX_THREADS), default=0)
         q.add_argument("--mode", choices=("sample", "greedy"), default=None,
                        help="boundary decisions: sampled from the policy or thresholded at p=0.5")
-        q.add_argument("--seed", type=int, default=0)
+        q.add_argument("--seed", type=count(0, MAX_SEED), default=0)
 
     p = sub.add_parser("eval", help="bpb, boundary rate, bytes per chunk and whitespace alignment on any data")
     add_model_args(p)
@@ -90,10 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "an error")
     p.add_argument("--fallback-to-val", action="store_true",
                    help="evaluate on val when the data has no such split (the output's split names the one used)")
-    p.add_argument("--seq-len", type=int, default=0, help="window length (default: training seq_len)")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--max-windows", type=int, default=0, help="evaluate on at most this many windows (0 = all)")
-    p.add_argument("--max-bytes", type=int, default=0, help="read at most this many bytes")
+    p.add_argument("--seq-len", type=count(0, 1 << 20), default=0, help="window length (default: training seq_len)")
+    p.add_argument("--batch-size", type=count(1), default=8)
+    p.add_argument("--max-windows", type=count(0), default=0, help="evaluate on at most this many windows (0 = all)")
+    p.add_argument("--max-bytes", type=count(0), default=0, help="read at most this many bytes")
     p.add_argument("--hist", action="store_true", help="include the chunk-length histogram")
     p.add_argument("--code", action=argparse.BooleanOptionalAction, default=None,
                    help="report token_end_* and token_start_* precision/chance/recall (chunk ends at Python "
@@ -108,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read the bytes from a file ('-' for stdin); --prompt-file is the same (as in generate)")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     p.add_argument("--sep", default="|", help="separator printed between chunks without colour")
-    p.add_argument("--max-bytes", type=int, default=0)
+    p.add_argument("--max-bytes", type=count(0), default=0, help="segment the first N bytes (0 = all)")
     p.add_argument("--html", metavar="OUT.html", help="also write an HTML heat map of per-byte boundary probabilities")
     p.add_argument("--png", metavar="OUT.png", help="also write a PNG heat map (needs matplotlib)")
     p.set_defaults(func=cmd_segment, default_mode="sample")
@@ -128,9 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-file", "--file", "-f", dest="prompt_file",
                    help="read the prompt as raw bytes from a file ('-' for stdin); --file is the same (as in segment)")
     p.add_argument("--max-bytes", "-n", type=int, default=256, help="generate at most this many bytes (default 256)")
-    p.add_argument("--temperature", "-t", type=float, default=1.0, help="sampling temperature; 0 = greedy (default 1)")
-    p.add_argument("--top-k", type=int, default=0, help="sample among the k likeliest bytes (0 = off)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling: smallest set with this mass (1 = off)")
+    p.add_argument("--temperature", "-t", type=number(0, 1e6), default=1.0, help="sampling temperature; 0 = greedy (default 1)")
+    p.add_argument("--top-k", type=count(0), default=0, help="sample among the k likeliest bytes (0 = off)")
+    p.add_argument("--top-p", type=number(0, 1), default=1.0, help="nucleus sampling: smallest set with this mass (1 = off)")
     p.add_argument("--stop", action="append", default=[], metavar="STR",
                    help="stop when this string is produced (not printed); repeatable; \\n \\t \\xNN escapes work")
     p.add_argument("--echo", action="store_true", help="print the prompt before the continuation")
@@ -139,11 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(p)
     p.add_argument("--data", help="data for the fixed batch (default: the training source)")
     p.add_argument("--split", default="val")
-    p.add_argument("--batch", type=int, default=8, help="sequences in the fixed batch")
-    p.add_argument("--seq-len", type=int, default=0)
-    p.add_argument("--estimates", type=int, default=32, help="independent estimates per variant")
-    p.add_argument("--reference", type=int, default=64, help="estimates averaged into the reference gradient")
-    p.add_argument("--reference-group", type=int, default=8, help="segmentations per sequence in the reference")
+    p.add_argument("--batch", type=count(1), default=8, help="sequences in the fixed batch")
+    p.add_argument("--seq-len", type=count(0, 1 << 20), default=0)
+    p.add_argument("--estimates", type=count(0, 1 << 20), default=32, help="independent estimates per variant")
+    p.add_argument("--reference", type=count(1, 1 << 20), default=64, help="estimates averaged into the reference gradient")
+    p.add_argument("--reference-group", type=count(0, 1 << 16), default=8, help="segmentations per sequence in the reference")
     p.add_argument("--variants", nargs="+", help="subset of variants (default: all; with --objective lexicon, "
                                                  "those that apply)")
     p.add_argument("--objective", choices=["lm", "lexicon"], default="lm",
@@ -153,10 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--true-advantage", action="store_true",
                    help="instead: how much a boundary at t changes the loss (D_t = L(b_t=0) - L(b_t=1)) per "
                         "byte class, and each estimator's correlation with the true advantage")
-    p.add_argument("--per-class", type=int, default=32, help="--true-advantage: positions per byte class")
-    p.add_argument("--horizon", type=int, default=None,
+    p.add_argument("--per-class", type=count(1, 1 << 20), default=32, help="--true-advantage: positions per byte class")
+    p.add_argument("--horizon", type=count(0), default=None,
                    help="--true-advantage: bytes after t whose loss counts (default: to the end of the window)")
-    p.add_argument("--variant-batch", type=int, default=32, help="--true-advantage: rows per forward pass")
+    p.add_argument("--variant-batch", type=count(1), default=32, help="--true-advantage: rows per forward pass")
     p.add_argument("--lexicon-costs", action="store_true",
                    help="instead (lexicon-trained checkpoints): per byte class, how often the policy cuts and "
                         "what removing or adding one cut changes in the lexicon's code length")
@@ -167,13 +210,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="training data (a folder with train/val/test files is best)")
     p.add_argument("--methods", nargs="+", default=["rl", "hnet", "gumbel", "entropy", "whitespace", "bpe", "fixed",
                                                      "uniform", "flat", "bpe_token"])
-    p.add_argument("--seeds", nargs="+", type=int, default=[0])
-    p.add_argument("--budget-bytes", type=int, default=1_000_000,
+    p.add_argument("--seeds", nargs="+", type=count(0, MAX_SEED), default=[0])
+    p.add_argument("--budget-bytes", type=count(1, 1 << 50), default=1_000_000,
                    help="budget in bytes of the hierarchical model at the target rate; every method gets "
                         "the same training FLOPs")
     p.add_argument("--preset", default="tiny")
     p.add_argument("--split", default="test", help="held-out split to evaluate on (test or val)")
-    p.add_argument("--max-eval-windows", type=int, default=0)
+    p.add_argument("--max-eval-windows", type=count(0), default=0)
     p.add_argument("--out", required=True, help="folder for per-run JSON, runs, the table and plots")
     p.add_argument("--title", default="")
     p.add_argument("--command-line", default=None, help=argparse.SUPPRESS)
@@ -185,21 +228,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test", help="test (default) or val of a split folder (else the validation "
                                                    "part the data loader holds out: whole documents, or the tail "
                                                    "of each when there are fewer than 20), or all (the whole source)")
-    p.add_argument("--max-bytes", type=int, default=200_000, help="analyse the first N bytes of the split (default 200k; 0 = all)")
+    p.add_argument("--max-bytes", type=count(0), default=200_000, help="analyse the first N bytes of the split (default 200k; 0 = all)")
     p.add_argument("--mode", choices=("greedy", "sample"), default="sample",
                    help="boundary decisions: sampled with --seed (default: how the model trains and is "
                         "evaluated) or thresholded at p=0.5 (few boundaries where the policy is unsure)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--top", type=int, default=30, help="most frequent chunks to list (default 30)")
+    p.add_argument("--seed", type=count(0, MAX_SEED), default=0)
+    p.add_argument("--top", type=count(1), default=30, help="most frequent chunks to list (default 30)")
     p.add_argument("--bpe-pretokenize", choices=("line", "gpt2"), default="line",
                    help="BPE pre-tokenisation: line (tokens may span words; default) or gpt2 (within words)")
-    p.add_argument("--bpe-sample-bytes", type=int, default=4_000_000,
+    p.add_argument("--bpe-sample-bytes", type=count(1), default=4_000_000,
                    help="bytes the BPE is trained on, random blocks of the train split (default 4M)")
     p.add_argument("--no-bpe", action="store_true", help="skip the BPE comparison")
     p.add_argument("--json", metavar="PATH", help="also write the full result as JSON")
     p.add_argument("--markdown", metavar="PATH", help="also write a markdown report")
-    p.add_argument("--batch-size", type=int, default=16, help="windows per forward pass")
+    p.add_argument("--batch-size", type=count(1), default=16, help="windows per forward pass")
     p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--threads", type=count(0, MAX_THREADS), default=0)
     p.set_defaults(func=cmd_vocab)
     return parser

@@ -26,16 +26,22 @@ def cmd_train(args) -> int:
         from rltok.training import run_folder
 
         run_dir = args.out if args.out is not None else _last_override(overrides, "train.out_dir")
+        run_folder.require_run_folder(run_dir or "runs/default")
         saved = run_folder.saved_config(run_dir or "runs/default")
     if saved is not None:
         cfg = run_folder.resume_config(run_dir or "runs/default", saved, args.preset, args.config, overrides,
                                        allow_change=args.allow_config_change)
     else:
-        cfg = load_config(args.preset or "tiny", args.config, overrides)
+        from rltok.training.run_folder import absolute_data
+
+        cfg = absolute_data(load_config(args.preset or "tiny", args.config, overrides))
     if args.print_config:
         print(json.dumps(cfg.to_dict(), indent=2))
         return 0
+    from rltok.cli.paths import check_output_folder
     from rltok.training import distributed
+
+    check_output_folder(cfg.train.out_dir, "cannot use run folder")
 
     try:
         result = train(cfg, resume=args.resume)
@@ -96,6 +102,9 @@ def cmd_prepare(args) -> int:
         return 0
     if args.num_proc < 1:
         raise ConfigError("--num-proc must be >= 1")
+    from rltok.cli.paths import check_output_folder
+
+    check_output_folder(args.out, "--out")
     try:
         out = prepare(args.source, args.out, val=args.val, val_fraction=args.val_fraction, max_bytes=args.max_bytes,
                       text_field=args.text_field, shard_bytes=_size(args.shard_size), num_proc=args.num_proc,
@@ -166,6 +175,11 @@ def cmd_export(args) -> int:
     from rltok.model.pretrained import push_to_hub, save_pretrained
     from rltok.training.loading import load_checkpoint
 
+    from rltok.cli.paths import check_output_folder, refuse_run_or_checkpoint
+
+    if args.out:  # before loading: never into the run or checkpoint it reads, or any other
+        check_output_folder(args.out, "--out")
+        refuse_run_or_checkpoint(args.out, "--out")
     model, cfg, _, ckpt = load_checkpoint(args.checkpoint)
     results = _run_results(ckpt, cfg)
     if args.out:

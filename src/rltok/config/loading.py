@@ -88,6 +88,8 @@ def _coerce(value: Any, typ: Any, key: str) -> Any:
                     return False
                 raise ValueError(value)
             return bool(value)
+        if typ in (int, float) and isinstance(value, bool):  # JSON true is not the number 1
+            raise ValueError(value)
         if typ is int:
             if isinstance(value, float) and not value.is_integer():
                 raise ValueError(value)
@@ -105,7 +107,7 @@ def _coerce(value: Any, typ: Any, key: str) -> Any:
             if len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]: any length
                 return tuple(_coerce(v, args[0], key) for v in value)
             return tuple(_coerce(v, a, key) for v, a in zip(value, args, strict=True))
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):  # OverflowError: 1e400 as an int
         raise ConfigError(f"config key {key!r} expects {getattr(typ, '__name__', typ)}, got {value!r}") from None
     return value
 
@@ -415,11 +417,18 @@ def load_config(preset: str = "tiny", file: str | None = None, overrides: list[s
     return cfg.validate()
 
 
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def _read_config_file(file: str) -> dict:
     """A JSON or TOML config file's mapping of sections, or a clear ConfigError."""
     path = Path(file)
+    if path.exists() and not path.is_file():  # a folder, a FIFO, /dev/zero: say so, do not read forever
+        raise ConfigError(f"config file {file} is {'a folder' if path.is_dir() else 'not a regular file'}")
     if not path.is_file():
         raise ConfigError(f"config file not found: {file}")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {file} is larger than {MAX_CONFIG_BYTES:,} bytes: not a config")
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as e:

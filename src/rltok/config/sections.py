@@ -8,6 +8,7 @@ lexicon: {weight: 1.0}}`, `objective.rate: {kind: lagrange, lr: 0.2}`. The regis
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -160,9 +161,7 @@ class ModelConfig:
         kinds_from_names(self)
 
     def validate(self) -> None:
-        for name in ("d_byte", "d_chunk", "n_heads_byte", "n_heads_chunk", "max_seq_len"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"model.{name} must be >= 1")
+        _check_numbers(self, 'model', _MODEL_RANGES)
         if self.d_byte % self.n_heads_byte or self.d_chunk % self.n_heads_chunk:
             raise ConfigError("d_byte/d_chunk must be divisible by their number of heads")
         if (self.d_byte // self.n_heads_byte) % 2 or (self.d_chunk // self.n_heads_chunk) % 2:
@@ -206,6 +205,7 @@ class ModelConfig:
 def validate_section(section: Section, registry: Registry, where: str | None = None) -> None:
     """A component section's kind is registered and its settings are valid."""
     where = registry.key if where is None else where
+    _check_numbers(section, where, {})
     if section.kind not in registry:
         raise unknown(section.kind, registry.names(), "", what=f"{where} kind")
     if not isinstance(section, registry.entry(section.kind).settings):
@@ -298,6 +298,7 @@ class FlipsSettings(Section):
 
     def validate(self, where: str) -> None:
         check(1 <= self.stride <= 1 << 20, f"{where}.stride", "between 1 and 2^20")
+        _check_numbers(self.lexicon, f"{where}.lexicon", {})
         self.lexicon.validate(f"{where}.lexicon")
         validate_section(self.price, CREDIT_PRICES, f"{where}.price")
         if not self.model_pass and self.lexicon.weight <= 0:
@@ -393,6 +394,7 @@ class ObjectiveConfig:
         kinds_from_names(self)
 
     def validate(self) -> None:
+        _check_numbers(self, 'objective', _OBJECTIVE_RANGES)
         if self.recipe not in RECIPES:
             raise unknown(self.recipe, list(RECIPES), "", what="objective.recipe")
         validate_section(self.reward, REWARDS)
@@ -429,6 +431,7 @@ class DataConfig:
     cache_dir: str = ""  # empty: $RLTOK_CACHE, else ~/.cache/rltok
 
     def validate(self) -> None:
+        _check_numbers(self, 'data', _DATA_RANGES)
         if not 0 < self.val_fraction < 0.5:
             raise ConfigError("data.val_fraction must be in (0, 0.5)")
         if self.prepare_above < 0:
@@ -474,8 +477,13 @@ class TrainConfig:
     # ("" = off; WANDB_MODE=offline keeps it on this machine).
     tensorboard: bool = False
     wandb: str = ""
+    # When a resume changes max_steps after warm-up: "keep" (the learning rate goes on from the
+    # value it had and decays to the minimum by the new max_steps: no jump) or "restart" (the
+    # cosine decay starts again from train.lr).
+    schedule_on_resume: str = "keep"
 
     def validate(self) -> None:
+        _check_numbers(self, 'train', _TRAIN_RANGES)
         for name in ("seq_len", "batch_size", "grad_accum", "max_steps", "eval_batches", "log_every",
                      "eval_every", "checkpoint_every"):
             if getattr(self, name) < 1:
@@ -487,6 +495,9 @@ class TrainConfig:
             raise ConfigError("train.min_lr_ratio must be in [0, 1]")
         if self.grad_clip <= 0:
             raise ConfigError("train.grad_clip must be > 0")
+        if self.batch_size * self.seq_len > MAX_BATCH_BYTES:
+            raise ConfigError(f"train.batch_size x train.seq_len = {self.batch_size * self.seq_len:,} bytes per "
+                              f"micro-batch, more than {MAX_BATCH_BYTES:,} would fit in memory; lower one of them")
         if not self.out_dir.strip():
             raise ConfigError("train.out_dir must not be empty")
         if self.dtype not in ("auto", "fp32", "bf16"):
@@ -497,6 +508,52 @@ class TrainConfig:
             raise ConfigError("train.peak_flops must be >= 0 (0 = measure)")
         if not 0 <= self.flops_budget < float("inf"):
             raise ConfigError("train.flops_budget must be >= 0 (0 = off)")
+        if self.schedule_on_resume not in ("keep", "restart"):
+            raise ConfigError(f"train.schedule_on_resume must be keep or restart, got {self.schedule_on_resume!r}")
+
+
+def _check_numbers(section: Any, name: str, ranges: dict[str, tuple[float, float]]) -> None:
+    """Every number of a section is a number (not true/false), finite, and in its range where
+    `ranges` gives one ([low, high], both included): checked before any other rule reads it, so
+    no value can divide by zero, overflow or ask for more memory than exists."""
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        key = f"{name}.{f.name}"
+        if f.type in ("int", "float") and isinstance(value, bool):
+            raise ConfigError(f"{key} expects a number ({f.type}), got {str(value).lower()}")
+        for v in value if isinstance(value, tuple) else (value,):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            if not math.isfinite(v):
+                raise ConfigError(f"{key} must be a finite number, got {v}")
+            low, high = ranges.get(f.name, (-math.inf, math.inf))
+            if v < low:
+                raise ConfigError(f"{key} must be >= {_shown(low)} (at most {_shown(high)}), got {_shown(v)}")
+            if v > high:
+                raise ConfigError(f"{key} must be <= {_shown(high)} (at least {_shown(low)}), got {_shown(v)}")
+
+
+def _shown(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+# The largest values a key may take: beyond them a model or batch cannot fit any machine's memory
+# (or an index overflows); what runs and what fits is then for the device to say.
+_BIG = float(1 << 40)  # steps and counts of things that cost no memory each
+_MODEL_RANGES = {"d_byte": (1, 65536), "d_chunk": (1, 65536), "n_heads_byte": (1, 1024), "n_heads_chunk": (1, 1024),
+                 "encoder_layers": (0, 1024), "main_layers": (0, 1024), "decoder_layers": (0, 1024),
+                 "flat_layers": (0, 1024), "stage2_layers": (0, 1024), "window": (1, 1 << 24),
+                 "mlp_ratio": (1e-6, 1024), "max_seq_len": (1, 1 << 24), "rope_base": (1, 1e12),
+                 "bpe_vocab": (0, 1 << 22), "chunk_vocab": (0, 1 << 26),
+                 "chunk_vocab_max_len": (1, 1024), "ngram_vocab": (0, 1 << 26), "ngram_sizes": (1, 16)}
+_OBJECTIVE_RANGES = {"group_size": (1, 1024), "policy_start_step": (0, _BIG), "policy_lr_mult": (0, 1e6)}
+_DATA_RANGES = {"max_bytes": (0, 1 << 50), "prepare_above": (0, 1 << 62)}
+_TRAIN_RANGES = {"seq_len": (1, 1 << 24), "batch_size": (1, 1 << 20), "grad_accum": (1, 1 << 20),
+                 "max_steps": (1, _BIG), "warmup_steps": (0, _BIG), "weight_decay": (0, 1e3), "betas": (0, 0.999999),
+                 "grad_clip": (1e-12, 1e12), "eval_every": (1, _BIG), "eval_batches": (1, 1 << 20),
+                 "log_every": (1, _BIG), "checkpoint_every": (1, _BIG), "keep_checkpoints": (0, 1 << 20),
+                 "seed": (0, (1 << 32) - 1), "threads": (0, 1024)}
+MAX_BATCH_BYTES = 1 << 32  # train.batch_size x train.seq_len: bytes of one micro-batch
 
 
 # Boundary-learning recipes (objective.recipe): the objective keys each one sets.

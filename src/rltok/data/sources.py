@@ -130,6 +130,8 @@ def _expand_local(spec: str, path: Path) -> list[Path]:
         if not files:
             raise DataError(f"glob {spec!r} matches no files")
         return files
+    if path.exists():  # a FIFO or a device (/dev/zero) would be read forever
+        raise DataError(f"data path {spec} is neither a file nor a folder (a named pipe or a device?)")
     raise DataError(f"data path not found: {spec}")
 
 
@@ -190,9 +192,12 @@ def open_hub_dataset(spec: str):
                 raise DataError(f"dataset {name} has no split {split!r}; splits: {sorted(ds)}")
             ds = ds[split]
         return ds
+    # never a dataset's own loading script: that is code from the Hub (datasets >= 3.0 also
+    # refuses it by default; said here so that no version or environment setting turns it on)
+    safe = {"trust_remote_code": False}
     if name in HUB_FILE_BUILDERS:
-        return datasets.load_dataset(name, data_files=os.path.expanduser(config), split=split, streaming=True)
-    return datasets.load_dataset(name, config or None, split=split, streaming=True)
+        return datasets.load_dataset(name, data_files=os.path.expanduser(config), split=split, streaming=True, **safe)
+    return datasets.load_dataset(name, config or None, split=split, streaming=True, **safe)
 
 
 # `hf:BUILDER:PATH` reads local data files with one of these `datasets` builders
@@ -350,6 +355,33 @@ def named_split(spec: str, split: str) -> str | None:
         return str(path / f"{split}.*")
     return None
 
+
+
+def _absolute(path: str) -> str:
+    return os.path.normpath(os.path.abspath(os.path.expanduser(path)))
+
+
+def absolute_spec(spec: str) -> str:
+    """`spec` with its local paths absolute and normalised (no trailing slash, no `./`), so that a
+    run names the same data from any working directory and one path spelled two ways is one path.
+    Names that are not local paths ('stdlib', a Hub dataset) are kept as they are."""
+    if not spec.strip() or spec == "stdlib":
+        return spec
+    if spec.startswith("mix:"):  # mix:DIR=W,DIR=W
+        parts = []
+        for item in spec[4:].split(","):
+            folder, sep, weight = item.rpartition("=")
+            parts.append(f"{_absolute(folder)}={weight}" if sep else item)
+        return "mix:" + ",".join(parts)
+    if spec.startswith("hf:"):  # hf:BUILDER:PATH or hf:LOCAL_FOLDER, each with an optional @split
+        body, at, split = spec[3:].rpartition("@") if "@" in spec[3:] else (spec[3:], "", "")
+        name, colon, config = body.partition(":")
+        if name in HUB_FILE_BUILDERS and config:
+            body = f"{name}:{_absolute(config)}"
+        elif not colon and Path(name).expanduser().exists():
+            body = _absolute(name)
+        return f"hf:{body}{at}{split}"
+    return _absolute(spec)
 
 
 def read_user_text(text: str | None, file: str | None) -> bytes:

@@ -107,7 +107,9 @@ def write_model_files(folder: Path, model: torch.nn.Module | None, config: Confi
     save_file(state, folder / WEIGHTS, metadata={"format": "pt"})
     _as_umask_allows(folder / WEIGHTS)
     (folder / CONFIG).write_text(json.dumps({**meta, **full}, indent=2) + "\n")
-    (folder / CARD).write_text(model_card(full, meta["results"], n_params, arch, name or folder.name))
+    # a folder name or path that is not UTF-8 (any bytes are a valid POSIX name) is shown escaped
+    (folder / CARD).write_text(model_card(full, meta["results"], n_params, arch, name or folder.name),
+                               encoding="utf-8", errors="backslashreplace")
     return list(MODEL_FILES)
 
 
@@ -186,12 +188,25 @@ def read_config(folder: Path) -> tuple[Config, dict]:
 Build = Callable[..., torch.nn.Module]  # (ModelConfig, state_dict=...) -> model, e.g. factory.build_model
 
 
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """safetensors' load_file, also where the path is not UTF-8 (which load_file refuses): then
+    the file is read through an already open descriptor."""
+    try:
+        os.fsencode(path).decode("utf-8")
+    except UnicodeDecodeError:
+        from safetensors.torch import load
+
+        with open(path, "rb") as f:
+            return load(f.read())
+    return load_file(path)
+
+
 def load_weights(folder: Path, cfg: Config, build: Build) -> torch.nn.Module:
     """The model config.json describes, made by `build`, with the folder's weights loaded strictly (on CPU)."""
     try:
-        state = load_file(folder / WEIGHTS)
+        state = _read_safetensors(folder / WEIGHTS)
     except Exception as e:  # safetensors raises its own error types for truncated files
-        raise CheckpointError(f"checkpoint {folder}: cannot read {WEIGHTS} ({e})") from None
+        raise CheckpointError(f"checkpoint {folder}: cannot read {WEIGHTS} ({' '.join(str(e).split())[:300]})") from None
     try:
         model = build(cfg.model, state_dict=state)
     except (ValueError, KeyError, RuntimeError) as e:  # e.g. a tokenizer buffer that does not parse

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import re
 import shutil
 import warnings
@@ -36,6 +37,7 @@ from rltok.config import Config
 # the model folder's format; names kept here for callers
 from rltok.model.pretrained import (CARD, CONFIG, META_KEYS, MODEL_FILES, WEIGHTS, CheckpointError,  # noqa: F401
                                     PretrainedError, clean_results, model_config_of, write_model_files)
+from rltok.training.safe_load import load_tensors_only
 
 TRAINER = "trainer.pt"
 MANIFEST = "manifest.json"
@@ -281,7 +283,10 @@ def resolve_checkpoint(path: str | Path) -> Path:
 def read_trainer_state(folder: Path) -> dict | None:
     if not (folder / TRAINER).is_file():
         return None
-    try:  # our own file, checksum-verified; it holds numpy RNG state, hence no weights_only
-        return torch.load(folder / TRAINER, map_location="cpu", weights_only=False)
+    try:  # tensors and plain values only: a run folder from elsewhere must not run code here
+        return load_tensors_only(folder / TRAINER)
+    except pickle.UnpicklingError:
+        raise CheckpointError(f"checkpoint {folder}: {TRAINER} holds more than tensors and plain values "
+                              "(refused: unpickling it could run code)") from None
     except Exception as e:
-        raise CheckpointError(f"checkpoint {folder}: cannot read {TRAINER} ({e})") from None
+        raise CheckpointError(f"checkpoint {folder}: cannot read {TRAINER} ({' '.join(str(e).split())[:300]})") from None

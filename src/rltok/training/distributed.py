@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import pickle
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -300,13 +301,20 @@ def load_sharded_state(model: torch.nn.Module, opt: torch.optim.Optimizer, path:
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     from rltok.training.checkpoint import CheckpointError
+    from rltok.training.safe_load import read_sharded_metadata, safe_sharded_reader
 
+    try:  # checked first, so a refused metadata file is one clear error
+        read_sharded_metadata(path)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError) as e:
+        raise CheckpointError(f"cannot read the sharded state's metadata in {path} ({type(e).__name__}: "
+                              f"{' '.join(str(e).split())[:300]})") from None
     model_state, optim_state = get_state_dict(model, opt)
     state = {"model": model_state, "optim": optim_state}
     try:
         with warnings.catch_warnings():  # one process reading a checkpoint of several is intended
             warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process")
-            dcp.load(state, checkpoint_id=str(path))
+            # the metadata is a pickle: read it with an unpickler that runs no code
+            dcp.load(state, storage_reader=safe_sharded_reader(path))
     except Exception as e:  # torch.distributed.checkpoint wraps every rank's failure in its own type
         raise CheckpointError(f"cannot read the sharded state in {path} ({type(e).__name__}: "
                               f"{' '.join(str(e).split())[:500]})") from None

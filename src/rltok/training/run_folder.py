@@ -49,7 +49,7 @@ def set_aside_after(run_dir: Path, resumed: Path, log: Callable[[str], None]) ->
 # different run than the one the checkpoints belong to.
 MAY_CHANGE_ON_RESUME = ("train.max_steps", "train.log_every", "train.eval_every", "train.eval_batches",
                         "train.checkpoint_every", "train.keep_checkpoints", "train.threads", "train.device",
-                        "train.tensorboard", "train.wandb", "train.out_dir")
+                        "train.tensorboard", "train.wandb", "train.out_dir", "train.schedule_on_resume")
 
 
 def saved_config(run_dir: str | Path) -> dict | None:
@@ -64,6 +64,40 @@ def saved_config(run_dir: str | Path) -> dict | None:
     if not isinstance(data, dict):
         raise ConfigError(f"{path} does not hold a config")
     return data
+
+
+def absolute_data(cfg: Config) -> Config:
+    """The data sources as absolute paths: a run folder's config.json names the same data from
+    any working directory, and a resume compares paths, not spellings."""
+    from rltok.data.sources import absolute_spec
+
+    cfg.data.train, cfg.data.val = absolute_spec(cfg.data.train), absolute_spec(cfg.data.val)
+    return cfg
+
+
+def _with_absolute_data(saved: dict) -> dict:
+    data = dict(saved.get("data") or {})
+    from rltok.data.sources import absolute_spec
+
+    for key in ("train", "val"):
+        if isinstance(data.get(key), str):
+            data[key] = absolute_spec(data[key])
+    return {**saved, "data": data}
+
+
+def require_run_folder(run_dir: str | Path) -> None:
+    """`--resume` continues a run: a folder that holds none (a typo) is an error naming what is
+    missing, never a fresh run."""
+    path = Path(run_dir)
+    if not path.exists():
+        raise ConfigError(f"--resume: there is no run folder {path} (no such folder); check --out, or drop "
+                          "--resume to start a new run there")
+    if not path.is_dir():
+        raise ConfigError(f"--resume: {path} is a file, not a run folder")
+    if not (path / "config.json").is_file():
+        what = "checkpoints/ but no config.json" if (path / "checkpoints").is_dir() else "no config.json and no checkpoints/"
+        raise ConfigError(f"--resume: {path} is not a run folder: it holds {what} (what `rltok train --out` "
+                          "writes when a run starts)")
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
@@ -100,7 +134,8 @@ def resume_config(run_dir: str | Path, saved: dict, preset: str | None, file: st
         for ov in overrides:
             apply_override(cfg, ov)
         cfg.validate()
-    changes = config_changes(saved, cfg)
+    absolute_data(cfg)
+    changes = config_changes(_with_absolute_data(saved), cfg)
     if changes and not allow_change:
         listed = ", ".join(f"{k} ({old!r} -> {new!r})" for k, (old, new) in changes.items())
         shown = "; ".join(f"{k}" for k in MAY_CHANGE_ON_RESUME)

@@ -39,6 +39,19 @@ def check_resumable(state: dict | None, ckpt: Path, saved: ModelConfig, wanted: 
                           f"({'; '.join(changed)}); resume with the original model settings")
 
 
+def numpy_rng_state() -> tuple:
+    """NumPy's global RNG state with its key array as a list of ints, so that trainer.pt holds
+    no NumPy objects and loads with torch's weights-only unpickler."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return (name, keys.tolist(), int(pos), int(has_gauss), float(gauss))
+
+
+def set_numpy_rng_state(state: tuple) -> None:
+    """Put back numpy_rng_state() (or the array form older trainer states hold)."""
+    name, keys, *rest = state
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
+
+
 @dataclass
 class TrainState:
     """Everything besides the weights that the next step depends on: the counters below and the
@@ -60,6 +73,9 @@ class TrainState:
     bytes_seen: int = 0
     bad_steps: int = 0  # consecutive non-finite steps
     skipped_steps: int = 0  # all non-finite steps so far
+    # (step, progress): where the learning rate's decay went on from after a resume changed
+    # max_steps (Trainer.schedule_progress); None: the plain schedule
+    lr_anchor: tuple[int, float] | None = None
 
     def state_dict(self) -> dict:
         """The whole state. Under data parallelism a collective: every rank calls it together."""
@@ -74,9 +90,10 @@ class TrainState:
             "boundary_gen": self.boundary_gen.get_state(),
             "torch_rng": torch.get_rng_state(),  # dropout
             "python_rng": random.getstate(),
-            "numpy_rng": np.random.get_state(),
+            "numpy_rng": numpy_rng_state(),
             "bad_steps": self.bad_steps,
             "skipped_steps": self.skipped_steps,
+            "lr_anchor": None if self.lr_anchor is None else list(self.lr_anchor),
             "warnings": self.report.warnings,
             "collapse_streak": self.report.collapse_streak,
             "log_acc": dict(self.meter.sums),  # so the first record after a resume averages the same steps
@@ -106,7 +123,7 @@ class TrainState:
         self.boundary_gen.set_state(state["boundary_gen"])
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])
-        np.random.set_state(state["numpy_rng"])
+        set_numpy_rng_state(state["numpy_rng"])
         if "cuda_rng" in state and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
         rank_rng = state.get("rank_rng")
@@ -120,6 +137,8 @@ class TrainState:
         self.objective.load_state_dict(state.get("objective", state))  # older states: top-level keys
         self.bad_steps = state.get("bad_steps", 0)
         self.skipped_steps = state.get("skipped_steps", 0)
+        anchor = state.get("lr_anchor")
+        self.lr_anchor = None if anchor is None else (int(anchor[0]), float(anchor[1]))
         self.report.warnings = state.get("warnings", 0)
         self.report.collapse_streak = state.get("collapse_streak", 0)
         self.meter.sums = dict(state.get("log_acc", {}))

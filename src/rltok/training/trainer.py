@@ -7,6 +7,7 @@ that trainer.pt holds (state).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
@@ -23,8 +24,8 @@ from rltok.training import run_folder, tracking
 from rltok.training.run_lock import RunLock
 from rltok.training.state import TrainState, check_resumable
 from rltok.training.loading import load_checkpoint
-from rltok.training.checkpoint import (SHARDED, CheckpointError, list_checkpoints, save_checkpoint,
-                         stage_checkpoint)
+from rltok.training.checkpoint import (SHARDED, CheckpointError, checkpoint_step, list_checkpoints, save_checkpoint,
+                                      stage_checkpoint)
 from rltok.config import FAMILIES, VOCAB_SIZE, Config
 from rltok.data.sources import Corpus
 from rltok.data.windows import WindowSampler, rank_eval_windows
@@ -37,6 +38,11 @@ from rltok.model.flops import ModelCost
 from rltok.model.noise import RowShard
 from rltok.objective.loss import BoundaryObjective, LocalMean
 from rltok.training.signals import StopRequest
+
+
+def _one_line(e: BaseException) -> str:
+    """An exception as one short line: its type and its message, whitespace collapsed."""
+    return f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
 
 
 class TrainingDiverged(RuntimeError):
@@ -52,6 +58,16 @@ def lr_at(step: int, cfg, progress: float | None = None) -> float:
         progress = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
     progress = min(1.0, progress)
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def anchored_progress(step: int, max_steps: int, anchor: tuple[int, float] | None) -> float | None:
+    """The cosine's progress at `step` after a resume changed max_steps: from `anchor` = (the
+    step resumed at, the progress then) linearly to 1 at max_steps. None without an anchor (the
+    plain schedule of lr_at)."""
+    if anchor is None:
+        return None
+    start, at = anchor
+    return at + (1 - at) * (step - start) / max(1, max_steps - start)
 
 
 def make_optimizer(model: torch.nn.Module, cfg, device: torch.device, policy_lr_mult: float = 1.0) -> torch.optim.Optimizer:
@@ -206,6 +222,7 @@ class Trainer:
         check_resumable(state, ckpt, ckpt_cfg.model, self.cfg.model)
         ddp.load_full_model_state(self.model, model.state_dict())
         self.state.load_state_dict(state, ckpt)
+        self._reschedule(ckpt_cfg.train.max_steps)
         self.last_saved_step = self.step
         ddp.barrier(self.dist)  # every rank has read its checkpoint before rank 0 renames any
         if self.dist.is_main:
@@ -230,19 +247,26 @@ class Trainer:
             try:
                 path = save_checkpoint(self.run_dir, self.step, self.model, self.cfg, state,
                                        keep_last=self.cfg.train.keep_checkpoints, state_dict=weights, staged=staged)
-            except OSError as e:
-                error = e
+            except Exception as e:  # noqa: BLE001 - a full disk surfaces as OSError, a safetensors or a torch error
+                error = OSError(_one_line(e))
         if self.dist.enabled:
             error, path = ddp.broadcast_object((None if error is None else OSError(str(error)), path), self.dist)
         if error is not None:
             if final:
                 raise CheckpointError(f"cannot write the checkpoint of step {self.step} under "
-                                      f"{self.run_dir / 'checkpoints'}: {error}") from None
-            self.report.warn(f"warning: checkpoint at step {self.step} failed ({error}); training continues "
-                             "and the next checkpoint retries")
+                                      f"{self.run_dir / 'checkpoints'}: {error}; {self._resumes_from()}") from None
+            self.report.warn(f"warning: checkpoint at step {self.step} failed ({error}); training continues, "
+                             f"the last good checkpoint is kept and the next checkpoint retries")
             return None
         self.last_saved_step = self.step
         return path
+
+    def _resumes_from(self) -> str:
+        """Where `--resume` would continue this run, in words."""
+        ckpts = list_checkpoints(self.run_dir)
+        if not ckpts:
+            return "no checkpoint of this run was written: a --resume starts from scratch"
+        return f"the run can resume from step {checkpoint_step(ckpts[-1])} ({ckpts[-1].name}) with --resume"
 
     def _write_shards(self) -> tuple[Path | None, OSError | None]:
         """FSDP: rank 0 stages the checkpoint folder, every rank writes its shards into its dcp/
@@ -287,7 +311,7 @@ class Trainer:
         and optimiser state are then left untouched)."""
         tc = self.cfg.train
         for group in self.opt.param_groups:
-            group["lr"] = lr_at(self.step, tc, self.budget_progress()) * group.get("lr_scale", 1.0)
+            group["lr"] = lr_at(self.step, tc, self.schedule_progress()) * group.get("lr_scale", 1.0)
         self.opt.zero_grad(set_to_none=True)
         sums: dict[str, torch.Tensor] = {}
         # the tokenizer phase: encoder, early-exit head and boundary rule only (objective.tokenizer_phase)
@@ -326,6 +350,35 @@ class Trainer:
         """Share of train.flops_budget spent (None without a budget: the schedule follows steps)."""
         budget = self.cfg.train.flops_budget
         return self.flops_spent / budget if budget > 0 else None
+
+    def schedule_progress(self) -> float | None:
+        """Where the learning rate's cosine decay stands: by FLOPs under a budget, else by step
+        (from the anchor a resume that changed max_steps set, or lr_at's own when None)."""
+        budget = self.budget_progress()
+        if budget is not None or self.step < self.cfg.train.warmup_steps:
+            return budget
+        return anchored_progress(self.step, self.cfg.train.max_steps, self.state.lr_anchor)
+
+    def _reschedule(self, old_max_steps: int) -> None:
+        """A resume changed train.max_steps: set where the decay goes on from, and say so."""
+        tc = self.cfg.train
+        if old_max_steps == tc.max_steps or self.step < tc.warmup_steps or self.budget_progress() is not None:
+            return
+        old = lr_at(self.step, dataclasses.replace(tc, max_steps=old_max_steps),
+                    anchored_progress(self.step, old_max_steps, self.state.lr_anchor))
+        if tc.schedule_on_resume == "restart":
+            self.state.lr_anchor = (self.step, 0.0)
+            what = f"restarts its cosine decay at {tc.lr:.3g}"
+        else:
+            progress = anchored_progress(self.step, old_max_steps, self.state.lr_anchor)
+            if progress is None:
+                progress = (self.step - tc.warmup_steps) / max(1, old_max_steps - tc.warmup_steps)
+            self.state.lr_anchor = (self.step, min(1.0, progress))
+            what = f"goes on from {old:.3g} (no jump)"
+        self._log(f"train.max_steps changed from {old_max_steps} to {tc.max_steps} at step {self.step}: the "
+                  f"learning rate {what} and decays to {tc.lr * tc.min_lr_ratio:.3g} by step {tc.max_steps} "
+                  f"(train.schedule_on_resume={tc.schedule_on_resume}; the other choice: "
+                  f"{'keep' if tc.schedule_on_resume == 'restart' else 'restart'})")
 
     def budget_spent(self) -> bool:
         return self.cfg.train.flops_budget > 0 and self.flops_spent >= self.cfg.train.flops_budget
