@@ -16,8 +16,31 @@ from hypothesis import strategies as st
 from rltok.cli import build_parser, main
 from rltok.config import Config
 
-CONFIG_KEYS = sorted(f"{section.name}.{f.name}" for section in dataclasses.fields(Config)
-                     for f in dataclasses.fields(getattr(Config(), section.name)))
+def setting_keys(obj, prefix: str, choose: tuple = ()):
+    """(overrides that choose the kinds on the way, dotted key) of every setting under `obj`: a
+    component's settings for every registered kind of it, nested sections included."""
+    for f in dataclasses.fields(obj):
+        key, value = f"{prefix}{f.name}", getattr(obj, f.name)
+        registry = f.metadata.get("registry")
+        if registry is not None:
+            yield choose, key  # the kind itself
+            for kind in registry.names():
+                yield from setting_keys(registry.settings(kind), key + ".", (*choose, f"{key}={kind}"))
+        elif dataclasses.is_dataclass(value):
+            yield from setting_keys(value, key + ".", choose)
+        elif f.name != "kind":
+            yield choose, key
+
+
+# every setting: the sections' keys and, for every kind of every component, its own
+SETTINGS = sorted(set(setting_keys(Config(), "")))
+CONFIG_KEYS = [key for _, key in SETTINGS]
+
+
+def nested(key: str, value) -> dict:
+    """{"a": {"b": value}} for key "a.b"."""
+    head, _, rest = key.partition(".")
+    return {head: nested(rest, value) if rest else value}
 
 NUMBERS = st.one_of(
     st.sampled_from([0, 1, -1, 2, 3, 8, 255, 256, 1024, 65536, 1 << 31, 1 << 32, 1 << 63, 10 ** 23, -(10 ** 23)]),
@@ -55,30 +78,31 @@ def build_meta_model(cfg) -> None:
 
     from rltok.model.factory import build_model
 
-    if cfg.model.arch == "bpe_token" or cfg.model.chunker == "bpe":
+    if cfg.model.arch == "bpe_token" or cfg.model.chunker.kind == "bpe":
         return  # fitted to training bytes
     with torch.device("meta"):
         build_model(cfg.model)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(key=st.sampled_from(CONFIG_KEYS), value=st.one_of(NUMBERS, ODD))
-def test_any_value_of_any_setting_on_the_command_line(capsys, key, value):
-    argv = ["train", "--print-config", "--preset", "test", f"{key}={as_override_text(value)}"]
+@given(setting=st.sampled_from(SETTINGS), value=st.one_of(NUMBERS, ODD))
+def test_any_value_of_any_setting_on_the_command_line(capsys, setting, value):
+    choose, key = setting
+    argv = ["train", "--print-config", "--preset", "test", *choose, f"{key}={as_override_text(value)}"]
     one_error_or_success(capsys, argv)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(key=st.sampled_from(CONFIG_KEYS), value=st.one_of(NUMBERS, ODD))
-def test_any_value_of_any_setting_in_a_config_file(capsys, tmp_path_factory, key, value):
+@given(setting=st.sampled_from(SETTINGS), value=st.one_of(NUMBERS, ODD))
+def test_any_value_of_any_setting_in_a_config_file(capsys, tmp_path_factory, setting, value):
     from rltok.config import ConfigError, load_config
 
-    section, name = key.split(".")
+    choose, key = setting
     path = tmp_path_factory.mktemp("cfg") / "c.json"
-    path.write_text(json.dumps({section: {name: value}}))
-    one_error_or_success(capsys, ["train", "--print-config", "--preset", "test", "--config", str(path)])
+    path.write_text(json.dumps(nested(key, value)))
+    one_error_or_success(capsys, ["train", "--print-config", "--preset", "test", "--config", str(path), *choose])
     try:
-        cfg = load_config("test", str(path))
+        cfg = load_config("test", str(path), choose)
     except ConfigError:
         return
     build_meta_model(cfg)
@@ -123,7 +147,14 @@ def test_any_value_of_any_numeric_flag(capsys, tmp_path_factory, flag, value):
     one_error_or_success(capsys, [command, *rest, f"{option}={text}"])
 
 
-@pytest.mark.parametrize("key", CONFIG_KEYS)
-def test_every_setting_rejects_nan_and_wrong_types_or_takes_them(capsys, key):
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: " ".join([*s[0], s[1]]))
+def test_every_setting_rejects_nan_and_wrong_types_or_takes_them(capsys, setting):
+    choose, key = setting
     for value in ("nan", "inf", "-inf", "true", "[]", "{}", "1e400", "-1", "1e30"):
-        one_error_or_success(capsys, ["train", "--print-config", "--preset", "test", f"{key}={value}"])
+        one_error_or_success(capsys, ["train", "--print-config", "--preset", "test", *choose, f"{key}={value}"])
+
+
+def test_the_settings_cover_every_kind_of_every_component():
+    keys = set(CONFIG_KEYS)
+    assert {"model.chunker.window", "model.chunker.stride", "objective.estimator.lexicon.decay",
+            "objective.estimator.price.gain", "objective.rate.weight", "objective.rate.lr"} <= keys
