@@ -32,9 +32,10 @@ def corpus():
 
 
 def make_cfg(out: Path, *extra: str):
-    # dropout > 0 exercises the global torch RNG; policy_window > 1 the sequential sampler
+    # dropout > 0 exercises the global torch RNG; a policy window > 1 the sequential sampler
+    window = [] if any(e.startswith("model.chunker=") for e in extra) else ["model.chunker.window=3"]
     return load_config("test", overrides=[f"train.out_dir={out}", "train.max_steps=20", "train.device=cpu",
-                                          "train.threads=1", "model.dropout=0.1", "model.policy_window=3",
+                                          "train.threads=1", "model.dropout=0.1", *window,
                                           "train.log_every=3", "train.checkpoint_every=10", *extra])
 
 

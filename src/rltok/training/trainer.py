@@ -10,13 +10,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import random
 import shutil
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from rltok.training import distributed as ddp
@@ -26,18 +24,15 @@ from rltok.training.state import TrainState, check_resumable
 from rltok.training.loading import load_checkpoint
 from rltok.training.checkpoint import (SHARDED, CheckpointError, checkpoint_step, list_checkpoints, save_checkpoint,
                                       stage_checkpoint)
-from rltok.config import FAMILIES, VOCAB_SIZE, Config
+from rltok.config import Config
 from rltok.data.sources import Corpus
-from rltok.data.windows import WindowSampler, rank_eval_windows
-from rltok.data.corpus import load_corpus
 from rltok.training.device import resolve_device, resolve_dtype
 from rltok.eval.evaluate import evaluate_sums, summarize
 from rltok.training.metrics import TIMING_KEYS, IntervalMeter, Reporter  # noqa: F401  (TIMING_KEYS: part of this module's API)
-from rltok.model.factory import build_model
-from rltok.model.flops import ModelCost
 from rltok.model.noise import RowShard
-from rltok.objective.loss import BoundaryObjective, LocalMean
+from rltok.objective.loss import BoundaryObjective
 from rltok.training.signals import StopRequest
+from rltok.training.build import build
 
 
 def _one_line(e: BaseException) -> str:
@@ -129,20 +124,13 @@ class Trainer:
         self.quiet = quiet or not self.dist.is_main  # rank 0 alone reports
         self.report = Reporter(cfg, self.quiet)
         self.amp_dtype = resolve_dtype(tc.dtype, self.device)
-        self.corpus = corpus or load_corpus(cfg.data.train, cfg.data.val, cfg.data.val_fraction,
-                                            cfg.data.max_bytes, cfg.data.hf_text_field,
-                                            prepare_above=cfg.data.prepare_above, cache_dir=cfg.data.cache_dir)
+        # the data pipeline, the model, its cost and the objective: everything the config describes
+        built = build(cfg, corpus, self.device, self.dist)
+        self.corpus, self.model, self.cost, self.objective = built.corpus, built.model, built.cost, built.objective
+        self.sampler, self.group_size, self.vocab_size = built.sampler, built.group_size, built.vocab_size
+        self.val_x, self.val_y, self.val_shared = built.val
         # identifies the training bytes, so a resume can tell when the data changed under it
         self.data_id = self.corpus.fingerprint()
-
-        # model and optimiser
-        torch.manual_seed(tc.seed)
-        random.seed(tc.seed)
-        np.random.seed(tc.seed)
-        self.model = self._build_model().to(self.device)
-        self.vocab_size = getattr(self.model, "vocab_size", VOCAB_SIZE)  # BPE-token reference: its own
-        # what a step costs, asked of the model itself: the FLOPs meter, the budget, the chunk price
-        self.cost = ModelCost(self.model, tc.seq_len, cfg.objective.group_size)
         if self.dist.enabled:
             torch.manual_seed(tc.seed + 1 + self.dist.rank)  # dropout masks differ between ranks
         # the module forward/backward go through: the model, its DDP wrapper, or (FSDP) the
@@ -153,26 +141,12 @@ class Trainer:
         self.forward = torch.compile(self.wrapped) if tc.compile else self.wrapped
         self.opt = make_optimizer(self.model, tc, self.device, cfg.objective.policy_lr_mult)
 
-        # data and boundary noise
-        # batch_size counts segmentations: with group_size K, K of them share each sequence
-        self.group_size = cfg.objective.group_size if FAMILIES.component(cfg.model.arch).hierarchical else 1
+        # boundary noise
         self.group_kw = {"group_size": self.group_size} if self.group_size > 1 else {}
-        self.sampler = WindowSampler(self.corpus.train, tc.batch_size // self.group_size, tc.seq_len, seed=tc.seed,
-                                     rank=self.dist.rank, world_size=self.dist.world_size)
         self.boundary_gen = torch.Generator(device=self.device).manual_seed(tc.seed + 1)
         # every rank draws the noise of the global batch and keeps its rows (model/noise.py)
         self.noise = RowShard(self.boundary_gen, self.dist.rank, self.dist.world_size) if self.dist.enabled \
             else self.boundary_gen
-        world = self.dist.world_size
-        # ranks evaluate equal shares (FSDP needs the same number of forwards on every rank);
-        # fewer windows than ranks: every rank evaluates all of them and the sums are averaged
-        self.val_x, self.val_y, self.val_shared = rank_eval_windows(
-            self.corpus.val, tc.seq_len, tc.eval_batches * tc.batch_size * world, self.dist.rank, world)
-
-        # the boundary decisions' loss and its state: prices, controllers, flips, FLOPs meter
-        # (the baseline and the rate loss' mean boundary probability over the global batch)
-        self.objective = BoundaryObjective(cfg, self.device, vocab_size=self.vocab_size, cost=self.cost,
-                                           reduce=ddp.GlobalBatchMean(self.dist) if self.dist.enabled else LocalMean())
         self.peak_flops = tc.peak_flops or None  # measured when fit() starts if not given
         self.meter = IntervalMeter(cfg, self.dist, self.device, self.sampler.seq_len, self.vocab_size, self.cost)
         self.stop = StopRequest(self._log, across_ranks=self.dist.enabled)
@@ -182,23 +156,6 @@ class Trainer:
         self.history: list[dict] = []
         if resume:
             self._resume()
-
-    def _build_model(self) -> torch.nn.Module:
-        """The model; with data-fitted parts (BPE tokenizers) rank 0 fits them and the others
-        receive its state, so every rank holds the same tokenizer."""
-        cfg = self.cfg.model
-        fitted = FAMILIES.component(cfg.arch).fitted_to_data(cfg)
-        if not (self.dist.enabled and fitted):
-            return build_model(cfg, train_bytes=self.corpus.train)
-        state = None
-        if self.dist.is_main:
-            model = build_model(cfg, train_bytes=self.corpus.train)
-            state = {k: v.cpu() for k, v in model.state_dict().items()}
-        state = ddp.broadcast_object(state, self.dist)
-        if not self.dist.is_main:
-            model = build_model(cfg, state_dict=state)
-            model.load_state_dict(state)
-        return model
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def trainer_state(self) -> dict:

@@ -1,0 +1,95 @@
+"""Everything a config describes, built once, in the order training reads it: the data (the corpus,
+the sampler of training windows, the validation windows), the model (with its data-fitted parts
+the same on every rank) and what a step of it costs, and the objective (its list of terms).
+
+After `build` nothing reads a component's kind from the config: the model, its boundary rule and
+the objective answer for themselves (`model.hierarchical`, `model.chunker.learned`, `cost`, ...).
+The trainer adds only what belongs to the run: the device wrappers, the optimiser, the noise
+streams, the meters and the saved state.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from rltok.config import FAMILIES, VOCAB_SIZE, Config
+from rltok.data.corpus import load_corpus
+from rltok.data.sources import Corpus
+from rltok.data.windows import WindowSampler, rank_eval_windows
+from rltok.model.factory import build_model
+from rltok.model.flops import ModelCost
+from rltok.objective.loss import BoundaryObjective, LocalMean
+from rltok.training import distributed as ddp
+
+__all__ = ["Built", "build", "load_data"]
+
+
+@dataclass
+class Built:
+    corpus: Corpus
+    model: torch.nn.Module
+    cost: ModelCost  # what a step of the model costs (asked of its modules)
+    objective: BoundaryObjective
+    sampler: WindowSampler  # training windows; its generator is the data position
+    val: tuple[torch.Tensor, torch.Tensor, bool]  # this rank's validation windows (x, y, shared)
+    group_size: int  # segmentations drawn per sequence (1 for a model that draws none)
+
+    @property
+    def vocab_size(self) -> int:
+        """The model's output vocabulary (a BPE-token model's is its own)."""
+        return getattr(self.model, "vocab_size", VOCAB_SIZE)
+
+
+def load_data(cfg: Config) -> Corpus:
+    """The training and validation bytes data.* names."""
+    d = cfg.data
+    return load_corpus(d.train, d.val, d.val_fraction, d.max_bytes, d.hf_text_field, prepare_above=d.prepare_above,
+                       cache_dir=d.cache_dir)
+
+
+def build(cfg: Config, corpus: Corpus | None = None, device: torch.device | str = "cpu",
+          dist: ddp.DistInfo | None = None) -> Built:
+    """The data pipeline, the model and the objective of `cfg` (`corpus`: bytes already loaded;
+    `dist`: this process's place in data-parallel training, None for one process). Seeds the
+    global RNGs with train.seed before the model is made, so a config builds the same model."""
+    tc, device = cfg.train, torch.device(device)
+    dist = dist or ddp.DistInfo()
+    corpus = corpus or load_data(cfg)
+    torch.manual_seed(tc.seed)
+    random.seed(tc.seed)
+    np.random.seed(tc.seed)
+    model = fitted_model(cfg, corpus, dist).to(device)
+    cost = ModelCost(model, tc.seq_len, cfg.objective.group_size)
+    # batch_size counts segmentations: with group_size K, K of them share each sequence
+    k = cfg.objective.group_size if FAMILIES.component(cfg.model.arch).hierarchical else 1
+    sampler = WindowSampler(corpus.train, tc.batch_size // k, tc.seq_len, seed=tc.seed, rank=dist.rank,
+                            world_size=dist.world_size)
+    # ranks evaluate equal shares (FSDP needs the same number of forwards on every rank); fewer
+    # windows than ranks: every rank evaluates all of them and the sums are averaged
+    val = rank_eval_windows(corpus.val, tc.seq_len, tc.eval_batches * tc.batch_size * dist.world_size, dist.rank,
+                            dist.world_size)
+    # the baseline and the rate loss' mean boundary probability are over the global batch
+    objective = BoundaryObjective(cfg, device, vocab_size=getattr(model, "vocab_size", VOCAB_SIZE), cost=cost,
+                                  reduce=ddp.GlobalBatchMean(dist) if dist.enabled else LocalMean())
+    return Built(corpus, model, cost, objective, sampler, val, k)
+
+
+def fitted_model(cfg: Config, corpus: Corpus, dist: ddp.DistInfo) -> torch.nn.Module:
+    """The model; with data-fitted parts (BPE tokenizers) rank 0 fits them and the others
+    receive its state, so every rank holds the same tokenizer."""
+    m = cfg.model
+    if not (dist.enabled and FAMILIES.component(m.arch).fitted_to_data(m)):
+        return build_model(m, train_bytes=corpus.train)
+    state = None
+    if dist.is_main:
+        model = build_model(m, train_bytes=corpus.train)
+        state = {k: v.cpu() for k, v in model.state_dict().items()}
+    state = ddp.broadcast_object(state, dist)
+    if not dist.is_main:
+        model = build_model(m, state_dict=state)
+        model.load_state_dict(state)
+    return model
