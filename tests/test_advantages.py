@@ -105,14 +105,15 @@ def test_value_advantages_are_gae_of_the_baselined_rewards():
 
 
 def test_baseline_config_validation():
+    ref = "objective.recipe=reference"
     with pytest.raises(ConfigError, match="group_size"):
-        load_config(overrides=["objective.baseline=group"])
+        load_config(overrides=[ref, "objective.estimator.baseline=group"])
     with pytest.raises(ConfigError, match="batch' and 'group"):
-        load_config(overrides=["objective.baseline=batch+group", "objective.group_size=2"])
+        load_config(overrides=[ref, "objective.estimator.baseline=batch+group", "objective.group_size=2"])
     with pytest.raises(ConfigError, match="did you mean 'value'"):
-        load_config(overrides=["objective.baseline=batch+valeu"])
+        load_config(overrides=[ref, "objective.estimator.baseline=batch+valeu"])
     with pytest.raises(ConfigError, match="multiple of objective.group_size"):
-        load_config(overrides=["objective.baseline=group", "objective.group_size=3"])
+        load_config(overrides=[ref, "objective.estimator.baseline=group", "objective.group_size=3"])
 
 
 def test_group_training_counts_distinct_bytes(tmp_path):

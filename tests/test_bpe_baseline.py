@@ -112,11 +112,11 @@ def test_trainer_counts_a_tuned_bpe_token_model(tmp_path):
 
 def test_model_shape_of_byte_models():
     cfg = load_config("test", overrides=["model.ngram_vocab=64", "model.chunk_vocab=128"])
-    shape = model_shape(cfg, None)
+    shape = model_shape(cfg, build_model(cfg.model))
     assert shape == {"depth": "1+1+1", "width": f"{cfg.model.d_byte}/{cfg.model.d_chunk}", "bpe_vocab": None,
                      "ngram_rows": 64 * len(cfg.model.ngram_sizes), "chunk_vocab_rows": 128}
     flat = load_config("test", overrides=["model.arch=flat", "model.flat_layers=4"])
-    assert model_shape(flat, None) == {"depth": 4, "width": flat.model.d_chunk, "bpe_vocab": None,
+    assert model_shape(flat, build_model(flat.model)) == {"depth": 4, "width": flat.model.d_chunk, "bpe_vocab": None,
                                        "ngram_rows": 0, "chunk_vocab_rows": 0}
 
 

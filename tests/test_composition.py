@@ -125,8 +125,10 @@ def test_old_flat_keys_load_with_a_note_or_fail_naming_their_place():
     with pytest.warns(UserWarning, match="now model.chunker.window"):
         cfg = load_config("test", overrides=["model.policy_window=4"])
     assert cfg.model.chunker.window == 4
-    with pytest.raises(ConfigError, match="now model.chunker.stride"):
-        load_config("test", overrides=["model.fixed_stride=4"])  # the rl rule has no stride
+    with pytest.warns(UserWarning, match="ignored: it is now model.chunker.stride"):
+        load_config("test", overrides=["model.fixed_stride=4"])  # the rl rule has no stride: as unused as before
+    with pytest.raises(ConfigError, match="for kind 'rl'"):
+        load_config("test", overrides=["model.chunker.stride=4"])  # a new key of another kind is a mistake
     old = {"model": {"chunker": "fixed", "fixed_stride": 7, "policy_window": 1},
            "objective": {"estimator": "flips", "flip_stride": 8, "lexicon_weight": 1.0, "flip_model_pass": False,
                          "flip_rate_control": True, "rate_price": "loss_slope", "gamma": 0.99,

@@ -230,7 +230,7 @@ def test_score_function_matches_exact_gradient(window, reward, baseline):
         ne = token_nll(o.early_logits, y.expand(B, T)).detach()
         rr = (ne - nf) if reward == "early_exit" else -nf
         adv = batch_relative(rr) if baseline == "batch" else rr
-        loss = policy_gradient_loss(o.boundaries.logp, discounted_cumsum(adv, cfg.gamma), o.boundaries.free)
+        loss = policy_gradient_loss(o.boundaries.logp, discounted_cumsum(adv, cfg.estimator.gamma), o.boundaries.free)
         g = torch.autograd.grad(loss, params)
         estimates.append(torch.cat([gi.flatten() for gi in g]))
     est = torch.stack(estimates)
@@ -250,7 +250,8 @@ def test_compute_loss_uses_the_estimator_it_claims():
     cfg = ObjectiveConfig()
     _, m = compute_loss(out, y, cfg, 0.2)
     r = (token_nll(out.early_logits, y) - token_nll(out.logits, y)).detach()
-    want = policy_gradient_loss(out.boundaries.logp, discounted_cumsum(batch_relative(r), cfg.gamma), out.boundaries.free)
+    want = policy_gradient_loss(out.boundaries.logp, discounted_cumsum(batch_relative(r), cfg.estimator.gamma),
+                                out.boundaries.free)
     assert torch.allclose(m["pg_loss"], want.detach(), atol=1e-6)
     for key in ("loss", "ce_final", "ce_early", "bpb", "rate", "pg_loss", "rate_loss", "p_mean", "entropy"):
         assert torch.isfinite(m[key]), key
@@ -303,9 +304,10 @@ def test_short_training_lowers_validation_bpb(tmp_path):
 # ---- configuration -----------------------------------------------------------------------------
 
 def test_config_overrides_and_typos():
-    cfg = load_config("tiny", overrides=["train.max_steps=7", "model.policy_window=8", "train.betas=0.8,0.9",
-                                         "objective.normalize_advantages=true", "train.lr=1e-3"])
-    assert cfg.train.max_steps == 7 and cfg.model.policy_window == 8 and cfg.train.betas == (0.8, 0.9)
+    cfg = load_config("tiny", overrides=["train.max_steps=7", "model.chunker.window=8", "train.betas=0.8,0.9",
+                                         "objective.estimator=score_function",
+                                         "objective.estimator.normalize_advantages=true", "train.lr=1e-3"])
+    assert cfg.train.max_steps == 7 and cfg.model.chunker.window == 8 and cfg.train.betas == (0.8, 0.9)
     assert cfg.objective.estimator.normalize_advantages is True and cfg.train.lr == 1e-3
     with pytest.raises(ConfigError, match="did you mean 'train.max_steps'"):
         load_config(overrides=["train.max_step=7"])
@@ -322,7 +324,7 @@ def test_config_overrides_and_typos():
 def test_config_file_json_and_toml(tmp_path):
     (tmp_path / "c.json").write_text('{"train": {"max_steps": 3}, "model": {"d_chunk": 64}}')
     assert load_config(file=str(tmp_path / "c.json")).model.d_chunk == 64
-    (tmp_path / "c.toml").write_text("[objective]\ngamma = 0.9\n")
+    (tmp_path / "c.toml").write_text('[objective]\nestimator = {kind = "score_function", gamma = 0.9}\n')
     assert load_config(file=str(tmp_path / "c.toml")).objective.estimator.gamma == 0.9
     (tmp_path / "bad.json").write_text('{"train": {"max_stepz": 3}}')
     with pytest.raises(ConfigError, match="max_steps"):

@@ -165,10 +165,10 @@ def test_decay_and_state_round_trip():
 
 
 def test_lexicon_config_validation():
-    with pytest.raises(ConfigError, match="flips"):
-        load_config("test", overrides=["objective.lexicon_weight=1"])
-    with pytest.raises(ConfigError, match="lexicon"):
-        load_config("test", overrides=["objective.estimator=flips", "objective.lexicon_decay=0"])
+    with pytest.raises(ConfigError, match="for kind 'score_function'"):  # the lexicon is the flips' credit
+        load_config("test", overrides=["objective.estimator.lexicon.weight=1"])
+    with pytest.raises(ConfigError, match="lexicon.decay"):
+        load_config("test", overrides=["objective.estimator=flips", "objective.estimator.lexicon.decay=0"])
     from rltok.objective.loss import build_lexicon
 
     lex = build_lexicon(load_config("test", overrides=["objective.recipe=lexicon"]))
@@ -176,8 +176,8 @@ def test_lexicon_config_validation():
 
 
 def test_training_with_the_lexicon_resumes_exactly(tmp_path):
-    over = ["train.max_steps=6", "train.threads=1", "objective.estimator=flips", "objective.lexicon_weight=1",
-            "objective.lexicon_size=4096", "train.log_every=1", "train.eval_every=1000", "train.checkpoint_every=3",
+    over = ["train.max_steps=6", "train.threads=1", "objective.estimator=flips",
+            "objective.estimator.lexicon.weight=1", "objective.estimator.lexicon.size=4096", "train.log_every=1", "train.eval_every=1000", "train.checkpoint_every=3",
             "objective.policy_start_step=2"]
     full, resumed = straight_and_resumed(
         lambda out: load_config("test", overrides=[f"train.out_dir={out}", *over]), tmp_path, 3, corpus)
@@ -187,12 +187,13 @@ def test_training_with_the_lexicon_resumes_exactly(tmp_path):
 
 def test_recipes_set_their_keys_and_explicit_keys_win():
     tiny = load_config("tiny").objective
-    assert (tiny.recipe, tiny.estimator, tiny.lexicon_weight, tiny.flip_rate_control, tiny.flip_model_pass) == \
-        ("lexicon", "flips", 1.0, True, False)
+    est = tiny.estimator
+    assert (tiny.recipe, est.kind, est.lexicon.weight, est.price.kind, est.model_pass) == \
+        ("lexicon", "flips", 1.0, "target", False)
     ref = load_config("tiny", overrides=["objective.recipe=reference"]).objective
-    assert (ref.estimator, ref.lexicon_weight, ref.flip_rate_control) == ("score_function", 0.0, False)
-    mixed = load_config("small", overrides=["objective.lexicon_weight=0.5"]).objective
-    assert (mixed.recipe, mixed.estimator, mixed.lexicon_weight) == ("lexicon", "flips", 0.5)
+    assert ref.estimator.kind == "score_function" and not hasattr(ref.estimator, "lexicon")
+    mixed = load_config("small", overrides=["objective.estimator.lexicon.weight=0.5"]).objective
+    assert (mixed.recipe, mixed.estimator.kind, mixed.estimator.lexicon.weight) == ("lexicon", "flips", 0.5)
     assert load_config("nl-147m").objective.recipe == "reference"  # GPU scale: the published recipe
     with pytest.raises(ConfigError, match="recipe"):
         load_config("tiny", overrides=["objective.recipe=lexicn"])
@@ -231,7 +232,7 @@ def test_the_flip_price_holds_the_rate_against_a_strong_credit():
 
 def test_lexicon_only_credit_runs_no_model_pass_and_counts_no_extra_flops(tmp_path):
     over = ["train.max_steps=4", "train.threads=1", "objective.recipe=lexicon", "objective.flip_model_pass=false",
-            "objective.lexicon_size=4096", "train.log_every=1", "train.eval_every=1000", "train.checkpoint_every=1000"]
+            "objective.estimator.lexicon.size=4096", "train.log_every=1", "train.eval_every=1000", "train.checkpoint_every=1000"]
     trainer = Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path / 'a'}", *over]), corpus=corpus(),
                       quiet=True)
     calls = []  # per model pass: whether it re-ran a counterfactual segmentation
@@ -242,12 +243,12 @@ def test_lexicon_only_credit_runs_no_model_pass_and_counts_no_extra_flops(tmp_pa
     assert calls and not any(calls)  # forward ran, never re-run after the encoder
     assert trainer.history[-1]["flip_value"] != 0  # the lexicon still gives credit
     with_pass = Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path / 'b'}", *over[:-4],
-                                                        "objective.flip_model_pass=true", *over[-3:]]),
+                                                        "objective.estimator.model_pass=true", *over[-3:]]),
                         corpus=corpus(), quiet=True)
     with_pass.fit()
     assert trainer.flops_spent < 0.9 * with_pass.flops_spent
-    with pytest.raises(ConfigError, match="lexicon_weight"):
-        load_config("test", overrides=["objective.estimator=flips", "objective.flip_model_pass=false"])
+    with pytest.raises(ConfigError, match="lexicon.weight"):
+        load_config("test", overrides=["objective.estimator=flips", "objective.estimator.model_pass=false"])
 
 
 def test_the_lexicon_recipe_learns_to_cut_at_spaces(tmp_path):
@@ -316,7 +317,7 @@ def test_diagnose_measures_the_estimators_of_the_lexicon_objective(tmp_path, cap
     checkpoint trained without one."""
     from rltok.cli import main
 
-    over = ["train.max_steps=2", "train.threads=1", "objective.recipe=lexicon", "objective.lexicon_size=4096",
+    over = ["train.max_steps=2", "train.threads=1", "objective.recipe=lexicon", "objective.estimator.lexicon.size=4096",
             "train.eval_every=1000", "train.checkpoint_every=2", "data.train=stdlib"]
     Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path / 'lex'}", *over]), corpus=corpus(),
             quiet=True).fit()
@@ -337,7 +338,8 @@ def test_diagnose_measures_the_estimators_of_the_lexicon_objective(tmp_path, cap
     classes = json.loads(costs.read_text())["classes"]
     assert sum(c["share"] for c in classes.values()) == pytest.approx(1.0)
     assert "| indentation |" in capsys.readouterr().out
-    Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path / 'ref'}", *over, "objective.recipe=reference"]),
+    reference = [o for o in over if ".lexicon." not in o] + ["objective.recipe=reference"]  # no lexicon to size
+    Trainer(load_config("test", overrides=[f"train.out_dir={tmp_path / 'ref'}", *reference]),
             corpus=corpus(), quiet=True).fit()
     capsys.readouterr()
     assert main(["diagnose", "-c", str(tmp_path / "ref"), "--objective", "lexicon"]) != 0

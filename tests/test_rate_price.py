@@ -38,7 +38,7 @@ def test_the_slope_is_the_loss_fall_per_e_fold_of_compute():
 def test_cost_slope_is_the_relative_growth_of_flops_per_byte():
     from rltok.model.flops import config_forward_flops_per_byte
 
-    cfg = load_config("small", overrides=["objective.rate_price=loss_slope"])
+    cfg = load_config("small", overrides=["objective.estimator.price=loss_slope"])
     obj = BoundaryObjective(cfg)
     h = 1e-4
     numeric = (math.log(config_forward_flops_per_byte(cfg, 0.2 + h)) -
@@ -48,8 +48,8 @@ def test_cost_slope_is_the_relative_growth_of_flops_per_byte():
 
 
 def test_a_run_sets_its_own_price_and_resumes_exactly(tmp_path):
-    over = ["train.threads=1", "objective.recipe=lexicon", "objective.rate_price=loss_slope",
-            "objective.lexicon_size=4096", "train.log_every=1", "train.eval_every=1000",
+    over = ["train.threads=1", "objective.recipe=lexicon", "objective.estimator.price=loss_slope",
+            "objective.estimator.lexicon.size=4096", "train.log_every=1", "train.eval_every=1000",
             "train.checkpoint_every=5", "train.max_steps=12", "objective.tokenizer_phase=0.2"]
     full, resumed = straight_and_resumed(
         lambda out: load_config("test", overrides=[f"train.out_dir={out}", *over]), tmp_path, 5, corpus)
@@ -59,10 +59,10 @@ def test_a_run_sets_its_own_price_and_resumes_exactly(tmp_path):
 
 
 def test_rate_price_settings_are_checked():
-    with pytest.raises(ConfigError, match="rate_price"):
-        load_config("small", overrides=["objective.rate_price=slope"])
-    with pytest.raises(ConfigError, match="flip_rate_control"):
-        load_config("small", overrides=["objective.recipe=reference", "objective.rate_price=loss_slope"])
+    with pytest.raises(ConfigError, match="did you mean 'loss_slope'"):
+        load_config("small", overrides=["objective.estimator.price=slope"])
+    with pytest.raises(ConfigError, match="for kind 'score_function'"):  # the price is in the flips' credit
+        load_config("small", overrides=["objective.recipe=reference", "objective.estimator.price=loss_slope"])
 
 
 def test_the_compare_harness_diagnoses_a_run_that_sets_its_own_price(tmp_path):
@@ -71,7 +71,7 @@ def test_the_compare_harness_diagnoses_a_run_that_sets_its_own_price(tmp_path):
     from rltok.analysis.diagnose import diagnose
 
     cfg = load_config("test", overrides=[f"train.out_dir={tmp_path}", "train.threads=1", "objective.recipe=lexicon",
-                                         "objective.rate_price=loss_slope", "objective.lexicon_size=4096"])
+                                         "objective.estimator.price=loss_slope", "objective.estimator.lexicon.size=4096"])
     model = Trainer(cfg, corpus=corpus(), quiet=True).model
     x = torch.randint(0, 256, (4, 32))
     d = diagnose(model, x, x, cfg.objective, cfg.model.target_rate, variants={"own": {}}, n_estimates=2,

@@ -11,12 +11,14 @@ from rltok.training.trainer import Trainer
 from conftest import straight_and_resumed
 from test_boundary_learning import corpus
 
-OVER = ["train.threads=1", "objective.recipe=lexicon", "objective.lexicon_size=4096", "train.log_every=1",
+OVER = ["train.threads=1", "objective.recipe=lexicon", "objective.estimator.lexicon.size=4096", "train.log_every=1",
         "train.eval_every=1000", "train.checkpoint_every=1000"]
 
 
 def cfg(out, *extra):
-    return load_config("test", overrides=[f"train.out_dir={out}", *OVER, *extra])
+    """The test preset with OVER and `extra` (with the reference recipe, no lexicon to size)."""
+    over = OVER if "objective.recipe=reference" not in extra else [o for o in OVER if ".lexicon." not in o]
+    return load_config("test", overrides=[f"train.out_dir={out}", *over, *extra])
 
 
 def test_phase_flops_are_the_encoder_side_forward_and_backward():
@@ -75,7 +77,7 @@ def test_phase_settings_are_checked():
     with pytest.raises(ConfigError, match="lexicon recipe"):
         load_config("small", overrides=["objective.recipe=reference", "objective.tokenizer_phase=0.1"])
     with pytest.raises(ConfigError, match="lexicon recipe"):
-        load_config("small", overrides=["objective.flip_model_pass=true", "objective.tokenizer_phase=0.1"])
+        load_config("small", overrides=["objective.estimator.model_pass=true", "objective.tokenizer_phase=0.1"])
     from rltok.objective.loss import BoundaryObjective
 
     # a fixed rule has no tokenizer to learn: its phase trains the encoder alone (the control)

@@ -27,6 +27,8 @@ later decisions' probabilities.)
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import string
 from typing import Callable
@@ -294,8 +296,8 @@ def true_advantage(model, x: torch.Tensor, y: torch.Tensor, objective_cfg: Objec
         "windows": list(x.shape), "rows": len(xr), "group_size": objective_cfg.group_size,
         "chunker": model.cfg.chunker.kind, "policy_window": model.chunker.window if rl else None,
         "sampled_rate": float(b.float().mean()), "causal_leak_max": leak, "classes": list(CLASSES),
-        "objective": {k: getattr(objective_cfg, k) for k in ("reward", "baseline", "gamma", "gae_lambda",
-                                                             "normalize_advantages")},
+        # what the reference advantage used: the reward and the score function's returns settings
+        "objective": {"reward": objective_cfg.reward.kind, **dataclasses.asdict(returns_of(objective_cfg))},
     }
     if not rl:
         settings["note"] = "estimator correlations need the rl chunker"

@@ -316,7 +316,7 @@ def vocab_report(model, data: bytes, seq_len: int, mode: str = "sample", seed: i
     learned = chunk_stats(chunks, top)
     result = {
         "bytes": len(data), "mode": mode, "seed": seed, "seq_len": seq_len,
-        "chunker": getattr(getattr(model, "cfg", None), "chunker", None) or type(model).__name__,
+        "chunker": model.cfg.chunker.kind if getattr(model, "hierarchical", False) else type(model).__name__,
         "learned": learned, "seconds_segment": round(time.perf_counter() - t0, 3),
     }
     log(f"segmented {len(data):,} bytes into {learned['chunks']:,} chunks (rate {learned['rate']:.4f}) "

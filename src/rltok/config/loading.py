@@ -233,7 +233,7 @@ def apply_dict(obj: Any, d: dict[str, Any], where: str = "", notes: list[str] | 
         if full in REMOVED_KEYS:
             warnings.warn(f"{full} was removed ({REMOVED_KEYS[full]}); ignored", stacklevel=2)
         elif full in LEGACY_KEYS:
-            _apply_legacy(_root_of(obj, where), full, value, notes, strict=False)
+            _apply_legacy(_root_of(obj, where), full, value, notes)
         else:
             _apply_field(obj, key, value, where, notes)
     if top and notes:
@@ -283,9 +283,9 @@ class _Holder:
         setattr(self, name, section)
 
 
-def _apply_legacy(root: Any, key: str, value: Any, notes: list[str], strict: bool) -> None:
-    """An old flat key, applied where it lives now. Not applicable to the chosen kind: dropped at
-    its old default, an error from the command line (`strict`), noted otherwise."""
+def _apply_legacy(root: Any, key: str, value: Any, notes: list[str]) -> None:
+    """An old flat key, applied where it lives now. Not applicable to the chosen kind (the flat
+    layout had every kind's keys, most unused): dropped at its old default, noted otherwise."""
     given, value = value, _legacy_value(key, value)
     if value is None or (value == "target" and _price_kind(root) not in (None, "none")):
         return  # the old switch turns a price on; it never overrides the mode chosen with it
@@ -294,8 +294,6 @@ def _apply_legacy(root: Any, key: str, value: Any, notes: list[str], strict: boo
         notes.append(f"{key} -> {applied[0]}")
         return
     here = " or ".join(LEGACY_KEYS[key])
-    if strict:
-        raise ConfigError(f"config key {key!r} is now {here}, which the chosen kind does not have")
     if given != LEGACY_DEFAULTS.get(key):
         warnings.warn(f"{key}={given!r} ignored: it is now {here}, which the chosen kind does not have", stacklevel=3)
 
@@ -347,7 +345,7 @@ def apply_override(cfg: Config, assignment: str) -> None:
         raise ConfigError(f"config key {dotted!r} was removed ({REMOVED_KEYS[dotted]})")
     if dotted in LEGACY_KEYS:
         notes: list[str] = []
-        _apply_legacy(cfg, dotted, raw, notes, strict=True)
+        _apply_legacy(cfg, dotted, raw, notes)
         if notes:
             warnings.warn(f"{dotted} is now {notes[0].split(' -> ')[1]}", stacklevel=2)
         return
