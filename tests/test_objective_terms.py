@@ -83,6 +83,24 @@ def test_a_toy_reward_and_rate_control_train_through_the_objective(tmp_path, toy
     assert [t.steps for t in again.terms.all() if isinstance(t, FlatTax)] == [6]
 
 
+def test_the_toy_reward_and_rate_control_compare_and_generate(tmp_path, toys):
+    """The compare harness trains a method made of them at a FLOPs budget, and the model it trained
+    generates: nothing in src/ had to learn their names."""
+    from rltok.analysis.compare import method_slug, run_one
+    from rltok.training.loading import load_checkpoint
+    from test_composition import corpus_folder
+
+    data = corpus_folder(tmp_path)
+    method = "rl_reference@objective.reward=cuts_cost,objective.rate=flat_tax,objective.rate.weight=5"
+    row = run_one(method, 0, str(data), tmp_path / "cmp", budget_flops=1e9, preset="test", eval_split="test",
+                  base=["train.threads=1"], max_eval_windows=2)
+    assert row["bpb"] > 0 and row["budget_ratio"] == pytest.approx(1.0, abs=0.05)
+    assert row["config"]["objective"]["rate"] == {"kind": "flat_tax", "compute_price": 0.0,
+                                                  "cost_estimator": "exact", "weight": 5.0}
+    model = load_checkpoint(tmp_path / "cmp" / f"{method_slug(method)}_s0")[0].eval()  # the run's folder
+    assert len(model.generate(b"the ", 16, seed=0).output) == 16
+
+
 def test_compute_loss_is_the_sum_of_its_terms():
     """With every policy term off but the estimator, the loss is the LM terms plus pg_weight times
     the estimator's surrogate, added in that order."""
