@@ -13,6 +13,7 @@ file as soon as it finishes; a rerun skips finished runs and resumes interrupted
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -213,18 +214,21 @@ def method_config(method: str, base: list[str], data: str, out_dir: Path, seed: 
                                           f"train.out_dir={out_dir}"])
 
 
-def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: float, base: list[str],
-            preset: str = "tiny", eval_split: str = "test", max_eval_windows: int = 0) -> dict:
-    import torch
+@dataclasses.dataclass
+class _Trained:
+    """A finished training run and what it was planned and measured at."""
+    trainer: object
+    memory: PeakMemory
+    planned_rate: float | None
+    planned_fpb: float  # training FLOPs per byte at planned_rate
+    bytes_per_step: int  # distinct training bytes per step
+    wall: float  # seconds, building the model included
 
-    from rltok.training.loading import load_checkpoint
-    from rltok.data.windows import eval_windows
-    from rltok.data.corpus import load_eval_bytes
-    from rltok.eval.evaluate import evaluate
+
+def _train_to_budget(cfg: Config, budget_flops: float) -> _Trained:
+    """Train (or resume) one method until it has spent budget_flops; a stop request ends the sweep."""
     from rltok.training.trainer import Trainer
 
-    out_dir = run_root / f"{method_slug(method)}_s{seed}"
-    cfg = method_config(method, base, data, out_dir, seed, preset)
     # distinct bytes: with group_size K, batch_size counts segmentations of batch_size / K sequences
     k = cfg.objective.group_size if FAMILIES.component(cfg.model.arch).hierarchical else 1
     bytes_per_step = cfg.train.batch_size // k * cfg.train.grad_accum * cfg.train.seq_len
@@ -244,12 +248,29 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
     tc.max_steps = 4 * steps
     with memory:
         trainer.fit()
-    steps = trainer.step
     if trainer.stop_requested:  # SIGINT/SIGTERM: the run is checkpointed; stop the whole sweep
         raise KeyboardInterrupt
-    wall = time.time() - t0
+    return _Trained(trainer, memory, planned_rate, planned_fpb, bytes_per_step, time.time() - t0)
+
+
+@dataclasses.dataclass
+class _Evaluated:
+    """The final checkpoint and its evaluation on the held-out split."""
+    model: object
+    cfg: Config  # the checkpoint's own config
+    ev: dict  # with the rule it trained with (sampled where it samples)
+    greedy: dict | None  # thresholded, for stochastic rules
+    estimator: dict | None  # its own gradient estimator's diagnostics, for learned rules
+
+
+def _evaluate_run(out_dir: Path, data: str, eval_split: str, seq_len: int, max_eval_windows: int) -> _Evaluated:
+    from rltok.training.loading import load_checkpoint
+    from rltok.data.windows import eval_windows
+    from rltok.data.corpus import load_eval_bytes
+    from rltok.eval.evaluate import evaluate
+
     model, cfg_loaded, _, _ = load_checkpoint(out_dir)
-    x, y = eval_windows(load_eval_bytes(data, eval_split), cfg.train.seq_len, max_eval_windows)
+    x, y = eval_windows(load_eval_bytes(data, eval_split), seq_len, max_eval_windows)
     ev = evaluate(model, x, y, batch_size=16, mode="sample", seed=0)
     greedy = None
     rule = getattr(model, "chunker", None)
@@ -263,8 +284,18 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
         d = diagnose(model, x[:8], y[:8], cfg_loaded.objective, cfg_loaded.model.target_rate,
                      variants={"own": {}}, n_estimates=16, n_reference=16, log=lambda m: None)
         estimator = d["variants"]["own"]
+    return _Evaluated(model, cfg_loaded, ev, greedy, estimator)
+
+
+def _run_record(method: str, seed: int, data: str, eval_split: str, budget_flops: float, t: _Trained,
+                e: _Evaluated) -> dict:
+    """The JSON record of one run: what was trained, at what cost, and how it evaluates."""
+    import torch
+
+    trainer, model, ev, greedy, estimator = t.trainer, e.model, e.ev, e.greedy, e.estimator
     records = trainer.history
-    train_bytes = steps * bytes_per_step
+    steps = trainer.step
+    train_bytes = steps * t.bytes_per_step
     spent = trainer.flops_spent
     supertokens = training_rate(records, "supertokens_per_chunk")
     bps = [r["bytes_per_s"] for r in records[1:]] or [r["bytes_per_s"] for r in records]
@@ -272,10 +303,10 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
               "val_rate": r.get("val_rate")} for r in records if "val_bpb" in r]
     return {
         "method": method, "seed": seed, "data": data, "split": eval_split, "commit": git_commit(),
-        **model_shape(cfg_loaded, model),
-        "params": model.num_params(), "state_mb": train_state_mb(model), "peak_mem_mb": memory.peak_mb,
-        "peak_mem_kind": memory.kind, "steps": steps, "train_bytes": train_bytes,
-        "planned_rate": planned_rate, "planned_train_flops_per_byte": planned_fpb,
+        **model_shape(e.cfg, model),
+        "params": model.num_params(), "state_mb": train_state_mb(model), "peak_mem_mb": t.memory.peak_mb,
+        "peak_mem_kind": t.memory.kind, "steps": steps, "train_bytes": train_bytes,
+        "planned_rate": t.planned_rate, "planned_train_flops_per_byte": t.planned_fpb,
         "budget_flops": budget_flops, "train_flops": spent, "budget_ratio": spent / budget_flops,
         "budget_flag": abs(spent / budget_flops - 1) > BUDGET_TOLERANCE,
         "train_flops_per_byte": spent / max(1, train_bytes),
@@ -292,9 +323,19 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
         "space_align_greedy": greedy.get("space_align") if greedy else None,
         "grad_snr": estimator["snr"] if estimator else None,
         "grad_cos_ref": estimator["cos_ref"] if estimator else None,
-        "train_bytes_per_s": statistics.median(bps) if bps else None, "wall_s": wall,
-        "threads": torch.get_num_threads(), "curve": curve, "config": cfg_loaded.to_dict(),
+        "train_bytes_per_s": statistics.median(bps) if bps else None, "wall_s": t.wall,
+        "threads": torch.get_num_threads(), "curve": curve, "config": e.cfg.to_dict(),
     }
+
+
+def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: float, base: list[str],
+            preset: str = "tiny", eval_split: str = "test", max_eval_windows: int = 0) -> dict:
+    """Train one method with one seed to the FLOPs budget, evaluate it, and return its record."""
+    out_dir = run_root / f"{method_slug(method)}_s{seed}"
+    cfg = method_config(method, base, data, out_dir, seed, preset)
+    trained = _train_to_budget(cfg, budget_flops)
+    evaluated = _evaluate_run(out_dir, data, eval_split, cfg.train.seq_len, max_eval_windows)
+    return _run_record(method, seed, data, eval_split, budget_flops, trained, evaluated)
 
 
 def run_sweep(data: str, methods: list[str], seeds: list[int], out: Path, budget_flops: float,

@@ -164,14 +164,10 @@ def step_time(model, x, y, cfg: ObjectiveConfig, target_rate: float, generator, 
     return statistics.median(times)
 
 
-def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, target_rate: float,
-             variants: list[str] | dict[str, dict] | None = None, n_estimates: int = 32, n_reference: int = 64,
-             reference_group: int = 8, seed: int = 0, log=print, lexicon=None) -> dict:
-    """`variants`: names from VARIANTS, or a mapping name -> objective overrides on `base`
-    ({"own": {}} measures the checkpoint's own estimator). `lexicon`: measure the estimators of
-    the lexicon code length's gradient instead of the LM loss's (a ChunkLexicon, not updated)."""
-    from rltok.model.hourglass import ValueHead
-
+def _select_variants(base: ObjectiveConfig, x: torch.Tensor, variants, lexicon, reference_group: int, log
+                     ) -> tuple[dict[str, dict], dict[str, int]]:
+    """The variants to measure and those left out. -> (name -> objective overrides, name -> group
+    size of each variant skipped because it does not divide the batch)."""
     default = LEXICON_VARIANTS if lexicon is not None else list(VARIANTS)
     known = known_variants("lm" if lexicon is None else "lexicon")
     specs = variants if isinstance(variants, dict) else {v: known[v] for v in (variants or default)}
@@ -186,14 +182,16 @@ def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, tar
                                    for n, k in misfit.items()) + f" (the batch has {len(x)} sequences)")
     for n, k in misfit.items():
         log(f"skipping {n!r}: its group size {k} does not divide the batch of {len(x)}")
-    specs = {n: s for n, s in specs.items() if n not in misfit}
-    # each estimator of the LM loss's gradient: the flips re-run the model, the lexicon prior (a
-    # second objective) is left out; or with `lexicon`, of the code length's (set per variant below)
-    if isinstance(base.estimator, FlipsSettings):  # no price inside the credit: nothing for one to answer to
-        base = with_settings(base, {"estimator": {"lexicon": {"weight": 0.0}, "model_pass": True, "price": "none"}},
-                             "objective.")
+    return {n: s for n, s in specs.items() if n not in misfit}, misfit
+
+
+def _policy_only(model):
+    """A training-mode copy of the model whose only trainable parameters are the boundary
+    policy's, with a (fresh) critic when it has none. -> (copy, the policy's parameters)."""
+    from rltok.model.hourglass import ValueHead
+
     model = copy.deepcopy(model).train()
-    if model.value_head is None:  # a critic for the value variants, fitted below
+    if model.value_head is None:  # a critic for the value variants, fitted later
         model.value_head = ValueHead(model.cfg.d_byte)
     for p in model.parameters():
         p.requires_grad_(False)
@@ -202,9 +200,13 @@ def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, tar
         p.requires_grad_(True)
     if not params:
         raise ValueError(f"chunker {model.cfg.chunker.kind!r} has no parameters: nothing to diagnose")
-    gen = torch.Generator().manual_seed(seed)
+    return model, params
 
-    # whatever the checkpoint trained with: the reference is the score function's unbiased estimate
+
+def _reference_gradient(model, x, y, base: ObjectiveConfig, params, gen, lexicon, n_reference: int,
+                        reference_group: int, log) -> torch.Tensor:
+    """Whatever the checkpoint trained with: the score function's unbiased estimate (gamma = 1,
+    leave-one-out baseline over reference_group segmentations per sequence), averaged."""
     ref_cfg = with_settings(base, {"estimator": {"kind": "score_function", "gamma": 1.0, "baseline": "group",
                                                  "normalize_advantages": False},
                                    "group_size": reference_group, "reward": "early_exit"}, "objective.")
@@ -215,40 +217,51 @@ def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, tar
                              for _ in range(n_reference)]).mean(0)
     log(f"reference gradient: {n_reference} estimates x {len(x)} sequences x {reference_group} "
         f"segmentations ({time.perf_counter() - t0:.0f} s)")
+    return reference
 
-    rows = {}
-    for name, spec in specs.items():
-        cfg = with_settings(base, spec, "objective.")
-        if lexicon is not None and isinstance(cfg.estimator, FlipsSettings):  # the credit: the code length's change
-            cfg = with_settings(cfg, {"estimator": {"lexicon": {"weight": 1.0}, "model_pass": False}}, "objective.")
-        cfg.validate()
-        critic_loss = None
-        if isinstance(cfg.estimator, ScoreFunctionSettings) and "value" in cfg.estimator.baseline_parts():
-            critic_loss = fit_critic(model, x, y, cfg, gen, lexicon=lexicon)
-        t0 = time.perf_counter()
-        g = torch.stack([estimate(model, x, y, cfg, params, gen, lexicon) for _ in range(n_estimates)])
-        ms = 1000 * (time.perf_counter() - t0) / n_estimates
-        for p in model.parameters():  # time a full step with every parameter trainable
-            p.requires_grad_(True)
-        st = step_time(model, x, y, cfg, target_rate, gen, lexicon=lexicon)
-        for p in model.parameters():
-            p.requires_grad_(False)
-        for p in params:
-            p.requires_grad_(True)
-        mean = g.mean(0)
-        var = (g - mean).square().sum(1).sum().item() / (len(g) - 1)  # unbiased trace of the covariance
-        # ||mean||^2 overestimates ||E g||^2 by var / n: remove it, or small SNRs read as 1/n
-        signal = max(0.0, mean.square().sum().item() - var / len(g))
-        cos = torch.nn.functional.cosine_similarity(g, reference.unsqueeze(0), dim=1)
-        rows[name] = {
-            "variance": var, "snr": signal / max(var, 1e-30),
-            "train_flops_per_byte": train_flops_per_byte_of(model, cfg, x.shape[1]),
-            "cos_ref": cos.mean().item(), "cos_ref_std": cos.std().item(),
-            "cos_mean_ref": torch.nn.functional.cosine_similarity(mean, reference, dim=0).item(),
-            "ms_per_estimate": ms, "step_seconds": st, "critic_loss": critic_loss,
-        }
-        log(f"{name:>22}: snr {rows[name]['snr']:.4f}  cos_ref {rows[name]['cos_ref']:.3f}  "
-            f"cos_mean_ref {rows[name]['cos_mean_ref']:.3f}  {ms:.0f} ms/estimate  step {st * 1000:.0f} ms")
+
+def _variant_config(base: ObjectiveConfig, spec: dict, lexicon) -> ObjectiveConfig:
+    cfg = with_settings(base, spec, "objective.")
+    if lexicon is not None and isinstance(cfg.estimator, FlipsSettings):  # the credit: the code length's change
+        cfg = with_settings(cfg, {"estimator": {"lexicon": {"weight": 1.0}, "model_pass": False}}, "objective.")
+    cfg.validate()
+    return cfg
+
+
+def _measure_variant(model, x, y, cfg: ObjectiveConfig, params, gen, lexicon, n_estimates: int,
+                     target_rate: float, reference: torch.Tensor) -> dict:
+    """n_estimates gradient estimates with one variant (after fitting the critic it needs), their
+    variance, SNR and alignment with the reference, and the time of an estimate and of a step."""
+    critic_loss = None
+    if isinstance(cfg.estimator, ScoreFunctionSettings) and "value" in cfg.estimator.baseline_parts():
+        critic_loss = fit_critic(model, x, y, cfg, gen, lexicon=lexicon)
+    t0 = time.perf_counter()
+    g = torch.stack([estimate(model, x, y, cfg, params, gen, lexicon) for _ in range(n_estimates)])
+    ms = 1000 * (time.perf_counter() - t0) / n_estimates
+    for p in model.parameters():  # time a full step with every parameter trainable
+        p.requires_grad_(True)
+    st = step_time(model, x, y, cfg, target_rate, gen, lexicon=lexicon)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for p in params:
+        p.requires_grad_(True)
+    mean = g.mean(0)
+    var = (g - mean).square().sum(1).sum().item() / (len(g) - 1)  # unbiased trace of the covariance
+    # ||mean||^2 overestimates ||E g||^2 by var / n: remove it, or small SNRs read as 1/n
+    signal = max(0.0, mean.square().sum().item() - var / len(g))
+    cos = torch.nn.functional.cosine_similarity(g, reference.unsqueeze(0), dim=1)
+    return {
+        "variance": var, "snr": signal / max(var, 1e-30),
+        "train_flops_per_byte": train_flops_per_byte_of(model, cfg, x.shape[1]),
+        "cos_ref": cos.mean().item(), "cos_ref_std": cos.std().item(),
+        "cos_mean_ref": torch.nn.functional.cosine_similarity(mean, reference, dim=0).item(),
+        "ms_per_estimate": ms, "step_seconds": st, "critic_loss": critic_loss,
+    }
+
+
+def _add_reference_ratios(rows: dict[str, dict]) -> None:
+    """Each variant's SNR, step time and SNR per training FLOP relative to the reference's (or the
+    checkpoint's own estimator's), when one was measured."""
     ref_row = rows.get("reference") or rows.get("own")
     if ref_row:
         for r in rows.values():
@@ -258,6 +271,32 @@ def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, tar
             # snr / FLOPs: the ratio at equal compute
             flops_ratio = r["train_flops_per_byte"] / ref_row["train_flops_per_byte"]
             r["snr_per_flop_vs_reference"] = (r["snr"] / ref_row["snr"] / flops_ratio) if ref_row["snr"] > 0 else None
+
+
+def diagnose(model, x: torch.Tensor, y: torch.Tensor, base: ObjectiveConfig, target_rate: float,
+             variants: list[str] | dict[str, dict] | None = None, n_estimates: int = 32, n_reference: int = 64,
+             reference_group: int = 8, seed: int = 0, log=print, lexicon=None) -> dict:
+    """`variants`: names from VARIANTS, or a mapping name -> objective overrides on `base`
+    ({"own": {}} measures the checkpoint's own estimator). `lexicon`: measure the estimators of
+    the lexicon code length's gradient instead of the LM loss's (a ChunkLexicon, not updated)."""
+    specs, misfit = _select_variants(base, x, variants, lexicon, reference_group, log)
+    # each estimator of the LM loss's gradient: the flips re-run the model, the lexicon prior (a
+    # second objective) is left out; or with `lexicon`, of the code length's (set per variant)
+    if isinstance(base.estimator, FlipsSettings):  # no price inside the credit: nothing for one to answer to
+        base = with_settings(base, {"estimator": {"lexicon": {"weight": 0.0}, "model_pass": True, "price": "none"}},
+                             "objective.")
+    model, params = _policy_only(model)
+    gen = torch.Generator().manual_seed(seed)
+    # one generator for every draw, in this order: the reference, then each variant's critic, estimates, step
+    reference = _reference_gradient(model, x, y, base, params, gen, lexicon, n_reference, reference_group, log)
+    rows = {}
+    for name, spec in specs.items():
+        cfg = _variant_config(base, spec, lexicon)
+        rows[name] = r = _measure_variant(model, x, y, cfg, params, gen, lexicon, n_estimates, target_rate, reference)
+        log(f"{name:>22}: snr {r['snr']:.4f}  cos_ref {r['cos_ref']:.3f}  "
+            f"cos_mean_ref {r['cos_mean_ref']:.3f}  {r['ms_per_estimate']:.0f} ms/estimate  "
+            f"step {r['step_seconds'] * 1000:.0f} ms")
+    _add_reference_ratios(rows)
     return {"variants": rows, "n_estimates": n_estimates, "n_reference": n_reference,
             "batch": list(x.shape), "reference_group": reference_group, "skipped": sorted(misfit),
             "objective": "lm" if lexicon is None else "lexicon"}

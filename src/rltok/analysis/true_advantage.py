@@ -207,6 +207,131 @@ def _corr(est: list[float], true: list[float]) -> dict:
             "sign_agreement": sum(agree) / len(agree) if agree else None}
 
 
+def _check_arguments(model, x: torch.Tensor, n_per_class: int, horizon: int | None, batch_size: int) -> None:
+    _check_model(model)
+    if horizon is not None and horizon < 0:
+        raise ValueError("horizon must be >= 0 (or None: to the end of the window)")
+    if n_per_class < 1 or batch_size < 1:
+        raise ValueError("n_per_class and batch_size must be >= 1")
+    if x.shape[1] < 3:
+        raise ValueError("windows need at least 3 bytes to have a free position")
+
+
+@dataclasses.dataclass
+class _Measurement:
+    """What the model gave on one sampled segmentation: the flipped positions' D and, for the rl
+    chunker, the policy's probabilities and each estimator's advantages (all on the CPU)."""
+    positions: list[tuple[int, int, str]]  # (row, t, class), class by class
+    d: list[float]  # D_t of each position
+    n_candidates: dict[str, int]
+    leak: float
+    rows: int
+    sampled_rate: float
+    row_window: torch.Tensor  # row -> window index
+    xr: torch.Tensor  # the rows' bytes
+    b: torch.Tensor  # the sampled boundaries
+    rl: bool  # a learned policy with logits: estimators and A_true apply
+    p: torch.Tensor | None  # P(b_t = 1), rl only
+    adv: dict[str, torch.Tensor]  # estimator name -> (rows, T) advantage, rl only
+
+
+@torch.no_grad()
+def _measure(model, x: torch.Tensor, y: torch.Tensor, objective_cfg: ObjectiveConfig, n_per_class: int,
+             horizon: int | None, batch_size: int, seed: int, estimators: dict[str, Estimator] | None
+             ) -> _Measurement:
+    """Sample a segmentation, choose positions by class, and measure D_t and the estimators on it
+    (in this order: the seeded draws are the segmentation, then the positions)."""
+    out, row_window = sample_segmentation(model, x, objective_cfg, seed)
+    xr, yr = x[row_window], y[row_window]
+    bd = out.boundaries
+    b = bd.b
+    length = x.shape[1]
+    ar = torch.arange(length, device=x.device)
+    candidates = bd.free & (ar >= 1) & (ar <= length - 2)
+    xr_cpu, row_window_cpu = xr.cpu(), row_window.cpu()
+    classes = [byte_classes(row) for row in xr_cpu]
+    chosen, n_candidates = stratified_positions(classes, candidates, n_per_class, seed)
+    positions = [(i, t, c) for c in CLASSES for i, t in chosen[c]]
+    l1, l0, leak = variant_losses(model, xr, yr, b, [(i, t) for i, t, _ in positions], horizon, batch_size)
+    d = (l0 - l1).cpu().tolist()
+
+    rl = model.chunker.learned and bd.logits is not None
+    ests = (ESTIMATORS if estimators is None else estimators) if rl else {}
+    adv = {name: fn(model, out, xr, yr, objective_cfg).float().cpu() for name, fn in ests.items()}
+    p = torch.sigmoid(bd.logits.float()).cpu() if rl else None
+    return _Measurement(positions=positions, d=d, n_candidates=n_candidates, leak=leak, rows=len(xr),
+                        sampled_rate=float(b.float().mean()),
+                        row_window=row_window_cpu, xr=xr_cpu, b=b.cpu(), rl=rl, p=p, adv=adv)
+
+
+def _position_records(m: _Measurement) -> list[dict]:
+    """One record per flipped position; with a policy, its p, A_true and each estimator's advantage."""
+    records = []
+    for (i, t, c), dt in zip(m.positions, m.d):
+        taken = bool(m.b[i, t])
+        rec = {"row": i, "window": int(m.row_window[i]), "t": t, "class": c, "byte": int(m.xr[i, t]), "b": taken,
+               "D": dt}
+        if m.p is not None:
+            pt = float(m.p[i, t])
+            rec["p"] = pt
+            rec["A_true"] = (1 - pt) * dt if taken else -pt * dt
+            rec["advantages"] = {name: float(a[i, t]) for name, a in m.adv.items()}
+        records.append(rec)
+    return records
+
+
+def _class_summary(records: list[dict], n_candidates: dict[str, int], with_p: bool) -> tuple[dict, dict]:
+    """D's statistics per byte class and overall. -> (per class, overall)."""
+    total = sum(n_candidates.values())
+    class_stats = {}
+    for c in CLASSES:
+        recs = [r for r in records if r["class"] == c]
+        st = _stats([r["D"] for r in recs])
+        st["candidates"] = n_candidates[c]
+        st["taken_rate"] = sum(r["b"] for r in recs) / len(recs) if recs else None
+        if with_p:
+            st["mean_p"] = sum(r["p"] for r in recs) / len(recs) if recs else None
+        class_stats[c] = st
+    overall = _stats([r["D"] for r in records])
+    overall["candidates"] = total
+    # the sample is class-balanced; this reweights the class means by how common each class is
+    weighted = [(n_candidates[c], class_stats[c]["mean_D"]) for c in CLASSES if class_stats[c]["n"]]
+    wsum = sum(w for w, _ in weighted)
+    overall["mean_D_population"] = sum(w * m for w, m in weighted) / wsum if wsum else None
+    return class_stats, overall
+
+
+def _estimator_correlations(records: list[dict], names) -> dict:
+    """Each estimator's correlation with A_true, overall and per class."""
+    est_stats = {}
+    for name in names:
+        e = {"overall": _corr([r["advantages"][name] for r in records], [r["A_true"] for r in records]),
+             "classes": {}}
+        for c in CLASSES:
+            recs = [r for r in records if r["class"] == c]
+            e["classes"][c] = _corr([r["advantages"][name] for r in recs], [r["A_true"] for r in recs])
+        est_stats[name] = e
+    return est_stats
+
+
+def _settings(model, x: torch.Tensor, objective_cfg: ObjectiveConfig, m: _Measurement, n_per_class: int,
+              horizon: int | None, batch_size: int, seed: int) -> dict:
+    settings = {
+        "n_per_class": n_per_class, "horizon": horizon, "batch_size": batch_size, "seed": seed,
+        "windows": list(x.shape), "rows": m.rows, "group_size": objective_cfg.group_size,
+        "chunker": model.cfg.chunker.kind, "policy_window": model.chunker.window if m.rl else None,
+        "sampled_rate": m.sampled_rate, "causal_leak_max": m.leak, "classes": list(CLASSES),
+        # what the reference advantage used: the reward and the score function's returns settings
+        "objective": {"reward": objective_cfg.reward.kind, **dataclasses.asdict(returns_of(objective_cfg))},
+    }
+    if not m.rl:
+        settings["note"] = "estimator correlations need the rl chunker"
+    elif model.chunker.window > 1:
+        settings["note"] = ("policy_window > 1: A_true holds the later decisions fixed, leaving out how b_t "
+                            "changes their probabilities")
+    return settings
+
+
 def true_advantage(model, x: torch.Tensor, y: torch.Tensor, objective_cfg: ObjectiveConfig, n_per_class: int = 32,
                    horizon: int | None = None, batch_size: int = 32, seed: int = 0,
                    estimators: dict[str, Estimator] | None = None) -> dict:
@@ -220,92 +345,18 @@ def true_advantage(model, x: torch.Tensor, y: torch.Tensor, objective_cfg: Objec
     correlation with A_true, overall and per class), "positions" (every sampled decision) and
     "settings".
     """
-    _check_model(model)
-    if horizon is not None and horizon < 0:
-        raise ValueError("horizon must be >= 0 (or None: to the end of the window)")
-    if n_per_class < 1 or batch_size < 1:
-        raise ValueError("n_per_class and batch_size must be >= 1")
-    if x.shape[1] < 3:
-        raise ValueError("windows need at least 3 bytes to have a free position")
+    _check_arguments(model, x, n_per_class, horizon, batch_size)
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad():
-            out, row_window = sample_segmentation(model, x, objective_cfg, seed)
-            xr, yr = x[row_window], y[row_window]
-            bd = out.boundaries
-            b = bd.b
-            length = x.shape[1]
-            ar = torch.arange(length, device=x.device)
-            candidates = bd.free & (ar >= 1) & (ar <= length - 2)
-            xr_cpu, row_window_cpu = xr.cpu(), row_window.cpu()
-            classes = [byte_classes(row) for row in xr_cpu]
-            chosen, n_candidates = stratified_positions(classes, candidates, n_per_class, seed)
-            positions = [(i, t, c) for c in CLASSES for i, t in chosen[c]]
-            l1, l0, leak = variant_losses(model, xr, yr, b, [(i, t) for i, t, _ in positions], horizon, batch_size)
-            d = (l0 - l1).cpu().tolist()
-
-            rl = model.chunker.learned and bd.logits is not None
-            ests = (ESTIMATORS if estimators is None else estimators) if rl else {}
-            adv = {name: fn(model, out, xr, yr, objective_cfg).float().cpu() for name, fn in ests.items()}
-            p = torch.sigmoid(bd.logits.float()).cpu() if rl else None
-            b_cpu = b.cpu()
+        m = _measure(model, x, y, objective_cfg, n_per_class, horizon, batch_size, seed, estimators)
     finally:
         model.train(was_training)
-
-    records = []
-    for (i, t, c), dt in zip(positions, d):
-        taken = bool(b_cpu[i, t])
-        rec = {"row": i, "window": int(row_window_cpu[i]), "t": t, "class": c, "byte": int(xr_cpu[i, t]), "b": taken,
-               "D": dt}
-        if p is not None:
-            pt = float(p[i, t])
-            rec["p"] = pt
-            rec["A_true"] = (1 - pt) * dt if taken else -pt * dt
-            rec["advantages"] = {name: float(a[i, t]) for name, a in adv.items()}
-        records.append(rec)
-
-    total = sum(n_candidates.values())
-    class_stats = {}
-    for c in CLASSES:
-        recs = [r for r in records if r["class"] == c]
-        st = _stats([r["D"] for r in recs])
-        st["candidates"] = n_candidates[c]
-        st["taken_rate"] = sum(r["b"] for r in recs) / len(recs) if recs else None
-        if p is not None:
-            st["mean_p"] = sum(r["p"] for r in recs) / len(recs) if recs else None
-        class_stats[c] = st
-    overall = _stats([r["D"] for r in records])
-    overall["candidates"] = total
-    # the sample is class-balanced; this reweights the class means by how common each class is
-    weighted = [(n_candidates[c], class_stats[c]["mean_D"]) for c in CLASSES if class_stats[c]["n"]]
-    wsum = sum(w for w, _ in weighted)
-    overall["mean_D_population"] = sum(w * m for w, m in weighted) / wsum if wsum else None
-
-    est_stats = {}
-    for name in adv:
-        e = {"overall": _corr([r["advantages"][name] for r in records], [r["A_true"] for r in records]),
-             "classes": {}}
-        for c in CLASSES:
-            recs = [r for r in records if r["class"] == c]
-            e["classes"][c] = _corr([r["advantages"][name] for r in recs], [r["A_true"] for r in recs])
-        est_stats[name] = e
-
-    settings = {
-        "n_per_class": n_per_class, "horizon": horizon, "batch_size": batch_size, "seed": seed,
-        "windows": list(x.shape), "rows": len(xr), "group_size": objective_cfg.group_size,
-        "chunker": model.cfg.chunker.kind, "policy_window": model.chunker.window if rl else None,
-        "sampled_rate": float(b.float().mean()), "causal_leak_max": leak, "classes": list(CLASSES),
-        # what the reference advantage used: the reward and the score function's returns settings
-        "objective": {"reward": objective_cfg.reward.kind, **dataclasses.asdict(returns_of(objective_cfg))},
-    }
-    if not rl:
-        settings["note"] = "estimator correlations need the rl chunker"
-    elif model.chunker.window > 1:
-        settings["note"] = ("policy_window > 1: A_true holds the later decisions fixed, leaving out how b_t "
-                            "changes their probabilities")
-    return {"classes": class_stats, "overall": overall, "estimators": est_stats, "positions": records,
-            "settings": settings}
+    records = _position_records(m)
+    class_stats, overall = _class_summary(records, m.n_candidates, m.p is not None)
+    return {"classes": class_stats, "overall": overall, "estimators": _estimator_correlations(records, m.adv),
+            "positions": records, "settings": _settings(model, x, objective_cfg, m, n_per_class, horizon,
+                                                        batch_size, seed)}
 
 
 def _fmt(v, spec: str = ".4f") -> str:

@@ -52,6 +52,11 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {self.prog}: {message}\n")
 
 
+# Each `_add_<command>` adds one subcommand, its flags and its handler; build_parser adds them in
+# the order `rltok --help` lists them.
+Subcommands = argparse._SubParsersAction
+
+
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="section.key=value",
                    help="config overrides, e.g. train.max_steps=2000 model.d_chunk=384")
@@ -64,10 +69,17 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
                    help="shorthand for train.max_steps")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="rltok", description="Byte-level LMs that learn their own tokenization with RL.")
-    sub = parser.add_subparsers(dest="command", required=True)
+def _add_model_args(q: argparse.ArgumentParser) -> None:
+    """The flags of every command that loads a trained model: where it is, where it runs, how it decides."""
+    q.add_argument("--checkpoint", "-c", default="runs/default", help="checkpoint or run folder (newest checkpoint)")
+    q.add_argument("--device", default="auto")
+    q.add_argument("--threads", type=count(0, MAX_THREADS), default=0)
+    q.add_argument("--mode", choices=("sample", "greedy"), default=None,
+                   help="boundary decisions: sampled from the policy or thresholded at p=0.5")
+    q.add_argument("--seed", type=count(0, MAX_SEED), default=0)
 
+
+def _add_train(sub: Subcommands) -> None:
     p = sub.add_parser("train", help="train a model (defaults: the stdlib corpus, a few minutes on 2 CPU cores)")
     _add_config_args(p)
     p.add_argument("--resume", action="store_true",
@@ -80,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list-presets", action="store_true", help="list the named presets and exit")
     p.set_defaults(func=cmd_train)
 
+
+def _add_prepare(sub: Subcommands) -> None:
     p = sub.add_parser(
         "prepare", help="write a corpus once as byte shards that training reads without loading it",
         description="Read a source (file, folder, glob, archives, 'stdlib', hf:NAME[:CONFIG][@SPLIT], "
@@ -101,10 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_prepare)
 
+
+def _add_presets(sub: Subcommands) -> None:
     p = sub.add_parser("presets", help="list the named config presets (size, shape, purpose)")
     p.add_argument("name", nargs="?", help="print this preset's full resolved config")
     p.set_defaults(func=cmd_presets)
 
+
+def _add_export(sub: Subcommands) -> None:
     p = sub.add_parser("export", help="write a checkpoint as a Hub-style model folder (safetensors, config, model card)")
     p.add_argument("--checkpoint", "-c", default="runs/default", help="checkpoint or run folder (newest checkpoint)")
     p.add_argument("--out", "-o", help="folder to write (model.safetensors, config.json, README.md)")
@@ -112,21 +130,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--private", action="store_true", help="create the Hub repo private")
     p.set_defaults(func=cmd_export)
 
+
+def _add_lm_eval(sub: Subcommands) -> None:
     p = sub.add_parser("lm-eval", add_help=False,
                        help="lm-evaluation-harness with the 'rltok' model (needs rltok[eval]); arguments go to lm_eval")
     p.add_argument("lm_eval_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_lm_eval)
 
-    def add_model_args(q):
-        q.add_argument("--checkpoint", "-c", default="runs/default", help="checkpoint or run folder (newest checkpoint)")
-        q.add_argument("--device", default="auto")
-        q.add_argument("--threads", type=count(0, MAX_THREADS), default=0)
-        q.add_argument("--mode", choices=("sample", "greedy"), default=None,
-                       help="boundary decisions: sampled from the policy or thresholded at p=0.5")
-        q.add_argument("--seed", type=count(0, MAX_SEED), default=0)
 
+def _add_eval(sub: Subcommands) -> None:
     p = sub.add_parser("eval", help="bpb, boundary rate, bytes per chunk and whitespace alignment on any data")
-    add_model_args(p)
+    _add_model_args(p)
     p.add_argument("--data", help="data to evaluate (default: the training source); a split folder uses --split")
     p.add_argument("--split", default="val", help="val (held-out part, default), test (split folders and prepared "
                                                   "folders that have one), train or all; a split the data lacks is "
@@ -144,8 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "on when the data is Python source ('stdlib', .py files)")
     p.set_defaults(func=cmd_eval, default_mode="sample")
 
+
+def _add_segment(sub: Subcommands) -> None:
     p = sub.add_parser("segment", help="show how a trained model chunks a text")
-    add_model_args(p)
+    _add_model_args(p)
     p.add_argument("text", nargs="?", help="text to segment (UTF-8)")
     p.add_argument("--file", "--prompt-file", "-f", dest="file",
                    help="read the bytes from a file ('-' for stdin); --prompt-file is the same (as in generate)")
@@ -156,6 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--png", metavar="OUT.png", help="also write a PNG heat map (needs matplotlib)")
     p.set_defaults(func=cmd_segment, default_mode="sample")
 
+
+def _add_generate(sub: Subcommands) -> None:
     p = sub.add_parser(
         "generate", help="sample a continuation (cached decoding, streamed as it is produced)",
         description="Sample a continuation of a prompt with cached incremental decoding: each byte's "
@@ -166,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
                "absolute, so when prompt + generated bytes reach max_seq_len the context slides: its oldest "
                "half is dropped and the rest re-read with the boundaries it already had, and generation "
                "goes on. Prompts are bytes: any byte string (also invalid UTF-8) is a valid prompt.")
-    add_model_args(p)
+    _add_model_args(p)
     p.add_argument("text", nargs="?", help="prompt (UTF-8); empty or omitted: start from a newline")
     p.add_argument("--prompt-file", "--file", "-f", dest="prompt_file",
                    help="read the prompt as raw bytes from a file ('-' for stdin); --file is the same (as in segment)")
@@ -178,8 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop when this string is produced (not printed); repeatable; \\n \\t \\xNN escapes work")
     p.add_argument("--echo", action="store_true", help="print the prompt before the continuation")
     p.set_defaults(func=cmd_generate, default_mode="sample")
+
+
+def _add_diagnose(sub: Subcommands) -> None:
     p = sub.add_parser("diagnose", help="variance, SNR and alignment of the boundary-policy gradient per variance reducer")
-    add_model_args(p)
+    _add_model_args(p)
     p.add_argument("--data", help="data for the fixed batch (default: the training source)")
     p.add_argument("--split", default="val")
     p.add_argument("--batch", type=count(1), default=8, help="sequences in the fixed batch")
@@ -205,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "what removing or adding one cut changes in the lexicon's code length")
     p.set_defaults(func=cmd_diagnose, default_mode="sample")
 
+
+def _add_compare(sub: Subcommands) -> None:
     p = sub.add_parser("compare", help="train several boundary rules at equal training FLOPs and tabulate them")
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="base config overrides for every method")
     p.add_argument("--data", required=True, help="training data (a folder with train/val/test files is best)")
@@ -222,6 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--command-line", default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_compare)
 
+
+def _add_vocab(sub: Subcommands) -> None:
     p = sub.add_parser("vocab", help="the learned vocabulary of a checkpoint on a corpus, against a BPE of the same rate")
     p.add_argument("checkpoint", help="checkpoint or run folder (newest checkpoint)")
     p.add_argument("--data", help="corpus: a file, folder, glob, 'stdlib' or hf:name (default: the training source)")
@@ -245,4 +270,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=count(0, MAX_THREADS), default=0)
     p.set_defaults(func=cmd_vocab)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="rltok", description="Byte-level LMs that learn their own tokenization with RL.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_train(sub)
+    _add_prepare(sub)
+    _add_presets(sub)
+    _add_export(sub)
+    _add_lm_eval(sub)
+    _add_eval(sub)
+    _add_segment(sub)
+    _add_generate(sub)
+    _add_diagnose(sub)
+    _add_compare(sub)
+    _add_vocab(sub)
     return parser
