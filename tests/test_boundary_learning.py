@@ -153,8 +153,8 @@ def test_flips_config_validation():
         load_config("test", overrides=["objective.estimator=flip"])
     with pytest.raises(ConfigError, match="one stage"):
         load_config("test", overrides=["objective.estimator=flips", "model.stages=2"])
-    with pytest.raises(ConfigError):
-        load_config("test", overrides=["objective.flip_stride=0"])
+    with pytest.raises(ConfigError, match="objective.estimator.stride"):
+        load_config("test", overrides=["objective.estimator=flips", "objective.estimator.stride=0"])
 
 
 def test_boundary_objective_state_round_trip_and_legacy_keys():

@@ -266,8 +266,8 @@ def trained(tmp_path_factory):
 def test_eval_of_a_model_with_non_finite_weights_is_an_error(trained, tmp_path, capsys):
     import torch
 
-    from rltok.training.checkpoint import load_checkpoint
-    from rltok.training.hub import save_pretrained
+    from rltok.training.loading import load_checkpoint
+    from rltok.model.pretrained import save_pretrained
 
     model, cfg, _, _ = load_checkpoint(trained[0])
     with torch.no_grad():
