@@ -60,3 +60,27 @@ def wait_for_ranks(proc, timeout: float = 240) -> str:
         pytest.fail("the 2-rank run hung:\n" + out.decode(errors="replace")[-4000:])
     assert proc.returncode == 0, out.decode(errors="replace")[-4000:]
     return out.decode(errors="replace")
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    """`rltok ARGV` in this process: (exit code, stdout, stderr); argparse's own exits included."""
+    from rltok.cli import main
+
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as e:
+        code = e.code
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def assert_user_error(capsys, argv, *messages) -> str:
+    """The command ends with exit 2 and exactly one `error:` line holding each of `messages`."""
+    code, _, err = run_cli(capsys, *argv)
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for m in messages:
+        assert m in lines[0], lines[0]
+    return lines[0]
+

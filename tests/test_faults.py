@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import assert_user_error, run_cli  # noqa: F401
 from rltok.cli import main
 
 TEXT = b"".join(b"row %d: plain words and punctuation, %x more.\n" % (i, i * 7) for i in range(400))
@@ -31,22 +32,6 @@ def data_file(tmp_path):
     p = tmp_path / "data.txt"
     p.write_bytes(TEXT)
     return p
-
-
-def run_cli(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
-
-
-def assert_user_error(capsys, argv, *messages) -> str:
-    code, _, err = run_cli(capsys, *argv)
-    lines = err.strip().splitlines()
-    assert code == 2, err
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    for m in messages:
-        assert m in lines[0], lines[0]
-    return lines[0]
 
 
 def snapshot(folder: Path) -> dict:

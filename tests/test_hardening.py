@@ -10,31 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import assert_user_error, run_cli  # noqa: F401
 from rltok.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = str(ROOT / "src")
 TEXT = b"".join(b"row %d: plain words and punctuation, %x more.\n" % (i, i * 7) for i in range(400))
 FAST = ["--preset", "test", "train.device=cpu", "train.threads=1", "train.eval_batches=1", "train.seq_len=64"]
-
-
-def run_cli(capsys, *argv) -> tuple[int, str, str]:
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as e:  # argparse's own errors
-        code = e.code
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
-
-
-def assert_user_error(capsys, argv, *messages) -> str:
-    code, _, err = run_cli(capsys, *argv)
-    lines = err.strip().splitlines()
-    assert code == 2, err
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    for m in messages:
-        assert m in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture
