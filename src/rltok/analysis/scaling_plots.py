@@ -1,0 +1,117 @@
+"""Plots of the compute-optimal study's fits (PNG): isoFLOP curves per family, the envelopes
+L*(C) with their bootstrap bands, and N*(C). matplotlib is optional: asking for a plot without
+it raises a RuntimeError that says so."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from rltok.analysis.scaling_fit import Envelope, FamilyFit
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only, no display
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise RuntimeError("the scaling plots need matplotlib: pip install matplotlib") from e
+    return plt
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    fig.clf()
+    return path
+
+
+def plot_isoflops(fit: FamilyFit, folder: Path) -> Path:
+    """Loss against size at every budget of one family: the seed means, the fitted parabola and
+    its optimum (a star, hollow where it is not interior)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    colours = plt.cm.viridis(np.linspace(0, 0.9, max(1, len(fit.isofits))))
+    for colour, (budget, f) in zip(colours, sorted(fit.isofits.items())):
+        ax.scatter(f.sizes, f.means, color=colour, s=18, label=f"{budget:.2g} FLOPs")
+        grid = np.geomspace(f.sizes.min() / 1.3, f.sizes.max() * 1.3, 100)
+        ax.plot(grid, f.parabola(grid), color=colour, lw=1)
+        if np.isfinite(f.n_star):
+            ax.scatter([f.n_star], [f.l_star], marker="*", s=90, color=colour if f.interior else "none",
+                       edgecolors=colour)
+    ax.set_xscale("log")
+    ax.set(xlabel="non-embedding parameters N", ylabel="bpb", title=f"isoFLOP profiles: {fit.family}")
+    ax.legend(fontsize=7)
+    path = _save(fig, Path(folder) / f"isoflop_{_slug(fit.family)}.png")
+    plt.close(fig)
+    return path
+
+
+def _range(envelopes: list[Envelope], extend_to: float | None) -> np.ndarray:
+    lo = min(e.fitted_range[0] for e in envelopes)
+    hi = max([e.fitted_range[1] for e in envelopes] + ([extend_to] if extend_to else []))
+    return np.geomspace(lo, hi, 200)
+
+
+def plot_envelopes(envelopes: list[Envelope], folder: Path, extend_to: float | None = None,
+                   crossings: list[float] = ()) -> Path:
+    """L*(C) of every family: the per-budget optima, the fitted curve (dashed beyond the fitted
+    range), its bootstrap band, and the given crossover computes as vertical lines."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    c = _range(envelopes, extend_to)
+    for env in envelopes:
+        inside = (c >= env.fitted_range[0]) & (c <= env.fitted_range[1])
+        line, = ax.plot(c[inside], env.loss(c[inside]), label=env.family)
+        ax.plot(c[~inside], env.loss(c[~inside]), ls="--", color=line.get_color())
+        if len(np.atleast_1d(env.boot.e)):
+            lo, hi = env.loss_band(c)
+            ax.fill_between(c, lo, hi, color=line.get_color(), alpha=0.15, lw=0)
+        ax.scatter(env.budgets, env.l_star, color=line.get_color(), s=16)
+    for x in crossings:
+        ax.axvline(x, color="grey", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set(xlabel="training FLOPs C", ylabel="compute-optimal bpb L*", title="envelopes")
+    ax.legend(fontsize=7)
+    path = _save(fig, Path(folder) / "envelopes.png")
+    plt.close(fig)
+    return path
+
+
+def plot_sizes(envelopes: list[Envelope], folder: Path, extend_to: float | None = None) -> Path:
+    """N*(C) of every family: the per-budget optima, the log-log line and its bootstrap band."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    c = _range(envelopes, extend_to)
+    for env in envelopes:
+        line, = ax.plot(c, env.size(c), label=env.family)
+        if len(np.atleast_1d(env.boot.e)):
+            lo, hi = env.size_band(c)
+            ax.fill_between(c, lo, hi, color=line.get_color(), alpha=0.15, lw=0)
+        ax.scatter(env.budgets, env.n_star, color=line.get_color(), s=16)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set(xlabel="training FLOPs C", ylabel="optimal non-embedding parameters N*", title="optimal size")
+    ax.legend(fontsize=7)
+    path = _save(fig, Path(folder) / "optimal_sizes.png")
+    plt.close(fig)
+    return path
+
+
+def plot_study(study: dict[str, FamilyFit], folder: Path, extend_to: float | None = None,
+               crossings: list[float] = ()) -> list[Path]:
+    """Every plot of a fitted study (see scaling_fit.fit_study): one isoFLOP PNG per family, the
+    envelopes and the optimal sizes."""
+    paths = [plot_isoflops(fit, folder) for fit in study.values() if fit.isofits]
+    envelopes = [fit.envelope for fit in study.values() if fit.envelope is not None]
+    if envelopes:
+        paths += [plot_envelopes(envelopes, folder, extend_to, crossings), plot_sizes(envelopes, folder, extend_to)]
+    return paths

@@ -1,0 +1,228 @@
+"""The compute-optimal study's statistics and fits, on synthetic runs drawn from known laws."""
+
+import math
+
+import numpy as np
+import pytest
+
+from rltok.analysis.paired_stats import mean_interval, paired_difference, t_quantile
+from rltok.analysis.scaling_fit import (IsoProfile, crossover, fit_envelope, fit_isoflop, fit_study, predict,
+                                        profiles_from_records, score_prediction, to_plain)
+
+BUDGETS = [1e11, 3e11, 1e12, 3e12, 1e13]
+
+
+def law(e, a, alpha, k=0.05, exp=0.5):
+    return {"E": e, "A": a, "alpha": alpha, "k": k, "a": exp}
+
+
+X = law(1.5, 80.0, 0.15)  # the reference family
+Y = law(1.0, 1.768 * 1e12 ** 0.25, 0.25)  # equal to X at 1e12: above it before, below after
+Z = law(1.2, 80.0, 0.15)  # X shifted down: never crosses it
+W = law(1.0, 0.9499 * 1e15 ** 0.25, 0.25)  # crosses X near 1e15, beyond the fitted range
+
+
+def loss_of(p, c):
+    return p["E"] + p["A"] * c ** -p["alpha"]
+
+
+def synth(family, p, budgets=BUDGETS, seeds=(0, 1, 2), noise=0.003, width=0.08, offsets=np.linspace(-1.2, 1.2, 5),
+          rng_seed=0):
+    """Runs at sizes around the law's optimum: loss = L*(C) + width * ln(N / N*)^2 + noise."""
+    rng = np.random.default_rng(rng_seed)
+    records = []
+    for c in budgets:
+        n_star = p["k"] * c ** p["a"]
+        for f in offsets:
+            for s in seeds:
+                records.append({"family": family, "non_embedding_params": n_star * math.exp(f), "budget_flops": c,
+                                "seed": s, "split": "test",
+                                "bpb": loss_of(p, c) + width * f * f + noise * rng.standard_normal()})
+    return records
+
+
+@pytest.fixture(scope="module")
+def study():
+    records = synth("x", X) + synth("y", Y, rng_seed=1) + synth("z", Z, rng_seed=2) + synth("w", W, rng_seed=3)
+    return fit_study(records, n_boot=120, seed=0)
+
+
+# ---------------------------------------------------------------- paired differences
+
+@pytest.mark.parametrize("p, df, expected", [(0.975, 1, 12.7062), (0.975, 2, 4.3027), (0.975, 4, 2.7764),
+                                             (0.975, 10, 2.2281), (0.975, 30, 2.0423), (0.95, 5, 2.0150),
+                                             (0.995, 3, 5.8409), (0.975, math.inf, 1.9600), (0.6, 7, 0.2632)])
+def test_t_quantiles_match_the_tables(p, df, expected):
+    assert t_quantile(p, df) == pytest.approx(expected, abs=1e-4)
+    assert t_quantile(1 - p, df) == pytest.approx(-expected, abs=1e-4)
+
+
+def test_t_quantile_rejects_probabilities_outside_0_1():
+    with pytest.raises(ValueError):
+        t_quantile(1.0, 3)
+
+
+def test_paired_difference_uses_the_t_interval_of_the_per_seed_differences():
+    d = paired_difference({0: 2.0, 1: 2.1, 2: 2.05, 9: 1.0}, {0: 2.1, 1: 2.2, 2: 2.14}, name_a="rl", name_b="uniform")
+    assert d.seeds == (0, 1, 2)  # only shared seeds pair
+    half = 4.3027 * np.std([-0.1, -0.1, -0.09], ddof=1) / math.sqrt(3)
+    assert d.mean == pytest.approx(-0.29 / 3)
+    assert (d.lo, d.hi) == pytest.approx((d.mean - half, d.mean + half), abs=1e-5)
+    assert d.verdict == "rl below uniform"
+
+
+def test_paired_difference_resolves_what_an_unpaired_rule_cannot():
+    # seeds move both methods together: the means are within one seed sd, the pairs agree
+    a, b = [2.00, 2.30, 2.60], [2.02, 2.325, 2.618]
+    assert abs(np.mean(a) - np.mean(b)) < np.std(a, ddof=1)
+    assert paired_difference(a, b).verdict == "A below B"
+    assert paired_difference(b, a).verdict == "A above B"
+
+
+def test_paired_difference_says_when_it_resolves_nothing():
+    assert paired_difference([2.0, 2.1, 2.0], [2.05, 2.05, 2.0]).verdict == "no difference resolved"
+    single = paired_difference({0: 2.0}, {0: 2.5})
+    assert single.verdict == "no difference resolved" and math.isinf(single.hi)
+    with pytest.raises(ValueError):
+        paired_difference([1.0, 2.0], [1.0])
+    mean, lo, hi = mean_interval([1.0, 2.0, 3.0])
+    assert (mean, hi - mean) == pytest.approx((2.0, 4.3027 / math.sqrt(3)), abs=1e-4)
+
+
+# ---------------------------------------------------------------- records
+
+def test_records_are_read_with_fallbacks_and_checked():
+    rec = {"method": "flat", "params": 1000, "budget_flops": 1e11, "seed": 0, "split": "test", "bpb": 3.0}
+    profiles = profiles_from_records([rec, {**rec, "seed": 1, "bpb": 3.2}, {**rec, "params": 10, "bpb": 4.0}])
+    p = profiles["flat"][1e11]
+    assert list(p.sizes) == [10, 1000] and list(p.means) == pytest.approx([4.0, 3.1]) and p.seeds[1] == (0, 1)
+    with pytest.raises(ValueError, match="two runs"):
+        profiles_from_records([rec, dict(rec)])
+    with pytest.raises(ValueError, match="several splits"):
+        profiles_from_records([rec, {**rec, "seed": 1, "split": "val"}])
+    assert list(profiles_from_records([rec, {**rec, "seed": 1, "split": "val"}], split="val")) == ["flat"]
+
+
+# ---------------------------------------------------------------- isoFLOP fits
+
+def test_isoflop_fits_recover_the_optimum_of_every_budget(study):
+    for c, f in study["x"].isofits.items():
+        assert f.interior and f.extend is None
+        assert f.n_star == pytest.approx(X["k"] * c ** X["a"], rel=0.05)
+        assert f.l_star == pytest.approx(loss_of(X, c), abs=0.005)
+        assert f.n_star_interval[0] < f.n_star < f.n_star_interval[1]
+        assert f.l_star_interval[0] < f.l_star < f.l_star_interval[1]
+        assert f.resample == "seeds" and f.boot_valid == 1.0
+        assert f.seed_sd == pytest.approx(0.003, rel=0.5) and f.residual_sd is not None
+
+
+def _profile(offsets, seeds=(0, 1)):
+    """A profile of the law X at 1e12 measured at N* * exp(offsets)."""
+    recs = synth("x", X, budgets=[1e12], seeds=seeds, offsets=np.asarray(offsets), noise=0.001)
+    return profiles_from_records(recs)["x"][1e12]
+
+
+@pytest.mark.parametrize("offsets, side", [([0.5, 1.0, 1.5, 2.0], "smaller"), ([-2.0, -1.5, -1.0, -0.5], "larger")])
+def test_an_optimum_at_the_edge_is_not_interior_and_says_where_to_extend(offsets, side):
+    f = fit_isoflop(_profile(offsets), n_boot=50)
+    assert not f.interior and f.extend == side
+
+
+def test_a_profile_with_no_minimum_says_where_the_loss_falls():
+    p = IsoProfile(1e12, np.array([1e3, 1e4, 1e5, 1e6]), tuple(np.array([v]) for v in [3.0, 2.9, 2.5, 1.0]),
+                   ((0,),) * 4)
+    f = fit_isoflop(p, n_boot=20)
+    assert not f.parabola.convex and math.isnan(f.n_star) and f.extend == "larger"
+    assert f.resample == "residuals"
+
+
+# ---------------------------------------------------------------- envelopes
+
+def test_the_envelope_recovers_the_law(study):
+    env = study["x"].envelope
+    assert env.params.alpha == pytest.approx(X["alpha"], abs=0.03)
+    assert env.params.e == pytest.approx(X["E"], abs=0.15)
+    assert env.params.a == pytest.approx(X["a"], abs=0.02)
+    assert math.exp(env.params.log_k) * 1e12 ** env.params.a == pytest.approx(X["k"] * 1e12 ** 0.5, rel=0.05)
+    for name in ("E", "alpha", "a", "A", "k"):
+        lo, hi = env.intervals[name]
+        assert lo < hi
+    assert env.intervals["alpha"][0] < env.params.alpha < env.intervals["alpha"][1]
+    assert env.boot_failed == 0 and len(env.boot.e) == 120
+    assert env.e_fixed is None and "E fitted" in env.note and not env.alpha_at_bound
+
+
+def test_E_can_be_fixed_and_the_result_says_so():
+    law0 = law(0.0, 80.0, 0.15)
+    recs = synth("x", law0, budgets=BUDGETS[:3])  # three budgets: E would be barely determined
+    env = fit_envelope("x", profiles_from_records(recs)["x"], n_boot=50, fix_e=0.0)
+    assert env.e_fixed == 0.0 and "E fixed at 0" in env.note
+    assert np.all(np.asarray(env.boot.e) == 0.0)
+    assert env.params.alpha == pytest.approx(0.15, abs=0.01)
+    with pytest.raises(ValueError, match="too few"):
+        fit_envelope("x", profiles_from_records(synth("x", law0, budgets=BUDGETS[:2]))["x"], n_boot=5)
+
+
+def test_the_bootstrap_is_deterministic_for_a_seed():
+    profiles = profiles_from_records(synth("x", X))["x"]
+    a = fit_envelope("x", profiles, n_boot=30, seed=7)
+    b = fit_envelope("x", profiles, n_boot=30, seed=7)
+    c = fit_envelope("x", profiles, n_boot=30, seed=8)
+    assert np.array_equal(a.boot.alpha, b.boot.alpha) and a.intervals == b.intervals
+    assert not np.array_equal(a.boot.alpha, c.boot.alpha)
+    f1, f2 = fit_isoflop(profiles[1e12], n_boot=30, seed=3), fit_isoflop(profiles[1e12], n_boot=30, seed=3)
+    assert f1.n_star_interval == f2.n_star_interval
+
+
+# ---------------------------------------------------------------- crossovers
+
+def test_a_crossover_inside_the_range_is_found_with_its_interval(study):
+    x = crossover(study["x"].envelope, study["y"].envelope)
+    assert x.c_cross == pytest.approx(1e12, rel=0.3)
+    assert x.interval[0] <= x.c_cross <= x.interval[1] and x.fraction > 0.9
+    assert x.lower_first == "x" and "cross at" in x.verdict
+
+
+def test_no_crossover_within_the_range_but_one_extrapolated(study):
+    parallel = crossover(study["x"].envelope, study["z"].envelope, below=3e18)
+    assert parallel.crossings == () and parallel.verdict.startswith("no crossover within the fitted range")
+    assert parallel.crossings_below == () and parallel.fraction_below < 0.1
+    beyond = crossover(study["x"].envelope, study["w"].envelope, below=3e18)
+    assert beyond.crossings == () and beyond.fraction < 0.1
+    assert beyond.crossings_below[0] == pytest.approx(1e15, rel=1.0)
+    assert beyond.fraction_below > 0.5 and "below 3e+18" in beyond.verdict_below
+
+
+# ---------------------------------------------------------------- predictions
+
+def test_a_held_out_budget_is_predicted_and_scored():
+    records = synth("x", X, budgets=BUDGETS + [1e14])
+    fits = fit_study(records, budgets=BUDGETS, n_boot=200)  # 1e14 held out
+    pred = predict(fits["x"].envelope, 1e14)
+    assert pred.extrapolation == pytest.approx(10.0)
+    assert pred.n_star == pytest.approx(X["k"] * 1e14 ** 0.5, rel=0.1)
+    assert pred.l_star == pytest.approx(loss_of(X, 1e14), abs=0.03)
+    assert pred.n_star_interval[0] < pred.n_star < pred.n_star_interval[1]
+    held = profiles_from_records(records)["x"][1e14]
+    mid = len(held.sizes) // 2  # the run at the true optimum, 3 seeds
+    score = score_prediction(pred, held.losses[mid], size=held.sizes[mid])
+    assert score.error == pytest.approx(score.measured - pred.l_star)
+    assert abs(score.error) < 0.03 and score.size_ratio == pytest.approx(1.0, rel=0.1)
+    assert score.measured_interval[0] < score.measured < score.measured_interval[1]
+    plain = to_plain(score)
+    assert plain["prediction"]["budget"] == 1e14 and isinstance(plain["within"], bool)
+
+
+# ---------------------------------------------------------------- plots
+
+def test_plots_are_written(study, tmp_path):
+    pytest.importorskip("matplotlib")
+    from rltok.analysis.scaling_plots import plot_study
+
+    x = crossover(study["x"].envelope, study["y"].envelope)
+    paths = plot_study(study, tmp_path / "plots", extend_to=1e14, crossings=list(x.crossings))
+    names = sorted(p.name for p in paths)
+    assert names == ["envelopes.png", "isoflop_w.png", "isoflop_x.png", "isoflop_y.png", "isoflop_z.png",
+                     "optimal_sizes.png"]
+    for p in paths:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
