@@ -226,3 +226,22 @@ def test_plots_are_written(study, tmp_path):
                      "optimal_sizes.png"]
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
+
+
+def test_without_matplotlib_a_plot_says_what_is_missing(study, tmp_path, monkeypatch):
+    import sys
+
+    from rltok.analysis import scaling_plots
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    with pytest.raises(RuntimeError, match="need matplotlib"):
+        scaling_plots.plot_envelopes([study["x"].envelope], tmp_path)
+
+
+def test_single_seed_points_bootstrap_residuals_and_thin_budgets_are_left_out():
+    records = synth("x", X, seeds=(0,)) + synth("x", X, budgets=[3e13], seeds=(0,), offsets=np.array([-1.0, 1.0]))
+    fit = fit_study(records, n_boot=60)["x"]
+    assert 3e13 not in fit.isofits and fit.envelope.excluded == (3e13,)
+    assert fit.envelope.resample == "residuals" and all(f.resample == "residuals" for f in fit.isofits.values())
+    assert fit.envelope.params.alpha == pytest.approx(X["alpha"], abs=0.05)
+    assert all(f.seed_sd is None for f in fit.isofits.values())
