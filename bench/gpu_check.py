@@ -29,21 +29,16 @@ from rltok.training import distributed
 from rltok.config import load_config
 from rltok.data.sources import Corpus
 from rltok.data.corpus import load_corpus
+from rltok.training.peak import known_peak
 from rltok.training.trainer import Trainer
-
-# datasheet dense (no sparsity) bf16 FLOP/s; the measured matmul peak is reported beside it
-NOMINAL_BF16 = {"H200": 989.4e12, "H100": 989.4e12, "GH200": 989.4e12, "A100": 312e12, "L40S": 362e12,
-                "A10G": 125e12, "L4": 121e12, "RTX 4090": 165e12}
 
 
 def nominal_peak(device: torch.device) -> tuple[str, float | None]:
+    """The device's name and its datasheet dense bf16 peak (rltok.training.peak.KNOWN_PEAKS)."""
     if device.type != "cuda":
         return platform.processor() or "cpu", None
     name = torch.cuda.get_device_name(device)
-    for key, peak in NOMINAL_BF16.items():
-        if key in name:
-            return name, peak
-    return name, None
+    return name, known_peak(name, torch.bfloat16)
 
 
 def synthetic_corpus(n: int) -> Corpus:

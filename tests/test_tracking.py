@@ -18,6 +18,7 @@ import torch
 from rltok.cli import main
 from rltok.config import ConfigError, load_config
 from rltok.data.sources import Corpus
+from rltok.training.tracking import scalars
 from rltok.training.trainer import Trainer
 
 TEXT = b"".join(b"%d the quick brown fox, %x lazy dogs and some spaces\n" % (i, i * 7) for i in range(300))
@@ -38,7 +39,8 @@ def train(out: Path, *extra: str, stop_at: int | None = None, resume: bool = Fal
 
 
 def by_step(records: list[dict]) -> dict[int, dict]:
-    return {r["step"]: {k: v for k, v in r.items() if k != "step"} for r in records}
+    """Each record's numbers (what the sinks log: not the strings, such as peak_source), by step."""
+    return {r["step"]: scalars(r) for r in records}
 
 
 def test_tensorboard_event_files_hold_the_jsonl_records(tmp_path):

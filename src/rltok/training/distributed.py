@@ -21,6 +21,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from rltok.training.peak import measured_peak
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -343,39 +345,8 @@ def load_full_optimizer_state(model: torch.nn.Module, opt: torch.optim.Optimizer
 
 
 # ---- device peak, for MFU -----------------------------------------------------------------------
-_PEAK_CACHE: dict[tuple[str, str], float] = {}
-
-
 def measured_peak_flops(device: torch.device, dtype: torch.dtype | None = None, budget_s: float = 0.5) -> float:
-    """Best FLOP/s of a square matmul on `device` in `dtype` (bf16 under autocast, else fp32),
-    timed within about `budget_s` seconds; cached per (device, dtype) for the process."""
-    import time
-
-    dtype = dtype or torch.float32
-    key = (str(device), str(dtype))
-    if key in _PEAK_CACHE:
-        return _PEAK_CACHE[key]
+    """Best FLOP/s of a square matmul on `device` in `dtype` (fp32 if None), the best of several
+    timings within about `budget_s` seconds; cached per process (rltok.training.peak)."""
     n = 8192 if device.type == "cuda" else 512
-    gen = torch.Generator(device=device).manual_seed(0)  # never the global RNG: training draws dropout from it
-    a = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
-    b = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
-
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    a @ b  # warm-up: kernel selection, page faults
-    sync()
-    best, deadline = 0.0, time.perf_counter() + budget_s
-    reps = 4 if device.type == "cuda" else 1
-    while True:
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            a @ b
-        sync()
-        dt = time.perf_counter() - t0
-        best = max(best, reps * 2.0 * n ** 3 / dt)
-        if time.perf_counter() > deadline:
-            break
-    _PEAK_CACHE[key] = best
-    return best
+    return measured_peak(device, (dtype or torch.float32,), [(n, n, n)], budget_s)

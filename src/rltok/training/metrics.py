@@ -12,9 +12,10 @@ from tqdm import tqdm
 
 from rltok.training import distributed as ddp
 from rltok.model.flops import cost_of_config
+from rltok.training.peak import PeakFlops
 
 # record keys that depend on wall-clock time (everything else is reproducible run to run)
-TIMING_KEYS = ("bytes_per_s", "flops_per_s", "mfu")
+TIMING_KEYS = ("bytes_per_s", "flops_per_s", "mfu", "peak_flops", "mfu_note")
 
 
 class IntervalMeter:
@@ -43,9 +44,10 @@ class IntervalMeter:
         if bytes_seen is not None:
             self.bytes_last = bytes_seen
 
-    def record(self, step: int, bytes_seen: int, lr: float, train_flops: float, peak_flops: float) -> dict:
+    def record(self, step: int, bytes_seen: int, lr: float, train_flops: float, peak: PeakFlops) -> dict:
         """The interval's record (global means under data parallelism: one all-reduce of the
-        sums), then a new interval starts."""
+        sums), then a new interval starts. `mfu` is None where the peak is not trusted (see
+        rltok.training.peak); `mfu_note` says why, on the record where that happened."""
         now = time.perf_counter()
         if self.dist.enabled:
             rec = {k: v / self.n for k, v in ddp.mean_of_sums(self.sums, self.dist, self.device).items()}
@@ -57,7 +59,10 @@ class IntervalMeter:
         # MFU: analytical FLOPs/byte x bytes/s against the peak of all devices
         fpb = self.cost.step_train_per_byte(rec.get("chunks_per_byte"), rec.get("supertokens_per_chunk"))
         rec["flops_per_s"] = fpb * rec["bytes_per_s"]
-        rec["mfu"] = rec["flops_per_s"] / (peak_flops * self.dist.world_size)
+        rec["mfu"], note = peak.mfu(rec["flops_per_s"], self.dist.world_size)
+        rec.update(peak_flops=peak.flops, peak_source=peak.source)
+        if note:
+            rec["mfu_note"] = note
         self.t_last, self.bytes_last, self.sums, self.n = now, bytes_seen, {}, 0
         return rec
 
@@ -91,12 +96,18 @@ class Reporter:
         self.quiet = quiet
         self.warnings = 0  # rate collapses, failed periodic checkpoints
         self.collapse_streak = 0
+        self.notes: list[str] = []  # everything note() said, also when quiet
         self.interactive = False
         self.bar = None
 
     def log(self, msg: str) -> None:
         if not self.quiet:
             tqdm.write(msg, file=sys.stderr)
+
+    def note(self, msg: str) -> None:
+        """Something the user should know that is no warning (the count in every record stays)."""
+        self.notes.append(msg)
+        self.log(msg)
 
     def warn(self, msg: str) -> None:
         self.warnings += 1
@@ -132,8 +143,10 @@ class Reporter:
         if "rate" in rec:
             parts.append(f"rate {rec['rate']:.3f}")
         parts.append(f"{rec['bytes_per_s'] / 1e3:.1f}k B/s")
-        if "mfu" in rec:
+        if rec.get("mfu") is not None:  # None: the peak is not trusted (said once, by mfu_note)
             parts.append(f"MFU {100 * rec['mfu']:.1f}%")
+        if "mfu_note" in rec:
+            self.note(rec["mfu_note"])
         text = " | ".join(parts)
         if self.interactive:
             self.bar.set_postfix_str(text)

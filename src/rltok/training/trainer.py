@@ -32,6 +32,7 @@ from rltok.training.metrics import TIMING_KEYS, IntervalMeter, Reporter  # noqa:
 from rltok.model.noise import RowShard
 from rltok.objective.loss import BoundaryObjective
 from rltok.training.signals import StopRequest
+from rltok.training.peak import PeakFlops, device_peak
 from rltok.training.build import build
 
 
@@ -147,7 +148,7 @@ class Trainer:
         # every rank draws the noise of the global batch and keeps its rows (model/noise.py)
         self.noise = RowShard(self.boundary_gen, self.dist.rank, self.dist.world_size) if self.dist.enabled \
             else self.boundary_gen
-        self.peak_flops = tc.peak_flops or None  # measured when fit() starts if not given
+        self.peak_flops = tc.peak_flops or None  # found when fit() starts if not given (rltok.training.peak)
         self.meter = IntervalMeter(cfg, self.dist, self.device, self.sampler.seq_len, self.vocab_size, self.cost)
         self.stop = StopRequest(self._log, across_ranks=self.dist.enabled)
         self.state = TrainState(self.model, self.opt, self.sampler, self.boundary_gen, self.objective, self.meter,
@@ -167,6 +168,15 @@ class Trainer:
     bytes_seen = _state_counter("bytes_seen")
     bad_steps = _state_counter("bad_steps")
     skipped_steps = _state_counter("skipped_steps")
+
+    @property
+    def peak_flops(self) -> float | None:
+        """The per-device peak FLOP/s MFU is measured against; setting it gives the run that peak."""
+        return self.peak.flops if self.peak is not None else None
+
+    @peak_flops.setter
+    def peak_flops(self, flops: float | None) -> None:
+        self.peak = PeakFlops(flops, "config", detail="train.peak_flops") if flops else None
 
     def _resume(self) -> None:
         if self.dist.is_main:
@@ -401,9 +411,8 @@ class Trainer:
             self.lock.release()
             raise CheckpointError(f"cannot write to the run folder {self.run_dir}: {e}") from None
         ddp.barrier(self.dist)
-        if self.peak_flops is None:
-            self.peak_flops = ddp.measured_peak_flops(self.device, self.amp_dtype,
-                                                      budget_s=0.5 if self.device.type == "cuda" else 0.25)
+        if self.peak is None:
+            self.peak = device_peak(self.device, self.amp_dtype, self.model, tc.batch_size * self.sampler.seq_len)
         self._log_start()
         self.report.open_bar(self.step)
         self.meter.restart_clock(self.bytes_seen)
@@ -425,7 +434,7 @@ class Trainer:
                     log_now = self.step % tc.log_every == 0 or evaluate_now
                     if log_now:
                         rec = self.meter.record(self.step, self.bytes_seen, self.opt.param_groups[0]["lr"],
-                                                self.flops_spent, self.peak_flops)
+                                                self.flops_spent, self.peak)
                         if evaluate_now:
                             val = self.validate()
                             rec.update({f"val_{k}": v for k, v in val.items() if k != "chunk_length_hist"})
@@ -460,8 +469,7 @@ class Trainer:
                     if self.dist.enabled else "")
         self._log(f"rltok: {self.model.num_params() / 1e6:.2f}M params on {self.device}{parallel}"
                   f"{' (bf16 autocast)' if self.amp_dtype else ''}{' (compiled)' if tc.compile else ''}; "
-                  f"{self.corpus.describe()}; peak {self.peak_flops / 1e12:.3g} TFLOP/s per device "
-                  f"({'train.peak_flops' if tc.peak_flops else 'measured matmul'})")
+                  f"{self.corpus.describe()}; peak {self.peak.describe()}")
         if self.step >= tc.max_steps:
             self._log(f"the run in {self.run_dir} is already at step {self.step} = train.max_steps; "
                       "raise train.max_steps to train further")
