@@ -116,7 +116,8 @@ def test_rank_zero_alone_writes_and_reports(runs):
     assert out.count('"step": 6') == 1  # the CLI's summary line, printed once
     rec = json.loads((ddp_dir / "metrics.jsonl").read_text().splitlines()[-1])
     assert rec["bytes"] == STEPS * 2 * GLOBAL_BATCH * 64  # global bytes: steps x accum x global batch x seq_len
-    assert 0 < rec["mfu"] < 1 and "val_bpb" in rec
+    # a measured peak on a shared machine may be beaten: then MFU is missing (with a note), never > 100%
+    assert (rec["mfu"] is None or 0 < rec["mfu"] < 1) and rec["peak_source"] == "measured" and "val_bpb" in rec
     assert sorted(p.name for p in (ddp_dir / "checkpoints").iterdir()) == ["step_0000003", "step_0000006"]
 
 
