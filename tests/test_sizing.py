@@ -17,7 +17,7 @@ from rltok.model.factory import build_model
 from rltok.model.flat import FlatByteLM
 from rltok.model.flops import model_flops
 from rltok.model.hourglass import HourglassLM
-from rltok.model.sizing import (ASPECT, TOLERANCE, built_model, choose, Candidate, geometric_sizes, ladder,
+from rltok.model.sizing import (ASPECT, TOLERANCE, Candidate, Family, built_model, choose, geometric_sizes, ladder,
                                 method_spec)
 from rltok.model.token_lm import BPETokenLM
 
@@ -181,3 +181,17 @@ def test_windowed_flat_model_is_causal_with_a_bounded_reach():
     assert (b[:, p] - a[:, p]).abs().amax() > 1e-4
     reach = p + layers * (window - 1)  # each layer looks window - 1 bytes further back
     torch.testing.assert_close(b[:, reach + 1:], a[:, reach + 1:], rtol=0, atol=1e-5)
+
+
+def test_model_card_states_the_flat_window():
+    _, shape, _ = FlatByteLM.card_facts({"flat_layers": 2, "d_chunk": 32, "flat_window": 16})
+    assert ("attention", "sliding window 16") in shape
+    _, shape, _ = FlatByteLM.card_facts({"flat_layers": 2, "d_chunk": 32})  # a config from before the key
+    assert [k for k, _ in shape] == ["layers"]
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_counts_followed_in_depth_equal_the_built_models(family):
+    fam = Family(family)
+    for c in [c for c in fam.candidates(1e5) if c.width == 48 and c.depth in (1, 5, 7)]:
+        assert c.n == fam.params(fam.overrides(c.width, c.depth)), c

@@ -66,11 +66,11 @@ class FlatShape:
     def knobs(self, depth: int) -> dict[str, int]:
         """The layer counts at `depth`: each knob is a set of identical blocks, so the
         parameters are affine in each count."""
-        return {"model.flat_layers": depth}
+        return {"flat_layers": depth}
 
     def overrides(self, width: int, knobs: dict[str, int]) -> list[str]:
         return [f"model.d_chunk={width}", f"model.n_heads_chunk={width // HEAD_DIM}",
-                *(f"{k}={v}" for k, v in knobs.items())]
+                *(f"model.{k}={v}" for k, v in knobs.items())]
 
 
 class TokenShape(FlatShape):
@@ -90,13 +90,13 @@ class HierarchyShape(FlatShape):
     arch = "hourglass"
 
     def knobs(self, depth: int) -> dict[str, int]:
-        return {"model.main_layers": depth, "model.byte_layers": max(1, round_half_up(depth / 3))}
+        return {"main_layers": depth, "byte_layers": max(1, round_half_up(depth / 3))}
 
     def overrides(self, width: int, knobs: dict[str, int]) -> list[str]:
         d_byte = max(HEAD_DIM, HEAD_DIM * round_half_up(width / 2 / HEAD_DIM))
-        side = knobs["model.byte_layers"]
+        side = knobs["byte_layers"]
         return [f"model.d_chunk={width}", f"model.n_heads_chunk={width // HEAD_DIM}",
-                f"model.main_layers={knobs['model.main_layers']}", f"model.d_byte={d_byte}",
+                f"model.main_layers={knobs['main_layers']}", f"model.d_byte={d_byte}",
                 f"model.n_heads_byte={d_byte // HEAD_DIM}", f"model.encoder_layers={side}",
                 f"model.decoder_layers={side}"]
 
