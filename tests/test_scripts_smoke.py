@@ -392,3 +392,12 @@ def test_sweep_rejects_missing_data_root(name, tmp_path):
     proc = subprocess.run(["bash", str(SCRIPTS / name), str(tmp_path / "nope")], capture_output=True, text=True,
                           env={**os.environ, "RLTOK": "false"}, timeout=30)
     assert proc.returncode == 2 and "usage:" in proc.stderr
+
+
+def test_size_ladder_prints_a_row_per_family_and_size(tmp_path):
+    out = run_script("size_ladder.py", "--n-min", "2e4", "--n-max", "5e4", "--points", "2", cwd=tmp_path).stdout
+    rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| ") and "N target" not in line]
+    assert sorted(r[0].strip("| ") for r in rows) == ["bpe_token"] * 2 + ["flat"] * 2 + ["hourglass"] * 2
+    assert all(0.85 <= float(r[3]) <= 1.15 for r in rows)
+    flat = [r for r in rows if r[0] == "| flat"]
+    assert all(float(r[7].strip(" |")) < float(r[6]) for r in flat)  # the window saves FLOPs

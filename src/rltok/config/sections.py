@@ -120,6 +120,9 @@ class ModelConfig:
     # two are references
     arch: str = "hourglass"
     flat_layers: int = 6
+    # sliding-window size of the flat byte model's attention (arch=flat; 0 = full causal attention):
+    # at small width a full-attention flat model spends most of its FLOPs on attention
+    flat_window: int = 0
     # the boundary rule, a section with a kind (CHUNKERS): rl (learned policy) | fixed | uniform |
     # whitespace | entropy | hnet | gumbel | bpe, and that kind's settings
     chunker: Section = section_field(CHUNKERS, "rl")
@@ -542,7 +545,7 @@ def _shown(x: float) -> str:
 _BIG = float(1 << 40)  # steps and counts of things that cost no memory each
 _MODEL_RANGES = {"d_byte": (1, 65536), "d_chunk": (1, 65536), "n_heads_byte": (1, 1024), "n_heads_chunk": (1, 1024),
                  "encoder_layers": (0, 1024), "main_layers": (0, 1024), "decoder_layers": (0, 1024),
-                 "flat_layers": (0, 1024), "stage2_layers": (0, 1024), "window": (1, 1 << 24),
+                 "flat_layers": (0, 1024), "flat_window": (0, 1 << 24), "stage2_layers": (0, 1024), "window": (1, 1 << 24),
                  "mlp_ratio": (1e-6, 1024), "max_seq_len": (1, 1 << 24), "rope_base": (1, 1e12),
                  "bpe_vocab": (0, 1 << 22), "chunk_vocab": (0, 1 << 26),
                  "chunk_vocab_max_len": (1, 1024), "ngram_vocab": (0, 1 << 26), "ngram_sizes": (1, 16)}

@@ -9,7 +9,7 @@ from rltok.config import VOCAB_SIZE, ModelConfig
 from rltok.model.cost import Level, linear_flops, module_flops
 from rltok.model.decoding import FlatState, StepOutput
 from rltok.model.generate import Generation, generate
-from rltok.model.layers import Stack, init_weights
+from rltok.model.layers import Stack, init_weights, param_count
 from rltok.model.ngram_embed import NgramEmbedding, byte_input
 from rltok.model.output import LMOutput
 from rltok.model.pretrained import PretrainedMixin
@@ -51,13 +51,16 @@ class FlatByteLM(nn.Module, PretrainedMixin):
     @staticmethod
     def card_facts(m: dict) -> tuple[str, list[tuple[str, str]], bool]:
         """What the model card says of it (see HourglassLM.card_facts)."""
-        return ("a flat byte-level transformer (rltok's non-hierarchical reference)",
-                [("layers", f"{m['flat_layers']} x d={m['d_chunk']}")], True)
+        shape = [("layers", f"{m['flat_layers']} x d={m['d_chunk']}")]
+        if m.get("flat_window"):  # older configs have no window: full attention
+            shape.append(("attention", f"sliding window {m['flat_window']}"))
+        return "a flat byte-level transformer (rltok's non-hierarchical reference)", shape, True
 
     @classmethod
     def _from_config(cls, cfg: ModelConfig, train_bytes=None, state_dict=None) -> FlatByteLM:
-        return cls(cfg.d_chunk, cfg.flat_layers, cfg.n_heads_chunk, cfg.mlp_ratio, max_seq_len=cfg.max_seq_len,
-                   rope_base=cfg.rope_base, ngram_sizes=cfg.ngram_sizes, ngram_vocab=cfg.ngram_vocab)
+        return cls(cfg.d_chunk, cfg.flat_layers, cfg.n_heads_chunk, cfg.mlp_ratio, window=cfg.flat_window or None,
+                   max_seq_len=cfg.max_seq_len, rope_base=cfg.rope_base, ngram_sizes=cfg.ngram_sizes,
+                   ngram_vocab=cfg.ngram_vocab)
 
     def forward_flops(self, seq_len: int, rate: float | None = None, rate2: float | None = None,
                       kernel: bool = False) -> dict[str, float]:
@@ -71,6 +74,12 @@ class FlatByteLM(nn.Module, PretrainedMixin):
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def non_embedding_params(self) -> int:
+        """Parameters outside the lookup tables (the size a scaling law counts): everything but
+        the byte embedding and the hashed n-gram tables. The output head over the 256 bytes is
+        counted: every byte pays its matrix product."""
+        return param_count(self) - param_count(self.embed, self.ngram_embed)
 
     def forward(self, idx: torch.Tensor, **_: object) -> LMOutput:
         if idx.shape[1] > self.max_seq_len:

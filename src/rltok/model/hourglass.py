@@ -43,7 +43,7 @@ from rltok.model.chunkers import NonCausalRule, build_chunker, forced_mask
 from rltok.model.cost import Level, linear_flops, module_flops
 from rltok.model.decoding import HourglassState, StepOutput, put_row
 from rltok.model.generate import Generation, generate
-from rltok.model.layers import Packing, Stack, init_weights
+from rltok.model.layers import Packing, Stack, init_weights, param_count
 from rltok.model.levels import LevelSpec, chunk_levels
 from rltok.model.output import HourglassOutput
 from rltok.model.pretrained import PretrainedMixin
@@ -209,6 +209,13 @@ class HourglassLM(Stage, PretrainedMixin):
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def non_embedding_params(self) -> int:
+        """Parameters outside the lookup tables (the size a scaling law counts): everything but
+        the byte embedding, the hashed n-gram tables and the chunk-vocabulary table. The byte-level
+        heads (next byte, early exit, value), the projections between levels and the boundary
+        rule's own layers are counted."""
+        return param_count(self) - param_count(self.embed, self.ngram_embed, self.chunk_vocab)
 
     def chunk_input(self, z: torch.Tensor, idx: torch.Tensor, chunk_pos: torch.Tensor,
                     packing: Packing | None = None) -> torch.Tensor:

@@ -372,3 +372,9 @@ def init_weights(module: nn.Module, n_residual_layers: int) -> None:
             nn.init.normal_(p, 0.0, std / math.sqrt(2 * max(1, n_residual_layers)))
         else:
             nn.init.normal_(p, 0.0, std)
+
+
+def param_count(*modules: nn.Module | None) -> int:
+    """Parameters of the given modules together (None: an optional part that is off)."""
+    params = {id(p): p for m in modules if m is not None for p in m.parameters()}
+    return sum(p.numel() for p in params.values())

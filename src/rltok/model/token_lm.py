@@ -21,7 +21,7 @@ from tokenizers.models import WordLevel
 from rltok.config import ModelConfig
 from rltok.data.bpe import encode_rows, fit_bpe_to_rate, tokenizer_from_tensor, tokenizer_to_tensor
 from rltok.model.cost import Level, linear_flops
-from rltok.model.layers import Stack, init_weights
+from rltok.model.layers import Stack, init_weights, param_count
 from rltok.model.output import LMOutput
 from rltok.model.pretrained import PretrainedMixin
 
@@ -108,6 +108,12 @@ class BPETokenLM(nn.Module, PretrainedMixin):
     def num_params(self, non_embedding: bool = False) -> int:
         n = sum(p.numel() for p in self.parameters())
         return n - self.embed.weight.numel() if non_embedding else n
+
+    def non_embedding_params(self) -> int:
+        """Parameters outside the vocabulary (the size a scaling law counts): everything but the
+        token embedding and the output layer over the vocabulary, both of which grow with
+        model.bpe_vocab, so models of one shape count the same at any vocabulary."""
+        return param_count(self) - param_count(self.embed, self.head)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):

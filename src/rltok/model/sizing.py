@@ -1,0 +1,219 @@
+"""A size ladder per model family from one knob: non-embedding parameters N -> a model config.
+
+The shape rule (every family):
+  - head dimension HEAD_DIM = 16: every width is a multiple of 16, heads = width / 16;
+  - depth grows with width at a fixed aspect ratio, width / depth = ASPECT = 32. Kaplan et al.
+    2020 ("Scaling Laws for Neural Language Models", sec. 3.1, fig. 5) find the loss within a few
+    percent over width/depth ratios of about 20 to 200 at fixed N; small published models sit at
+    the low end (Pythia-14M: 128/6 ~ 21, Pythia-70M: 512/6 ~ 85), and at this ladder's widths
+    (32-256) a ratio of 32 gives one layer at the smallest size and about 6 at 2e6.
+  - At these widths each added layer or 16 columns moves N by up to 2x, so the exact ratio hits
+    only a few sizes. The rule therefore picks, among all (width, depth) whose N is within
+    TOLERANCE (15%) of the target, the one whose width/depth is nearest ASPECT (in log), then the
+    nearer N; where no shape is that close, the nearest N (`choose`).
+Per family (the width and depth above are those of the family's main stack):
+  - flat byte transformer (model.arch=flat): d_chunk = width, flat_layers = depth. Its attention
+    window (model.flat_window) is left to the base overrides: it changes FLOPs, not parameters.
+  - BPE-token transformer (model.arch=bpe_token): the same shape over tokens; its vocabulary
+    (model.bpe_vocab, DEFAULT_BPE_VOCAB unless the base overrides set one) sizes the embedding and
+    output layer, which are not counted in N.
+  - hierarchy (model.arch=hourglass): d_chunk = width, main_layers = depth; the byte level at half
+    the chunk width (d_byte = width / 2 rounded to a multiple of 16, at least 16) with
+    encoder_layers = decoder_layers = max(1, round(main_layers / 3)) (as the reference shapes
+    nl-147m and code-90m: 8 and 10 main layers, 3 byte layers a side). The byte window, the
+    boundary rule and the rate come from the base overrides.
+
+N is asked of the BUILT model (`non_embedding_params()`, on the meta device): for each width, the
+model with one layer per stack and with one more layer in each (a stack's blocks are identical,
+so N is affine in each layer count and every depth follows); the chosen shape is built again and
+its count reported as N_achieved. Whatever else the base config sets (the boundary rule's layers,
+the MLP ratio; n-gram and chunk-vocabulary tables are not counted) is accounted one way.
+
+`ladder(family, sizes, base_overrides)` returns (N_target, N_achieved, overrides) per size;
+`load_config(preset, [*base_overrides, *overrides])` builds that model, and
+`method_spec(name, overrides)` writes it as an `rltok compare` method (`NAME@k=v,k=v`).
+Targets more than (1 + TOLERANCE)^2 ~ 1.32x apart get strictly increasing N.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Sequence
+
+from rltok.config import load_config
+
+HEAD_DIM = 16  # every width is a multiple of it; heads = width / HEAD_DIM
+ASPECT = 32  # the width / depth every shape aims at
+TOLERANCE = 0.15  # shapes within this share of the target N compete on their aspect ratio
+DEFAULT_BPE_VOCAB = 2048  # the BPE-token model's vocabulary where the base overrides set none
+MAX_WIDTH = 1024  # the widest shape tried
+MAX_DEPTH = 48  # the deepest
+
+
+def round_half_up(x: float) -> int:
+    return math.floor(x + 0.5)
+
+
+class FlatShape:
+    """The flat byte transformer: d_chunk x flat_layers."""
+
+    arch = "flat"
+
+    def fixed(self, model_cfg) -> list[str]:
+        """The overrides every size of the family shares."""
+        return [f"model.arch={self.arch}"]
+
+    def knobs(self, depth: int) -> dict[str, int]:
+        """The layer counts at `depth`: each knob is a set of identical blocks, so the
+        parameters are affine in each count."""
+        return {"flat_layers": depth}
+
+    def overrides(self, width: int, knobs: dict[str, int]) -> list[str]:
+        return [f"model.d_chunk={width}", f"model.n_heads_chunk={width // HEAD_DIM}",
+                *(f"model.{k}={v}" for k, v in knobs.items())]
+
+
+class TokenShape(FlatShape):
+    """The BPE-token transformer: the flat shape over tokens, with a vocabulary."""
+
+    arch = "bpe_token"
+
+    def fixed(self, model_cfg) -> list[str]:
+        vocab = [] if model_cfg.bpe_vocab else [f"model.bpe_vocab={DEFAULT_BPE_VOCAB}"]
+        return [*super().fixed(model_cfg), *vocab]
+
+
+class HierarchyShape(FlatShape):
+    """The hourglass: the chunk level at the width, the byte level at half of it; `depth` is
+    the main network's, the byte level has a third of it on each side (at least one layer)."""
+
+    arch = "hourglass"
+
+    def knobs(self, depth: int) -> dict[str, int]:
+        return {"main_layers": depth, "byte_layers": max(1, round_half_up(depth / 3))}
+
+    def overrides(self, width: int, knobs: dict[str, int]) -> list[str]:
+        d_byte = max(HEAD_DIM, HEAD_DIM * round_half_up(width / 2 / HEAD_DIM))
+        side = knobs["byte_layers"]
+        return [f"model.d_chunk={width}", f"model.n_heads_chunk={width // HEAD_DIM}",
+                f"model.main_layers={knobs['main_layers']}", f"model.d_byte={d_byte}",
+                f"model.n_heads_byte={d_byte // HEAD_DIM}", f"model.encoder_layers={side}",
+                f"model.decoder_layers={side}"]
+
+
+SHAPES: dict[str, FlatShape] = {s.arch: s for s in (FlatShape(), TokenShape(), HierarchyShape())}
+
+
+class Rung(NamedTuple):
+    """One size of a ladder: the N asked for, the N its built model has, and the overrides
+    (family and shape keys) that build it."""
+
+    target: float
+    achieved: int
+    overrides: list[str]
+
+
+class Candidate(NamedTuple):
+    width: int
+    depth: int
+    n: int  # non-embedding parameters (the built models' counts, affine in each layer count)
+
+
+def shape_of(family: str) -> FlatShape:
+    if family not in SHAPES:
+        raise ValueError(f"unknown family {family!r}; choose from {', '.join(SHAPES)}")
+    return SHAPES[family]
+
+
+def built_model(overrides: Sequence[str], preset: str = "tiny"):
+    """The model `load_config(preset, overrides)` builds, on the meta device (its shape only;
+    a BPE-token model over model.bpe_vocab tokens)."""
+    from rltok.config import VOCAB_SIZE
+    from rltok.model.flops import unfitted_model
+
+    cfg = load_config(preset, overrides=list(overrides))
+    return unfitted_model(cfg.model, cfg.model.bpe_vocab or VOCAB_SIZE)
+
+
+class Family:
+    """A family's shapes on top of base overrides, each width's parameter count asked of built
+    models: at one layer per knob, and with one more layer of each knob (blocks of a stack are
+    identical, so N is affine in each layer count and every depth follows without a build)."""
+
+    def __init__(self, family: str, base_overrides: Sequence[str] = (), preset: str = "tiny"):
+        self.shape, self.base, self.preset = shape_of(family), list(base_overrides), preset
+        self.fixed = self.shape.fixed(load_config(preset, overrides=self.base).model)
+
+    def overrides(self, width: int, depth: int) -> list[str]:
+        return [*self.fixed, *self.shape.overrides(width, self.shape.knobs(depth))]
+
+    def params(self, overrides: Sequence[str]) -> int:
+        return built_model([*self.base, *overrides], self.preset).non_embedding_params()
+
+    def _width(self, width: int) -> list[Candidate]:
+        ones = {k: 1 for k in self.shape.knobs(1)}
+        n1 = self.params([*self.fixed, *self.shape.overrides(width, ones)])
+        per_layer = {k: self.params([*self.fixed, *self.shape.overrides(width, {**ones, k: 2})]) - n1 for k in ones}
+        out = []
+        for depth in range(1, MAX_DEPTH + 1):
+            knobs = self.shape.knobs(depth)
+            out.append(Candidate(width, depth, n1 + sum((knobs[k] - 1) * per_layer[k] for k in ones)))
+        return out
+
+    def candidates(self, largest: float = math.inf) -> list[Candidate]:
+        """Every (width, depth) up to MAX_WIDTH x MAX_DEPTH, widening only until one layer
+        alone holds more than twice `largest` N (wider shapes are all further from any target)."""
+        out = []
+        for width in range(HEAD_DIM, MAX_WIDTH + 1, HEAD_DIM):
+            shapes = self._width(width)
+            out += shapes
+            if shapes[0].n > 2 * largest:
+                break
+        return out
+
+
+def choose(candidates: Sequence[Candidate], target: float) -> Candidate:
+    """The shape for `target` N: among those within TOLERANCE of it, the one whose width/depth
+    is nearest ASPECT (then the nearer N); where none is that close, the nearest N."""
+    def miss(c: Candidate) -> float:
+        return abs(math.log(c.n / target))
+
+    near = [c for c in candidates if miss(c) <= math.log1p(TOLERANCE)]
+    if not near:
+        return min(candidates, key=miss)
+    return min(near, key=lambda c: (abs(math.log(c.width / c.depth / ASPECT)), miss(c)))
+
+
+def ladder(family: str, sizes: Sequence[float], base_overrides: Sequence[str] = (),
+           preset: str = "tiny") -> list[Rung]:
+    """For each target N in `sizes`, the shape of `family` ("flat", "bpe_token", "hourglass")
+    that the shape rule picks (`choose`), on top of `base_overrides` (a boundary rule, a window,
+    a vocabulary); N_achieved is its built model's non_embedding_params(). `overrides` holds the
+    family and shape keys only: load_config(preset, [*base_overrides, *overrides]) builds it."""
+    if any(target <= 0 for target in sizes):
+        raise ValueError(f"model sizes must be > 0, got {list(sizes)}")
+    fam = Family(family, base_overrides, preset)
+    options = fam.candidates(max(sizes, default=0))
+    rungs = []
+    for target in sizes:
+        best = choose(options, target)
+        overrides = fam.overrides(best.width, best.depth)
+        rungs.append(Rung(target, fam.params(overrides), overrides))
+    return rungs
+
+
+def geometric_sizes(n_min: float, n_max: float, points: int) -> list[int]:
+    """`points` sizes from n_min to n_max, evenly spaced in log N (rounded to integers)."""
+    if points < 1 or n_min <= 0 or n_max < n_min:
+        raise ValueError("geometric_sizes needs points >= 1 and 0 < n_min <= n_max")
+    if points == 1:
+        return [round(n_min)]
+    step = (n_max / n_min) ** (1.0 / (points - 1))
+    return [round(n_min * step ** i) for i in range(points)]
+
+
+def method_spec(name: str, overrides: Sequence[str]) -> str:
+    """An `rltok compare` method running `name` at a rung's shape: `NAME@k=v,k=v`."""
+    if any("," in o for o in overrides):
+        raise ValueError("an override holding a comma cannot be written into a method spec")
+    return f"{name}@{','.join(overrides)}"
