@@ -27,10 +27,12 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
 
 
-def _save(fig, path: Path) -> Path:
+def _save(fig, ax, path: Path) -> Path:
+    """The legend, then the figure written to `path` and closed."""
+    ax.legend(fontsize=7)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120, bbox_inches="tight")
-    fig.clf()
+    _pyplot().close(fig)
     return path
 
 
@@ -49,10 +51,7 @@ def plot_isoflops(fit: FamilyFit, folder: Path) -> Path:
                        edgecolors=colour)
     ax.set_xscale("log")
     ax.set(xlabel="non-embedding parameters N", ylabel="bpb", title=f"isoFLOP profiles: {fit.family}")
-    ax.legend(fontsize=7)
-    path = _save(fig, Path(folder) / f"isoflop_{_slug(fit.family)}.png")
-    plt.close(fig)
-    return path
+    return _save(fig, ax, Path(folder) / f"isoflop_{_slug(fit.family)}.png")
 
 
 def _range(envelopes: list[Envelope], extend_to: float | None) -> np.ndarray:
@@ -80,10 +79,7 @@ def plot_envelopes(envelopes: list[Envelope], folder: Path, extend_to: float | N
         ax.axvline(x, color="grey", lw=0.8, ls=":")
     ax.set_xscale("log")
     ax.set(xlabel="training FLOPs C", ylabel="compute-optimal bpb L*", title="envelopes")
-    ax.legend(fontsize=7)
-    path = _save(fig, Path(folder) / "envelopes.png")
-    plt.close(fig)
-    return path
+    return _save(fig, ax, Path(folder) / "envelopes.png")
 
 
 def plot_sizes(envelopes: list[Envelope], folder: Path, extend_to: float | None = None) -> Path:
@@ -100,10 +96,7 @@ def plot_sizes(envelopes: list[Envelope], folder: Path, extend_to: float | None 
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set(xlabel="training FLOPs C", ylabel="optimal non-embedding parameters N*", title="optimal size")
-    ax.legend(fontsize=7)
-    path = _save(fig, Path(folder) / "optimal_sizes.png")
-    plt.close(fig)
-    return path
+    return _save(fig, ax, Path(folder) / "optimal_sizes.png")
 
 
 def plot_study(study: dict[str, FamilyFit], folder: Path, extend_to: float | None = None,
