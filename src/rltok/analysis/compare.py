@@ -199,7 +199,7 @@ def method_overrides(method: str) -> list[str]:
 
 
 def method_slug(method: str) -> str:
-    """A file name for a method: `rl@objective.compute_price=0.1` -> `rl__objective.compute_price-0.1`."""
+    """A file name for a method: `rl@objective.rate.compute_price=0.1` -> `rl__objective.rate.compute_price-0.1`."""
     return method.replace("@", "__").replace("+", "-").replace("=", "-").replace(",", "_").replace("/", "_")
 
 

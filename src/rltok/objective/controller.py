@@ -43,7 +43,7 @@ class LagrangePrice:
 
 
 class LossSlopePrice:
-    """A price per boundary read from the run itself (objective.rate_price="loss_slope"): what
+    """A price per boundary read from the run itself (objective.estimator.price=loss_slope): what
     the compute one more boundary costs would buy as more data instead.
 
     At a fixed FLOPs budget F, a model that costs c(r) FLOPs per byte at rate r sees F / c(r)

@@ -1,4 +1,4 @@
-"""The flips' price per boundary, inside their credit (objective.flip_rate_control): each is a
+"""The flips' price per boundary, inside their credit (objective.estimator.price): each is a
 term with `price_credit(Credit) -> Credit`, which the flips estimator is given. A strong credit
 (the lexicon's) overpowers a separate rate penalty, so the rate is held in the credit itself."""
 
@@ -27,7 +27,7 @@ class _CreditPrice(PriceTerm):
 
 
 class TargetCreditPrice(_CreditPrice):
-    """objective.rate_price="target": a price in normalised credit units, raised by dual ascent
+    """objective.estimator.price=target: a price in normalised credit units, raised by dual ascent
     while the expected rate is above model.target_rate."""
 
     def __init__(self, settings: RateSettings):
@@ -42,7 +42,7 @@ class TargetCreditPrice(_CreditPrice):
 
 
 class LossSlopeCreditPrice(_CreditPrice):
-    """objective.rate_price="loss_slope": a price in nats per boundary read from the run (what the
+    """objective.estimator.price=loss_slope: a price in nats per boundary read from the run (what the
     compute one more boundary costs would buy as more data; controller.LossSlopePrice), set
     against the credits as they are: not centred, so the rate is where the credit of one more
     boundary meets its price. `settings.cost_slope(rate)`: d ln(FLOPs per byte) / d rate."""

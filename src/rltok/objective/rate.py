@@ -57,7 +57,7 @@ class PriceTerm(Term):
 class ChunkPrice:
     """What the boundary policy pays per chunk, in nats: the compute one more chunk costs
     (a + c * chunks_per_byte, from the chunk-level network's FLOPs, times
-    objective.compute_price), plus the Lagrange multiplier of the rate constraint when there is one."""
+    objective.rate.compute_price), plus the Lagrange multiplier of the rate constraint when there is one."""
     compute: float = 0.0  # nats per chunk with no chunks
     compute_per_rate: float = 0.0  # its growth with chunks per byte (attention over more chunks)
     lagrange: LagrangePrice | None = None
@@ -75,7 +75,7 @@ def compute_price(a: float, c: float, bits_per_mflop: float, multiplier=None) ->
 
 
 class ClosedFormChunkPrice(PriceTerm):
-    """objective.cost_estimator="exact": a chunk's cost depends on its own decision,
+    """objective.rate.cost_estimator=exact: a chunk's cost depends on its own decision,
     E[price * b_t] = price * p_t: for policy_window = 1 the same expected gradient as the sampled
     cost in the reward, with no variance."""
 
@@ -89,7 +89,7 @@ class ClosedFormChunkPrice(PriceTerm):
 
 
 class ChunkPriceInReward(ClosedFormChunkPrice):
-    """objective.cost_estimator="reward": the price is subtracted from the sampled reward at each
+    """objective.rate.cost_estimator=reward: the price is subtracted from the sampled reward at each
     boundary the rule drew (a sampled cost, estimated by the score function)."""
 
     def shape_reward(self, stage: Stage, reward: torch.Tensor) -> tuple[torch.Tensor, dict]:
@@ -118,7 +118,7 @@ class RateSettings:
 
 
 class RatePenalty(PriceTerm):
-    """objective.rate_control="penalty": the reference's rate loss towards the target."""
+    """objective.rate=penalty: the reference's rate loss towards the target."""
 
     def __init__(self, settings: RateSettings):
         self.target, self.weight = settings.target, settings.weight
@@ -130,7 +130,7 @@ class RatePenalty(PriceTerm):
 
 
 class LagrangeRate(PriceTerm):
-    """objective.rate_control="lagrange": a price per chunk (the multiplier) raised by dual ascent
+    """objective.rate=lagrange: a price per chunk (the multiplier) raised by dual ascent
     while the expected rate is above the target; charged through the stage's chunk price."""
 
     def __init__(self, settings: RateSettings):
@@ -150,7 +150,7 @@ class LagrangeRate(PriceTerm):
 
 
 class NoRateControl(PriceTerm):
-    """objective.rate_control="none": the rate is what the loss (and any compute price) settle on."""
+    """objective.rate=none: the rate is what the loss (and any compute price) settle on."""
 
     def __init__(self, settings: RateSettings):
         pass

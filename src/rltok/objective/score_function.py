@@ -47,7 +47,7 @@ def boundary_advantages(reward: torch.Tensor, free: torch.Tensor, settings: Retu
     value_loss = None
     if s.critic:
         if values is None:
-            raise ValueError("objective.baseline uses 'value' but the model has no value head")
+            raise ValueError("objective.estimator.baseline uses 'value' but the model has no value head")
         value_loss = masked_mean((values.float() - returns).square(), free)
         returns = gae(reward, values.detach().float(), s.gamma, s.gae_lambda)
     if s.normalize:
