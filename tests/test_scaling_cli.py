@@ -89,4 +89,17 @@ def test_fit_only_trains_nothing_and_bad_grids_are_one_error(tmp_path, capsys):
         parse_grid({"corpora": ["x"], "budgets": [1], "families": [{"method": "flat"}]})
     with pytest.raises(ConfigError, match="overrides"):
         parse_grid({"corpora": ["x"], "budgets": [1], "families": [{"method": "flat@model.d_chunk=16", "sizes": [1]}]})
+    with pytest.raises(ConfigError, match="name"):
+        parse_grid({"corpora": ["x"], "budgets": [1], "families": [{"name": "a__b", "method": "flat", "sizes": [1]}]})
     assert budget_tag(1e8) == "C1e08" and budget_tag(3.162e14) == "C3.162e14"
+
+
+def test_the_gpu_grid_file_parses_and_names_known_methods():
+    from pathlib import Path
+
+    from rltok.analysis.compare import method_overrides
+
+    grid = load_grid(Path(__file__).resolve().parents[1] / "scripts" / "scaling_gpu_grid.toml")
+    assert min(grid.budgets) == 1e15 and max(grid.budgets) == 1e18
+    for fam in grid.families:
+        assert method_overrides(fam.method) and len(fam.sizes) >= 5

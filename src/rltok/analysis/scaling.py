@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 from rltok.config import ConfigError, load_config
@@ -27,6 +28,7 @@ from rltok.config import ConfigError, load_config
 GRID_KEYS = {"corpora", "budgets", "families", "seeds", "split", "preset", "max_eval_windows", "overrides",
              "n_boot"}
 FAMILY_KEYS = {"name", "method", "overrides", "n_min", "n_max", "points", "sizes"}
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]*(_[A-Za-z0-9.+-]+)*")  # a file-name part without "__"
 RESULTS_GLOB = "C*__*__N*__s*.json"  # the run records of a corpus folder (not fits.json)
 
 
@@ -77,7 +79,15 @@ def _family(d: dict, i: int) -> FamilySpec:
         raise ConfigError(f"{where}: give `sizes` or `n_min`, `n_max` and `points`")
     if not sizes or min(sizes) <= 0:
         raise ConfigError(f"{where}: sizes must be > 0")
-    return FamilySpec(str(d.get("name", d["method"])), d["method"], tuple(d.get("overrides", ())), tuple(sizes))
+    return FamilySpec(_name(str(d.get("name", d["method"])), where), d["method"], tuple(d.get("overrides", ())),
+                      tuple(sizes))
+
+
+def _name(name: str, where: str) -> str:
+    """A family or corpus name: part of file and folder names, so letters, digits, . + - and single _."""
+    if not NAME.fullmatch(name):
+        raise ConfigError(f"{where}: name {name!r} must be letters, digits, '.', '+', '-' and single '_'")
+    return name
 
 
 def parse_grid(d: dict) -> Grid:
@@ -98,7 +108,7 @@ def parse_grid(d: dict) -> Grid:
     names = [f.name for f in families]
     if len(set(names)) < len(names):
         raise ConfigError(f"grid: family names must differ: {names}")
-    return Grid({str(k): str(v) for k, v in corpora.items()}, budgets, families,
+    return Grid({_name(str(k), "corpora"): str(v) for k, v in corpora.items()}, budgets, families,
                 tuple(int(s) for s in d.get("seeds", (0,))), d.get("split", "test"), d.get("preset", "tiny"),
                 int(d.get("max_eval_windows", 0)), tuple(d.get("overrides", ())), int(d.get("n_boot", 1000)))
 
