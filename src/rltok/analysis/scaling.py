@@ -212,9 +212,10 @@ def _write_json(path: Path, obj) -> None:
 
 
 def corpus_split(grid: Grid, corpus: str, log=print) -> str:
-    from rltok.data.corpus import resolve_split
+    from rltok.data.corpus import load_eval_bytes, resolve_split
 
     split = resolve_split(grid.corpora[corpus], grid.split, fallback=True)
+    load_eval_bytes(grid.corpora[corpus], split, max_bytes=1)  # a corpus that is not there fails before any run
     if split != grid.split:
         log(f"note: {corpus} has no {grid.split!r} split: evaluating on {split!r}")
     return split
@@ -225,8 +226,8 @@ def run_grid(grid: Grid, out: Path, log=print) -> dict:
     from rltok.analysis.compare import git_commit
 
     git_commit()  # the commit the study starts from, before any run can take long
-    points = grid_points(grid, log)
     splits = {c: corpus_split(grid, c, log) for c in grid.corpora}
+    points = grid_points(grid, log)
     todo = [p for p in points if not (out / p.corpus / f"{p.stem}.json").exists()]
     log(f"{len(points)} points: {len(points) - len(todo)} done already, {len(todo)} to run")
     for i, p in enumerate(todo, 1):
