@@ -1,4 +1,4 @@
-"""The research instruments: `rltok compare`, `diagnose`, `vocab`."""
+"""The research instruments: `rltok compare`, `scaling`, `diagnose`, `vocab`."""
 
 from __future__ import annotations
 
@@ -50,6 +50,29 @@ def cmd_compare(args) -> int:
             results.append(r)
     report = write_report(results, out, args.title or f"{Path(args.data).name} ({split} split)", command)
     print(report.read_text())
+    return 0
+
+
+def cmd_scaling(args) -> int:
+    """The isoFLOP study of a grid file: the runs not done yet, then the fits and plots per corpus."""
+    from rltok.analysis.scaling import fit_corpus, load_grid, run_grid, study_table
+    from rltok.cli.paths import check_output_folder
+
+    out = check_output_folder(args.out, "--out")
+    grid = load_grid(args.grid)
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr)
+
+    if not args.fit_only:
+        run_grid(grid, out, log)
+    for corpus in grid.corpora:
+        folder = out / corpus
+        if not folder.is_dir():
+            log(f"{corpus}: no runs yet")
+            continue
+        study = fit_corpus(folder, grid.n_boot)
+        print(f"## {corpus}\n\n{study_table(study)}\n\nfits and plots: {folder}\n")
     return 0
 
 
@@ -171,7 +194,10 @@ def cmd_vocab(args) -> int:
         if out:
             check_output_file(out, flag)
     model, cfg, ckpt, device = _load(args)
-    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr)
+
     spec = args.data or cfg.data.train
     # the BPE samples its training bytes from at most 25x its sample (and the run's own cap)
     read_cap = min(cfg.data.max_bytes or 1 << 62, 25 * args.bpe_sample_bytes)

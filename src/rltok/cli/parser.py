@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rltok.cli.analysis_commands import cmd_compare, cmd_diagnose, cmd_vocab
+from rltok.cli.analysis_commands import cmd_compare, cmd_diagnose, cmd_scaling, cmd_vocab
 from rltok.cli.model_commands import cmd_eval, cmd_generate, cmd_lm_eval, cmd_segment
 from rltok.cli.run_commands import cmd_export, cmd_prepare, cmd_presets, cmd_train
 from rltok.config import PRESETS
@@ -246,6 +246,16 @@ def _add_compare(sub: Subcommands) -> None:
     p.set_defaults(func=cmd_compare)
 
 
+def _add_scaling(sub: Subcommands) -> None:
+    p = sub.add_parser("scaling", help="the compute-optimal (isoFLOP) study of a grid file: resumable runs, "
+                                       "fits and plots per corpus")
+    p.add_argument("--grid", required=True, help="grid file, TOML or JSON (docs/SCALING.md: Running the study)")
+    p.add_argument("--out", required=True, help="results folder: one subfolder per corpus with a JSON per run, "
+                                                "fits.json and the plots")
+    p.add_argument("--fit-only", action="store_true", help="fit and plot the runs already there; train nothing")
+    p.set_defaults(func=cmd_scaling)
+
+
 def _add_vocab(sub: Subcommands) -> None:
     p = sub.add_parser("vocab", help="the learned vocabulary of a checkpoint on a corpus, against a BPE of the same rate")
     p.add_argument("checkpoint", help="checkpoint or run folder (newest checkpoint)")
@@ -285,5 +295,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generate(sub)
     _add_diagnose(sub)
     _add_compare(sub)
+    _add_scaling(sub)
     _add_vocab(sub)
     return parser
