@@ -57,7 +57,7 @@ class Registry:
     def register(self, name: str, target: Any, settings: type[Section] | None = None) -> Entry:
         """Add (or replace) a component. Without `settings` the section holds its kind alone."""
         if settings is None:
-            settings = dataclasses.make_dataclass(f"{name.title()}Settings", [], bases=(self.base,))
+            settings = dataclasses.make_dataclass(f"{name.title().replace('_', '')}Settings", [], bases=(self.base,))
         if not (dataclasses.is_dataclass(settings) and issubclass(settings, self.base)):
             raise TypeError(f"settings of {self.key} {name!r} must be a dataclass subclassing {self.base.__name__}")
         self.entries[name] = Entry(name, settings, target)
