@@ -23,9 +23,9 @@ Fits:
     sizes are the design and stay); where some point has a single seed, each budget's parabola residuals are resampled
     instead (scaled by sqrt(m / (m - 3))). Every replicate refits everything; intervals are
     percentiles; replicates without a convex parabola or a falling envelope are counted as failed.
-    With two seeds per point the percentile intervals run narrow: on synthetic data at the study's
-    design (5 budgets, 5 sizes, 2 seeds) the 95% intervals of a budget's L* held the truth in about
-    70% of draws and those of E, alpha and a in 85-90%. More seeds, not wider percentiles, fix it.
+    With two seeds per point a budget's L* interval runs narrow: how often each 95% interval holds
+    the truth on synthetic studies at a given design is measured by scripts/scaling_fit_coverage.py
+    (docs/SCALING.md has the numbers). More seeds, not wider percentiles, fix it.
 
 Entry points: `fit_study(records)` (every family: `isofits` per budget and its `envelope`),
 `crossover(env_a, env_b, below=3e18)`, `predict(env, budget)` and `score_prediction(...)`,
