@@ -401,3 +401,13 @@ def test_size_ladder_prints_a_row_per_family_and_size(tmp_path):
     assert all(0.85 <= float(r[3]) <= 1.15 for r in rows)
     flat = [r for r in rows if r[0] == "| flat"]
     assert all(float(r[7].strip(" |")) < float(r[6]) for r in flat)  # the window saves FLOPs
+
+
+def test_scaling_fit_coverage_reports_a_share_per_quantity(tmp_path):
+    import json
+
+    out = run_script("scaling_fit_coverage.py", "--repeats", "3", "--boot", "30", cwd=tmp_path).stdout
+    result = json.loads(out)
+    shares = result["coverage_of_95pct_intervals"]
+    assert set(shares) == {"E", "alpha", "a", "L*(middle budget)", "prediction at 10x"}
+    assert all(v in (0.0, 1 / 3, 2 / 3, 1.0) for v in shares.values()) and result["design"]["repeats"] == 3
