@@ -84,3 +84,16 @@ def assert_user_error(capsys, argv, *messages) -> str:
         assert m in lines[0], lines[0]
     return lines[0]
 
+
+def corpus_folder(tmp_path, name: str = "data"):
+    """A prepared-corpus folder (train/val/test files) of word salad, `tmp_path / name`."""
+    import random
+
+    words = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing".split()
+    rng = random.Random(0)
+    folder = tmp_path / name
+    folder.mkdir()
+    for split, n in (("train", 6000), ("val", 600), ("test", 600)):
+        (folder / f"{split}.txt").write_text(" ".join(rng.choice(words) for _ in range(n)))
+    return folder
+

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import corpus_folder
 from rltok.config import CHUNKERS, REWARDS, Config, ConfigError, Section, load_config
 from rltok.model.chunkers import Boundaries, Chunker
 
@@ -53,17 +54,6 @@ def vowel_rule():
     CHUNKERS.register("vowel", VowelChunker, VowelSettings)
     yield
     CHUNKERS.unregister("vowel")
-
-
-def corpus_folder(tmp_path) -> Path:
-    """train/val/test files of word salad."""
-    words = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing".split()
-    rng = __import__("random").Random(0)
-    folder = tmp_path / "data"
-    folder.mkdir()
-    for split, n in (("train", 6000), ("val", 600), ("test", 600)):
-        (folder / f"{split}.txt").write_text(" ".join(rng.choice(words) for _ in range(n)))
-    return folder
 
 
 def test_a_toy_rule_trains_costs_compares_and_generates(vowel_rule, tmp_path):

@@ -88,7 +88,7 @@ def test_the_toy_reward_and_rate_control_compare_and_generate(tmp_path, toys):
     generates: nothing in src/ had to learn their names."""
     from rltok.analysis.compare import method_slug, run_one
     from rltok.training.loading import load_checkpoint
-    from test_composition import corpus_folder
+    from conftest import corpus_folder
 
     data = corpus_folder(tmp_path)
     method = "rl_reference@objective.reward=cuts_cost,objective.rate=flat_tax,objective.rate.weight=5"

@@ -4,10 +4,10 @@ second invocation skips every finished point, and the fit writes fits.json and t
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
 
+from conftest import corpus_folder
 from rltok.analysis.scaling import budget_tag, load_grid, parse_grid
 from rltok.cli import main
 from rltok.config import ConfigError
@@ -37,19 +37,9 @@ sizes = [2e4, 5e4, 1.2e5]
 """
 
 
-def corpus_folder(tmp_path):
-    words = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing".split()
-    rng = random.Random(0)
-    folder = tmp_path / "salad"
-    folder.mkdir()
-    for split, n in (("train", 6000), ("val", 600), ("test", 600)):
-        (folder / f"{split}.txt").write_text(" ".join(rng.choice(words) for _ in range(n)))
-    return folder
-
-
 def test_a_tiny_grid_runs_resumes_and_fits(tmp_path, capsys):
     grid = tmp_path / "grid.toml"
-    grid.write_text(GRID.format(data=corpus_folder(tmp_path)))
+    grid.write_text(GRID.format(data=corpus_folder(tmp_path, "salad")))
     out = tmp_path / "study"
     assert main(["scaling", "--grid", str(grid), "--out", str(out)]) == 0
     runs = sorted((out / "salad").glob("C*.json"))
@@ -78,7 +68,7 @@ def test_a_tiny_grid_runs_resumes_and_fits(tmp_path, capsys):
 
 def test_fit_only_trains_nothing_and_bad_grids_are_one_error(tmp_path, capsys):
     grid = tmp_path / "grid.json"
-    grid.write_text(json.dumps({"corpora": [str(corpus_folder(tmp_path))], "budgets": [1e8],
+    grid.write_text(json.dumps({"corpora": [str(corpus_folder(tmp_path, "salad"))], "budgets": [1e8],
                                 "families": [{"method": "flat", "sizes": [5e3]}]}))
     assert load_grid(grid).corpora == {"salad": str(tmp_path / "salad")}
     assert main(["scaling", "--grid", str(grid), "--out", str(tmp_path / "o"), "--fit-only"]) == 0
