@@ -160,6 +160,8 @@ LEGACY_KEYS: dict[str, tuple[str, ...]] = {
     "objective.flip_rate_control": ("objective.estimator.price.kind",),
     "objective.rate_price": ("objective.estimator.price.kind",),
 }
+# the old keys that choose a kind: applied before the settings that kind may own
+LEGACY_KIND_KEYS = frozenset(k for k, paths in LEGACY_KEYS.items() if paths[0].endswith(".kind"))
 # the old keys' defaults: a saved config carries every key, most of them at these
 LEGACY_DEFAULTS: dict[str, Any] = {
     "model.policy_window": 1, "model.policy_detach": False, "model.fixed_stride": 5,
@@ -214,8 +216,7 @@ def _kind_first(obj: Any, items: list[tuple[str, Any]], where: str) -> list[tupl
     """Assignments that choose a kind go before the settings that kind may own."""
     def chooses_kind(item: tuple[str, Any]) -> bool:
         key, value = item
-        return (key == "kind" or where + key in ("objective.rate_control", "objective.flip_rate_control",
-                                                   "objective.rate_price")
+        return (key == "kind" or where + key in LEGACY_KIND_KEYS
                 or (key in _field_types(obj) and _is_section(obj, key) and isinstance(value, str)))
     return sorted(items, key=lambda item: not chooses_kind(item))
 
@@ -330,8 +331,7 @@ def _note_legacy(notes: list[str]) -> None:
 def _kind_override(assignment: str) -> bool:
     """Whether an override chooses a component's kind (applied before the other overrides)."""
     dotted = assignment.split("=", 1)[0].strip()
-    return dotted.endswith(".kind") or dotted in SECTION_PATHS or dotted in (
-        "objective.rate_control", "objective.flip_rate_control", "objective.rate_price")
+    return dotted.endswith(".kind") or dotted in SECTION_PATHS or dotted in LEGACY_KIND_KEYS
 
 
 def apply_override(cfg: Config, assignment: str) -> None:

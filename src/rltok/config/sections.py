@@ -404,12 +404,10 @@ class ObjectiveConfig:
         validate_section(self.estimator, ESTIMATORS)
         validate_section(self.rate, RATES)
         est = self.estimator
-        check(1 <= self.group_size <= 1024, "objective.group_size", "between 1 and 1024")
         if "group" in getattr(est, "baseline_parts", set)() and self.group_size < 2:
             raise ConfigError("objective.estimator.baseline 'group' needs objective.group_size >= 2")
         check(finite(self.tokenizer_phase) and 0 <= self.tokenizer_phase < 1, "objective.tokenizer_phase",
               "a share of the training compute: 0 <= it < 1 (0 = off)")
-        check(0 <= self.policy_start_step, "objective.policy_start_step", ">= 0")
         check(finite(self.policy_lr_mult) and self.policy_lr_mult > 0, "objective.policy_lr_mult", "a number > 0")
         check(finite(self.pg_weight) and self.pg_weight >= 0, "objective.pg_weight", "a number >= 0")
         check(finite(self.alpha) and 0 <= self.alpha <= 1, "objective.alpha", "in [0, 1]")

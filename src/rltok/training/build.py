@@ -37,11 +37,7 @@ class Built:
     sampler: WindowSampler  # training windows; its generator is the data position
     val: tuple[torch.Tensor, torch.Tensor, bool]  # this rank's validation windows (x, y, shared)
     group_size: int  # segmentations drawn per sequence (1 for a model that draws none)
-
-    @property
-    def vocab_size(self) -> int:
-        """The model's output vocabulary (a BPE-token model's is its own)."""
-        return getattr(self.model, "vocab_size", VOCAB_SIZE)
+    vocab_size: int  # the model's output vocabulary (a BPE-token model's is its own)
 
 
 def load_data(cfg: Config) -> Corpus:
@@ -73,9 +69,10 @@ def build(cfg: Config, corpus: Corpus | None = None, device: torch.device | str 
     val = rank_eval_windows(corpus.val, tc.seq_len, tc.eval_batches * tc.batch_size * dist.world_size, dist.rank,
                             dist.world_size)
     # the baseline and the rate loss' mean boundary probability are over the global batch
-    objective = BoundaryObjective(cfg, device, vocab_size=getattr(model, "vocab_size", VOCAB_SIZE), cost=cost,
+    vocab_size = getattr(model, "vocab_size", VOCAB_SIZE)  # a BPE-token model's is its own
+    objective = BoundaryObjective(cfg, device, vocab_size=vocab_size, cost=cost,
                                   reduce=ddp.GlobalBatchMean(dist) if dist.enabled else LocalMean())
-    return Built(corpus, model, cost, objective, sampler, val, k)
+    return Built(corpus, model, cost, objective, sampler, val, k, vocab_size)
 
 
 def fitted_model(cfg: Config, corpus: Corpus, dist: ddp.DistInfo) -> torch.nn.Module:
