@@ -255,3 +255,15 @@ def test_sigterm_to_the_cli_checkpoints_and_resume_continues(tmp_path):
     assert json.loads(resumed.stdout)["step"] == 60
     steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
     assert steps == list(range(1, 61))
+
+
+def test_warmup_frac_is_a_share_of_the_planned_steps(tmp_path, corpus):
+    """train.warmup_frac sets the warm-up from the run's length: the trainer resolves it from
+    max_steps, so two runs of different lengths warm up over the same share."""
+    for steps in (40, 400):
+        cfg = make_cfg(tmp_path / str(steps), f"train.max_steps={steps}", "train.warmup_frac=0.05")
+        Trainer(cfg, corpus=corpus, quiet=True)
+        assert cfg.train.warmup_steps == round(0.05 * steps)
+    assert load_config("test").train.warmup_for(1000) == load_config("test").train.warmup_steps  # off: as given
+    with pytest.raises(ConfigError, match="warmup_frac"):
+        load_config("test", overrides=["train.warmup_frac=1.5"])

@@ -241,7 +241,8 @@ def _train_to_budget(cfg: Config, budget_flops: float) -> _Trained:
     tc = trainer.cfg.train
     tc.eval_every = max(1, steps // 6)
     tc.checkpoint_every = max(1, steps // 3)
-    tc.warmup_steps = min(tc.warmup_steps, max(1, steps // 10))
+    # a share of the planned steps (train.warmup_frac), else the preset's, at most a tenth of the run
+    tc.warmup_steps = tc.warmup_for(steps) if tc.warmup_frac else min(tc.warmup_steps, max(1, steps // 10))
     # every method stops on the FLOPs it spends (and the LR follows the share spent); the step
     # cap only guards against a rule that spends far less than planned
     tc.flops_budget = budget_flops

@@ -448,6 +448,9 @@ class TrainConfig:
     lr: float = 2e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = 50
+    # Warm-up as a share of the run's steps (0: warmup_steps as given). Under a FLOPs budget the
+    # share is of the steps the budget plans, so runs of any length warm up alike.
+    warmup_frac: float = 0.0
     weight_decay: float = 0.1
     betas: tuple[float, float] = (0.9, 0.95)
     grad_clip: float = 1.0
@@ -483,6 +486,11 @@ class TrainConfig:
     # cosine decay starts again from train.lr).
     schedule_on_resume: str = "keep"
 
+    def warmup_for(self, steps: int) -> int:
+        """Warm-up steps of a run planned at `steps` steps: warmup_frac of them (at least 1) when
+        set, else warmup_steps."""
+        return max(1, round(self.warmup_frac * steps)) if self.warmup_frac else self.warmup_steps
+
     def validate(self) -> None:
         _check_numbers(self, 'train', _TRAIN_RANGES)
         for name in ("seq_len", "batch_size", "grad_accum", "max_steps", "eval_batches", "log_every",
@@ -494,6 +502,8 @@ class TrainConfig:
                 raise ConfigError(f"train.{name} must be >= 0")
         if not 0 <= self.min_lr_ratio <= 1:
             raise ConfigError("train.min_lr_ratio must be in [0, 1]")
+        if not 0 <= self.warmup_frac < 1:  # also rejects nan
+            raise ConfigError(f"train.warmup_frac must be in [0, 1), got {self.warmup_frac}")
         if self.grad_clip <= 0:
             raise ConfigError("train.grad_clip must be > 0")
         if self.batch_size * self.seq_len > MAX_BATCH_BYTES:

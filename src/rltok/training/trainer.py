@@ -100,6 +100,7 @@ class Trainer:
 
     def __init__(self, cfg: Config, corpus: Corpus | None = None, resume: bool = False, quiet: bool = False):
         self.cfg = cfg.validate()
+        cfg.train.warmup_steps = cfg.train.warmup_for(cfg.train.max_steps)
         self.run_dir = Path(cfg.train.out_dir)
         # one live process per run folder (rank 0 holds the lock for every rank), until fit() ends
         self.lock = RunLock(self.run_dir)
