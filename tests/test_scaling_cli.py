@@ -3,14 +3,16 @@ second invocation skips every finished point, and the fit writes fits.json and t
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
 
 import pytest
 
 from conftest import corpus_folder
-from rltok.analysis.scaling import budget_tag, load_grid, parse_grid
+from rltok.analysis.scaling import budget_tag, load_grid, parse_grid, read_records
 from rltok.cli import main
-from rltok.config import ConfigError
+from rltok.config import ConfigError, load_config
 
 GRID = """
 budgets = [1e8, 5e8]
@@ -93,3 +95,145 @@ def test_the_gpu_grid_file_parses_and_names_known_methods():
     assert min(grid.budgets) == 1e15 and max(grid.budgets) == 1e18
     for fam in grid.families:
         assert method_overrides(fam.method) and len(fam.sizes) >= 5
+
+
+# ---------------------------------------------------------------- the study's rules
+
+RULES = {"corpora": ["x"], "budgets": [1e8, 1e10], "size_rule": {"coef": 1.0, "exponent": 0.5, "span": 4, "points": 5},
+         "lr_rule": {"lr_ref": 1e-3, "n_ref": 1e4, "exponent": 0.5}, "warmup_frac": 0.1,
+         "families": [{"method": "flat"}, {"name": "uniform_x4", "method": "uniform", "size_coef": 4.0, "lr_mult": 0.5},
+                      {"name": "own", "method": "flat", "sizes": [1e3, 4e3, 1.6e4]}]}
+
+
+def test_size_windows_per_budget_and_the_lr_rule_parse():
+    from rltok.analysis.scaling_grid import family_sizes, point_lr, run_base, step_ratio
+
+    grid = parse_grid(RULES)
+    flat, uniform, own = grid.families
+    assert family_sizes(grid, flat, 1e8) == [2500, 5000, 10000, 20000, 40000]  # 1e4 / 4 .. 1e4 * 4
+    assert family_sizes(grid, flat, 1e10) == [25000, 50000, 100000, 200000, 400000]
+    assert family_sizes(grid, uniform, 1e8) == [10000, 20000, 40000, 80000, 160000]  # its own coef
+    assert family_sizes(grid, own, 1e8) == family_sizes(grid, own, 1e10) == [1e3, 4e3, 1.6e4]
+    assert step_ratio(grid, flat) == pytest.approx(2.0) and step_ratio(grid, own) == pytest.approx(4.0)
+    assert point_lr(grid, flat, 4e4) == pytest.approx(1e-3 / 2) and point_lr(grid, uniform, 1e4) == pytest.approx(5e-4)
+    assert run_base(grid, uniform)[0] == "train.warmup_frac=0.1"
+    plain = parse_grid({k: v for k, v in RULES.items() if k != "lr_rule"})
+    assert point_lr(plain, plain.families[0], 4e4) is None  # the preset's lr, nothing added
+    assert point_lr(plain, plain.families[1], 4e4) == pytest.approx(0.5 * load_config("tiny").train.lr)
+    for bad, match in (({**RULES, "size_rule": {"coef": 1, "exponent": 0.5, "span": 4}}, "missing points"),
+                       ({**RULES, "lr_rule": {"lr_ref": 1, "n_ref": 1, "exponent": 0, "x": 1}}, "unknown key"),
+                       ({**RULES, "holdout_budgets": [1e8]}, "differ"),
+                       ({**RULES, "warmup_frac": 1.5}, "warmup_frac"),
+                       ({k: v for k, v in RULES.items() if k != "size_rule"}, "size_rule")):
+        with pytest.raises(ConfigError, match=match):
+            parse_grid(bad)
+
+
+def known_loss_runner(n_star):
+    """A stand-in for run_point: bpb a parabola in ln N with its minimum at n_star(budget), a
+    small offset per seed; the record fields the study reads."""
+    import math
+
+    calls = []
+
+    def run(grid, p, folder, split):
+        calls.append(p.stem)
+        n = p.rung.achieved
+        bpb = 2.0 + 0.05 * math.log(n / n_star(p.budget)) ** 2 + 0.001 * p.seed
+        return {"family": p.family.name, "budget_flops": p.budget, "target_size": p.rung.target, "seed": p.seed,
+                "non_embedding_params": n, "bpb": bpb, "split": split, "wall_s": 0.0, "point_kind": p.kind}
+    return run, calls
+
+
+def test_ladders_extend_until_interior_then_the_optimum_gets_more_seeds(tmp_path):
+    from rltok.analysis.scaling import run_grid
+
+    data = corpus_folder(tmp_path, "salad")
+    grid = parse_grid({"corpora": [str(data)], "budgets": [1e8], "seeds": [0, 1], "preset": "test",
+                       "size_rule": {"coef": 1.0, "exponent": 0.5, "span": 2, "points": 3}, "extend": 3,
+                       "optimum_seeds": [2], "families": [{"method": "flat"}]})
+    run, calls = known_loss_runner(lambda c: 5e4)  # the window is 5e3..2e4: the optimum lies above it
+    out = tmp_path / "study"
+    result = run_grid(grid, out, log=lambda m: None, runner=run)
+    recs = read_records(out / "salad")
+    ext = sorted({r["target_size"] for r in recs if r["point_kind"] == "extension"})
+    assert ext == [40000, 80000]  # one step (2x) at a time, until the best size is inside the ladder
+    assert result["ran"] == 6 and result["added"] == 2 * 2 + 1
+    best = [r for r in recs if r["point_kind"] == "optimum"]
+    assert len(best) == 1 and best[0]["seed"] == 2 and best[0]["target_size"] == 40000  # N 45,536: nearest 5e4
+    n_calls = len(calls)
+    assert run_grid(grid, out, log=lambda m: None, runner=run)["added"] == 0 and len(calls) == n_calls
+    (out / "salad" / "C1e08__flat__N80000__s1.json").unlink()  # an extension interrupted after one seed
+    assert run_grid(grid, out, log=lambda m: None, runner=run)["added"] == 1
+    assert calls[-1] == "C1e08__flat__N80000__s1"
+    limited = dataclasses.replace(grid, extend=1)
+    shutil.rmtree(out)
+    run_grid(limited, out, log=lambda m: None, runner=run)
+    assert sorted({r["target_size"] for r in read_records(out / "salad") if r["point_kind"] == "extension"}) == [40000]
+
+
+def test_the_lr_rule_and_warmup_reach_the_runs_and_their_records(tmp_path):
+    import math
+
+    grid = parse_grid({"corpora": [str(corpus_folder(tmp_path, "salad"))], "budgets": [1e8], "preset": "test",
+                       "max_eval_windows": 2, "warmup_frac": 0.25,
+                       "lr_rule": {"lr_ref": 2e-3, "n_ref": 1e4, "exponent": 0.5},
+                       "families": [{"method": "flat", "sizes": [5e3, 2e4], "lr_mult": 2}]})
+    from rltok.analysis.scaling import run_grid
+
+    run_grid(grid, tmp_path / "o", log=lambda m: None)
+    recs = read_records(tmp_path / "o" / "salad")
+    assert len(recs) == 2
+    for r in recs:
+        assert r["lr"] == pytest.approx(2 * 2e-3 * math.sqrt(1e4 / r["ladder_params"]), rel=1e-12)
+        assert r["config"]["train"]["lr"] == r["lr"] and r["lr_mult"] == 2 and r["point_kind"] == "ladder"
+        assert r["config"]["train"]["warmup_frac"] == 0.25
+
+
+def synthetic_study(folder, budgets, sizes, seeds, n_star, split="test"):
+    """Records of a known law in a corpus folder: L = 1.5 + 40 C^-0.2 + 0.05 ln(N / N*(C))^2."""
+    import math
+
+    folder.mkdir(parents=True)
+    for c in budgets:
+        for n in sizes:
+            for s in seeds:
+                bpb = 1.5 + 40 * c ** -0.2 + 0.05 * math.log(n / n_star(c)) ** 2 + 0.002 * (s - 0.5)
+                rec = {"family": "flat", "budget_flops": c, "target_size": n, "non_embedding_params": n, "seed": s,
+                       "bpb": bpb, "split": split, "point_kind": "ladder"}
+                (folder / f"{budget_tag(c)}__flat__N{n}__s{s}.json").write_text(json.dumps(rec))
+
+
+def test_a_prediction_is_written_once_then_tested_at_the_held_out_budget(tmp_path, capsys):
+    data = corpus_folder(tmp_path, "salad")
+    out = tmp_path / "study"
+    synthetic_study(out / "salad", [1e7, 3e7, 1e8], [2500, 5000, 10000, 20000, 50000, 80000], [0, 1],
+                    lambda c: 2e4 * (c / 1e8) ** 0.5)  # N* = 4.5e4 at 5e8
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps({"corpora": {"salad": str(data)}, "budgets": [1e7, 3e7, 1e8], "holdout_budgets": [5e8],
+                                "holdout_seeds": [0, 1], "preset": "test", "max_eval_windows": 2, "n_boot": 50,
+                                "families": [{"method": "flat", "sizes": [5e3, 2e4, 5e4]}]}))
+    args = ["scaling", "--grid", str(grid), "--out", str(out)]
+    assert main([*args, "--predict"]) == 0
+    pred = json.loads((out / "prediction.json").read_text())
+    assert pred["fitted_budgets"] == [1e7, 3e7, 1e8] and pred["holdout_budgets"] == [5e8] and pred["commit"]
+    p = pred["corpora"]["salad"]["flat"][repr(5e8)]
+    assert p["n_star"] == pytest.approx(2e4 * 5 ** 0.5, rel=0.05) and p["extrapolation"] == pytest.approx(5)
+    assert p["l_star_interval"][0] <= p["l_star"] <= p["l_star_interval"][1] and p["fitted_budgets"] == [1e7, 3e7, 1e8]
+    before = (out / "prediction.json").read_text()
+    assert main([*args, "--predict"]) != 0 and "never rewritten" in capsys.readouterr().err
+    assert (out / "prediction.json").read_text() == before
+
+    assert main([*args, "--holdout"]) == 0
+    captured = capsys.readouterr()
+    held = sorted((out / "salad").glob("C5e08__*.json"))
+    assert [f.name for f in held] == ["C5e08__flat__N50000__s0.json", "C5e08__flat__N50000__s1.json"]  # nearest N*
+    assert {json.loads(f.read_text())["point_kind"] for f in held} == {"holdout"}
+    score = json.loads((out / "prediction_score.json").read_text())["scores"]
+    assert len(score) == 1 and score[0]["seeds"] == [0, 1] and score[0]["size"] == 45536
+    assert score[0]["error"] == pytest.approx(score[0]["measured"] - p["l_star"])
+    assert "| salad | flat | 5e+08 |" in captured.out
+    assert main([*args, "--fit-only"]) == 0  # the held-out runs stay out of the fits
+    fits = json.loads((out / "salad" / "fits.json").read_text())
+    assert set(fits["flat"]["isofits"]) == {repr(1e7), repr(3e7), repr(1e8)}
+    assert main(args) == 0 and "[1/" not in capsys.readouterr().err  # a plain run never runs a held-out budget

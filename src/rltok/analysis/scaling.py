@@ -23,11 +23,13 @@ import math
 import re
 from pathlib import Path
 
+from rltok.analysis.scaling_grid import LRRule, SizeRule, family_sizes, point_lr, rules, run_base
 from rltok.config import ConfigError, load_config
 
 GRID_KEYS = {"corpora", "budgets", "families", "seeds", "split", "preset", "max_eval_windows", "overrides",
-             "n_boot"}
-FAMILY_KEYS = {"name", "method", "overrides", "n_min", "n_max", "points", "sizes"}
+             "n_boot", "size_rule", "extend", "lr_rule", "warmup_frac", "optimum_seeds", "holdout_budgets",
+             "holdout_seeds"}
+FAMILY_KEYS = {"name", "method", "overrides", "n_min", "n_max", "points", "sizes", "size_coef", "lr_mult"}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]*(_[A-Za-z0-9.+-]+)*")  # a file-name part without "__"
 RESULTS_GLOB = "C*__*__N*__s*.json"  # the run records of a corpus folder (not fits.json)
 
@@ -38,7 +40,9 @@ class FamilySpec:
     name: str
     method: str  # NAME or NAME+PIECE...: the shape keys are added per size as NAME@k=v,...
     overrides: tuple[str, ...]
-    sizes: tuple[float, ...]
+    sizes: tuple[float, ...]  # empty: the grid's size_rule gives the sizes per budget
+    size_coef: float | None = None  # the size rule's coef for this family
+    lr_mult: float = 1.0  # times the grid's learning rate (rule or preset)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +56,13 @@ class Grid:
     max_eval_windows: int = 0
     overrides: tuple[str, ...] = ()
     n_boot: int = 1000
+    size_rule: SizeRule | None = None  # sizes per budget for families without their own
+    extend: int = 0  # ladder extensions per family and budget until the optimum is interior
+    lr_rule: LRRule | None = None  # train.lr per size; None: the preset's
+    warmup_frac: float | None = None  # train.warmup_frac of every run
+    optimum_seeds: tuple[int, ...] = ()  # more seeds at each budget's best size
+    holdout_budgets: tuple[float, ...] = ()  # never fitted nor run by a plain `rltok scaling`
+    holdout_seeds: tuple[int, ...] = (0, 1, 2)
 
 
 def _unknown(keys, allowed: set, where: str) -> None:
@@ -60,7 +71,7 @@ def _unknown(keys, allowed: set, where: str) -> None:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(extra)}; allowed: {', '.join(sorted(allowed))}")
 
 
-def _family(d: dict, i: int) -> FamilySpec:
+def _family(d: dict, i: int, has_rule: bool) -> FamilySpec:
     from rltok.model.sizing import geometric_sizes
 
     where = f"families[{i}]"
@@ -75,12 +86,21 @@ def _family(d: dict, i: int) -> FamilySpec:
             sizes = geometric_sizes(float(d["n_min"]), float(d["n_max"]), int(d["points"]))
         except ValueError as e:
             raise ConfigError(f"{where}: {e}") from None
+    elif "size_coef" in d or has_rule:
+        sizes = []  # the grid's size_rule, per budget
     else:
-        raise ConfigError(f"{where}: give `sizes` or `n_min`, `n_max` and `points`")
-    if not sizes or min(sizes) <= 0:
+        raise ConfigError(f"{where}: give `sizes`, or `n_min`, `n_max` and `points`, or a grid `size_rule`")
+    if sizes and min(sizes) <= 0:
         raise ConfigError(f"{where}: sizes must be > 0")
+    if "size_coef" in d and (sizes or not has_rule or float(d["size_coef"]) <= 0):
+        raise ConfigError(f"{where}: `size_coef` (> 0) replaces the grid's size_rule coef: it needs the "
+                          "size_rule and no sizes of the family's own")
+    lr_mult = float(d.get("lr_mult", 1.0))
+    if not 0 < lr_mult < math.inf:
+        raise ConfigError(f"{where}: lr_mult must be > 0")
+    coef = float(d["size_coef"]) if "size_coef" in d else None
     return FamilySpec(_name(str(d.get("name", d["method"])), where), d["method"], tuple(d.get("overrides", ())),
-                      tuple(sizes))
+                      tuple(sizes), coef, lr_mult)
 
 
 def _name(name: str, where: str) -> str:
@@ -100,17 +120,21 @@ def parse_grid(d: dict) -> Grid:
     if not isinstance(corpora, dict):
         corpora = {Path(c).name: c for c in corpora}
     budgets = tuple(float(b) for b in d["budgets"])
-    if min(budgets) <= 0:
+    holdout = tuple(float(b) for b in d.get("holdout_budgets", ()))
+    if min(budgets + holdout) <= 0:
         raise ConfigError("grid: budgets must be > 0")
-    if len({budget_tag(b) for b in budgets}) < len(budgets):
-        raise ConfigError(f"grid: budgets must differ in their first 4 digits: {list(budgets)}")
-    families = tuple(_family(f, i) for i, f in enumerate(d["families"]))
+    if len({budget_tag(b) for b in budgets + holdout}) < len(budgets + holdout):
+        raise ConfigError(f"grid: budgets and holdout_budgets must all differ in their first 4 digits: "
+                          f"{list(budgets + holdout)}")
+    extra = rules(d)
+    families = tuple(_family(f, i, "size_rule" in extra) for i, f in enumerate(d["families"]))
     names = [f.name for f in families]
     if len(set(names)) < len(names):
         raise ConfigError(f"grid: family names must differ: {names}")
     return Grid({_name(str(k), "corpora"): str(v) for k, v in corpora.items()}, budgets, families,
                 tuple(int(s) for s in d.get("seeds", (0,))), d.get("split", "test"), d.get("preset", "tiny"),
-                int(d.get("max_eval_windows", 0)), tuple(d.get("overrides", ())), int(d.get("n_boot", 1000)))
+                int(d.get("max_eval_windows", 0)), tuple(d.get("overrides", ())), int(d.get("n_boot", 1000)),
+                holdout_budgets=holdout, **extra)
 
 
 def load_grid(path: str | Path) -> Grid:
@@ -137,12 +161,15 @@ def budget_tag(budget: float) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Point:
-    """One run of the grid."""
+    """One run of the grid; `kind` says why it runs: "ladder" (the family's sizes at the budget),
+    "extension" (a size beyond the ladder's edge), "optimum" (another seed at the best size),
+    "holdout" (at a held-out budget, the size its prediction names)."""
     corpus: str
     budget: float
     family: FamilySpec
     rung: object  # rltok.model.sizing.Rung
     seed: int
+    kind: str = "ladder"
 
     @property
     def stem(self) -> str:
@@ -150,14 +177,13 @@ class Point:
 
 
 def family_overrides(grid: Grid, fam: FamilySpec) -> list[str]:
-    """The base overrides a family's runs train with (`run_one`'s `base`): the grid's, then its own."""
-    return [*grid.overrides, *fam.overrides]
+    """The base overrides a family's runs train with (`run_one`'s `base`; `scaling_grid.run_base`)."""
+    return run_base(grid, fam)
 
 
-def family_ladder(grid: Grid, fam: FamilySpec, log=print) -> list:
-    """The family's rungs (rltok.model.sizing.ladder, its architecture asked of its config); a
-    target whose shape repeats a smaller target's is dropped (two runs of one model would be one
-    point twice in the fit)."""
+def family_rungs(grid: Grid, fam: FamilySpec, targets) -> dict[int, object]:
+    """round(target) -> its rung (rltok.model.sizing.ladder, the architecture asked of the
+    family's config), for every target at once: the ladder's shape search runs once."""
     from rltok.analysis.compare import method_overrides
     from rltok.model.sizing import ladder
 
@@ -165,25 +191,50 @@ def family_ladder(grid: Grid, fam: FamilySpec, log=print) -> list:
         method = method_overrides(fam.method)
         base = [*family_overrides(grid, fam), *method]  # as method_config orders them
         arch = load_config(grid.preset, overrides=base).model.arch
-        rungs = ladder(arch, fam.sizes, base, grid.preset)
+        rungs = ladder(arch, sorted({float(t) for t in targets}), base, grid.preset)
     except ValueError as e:
         raise ConfigError(f"family {fam.name}: {e}") from None
+    return {round(r.target): r for r in rungs}
+
+
+def distinct_rungs(fam: FamilySpec, rungs, log=print, said: set | None = None) -> list:
+    """The rungs in order, less any whose shape repeats an earlier one's (two runs of one model
+    would be one point twice in the fit); each drop logged once per `said`."""
+    said = set() if said is None else said
     out, seen = [], {}
     for rung in rungs:
         key = tuple(rung.overrides)
         if key in seen:
-            log(f"{fam.name}: target N {rung.target:g} builds the same model as {seen[key]:g} "
-                f"(N {rung.achieved:,}): skipped")
+            if rung.target not in said:
+                said.add(rung.target)
+                log(f"{fam.name}: target N {rung.target:g} builds the same model as {seen[key]:g} "
+                    f"(N {rung.achieved:,}): skipped")
             continue
         seen[key] = rung.target
         out.append(rung)
     return out
 
 
+def budget_ladders(grid: Grid, fam: FamilySpec, budgets, log=print) -> dict[float, list]:
+    """Each budget's rungs of a family: its own ladder at every budget, or the size rule's window."""
+    targets = {b: family_sizes(grid, fam, b) for b in budgets}
+    by_target = family_rungs(grid, fam, [t for ts in targets.values() for t in ts])
+    said: set = set()
+    return {b: distinct_rungs(fam, [by_target[round(t)] for t in ts], log, said) for b, ts in targets.items()}
+
+
+def family_ladder(grid: Grid, fam: FamilySpec, log=print, budget: float | None = None) -> list:
+    """The family's rungs at `budget` (default: the first budget; a family with its own sizes
+    has the same ladder at every budget)."""
+    budget = grid.budgets[0] if budget is None else budget
+    return budget_ladders(grid, fam, [budget], log)[budget]
+
+
 def grid_points(grid: Grid, log=print) -> list[Point]:
-    ladders = {fam.name: family_ladder(grid, fam, log) for fam in grid.families}
+    """The ladder points of every corpus, budget (holdout budgets excepted), family and seed."""
+    ladders = {fam.name: budget_ladders(grid, fam, grid.budgets, log) for fam in grid.families}
     return [Point(corpus, budget, fam, rung, seed) for corpus in grid.corpora for budget in grid.budgets
-            for fam in grid.families for rung in ladders[fam.name] for seed in grid.seeds]
+            for fam in grid.families for rung in ladders[fam.name][budget] for seed in grid.seeds]
 
 
 # ---------------------------------------------------------------- running
@@ -196,12 +247,15 @@ def run_point(grid: Grid, p: Point, folder: Path, split: str) -> dict:
 
     method = method_spec(p.family.method, p.rung.overrides)
     run_root = folder / "runs" / p.stem
-    rec = run_one(method, p.seed, grid.corpora[p.corpus], run_root, p.budget, family_overrides(grid, p.family),
-                  grid.preset, split, grid.max_eval_windows)
+    lr = point_lr(grid, p.family, p.rung.achieved)
+    base = [*family_overrides(grid, p.family), *([] if lr is None else [f"train.lr={lr!r}"])]
+    rec = run_one(method, p.seed, grid.corpora[p.corpus], run_root, p.budget, base, grid.preset, split,
+                  grid.max_eval_windows)
     model = load_checkpoint(run_root / f"{method_slug(method)}_s{p.seed}")[0]  # N asked of the trained model
     rec.update(corpus=p.corpus, family=p.family.name, family_method=p.family.method, target_size=p.rung.target,
                ladder_params=p.rung.achieved, non_embedding_params=model.non_embedding_params(),
-               budget_flops=p.budget, seed=p.seed, split=split)
+               budget_flops=p.budget, seed=p.seed, split=split, lr=rec["config"]["train"]["lr"],
+               lr_mult=p.family.lr_mult, point_kind=p.kind)
     return rec
 
 
@@ -221,24 +275,45 @@ def corpus_split(grid: Grid, corpus: str, log=print) -> str:
     return split
 
 
-def run_grid(grid: Grid, out: Path, log=print) -> dict:
-    """Every point of the grid whose JSON does not exist yet; returns {"done": n, "ran": n}."""
+def point_done(out: Path, p: Point) -> bool:
+    return (out / p.corpus / f"{p.stem}.json").exists()
+
+
+def run_points(grid: Grid, points: list[Point], out: Path, splits: dict, log=print, runner=None) -> int:
+    """Run each point whose JSON does not exist yet (`runner`: run_point, or a stand-in with its
+    signature); the number run."""
+    runner = runner or run_point
+    todo = [p for p in points if not point_done(out, p)]
+    for i, p in enumerate(todo, 1):
+        folder = out / p.corpus
+        folder.mkdir(parents=True, exist_ok=True)
+        what = "" if p.kind == "ladder" else f" ({p.kind})"
+        log(f"[{i}/{len(todo)}] {p.corpus} {p.stem}{what} ...")
+        rec = runner(grid, p, folder, splits[p.corpus])
+        _write_json(folder / f"{p.stem}.json", rec)
+        log(f"[{i}/{len(todo)}] {p.corpus} {p.stem}: N {rec['non_embedding_params']:,} bpb {rec['bpb']:.4f} "
+            f"({rec['wall_s']:.0f} s)")
+    return len(todo)
+
+
+def run_grid(grid: Grid, out: Path, log=print, runner=None) -> dict:
+    """Every ladder point of the grid whose JSON does not exist yet, then per corpus, budget and
+    family the extensions and the optimum's seeds (`scaling_adapt`); returns {"points", "done",
+    "ran", "added"} (added: extension and optimum runs)."""
     from rltok.analysis.compare import git_commit
 
     git_commit()  # the commit the study starts from, before any run can take long
     splits = {c: corpus_split(grid, c, log) for c in grid.corpora}
     points = grid_points(grid, log)
-    todo = [p for p in points if not (out / p.corpus / f"{p.stem}.json").exists()]
-    log(f"{len(points)} points: {len(points) - len(todo)} done already, {len(todo)} to run")
-    for i, p in enumerate(todo, 1):
-        folder = out / p.corpus
-        folder.mkdir(parents=True, exist_ok=True)
-        log(f"[{i}/{len(todo)}] {p.corpus} {p.stem} ...")
-        rec = run_point(grid, p, folder, splits[p.corpus])
-        _write_json(folder / f"{p.stem}.json", rec)
-        log(f"[{i}/{len(todo)}] {p.corpus} {p.stem}: N {rec['non_embedding_params']:,} bpb {rec['bpb']:.4f} "
-            f"({rec['wall_s']:.0f} s)")
-    return {"points": len(points), "done": len(points) - len(todo), "ran": len(todo)}
+    done = sum(point_done(out, p) for p in points)
+    log(f"{len(points)} points: {done} done already, {len(points) - done} to run")
+    ran = run_points(grid, points, out, splits, log, runner)
+    added = 0
+    if grid.extend or set(grid.optimum_seeds) - set(grid.seeds):
+        from rltok.analysis.scaling_adapt import adapt_grid
+
+        added = adapt_grid(grid, points, out, splits, log, runner)
+    return {"points": len(points), "done": done, "ran": ran, "added": added}
 
 
 # ---------------------------------------------------------------- fitting
@@ -247,12 +322,13 @@ def read_records(folder: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(Path(folder).glob(RESULTS_GLOB))]
 
 
-def fit_corpus(folder: Path, n_boot: int = 1000) -> dict:
-    """Fit every record in a corpus folder; write fits.json and the plots there; the study."""
+def fit_corpus(folder: Path, n_boot: int = 1000, budgets=None) -> dict:
+    """Fit the records in a corpus folder (of `budgets` only when given: the grid's, so held-out
+    budgets stay out); write fits.json and the plots there; the study."""
     from rltok.analysis.scaling_fit import fit_study, to_plain
     from rltok.analysis.scaling_plots import plot_study
 
-    study = fit_study(read_records(folder), n_boot=n_boot)
+    study = fit_study(read_records(folder), n_boot=n_boot, budgets=budgets)
     _write_json(folder / "fits.json", to_plain(study))
     plot_study(study, folder)
     return study

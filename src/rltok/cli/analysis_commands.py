@@ -64,6 +64,8 @@ def cmd_scaling(args) -> int:
     def log(message: str) -> None:
         print(message, file=sys.stderr)
 
+    if args.predict or args.holdout:
+        return _scaling_holdout(args, grid, out, log)
     if not args.fit_only:
         run_grid(grid, out, log)
     for corpus in grid.corpora:
@@ -71,8 +73,20 @@ def cmd_scaling(args) -> int:
         if not folder.is_dir():
             log(f"{corpus}: no runs yet")
             continue
-        study = fit_corpus(folder, grid.n_boot)
+        study = fit_corpus(folder, grid.n_boot, budgets=grid.budgets)  # holdout budgets stay out
         print(f"## {corpus}\n\n{study_table(study)}\n\nfits and plots: {folder}\n")
+    return 0
+
+
+def _scaling_holdout(args, grid, out, log) -> int:
+    """`rltok scaling --predict` / `--holdout`: the prediction held out from the fit, and its test."""
+    from rltok.analysis.scaling_holdout import run_holdout, score_table, write_prediction
+
+    if args.predict:
+        print(f"prediction: {write_prediction(grid, out, log)}")
+        return 0
+    scores = run_holdout(grid, out, log)
+    print(f"{score_table(scores)}\n\nscores: {out / 'prediction_score.json'}")
     return 0
 
 

@@ -252,7 +252,14 @@ def _add_scaling(sub: Subcommands) -> None:
     p.add_argument("--grid", required=True, help="grid file, TOML or JSON (docs/SCALING.md: Running the study)")
     p.add_argument("--out", required=True, help="results folder: one subfolder per corpus with a JSON per run, "
                                                 "fits.json and the plots")
-    p.add_argument("--fit-only", action="store_true", help="fit and plot the runs already there; train nothing")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--fit-only", action="store_true", help="fit and plot the runs already there; train nothing")
+    mode.add_argument("--predict", action="store_true",
+                      help="fit without the grid's holdout_budgets and write OUT/prediction.json (once: an existing "
+                           "one is never overwritten); train nothing")
+    mode.add_argument("--holdout", action="store_true",
+                      help="run each family at the size OUT/prediction.json predicts for each holdout budget, then "
+                           "score the prediction into OUT/prediction_score.json")
     p.set_defaults(func=cmd_scaling)
 
 

@@ -1,0 +1,149 @@
+"""The grid's rules for the compute-optimal study: which sizes a family runs at a budget (its own
+ladder, or a window around a size rule N(C) = coef C^exponent), the step that extends a ladder,
+and the learning rate and warm-up every run trains with.
+
+Parsed from the grid file by `rltok.analysis.scaling.parse_grid` (schema in docs/SCALING.md):
+  size_rule = {coef, exponent, span, points}: at budget C the targets are
+      geometric_sizes(coef C^exponent / span, coef C^exponent * span, points)
+      (a family's `size_coef` replaces coef: hierarchies' optima sit at larger N than flat models');
+  lr_rule = {lr_ref, n_ref, exponent}: train.lr = lr_ref (N / n_ref)^-exponent, times the family's
+      `lr_mult`, N the rung's non-embedding parameters;
+  warmup_frac: train.warmup_frac of every run (before the base overrides, which may set it too).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from rltok.config import ConfigError
+
+SIZE_RULE_KEYS = {"coef", "exponent", "span", "points"}
+LR_RULE_KEYS = {"lr_ref", "n_ref", "exponent"}
+
+
+def unknown_keys(keys, allowed: set, where: str) -> None:
+    extra = sorted(set(keys) - allowed)
+    if extra:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(extra)}; allowed: {', '.join(sorted(allowed))}")
+
+
+def _numbers(d: dict, keys: set, where: str) -> dict:
+    """The table's values as floats; every key required and finite."""
+    if not isinstance(d, dict):
+        raise ConfigError(f"{where}: a table with {', '.join(sorted(keys))}")
+    unknown_keys(d, keys, where)
+    missing = sorted(keys - set(d))
+    if missing:
+        raise ConfigError(f"{where}: missing {', '.join(missing)}")
+    out = {k: float(d[k]) for k in keys}
+    if not all(math.isfinite(v) for v in out.values()):
+        raise ConfigError(f"{where}: values must be finite numbers")
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class SizeRule:
+    """A window of `points` sizes, `span` times either side of coef * C^exponent (geometric)."""
+    coef: float
+    exponent: float
+    span: float
+    points: int
+
+    @classmethod
+    def parse(cls, d: dict) -> SizeRule:
+        v = _numbers(d, SIZE_RULE_KEYS, "size_rule")
+        if v["coef"] <= 0 or v["span"] < 1 or v["points"] < 1 or not v["points"].is_integer():
+            raise ConfigError("size_rule: coef > 0, span >= 1 and points a whole number >= 1")
+        if v["points"] > 1 and v["span"] == 1:
+            raise ConfigError("size_rule: span must be > 1 for more than one point")
+        return cls(v["coef"], v["exponent"], v["span"], int(v["points"]))
+
+    def centre(self, budget: float, coef: float | None = None) -> float:
+        return (self.coef if coef is None else coef) * budget ** self.exponent
+
+    def window(self, budget: float, coef: float | None = None) -> list[int]:
+        from rltok.model.sizing import geometric_sizes
+
+        mid = self.centre(budget, coef)
+        return geometric_sizes(mid / self.span, mid * self.span, self.points)
+
+    @property
+    def step(self) -> float:
+        """The ratio of neighbouring sizes in a window (span itself for a one-point window)."""
+        return self.span ** (2 / (self.points - 1)) if self.points > 1 else self.span
+
+
+@dataclasses.dataclass(frozen=True)
+class LRRule:
+    """train.lr = lr_ref (N / n_ref)^-exponent."""
+    lr_ref: float
+    n_ref: float
+    exponent: float
+
+    @classmethod
+    def parse(cls, d: dict) -> LRRule:
+        v = _numbers(d, LR_RULE_KEYS, "lr_rule")
+        if v["lr_ref"] <= 0 or v["n_ref"] <= 0:
+            raise ConfigError("lr_rule: lr_ref and n_ref must be > 0")
+        return cls(v["lr_ref"], v["n_ref"], v["exponent"])
+
+    def lr(self, n: float) -> float:
+        return self.lr_ref * (n / self.n_ref) ** (-self.exponent)
+
+
+def rules(d: dict) -> dict:
+    """The Grid fields of the rule keys of a grid table (those present)."""
+    out = {}
+    if "size_rule" in d:
+        out["size_rule"] = SizeRule.parse(d["size_rule"])
+    if "lr_rule" in d:
+        out["lr_rule"] = LRRule.parse(d["lr_rule"])
+    if "warmup_frac" in d:
+        frac = float(d["warmup_frac"])
+        if not 0 <= frac < 1:
+            raise ConfigError(f"grid: warmup_frac must be in [0, 1), got {frac}")
+        out["warmup_frac"] = frac
+    if "extend" in d:
+        out["extend"] = int(d["extend"])
+        if out["extend"] < 0:
+            raise ConfigError("grid: extend must be >= 0")
+    for key in ("optimum_seeds", "holdout_seeds"):
+        if key in d:
+            out[key] = tuple(int(s) for s in d[key])
+    return out
+
+
+def family_sizes(grid, fam, budget: float) -> list[float]:
+    """The target sizes of a family at a budget: its own ladder, or the grid's window there."""
+    if fam.sizes:
+        return list(fam.sizes)
+    return [float(n) for n in grid.size_rule.window(budget, fam.size_coef)]
+
+
+def step_ratio(grid, fam) -> float:
+    """The ratio by which a family's ladder is extended: its window's step, or the mean step of
+    its own sizes (2 for a single size)."""
+    if not fam.sizes:
+        return grid.size_rule.step
+    lo, hi, n = min(fam.sizes), max(fam.sizes), len(set(fam.sizes))
+    return (hi / lo) ** (1 / (n - 1)) if n > 1 and hi > lo else 2.0
+
+
+def point_lr(grid, fam, n: float) -> float | None:
+    """The learning rate of a run of `fam` at N non-embedding parameters; None: the config's own
+    (no lr_rule and lr_mult 1, so nothing is added to the overrides)."""
+    if grid.lr_rule is not None:
+        return grid.lr_rule.lr(n) * fam.lr_mult
+    if fam.lr_mult == 1:
+        return None
+    from rltok.config import load_config
+
+    return load_config(grid.preset, overrides=run_base(grid, fam)).train.lr * fam.lr_mult
+
+
+def run_base(grid, fam) -> list[str]:
+    """The base overrides a family's runs train with: the grid's warm-up share, then the grid's
+    overrides, then the family's (later ones win)."""
+    warmup = [] if grid.warmup_frac is None else [f"train.warmup_frac={grid.warmup_frac!r}"]
+    return [*warmup, *grid.overrides, *fam.overrides]
