@@ -6,13 +6,17 @@ The grid (TOML or JSON; schema in docs/SCALING.md):
   corpora: {name: data folder} (or a list of folders, named by their last component);
   budgets: training FLOPs; seeds; split (the held-out split scored, "test" by default);
   preset; max_eval_windows; overrides (base config overrides of every run); n_boot;
-  families: a list of {name, method, overrides, n_min, n_max, points | sizes}: `method` an
-  `rltok compare` method (NAME or NAME+PIECE...), `overrides` this family's base overrides, and
-  the size ladder in non-embedding parameters (`rltok.model.sizing`).
+  families: a list of {name, method, overrides, n_min, n_max, points | sizes | size_coef, lr_mult}:
+  `method` an `rltok compare` method (NAME or NAME+PIECE...), `overrides` this family's base
+  overrides, and the size ladder in non-embedding parameters (`rltok.model.sizing`);
+  the study's rules (`scaling_grid`): size_rule (a size window per budget), lr_rule, warmup_frac;
+  the steps that follow the results (`scaling_adapt`): extend, optimum_seeds;
+  the prediction held out from the fit (`scaling_holdout`): holdout_budgets, holdout_seeds.
 
 Layout: `OUT/<corpus>/<budget>__<family>__N<target>__s<seed>.json` per run (written as soon as it
 exists; a point whose JSON exists is skipped, an interrupted one resumes from its checkpoint under
-`OUT/<corpus>/runs/`), `OUT/<corpus>/fits.json` and the PNGs from the fit.
+`OUT/<corpus>/runs/`), `OUT/<corpus>/fits.json` and the PNGs from the fit (holdout budgets left
+out), `OUT/prediction.json` and `OUT/prediction_score.json`.
 """
 
 from __future__ import annotations
