@@ -32,7 +32,7 @@ from rltok.config import ConfigError, load_config
 
 GRID_KEYS = {"corpora", "budgets", "families", "seeds", "split", "preset", "max_eval_windows", "overrides",
              "n_boot", "size_rule", "extend", "lr_rule", "warmup_frac", "optimum_seeds", "holdout_budgets",
-             "holdout_seeds"}
+             "holdout_seeds", "select_split"}
 FAMILY_KEYS = {"name", "method", "overrides", "n_min", "n_max", "points", "sizes", "size_coef", "lr_mult"}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]*(_[A-Za-z0-9.+-]+)*")  # a file-name part without "__"
 RESULTS_GLOB = "C*__*__N*__s*.json"  # the run records of a corpus folder (not fits.json)
@@ -67,6 +67,9 @@ class Grid:
     optimum_seeds: tuple[int, ...] = ()  # more seeds at each budget's best size
     holdout_budgets: tuple[float, ...] = ()  # never fitted nor run by a plain `rltok scaling`
     holdout_seeds: tuple[int, ...] = (0, 1, 2)
+    # also scored on this split (`bpb_select`), which the study's choices read (extensions, the
+    # optimum's seeds), so that the scored split only reports; None: choices read `bpb`
+    select_split: str | None = None
 
 
 def _unknown(keys, allowed: set, where: str) -> None:
@@ -138,7 +141,7 @@ def parse_grid(d: dict) -> Grid:
     return Grid({_name(str(k), "corpora"): str(v) for k, v in corpora.items()}, budgets, families,
                 tuple(int(s) for s in d.get("seeds", (0,))), d.get("split", "test"), d.get("preset", "tiny"),
                 int(d.get("max_eval_windows", 0)), tuple(d.get("overrides", ())), int(d.get("n_boot", 1000)),
-                holdout_budgets=holdout, **extra)
+                holdout_budgets=holdout, select_split=d.get("select_split"), **extra)
 
 
 def load_grid(path: str | Path) -> Grid:
@@ -260,7 +263,25 @@ def run_point(grid: Grid, p: Point, folder: Path, split: str) -> dict:
                ladder_params=p.rung.achieved, non_embedding_params=model.non_embedding_params(),
                budget_flops=p.budget, seed=p.seed, split=split, lr=rec["config"]["train"]["lr"],
                lr_mult=p.family.lr_mult, point_kind=p.kind)
+    if grid.select_split and grid.select_split != split:
+        rec.update(select_split=grid.select_split, bpb_select=_score(model, grid, p.corpus, grid.select_split))
     return rec
+
+
+def _score(model, grid: Grid, corpus: str, split: str) -> float:
+    """bpb of a trained model on `split` of a corpus, windows as the scored split's."""
+    from rltok.data.corpus import load_eval_bytes
+    from rltok.data.windows import eval_windows
+    from rltok.eval.evaluate import evaluate
+
+    seq_len = load_config(grid.preset, overrides=list(grid.overrides)).train.seq_len
+    x, y = eval_windows(load_eval_bytes(grid.corpora[corpus], split), seq_len, grid.max_eval_windows)
+    return float(evaluate(model, x, y, batch_size=16, mode="sample", seed=0)["bpb"])
+
+
+def choice_loss(rec: dict) -> float:
+    """The loss the study's choices read: on the selection split where the record has one."""
+    return float(rec.get("bpb_select", rec["bpb"]))
 
 
 def _write_json(path: Path, obj) -> None:

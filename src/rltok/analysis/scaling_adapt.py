@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rltok.analysis.scaling import Grid, Point, budget_tag, family_rungs, run_points
+from rltok.analysis.scaling import Grid, Point, budget_tag, choice_loss, family_rungs, run_points
 from rltok.analysis.scaling_grid import step_ratio
 
 MAX_STEPS = 4  # step ratios tried beyond an edge before a new shape is given up on
@@ -92,7 +92,8 @@ class Cell:
         """None when the parabola's optimum is interior (or cannot be fitted), else the side to extend."""
         from rltok.analysis.scaling_fit import fit_isoflop, profiles_from_records
 
-        profile = profiles_from_records(self._records(rungs)).get(self.fam.name, {}).get(self.budget)
+        chosen = [{**r, "bpb": choice_loss(r)} for r in self._records(rungs)]  # the selection split's
+        profile = profiles_from_records(chosen).get(self.fam.name, {}).get(self.budget)
         if profile is None or len(profile.sizes) < 3:
             self.log(f"{self.corpus} {budget_tag(self.budget)} {self.fam.name}: fewer than 3 sizes: not extended")
             return None
@@ -120,7 +121,7 @@ class Cell:
         extra = [s for s in self.grid.optimum_seeds if s not in self.grid.seeds]
         by_target: dict = {}
         for r in self._records(rungs):
-            by_target.setdefault(round(r["target_size"]), []).append(float(r["bpb"]))
+            by_target.setdefault(round(r["target_size"]), []).append(choice_loss(r))
         if not extra or not by_target:
             return 0
         best = min(by_target, key=lambda t: (sum(by_target[t]) / len(by_target[t]), t))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -60,6 +61,10 @@ def cmd_scaling(args) -> int:
 
     out = check_output_folder(args.out, "--out")
     grid = load_grid(args.grid)
+    if args.corpus:  # one corpus per process: two processes run a grid's corpora side by side
+        if args.corpus not in grid.corpora:
+            raise ConfigError(f"--corpus {args.corpus}: the grid's corpora are {', '.join(grid.corpora)}")
+        grid = dataclasses.replace(grid, corpora={args.corpus: grid.corpora[args.corpus]})
 
     def log(message: str) -> None:
         print(message, file=sys.stderr)
