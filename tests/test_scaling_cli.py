@@ -59,9 +59,11 @@ def test_a_tiny_grid_runs_resumes_and_fits(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "12 points: 12 done already, 0 to run" in captured.err
     assert "training" not in captured.err and "[1/" not in captured.err
-    fits = json.loads((out / "salad" / "fits.json").read_text())
+    fits = json.loads((out / "salad" / "fits.json").read_text())["families"]
     assert set(fits) == {"flat", "uniform_w16"}
     assert set(fits["flat"]["isofits"]) == {repr(1e8), repr(5e8)}
+    assert (out / "salad" / "inference_salad.png").exists() and "(inference_salad.png)" in \
+        (out / "salad" / "report.md").read_text()
     assert {p.name for p in (out / "salad").glob("*.png")} >= {"isoflop_flat.png", "isoflop_uniform_w16.png"}
     assert "| flat | 1e+08 |" in captured.out and ("interior" in captured.out or "extend" in captured.out)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from rltok.config import ConfigError, load_config
 
 GRID_KEYS = {"corpora", "budgets", "families", "seeds", "split", "preset", "max_eval_windows", "overrides",
-             "n_boot"}
+             "n_boot", "groups", "crossovers"}
 FAMILY_KEYS = {"name", "method", "overrides", "n_min", "n_max", "points", "sizes"}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]*(_[A-Za-z0-9.+-]+)*")  # a file-name part without "__"
 RESULTS_GLOB = "C*__*__N*__s*.json"  # the run records of a corpus folder (not fits.json)
@@ -52,6 +52,8 @@ class Grid:
     max_eval_windows: int = 0
     overrides: tuple[str, ...] = ()
     n_boot: int = 1000
+    groups: dict = dataclasses.field(default_factory=dict)  # name -> member family names
+    crossovers: tuple[tuple[str, str], ...] = ()  # pairs of family or group names
 
 
 def _unknown(keys, allowed: set, where: str) -> None:
@@ -108,9 +110,45 @@ def parse_grid(d: dict) -> Grid:
     names = [f.name for f in families]
     if len(set(names)) < len(names):
         raise ConfigError(f"grid: family names must differ: {names}")
+    groups = _groups(d.get("groups", {}), names)
     return Grid({_name(str(k), "corpora"): str(v) for k, v in corpora.items()}, budgets, families,
                 tuple(int(s) for s in d.get("seeds", (0,))), d.get("split", "test"), d.get("preset", "tiny"),
-                int(d.get("max_eval_windows", 0)), tuple(d.get("overrides", ())), int(d.get("n_boot", 1000)))
+                int(d.get("max_eval_windows", 0)), tuple(d.get("overrides", ())), int(d.get("n_boot", 1000)),
+                groups, _crossovers(d.get("crossovers", ()), [*names, *groups]))
+
+
+def _groups(d, families: list[str]) -> dict:
+    """`groups = {name = [family, ...]}`: each group is fitted as its best member per budget."""
+    if not isinstance(d, dict):
+        raise ConfigError("grid: `groups` is a table {name = [family, ...]}")
+    out = {}
+    for name, members in d.items():
+        where = f"groups.{name}"
+        if _name(str(name), where) in families:
+            raise ConfigError(f"{where}: a group may not take a family's name")
+        if isinstance(members, str) or not members:
+            raise ConfigError(f"{where}: a list of one or more family names")
+        unknown = [m for m in members if m not in families]
+        if unknown:
+            raise ConfigError(f"{where}: unknown family name(s) {', '.join(map(str, unknown))}; families: "
+                              f"{', '.join(families)}")
+        out[str(name)] = tuple(members)
+    return out
+
+
+def _crossovers(pairs, names: list[str]) -> tuple[tuple[str, str], ...]:
+    """`crossovers = [[a, b], ...]`: pairs of family or group names."""
+    out = []
+    for i, pair in enumerate(pairs):
+        where = f"crossovers[{i}]"
+        if isinstance(pair, str) or len(pair) != 2 or pair[0] == pair[1]:
+            raise ConfigError(f"{where}: a pair of two different family or group names, got {pair!r}")
+        unknown = [n for n in pair if n not in names]
+        if unknown:
+            raise ConfigError(f"{where}: unknown family or group name(s) {', '.join(map(str, unknown))}; "
+                              f"known: {', '.join(names)}")
+        out.append((str(pair[0]), str(pair[1])))
+    return tuple(out)
 
 
 def load_grid(path: str | Path) -> Grid:
@@ -247,15 +285,24 @@ def read_records(folder: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(Path(folder).glob(RESULTS_GLOB))]
 
 
-def fit_corpus(folder: Path, n_boot: int = 1000) -> dict:
-    """Fit every record in a corpus folder; write fits.json and the plots there; the study."""
-    from rltok.analysis.scaling_fit import fit_study, to_plain
-    from rltok.analysis.scaling_plots import plot_study
+def fit_corpus(folder: Path, n_boot: int = 1000, groups: dict | None = None, crossovers=(),
+               command: str | None = None) -> dict:
+    """Fit every record in a corpus folder (families and `groups`, the `crossovers` pairs); write
+    fits.json, the plots and report.md there (`scaling_report`); the study (family or group ->
+    FamilyFit)."""
+    from rltok.analysis.compare import git_commit
+    from rltok.analysis.scaling_plots import plot_inference, plot_study
+    from rltok.analysis.scaling_report import build_report, report_markdown, report_plain
 
-    study = fit_study(read_records(folder), n_boot=n_boot)
-    _write_json(folder / "fits.json", to_plain(study))
-    plot_study(study, folder)
-    return study
+    folder = Path(folder)
+    rep = build_report(read_records(folder), groups, crossovers, folder.name, n_boot)
+    _write_json(folder / "fits.json", report_plain(rep, command, git_commit()))
+    crossings = [c for p in rep.crossovers if p.crossover for c in p.crossover.crossings]
+    plots = plot_study(rep.study, folder, crossings=crossings)
+    inference = plot_inference(list(rep.records), folder / f"inference_{folder.name}.png", folder.name)
+    md = report_markdown(rep, command, git_commit(), [p.name for p in plots], inference and inference.name)
+    (folder / "report.md").write_text(md)
+    return rep.study
 
 
 def _fmt(x: float | None) -> str:
