@@ -95,3 +95,5 @@ def test_the_gpu_grid_file_parses_and_names_known_methods():
     assert min(grid.budgets) == 1e15 and max(grid.budgets) == 1e18
     for fam in grid.families:
         assert method_overrides(fam.method) and len(fam.sizes) >= 5
+    assert grid.groups["hierarchy"] == ("uniform", "whitespace", "rl")
+    assert ("bytes", "bpe_token") in grid.crossovers
