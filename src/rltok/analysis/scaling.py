@@ -8,11 +8,12 @@ The grid (TOML or JSON; schema in docs/SCALING.md):
   preset; max_eval_windows; overrides (base config overrides of every run); n_boot;
   families: a list of {name, method, overrides, n_min, n_max, points | sizes}: `method` an
   `rltok compare` method (NAME or NAME+PIECE...), `overrides` this family's base overrides, and
-  the size ladder in non-embedding parameters (`rltok.model.sizing`).
+  the size ladder in non-embedding parameters (`rltok.model.sizing`); groups: {name: [family, ...]}
+  and crossovers: [[a, b], ...], the report's groups and pairs (`rltok.analysis.scaling_report`).
 
 Layout: `OUT/<corpus>/<budget>__<family>__N<target>__s<seed>.json` per run (written as soon as it
 exists; a point whose JSON exists is skipped, an interrupted one resumes from its checkpoint under
-`OUT/<corpus>/runs/`), `OUT/<corpus>/fits.json` and the PNGs from the fit.
+`OUT/<corpus>/runs/`), `OUT/<corpus>/fits.json`, `report.md` and the PNGs from the fit.
 """
 
 from __future__ import annotations

@@ -251,8 +251,8 @@ def _add_scaling(sub: Subcommands) -> None:
                                        "fits and plots per corpus")
     p.add_argument("--grid", required=True, help="grid file, TOML or JSON (docs/SCALING.md: Running the study)")
     p.add_argument("--out", required=True, help="results folder: one subfolder per corpus with a JSON per run, "
-                                                "fits.json and the plots")
-    p.add_argument("--fit-only", action="store_true", help="fit and plot the runs already there; train nothing")
+                                                "fits.json, report.md and the plots")
+    p.add_argument("--fit-only", action="store_true", help="fit, plot and rewrite report.md from the runs already there; train nothing")
     p.set_defaults(func=cmd_scaling)
 
 
