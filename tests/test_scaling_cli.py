@@ -61,9 +61,11 @@ def test_a_tiny_grid_runs_resumes_and_fits(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "12 points: 12 done already, 0 to run" in captured.err
     assert "training" not in captured.err and "[1/" not in captured.err
-    fits = json.loads((out / "salad" / "fits.json").read_text())
+    fits = json.loads((out / "salad" / "fits.json").read_text())["families"]
     assert set(fits) == {"flat", "uniform_w16"}
     assert set(fits["flat"]["isofits"]) == {repr(1e8), repr(5e8)}
+    assert (out / "salad" / "inference_salad.png").exists() and "(inference_salad.png)" in \
+        (out / "salad" / "report.md").read_text()
     assert {p.name for p in (out / "salad").glob("*.png")} >= {"isoflop_flat.png", "isoflop_uniform_w16.png"}
     assert "| flat | 1e+08 |" in captured.out and ("interior" in captured.out or "extend" in captured.out)
 
@@ -95,6 +97,8 @@ def test_the_gpu_grid_file_parses_and_names_known_methods():
     assert min(grid.budgets) == 1e15 and max(grid.budgets) == 1e18
     for fam in grid.families:
         assert method_overrides(fam.method) and len(fam.sizes) >= 5
+    assert grid.groups["hierarchy"] == ("uniform", "whitespace", "rl")
+    assert ("bytes", "bpe_token") in grid.crossovers
 
 
 # ---------------------------------------------------------------- the study's rules
@@ -235,7 +239,7 @@ def test_a_prediction_is_written_once_then_tested_at_the_held_out_budget(tmp_pat
     assert "| salad | flat | 5e+08 |" in captured.out
     assert main([*args, "--fit-only"]) == 0  # the held-out runs stay out of the fits
     fits = json.loads((out / "salad" / "fits.json").read_text())
-    assert set(fits["flat"]["isofits"]) == {repr(1e7), repr(3e7), repr(1e8)}
+    assert set(fits["families"]["flat"]["isofits"]) == {repr(1e7), repr(3e7), repr(1e8)}
     assert main(args) == 0 and "[1/" not in capsys.readouterr().err  # a plain run never runs a held-out budget
 
 

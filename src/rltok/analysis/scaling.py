@@ -11,12 +11,14 @@ The grid (TOML or JSON; schema in docs/SCALING.md):
   overrides, and the size ladder in non-embedding parameters (`rltok.model.sizing`);
   the study's rules (`scaling_grid`): size_rule (a size window per budget), lr_rule, warmup_frac;
   the steps that follow the results (`scaling_adapt`): extend, optimum_seeds;
-  the prediction held out from the fit (`scaling_holdout`): holdout_budgets, holdout_seeds.
+  the prediction held out from the fit (`scaling_holdout`): holdout_budgets, holdout_seeds;
+  select_split (the split the choices read); groups: {name: [family, ...]} and crossovers:
+  [[a, b], ...], the report's groups and pairs (`rltok.analysis.scaling_report`).
 
 Layout: `OUT/<corpus>/<budget>__<family>__N<target>__s<seed>.json` per run (written as soon as it
 exists; a point whose JSON exists is skipped, an interrupted one resumes from its checkpoint under
-`OUT/<corpus>/runs/`), `OUT/<corpus>/fits.json` and the PNGs from the fit (holdout budgets left
-out), `OUT/prediction.json` and `OUT/prediction_score.json`.
+`OUT/<corpus>/runs/`), `OUT/<corpus>/fits.json`, `report.md` and the PNGs from the fit (holdout
+budgets left out), `OUT/prediction.json` and `OUT/prediction_score.json`.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from rltok.config import ConfigError, load_config
 
 GRID_KEYS = {"corpora", "budgets", "families", "seeds", "split", "preset", "max_eval_windows", "overrides",
              "n_boot", "size_rule", "extend", "lr_rule", "warmup_frac", "optimum_seeds", "holdout_budgets",
-             "holdout_seeds", "select_split"}
+             "holdout_seeds", "select_split", "groups", "crossovers"}
 FAMILY_KEYS = {"name", "method", "overrides", "n_min", "n_max", "points", "sizes", "size_coef", "lr_mult"}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]*(_[A-Za-z0-9.+-]+)*")  # a file-name part without "__"
 RESULTS_GLOB = "C*__*__N*__s*.json"  # the run records of a corpus folder (not fits.json)
@@ -70,6 +72,8 @@ class Grid:
     # also scored on this split (`bpb_select`), which the study's choices read (extensions, the
     # optimum's seeds), so that the scored split only reports; None: choices read `bpb`
     select_split: str | None = None
+    groups: dict = dataclasses.field(default_factory=dict)  # name -> member family names
+    crossovers: tuple[tuple[str, str], ...] = ()  # pairs of family or group names
 
 
 def _unknown(keys, allowed: set, where: str) -> None:
@@ -138,10 +142,46 @@ def parse_grid(d: dict) -> Grid:
     names = [f.name for f in families]
     if len(set(names)) < len(names):
         raise ConfigError(f"grid: family names must differ: {names}")
+    groups = _groups(d.get("groups", {}), names)
     return Grid({_name(str(k), "corpora"): str(v) for k, v in corpora.items()}, budgets, families,
                 tuple(int(s) for s in d.get("seeds", (0,))), d.get("split", "test"), d.get("preset", "tiny"),
                 int(d.get("max_eval_windows", 0)), tuple(d.get("overrides", ())), int(d.get("n_boot", 1000)),
-                holdout_budgets=holdout, select_split=d.get("select_split"), **extra)
+                holdout_budgets=holdout, select_split=d.get("select_split"), groups=groups,
+                crossovers=_crossovers(d.get("crossovers", ()), [*names, *groups]), **extra)
+
+
+def _groups(d, families: list[str]) -> dict:
+    """`groups = {name = [family, ...]}`: each group is fitted as its best member per budget."""
+    if not isinstance(d, dict):
+        raise ConfigError("grid: `groups` is a table {name = [family, ...]}")
+    out = {}
+    for name, members in d.items():
+        where = f"groups.{name}"
+        if _name(str(name), where) in families:
+            raise ConfigError(f"{where}: a group may not take a family's name")
+        if isinstance(members, str) or not members:
+            raise ConfigError(f"{where}: a list of one or more family names")
+        unknown = [m for m in members if m not in families]
+        if unknown:
+            raise ConfigError(f"{where}: unknown family name(s) {', '.join(map(str, unknown))}; families: "
+                              f"{', '.join(families)}")
+        out[str(name)] = tuple(members)
+    return out
+
+
+def _crossovers(pairs, names: list[str]) -> tuple[tuple[str, str], ...]:
+    """`crossovers = [[a, b], ...]`: pairs of family or group names."""
+    out = []
+    for i, pair in enumerate(pairs):
+        where = f"crossovers[{i}]"
+        if isinstance(pair, str) or len(pair) != 2 or pair[0] == pair[1]:
+            raise ConfigError(f"{where}: a pair of two different family or group names, got {pair!r}")
+        unknown = [n for n in pair if n not in names]
+        if unknown:
+            raise ConfigError(f"{where}: unknown family or group name(s) {', '.join(map(str, unknown))}; "
+                              f"known: {', '.join(names)}")
+        out.append((str(pair[0]), str(pair[1])))
+    return tuple(out)
 
 
 def load_grid(path: str | Path) -> Grid:
@@ -347,16 +387,24 @@ def read_records(folder: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(Path(folder).glob(RESULTS_GLOB))]
 
 
-def fit_corpus(folder: Path, n_boot: int = 1000, budgets=None) -> dict:
-    """Fit the records in a corpus folder (of `budgets` only when given: the grid's, so held-out
-    budgets stay out); write fits.json and the plots there; the study."""
-    from rltok.analysis.scaling_fit import fit_study, to_plain
-    from rltok.analysis.scaling_plots import plot_study
+def fit_corpus(folder: Path, n_boot: int = 1000, groups: dict | None = None, crossovers=(),
+               command: str | None = None, budgets=None) -> dict:
+    """Fit every record in a corpus folder (families and `groups`, the `crossovers` pairs); write
+    fits.json, the plots and report.md there (`scaling_report`); the study (family or group ->
+    FamilyFit). `budgets`: only these are fitted (the grid's, so held-out budgets stay out)."""
+    from rltok.analysis.compare import git_commit
+    from rltok.analysis.scaling_plots import plot_inference, plot_study
+    from rltok.analysis.scaling_report import build_report, report_markdown, report_plain
 
-    study = fit_study(read_records(folder), n_boot=n_boot, budgets=budgets)
-    _write_json(folder / "fits.json", to_plain(study))
-    plot_study(study, folder)
-    return study
+    folder = Path(folder)
+    rep = build_report(read_records(folder), groups, crossovers, folder.name, n_boot, budgets=budgets)
+    _write_json(folder / "fits.json", report_plain(rep, command, git_commit()))
+    crossings = [c for p in rep.crossovers if p.crossover for c in p.crossover.crossings]
+    plots = plot_study(rep.study, folder, crossings=crossings)
+    inference = plot_inference(list(rep.records), folder / f"inference_{folder.name}.png", folder.name)
+    md = report_markdown(rep, command, git_commit(), [p.name for p in plots], inference and inference.name)
+    (folder / "report.md").write_text(md)
+    return rep.study
 
 
 def _fmt(x: float | None) -> str:

@@ -108,3 +108,37 @@ def plot_study(study: dict[str, FamilyFit], folder: Path, extend_to: float | Non
     if envelopes:
         paths += [plot_envelopes(envelopes, folder, extend_to, crossings), plot_sizes(envelopes, folder, extend_to)]
     return paths
+
+
+def inference_runs(records: list[dict]) -> tuple[float | None, list[dict]]:
+    """The largest budget among the runs that report `forward_flops_per_byte`, and those runs at it."""
+    runs = [r for r in records if r.get("forward_flops_per_byte")]
+    if not runs:
+        return None, []
+    top = max(float(r["budget_flops"]) for r in runs)
+    return top, [r for r in runs if float(r["budget_flops"]) == top]
+
+
+def plot_inference(records: list[dict], path: Path, title: str = "") -> Path | None:
+    """bpb against inference (forward) FLOPs per byte of every run at the largest budget
+    (`inference_runs`): one colour per family, marker area growing with log N. None when no run
+    reports the field."""
+    from rltok.analysis.scaling_fit import record_family, record_size
+
+    top, runs = inference_runs(records)
+    if not runs:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    log_n = np.log10([record_size(r) for r in runs])
+    span = max(float(log_n.max() - log_n.min()), 1e-9)
+    area = dict(zip(map(id, runs), 15 + 120 * (log_n - log_n.min()) / span))
+    families = sorted({record_family(r) for r in runs})
+    for colour, family in zip(plt.cm.tab10(np.arange(len(families)) % 10), families):
+        mine = [r for r in runs if record_family(r) == family]
+        ax.scatter([r["forward_flops_per_byte"] for r in mine], [r["bpb"] for r in mine],
+                   s=[area[id(r)] for r in mine], color=colour, alpha=0.75, label=family)
+    ax.set_xscale("log")
+    ax.set(xlabel="inference FLOPs per byte (forward pass)", ylabel="bpb",
+           title=f"{title + ': ' if title else ''}{top:.3g} training FLOPs (marker area: log N)")
+    return _save(fig, ax, Path(path))

@@ -78,8 +78,9 @@ def cmd_scaling(args) -> int:
         if not folder.is_dir():
             log(f"{corpus}: no runs yet")
             continue
-        study = fit_corpus(folder, grid.n_boot, budgets=grid.budgets)  # holdout budgets stay out
-        print(f"## {corpus}\n\n{study_table(study)}\n\nfits and plots: {folder}\n")
+        study = fit_corpus(folder, grid.n_boot, grid.groups, grid.crossovers, _scaling_command(args),
+                           budgets=grid.budgets)  # holdout budgets stay out
+        print(f"## {corpus}\n\n{study_table(study)}\n\nfits, plots and report: {folder / 'report.md'}\n")
     return 0
 
 
@@ -93,6 +94,14 @@ def _scaling_holdout(args, grid, out, log) -> int:
     scores = run_holdout(grid, out, log)
     print(f"{score_table(scores)}\n\nscores: {out / 'prediction_score.json'}")
     return 0
+
+
+def _scaling_command(args) -> str:
+    """The command that regenerates a corpus's fits and report.md (written into it)."""
+    import shlex
+
+    words = ["rltok", "scaling", "--grid", str(args.grid), "--out", str(args.out)]
+    return shlex.join(words + (["--fit-only"] if args.fit_only else []))
 
 
 def cmd_diagnose(args) -> int:

@@ -251,10 +251,10 @@ def _add_scaling(sub: Subcommands) -> None:
                                        "fits and plots per corpus")
     p.add_argument("--grid", required=True, help="grid file, TOML or JSON (docs/SCALING.md: Running the study)")
     p.add_argument("--out", required=True, help="results folder: one subfolder per corpus with a JSON per run, "
-                                                "fits.json and the plots")
+                                                "fits.json, report.md and the plots")
     p.add_argument("--corpus", help="only this corpus of the grid (run one process per corpus side by side)")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--fit-only", action="store_true", help="fit and plot the runs already there; train nothing")
+    mode.add_argument("--fit-only", action="store_true", help="fit, plot and rewrite report.md from the runs already there; train nothing")
     mode.add_argument("--predict", action="store_true",
                       help="fit without the grid's holdout_budgets and write OUT/prediction.json (once: an existing "
                            "one is never overwritten); train nothing")

@@ -1,0 +1,358 @@
+"""The compute-optimal study's report for one corpus, from its run records: groups of families
+(fitted like a family whose runs at each budget are its best member's), crossovers between
+families or groups (within the fitted range, and searched in the extrapolated curves up to the
+reference's scale), verdicts paired by seed per budget, what the fits imply at the reference's
+scale, and the machine time the runs took.
+
+`build_report(records, groups, pairs)` computes it (a `StudyReport`), `report_plain` is its
+fits.json and `report_markdown` its report.md; `rltok.analysis.scaling.fit_corpus` writes both
+(and the plots, `scaling_plots.plot_inference` among them), so `rltok scaling --fit-only`
+regenerates them: report.md is never edited by hand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+from rltok.analysis.paired_stats import PairedDifference, paired_difference
+from rltok.analysis.scaling_fit import (Crossover, FamilyFit, IsoProfile, Prediction, crossover, fit_study, predict,
+                                        profiles_from_records, record_family, to_plain)
+from rltok.analysis.scaling_plots import inference_runs
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceScale:
+    """The scale the published reference models train at, which the fits are extrapolated to."""
+    flops: float = 3e18
+    params: float = 147e6
+    bytes: float = 6e9
+
+
+REFERENCE = ReferenceScale()
+
+
+# ---------------------------------------------------------------- groups
+
+@dataclasses.dataclass(frozen=True)
+class GroupChoice:
+    """The member that stands for a group at one budget, and the loss it was chosen by."""
+    group: str
+    budget: float
+    member: str
+    loss: float
+    basis: str  # "fitted L*" (every member's optimum interior there) or "best measured"
+
+
+def _choose(group: str, budget: float, members: list[str], study: Mapping[str, FamilyFit],
+            profiles: Mapping[str, Mapping[float, IsoProfile]]) -> GroupChoice:
+    """The member with the lowest fitted L* at the budget when every member's optimum is interior
+    there (one basis for all, so a parabola extrapolated past a ladder's edge never wins), else
+    the lowest best measured seed mean; ties go to the first name."""
+    fits = [study[m].isofits.get(budget) if m in study else None for m in members]
+    if all(f is not None and f.interior for f in fits):
+        losses, basis = [f.l_star for f in fits], "fitted L*"
+    else:
+        losses, basis = [float(profiles[m][budget].means.min()) for m in members], "best measured"
+    loss, member = min(zip(losses, members))
+    return GroupChoice(group, budget, member, float(loss), basis)
+
+
+def choose_members(study: Mapping[str, FamilyFit], profiles: Mapping[str, Mapping[float, IsoProfile]],
+                   groups: Mapping[str, Sequence[str]]) -> list[GroupChoice]:
+    """Per group and budget (any budget where a member has runs), the member that stands for it."""
+    out = []
+    for group, members in groups.items():
+        budgets = sorted({b for m in members for b in profiles.get(m, {})})
+        for budget in budgets:
+            present = [m for m in members if budget in profiles.get(m, {})]
+            out.append(_choose(group, budget, present, study, profiles))
+    return out
+
+
+def group_records(records: Iterable[dict], choices: Iterable[GroupChoice]) -> list[dict]:
+    """Copies of each chosen member's runs at its budget, labelled with the group's name (and
+    `group_member`, the member they came from)."""
+    records = list(records)
+    out = []
+    for c in choices:
+        out += [{**r, "family": c.group, "group_member": c.member} for r in records
+                if record_family(r) == c.member and float(r["budget_flops"]) == c.budget]
+    return out
+
+
+# ---------------------------------------------------------------- crossovers and paired verdicts
+
+@dataclasses.dataclass(frozen=True)
+class PairCrossover:
+    """A pair's crossover (`scaling_fit.crossover`, searched up to the reference's compute), or
+    why none was computed."""
+    a: str
+    b: str
+    crossover: Crossover | None
+    reason: str | None
+
+
+def pair_crossover(study: Mapping[str, FamilyFit], a: str, b: str, below: float = REFERENCE.flops) -> PairCrossover:
+    for name in (a, b):
+        if name not in study:
+            return PairCrossover(a, b, None, f"{name}: no runs")
+        if study[name].envelope is None:
+            return PairCrossover(a, b, None, f"{name}: no envelope ({study[name].envelope_error})")
+    try:
+        return PairCrossover(a, b, crossover(study[a].envelope, study[b].envelope, below=below), None)
+    except ValueError as e:
+        return PairCrossover(a, b, None, str(e))
+
+
+@dataclasses.dataclass(frozen=True)
+class PairedBudget:
+    """At one budget: the loss of a's best measured size minus b's, paired by seed."""
+    a: str
+    b: str
+    budget: float
+    size_a: float
+    size_b: float
+    difference: PairedDifference | None
+    reason: str | None  # why there is no difference (no seed shared)
+
+
+def _best_size(profile: IsoProfile) -> tuple[float, dict]:
+    """The size with the lowest seed mean, and its {seed: loss}."""
+    i = int(profile.means.argmin())
+    return float(profile.sizes[i]), dict(zip(profile.seeds[i], (float(v) for v in profile.losses[i])))
+
+
+def paired_verdicts(profiles: Mapping[str, Mapping[float, IsoProfile]], a: str, b: str) -> list[PairedBudget]:
+    """Per budget both have runs at: a's best size against b's, paired by seed (t interval)."""
+    out = []
+    for budget in sorted(set(profiles.get(a, {})) & set(profiles.get(b, {}))):
+        (size_a, loss_a), (size_b, loss_b) = _best_size(profiles[a][budget]), _best_size(profiles[b][budget])
+        try:
+            diff, reason = paired_difference(loss_a, loss_b, name_a=a, name_b=b), None
+        except ValueError as e:
+            diff, reason = None, str(e)
+        out.append(PairedBudget(a, b, budget, size_a, size_b, diff, reason))
+    return out
+
+
+# ---------------------------------------------------------------- the whole report
+
+@dataclasses.dataclass(frozen=True)
+class MachineTime:
+    """The runs' wall-clock time, summed (a record without `wall_s` is counted apart)."""
+    runs: int
+    hours: float
+    without_time: int
+
+
+def machine_time(records: Sequence[dict]) -> MachineTime:
+    walls = [float(r["wall_s"]) for r in records if r.get("wall_s") is not None]
+    return MachineTime(len(records), sum(walls) / 3600.0, len(records) - len(walls))
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyReport:
+    """Everything report.md and fits.json say about one corpus."""
+    corpus: str
+    study: dict  # family or group -> FamilyFit
+    profiles: dict  # family or group -> {budget: IsoProfile}
+    groups: dict  # group -> its member families
+    choices: tuple  # GroupChoice, per group and budget
+    crossovers: tuple  # PairCrossover, per pair
+    paired: tuple  # PairedBudget, per pair and budget
+    reference: tuple  # Prediction at the reference's compute, per envelope
+    reference_scale: ReferenceScale
+    machine: MachineTime
+    records: tuple  # the runs read (members only): the inference plot reads them
+
+
+def _fit_groups(records: list[dict], study: dict, profiles: dict, groups: Mapping[str, Sequence[str]],
+                **fit_kw) -> list[GroupChoice]:
+    """Add each group to `study` and `profiles` (in place); the members chosen."""
+    choices = choose_members(study, profiles, groups)
+    grouped = group_records(records, choices)
+    if grouped:
+        study.update(fit_study(grouped, **fit_kw))
+        profiles.update(profiles_from_records(grouped))
+    return choices
+
+
+def build_report(records: Iterable[dict], groups: Mapping[str, Sequence[str]] | None = None,
+                 pairs: Iterable[Sequence[str]] = (), corpus: str = "", n_boot: int = 1000, seed: int = 0,
+                 budgets: Iterable[float] | None = None, reference: ReferenceScale = REFERENCE) -> StudyReport:
+    """Fit the records' families and the groups, and compute every part of the report (only the
+    records at `budgets` when given; the machine time counts every record)."""
+    every = list(records)
+    keep = None if budgets is None else {float(b) for b in budgets}
+    records = [r for r in every if keep is None or float(r["budget_flops"]) in keep]
+    study = fit_study(records, n_boot=n_boot, seed=seed)
+    profiles = profiles_from_records(records)
+    groups = {g: tuple(m) for g, m in (groups or {}).items()}
+    choices = _fit_groups(records, study, profiles, groups, n_boot=n_boot, seed=seed)
+    pairs = [tuple(p) for p in pairs]
+    crossings = [pair_crossover(study, a, b, reference.flops) for a, b in pairs]
+    paired = [v for a, b in pairs for v in paired_verdicts(profiles, a, b)]
+    preds = [predict(f.envelope, reference.flops) for f in study.values() if f.envelope is not None]
+    return StudyReport(corpus, study, profiles, groups, tuple(choices), tuple(crossings), tuple(paired),
+                       tuple(preds), reference, machine_time(every), tuple(records))
+
+
+def report_plain(rep: StudyReport, command: str | None = None, commit: str | None = None) -> dict:
+    """fits.json: the fits of every family and group, and every other part of the report."""
+    crossovers = []
+    for p in rep.crossovers:
+        plain = to_plain(p)
+        if p.crossover is not None:
+            plain["crossover"].update(verdict=p.crossover.verdict, verdict_below=p.crossover.verdict_below)
+        crossovers.append(plain)
+    paired = [{**to_plain(v), "verdict": v.difference.verdict if v.difference else None} for v in rep.paired]
+    return {"corpus": rep.corpus, "command": command, "commit": commit, "families": to_plain(rep.study),
+            "groups": {g: {"members": list(m), "choices": [to_plain(c) for c in rep.choices if c.group == g]}
+                       for g, m in rep.groups.items()},
+            "crossovers": crossovers, "paired": paired,
+            "reference": {**to_plain(rep.reference_scale), "predictions": to_plain(list(rep.reference))},
+            "machine": to_plain(rep.machine)}
+
+
+# ---------------------------------------------------------------- report.md
+
+def _num(x: float | None, fmt: str = ".3g") -> str:
+    return "–" if x is None or not math.isfinite(x) else format(x, fmt)
+
+
+def _interval(lo_hi: Sequence[float], fmt: str = ".3g") -> str:
+    lo, hi = lo_hi
+    return f"[{_num(lo, fmt)}, {_num(hi, fmt)}]"
+
+
+def best_table(rep: StudyReport) -> str:
+    """(a) Per family and budget: the best measured loss, its size and seeds, the fitted N* and
+    whether the optimum is interior."""
+    lines = ["| family | budget | best bpb | at N | seeds | sizes | fitted N* | optimum |",
+             "|---|---|---|---|---|---|---|---|"]
+    for family in sorted(rep.profiles):
+        for budget, profile in sorted(rep.profiles[family].items()):
+            i = int(profile.means.argmin())
+            iso = rep.study[family].isofits.get(budget)
+            where = "fewer than 3 sizes" if iso is None else ("interior" if iso.interior else f"extend {iso.extend}")
+            lines.append(f"| {family} | {budget:.3g} | {profile.means[i]:.4f} | {profile.sizes[i]:,.0f} | "
+                         f"{','.join(map(str, profile.seeds[i]))} | {len(profile.sizes)} | "
+                         f"{_num(iso.n_star if iso else None)} | {where} |")
+    return "\n".join(lines)
+
+
+def group_table(rep: StudyReport) -> str:
+    lines = ["| group | budget | member | by | its loss |", "|---|---|---|---|---|"]
+    lines += [f"| {c.group} | {c.budget:.3g} | {c.member} | {c.basis} | {c.loss:.4f} |" for c in rep.choices]
+    return "\n".join(lines)
+
+
+def envelope_table(rep: StudyReport) -> str:
+    """(b) L*(C) = E + A C^-alpha and N*(C) = k C^a per family and group, with intervals."""
+    lines = ["| family | budgets fitted | E | A | alpha | k | a | notes |", "|---|---|---|---|---|---|---|---|"]
+    for family, fit in sorted(rep.study.items()):
+        env = fit.envelope
+        if env is None:
+            lines.append(f"| {family} | – | – | – | – | – | – | no envelope: {fit.envelope_error} |")
+            continue
+        p, iv = env.params, env.intervals
+        cells = [(p.e, "E"), (math.exp(p.log_a), "A"), (p.alpha, "alpha"), (math.exp(p.log_k), "k"), (p.a, "a")]
+        note = env.note + ("; E at its bound 0" if env.e_fixed is None and p.e == 0 else "")
+        lines.append(f"| {family} | {len(env.budgets)} ({env.fitted_range[0]:.3g}–{env.fitted_range[1]:.3g}) | "
+                     + " | ".join(f"{_num(v)} {_interval(iv[k])}" for v, k in cells) + f" | {note} |")
+    return "\n".join(lines)
+
+
+def crossover_table(rep: StudyReport) -> str:
+    """(c) Each pair: within the fitted range, and in the curves extrapolated to the reference."""
+    lines = ["| pair | within the fitted range | extrapolated (not measured) |", "|---|---|---|"]
+    for p in rep.crossovers:
+        if p.crossover is None:
+            lines.append(f"| {p.a} vs {p.b} | not computed: {p.reason} | – |")
+        else:
+            lines.append(f"| {p.a} vs {p.b} | {p.crossover.verdict} | extrapolation: {p.crossover.verdict_below} |")
+    return "\n".join(lines)
+
+
+def paired_table(rep: StudyReport) -> str:
+    """(d) Per pair and budget: best size against best size, paired by seed."""
+    lines = ["| pair | budget | N (a / b) | seeds | mean a − b | t interval | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    for v in rep.paired:
+        d = v.difference
+        head = f"| {v.a} vs {v.b} | {v.budget:.3g} | {v.size_a:,.0f} / {v.size_b:,.0f} | "
+        if d is None:
+            lines.append(head + f"– | – | – | {v.reason} |")
+        else:
+            lines.append(head + f"{','.join(map(str, d.seeds))} | {d.mean:+.4f} | {_interval((d.lo, d.hi), '+.4f')} "
+                         f"| {d.verdict} |")
+    return "\n".join(lines)
+
+
+def reference_table(rep: StudyReport) -> str:
+    """(e) What each envelope implies at the reference's compute: an extrapolation, stated as one."""
+    ref = rep.reference_scale
+    lines = ["| family | predicted L* | predicted N* | N* / reference N | extrapolation |", "|---|---|---|---|---|"]
+    for pred in rep.reference:
+        lines.append(f"| {pred.family} | {_num(pred.l_star, '.3f')} {_interval(pred.l_star_interval, '.3f')} | "
+                     f"{_num(pred.n_star)} {_interval(pred.n_star_interval)} | {_num(pred.n_star / ref.params)} | "
+                     f"{_decades(pred)} |")
+    return "\n".join(lines)
+
+
+def _decades(pred: Prediction) -> str:
+    return (f"{pred.extrapolation:.3g}x the largest fitted budget: over "
+            f"{math.log10(pred.extrapolation):.1f} decades")
+
+
+def report_markdown(rep: StudyReport, command: str | None = None, commit: str | None = None,
+                    plots: Iterable[str] = (), inference: str | None = None) -> str:
+    """report.md: every part of the report, the command that made it and the commit; `plots`
+    and `inference` (bpb against inference FLOPs per byte) are PNG names beside it."""
+    ref, m = rep.reference_scale, rep.machine
+    untimed = f" ({m.without_time} runs without a time)" if m.without_time else ""
+    parts = [
+        f"# Compute-optimal study: {rep.corpus}", "",
+        f"Generated by `{command or 'rltok.analysis.scaling.fit_corpus'}` at commit `{commit or 'unknown'}`; "
+        "regenerate it with `rltok scaling --grid GRID --out DIR --fit-only`, never edit it by hand.", "",
+        "## Best runs per family and budget", "", best_table(rep), ""]
+    if rep.choices:
+        parts += ["Groups: at each budget the member with the lowest fitted L* (every member's optimum interior "
+                  "there), else the lowest best measured loss; the group is fitted on that member's runs. The "
+                  "choice is made once, on the point estimates (the bootstrap does not choose again), and where "
+                  "the member changes with the budget the group's envelope is one law fitted across two "
+                  "families' optima: read its extrapolation with that in mind.", "",
+                  group_table(rep), ""]
+    parts += [
+        "## Envelopes", "", "L*(C) = E + A·C^(−alpha), N*(C) = k·C^a; bootstrap "
+        f"{_level(rep)} intervals in brackets.", "", envelope_table(rep), "",
+        "## Crossovers", "", crossover_table(rep) if rep.crossovers else "No pairs in the grid (`crossovers`).", "",
+        "## Paired verdicts per budget", "",
+        "Each family's best measured size; the difference a − b over the seeds both ran, with its t interval.", "",
+        paired_table(rep) if rep.paired else "No pair has runs at a shared budget.", "",
+        f"## At the reference's scale ({ref.flops:.3g} FLOPs: {ref.params / 1e6:.0f}M parameters, "
+        f"{ref.bytes:.3g} bytes)", "",
+        "Extrapolations of the envelopes, not measurements; the intervals hold only if the power laws hold "
+        "that far.", "", reference_table(rep) if rep.reference else "No envelope to extrapolate.", "",
+        "## Machine time", "", f"{m.runs} runs, {m.hours:.2f} machine-hours (sum of the runs' `wall_s`){untimed}.",
+        ""]
+    if inference:
+        parts += ["## bpb against inference FLOPs per byte", "",
+                  f"Every run at the largest budget ({_largest(rep):.3g} FLOPs): forward FLOPs per byte of the "
+                  "trained model against its bpb; marker area grows with log N.", "",
+                  f"![bpb against inference FLOPs per byte]({inference})", ""]
+    plots = list(plots)
+    if plots:
+        parts += ["## Plots", "", *(f"- [{p}]({p})" for p in plots), ""]
+    return "\n".join(parts)
+
+
+def _largest(rep: StudyReport) -> float:
+    return inference_runs(list(rep.records))[0] or math.nan
+
+
+def _level(rep: StudyReport) -> str:
+    levels = {f.envelope.level for f in rep.study.values() if f.envelope is not None}
+    return "/".join(f"{v:.0%}" for v in sorted(levels)) or "95%"
