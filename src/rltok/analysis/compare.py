@@ -302,6 +302,7 @@ def _run_record(method: str, seed: int, data: str, eval_split: str, budget_flops
     spent = trainer.flops_spent
     supertokens = training_rate(records, "supertokens_per_chunk")
     bps = [r["bytes_per_s"] for r in records[1:]] or [r["bytes_per_s"] for r in records]
+    eval_rate = ev.get("chunks_per_byte") or training_rate(records, "chunks_per_byte")
     curve = [{"step": r["step"], "bytes": r["bytes"], "train_flops": r["train_flops"], "val_bpb": r["val_bpb"],
               "val_rate": r.get("val_rate")} for r in records if "val_bpb" in r]
     return {
@@ -309,13 +310,19 @@ def _run_record(method: str, seed: int, data: str, eval_split: str, budget_flops
         **model_shape(e.cfg, model),
         "params": model.num_params(), "state_mb": train_state_mb(model), "peak_mem_mb": t.memory.peak_mb,
         "peak_mem_kind": t.memory.kind, "steps": steps, "train_bytes": train_bytes,
+        # the training-split bytes a BPE tokenizer was fitted on (model.bpe_sample_bytes), besides
+        # the ones trained on; None for models without one
+        "tokenizer_fit_bytes": model.fit_facts().get("tokenizer_fit_bytes"),
         "planned_rate": t.planned_rate, "planned_train_flops_per_byte": t.planned_fpb,
         "budget_flops": budget_flops, "train_flops": spent, "budget_ratio": spent / budget_flops,
         "budget_flag": abs(spent / budget_flops - 1) > BUDGET_TOLERANCE,
         "train_flops_per_byte": spent / max(1, train_bytes),
-        # the BPE-token model reports no chunks in evaluation: its tokens per byte as trained
-        "forward_flops_per_byte": trainer.cost.forward_per_byte(
-            ev.get("chunks_per_byte") or training_rate(records, "chunks_per_byte"), supertokens),
+        # the BPE-token model reports no chunks in evaluation: its tokens per byte as trained.
+        # Attention counted both ways (rltok.model.flops): the causal pairs, which the budget is
+        # charged with, and what the kernel computes (masked pairs and padding included)
+        "attention_count": "causal",
+        "forward_flops_per_byte": trainer.cost.forward_per_byte(eval_rate, supertokens),
+        "forward_flops_per_byte_kernel": trainer.cost.forward_per_byte(eval_rate, supertokens, attention="kernel"),
         "train_rate": training_rate(records), "train_chunks_per_byte": training_rate(records, "chunks_per_byte"),
         "rate2": training_rate(records, "rate2"), "supertokens_per_chunk": supertokens,
         "bpb": ev["bpb"], "eval_context": e.context, "eval_bytes": ev["bytes"], "rate": ev.get("rate"), "chunks_per_byte": ev.get("chunks_per_byte"),

@@ -19,7 +19,7 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 
 from rltok.config import ModelConfig
-from rltok.data.bpe import encode_rows, fit_bpe_to_rate, tokenizer_from_tensor, tokenizer_to_tensor
+from rltok.data.bpe import encode_rows, fit_bpe_to_rate, heldout_for, tokenizer_from_tensor, tokenizer_to_tensor
 from rltok.model.cost import Level, linear_flops
 from rltok.model.layers import Stack, init_weights, param_count
 from rltok.model.output import LMOutput
@@ -71,15 +71,20 @@ class BPETokenLM(nn.Module, PretrainedMixin):
 
     @classmethod
     def _from_config(cls, cfg: ModelConfig, train_bytes: torch.Tensor | None, state_dict) -> BPETokenLM:
+        facts = {}
         if state_dict is not None and "tokenizer_json" in state_dict:
             tok = tokenizer_from_tensor(state_dict["tokenizer_json"].cpu())
         elif train_bytes is not None:
             # model.bpe_vocab > 0: exactly that vocabulary, on the sample the rate fit would use
-            tok = fit_bpe_to_rate(bytes(train_bytes.numpy()), cfg.target_rate, pretokenize=cfg.bpe_pretokenize,
-                                  vocab_size=cfg.bpe_vocab).tokenizer
+            fit = fit_bpe_to_rate(bytes(train_bytes.numpy()), cfg.target_rate, cfg.bpe_sample_bytes,
+                                  pretokenize=cfg.bpe_pretokenize, heldout_bytes=heldout_for(cfg.bpe_sample_bytes),
+                                  vocab_size=cfg.bpe_vocab)
+            tok, facts = fit.tokenizer, {"tokenizer_fit_bytes": fit.fit_bytes}
         else:
             raise ValueError("model.arch=bpe_token needs training bytes to fit its tokenizer")
-        return cls(tok, cfg.d_chunk, cfg.flat_layers, cfg.n_heads_chunk, cfg.mlp_ratio, max_tokens=cfg.max_seq_len)
+        model = cls(tok, cfg.d_chunk, cfg.flat_layers, cfg.n_heads_chunk, cfg.mlp_ratio, max_tokens=cfg.max_seq_len)
+        model.set_fit_facts(facts)
+        return model
 
     @classmethod
     def unfitted(cls, cfg: ModelConfig, vocab_size: int | None = None) -> BPETokenLM:
