@@ -109,3 +109,20 @@ def test_context_must_leave_a_byte_to_score():
     x, y = eval_windows(DATA[:3000], SEQ)
     with pytest.raises(ValueError, match="context"):
         evaluate(_model("model.arch=flat", "model.flat_layers=1"), x, y, context=0)
+
+
+def test_rltok_eval_context_and_the_natural_split(families, tmp_path, capsys):
+    import json
+
+    from rltok.cli import main
+
+    families["bpe_token"].save_pretrained(tmp_path / "m")
+    (tmp_path / "data.txt").write_bytes(TEXT)
+    args = ["eval", "-c", str(tmp_path / "m"), "--data", str(tmp_path / "data.txt"), "--seq-len", str(SEQ),
+            "--max-windows", "3", "--context", "9"]
+    assert main(args) == 0
+    forced = json.loads(capsys.readouterr().out)
+    assert main([*args, "--no-forced-split"]) == 0
+    natural = json.loads(capsys.readouterr().out)
+    assert forced["context"] == 9 and forced["bytes"] == 3 * (SEQ + 1 - 9)
+    assert natural["forced_split"] is False and natural["bytes"] <= forced["bytes"]

@@ -61,9 +61,9 @@ def cmd_eval(args) -> int:
     x, y = eval_windows(data, seq_len, args.max_windows, context=args.context)
     code = args.code if args.code is not None else looks_like_python(spec)
     result = evaluate(model, x, y, batch_size=args.batch_size, mode=args.mode, seed=args.seed, device=device,
-                      code_metrics=code, context=args.context)
+                      code_metrics=code, context=args.context, forced_split=args.forced_split)
     result.update(checkpoint=str(ckpt), data=spec, split=split, seq_len=x.shape[1], mode=args.mode,
-                  context=args.context)
+                  context=args.context, forced_split=args.forced_split)
     if split != args.split:
         result["split_requested"] = args.split
     if not args.hist:

@@ -153,6 +153,10 @@ def _add_eval(sub: Subcommands) -> None:
     p.add_argument("--context", type=count(1, 1 << 20), default=1,
                    help="score bytes context.. of each window, the same bytes for every model family (windows "
                         "overlap by context bytes, so each byte is scored once; default 1)")
+    p.add_argument("--forced-split", action=argparse.BooleanOptionalAction, default=True,
+                   help="a BPE-token model tokenises the context and the scored bytes on their own (default); "
+                        "--no-forced-split: the window whole, scored from its first token boundary at or after "
+                        "the context (fewer bytes; what the forced boundary costs is the difference)")
     p.add_argument("--max-bytes", type=count(0), default=0, help="read at most this many bytes")
     p.add_argument("--hist", action="store_true", help="include the chunk-length histogram")
     p.add_argument("--code", action=argparse.BooleanOptionalAction, default=None,

@@ -51,20 +51,24 @@ def chunk_lengths(b: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def evaluate(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, mode: str = "sample",
              seed: int = 1234, device: str | torch.device = "cpu", autocast_dtype=None,
-             code_metrics: bool = False, context: int | None = 1) -> dict[str, float]:
+             code_metrics: bool = False, context: int | None = 1, forced_split: bool = True) -> dict[str, float]:
     """Evaluate on fixed windows (N, T). Boundary sampling uses its own seeded generator, so
     the numbers are reproducible and the training RNG is untouched. code_metrics: also
     token_end_* and token_start_* precision/chance/recall (Python sources, see rltok.data.python_tokens).
     context: score the bytes w[context:] of every window w (see the module's doc; windows from
-    eval_windows(..., context=) then score every byte once); `bytes` in the result counts them."""
+    eval_windows(..., context=) then score every byte once); `bytes` in the result counts them.
+    forced_split=False: a model that tokenises (score_window) reads each window whole and scores
+    from its first token boundary at or after `context` instead (fewer bytes: what the forced
+    boundary costs it is the difference)."""
     return summarize(evaluate_sums(model, x, y, batch_size, mode, seed, device, autocast_dtype, code_metrics,
-                                   context))
+                                   context, forced_split))
 
 
 @torch.no_grad()
 def evaluate_sums(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, mode: str = "sample",
                   seed: int = 1234, device: str | torch.device = "cpu", autocast_dtype=None,
-                  code_metrics: bool = False, context: int | None = 1) -> dict[str, torch.Tensor]:
+                  code_metrics: bool = False, context: int | None = 1,
+                  forced_split: bool = True) -> dict[str, torch.Tensor]:
     """The additive counts behind `evaluate` (nats, bytes, boundaries, positions, whitespace,
     chunk-length histogram) as one float64 vector per key, so that shards of an evaluation
     (data-parallel ranks) can be summed before `summarize`."""
@@ -87,7 +91,7 @@ def evaluate_sums(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, 
     for i in range(0, len(x), batch_size):
         xb, yb = x[i : i + batch_size].to(device), y[i : i + batch_size].to(device)
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            out, nll, mask = scored_bytes(model, xb, yb, context, mode, gen)
+            out, nll, mask = scored_bytes(model, xb, yb, context, mode, gen, forced_split)
         nats += nll[mask].sum().item()
         n_bytes += int(mask.sum())
         if out.boundaries is not None:
@@ -112,13 +116,14 @@ def evaluate_sums(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, 
     return sums
 
 
-def scored_bytes(model, xb: torch.Tensor, yb: torch.Tensor, context: int | None, mode: str, generator):
+def scored_bytes(model, xb: torch.Tensor, yb: torch.Tensor, context: int | None, mode: str, generator,
+                 forced_split: bool = True):
     """The model's output on windows (xb, yb), its loss attributed to the targets and the mask of
     the targets scored: yb[:, context-1:] (every byte of w[context:]), or with context None the
     bytes its training forward scores."""
     score_window = getattr(model, "score_window", None)
     if context is not None and score_window is not None:  # it tokenises the whole window itself
-        out = score_window(torch.cat([xb, yb[:, -1:]], 1), context)
+        out = score_window(torch.cat([xb, yb[:, -1:]], 1), context, split=forced_split)
         nll, mask = out.per_byte_nll(yb)
         return out, nll, mask
     out = model(xb, mode=mode, generator=generator)
