@@ -4,6 +4,10 @@ Each row of bytes is tokenised on its own (rltok.data.bpe), padded, and run thro
 transformer over tokens (RoPE at token indices). Token j >= 1 is predicted from tokens < j; its
 nats are reported at its last byte, and the bytes of tokens 1..N-1 are the ones counted, so
 bpb = total nats / bytes covered, as for the byte models. Token 0 has no context and is not scored.
+That is training (`forward`). Evaluation (`score_window`, which rltok.eval.evaluate calls) scores
+exactly the bytes a byte model scores: it is handed the whole window w, a token boundary is forced
+before byte `context` (the two sides tokenised on their own), and every token of w[context:], the
+window's last byte included, is scored.
 
 The tokenizer lives in the state_dict as a uint8 buffer of its JSON, so a safetensors checkpoint
 carries everything needed to tokenise like the model was trained.
