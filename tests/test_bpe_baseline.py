@@ -57,6 +57,34 @@ def test_bpe_vocab_zero_is_the_rate_fit_and_the_chunker_honours_it():
     assert hourglass.chunker.tokenizer.get_vocab_size() == 280
 
 
+def test_bpe_sample_bytes_bounds_the_fit_and_the_model_records_it(tmp_path):
+    """model.bpe_sample_bytes is the merges' sample; the bytes the tokenizer read are recorded
+    in the model's fit_facts and survive save / load (config.json, not the weights)."""
+    from rltok.model.pretrained import CONFIG
+
+    cfg = tiny_model_config(arch="bpe_token", flat_layers=1, bpe_vocab=300, bpe_sample_bytes=20_000)
+    small = build_model(cfg, train_bytes=train_bytes())
+    block = len(TEXT) // 20  # the sample is whole random blocks
+    assert 20_000 <= small.fit_facts()["tokenizer_fit_bytes"] < 20_000 + block
+    default = build_model(tiny_model_config(arch="bpe_token", flat_layers=1, bpe_vocab=300), train_bytes=train_bytes())
+    assert default.fit_facts()["tokenizer_fit_bytes"] == fit_bpe_to_rate(TEXT, 0.2, vocab_size=300).train_bytes
+    assert not torch.equal(small.tokenizer_json, default.tokenizer_json)  # a smaller sample, other merges
+    assert "tokenizer_fit_bytes" not in small.state_dict()  # the weights are unchanged
+    small.save_pretrained(tmp_path / "m")
+    loaded = type(small).from_pretrained(tmp_path / "m")
+    assert loaded.fit_facts() == small.fit_facts()
+    # a folder written before fit_facts existed still loads, recording nothing
+    meta = json.loads((tmp_path / "m" / CONFIG).read_text())
+    del meta["fit_facts"]
+    (tmp_path / "m" / CONFIG).write_text(json.dumps(meta))
+    assert type(small).from_pretrained(tmp_path / "m").fit_facts() == {}
+    # the bpe rule of a hierarchy fits on the same sample; byte models fit nothing
+    rule = build_model(tiny_model_config(chunker="bpe", bpe_vocab=280, bpe_sample_bytes=20_000),
+                       train_bytes=train_bytes())
+    assert rule.fit_facts() == small.fit_facts()
+    assert build_model(tiny_model_config(arch="flat", flat_layers=1)).fit_facts() == {}
+
+
 def test_bpe_vocab_validation():
     assert load_config("test").model.bpe_vocab == 0
     assert load_config("test", overrides=["model.bpe_vocab=256"]).model.bpe_vocab == 256
@@ -179,9 +207,14 @@ def test_run_one_reports_the_bpe_token_models_forward_flops_at_its_trained_rate(
     (data / "test.txt").write_bytes(TEXT[cut + 4000:])
     method = "bpe_token@model.bpe_vocab=300,model.flat_layers=1"
     res = run_one(method, 0, str(data), tmp_path / "runs", budget_flops=3e9, preset="test", eval_split="test",
-                  base=["train.threads=1"], max_eval_windows=4)
+                  base=["train.threads=1"], max_eval_windows=4, eval_context=8)
     cfg = load_config("test", overrides=[f"data.train={data}", "model.arch=bpe_token", "model.bpe_vocab=300",
                                          "model.flat_layers=1"])
     assert res["train_chunks_per_byte"] > cfg.model.target_rate  # this text tokenises above 0.2
     assert res["forward_flops_per_byte"] == pytest.approx(
         config_forward_flops_per_byte(cfg, res["train_chunks_per_byte"], 300), rel=1e-9)
+    assert res["attention_count"] == "causal"
+    assert res["forward_flops_per_byte_kernel"] >= res["forward_flops_per_byte"]
+    # scored: bytes 8.. of 4 windows, the same for every family; the tokenizer's sample beside the training bytes
+    assert (res["eval_context"], res["eval_bytes"]) == (8, 4 * (cfg.train.seq_len + 1 - 8))
+    assert res["tokenizer_fit_bytes"] == fit_bpe_to_rate(TEXT[:cut], 0.2, vocab_size=300).train_bytes

@@ -369,6 +369,16 @@ def test_the_trainers_cost_is_its_models(tmp_path):
     assert (price.compute, price.compute_per_rate) == (a * nats_per_flop, c * nats_per_flop)
 
 
+@pytest.mark.parametrize("overrides", [["model.chunker=uniform"], ["model.arch=flat", "model.flat_window=16"]])
+def test_both_attention_counts_of_a_windowed_model(overrides):
+    """What the kernel computes (the whole window's blocks, masked pairs included) is at least the
+    causal pairs, and more for a windowed model; forward_per_byte charges the causal pairs."""
+    cost = cost_of_config(load_config("test", overrides=overrides))
+    causal, kernel = cost.forward_per_byte(0.2), cost.forward_per_byte(0.2, attention="kernel")
+    assert kernel > causal == cost.forward_per_byte(0.2, attention="causal")
+    assert kernel == cost.forward(0.2, attention="kernel")["total"]
+
+
 # ---- (b) the profiler's count of one forward pass --------------------------------------------------
 # torch's FlopCounterMode counts every matrix product (mm, addmm, bmm, attention). Its attention
 # formula charges the full (queries x keys) product of each kernel call, whatever the mask: that

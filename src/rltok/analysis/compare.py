@@ -260,23 +260,25 @@ class _Evaluated:
     model: object
     cfg: Config  # the checkpoint's own config
     ev: dict  # with the rule it trained with (sampled where it samples)
+    context: int  # each window's bytes before this one are context, not scored (the same for every family)
     greedy: dict | None  # thresholded, for stochastic rules
     estimator: dict | None  # its own gradient estimator's diagnostics, for learned rules
 
 
-def _evaluate_run(out_dir: Path, data: str, eval_split: str, seq_len: int, max_eval_windows: int) -> _Evaluated:
+def _evaluate_run(out_dir: Path, data: str, eval_split: str, seq_len: int, max_eval_windows: int,
+                  context: int = 1) -> _Evaluated:
     from rltok.training.loading import load_checkpoint
     from rltok.data.windows import eval_windows
     from rltok.data.corpus import load_eval_bytes
     from rltok.eval.evaluate import evaluate
 
     model, cfg_loaded, _, _ = load_checkpoint(out_dir)
-    x, y = eval_windows(load_eval_bytes(data, eval_split), seq_len, max_eval_windows)
-    ev = evaluate(model, x, y, batch_size=16, mode="sample", seed=0)
+    x, y = eval_windows(load_eval_bytes(data, eval_split), seq_len, max_eval_windows, context=context)
+    ev = evaluate(model, x, y, batch_size=16, mode="sample", seed=0, context=context)
     greedy = None
     rule = getattr(model, "chunker", None)
     if rule is not None and rule.stochastic:
-        greedy = evaluate(model, x, y, batch_size=16, mode="greedy", seed=0)
+        greedy = evaluate(model, x, y, batch_size=16, mode="greedy", seed=0, context=context)
     estimator = None
     if rule is not None and rule.learned:
         from rltok.analysis.diagnose import diagnose
@@ -285,7 +287,7 @@ def _evaluate_run(out_dir: Path, data: str, eval_split: str, seq_len: int, max_e
         d = diagnose(model, x[:8], y[:8], cfg_loaded.objective, cfg_loaded.model.target_rate,
                      variants={"own": {}}, n_estimates=16, n_reference=16, log=lambda m: None)
         estimator = d["variants"]["own"]
-    return _Evaluated(model, cfg_loaded, ev, greedy, estimator)
+    return _Evaluated(model, cfg_loaded, ev, context, greedy, estimator)
 
 
 def _run_record(method: str, seed: int, data: str, eval_split: str, budget_flops: float, t: _Trained,
@@ -300,6 +302,7 @@ def _run_record(method: str, seed: int, data: str, eval_split: str, budget_flops
     spent = trainer.flops_spent
     supertokens = training_rate(records, "supertokens_per_chunk")
     bps = [r["bytes_per_s"] for r in records[1:]] or [r["bytes_per_s"] for r in records]
+    eval_rate = ev.get("chunks_per_byte") or training_rate(records, "chunks_per_byte")
     curve = [{"step": r["step"], "bytes": r["bytes"], "train_flops": r["train_flops"], "val_bpb": r["val_bpb"],
               "val_rate": r.get("val_rate")} for r in records if "val_bpb" in r]
     return {
@@ -307,16 +310,22 @@ def _run_record(method: str, seed: int, data: str, eval_split: str, budget_flops
         **model_shape(e.cfg, model),
         "params": model.num_params(), "state_mb": train_state_mb(model), "peak_mem_mb": t.memory.peak_mb,
         "peak_mem_kind": t.memory.kind, "steps": steps, "train_bytes": train_bytes,
+        # the training-split bytes a BPE tokenizer was fitted on (model.bpe_sample_bytes), besides
+        # the ones trained on; None for models without one
+        "tokenizer_fit_bytes": model.fit_facts().get("tokenizer_fit_bytes"),
         "planned_rate": t.planned_rate, "planned_train_flops_per_byte": t.planned_fpb,
         "budget_flops": budget_flops, "train_flops": spent, "budget_ratio": spent / budget_flops,
         "budget_flag": abs(spent / budget_flops - 1) > BUDGET_TOLERANCE,
         "train_flops_per_byte": spent / max(1, train_bytes),
-        # the BPE-token model reports no chunks in evaluation: its tokens per byte as trained
-        "forward_flops_per_byte": trainer.cost.forward_per_byte(
-            ev.get("chunks_per_byte") or training_rate(records, "chunks_per_byte"), supertokens),
+        # the BPE-token model reports no chunks in evaluation: its tokens per byte as trained.
+        # Attention counted both ways (rltok.model.flops): the causal pairs, which the budget is
+        # charged with, and what the kernel computes (masked pairs and padding included)
+        "attention_count": "causal",
+        "forward_flops_per_byte": trainer.cost.forward_per_byte(eval_rate, supertokens),
+        "forward_flops_per_byte_kernel": trainer.cost.forward_per_byte(eval_rate, supertokens, attention="kernel"),
         "train_rate": training_rate(records), "train_chunks_per_byte": training_rate(records, "chunks_per_byte"),
         "rate2": training_rate(records, "rate2"), "supertokens_per_chunk": supertokens,
-        "bpb": ev["bpb"], "rate": ev.get("rate"), "chunks_per_byte": ev.get("chunks_per_byte"),
+        "bpb": ev["bpb"], "eval_context": e.context, "eval_bytes": ev["bytes"], "rate": ev.get("rate"), "chunks_per_byte": ev.get("chunks_per_byte"),
         "bytes_per_chunk": ev.get("bytes_per_chunk"),
         "space_align": ev.get("space_align"), "space_end": ev.get("space_end"),
         "chunk_length_hist": ev.get("chunk_length_hist"),
@@ -330,18 +339,20 @@ def _run_record(method: str, seed: int, data: str, eval_split: str, budget_flops
 
 
 def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: float, base: list[str],
-            preset: str = "tiny", eval_split: str = "test", max_eval_windows: int = 0) -> dict:
-    """Train one method with one seed to the FLOPs budget, evaluate it, and return its record."""
+            preset: str = "tiny", eval_split: str = "test", max_eval_windows: int = 0, eval_context: int = 1) -> dict:
+    """Train one method with one seed to the FLOPs budget, evaluate it, and return its record.
+    `eval_context`: the bytes of each evaluation window before it are context, not scored
+    (rltok.eval.evaluate: every family scores the same bytes)."""
     out_dir = run_root / f"{method_slug(method)}_s{seed}"
     cfg = method_config(method, base, data, out_dir, seed, preset)
     trained = _train_to_budget(cfg, budget_flops)
-    evaluated = _evaluate_run(out_dir, data, eval_split, cfg.train.seq_len, max_eval_windows)
+    evaluated = _evaluate_run(out_dir, data, eval_split, cfg.train.seq_len, max_eval_windows, eval_context)
     return _run_record(method, seed, data, eval_split, budget_flops, trained, evaluated)
 
 
 def run_sweep(data: str, methods: list[str], seeds: list[int], out: Path, budget_flops: float,
               base: list[str], preset: str = "tiny", eval_split: str = "test", max_eval_windows: int = 0,
-              log=print) -> list[dict]:
+              log=print, eval_context: int = 1) -> list[dict]:
     git_commit()  # the commit the sweep starts from, before any run can take long
     out.mkdir(parents=True, exist_ok=True)
     results = []
@@ -353,7 +364,8 @@ def run_sweep(data: str, methods: list[str], seeds: list[int], out: Path, budget
                 log(f"{method} seed {seed}: done already")
                 continue
             log(f"{method} seed {seed}: training ...")
-            res = run_one(method, seed, data, out / "runs", budget_flops, base, preset, eval_split, max_eval_windows)
+            res = run_one(method, seed, data, out / "runs", budget_flops, base, preset, eval_split, max_eval_windows,
+                          eval_context)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps(res, indent=2))
             tmp.rename(path)

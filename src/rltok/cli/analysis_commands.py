@@ -41,7 +41,8 @@ def cmd_compare(args) -> int:
     print(f"budget: {budget:.3e} training FLOPs (= {args.budget_bytes:,} bytes of the hierarchical model "
           f"at rate {ref.model.target_rate})", file=sys.stderr)
     results = run_sweep(args.data, args.methods, args.seeds, out, budget, args.overrides, args.preset,
-                        split, args.max_eval_windows, log=lambda m: print(m, file=sys.stderr))
+                        split, args.max_eval_windows, log=lambda m: print(m, file=sys.stderr),
+                        eval_context=args.eval_context)
     command = "rltok " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if args.command_line is None else args.command_line
     # the report covers every finished run in the folder (earlier invocations with other seeds too)
     names = {(r["method"], r["seed"]) for r in results}

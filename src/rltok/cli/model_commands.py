@@ -58,11 +58,12 @@ def cmd_eval(args) -> int:
         print(f"note: {spec} has no {args.split!r} split: evaluating on {split!r}", file=sys.stderr)
     data = load_eval_bytes(spec, split, args.max_bytes, cfg.data.val_fraction)
     seq_len = args.seq_len or cfg.train.seq_len
-    x, y = eval_windows(data, seq_len, args.max_windows)
+    x, y = eval_windows(data, seq_len, args.max_windows, context=args.context)
     code = args.code if args.code is not None else looks_like_python(spec)
     result = evaluate(model, x, y, batch_size=args.batch_size, mode=args.mode, seed=args.seed, device=device,
-                      code_metrics=code)
-    result.update(checkpoint=str(ckpt), data=spec, split=split, seq_len=x.shape[1], mode=args.mode)
+                      code_metrics=code, context=args.context, forced_split=args.forced_split)
+    result.update(checkpoint=str(ckpt), data=spec, split=split, seq_len=x.shape[1], mode=args.mode,
+                  context=args.context, forced_split=args.forced_split)
     if split != args.split:
         result["split_requested"] = args.split
     if not args.hist:

@@ -150,6 +150,13 @@ def _add_eval(sub: Subcommands) -> None:
     p.add_argument("--seq-len", type=count(0, 1 << 20), default=0, help="window length (default: training seq_len)")
     p.add_argument("--batch-size", type=count(1), default=8)
     p.add_argument("--max-windows", type=count(0), default=0, help="evaluate on at most this many windows (0 = all)")
+    p.add_argument("--context", type=count(1, 1 << 20), default=1,
+                   help="score bytes context.. of each window, the same bytes for every model family (windows "
+                        "overlap by context bytes, so each byte is scored once; default 1)")
+    p.add_argument("--forced-split", action=argparse.BooleanOptionalAction, default=True,
+                   help="a BPE-token model tokenises the context and the scored bytes on their own (default); "
+                        "--no-forced-split: the window whole, scored from its first token boundary at or after "
+                        "the context (fewer bytes; what the forced boundary costs is the difference)")
     p.add_argument("--max-bytes", type=count(0), default=0, help="read at most this many bytes")
     p.add_argument("--hist", action="store_true", help="include the chunk-length histogram")
     p.add_argument("--code", action=argparse.BooleanOptionalAction, default=None,
@@ -240,6 +247,8 @@ def _add_compare(sub: Subcommands) -> None:
     p.add_argument("--preset", default="tiny")
     p.add_argument("--split", default="test", help="held-out split to evaluate on (test or val)")
     p.add_argument("--max-eval-windows", type=count(0), default=0)
+    p.add_argument("--eval-context", type=count(1, 1 << 20), default=1,
+                   help="score bytes context.. of each evaluation window, the same bytes for every family (default 1)")
     p.add_argument("--out", required=True, help="folder for per-run JSON, runs, the table and plots")
     p.add_argument("--title", default="")
     p.add_argument("--command-line", default=None, help=argparse.SUPPRESS)

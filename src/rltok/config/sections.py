@@ -137,6 +137,10 @@ class ModelConfig:
     # of reach, so the largest vocabulary the 4 MB sample supports), otherwise exactly this many
     # tokens (>= 256, the byte alphabet), trained on the same sample; target_rate is then unused.
     bpe_vocab: int = 0
+    # bytes of the training split the BPE (arch=bpe_token, chunker=bpe) learns its merges on: a
+    # random sample of blocks (and, to size a vocabulary to target_rate, a held-out quarter of
+    # this, at most 1 MB). The model records what it read as `tokenizer_fit_bytes`.
+    bpe_sample_bytes: int = 4_000_000
     # stages=2: chunks of chunks. A chunk-level encoder (stage2_layers, full causal attention),
     # a second RL policy that groups chunks into supertokens at stage2_target_rate supertokens
     # per chunk, the main network over supertokens, then a chunk-level decoder (stage2_layers).
@@ -555,7 +559,7 @@ _MODEL_RANGES = {"d_byte": (1, 65536), "d_chunk": (1, 65536), "n_heads_byte": (1
                  "encoder_layers": (0, 1024), "main_layers": (0, 1024), "decoder_layers": (0, 1024),
                  "flat_layers": (0, 1024), "flat_window": (0, 1 << 24), "stage2_layers": (0, 1024), "window": (1, 1 << 24),
                  "mlp_ratio": (1e-6, 1024), "max_seq_len": (1, 1 << 24), "rope_base": (1, 1e12),
-                 "bpe_vocab": (0, 1 << 22), "chunk_vocab": (0, 1 << 26),
+                 "bpe_vocab": (0, 1 << 22), "bpe_sample_bytes": (1, 1 << 50), "chunk_vocab": (0, 1 << 26),
                  "chunk_vocab_max_len": (1, 1024), "ngram_vocab": (0, 1 << 26), "ngram_sizes": (1, 16)}
 _OBJECTIVE_RANGES = {"group_size": (1, 1024), "policy_start_step": (0, _BIG), "policy_lr_mult": (0, 1e6)}
 _DATA_RANGES = {"max_bytes": (0, 1 << 50), "prepare_above": (0, 1 << 62)}

@@ -235,9 +235,16 @@ class BPEFit:
     searched: list[tuple[int, float]] = field(default_factory=list)  # (vocab size, rate), in order
     note: str = ""
     max_vocab_size: int = 0  # the trained vocabulary, before sizing (below max_vocab when merges ran out)
+    fit_bytes: int = 0  # bytes of `data` the tokenizer depends on: the merges' sample, plus the held-out one when sized
 
     def __iter__(self):
         return iter((self.tokenizer, self.rate, self.vocab_size))
+
+
+def heldout_for(sample_bytes: int) -> int:
+    """The held-out sample that goes with a merges' sample of `sample_bytes`: a quarter of it, at
+    most 1 MB (fit_bpe_to_rate's default beside its default 4 MB sample)."""
+    return min(1_000_000, max(1, sample_bytes // 4))
 
 
 def _split_blocks(docs: list[bytes], sample_bytes: int, heldout_bytes: int, seed: int):
@@ -300,6 +307,8 @@ def fit_bpe_to_rate(data: bytes | Sequence[bytes], target_rate: float, sample_by
                     f"{fit.min_rate:.4f} ({why}); pre-tokens alone give {fit.pretoken_rate:.4f} tokens/byte")
         fit.note = note
         warnings.warn(note + f"; using vocab {fit.vocab_size} at rate {fit.rate:.4f}", stacklevel=2)
+    # with vocab_size given, the held-out bytes only measure the rate: the tokenizer is the sample's
+    fit.fit_bytes = fit.train_bytes + (0 if vocab_size else fit.heldout_bytes)
     fit.seconds = time.perf_counter() - start
     return fit
 

@@ -52,21 +52,29 @@ class WindowSampler:
         self.gen.set_state(state["gen"])
 
 
-def _eval_starts(n: int, seq_len: int, max_windows: int) -> tuple[torch.Tensor, int]:
+def _eval_starts(n: int, seq_len: int, max_windows: int, context: int = 1) -> tuple[torch.Tensor, int]:
     if n < 2:
         raise DataError("evaluation data needs at least 2 bytes")
     seq_len = min(seq_len, n - 1)
-    n_all = (n - 1) // seq_len
+    if not 1 <= context <= seq_len:
+        raise DataError(f"evaluation context must be 1..{seq_len} (the window's bytes before the last), got {context}")
+    # windows of seq_len + 1 bytes overlapping by `context`: each byte after the first `context`
+    # is scored once (context 1: the non-overlapping tiling, the last byte of one the first of the next)
+    stride = seq_len + 1 - context
+    n_all = (n - 1 - seq_len) // stride + 1
     idx = np.arange(n_all)
     if max_windows and n_all > max_windows:
         idx = np.linspace(0, n_all - 1, max_windows).round().astype(np.int64)
-    return torch.from_numpy(idx * seq_len), seq_len
+    return torch.from_numpy(idx * stride), seq_len
 
 
-def eval_windows(data: torch.Tensor, seq_len: int, max_windows: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Non-overlapping (x, y) windows tiling `data` in order, the same on every call; with
-    `max_windows`, an evenly spaced subset of them. Returns (N, T) long tensors."""
-    starts, seq_len = _eval_starts(len(data), seq_len, max_windows)
+def eval_windows(data: torch.Tensor, seq_len: int, max_windows: int = 0,
+                 context: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x, y) windows tiling `data` in order, the same on every call; with `max_windows`, an
+    evenly spaced subset of them. Returns (N, T) long tensors. `context`: the windows overlap by
+    that many bytes, so that scoring bytes `context..T` of each window (evaluate(context=)) scores
+    every byte after the split's first `context` once (1: non-overlapping windows)."""
+    starts, seq_len = _eval_starts(len(data), seq_len, max_windows, context)
     win = take_windows(data, starts, seq_len + 1).long()
     return win[:, :-1], win[:, 1:]
 

@@ -1,7 +1,13 @@
 """Held-out measurements: bpb, boundary rate, bytes per chunk, whitespace alignment.
 
-bpb = total nats over predicted bytes / (bytes * ln 2). A model's bpb should always be read with
+bpb = total nats over the scored bytes / (bytes * ln 2). A model's bpb should always be read with
 its achieved rate and a boundary-quality measure (whitespace alignment, chunk lengths).
+
+Every family scores the same bytes: with `context` c, of each window w (x = w[:-1], y = w[1:])
+exactly the bytes w[c:] (the targets y[c-1:]). A byte model predicts every target and the ones
+before c - 1 are left out; a model with an evaluation path of its own (`score_window`, the
+BPE-token model) is handed the whole window and scores those bytes itself. `context=None` is what
+training validates with: each model's training forward and the bytes it scores.
 """
 
 from __future__ import annotations
@@ -45,20 +51,29 @@ def chunk_lengths(b: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def evaluate(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, mode: str = "sample",
              seed: int = 1234, device: str | torch.device = "cpu", autocast_dtype=None,
-             code_metrics: bool = False) -> dict[str, float]:
+             code_metrics: bool = False, context: int | None = 1, forced_split: bool = True) -> dict[str, float]:
     """Evaluate on fixed windows (N, T). Boundary sampling uses its own seeded generator, so
     the numbers are reproducible and the training RNG is untouched. code_metrics: also
-    token_end_* and token_start_* precision/chance/recall (Python sources, see rltok.data.python_tokens)."""
-    return summarize(evaluate_sums(model, x, y, batch_size, mode, seed, device, autocast_dtype, code_metrics))
+    token_end_* and token_start_* precision/chance/recall (Python sources, see rltok.data.python_tokens).
+    context: score the bytes w[context:] of every window w (see the module's doc; windows from
+    eval_windows(..., context=) then score every byte once); `bytes` in the result counts them.
+    forced_split=False: a model that tokenises (score_window) reads each window whole and scores
+    from its first token boundary at or after `context` instead (fewer bytes: what the forced
+    boundary costs it is the difference)."""
+    return summarize(evaluate_sums(model, x, y, batch_size, mode, seed, device, autocast_dtype, code_metrics,
+                                   context, forced_split))
 
 
 @torch.no_grad()
 def evaluate_sums(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, mode: str = "sample",
                   seed: int = 1234, device: str | torch.device = "cpu", autocast_dtype=None,
-                  code_metrics: bool = False) -> dict[str, torch.Tensor]:
+                  code_metrics: bool = False, context: int | None = 1,
+                  forced_split: bool = True) -> dict[str, torch.Tensor]:
     """The additive counts behind `evaluate` (nats, bytes, boundaries, positions, whitespace,
     chunk-length histogram) as one float64 vector per key, so that shards of an evaluation
     (data-parallel ranks) can be summed before `summarize`."""
+    if context is not None and not 1 <= context <= x.shape[1]:
+        raise ValueError(f"context must be 1..{x.shape[1]} for windows of {x.shape[1] + 1} bytes, got {context}")
     was_training = model.training
     model.eval()
     device = torch.device(device)
@@ -76,8 +91,7 @@ def evaluate_sums(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, 
     for i in range(0, len(x), batch_size):
         xb, yb = x[i : i + batch_size].to(device), y[i : i + batch_size].to(device)
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            out = model(xb, mode=mode, generator=gen)
-        nll, mask = out.per_byte_nll(yb)
+            out, nll, mask = scored_bytes(model, xb, yb, context, mode, gen, forced_split)
         nats += nll[mask].sum().item()
         n_bytes += int(mask.sum())
         if out.boundaries is not None:
@@ -100,6 +114,23 @@ def evaluate_sums(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, 
     if code_metrics:
         sums["token_align"] = token_align
     return sums
+
+
+def scored_bytes(model, xb: torch.Tensor, yb: torch.Tensor, context: int | None, mode: str, generator,
+                 forced_split: bool = True):
+    """The model's output on windows (xb, yb), its loss attributed to the targets and the mask of
+    the targets scored: yb[:, context-1:] (every byte of w[context:]), or with context None the
+    bytes its training forward scores."""
+    score_window = getattr(model, "score_window", None)
+    if context is not None and score_window is not None:  # it tokenises the whole window itself
+        out = score_window(torch.cat([xb, yb[:, -1:]], 1), context, split=forced_split)
+        nll, mask = out.per_byte_nll(yb)
+        return out, nll, mask
+    out = model(xb, mode=mode, generator=generator)
+    nll, mask = out.per_byte_nll(yb)
+    if context is not None and context > 1:
+        mask = mask & (torch.arange(yb.shape[1], device=mask.device) >= context - 1)
+    return out, nll, mask
 
 
 _SCALARS = ("nats", "bytes", "boundaries", "positions", "space_end", "space_start", "space_align", "ws",

@@ -531,20 +531,23 @@ class BPEChunker(Chunker):
 
     @classmethod
     def from_settings(cls, settings, m, dim=None, rate=None):
-        return cls(rate or m.target_rate, m.bpe_pretokenize, m.bpe_vocab)
+        return cls(rate or m.target_rate, m.bpe_pretokenize, m.bpe_vocab, m.bpe_sample_bytes)
 
-    def __init__(self, rate: float, pretokenize: str = "gpt2", vocab_size: int = 0):
+    def __init__(self, rate: float, pretokenize: str = "gpt2", vocab_size: int = 0, sample_bytes: int = 4_000_000):
         super().__init__()
         self.rate = rate
         self.pretokenize = pretokenize
         self.vocab_size = vocab_size  # > 0: exactly this vocabulary instead of the one fitted to `rate`
+        self.sample_bytes = sample_bytes  # of the training split, to fit on (model.bpe_sample_bytes)
         self.register_buffer("tokenizer_json", torch.zeros(0, dtype=torch.uint8))
         self._tok = None
 
-    def fit(self, data: bytes, seed: int = 0) -> dict:
-        from rltok.data.bpe import fit_bpe_to_rate, tokenizer_to_tensor
+    def fit(self, data: bytes, seed: int = 0):
+        """Fit the tokenizer on a sample of `data`; returns the rltok.data.bpe.BPEFit."""
+        from rltok.data.bpe import fit_bpe_to_rate, heldout_for, tokenizer_to_tensor
 
-        fit = fit_bpe_to_rate(data, self.rate, seed=seed, pretokenize=self.pretokenize, vocab_size=self.vocab_size)
+        fit = fit_bpe_to_rate(data, self.rate, self.sample_bytes, seed=seed, pretokenize=self.pretokenize,
+                              heldout_bytes=heldout_for(self.sample_bytes), vocab_size=self.vocab_size)
         self.tokenizer_json = tokenizer_to_tensor(fit.tokenizer).to(self.tokenizer_json.device)
         self._tok = fit.tokenizer
         return fit

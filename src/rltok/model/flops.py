@@ -57,9 +57,11 @@ class ModelCost:
                 attention: str = "causal") -> dict[str, float]:
         return model_flops(self.model, self.seq_len, rate, rate2, attention)
 
-    def forward_per_byte(self, rate: float | None = None, rate2: float | None = None) -> float:
-        """Forward FLOPs per distinct byte at `rate` (tokens per byte for the BPE-token model)."""
-        f = self.forward(rate, rate2)
+    def forward_per_byte(self, rate: float | None = None, rate2: float | None = None,
+                         attention: str = "causal") -> float:
+        """Forward FLOPs per distinct byte at `rate` (tokens per byte for the BPE-token model);
+        attention counted as `model_flops` says (the causal pairs, what budgets are charged)."""
+        f = self.forward(rate, rate2, attention)
         shared = sum(f[k] for k in self.shared)
         return shared + self.group_size * (f["total"] - shared)
 

@@ -137,7 +137,8 @@ class HourglassLM(Stage, PretrainedMixin):
         if model.chunker.needs_fit and state_dict is None:
             if train_bytes is None:
                 raise ValueError(f"model.chunker={cfg.chunker.kind} needs training bytes to fit it")
-            model.chunker.fit(bytes(train_bytes.numpy()))
+            fit = model.chunker.fit(bytes(train_bytes.numpy()))
+            model.set_fit_facts({"tokenizer_fit_bytes": fit.fit_bytes})
         return model
 
     @staticmethod

@@ -3,7 +3,8 @@
     <folder>/
         model.safetensors   weights (no pickle); BPE tokenizers travel inside as uint8 buffers
         config.json         {"model_type": "rltok", "rltok_version", "architecture", "num_parameters",
-                             "results", "model": {...}, "objective"/"data"/"train": {...} when known}
+                             "results", "fit_facts" (what data-fitted parts were fitted on, when
+                             there are any), "model": {...}, "objective"/"data"/"train": {...} when known}
         README.md           model card (rltok.model.model_card)
 
 PretrainedMixin gives HourglassLM, FlatByteLM and BPETokenLM `save_pretrained`, `push_to_hub`
@@ -34,7 +35,7 @@ WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 CARD = "README.md"
 MODEL_FILES = (WEIGHTS, CONFIG, CARD)  # a model folder; a checkpoint adds trainer.pt and manifest.json
-META_KEYS = ("model_type", "rltok_version", "architecture", "num_parameters", "results")
+META_KEYS = ("model_type", "rltok_version", "architecture", "num_parameters", "results", "fit_facts")
 ARCHITECTURES = {"hourglass": "HourglassLM", "flat": "FlatByteLM", "bpe_token": "BPETokenLM"}  # model.arch -> class
 
 
@@ -104,6 +105,9 @@ def write_model_files(folder: Path, model: torch.nn.Module | None, config: Confi
     arch = _architecture(model, full["model"]["arch"])
     meta = {"model_type": "rltok", "rltok_version": __version__, "architecture": arch,
             "num_parameters": n_params, "results": clean_results(results)}
+    fit_facts = getattr(model, "fit_facts", None)
+    if callable(fit_facts) and fit_facts():  # e.g. the bytes a BPE tokenizer was fitted on
+        meta["fit_facts"] = fit_facts()
     save_file(state, folder / WEIGHTS, metadata={"format": "pt"})
     _as_umask_allows(folder / WEIGHTS)
     (folder / CONFIG).write_text(json.dumps({**meta, **full}, indent=2) + "\n")
@@ -201,8 +205,9 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     return load_file(path)
 
 
-def load_weights(folder: Path, cfg: Config, build: Build) -> torch.nn.Module:
-    """The model config.json describes, made by `build`, with the folder's weights loaded strictly (on CPU)."""
+def load_weights(folder: Path, cfg: Config, build: Build, fit_facts: dict | None = None) -> torch.nn.Module:
+    """The model config.json describes, made by `build`, with the folder's weights loaded strictly (on CPU),
+    and its `fit_facts` (config.json's, read_config's metadata) restored."""
     try:
         state = _read_safetensors(folder / WEIGHTS)
     except Exception as e:  # safetensors raises its own error types for truncated files
@@ -222,6 +227,8 @@ def load_weights(folder: Path, cfg: Config, build: Build) -> torch.nn.Module:
     except RuntimeError as e:  # shapes: weights and config.json disagree
         raise CheckpointError(f"checkpoint {folder}: {WEIGHTS} does not match its {CONFIG} "
                               f"({' '.join(str(e).split())})") from None
+    if fit_facts and hasattr(model, "set_fit_facts"):
+        model.set_fit_facts(fit_facts)
     return model
 
 
@@ -266,6 +273,15 @@ class PretrainedMixin:
     def _from_config(cls, cfg: ModelConfig, train_bytes, state_dict):
         raise NotImplementedError
 
+    def fit_facts(self) -> dict:
+        """What the model's data-fitted parts were fitted on, e.g. {"tokenizer_fit_bytes": n}
+        ({} for none, or when loaded from a folder written before this was recorded). Not a
+        buffer, so the weights stay as they are: save_pretrained keeps it in config.json."""
+        return dict(self.__dict__.get("_fit_facts") or {})
+
+    def set_fit_facts(self, facts: dict) -> None:
+        self.__dict__["_fit_facts"] = dict(facts)
+
     @classmethod
     def unfitted(cls, cfg: ModelConfig, vocab_size: int | None = None):
         """The model of `cfg` without fitting anything to data: its shape, for costing a config
@@ -296,7 +312,7 @@ class PretrainedMixin:
             if cfg.model.arch != cls.arch:
                 raise PretrainedError(f"{name_or_path} holds a {ARCHITECTURES[cfg.model.arch]}, not a {cls.__name__}; "
                                       "use rltok.training.loading.from_pretrained to load whatever it holds")
-            model = load_weights(folder, cfg, cls.from_config)
+            model = load_weights(folder, cfg, cls.from_config, meta.get("fit_facts"))
         except PretrainedError:
             raise
         except CheckpointError as e:

@@ -4,6 +4,10 @@ Each row of bytes is tokenised on its own (rltok.data.bpe), padded, and run thro
 transformer over tokens (RoPE at token indices). Token j >= 1 is predicted from tokens < j; its
 nats are reported at its last byte, and the bytes of tokens 1..N-1 are the ones counted, so
 bpb = total nats / bytes covered, as for the byte models. Token 0 has no context and is not scored.
+That is training (`forward`). Evaluation (`score_window`, which rltok.eval.evaluate calls) scores
+exactly the bytes a byte model scores: it is handed the whole window w, a token boundary is forced
+before byte `context` (the two sides tokenised on their own), and every token of w[context:], the
+window's last byte included, is scored.
 
 The tokenizer lives in the state_dict as a uint8 buffer of its JSON, so a safetensors checkpoint
 carries everything needed to tokenise like the model was trained.
@@ -19,7 +23,7 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 
 from rltok.config import ModelConfig
-from rltok.data.bpe import encode_rows, fit_bpe_to_rate, tokenizer_from_tensor, tokenizer_to_tensor
+from rltok.data.bpe import encode_rows, fit_bpe_to_rate, heldout_for, tokenizer_from_tensor, tokenizer_to_tensor
 from rltok.model.cost import Level, linear_flops
 from rltok.model.layers import Stack, init_weights, param_count
 from rltok.model.output import LMOutput
@@ -71,15 +75,20 @@ class BPETokenLM(nn.Module, PretrainedMixin):
 
     @classmethod
     def _from_config(cls, cfg: ModelConfig, train_bytes: torch.Tensor | None, state_dict) -> BPETokenLM:
+        facts = {}
         if state_dict is not None and "tokenizer_json" in state_dict:
             tok = tokenizer_from_tensor(state_dict["tokenizer_json"].cpu())
         elif train_bytes is not None:
             # model.bpe_vocab > 0: exactly that vocabulary, on the sample the rate fit would use
-            tok = fit_bpe_to_rate(bytes(train_bytes.numpy()), cfg.target_rate, pretokenize=cfg.bpe_pretokenize,
-                                  vocab_size=cfg.bpe_vocab).tokenizer
+            fit = fit_bpe_to_rate(bytes(train_bytes.numpy()), cfg.target_rate, cfg.bpe_sample_bytes,
+                                  pretokenize=cfg.bpe_pretokenize, heldout_bytes=heldout_for(cfg.bpe_sample_bytes),
+                                  vocab_size=cfg.bpe_vocab)
+            tok, facts = fit.tokenizer, {"tokenizer_fit_bytes": fit.fit_bytes}
         else:
             raise ValueError("model.arch=bpe_token needs training bytes to fit its tokenizer")
-        return cls(tok, cfg.d_chunk, cfg.flat_layers, cfg.n_heads_chunk, cfg.mlp_ratio, max_tokens=cfg.max_seq_len)
+        model = cls(tok, cfg.d_chunk, cfg.flat_layers, cfg.n_heads_chunk, cfg.mlp_ratio, max_tokens=cfg.max_seq_len)
+        model.set_fit_facts(facts)
+        return model
 
     @classmethod
     def unfitted(cls, cfg: ModelConfig, vocab_size: int | None = None) -> BPETokenLM:
@@ -141,6 +150,20 @@ class BPETokenLM(nn.Module, PretrainedMixin):
         """Tokenise each row of (B, T) bytes: token ids (B, N) padded with 0, each token's last
         byte position (B, N) (0 in padding), and tokens per row (B,), all on idx's device."""
         ids, ends = encode_rows(self.tokenizer, idx)
+        return self._padded(ids, ends, idx.device)
+
+    def encode_split(self, w: torch.Tensor, context: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`encode` with a token boundary forced after byte `context` - 1: each row's bytes before
+        `context` and from `context` on tokenised on their own and concatenated. Also returns
+        (B,) the index of each row's first token from `context` on."""
+        head_ids, head_ends = encode_rows(self.tokenizer, w[:, :context])
+        tail_ids, tail_ends = encode_rows(self.tokenizer, w[:, context:])
+        ids = [h + t for h, t in zip(head_ids, tail_ids)]
+        ends = [np.concatenate([h, t + context]) for h, t in zip(head_ends, tail_ends)]
+        first = torch.tensor([len(h) for h in head_ids], dtype=torch.long, device=w.device)
+        return (*self._padded(ids, ends, w.device), first)
+
+    def _padded(self, ids: list[list[int]], ends: list[np.ndarray], dev) -> tuple[torch.Tensor, ...]:
         counts = np.array([len(i) for i in ids], dtype=np.int64)
         n_max = max(1, int(counts.max()) if len(counts) else 1)
         if n_max > self.max_tokens:
@@ -150,7 +173,6 @@ class BPETokenLM(nn.Module, PretrainedMixin):
         for r, (i, e) in enumerate(zip(ids, ends)):
             tok[r, : len(i)] = i
             end[r, : len(e)] = e
-        dev = idx.device
         return torch.from_numpy(tok).to(dev), torch.from_numpy(end).to(dev), torch.from_numpy(counts).to(dev)
 
     def token_logits(self, tok: torch.Tensor) -> torch.Tensor:
@@ -170,4 +192,38 @@ class BPETokenLM(nn.Module, PretrainedMixin):
         byte_nll = torch.zeros(bsz, length, dtype=nll.dtype, device=idx.device).scatter_add(
             1, torch.where(scored, end[:, 1:], 0), nll)
         byte_mask = torch.arange(length, device=idx.device) > end[:, :1]  # after token 0
+        return LMOutput(None, n_chunks=counts, byte_nll=byte_nll, byte_mask=byte_mask)
+
+    def score_window(self, w: torch.Tensor, context: int, split: bool = True) -> LMOutput:
+        """Evaluation (training's forward is `forward`): the loss on bytes `context`.. of whole
+        windows w (B, T+1), attributed to the (B, T) next-byte targets w[:, 1:] as the byte models'
+        are. `split`: a token boundary is forced before byte `context` (encode_split), so every
+        token from there on, the window's last byte included, is scored and exactly the bytes
+        w[context:] count, as for a byte model; without it the window is tokenised whole and
+        scoring starts at its first natural token boundary at or after `context` (what the forced
+        split costs is the difference)."""
+        if not 1 <= context < w.shape[1]:
+            raise ValueError(f"context must be 1..{w.shape[1] - 1} for windows of {w.shape[1]} bytes, got {context}")
+        if split:
+            tok, end, counts, first = self.encode_split(w, context)
+        else:
+            tok, end, counts = self.encode(w)
+            # the first token that starts at or after `context` (the one after the last ending before it)
+            first = (end < context - 1).logical_and(torch.arange(tok.shape[1], device=w.device) < counts[:, None])
+            first = first.sum(1) + 1
+        return self._scored_tokens(tok, end, counts, first, w.shape[1] - 1)
+
+    def _scored_tokens(self, tok, end, counts, first, length: int) -> LMOutput:
+        """Tokens first..count-1 of each row scored (each predicted from the tokens before it),
+        their nats put at their last byte in the targets' positions (a window byte k is target k - 1)."""
+        bsz, n = tok.shape
+        logits = self.token_logits(tok[:, :-1]) if n > 1 else self.head(self.embed(tok[:, :0]))
+        nll = F.cross_entropy(logits.float().flatten(0, 1), tok[:, 1:].flatten(), reduction="none").view(bsz, n - 1)
+        j = torch.arange(1, n, device=tok.device)
+        scored = (j >= first.unsqueeze(1)) & (j < counts.unsqueeze(1))
+        nll = torch.where(scored, nll, torch.zeros_like(nll))
+        byte_nll = torch.zeros(bsz, length, dtype=nll.dtype, device=tok.device).scatter_add(
+            1, torch.where(scored, end[:, 1:] - 1, 0), nll)
+        start = end.gather(1, (first - 1).clamp(max=n - 1).unsqueeze(1))  # target index of the first scored byte
+        byte_mask = (torch.arange(length, device=tok.device) >= start) & (first < counts).unsqueeze(1)
         return LMOutput(None, n_chunks=counts, byte_nll=byte_nll, byte_mask=byte_mask)

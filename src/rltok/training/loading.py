@@ -37,10 +37,10 @@ class Loaded(NamedTuple):
     folder: Path
 
 
-def load_weights(folder: Path, cfg: Config) -> torch.nn.Module:
+def load_weights(folder: Path, cfg: Config, fit_facts: dict | None = None) -> torch.nn.Module:
     """The model config.json describes (rltok.model.factory.build_model), with the folder's
-    weights loaded strictly (on CPU)."""
-    return load_model_weights(folder, cfg, build_model)
+    weights loaded strictly (on CPU) and its `fit_facts` (config.json's) restored."""
+    return load_model_weights(folder, cfg, build_model, fit_facts)
 
 
 def load(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
@@ -59,7 +59,7 @@ def load(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtyp
     else:
         folder = resolve_checkpoint(local)
     cfg, meta = read_config(folder)
-    model = load_weights(folder, cfg)
+    model = load_weights(folder, cfg, meta.get("fit_facts"))
     model.to(device=device, dtype=dtype)
     trainer_state = read_trainer_state(folder) if with_trainer_state else None
     return Loaded(model, cfg, meta, trainer_state, folder)

@@ -374,8 +374,10 @@ class Trainer:
 
     def validate(self) -> dict:
         """Held-out metrics; data-parallel ranks evaluate their shares and sum the counts."""
+        # context=None: each model's training forward and the bytes it scores (evaluate's default,
+        # context=1, scores the same bytes for every family; for byte models the two agree)
         sums = evaluate_sums(self.model, self.val_x, self.val_y, batch_size=self.cfg.train.batch_size,
-                             device=self.device, autocast_dtype=self.amp_dtype)
+                             device=self.device, autocast_dtype=self.amp_dtype, context=None)
         if self.dist.enabled:
             sums = {k: ddp.all_reduce_(v.to(self.device), self.dist).cpu() for k, v in sums.items()}
             if self.val_shared:
