@@ -245,19 +245,20 @@ def test_a_prediction_is_written_once_then_tested_at_the_held_out_budget(tmp_pat
 
 def test_choices_read_the_selection_split_and_one_corpus_runs_alone(tmp_path, capsys):
     """With select_split every record is also scored on that split (`bpb_select`), and the
-    study's choices read it; `--corpus` runs one corpus of the grid and leaves the other."""
+    study's choices read it; eval_context reaches the scoring; `--corpus` runs one corpus of the
+    grid and leaves the other."""
     from rltok.analysis.scaling import choice_loss
 
     grid = tmp_path / "grid.json"
     grid.write_text(json.dumps({
         "corpora": {"a": str(corpus_folder(tmp_path, "a")), "b": str(corpus_folder(tmp_path, "b"))},
-        "budgets": [1e8], "preset": "test", "max_eval_windows": 2, "select_split": "val",
+        "budgets": [1e8], "preset": "test", "max_eval_windows": 2, "select_split": "val", "eval_context": 8,
         "families": [{"method": "flat", "sizes": [5e3]}]}))
     out = tmp_path / "o"
     assert main(["scaling", "--grid", str(grid), "--out", str(out), "--corpus", "b"]) == 0
     assert not (out / "a").exists()
     (rec,) = read_records(out / "b")
-    assert rec["split"] == "test" and rec["select_split"] == "val"
+    assert rec["split"] == "test" and rec["select_split"] == "val" and rec["eval_context"] == 8
     assert rec["bpb_select"] != rec["bpb"] and choice_loss(rec) == rec["bpb_select"]
     assert choice_loss({"bpb": 3.0}) == 3.0
     assert main(["scaling", "--grid", str(grid), "--out", str(out), "--corpus", "c"]) == 2

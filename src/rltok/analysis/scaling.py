@@ -34,7 +34,7 @@ from rltok.config import ConfigError, load_config
 
 GRID_KEYS = {"corpora", "budgets", "families", "seeds", "split", "preset", "max_eval_windows", "overrides",
              "n_boot", "size_rule", "extend", "lr_rule", "warmup_frac", "optimum_seeds", "holdout_budgets",
-             "holdout_seeds", "select_split", "groups", "crossovers"}
+             "holdout_seeds", "select_split", "groups", "crossovers", "eval_context"}
 FAMILY_KEYS = {"name", "method", "overrides", "n_min", "n_max", "points", "sizes", "size_coef", "lr_mult"}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]*(_[A-Za-z0-9.+-]+)*")  # a file-name part without "__"
 RESULTS_GLOB = "C*__*__N*__s*.json"  # the run records of a corpus folder (not fits.json)
@@ -72,6 +72,9 @@ class Grid:
     # also scored on this split (`bpb_select`), which the study's choices read (extensions, the
     # optimum's seeds), so that the scored split only reports; None: choices read `bpb`
     select_split: str | None = None
+    # the bytes of each evaluation window before this one are context, scored for no family
+    # (`rltok.eval.evaluate`: every family is scored on the same bytes)
+    eval_context: int = 1
     groups: dict = dataclasses.field(default_factory=dict)  # name -> member family names
     crossovers: tuple[tuple[str, str], ...] = ()  # pairs of family or group names
 
@@ -146,7 +149,8 @@ def parse_grid(d: dict) -> Grid:
     return Grid({_name(str(k), "corpora"): str(v) for k, v in corpora.items()}, budgets, families,
                 tuple(int(s) for s in d.get("seeds", (0,))), d.get("split", "test"), d.get("preset", "tiny"),
                 int(d.get("max_eval_windows", 0)), tuple(d.get("overrides", ())), int(d.get("n_boot", 1000)),
-                holdout_budgets=holdout, select_split=d.get("select_split"), groups=groups,
+                holdout_budgets=holdout, select_split=d.get("select_split"), eval_context=int(d.get("eval_context", 1)),
+                groups=groups,
                 crossovers=_crossovers(d.get("crossovers", ()), [*names, *groups]), **extra)
 
 
@@ -297,7 +301,7 @@ def run_point(grid: Grid, p: Point, folder: Path, split: str) -> dict:
     lr = point_lr(grid, p.family, p.rung.achieved)
     base = [*family_overrides(grid, p.family), *([] if lr is None else [f"train.lr={lr!r}"])]
     rec = run_one(method, p.seed, grid.corpora[p.corpus], run_root, p.budget, base, grid.preset, split,
-                  grid.max_eval_windows)
+                  grid.max_eval_windows, grid.eval_context)
     model = load_checkpoint(run_root / f"{method_slug(method)}_s{p.seed}")[0]  # N asked of the trained model
     rec.update(corpus=p.corpus, family=p.family.name, family_method=p.family.method, target_size=p.rung.target,
                ladder_params=p.rung.achieved, non_embedding_params=model.non_embedding_params(),
@@ -315,8 +319,9 @@ def _score(model, grid: Grid, corpus: str, split: str) -> float:
     from rltok.eval.evaluate import evaluate
 
     seq_len = load_config(grid.preset, overrides=list(grid.overrides)).train.seq_len
-    x, y = eval_windows(load_eval_bytes(grid.corpora[corpus], split), seq_len, grid.max_eval_windows)
-    return float(evaluate(model, x, y, batch_size=16, mode="sample", seed=0)["bpb"])
+    x, y = eval_windows(load_eval_bytes(grid.corpora[corpus], split), seq_len, grid.max_eval_windows,
+                        context=grid.eval_context)
+    return float(evaluate(model, x, y, batch_size=16, mode="sample", seed=0, context=grid.eval_context)["bpb"])
 
 
 def choice_loss(rec: dict) -> float:

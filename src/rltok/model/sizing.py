@@ -1,7 +1,9 @@
 """A size ladder per model family from one knob: non-embedding parameters N -> a model config.
 
 The shape rule (every family):
-  - head dimension HEAD_DIM = 16: every width is a multiple of 16, heads = width / 16;
+  - head dimension HEAD_DIM = 16: every width from 32 up is a multiple of 16, heads = width / 16;
+    below 32 the widths are 8, 16 and 24 (heads of 8 where 16 does not divide the width), because
+    at CPU budgets (1e11 FLOPs) the compute-optimal byte models are smaller than a 16-wide layer;
   - depth grows with width at a fixed aspect ratio, width / depth = ASPECT = 32. Kaplan et al.
     2020 ("Scaling Laws for Neural Language Models", sec. 3.1, fig. 5) find the loss within a few
     percent over width/depth ratios of about 20 to 200 at fixed N; small published models sit at
@@ -18,7 +20,7 @@ Per family (the width and depth above are those of the family's main stack):
     (model.bpe_vocab, DEFAULT_BPE_VOCAB unless the base overrides set one) sizes the embedding and
     output layer, which are not counted in N.
   - hierarchy (model.arch=hourglass): d_chunk = width, main_layers = depth; the byte level at half
-    the chunk width (d_byte = width / 2 rounded to a multiple of 16, at least 16) with
+    the chunk width (d_byte = width / 2 rounded to a multiple of 16, at least 16; 8 at width 8) with
     encoder_layers = decoder_layers = max(1, round(main_layers / 3)) (as the reference shapes
     nl-147m and code-90m: 8 and 10 main layers, 3 byte layers a side). The byte window, the
     boundary rule and the rate come from the base overrides.
@@ -42,7 +44,9 @@ from typing import NamedTuple, Sequence
 
 from rltok.config import load_config
 
-HEAD_DIM = 16  # every width is a multiple of it; heads = width / HEAD_DIM
+HEAD_DIM = 16  # every width from 32 up is a multiple of it; heads = width / HEAD_DIM
+NARROW_WIDTHS = (8, 16, 24)  # below 32: heads of NARROW_HEAD_DIM where HEAD_DIM does not divide
+NARROW_HEAD_DIM = 8
 ASPECT = 32  # the width / depth every shape aims at
 TOLERANCE = 0.15  # shapes within this share of the target N compete on their aspect ratio
 DEFAULT_BPE_VOCAB = 2048  # the BPE-token model's vocabulary where the base overrides set none
@@ -52,6 +56,16 @@ MAX_DEPTH = 48  # the deepest
 
 def round_half_up(x: float) -> int:
     return math.floor(x + 0.5)
+
+
+def heads(width: int) -> int:
+    """Attention heads of a stack `width` wide: width / 16, or width / 8 where 16 does not divide it."""
+    return width // (HEAD_DIM if width % HEAD_DIM == 0 else NARROW_HEAD_DIM)
+
+
+def widths() -> list[int]:
+    """Every width the ladder tries, narrowest first."""
+    return [*NARROW_WIDTHS, *range(2 * HEAD_DIM, MAX_WIDTH + 1, HEAD_DIM)]
 
 
 class FlatShape:
@@ -69,7 +83,7 @@ class FlatShape:
         return {"flat_layers": depth}
 
     def overrides(self, width: int, knobs: dict[str, int]) -> list[str]:
-        return [f"model.d_chunk={width}", f"model.n_heads_chunk={width // HEAD_DIM}",
+        return [f"model.d_chunk={width}", f"model.n_heads_chunk={heads(width)}",
                 *(f"model.{k}={v}" for k, v in knobs.items())]
 
 
@@ -93,11 +107,11 @@ class HierarchyShape(FlatShape):
         return {"main_layers": depth, "byte_layers": max(1, round_half_up(depth / 3))}
 
     def overrides(self, width: int, knobs: dict[str, int]) -> list[str]:
-        d_byte = max(HEAD_DIM, HEAD_DIM * round_half_up(width / 2 / HEAD_DIM))
+        d_byte = width if width < HEAD_DIM else max(HEAD_DIM, HEAD_DIM * round_half_up(width / 2 / HEAD_DIM))
         side = knobs["byte_layers"]
-        return [f"model.d_chunk={width}", f"model.n_heads_chunk={width // HEAD_DIM}",
+        return [f"model.d_chunk={width}", f"model.n_heads_chunk={heads(width)}",
                 f"model.main_layers={knobs['main_layers']}", f"model.d_byte={d_byte}",
-                f"model.n_heads_byte={d_byte // HEAD_DIM}", f"model.encoder_layers={side}",
+                f"model.n_heads_byte={heads(d_byte)}", f"model.encoder_layers={side}",
                 f"model.decoder_layers={side}"]
 
 
@@ -164,7 +178,7 @@ class Family:
         """Every (width, depth) up to MAX_WIDTH x MAX_DEPTH, widening only until one layer
         alone holds more than twice `largest` N (wider shapes are all further from any target)."""
         out = []
-        for width in range(HEAD_DIM, MAX_WIDTH + 1, HEAD_DIM):
+        for width in widths():
             shapes = self._width(width)
             out += shapes
             if shapes[0].n > 2 * largest:
