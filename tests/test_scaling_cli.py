@@ -150,7 +150,7 @@ def known_loss_runner(n_star):
 
 
 def test_ladders_extend_until_interior_then_the_optimum_gets_more_seeds(tmp_path):
-    from rltok.analysis.scaling import run_grid
+    from rltok.analysis.scaling_adapt import run_grid
 
     data = corpus_folder(tmp_path, "salad")
     grid = parse_grid({"corpora": [str(data)], "budgets": [1e8], "seeds": [0, 1], "preset": "test",
@@ -183,7 +183,7 @@ def test_the_lr_rule_and_warmup_reach_the_runs_and_their_records(tmp_path):
                        "max_eval_windows": 2, "warmup_frac": 0.25,
                        "lr_rule": {"lr_ref": 2e-3, "n_ref": 1e4, "exponent": 0.5},
                        "families": [{"method": "flat", "sizes": [5e3, 2e4], "lr_mult": 2}]})
-    from rltok.analysis.scaling import run_grid
+    from rltok.analysis.scaling_adapt import run_grid
 
     run_grid(grid, tmp_path / "o", log=lambda m: None)
     recs = read_records(tmp_path / "o" / "salad")

@@ -366,26 +366,6 @@ def run_points(grid: Grid, points: list[Point], out: Path, splits: dict, log=pri
     return len(todo)
 
 
-def run_grid(grid: Grid, out: Path, log=print, runner=None) -> dict:
-    """Every ladder point of the grid whose JSON does not exist yet, then per corpus, budget and
-    family the extensions and the optimum's seeds (`scaling_adapt`); returns {"points", "done",
-    "ran", "added"} (added: extension and optimum runs)."""
-    from rltok.analysis.compare import git_commit
-
-    git_commit()  # the commit the study starts from, before any run can take long
-    splits = {c: corpus_split(grid, c, log) for c in grid.corpora}
-    points = grid_points(grid, log)
-    done = sum(point_done(out, p) for p in points)
-    log(f"{len(points)} points: {done} done already, {len(points) - done} to run")
-    ran = run_points(grid, points, out, splits, log, runner)
-    added = 0
-    if grid.extend or set(grid.optimum_seeds) - set(grid.seeds):
-        from rltok.analysis.scaling_adapt import adapt_grid
-
-        added = adapt_grid(grid, points, out, splits, log, runner)
-    return {"points": len(points), "done": done, "ran": ran, "added": added}
-
-
 # ---------------------------------------------------------------- fitting
 
 def read_records(folder: Path) -> list[dict]:

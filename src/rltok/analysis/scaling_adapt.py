@@ -1,5 +1,5 @@
-"""The steps of the study that depend on its results, per corpus, budget and family, once the
-ladder's points there are done:
+"""Running a grid (`run_grid`): its ladder points, then the steps of the study that depend on
+its results, per corpus, budget and family, once the ladder's points there are done:
   1. extend until interior: fit the isoFLOP parabola (`scaling_fit.fit_isoflop`); while its
      optimum is not interior, add one size beyond that edge (the ladder's step ratio) and run it
      with the grid's seeds, at most `extend` times;
@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rltok.analysis.scaling import Grid, Point, budget_tag, choice_loss, family_rungs, run_points
+from rltok.analysis.scaling import (Grid, Point, budget_tag, choice_loss, corpus_split, family_rungs, grid_points,
+                                    point_done, run_points)
 from rltok.analysis.scaling_grid import step_ratio
 
 MAX_STEPS = 4  # step ratios tried beyond an edge before a new shape is given up on
@@ -127,3 +128,21 @@ class Cell:
         best = min(by_target, key=lambda t: (sum(by_target[t]) / len(by_target[t]), t))
         rung = next(r for r in rungs if round(r.target) == best)
         return self._run([rung], extra, "optimum")
+
+
+def run_grid(grid: Grid, out: Path, log=print, runner=None) -> dict:
+    """Every ladder point of the grid whose JSON does not exist yet, then per corpus, budget and
+    family the extensions and the optimum's seeds (`adapt_grid`); returns {"points", "done",
+    "ran", "added"} (added: extension and optimum runs)."""
+    from rltok.analysis.compare import git_commit
+
+    git_commit()  # the commit the study starts from, before any run can take long
+    splits = {c: corpus_split(grid, c, log) for c in grid.corpora}
+    points = grid_points(grid, log)
+    done = sum(point_done(out, p) for p in points)
+    log(f"{len(points)} points: {done} done already, {len(points) - done} to run")
+    ran = run_points(grid, points, out, splits, log, runner)
+    added = 0
+    if grid.extend or set(grid.optimum_seeds) - set(grid.seeds):
+        added = adapt_grid(grid, points, out, splits, log, runner)
+    return {"points": len(points), "done": done, "ran": ran, "added": added}

@@ -57,7 +57,8 @@ def cmd_compare(args) -> int:
 
 def cmd_scaling(args) -> int:
     """The isoFLOP study of a grid file: the runs not done yet, then the fits and plots per corpus."""
-    from rltok.analysis.scaling import fit_corpus, load_grid, run_grid, study_table
+    from rltok.analysis.scaling import fit_corpus, load_grid, study_table
+    from rltok.analysis.scaling_adapt import run_grid
     from rltok.cli.paths import check_output_folder
 
     out = check_output_folder(args.out, "--out")
