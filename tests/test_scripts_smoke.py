@@ -411,3 +411,20 @@ def test_scaling_fit_coverage_reports_a_share_per_quantity(tmp_path):
     shares = result["coverage_of_95pct_intervals"]
     assert set(shares) == {"E", "alpha", "a", "L*(middle budget)", "prediction at 10x"}
     assert all(v in (0.0, 1 / 3, 2 / 3, 1.0) for v in shares.values()) and result["design"]["repeats"] == 3
+
+
+def test_scaling_lr_fit_finds_the_rate_each_size_wants(tmp_path):
+    """The LR-rule script on records of a known law: each size's best rate is lr* = 0.02 (N/1e4)^-0.5,
+    the loss a parabola in log lr around it; the fitted power law recovers the exponent."""
+    import json
+    import math
+
+    for n in (1e4, 4e4, 1.6e5):
+        best = 0.02 * (n / 1e4) ** -0.5
+        for lr in (0.0025, 0.005, 0.01, 0.02, 0.04):
+            rec = {"family": f"flat_lr{lr:g}", "non_embedding_params": int(n),
+                   "bpb": 3.0 + 0.1 * math.log(lr / best) ** 2}
+            (tmp_path / f"C3e11__flat_lr{lr:g}__N{int(n)}__s0.json").write_text(json.dumps(rec))
+    out = run_script("scaling_lr_fit.py", tmp_path, "--n-ref", "1e4", cwd=tmp_path).stdout
+    assert "| flat | 40,000 |" in out and "| yes |" in out
+    assert "lr*(N) = 0.02 * (N / 10000) ** 0.500" in out
