@@ -92,11 +92,13 @@ def test_the_gpu_grid_file_parses_and_names_known_methods():
     from pathlib import Path
 
     from rltok.analysis.compare import method_overrides
+    from rltok.analysis.scaling_grid import family_sizes
 
     grid = load_grid(Path(__file__).resolve().parents[1] / "scripts" / "scaling_gpu_grid.toml")
-    assert min(grid.budgets) == 1e15 and max(grid.budgets) == 1e18
+    assert min(grid.budgets) == 1e15 and max(grid.budgets) == 1e18 and grid.holdout_budgets == (3e18,)
     for fam in grid.families:
-        assert method_overrides(fam.method) and len(fam.sizes) >= 5
+        assert method_overrides(fam.method)
+        assert len(family_sizes(grid, fam, 1e15)) == 5 and family_sizes(grid, fam, 1e18)[0] > family_sizes(grid, fam, 1e15)[-1]
     assert grid.groups["hierarchy"] == ("uniform", "whitespace", "rl")
     assert ("bytes", "bpe_token") in grid.crossovers
 
