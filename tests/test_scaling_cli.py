@@ -265,3 +265,33 @@ def test_choices_read_the_selection_split_and_one_corpus_runs_alone(tmp_path, ca
     assert choice_loss({"bpb": 3.0}) == 3.0
     assert main(["scaling", "--grid", str(grid), "--out", str(out), "--corpus", "c"]) == 2
     assert "--corpus c" in capsys.readouterr().err
+
+
+def test_a_diverged_run_is_recorded_and_the_grid_goes_on(tmp_path):
+    """A run that diverges (too large a rate for its size) is a result: its record says so, with
+    no bpb; the other points still run, a rerun does not retry it, and the fits leave it out."""
+    from rltok.analysis.scaling import fit_corpus
+    from rltok.analysis.scaling_adapt import run_grid
+    from rltok.training.trainer import TrainingDiverged
+
+    grid = parse_grid({"corpora": [str(corpus_folder(tmp_path, "salad"))], "budgets": [1e8, 1e9], "seeds": [0, 1],
+                       "preset": "test", "extend": 1, "optimum_seeds": [2],
+                       "families": [{"method": "flat", "sizes": [1e3, 4e3, 1.6e4]}]})
+    good, calls = known_loss_runner(lambda c: 4e3)
+
+    def run(grid, p, folder, split):
+        if p.rung.target == 1.6e4 and p.seed == 1 and p.budget == 1e8:
+            calls.append(p.stem)
+            raise TrainingDiverged("5 consecutive non-finite steps")
+        return good(grid, p, folder, split)
+
+    out = tmp_path / "study"
+    result = run_grid(grid, out, log=lambda m: None, runner=run)
+    assert result["ran"] == 2 * 3 * 2
+    bad = json.loads((out / "salad" / "C1e08__flat__N16000__s1.json").read_text())
+    assert bad["bpb"] is None and "non-finite" in bad["diverged"] and bad["non_embedding_params"] > 0
+    n = len(calls)
+    run_grid(grid, out, log=lambda m: None, runner=run)
+    assert len(calls) == n  # recorded: not retried
+    study = fit_corpus(out / "salad", n_boot=10)
+    assert study["flat"].isofits[1e8].interior and len(read_records(out / "salad")) == 2 * 3 * 2 + 2

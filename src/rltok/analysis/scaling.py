@@ -27,6 +27,7 @@ import dataclasses
 import json
 import math
 import re
+import time
 from pathlib import Path
 
 from rltok.analysis.scaling_grid import LRRule, SizeRule, family_sizes, point_lr, rules, run_base
@@ -324,6 +325,14 @@ def _score(model, grid: Grid, corpus: str, split: str) -> float:
     return float(evaluate(model, x, y, batch_size=16, mode="sample", seed=0, context=grid.eval_context)["bpb"])
 
 
+def diverged_record(p: Point, split: str, why: str, wall_s: float) -> dict:
+    """The record of a run that diverged: the study's fields, no bpb (fits leave it out), and why."""
+    return {"corpus": p.corpus, "family": p.family.name, "family_method": p.family.method,
+            "target_size": p.rung.target, "ladder_params": p.rung.achieved, "non_embedding_params": p.rung.achieved,
+            "budget_flops": p.budget, "seed": p.seed, "split": split, "point_kind": p.kind, "bpb": None,
+            "diverged": why, "wall_s": wall_s}
+
+
 def choice_loss(rec: dict) -> float:
     """The loss the study's choices read: on the selection split where the record has one."""
     return float(rec.get("bpb_select", rec["bpb"]))
@@ -352,6 +361,8 @@ def point_done(out: Path, p: Point) -> bool:
 def run_points(grid: Grid, points: list[Point], out: Path, splits: dict, log=print, runner=None) -> int:
     """Run each point whose JSON does not exist yet (`runner`: run_point, or a stand-in with its
     signature); the number run."""
+    from rltok.training.trainer import TrainingDiverged
+
     runner = runner or run_point
     todo = [p for p in points if not point_done(out, p)]
     for i, p in enumerate(todo, 1):
@@ -359,10 +370,14 @@ def run_points(grid: Grid, points: list[Point], out: Path, splits: dict, log=pri
         folder.mkdir(parents=True, exist_ok=True)
         what = "" if p.kind == "ladder" else f" ({p.kind})"
         log(f"[{i}/{len(todo)}] {p.corpus} {p.stem}{what} ...")
-        rec = runner(grid, p, folder, splits[p.corpus])
+        t0 = time.time()
+        try:
+            rec = runner(grid, p, folder, splits[p.corpus])
+        except TrainingDiverged as e:  # a result of the study (too large a rate for the size): recorded, not fatal
+            rec = diverged_record(p, splits[p.corpus], str(e), time.time() - t0)
         _write_json(folder / f"{p.stem}.json", rec)
-        log(f"[{i}/{len(todo)}] {p.corpus} {p.stem}: N {rec['non_embedding_params']:,} bpb {rec['bpb']:.4f} "
-            f"({rec['wall_s']:.0f} s)")
+        what = "diverged" if rec["bpb"] is None else f"bpb {rec['bpb']:.4f}"
+        log(f"[{i}/{len(todo)}] {p.corpus} {p.stem}: N {rec['non_embedding_params']:,} {what} ({rec['wall_s']:.0f} s)")
     return len(todo)
 
 

@@ -60,10 +60,11 @@ class Cell:
         return run_points(self.grid, points, self.out, self.splits, self.log, self.runner)
 
     def _records(self, rungs) -> list[dict]:
-        """The cell's records of `rungs` and the grid's seeds."""
+        """The cell's scored records of `rungs` and the grid's seeds (a diverged run has no loss to
+        choose by)."""
         targets = {round(r.target) for r in rungs}
         return [r for r in cell_records(self.folder, self.budget, self.fam.name)
-                if round(r["target_size"]) in targets and r["seed"] in self.grid.seeds]
+                if round(r["target_size"]) in targets and r["seed"] in self.grid.seeds and r.get("bpb") is not None]
 
     def _found_extensions(self, rungs) -> list:
         """The sizes an earlier invocation added here, from their records."""

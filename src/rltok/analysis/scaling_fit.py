@@ -72,8 +72,9 @@ def record_size(r: dict) -> float:
 
 
 def profiles_from_records(records: Iterable[dict], split: str | None = None) -> dict[str, dict[float, IsoProfile]]:
-    """{family: {budget: IsoProfile}} of the records (of `split` only when given)."""
-    records = [r for r in records if split is None or r.get("split") == split]
+    """{family: {budget: IsoProfile}} of the records (of `split` only when given; a diverged run,
+    which has no bpb, is left out)."""
+    records = [r for r in records if r.get("bpb") is not None and (split is None or r.get("split") == split)]
     splits = {r.get("split") for r in records}
     if len(splits) > 1:
         raise ValueError(f"records of several splits {sorted(map(str, splits))}: pass split=")

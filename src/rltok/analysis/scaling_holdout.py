@@ -119,14 +119,15 @@ def score_holdout(grid: Grid, out: Path, points: list[Point], prediction: dict) 
         groups.setdefault((p.corpus, p.family.name, p.budget), []).append(out / p.corpus / f"{p.stem}.json")
     scores = []
     for (corpus, family, budget), paths in groups.items():
-        recs = [json.loads(path.read_text()) for path in paths if path.exists()]
+        every = [json.loads(path.read_text()) for path in paths if path.exists()]
+        recs = [r for r in every if r.get("bpb") is not None]  # a diverged seed has no loss: counted below
         if not recs:
             continue
         pred = _prediction(prediction["corpora"][corpus][family][_key(budget)])
         size = sum(r["non_embedding_params"] for r in recs) / len(recs)
         score = score_prediction(pred, [r["bpb"] for r in recs], size)
         scores.append({"corpus": corpus, "family": family, "budget": budget, "seeds": [r["seed"] for r in recs],
-                       **to_plain(score)})
+                       **to_plain(score), "diverged_seeds": len(every) - len(recs)})
     return scores
 
 

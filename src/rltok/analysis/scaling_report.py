@@ -183,10 +183,11 @@ def build_report(records: Iterable[dict], groups: Mapping[str, Sequence[str]] | 
                  pairs: Iterable[Sequence[str]] = (), corpus: str = "", n_boot: int = 1000, seed: int = 0,
                  budgets: Iterable[float] | None = None, reference: ReferenceScale = REFERENCE) -> StudyReport:
     """Fit the records' families and the groups, and compute every part of the report (only the
-    records at `budgets` when given; the machine time counts every record)."""
+    records at `budgets` when given, and never a diverged run's, which has no bpb; the machine
+    time counts every record)."""
     every = list(records)
     keep = None if budgets is None else {float(b) for b in budgets}
-    records = [r for r in every if keep is None or float(r["budget_flops"]) in keep]
+    records = [r for r in every if r.get("bpb") is not None and (keep is None or float(r["budget_flops"]) in keep)]
     study = fit_study(records, n_boot=n_boot, seed=seed)
     profiles = profiles_from_records(records)
     groups = {g: tuple(m) for g, m in (groups or {}).items()}
