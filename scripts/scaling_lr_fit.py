@@ -29,7 +29,7 @@ def sweep_table(folder: Path) -> dict:
     for path in sorted(folder.glob("C*__*__N*__s*.json")):
         rec = json.loads(path.read_text())
         m = TAG.match(rec["family"])
-        if m:
+        if m and rec.get("bpb") is not None:  # a diverged run has no loss (its file says why)
             points[(m["family"], rec["non_embedding_params"])].append((float(m["lr"]), rec["bpb"]))
     return {k: sorted(v) for k, v in points.items()}
 
@@ -55,7 +55,7 @@ def main() -> None:
     ap.add_argument("--n-ref", type=float, default=5e4)
     args = ap.parse_args()
     table = sweep_table(args.folder)
-    rows, xs, ys = [], [], []
+    xs, ys = [], []
     print("| family | N | bpb at each lr | best swept lr | fitted lr* | interior |")
     print("|---|---|---|---|---|---|")
     for (family, n), pairs in sorted(table.items()):

@@ -249,7 +249,7 @@ def test_choices_read_the_selection_split_and_one_corpus_runs_alone(tmp_path, ca
     """With select_split every record is also scored on that split (`bpb_select`), and the
     study's choices read it; eval_context reaches the scoring; `--corpus` runs one corpus of the
     grid and leaves the other."""
-    from rltok.analysis.scaling import choice_loss
+    from rltok.analysis.scaling_fit import choice_loss
 
     grid = tmp_path / "grid.json"
     grid.write_text(json.dumps({
@@ -295,3 +295,19 @@ def test_a_diverged_run_is_recorded_and_the_grid_goes_on(tmp_path):
     assert len(calls) == n  # recorded: not retried
     study = fit_corpus(out / "salad", n_boot=10)
     assert study["flat"].isofits[1e8].interior and len(read_records(out / "salad")) == 2 * 3 * 2 + 2
+
+
+def test_one_corpus_predicts_nothing_and_held_out_scores_of_other_corpora_are_kept(tmp_path, capsys):
+    """--predict writes one prediction for every corpus, so --corpus with it is refused; a bad
+    eval_context or a missing selection split is one error before any run."""
+    grid = tmp_path / "grid.json"
+    base = {"corpora": {"a": str(corpus_folder(tmp_path, "a"))}, "budgets": [1e8], "preset": "test",
+            "families": [{"method": "flat", "sizes": [5e3]}]}
+    grid.write_text(json.dumps(base))
+    assert main(["scaling", "--grid", str(grid), "--out", str(tmp_path / "o"), "--corpus", "a", "--predict"]) == 2
+    assert "drop --corpus" in capsys.readouterr().err
+    for bad, match in (({**base, "eval_context": 0}, "eval_context"), ({**base, "select_split": "nope"}, "nope")):
+        grid.write_text(json.dumps(bad))
+        assert main(["scaling", "--grid", str(grid), "--out", str(tmp_path / "o")]) == 2
+        assert match in capsys.readouterr().err
+        assert not list((tmp_path / "o").glob("a/C*.json"))

@@ -226,3 +226,18 @@ def test_fit_corpus_writes_the_report_and_fit_only_rewrites_it(tmp_path, capsys)
     assert f"rltok scaling --grid {grid} --out {tmp_path / 'study'} --fit-only" in md
     assert "| x vs y |" in md and "| best vs w |" not in md
     assert "| best | 1e+11 |" in capsys.readouterr().out
+
+
+def test_choices_read_the_selection_split_and_verdicts_report_the_scored_one():
+    """With `bpb_select` in the records, a pair's best sizes are chosen on it and compared on
+    `bpb`: here the selection split prefers a's size 2e4, the scored split its 1e4."""
+    recs = []
+    for s in (0, 1, 2):
+        for n, test, val in ((1e4, 2.00, 2.30), (2e4, 2.10, 2.20), (4e4, 2.40, 2.40)):
+            recs.append({"family": "a", "budget_flops": 1e11, "non_embedding_params": n, "seed": s,
+                         "bpb": test + 0.01 * s, "bpb_select": val + 0.01 * s, "split": "test"})
+        recs.append({"family": "b", "budget_flops": 1e11, "non_embedding_params": 1e4, "seed": s,
+                     "bpb": 2.5 + 0.02 * s, "bpb_select": 2.5, "split": "test"})
+    rep = build_report(recs, pairs=[("a", "b")], n_boot=10)
+    (v,) = rep.paired
+    assert v.size_a == 2e4 and v.difference.mean == pytest.approx(2.10 + 0.01 - (2.5 + 0.02), abs=1e-9)

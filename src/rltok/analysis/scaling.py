@@ -150,7 +150,7 @@ def parse_grid(d: dict) -> Grid:
     return Grid({_name(str(k), "corpora"): str(v) for k, v in corpora.items()}, budgets, families,
                 tuple(int(s) for s in d.get("seeds", (0,))), d.get("split", "test"), d.get("preset", "tiny"),
                 int(d.get("max_eval_windows", 0)), tuple(d.get("overrides", ())), int(d.get("n_boot", 1000)),
-                holdout_budgets=holdout, select_split=d.get("select_split"), eval_context=int(d.get("eval_context", 1)),
+                holdout_budgets=holdout, select_split=d.get("select_split"), eval_context=_eval_context(d),
                 groups=groups,
                 crossovers=_crossovers(d.get("crossovers", ()), [*names, *groups]), **extra)
 
@@ -275,13 +275,6 @@ def budget_ladders(grid: Grid, fam: FamilySpec, budgets, log=print) -> dict[floa
     return {b: distinct_rungs(fam, [by_target[round(t)] for t in ts], log, said) for b, ts in targets.items()}
 
 
-def family_ladder(grid: Grid, fam: FamilySpec, log=print, budget: float | None = None) -> list:
-    """The family's rungs at `budget` (default: the first budget; a family with its own sizes
-    has the same ladder at every budget)."""
-    budget = grid.budgets[0] if budget is None else budget
-    return budget_ladders(grid, fam, [budget], log)[budget]
-
-
 def grid_points(grid: Grid, log=print) -> list[Point]:
     """The ladder points of every corpus, budget (holdout budgets excepted), family and seed."""
     ladders = {fam.name: budget_ladders(grid, fam, grid.budgets, log) for fam in grid.families}
@@ -309,33 +302,38 @@ def run_point(grid: Grid, p: Point, folder: Path, split: str) -> dict:
                budget_flops=p.budget, seed=p.seed, split=split, lr=rec["config"]["train"]["lr"],
                lr_mult=p.family.lr_mult, point_kind=p.kind)
     if grid.select_split and grid.select_split != split:
-        rec.update(select_split=grid.select_split, bpb_select=_score(model, grid, p.corpus, grid.select_split))
+        seq_len = rec["config"]["train"]["seq_len"]  # the run's own windows
+        rec.update(select_split=grid.select_split, bpb_select=_score(model, grid, p.corpus, grid.select_split, seq_len))
     return rec
 
 
-def _score(model, grid: Grid, corpus: str, split: str) -> float:
+def _score(model, grid: Grid, corpus: str, split: str, seq_len: int) -> float:
     """bpb of a trained model on `split` of a corpus, windows as the scored split's."""
     from rltok.data.corpus import load_eval_bytes
     from rltok.data.windows import eval_windows
     from rltok.eval.evaluate import evaluate
 
-    seq_len = load_config(grid.preset, overrides=list(grid.overrides)).train.seq_len
     x, y = eval_windows(load_eval_bytes(grid.corpora[corpus], split), seq_len, grid.max_eval_windows,
                         context=grid.eval_context)
     return float(evaluate(model, x, y, batch_size=16, mode="sample", seed=0, context=grid.eval_context)["bpb"])
 
 
-def diverged_record(p: Point, split: str, why: str, wall_s: float) -> dict:
-    """The record of a run that diverged: the study's fields, no bpb (fits leave it out), and why."""
+def _eval_context(d: dict) -> int:
+    c = d.get("eval_context", 1)
+    if not isinstance(c, int) or c < 1:
+        raise ConfigError(f"grid: eval_context must be an integer >= 1 (bytes of context before the scored ones), got {c!r}")
+    return c
+
+
+def diverged_record(grid: Grid, p: Point, split: str, why: str, wall_s: float) -> dict:
+    """The record of a run that diverged: the study's fields (N is the ladder's: no model was
+    kept), the rate it trained with, no bpb (fits and choices leave it out), and why."""
+    lr = point_lr(grid, p.family, p.rung.achieved)
     return {"corpus": p.corpus, "family": p.family.name, "family_method": p.family.method,
             "target_size": p.rung.target, "ladder_params": p.rung.achieved, "non_embedding_params": p.rung.achieved,
             "budget_flops": p.budget, "seed": p.seed, "split": split, "point_kind": p.kind, "bpb": None,
-            "diverged": why, "wall_s": wall_s}
-
-
-def choice_loss(rec: dict) -> float:
-    """The loss the study's choices read: on the selection split where the record has one."""
-    return float(rec.get("bpb_select", rec["bpb"]))
+            "lr": lr if lr is not None else load_config(grid.preset, overrides=list(run_base(grid, p.family))).train.lr,
+            "lr_mult": p.family.lr_mult, "eval_context": grid.eval_context, "diverged": why, "wall_s": wall_s}
 
 
 def _write_json(path: Path, obj) -> None:
@@ -351,6 +349,10 @@ def corpus_split(grid: Grid, corpus: str, log=print) -> str:
     load_eval_bytes(grid.corpora[corpus], split, max_bytes=1)  # a corpus that is not there fails before any run
     if split != grid.split:
         log(f"note: {corpus} has no {grid.split!r} split: evaluating on {split!r}")
+    if grid.select_split:  # a missing selection split fails here too, not after the first run
+        load_eval_bytes(grid.corpora[corpus], resolve_split(grid.corpora[corpus], grid.select_split), max_bytes=1)
+        if grid.select_split == split:
+            log(f"note: {corpus}: the selection split is the scored one ({split!r}): choices read it")
     return split
 
 
@@ -374,7 +376,7 @@ def run_points(grid: Grid, points: list[Point], out: Path, splits: dict, log=pri
         try:
             rec = runner(grid, p, folder, splits[p.corpus])
         except TrainingDiverged as e:  # a result of the study (too large a rate for the size): recorded, not fatal
-            rec = diverged_record(p, splits[p.corpus], str(e), time.time() - t0)
+            rec = diverged_record(grid, p, splits[p.corpus], str(e), time.time() - t0)
         _write_json(folder / f"{p.stem}.json", rec)
         what = "diverged" if rec["bpb"] is None else f"bpb {rec['bpb']:.4f}"
         log(f"[{i}/{len(todo)}] {p.corpus} {p.stem}: N {rec['non_embedding_params']:,} {what} ({rec['wall_s']:.0f} s)")

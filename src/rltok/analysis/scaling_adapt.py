@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rltok.analysis.scaling import (Grid, Point, budget_tag, choice_loss, corpus_split, family_rungs, grid_points,
-                                    point_done, run_points)
+from rltok.analysis.scaling import (Grid, Point, budget_tag, corpus_split, family_rungs, grid_points, point_done,
+                                    run_points)
+from rltok.analysis.scaling_fit import choice_loss, choice_records
 from rltok.analysis.scaling_grid import step_ratio
 
 MAX_STEPS = 4  # step ratios tried beyond an edge before a new shape is given up on
@@ -94,8 +95,7 @@ class Cell:
         """None when the parabola's optimum is interior (or cannot be fitted), else the side to extend."""
         from rltok.analysis.scaling_fit import fit_isoflop, profiles_from_records
 
-        chosen = [{**r, "bpb": choice_loss(r)} for r in self._records(rungs)]  # the selection split's
-        profile = profiles_from_records(chosen).get(self.fam.name, {}).get(self.budget)
+        profile = profiles_from_records(choice_records(self._records(rungs))).get(self.fam.name, {}).get(self.budget)
         if profile is None or len(profile.sizes) < 3:
             self.log(f"{self.corpus} {budget_tag(self.budget)} {self.fam.name}: fewer than 3 sizes: not extended")
             return None

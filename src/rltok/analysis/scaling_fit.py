@@ -71,6 +71,17 @@ def record_size(r: dict) -> float:
     return float(n if n is not None else r["params"])
 
 
+def choice_loss(rec: dict) -> float:
+    """The loss the study's choices read: on the selection split where the record has one
+    (`bpb_select`), so that the reported split only reports."""
+    return float(rec.get("bpb_select", rec["bpb"]))
+
+
+def choice_records(records: Iterable[dict]) -> list[dict]:
+    """The records with their choice loss as `bpb`: profiles of these choose, never report."""
+    return [{**r, "bpb": choice_loss(r)} for r in records if r.get("bpb") is not None]
+
+
 def profiles_from_records(records: Iterable[dict], split: str | None = None) -> dict[str, dict[float, IsoProfile]]:
     """{family: {budget: IsoProfile}} of the records (of `split` only when given; a diverged run,
     which has no bpb, is left out)."""

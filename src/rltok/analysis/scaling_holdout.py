@@ -140,7 +140,10 @@ def run_holdout(grid: Grid, out: Path, log=print, runner=None) -> list[dict]:
     log(f"{len(points)} holdout points")
     run_points(grid, points, out, splits, log, runner)
     scores = score_holdout(grid, out, points, prediction)
-    _write_json(out / SCORE, {"prediction_commit": prediction["commit"], "scores": scores})
+    # one process per corpus may run its held-out points: keep the other corpora's scores
+    kept = [s for s in (json.loads((out / SCORE).read_text())["scores"] if (out / SCORE).exists() else [])
+            if s["corpus"] not in grid.corpora]
+    _write_json(out / SCORE, {"prediction_commit": prediction["commit"], "scores": kept + scores})
     return scores
 
 

@@ -16,9 +16,11 @@ import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
+import numpy as np
+
 from rltok.analysis.paired_stats import PairedDifference, paired_difference
-from rltok.analysis.scaling_fit import (Crossover, FamilyFit, IsoProfile, Prediction, crossover, fit_study, predict,
-                                        profiles_from_records, record_family, to_plain)
+from rltok.analysis.scaling_fit import (Crossover, FamilyFit, IsoProfile, Prediction, choice_records, crossover,
+                                        fit_isoflop, fit_study, predict, profiles_from_records, record_family, to_plain)
 from rltok.analysis.scaling_plots import inference_runs
 
 
@@ -45,12 +47,13 @@ class GroupChoice:
     basis: str  # "fitted L*" (every member's optimum interior there) or "best measured"
 
 
-def _choose(group: str, budget: float, members: list[str], study: Mapping[str, FamilyFit],
+def _choose(group: str, budget: float, members: list[str],
             profiles: Mapping[str, Mapping[float, IsoProfile]]) -> GroupChoice:
     """The member with the lowest fitted L* at the budget when every member's optimum is interior
     there (one basis for all, so a parabola extrapolated past a ladder's edge never wins), else
-    the lowest best measured seed mean; ties go to the first name."""
-    fits = [study[m].isofits.get(budget) if m in study else None for m in members]
+    the lowest best measured seed mean; ties go to the first name. `profiles` are the choice
+    losses' (the selection split's where the records have one)."""
+    fits = [_parabola(profiles[m][budget]) for m in members]
     if all(f is not None and f.interior for f in fits):
         losses, basis = [f.l_star for f in fits], "fitted L*"
     else:
@@ -59,15 +62,24 @@ def _choose(group: str, budget: float, members: list[str], study: Mapping[str, F
     return GroupChoice(group, budget, member, float(loss), basis)
 
 
-def choose_members(study: Mapping[str, FamilyFit], profiles: Mapping[str, Mapping[float, IsoProfile]],
+def _parabola(profile: IsoProfile):
+    """The isoFLOP parabola of one profile (no bootstrap), or None where it cannot be fitted."""
+    try:
+        return fit_isoflop(profile, n_boot=0) if len(profile.sizes) >= 3 else None
+    except ValueError:
+        return None
+
+
+def choose_members(profiles: Mapping[str, Mapping[float, IsoProfile]],
                    groups: Mapping[str, Sequence[str]]) -> list[GroupChoice]:
-    """Per group and budget (any budget where a member has runs), the member that stands for it."""
+    """Per group and budget (any budget where a member has runs), the member that stands for it,
+    chosen on `profiles` (the choice losses')."""
     out = []
     for group, members in groups.items():
         budgets = sorted({b for m in members for b in profiles.get(m, {})})
         for budget in budgets:
             present = [m for m in members if budget in profiles.get(m, {})]
-            out.append(_choose(group, budget, present, study, profiles))
+            out.append(_choose(group, budget, present, profiles))
     return out
 
 
@@ -124,11 +136,22 @@ def _best_size(profile: IsoProfile) -> tuple[float, dict]:
     return float(profile.sizes[i]), dict(zip(profile.seeds[i], (float(v) for v in profile.losses[i])))
 
 
-def paired_verdicts(profiles: Mapping[str, Mapping[float, IsoProfile]], a: str, b: str) -> list[PairedBudget]:
-    """Per budget both have runs at: a's best size against b's, paired by seed (t interval)."""
+def _at_size(profile: IsoProfile, size: float) -> dict:
+    """{seed: loss} of one size of a profile."""
+    i = int(np.flatnonzero(profile.sizes == size)[0])
+    return dict(zip(profile.seeds[i], (float(v) for v in profile.losses[i])))
+
+
+def paired_verdicts(profiles: Mapping[str, Mapping[float, IsoProfile]], a: str, b: str,
+                    chosen: Mapping[str, Mapping[float, IsoProfile]] | None = None) -> list[PairedBudget]:
+    """Per budget both have runs at: a's best size against b's, paired by seed (t interval). The
+    best sizes are chosen on `chosen` (the choice losses' profiles; default `profiles`) and
+    compared on `profiles`, so a verdict on the reported split is not chosen on it."""
+    chosen = profiles if chosen is None else chosen
     out = []
     for budget in sorted(set(profiles.get(a, {})) & set(profiles.get(b, {}))):
-        (size_a, loss_a), (size_b, loss_b) = _best_size(profiles[a][budget]), _best_size(profiles[b][budget])
+        size_a, size_b = _best_size(chosen[a][budget])[0], _best_size(chosen[b][budget])[0]
+        loss_a, loss_b = _at_size(profiles[a][budget], size_a), _at_size(profiles[b][budget], size_b)
         try:
             diff, reason = paired_difference(loss_a, loss_b, name_a=a, name_b=b), None
         except ValueError as e:
@@ -168,14 +191,16 @@ class StudyReport:
     records: tuple  # the runs read (members only): the inference plot reads them
 
 
-def _fit_groups(records: list[dict], study: dict, profiles: dict, groups: Mapping[str, Sequence[str]],
+def _fit_groups(records: list[dict], study: dict, profiles: dict, chosen: dict, groups: Mapping[str, Sequence[str]],
                 **fit_kw) -> list[GroupChoice]:
-    """Add each group to `study` and `profiles` (in place); the members chosen."""
-    choices = choose_members(study, profiles, groups)
+    """Add each group to `study`, `profiles` and `chosen` (the choice losses' profiles; in place);
+    the members chosen."""
+    choices = choose_members(chosen, groups)
     grouped = group_records(records, choices)
     if grouped:
         study.update(fit_study(grouped, **fit_kw))
         profiles.update(profiles_from_records(grouped))
+        chosen.update(profiles_from_records(choice_records(grouped)))
     return choices
 
 
@@ -190,11 +215,12 @@ def build_report(records: Iterable[dict], groups: Mapping[str, Sequence[str]] | 
     records = [r for r in every if r.get("bpb") is not None and (keep is None or float(r["budget_flops"]) in keep)]
     study = fit_study(records, n_boot=n_boot, seed=seed)
     profiles = profiles_from_records(records)
+    chosen = profiles_from_records(choice_records(records))  # what the choices read: the selection split
     groups = {g: tuple(m) for g, m in (groups or {}).items()}
-    choices = _fit_groups(records, study, profiles, groups, n_boot=n_boot, seed=seed)
+    choices = _fit_groups(records, study, profiles, chosen, groups, n_boot=n_boot, seed=seed)
     pairs = [tuple(p) for p in pairs]
     crossings = [pair_crossover(study, a, b, reference.flops) for a, b in pairs]
-    paired = [v for a, b in pairs for v in paired_verdicts(profiles, a, b)]
+    paired = [v for a, b in pairs for v in paired_verdicts(profiles, a, b, chosen)]
     preds = [predict(f.envelope, reference.flops) for f in study.values() if f.envelope is not None]
     return StudyReport(corpus, study, profiles, groups, tuple(choices), tuple(crossings), tuple(paired),
                        tuple(preds), reference, machine_time(every), tuple(records))

@@ -64,6 +64,8 @@ def cmd_scaling(args) -> int:
     out = check_output_folder(args.out, "--out")
     grid = load_grid(args.grid)
     if args.corpus:  # one corpus per process: two processes run a grid's corpora side by side
+        if args.predict:
+            raise ConfigError("--predict fits every corpus into one prediction.json, written once: drop --corpus")
         if args.corpus not in grid.corpora:
             raise ConfigError(f"--corpus {args.corpus}: the grid's corpora are {', '.join(grid.corpora)}")
         grid = dataclasses.replace(grid, corpora={args.corpus: grid.corpora[args.corpus]})
@@ -102,7 +104,8 @@ def _scaling_command(args) -> str:
     """The command that regenerates a corpus's fits and report.md (written into it)."""
     import shlex
 
-    words = ["rltok", "scaling", "--grid", str(args.grid), "--out", str(args.out)]
+    words = ["rltok", "scaling", "--grid", str(args.grid), "--out", str(args.out),
+             *(["--corpus", args.corpus] if args.corpus else [])]
     return shlex.join(words + (["--fit-only"] if args.fit_only else []))
 
 
