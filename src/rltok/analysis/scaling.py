@@ -30,7 +30,7 @@ import re
 import time
 from pathlib import Path
 
-from rltok.analysis.scaling_grid import LRRule, SizeRule, family_sizes, point_lr, rules, run_base
+from rltok.analysis.scaling_grid import LRRule, SizeRule, family_sizes, point_lr, rules, run_base, unknown_keys
 from rltok.config import ConfigError, load_config
 
 GRID_KEYS = {"corpora", "budgets", "families", "seeds", "split", "preset", "max_eval_windows", "overrides",
@@ -80,17 +80,12 @@ class Grid:
     crossovers: tuple[tuple[str, str], ...] = ()  # pairs of family or group names
 
 
-def _unknown(keys, allowed: set, where: str) -> None:
-    extra = sorted(set(keys) - allowed)
-    if extra:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(extra)}; allowed: {', '.join(sorted(allowed))}")
-
 
 def _family(d: dict, i: int, has_rule: bool) -> FamilySpec:
     from rltok.model.sizing import geometric_sizes
 
     where = f"families[{i}]"
-    _unknown(d, FAMILY_KEYS, where)
+    unknown_keys(d, FAMILY_KEYS, where)
     if "method" not in d or "@" in d["method"]:
         raise ConfigError(f"{where}: `method` is a compare method NAME or NAME+PIECE... (put overrides in "
                           "`overrides`)")
@@ -127,7 +122,7 @@ def _name(name: str, where: str) -> str:
 
 def parse_grid(d: dict) -> Grid:
     """A Grid from the file's table; every problem is a ConfigError naming the key."""
-    _unknown(d, GRID_KEYS, "grid")
+    unknown_keys(d, GRID_KEYS, "grid")
     for key in ("corpora", "budgets", "families"):
         if not d.get(key):
             raise ConfigError(f"grid: `{key}` is required and may not be empty")
@@ -385,8 +380,9 @@ def run_points(grid: Grid, points: list[Point], out: Path, splits: dict, log=pri
 
 # ---------------------------------------------------------------- fitting
 
-def read_records(folder: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(Path(folder).glob(RESULTS_GLOB))]
+def read_records(folder: Path, pattern: str = RESULTS_GLOB) -> list[dict]:
+    """The run records in a corpus folder (those whose file names match `pattern`)."""
+    return [json.loads(p.read_text()) for p in sorted(Path(folder).glob(pattern))]
 
 
 def fit_corpus(folder: Path, n_boot: int = 1000, groups: dict | None = None, crossovers=(),

@@ -12,11 +12,10 @@ records (`point_kind` "extension"), and every point whose JSON exists is skipped
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from rltok.analysis.scaling import (Grid, Point, budget_tag, corpus_split, family_rungs, grid_points, point_done,
-                                    run_points)
+                                    read_records, run_points)
 from rltok.analysis.scaling_fit import choice_loss, choice_records
 from rltok.analysis.scaling_grid import step_ratio
 
@@ -25,7 +24,7 @@ MAX_STEPS = 4  # step ratios tried beyond an edge before a new shape is given up
 
 def cell_records(folder: Path, budget: float, family: str) -> list[dict]:
     """The records of one family at one budget (its files' names say so)."""
-    return [json.loads(p.read_text()) for p in sorted(folder.glob(f"{budget_tag(budget)}__{family}__N*__s*.json"))]
+    return read_records(folder, f"{budget_tag(budget)}__{family}__N*__s*.json")
 
 
 def _cells(points: list[Point]) -> dict:
