@@ -75,6 +75,16 @@ def cmd_scaling(args) -> int:
 
     if args.predict or args.holdout:
         return _scaling_holdout(args, grid, out, log)
+    if args.check_optimum is not None:
+        from rltok.analysis.scaling_check import check_markdown, parse_variant, run_optimum_check
+
+        variants = [parse_variant(v) for v in args.variant]
+        result = run_optimum_check(grid, out, args.check_optimum, tuple(args.lr_mults), variants, args.tolerance,
+                                   log, command=_scaling_command(args))
+        print(check_markdown(result))
+        return 0
+    if args.variant or args.lr_mults != [0.5, 2.0]:
+        raise ConfigError("--variant and --lr-mults go with --check-optimum")
     if not args.fit_only:
         run_grid(grid, out, log)
     for corpus in grid.corpora:
@@ -106,6 +116,9 @@ def _scaling_command(args) -> str:
 
     words = ["rltok", "scaling", "--grid", str(args.grid), "--out", str(args.out),
              *(["--corpus", args.corpus] if args.corpus else [])]
+    if getattr(args, "check_optimum", None) is not None:
+        words += ["--check-optimum", f"{args.check_optimum:g}", "--lr-mults", *(f"{m:g}" for m in args.lr_mults),
+                  *(w for v in args.variant for w in ("--variant", v)), "--tolerance", f"{args.tolerance:g}"]
     return shlex.join(words + (["--fit-only"] if args.fit_only else []))
 
 
