@@ -311,3 +311,26 @@ def test_one_corpus_predicts_nothing_and_held_out_scores_of_other_corpora_are_ke
         assert main(["scaling", "--grid", str(grid), "--out", str(tmp_path / "o")]) == 2
         assert match in capsys.readouterr().err
         assert not list((tmp_path / "o").glob("a/C*.json"))
+
+
+def test_interior_only_fits_the_envelope_on_interior_optima_alone(tmp_path):
+    """With the grid's interior_only a budget whose optimum lies beyond its smallest size bounds L*
+    and fits nothing: the envelope and the prediction leave it out."""
+    from rltok.analysis.scaling import fit_corpus
+    from rltok.analysis.scaling_holdout import predict_corpus
+
+    folder = tmp_path / "study" / "salad"
+    synthetic_study(folder, [1e7, 3e7, 1e8, 3e8], [10000, 20000, 50000, 80000], [0, 1],
+                    lambda c: 3e4 * (c / 1e8) ** 0.5)  # N* 9.5e3 at 1e7: below the smallest size
+    loose = fit_corpus(folder, n_boot=20)["flat"].envelope
+    assert 1e7 in loose.budgets and loose.non_interior == (1e7,)
+    strict = fit_corpus(folder, n_boot=20, interior_only=True)["flat"].envelope
+    assert list(strict.budgets) == [3e7, 1e8, 3e8] and 1e7 in strict.excluded
+    assert json.loads((folder / "fits.json").read_text())["families"]["flat"]["envelope"]["excluded"] == [1e7]
+    assert "left out: 1e+07" in (folder / "report.md").read_text()
+    grid = parse_grid({"corpora": {"salad": "unused"}, "budgets": [1e7, 3e7, 1e8, 3e8], "holdout_budgets": [1e9],
+                       "interior_only": True, "n_boot": 20, "families": [{"method": "flat", "sizes": [1e4]}]})
+    assert grid.interior_only and predict_corpus(grid, folder)["flat"][repr(1e9)]["fitted_budgets"] == [3e7, 1e8, 3e8]
+    with pytest.raises(ConfigError, match="interior_only"):
+        parse_grid({"corpora": {"salad": "x"}, "budgets": [1e7], "interior_only": "yes",
+                    "families": [{"method": "flat", "sizes": [1e4]}]})

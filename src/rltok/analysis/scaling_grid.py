@@ -108,6 +108,10 @@ def rules(d: dict) -> dict:
         out["extend"] = int(d["extend"])
         if out["extend"] < 0:
             raise ConfigError("grid: extend must be >= 0")
+    if "interior_only" in d:
+        if not isinstance(d["interior_only"], bool):
+            raise ConfigError(f"grid: interior_only is true or false, got {d['interior_only']!r}")
+        out["interior_only"] = d["interior_only"]
     for key in ("optimum_seeds", "holdout_seeds"):
         if key in d:
             out[key] = tuple(int(s) for s in d[key])
