@@ -241,3 +241,18 @@ def test_choices_read_the_selection_split_and_verdicts_report_the_scored_one():
     rep = build_report(recs, pairs=[("a", "b")], n_boot=10)
     (v,) = rep.paired
     assert v.size_a == 2e4 and v.difference.mean == pytest.approx(2.10 + 0.01 - (2.5 + 0.02), abs=1e-9)
+
+
+def test_the_best_size_is_chosen_on_the_selection_split():
+    """A size that is best on the scored split but not on the selection split is not reported
+    as the best: the table reports the scored loss at the size the selection split chose."""
+    from rltok.analysis.scaling_report import best_index, best_table, build_report
+
+    recs = []
+    for n, (test, val) in {1e4: (3.0, 3.1), 2e4: (2.9, 3.2), 4e4: (3.05, 3.0)}.items():
+        for s in (0, 1):
+            recs.append({"family": "flat", "budget_flops": 1e9, "target_size": n, "non_embedding_params": n,
+                         "seed": s, "bpb": test + 0.01 * s, "bpb_select": val + 0.01 * s, "split": "test"})
+    rep = build_report(recs, n_boot=10)
+    assert rep.profiles["flat"][1e9].sizes[best_index(rep, "flat", 1e9)] == 4e4
+    assert "| flat | 1e+09 | 3.0550 | 40,000 | 0,1 | 3 |" in best_table(rep)
