@@ -1,0 +1,73 @@
+"""The study's headline table (`rltok.analysis.scaling_summary`) and the script that splices it
+into the README: the best size is chosen on the selection split, the budget is the largest one
+every corpus ran for every family, and the README block between the markers is replaced."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from rltok.analysis.scaling import budget_tag
+from rltok.analysis.scaling_summary import best_runs, common_budget, summary_table
+from test_scripts_smoke import REPO, SCRIPTS
+
+
+def write_runs(folder, family, budget, losses, flops=1000.0):
+    """Records of one family at one budget: {size: (test, val)} per seed 0 and 1 (seed 1 +0.01)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for n, (test, val) in losses.items():
+        for s in (0, 1):
+            rec = {"family": family, "budget_flops": budget, "target_size": n, "non_embedding_params": n, "seed": s,
+                   "bpb": test + 0.01 * s, "bpb_select": val + 0.01 * s, "split": "test",
+                   "forward_flops_per_byte": flops * n / 1e4}
+            (folder / f"{budget_tag(budget)}__{family}__N{int(n)}__s{s}.json").write_text(json.dumps(rec))
+
+
+@pytest.fixture
+def study(tmp_path):
+    out = tmp_path / "study"
+    for corpus, shift in (("a", 0.0), ("b", 0.5)):
+        for budget in (1e9, 3e9):
+            write_runs(out / corpus, "flat", budget, {1e4: (3.0 + shift, 3.1), 2e4: (2.9 + shift, 3.2)})
+        write_runs(out / corpus, "bpe", 1e9, {1e4: (2.5 + shift, 2.6), 3e4: (2.6 + shift, 2.5)})
+    write_runs(out / "a", "bpe", 3e9, {1e4: (2.4, 2.5)})  # b has no bpe at 3e9
+    return out
+
+
+def test_best_runs_choose_on_val_and_the_budget_every_corpus_shares(study):
+    (study / "a" / "C1e09__flat__N10000__s1.json").write_text(json.dumps(
+        {**json.loads((study / "a" / "C1e09__flat__N10000__s1.json").read_text()), "bpb": None}))  # diverged
+    best = best_runs([json.loads(p.read_text()) for p in (study / "a").glob("C1e09*.json")], 1e9, "a")
+    assert best["flat"].size == 1e4 and best["flat"].seeds == (0,) and best["flat"].sd is None  # val, not test
+    assert best["bpe"].size == 3e4 and best["bpe"].mean == pytest.approx(2.605)
+    assert best["bpe"].inference_flops_per_byte == pytest.approx(3000.0)
+    folders = {"a": study / "a", "b": study / "b"}
+    assert common_budget(folders, ["flat", "bpe"]) == 1e9 and common_budget(folders, ["flat"]) == 3e9
+    budget, table = summary_table(folders, families=["flat", "bpe"], labels={"bpe": "BPE tokens"})
+    assert budget == 1e9
+    assert "| BPE tokens | **2.605 ± 0.007 (2)** | 30,000 | 3,000 | **3.105 ± 0.007 (2)** | 30,000 | 3,000 |" in table
+    with pytest.raises(ValueError, match="every family"):
+        summary_table({"b": study / "b"}, families=["nope"])
+
+
+def test_the_readme_block_is_regenerated_between_its_markers(study, tmp_path):
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps({"corpora": {"a": "x", "b": "y"}, "budgets": [1e9, 3e9],
+                                "families": [{"method": "flat", "sizes": [1e4]},
+                                             {"name": "bpe", "method": "bpe_token", "sizes": [1e4]}]}))
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- scaling-results:begin -->\nold\n<!-- scaling-results:end -->\n\ntail\n")
+    cmd = [sys.executable, str(SCRIPTS / "readme_results.py"), "--grid", str(grid), "--out", str(study),
+           "--readme", str(readme)]
+    subprocess.run(cmd, check=True, capture_output=True, cwd=REPO)
+    text = readme.read_text()
+    assert "old" not in text and text.endswith("<!-- scaling-results:end -->\n\ntail\n")
+    assert "1e+09 training FLOPs" in text and "| flat bytes | 3.005 ± 0.007 (2) | 10,000 |" in text
+    subprocess.run(cmd, check=True, capture_output=True, cwd=REPO)
+    assert readme.read_text() == text  # the same runs: the same README
+    readme.write_text("# no markers\n")
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode != 0 and "scaling-results:begin" in proc.stderr
