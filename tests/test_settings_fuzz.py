@@ -128,7 +128,8 @@ REQUIRED = {"train": ["--print-config", "--preset", "test"], "eval": ["-c", "{no
             "segment": ["-c", "{nowhere}", "hello"], "generate": ["-c", "{nowhere}", "hi"],
             "diagnose": ["-c", "{nowhere}"], "vocab": ["{nowhere}"], "export": ["-c", "{nowhere}"],
             "prepare": ["{nowhere}", "--out", "{out}"],
-            "compare": ["--data", "{nowhere}", "--out", "{out}", "--methods", "fixed"]}
+            "compare": ["--data", "{nowhere}", "--out", "{out}", "--methods", "fixed"],
+            "scaling": ["--grid", "{nowhere}", "--out", "{out}"]}
 
 
 def test_every_numeric_flag_is_known():

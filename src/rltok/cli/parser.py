@@ -270,16 +270,16 @@ def _add_scaling(sub: Subcommands) -> None:
     mode.add_argument("--holdout", action="store_true",
                       help="run each family at the size OUT/prediction.json predicts for each holdout budget, then "
                            "score the prediction into OUT/prediction_score.json")
-    mode.add_argument("--check-optimum", type=float, metavar="BUDGET",
+    mode.add_argument("--check-optimum", type=number(0, 1e30, low_open=True), metavar="BUDGET",
                       help="at each family's best size of this budget (the study's runs there): the learning-rate "
                            "rule against --lr-mults times its rate, and each --variant; runs under "
                            "OUT/optimum_check/, table in OUT/optimum_check/<budget>.md")
-    p.add_argument("--lr-mults", type=float, nargs="+", default=[0.5, 2.0],
+    p.add_argument("--lr-mults", type=number(0, 1e6, low_open=True), nargs="+", default=[0.5, 2.0],
                    help="with --check-optimum: multiples of the rule's rate to run (default 0.5 2)")
     p.add_argument("--variant", action="append", default=[], metavar="NAME=FAMILY[:OVERRIDES]",
                    help="with --check-optimum: FAMILY's best size again with these comma-separated overrides in "
                         "place of the family's own, e.g. flat_full=flat:model.flat_window=0 (repeatable)")
-    p.add_argument("--tolerance", type=float, default=0.02,
+    p.add_argument("--tolerance", type=number(0, 100), default=0.02,
                    help="with --check-optimum: the rule holds within this many bpb of the best rate (default 0.02)")
     p.set_defaults(func=cmd_scaling)
 
