@@ -241,8 +241,11 @@ def _train_to_budget(cfg: Config, budget_flops: float) -> _Trained:
     tc = trainer.cfg.train
     tc.eval_every = max(1, steps // 6)
     tc.checkpoint_every = max(1, steps // 3)
-    # a share of the planned steps (train.warmup_frac), else the preset's, at most a tenth of the run
-    tc.warmup_steps = tc.warmup_for(steps) if tc.warmup_frac else min(tc.warmup_steps, max(1, steps // 10))
+    # a share of the planned steps (train.warmup_frac), else the preset's, at most a tenth of the run;
+    # under "wsd" a warm-up in steps stays as given: one that followed the budget would keep a larger
+    # budget from branching from this run (run_one's branch_from)
+    if tc.warmup_frac or not tc.constant_phase:
+        tc.warmup_steps = tc.warmup_for(steps) if tc.warmup_frac else min(tc.warmup_steps, max(1, steps // 10))
     # every method stops on the FLOPs it spends (and the LR follows the share spent); the step
     # cap only guards against a rule that spends far less than planned
     tc.flops_budget = budget_flops
@@ -339,15 +342,40 @@ def _run_record(method: str, seed: int, data: str, eval_split: str, budget_flops
 
 
 def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: float, base: list[str],
-            preset: str = "tiny", eval_split: str = "test", max_eval_windows: int = 0, eval_context: int = 1) -> dict:
+            preset: str = "tiny", eval_split: str = "test", max_eval_windows: int = 0, eval_context: int = 1,
+            branch_from: Path | None = None) -> dict:
     """Train one method with one seed to the FLOPs budget, evaluate it, and return its record.
     `eval_context`: the bytes of each evaluation window before it are context, not scored
-    (rltok.eval.evaluate: every family scores the same bytes)."""
+    (rltok.eval.evaluate: every family scores the same bytes). `branch_from`: a "wsd" run's
+    branch checkpoint (or its run folder) at a smaller budget; this run goes on from it to its own
+    budget, ending where a run from scratch would (checked: rltok.training.run_folder.branch_refusal),
+    and its record adds `branch_checkpoint` and `own_flops` (the FLOPs spent after it)."""
     out_dir = run_root / f"{method_slug(method)}_s{seed}"
     cfg = method_config(method, base, data, out_dir, seed, preset)
+    branched = None if branch_from is None else _branch(cfg, budget_flops, Path(branch_from), out_dir)
     trained = _train_to_budget(cfg, budget_flops)
     evaluated = _evaluate_run(out_dir, data, eval_split, cfg.train.seq_len, max_eval_windows, eval_context)
-    return _run_record(method, seed, data, eval_split, budget_flops, trained, evaluated)
+    rec = _run_record(method, seed, data, eval_split, budget_flops, trained, evaluated)
+    if branched is not None:
+        ckpt, spent = branched
+        rec.update(branch_checkpoint=str(ckpt), own_flops=rec["train_flops"] - spent)
+    return rec
+
+
+def _branch(cfg: Config, budget_flops: float, branch_from: Path, out_dir: Path) -> tuple[Path, float]:
+    """Check that `cfg` at `budget_flops` may go on from the branch checkpoint `branch_from` and
+    start `out_dir` there (unless it holds checkpoints already: an interrupted branch resumes);
+    (the checkpoint, the FLOPs spent before it)."""
+    from rltok.training import run_folder
+    from rltok.training.checkpoint import list_checkpoints, read_trainer_state
+
+    ckpt = run_folder.branch_checkpoint(branch_from)
+    planned = Config.from_dict(cfg.to_dict())
+    planned.train.flops_budget = budget_flops  # as _train_to_budget sets it
+    run_folder.check_branch(ckpt, planned)
+    if not list_checkpoints(out_dir):
+        run_folder.seed_from_branch(out_dir, ckpt)
+    return ckpt, read_trainer_state(ckpt)["objective"]["flops_spent"]
 
 
 def run_sweep(data: str, methods: list[str], seeds: list[int], out: Path, budget_flops: float,

@@ -52,6 +52,90 @@ MAY_CHANGE_ON_RESUME = ("train.max_steps", "train.log_every", "train.eval_every"
                         "train.tensorboard", "train.wandb", "train.out_dir", "train.schedule_on_resume")
 
 
+# <run>/branch: the state a "wsd" run held just before its cool-down (Trainer._keep_branch), shaped
+# as a run folder of one checkpoint, out of reach of the rotating checkpoints' pruning
+BRANCH = "branch"
+# what a branch changes besides what a resume may: the budget grows (and the steps it plans)
+MAY_CHANGE_ON_BRANCH = ("train.flops_budget",)
+
+
+def branch_root(run_dir: str | Path) -> Path:
+    return Path(run_dir) / BRANCH
+
+
+def branch_checkpoint(path: str | Path) -> Path:
+    """The branch checkpoint `path` stands for: a run folder's (its branch/), or a checkpoint
+    folder itself; verified against its manifest."""
+    from rltok.training.checkpoint import is_checkpoint_dir, resolve_checkpoint
+
+    path = Path(path)
+    if not (branch_root(path).is_dir() or is_checkpoint_dir(path) or path.parent.name == BRANCH):
+        raise ConfigError(f"{path} holds no branch checkpoint (a run with train.lr_schedule=wsd and a FLOPs "
+                          f"budget keeps one in {BRANCH}/ as its cool-down begins)")
+    return resolve_checkpoint(branch_root(path) if branch_root(path).is_dir() else path)
+
+
+def branch_refusal(saved: Config, state: dict | None, cfg: Config) -> str | None:
+    """Why a run with config `cfg` may not go on from a checkpoint (config `saved`, trainer state
+    `state`) to its own budget as if it had trained from scratch; None when it may. It may when
+    both use the "wsd" schedule, the checkpoint was taken at or before its cool-down (every step
+    so far at the constant rate), the budget does not shrink, the warm-up is a fixed number of
+    steps, nothing in the objective follows the budget, and no other key differs beyond those
+    a resume may change."""
+    from rltok.training.trainer import cooldown_left
+
+    st, nt = saved.train, cfg.train
+    if not (st.constant_phase and nt.constant_phase):
+        return "both runs must use train.lr_schedule=wsd (a cosine decays from the first step on)"
+    if st.flops_budget <= 0 or state is None:
+        return "the checkpoint's run had no train.flops_budget or the checkpoint has no trainer state"
+    if nt.flops_budget < st.flops_budget:
+        return f"train.flops_budget may only grow ({st.flops_budget:.4g} -> {nt.flops_budget:.4g})"
+    if st.warmup_frac or nt.warmup_frac:
+        return "the warm-up must not follow the budget: set train.warmup_steps and train.warmup_frac=0"
+    if cfg.objective.tokenizer_phase > 0 or saved.objective.tokenizer_phase > 0:
+        return "objective.tokenizer_phase is a share of the budget, so its end moves with it"
+    spent = (state.get("objective") or {}).get("flops_spent", 0.0)
+    if not state.get("branch_point") and cooldown_left(state["step"], st, spent / st.flops_budget) is not None:
+        return f"the checkpoint (step {state['step']}) was taken inside its run's cool-down"
+    old = _with_absolute_data(json.loads(json.dumps(saved.to_dict())))  # as a config.json holds it
+    changes = config_changes(old, absolute_data(Config.from_dict(cfg.to_dict())))
+    changes = {k: v for k, v in changes.items() if k not in MAY_CHANGE_ON_BRANCH}
+    if changes:
+        return "these keys differ: " + ", ".join(f"{k} ({a!r} -> {b!r})" for k, (a, b) in changes.items())
+    return None
+
+
+def check_branch(ckpt: Path, cfg: Config) -> None:
+    """Raise ConfigError unless `cfg` may go on from the checkpoint `ckpt` (branch_refusal)."""
+    from rltok.model.pretrained import read_config
+    from rltok.training.checkpoint import read_trainer_state
+
+    why = branch_refusal(read_config(ckpt)[0], read_trainer_state(ckpt), cfg)
+    if why is not None:
+        raise ConfigError(f"cannot branch from {ckpt}: {why}")
+
+
+def seed_from_branch(run_dir: str | Path, ckpt: Path) -> None:
+    """Start the run folder `run_dir` at the branch checkpoint `ckpt`: a copy of it becomes the
+    folder's checkpoint (a resume goes on from it), and the records its run logged up to it
+    begin the folder's metrics.jsonl, so that the run's history is its whole trajectory."""
+    import shutil
+
+    from rltok.training.checkpoint import checkpoint_step
+    from rltok.training.tracking import read_metrics
+
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".tmp_{ckpt.name}_{os.getpid()}"  # what clean_stale removes if the copy dies
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(ckpt, tmp)
+    parent = ckpt.parents[2]  # <parent run>/branch/checkpoints/step_N
+    records = read_metrics(parent / "metrics.jsonl", checkpoint_step(ckpt)) if ckpt.parents[1].name == BRANCH else []
+    (Path(run_dir) / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    os.rename(tmp, root / ckpt.name)
+
+
 def saved_config(run_dir: str | Path) -> dict | None:
     """The config a run folder's run was started with (its config.json), or None without one."""
     path = Path(run_dir) / "config.json"
