@@ -91,8 +91,10 @@ def branch_refusal(saved: Config, state: dict | None, cfg: Config) -> str | None
         return "the checkpoint's run had no train.flops_budget or the checkpoint has no trainer state"
     if nt.flops_budget < st.flops_budget:
         return f"train.flops_budget may only grow ({st.flops_budget:.4g} -> {nt.flops_budget:.4g})"
-    if st.warmup_frac or nt.warmup_frac:
-        return "the warm-up must not follow the budget: set train.warmup_steps and train.warmup_frac=0"
+    if st.warmup_steps != nt.warmup_steps:
+        return (f"the warm-up differs (train.warmup_steps {st.warmup_steps} -> {nt.warmup_steps}): it must not follow "
+                "the budget (give both runs the same train.warmup_steps with warmup_frac 0, or compare.run_one's "
+                "warmup_at)")
     if cfg.objective.tokenizer_phase > 0 or saved.objective.tokenizer_phase > 0:
         return "objective.tokenizer_phase is a share of the budget, so its end moves with it"
     spent = (state.get("objective") or {}).get("flops_spent", 0.0)
@@ -134,6 +136,14 @@ def seed_from_branch(run_dir: str | Path, ckpt: Path) -> None:
     records = read_metrics(parent / "metrics.jsonl", checkpoint_step(ckpt)) if ckpt.parents[1].name == BRANCH else []
     (Path(run_dir) / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     os.rename(tmp, root / ckpt.name)
+
+
+def unseed(run_dir: str | Path, ckpt: Path) -> None:
+    """Undo seed_from_branch: the run folder holds no checkpoint and no records again."""
+    import shutil
+
+    shutil.rmtree(Path(run_dir) / "checkpoints" / ckpt.name, ignore_errors=True)
+    (Path(run_dir) / "metrics.jsonl").unlink(missing_ok=True)
 
 
 def saved_config(run_dir: str | Path) -> dict | None:
@@ -202,6 +212,29 @@ def config_changes(saved: dict, cfg: Config) -> dict[str, tuple]:
             if k not in MAY_CHANGE_ON_RESUME and old.get(k) != new.get(k)}
 
 
+def _budget_growth(run_dir: str | Path, saved: dict, cfg: Config, changes: dict) -> str | None:
+    """Whether a resume may give the run a larger train.flops_budget: None when it may (the run
+    uses "wsd", the checkpoint it resumes is at or before its cool-down and nothing else differs
+    beyond what a resume may change: branch_refusal), else why not ("" when the budget is
+    unchanged)."""
+    if "train.flops_budget" not in changes:
+        return ""
+    from rltok.training.checkpoint import CheckpointError, read_trainer_state, resolve_checkpoint
+
+    try:
+        ckpt = resolve_checkpoint(run_dir)
+        state = read_trainer_state(ckpt)
+    except CheckpointError as e:
+        return f"its checkpoint can be read ({e})"
+    planned = Config.from_dict(cfg.to_dict())
+    planned.train.warmup_steps = planned.train.warmup_for(planned.train.max_steps)  # as the Trainer resolves it
+    why = branch_refusal(Config.from_dict(saved), state, planned)
+    if why is None:
+        return None
+    hint = f"; the state before its cool-down is in {branch_root(run_dir)}" if branch_root(run_dir).is_dir() else ""
+    return f"the run could go on as if trained to it from scratch, which it cannot: {why}{hint}"
+
+
 def resume_config(run_dir: str | Path, saved: dict, preset: str | None, file: str | None, overrides: list[str],
                   allow_change: bool = False) -> Config:
     """The config a `--resume` continues with: the run's own saved config with the overrides
@@ -220,10 +253,14 @@ def resume_config(run_dir: str | Path, saved: dict, preset: str | None, file: st
         cfg.validate()
     absolute_data(cfg)
     changes = config_changes(_with_absolute_data(saved), cfg)
+    grown = _budget_growth(run_dir, saved, cfg, changes)
+    if grown is None:  # a "wsd" run still before its cool-down may go on to a larger budget
+        changes = {k: v for k, v in changes.items() if k not in MAY_CHANGE_ON_BRANCH}
     if changes and not allow_change:
         listed = ", ".join(f"{k} ({old!r} -> {new!r})" for k, (old, new) in changes.items())
         shown = "; ".join(f"{k}" for k in MAY_CHANGE_ON_RESUME)
+        budget = f" (train.flops_budget may grow only when {grown})" if grown else ""
         raise ConfigError(f"--resume continues the run in {run_dir} with its own config, but these keys differ "
-                          f"from it: {listed}. Only {shown} may change on a resume; pass "
+                          f"from it: {listed}. Only {shown} may change on a resume{budget}; pass "
                           "--allow-config-change to continue with the changed config anyway")
     return cfg
