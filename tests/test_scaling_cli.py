@@ -101,6 +101,13 @@ def test_the_gpu_grid_file_parses_and_names_known_methods():
         assert len(family_sizes(grid, fam, 1e15)) == 5 and family_sizes(grid, fam, 1e18)[0] > family_sizes(grid, fam, 1e15)[-1]
     assert grid.groups["hierarchy"] == ("uniform", "whitespace", "rl")
     assert ("bytes", "bpe_token") in grid.crossovers
+    # under "wsd" a size of one budget goes on from the previous budget's run of the same model
+    from rltok.analysis.scaling import budget_ladders
+
+    assert grid.branches and grid.cooldown_frac == 0.2
+    ladders = budget_ladders(grid, grid.families[0], grid.budgets[:2], log=lambda m: None)
+    shapes = [{tuple(r.overrides) for r in ladders[b]} for b in grid.budgets[:2]]
+    assert len(shapes[0] & shapes[1]) == 4  # as the grid file's comment counts
 
 
 # ---------------------------------------------------------------- the study's rules

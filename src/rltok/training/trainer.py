@@ -1,5 +1,5 @@
-"""The training loop: build the model, optimiser and objective; step (AdamW, warm-up + cosine,
-clipping, accumulation); validate; checkpoint. Around it, each in a module of its own: the run
+"""The training loop: build the model, optimiser and objective; step (AdamW, warm-up then cosine or
+"wsd", clipping, accumulation); validate; checkpoint (and under "wsd" the state before the cool-down). Around it, each in a module of its own: the run
 folder's rules (run_folder), stopping on a signal (signals), what a record holds and what the
 user sees (metrics), where records go (tracking: JSONL, TensorBoard, W&B), and the TrainState
 that trainer.pt holds (state).
