@@ -64,15 +64,18 @@ def branch_root(run_dir: str | Path) -> Path:
 
 
 def branch_checkpoint(path: str | Path) -> Path:
-    """The branch checkpoint `path` stands for: a run folder's (its branch/), or a checkpoint
-    folder itself; verified against its manifest."""
+    """The branch checkpoint `path` stands for: a run folder's (in its branch/), that branch/
+    folder, or a checkpoint folder itself; verified against its manifest."""
     from rltok.training.checkpoint import is_checkpoint_dir, resolve_checkpoint
 
     path = Path(path)
-    if not (branch_root(path).is_dir() or is_checkpoint_dir(path) or path.parent.name == BRANCH):
+    if not (branch_root(path).is_dir() or path.name == BRANCH or is_checkpoint_dir(path)):
         raise ConfigError(f"{path} holds no branch checkpoint (a run with train.lr_schedule=wsd and a FLOPs "
                           f"budget keeps one in {BRANCH}/ as its cool-down begins)")
-    return resolve_checkpoint(branch_root(path) if branch_root(path).is_dir() else path)
+    ckpt = resolve_checkpoint(branch_root(path) if branch_root(path).is_dir() else path)
+    if not (ckpt.name.startswith("step_") and ckpt.name.removeprefix("step_").isdigit()):
+        raise ConfigError(f"{ckpt} is not a training checkpoint of a run (a step_N folder)")
+    return ckpt
 
 
 def branch_refusal(saved: Config, state: dict | None, cfg: Config) -> str | None:
@@ -132,8 +135,9 @@ def seed_from_branch(run_dir: str | Path, ckpt: Path) -> None:
     tmp = root / f".tmp_{ckpt.name}_{os.getpid()}"  # what clean_stale removes if the copy dies
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(ckpt, tmp)
-    parent = ckpt.parents[2]  # <parent run>/branch/checkpoints/step_N
-    records = read_metrics(parent / "metrics.jsonl", checkpoint_step(ckpt)) if ckpt.parents[1].name == BRANCH else []
+    # <parent run>/branch/checkpoints/step_N, or a checkpoint of its own: <parent run>/checkpoints/step_N
+    parent = ckpt.parents[2] if ckpt.parents[1].name == BRANCH else ckpt.parents[1]
+    records = read_metrics(parent / "metrics.jsonl", checkpoint_step(ckpt))
     (Path(run_dir) / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     os.rename(tmp, root / ckpt.name)
 
