@@ -101,6 +101,13 @@ def test_the_gpu_grid_file_parses_and_names_known_methods():
         assert len(family_sizes(grid, fam, 1e15)) == 5 and family_sizes(grid, fam, 1e18)[0] > family_sizes(grid, fam, 1e15)[-1]
     assert grid.groups["hierarchy"] == ("uniform", "whitespace", "rl")
     assert ("bytes", "bpe_token") in grid.crossovers
+    # under "wsd" a size of one budget goes on from the previous budget's run of the same model
+    from rltok.analysis.scaling import budget_ladders
+
+    assert grid.branches and grid.cooldown_frac == 0.2
+    ladders = budget_ladders(grid, grid.families[0], grid.budgets[:2], log=lambda m: None)
+    shapes = [{tuple(r.overrides) for r in ladders[b]} for b in grid.budgets[:2]]
+    assert len(shapes[0] & shapes[1]) == 4  # as the grid file's comment counts
 
 
 # ---------------------------------------------------------------- the study's rules
@@ -334,3 +341,60 @@ def test_interior_only_fits_the_envelope_on_interior_optima_alone(tmp_path):
     with pytest.raises(ConfigError, match="interior_only"):
         parse_grid({"corpora": {"salad": "x"}, "budgets": [1e7], "interior_only": "yes",
                     "families": [{"method": "flat", "sizes": [1e4]}]})
+
+
+def test_under_wsd_a_shared_size_branches_from_the_smaller_budget_and_matches_a_run_from_scratch(tmp_path):
+    from rltok.analysis.scaling_adapt import run_grid
+    from rltok.training.run_folder import BRANCH
+
+    data = corpus_folder(tmp_path, "salad")
+    table = {"corpora": [str(data)], "budgets": [1.5e9, 3e9], "preset": "test", "max_eval_windows": 2,
+             "warmup_frac": 0.2, "lr_schedule": "wsd", "cooldown_frac": 0.25,
+             "families": [{"method": "flat", "sizes": [5e3]}]}
+    grid = parse_grid(table)
+    out = tmp_path / "wsd"
+    assert run_grid(grid, out, log=lambda m: None)["ran"] == 2
+    small, large = (json.loads((out / "salad" / f"{budget_tag(c)}__flat__N5000__s0.json").read_text())
+                    for c in (1.5e9, 3e9))
+    assert small["branched_from"] is None and small["own_flops"] == small["train_flops"]
+    assert large["branched_from"] == "C1.5e09__flat__N5000__s0"
+    # the smaller run up to its cool-down (the last quarter of 1.5e9) was not paid again
+    assert large["own_flops"] < large["train_flops"] - 0.7 * 1.5e9 and large["train_flops"] >= 3e9
+    warm = small["config"]["train"]["warmup_steps"]
+    assert abs(warm - 0.2 * small["steps"]) <= 1  # warmup_frac of the steps the smallest budget plans ...
+    for r in (small, large):  # ... at every budget
+        assert r["config"]["train"]["warmup_steps"] == warm and r["config"]["train"]["lr_schedule"] == "wsd"
+        assert r["config"]["train"]["cooldown_frac"] == 0.25
+    assert run_grid(grid, out, log=lambda m: None) == {"points": 2, "done": 2, "ran": 0, "added": 0}
+
+    def scratch(grid, p, folder, split):  # the same grid, but no run keeps its branch: all from scratch
+        from rltok.analysis.scaling import run_point
+
+        rec = run_point(grid, p, folder, split)
+        for kept in (folder / "runs" / p.stem).glob(f"*/{BRANCH}"):
+            shutil.rmtree(kept)
+        return rec
+
+    run_grid(grid, tmp_path / "scratch", log=lambda m: None, runner=scratch)
+    alone = json.loads((tmp_path / "scratch" / "salad" / "C3e09__flat__N5000__s0.json").read_text())
+    assert alone["branched_from"] is None and alone["own_flops"] == alone["train_flops"] == large["train_flops"]
+    assert alone["bpb"] == large["bpb"] and alone["steps"] == large["steps"]
+
+
+def test_the_cosine_default_keeps_every_run_its_own_and_schedule_keys_are_checked(tmp_path):
+    from rltok.analysis.scaling_adapt import run_grid
+
+    table = {"corpora": [str(corpus_folder(tmp_path, "salad"))], "budgets": [1e8, 2e8], "preset": "test",
+             "max_eval_windows": 2, "families": [{"method": "flat", "sizes": [5e3]}]}
+    grid = parse_grid(table)
+    assert grid.lr_schedule is None and not grid.branches
+    run_grid(grid, tmp_path / "o", log=lambda m: None)
+    for r in read_records(tmp_path / "o" / "salad"):
+        assert "branched_from" not in r and "own_flops" not in r and r["config"]["train"]["lr_schedule"] == "cosine"
+    assert not list((tmp_path / "o" / "salad" / "runs").glob("*/*/branch"))
+    with pytest.raises(ConfigError, match="lr_schedule must be cosine or wsd"):
+        parse_grid({**table, "lr_schedule": "step"})
+    with pytest.raises(ConfigError, match="cooldown_frac"):
+        parse_grid({**table, "cooldown_frac": 0.3})  # without "wsd"
+    with pytest.raises(ConfigError, match="cooldown_frac"):
+        parse_grid({**table, "lr_schedule": "wsd", "cooldown_frac": 0})

@@ -225,8 +225,10 @@ class _Trained:
     wall: float  # seconds, building the model included
 
 
-def _train_to_budget(cfg: Config, budget_flops: float) -> _Trained:
-    """Train (or resume) one method until it has spent budget_flops; a stop request ends the sweep."""
+def _train_to_budget(cfg: Config, budget_flops: float, warmup_at: float | None = None,
+                     branch: Path | None = None) -> _Trained:
+    """Train (or resume) one method until it has spent budget_flops; a stop request ends the sweep.
+    `warmup_at`, `branch`: run_one's `warmup_at` and its branch checkpoint."""
     from rltok.training.trainer import Trainer
 
     # distinct bytes: with group_size K, batch_size counts segmentations of batch_size / K sequences
@@ -234,6 +236,7 @@ def _train_to_budget(cfg: Config, budget_flops: float) -> _Trained:
     bytes_per_step = cfg.train.batch_size // k * cfg.train.grad_accum * cfg.train.seq_len
     t0 = time.time()
     memory = PeakMemory()
+    seeded = branch is not None and _seed_branch(cfg, branch)
     trainer = Trainer(cfg, resume=True, quiet=True)  # builds (and for BPE, fits) the model
     planned_rate = probe_rate(trainer)
     planned_fpb = train_flops_per_byte({"total": trainer.cost.forward_per_byte(planned_rate)})
@@ -242,11 +245,17 @@ def _train_to_budget(cfg: Config, budget_flops: float) -> _Trained:
     tc.eval_every = max(1, steps // 6)
     tc.checkpoint_every = max(1, steps // 3)
     # a share of the planned steps (train.warmup_frac), else the preset's, at most a tenth of the run
-    tc.warmup_steps = tc.warmup_for(steps) if tc.warmup_frac else min(tc.warmup_steps, max(1, steps // 10))
+    # (the steps warmup_at plans, when given); under "wsd" a warm-up in steps stays as given: one
+    # that followed the budget would keep a larger budget from branching from this run
+    warm = steps if warmup_at is None else max(1, round(warmup_at / (planned_fpb * bytes_per_step)))
+    if tc.warmup_frac or not tc.constant_phase:
+        tc.warmup_steps = tc.warmup_for(warm) if tc.warmup_frac else min(tc.warmup_steps, max(1, warm // 10))
     # every method stops on the FLOPs it spends (and the LR follows the share spent); the step
     # cap only guards against a rule that spends far less than planned
     tc.flops_budget = budget_flops
     tc.max_steps = 4 * steps
+    if branch is not None:
+        _check_branch(trainer, branch, seeded)
     with memory:
         trainer.fit()
     if trainer.stop_requested:  # SIGINT/SIGTERM: the run is checkpointed; stop the whole sweep
@@ -339,15 +348,55 @@ def _run_record(method: str, seed: int, data: str, eval_split: str, budget_flops
 
 
 def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: float, base: list[str],
-            preset: str = "tiny", eval_split: str = "test", max_eval_windows: int = 0, eval_context: int = 1) -> dict:
+            preset: str = "tiny", eval_split: str = "test", max_eval_windows: int = 0, eval_context: int = 1,
+            branch_from: Path | None = None, warmup_at: float | None = None) -> dict:
     """Train one method with one seed to the FLOPs budget, evaluate it, and return its record.
     `eval_context`: the bytes of each evaluation window before it are context, not scored
-    (rltok.eval.evaluate: every family scores the same bytes)."""
+    (rltok.eval.evaluate: every family scores the same bytes). `branch_from`: a "wsd" run's
+    branch checkpoint (or its run folder) at a smaller budget; this run goes on from it to its own
+    budget, ending where a run from scratch would (checked: rltok.training.run_folder.branch_refusal),
+    and its record adds `branch_checkpoint` and `own_flops` (the FLOPs spent after it). Both runs
+    need the same warm-up: `warmup_at` makes it train.warmup_frac of the steps that budget plans
+    (default: this run's own budget), or under "wsd" give train.warmup_steps with warmup_frac 0."""
+    from rltok.training import run_folder
+    from rltok.training.checkpoint import read_trainer_state
+
     out_dir = run_root / f"{method_slug(method)}_s{seed}"
     cfg = method_config(method, base, data, out_dir, seed, preset)
-    trained = _train_to_budget(cfg, budget_flops)
+    branch = None if branch_from is None else run_folder.branch_checkpoint(branch_from)
+    trained = _train_to_budget(cfg, budget_flops, warmup_at, branch)
     evaluated = _evaluate_run(out_dir, data, eval_split, cfg.train.seq_len, max_eval_windows, eval_context)
-    return _run_record(method, seed, data, eval_split, budget_flops, trained, evaluated)
+    rec = _run_record(method, seed, data, eval_split, budget_flops, trained, evaluated)
+    if branch is not None:
+        spent = read_trainer_state(branch)["objective"]["flops_spent"]
+        rec.update(branch_checkpoint=str(branch), own_flops=rec["train_flops"] - spent)
+    return rec
+
+
+def _seed_branch(cfg: Config, branch: Path) -> bool:
+    """Start the run folder at the branch checkpoint, unless it holds checkpoints already (an
+    interrupted branch resumes); whether it was started here."""
+    from rltok.training import run_folder
+    from rltok.training.checkpoint import list_checkpoints
+
+    if list_checkpoints(cfg.train.out_dir):
+        return False
+    run_folder.seed_from_branch(cfg.train.out_dir, branch)
+    return True
+
+
+def _check_branch(trainer, branch: Path, seeded: bool) -> None:
+    """Refuse (ConfigError) a branch whose run, as planned, would not end where a run from scratch
+    ends; the run folder is then left as it was (no checkpoint, no lock)."""
+    from rltok.training import run_folder
+
+    try:
+        run_folder.check_branch(branch, trainer.cfg)
+    except Exception:
+        trainer.lock.release()
+        if seeded:
+            run_folder.unseed(trainer.run_dir, branch)
+        raise
 
 
 def run_sweep(data: str, methods: list[str], seeds: list[int], out: Path, budget_flops: float,

@@ -35,7 +35,8 @@ from rltok.config import ConfigError, load_config
 
 GRID_KEYS = {"corpora", "budgets", "families", "seeds", "split", "preset", "max_eval_windows", "overrides",
              "n_boot", "size_rule", "extend", "lr_rule", "warmup_frac", "optimum_seeds", "holdout_budgets",
-             "holdout_seeds", "select_split", "groups", "crossovers", "eval_context", "interior_only"}
+             "holdout_seeds", "select_split", "groups", "crossovers", "eval_context", "interior_only", "lr_schedule",
+             "cooldown_frac"}
 FAMILY_KEYS = {"name", "method", "overrides", "n_min", "n_max", "points", "sizes", "size_coef", "lr_mult"}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]*(_[A-Za-z0-9.+-]+)*")  # a file-name part without "__"
 RESULTS_GLOB = "C*__*__N*__s*.json"  # the run records of a corpus folder (not fits.json)
@@ -81,7 +82,14 @@ class Grid:
     # the envelopes (and so the predictions) fit only budgets whose optimum is interior; a budget
     # whose optimum lies beyond its ladder's edge then bounds L* there and fits nothing
     interior_only: bool = False
+    lr_schedule: str | None = None  # train.lr_schedule of every run; None: the preset's
+    cooldown_frac: float | None = None  # train.cooldown_frac of every run ("wsd")
 
+    @property
+    def branches(self) -> bool:
+        """Whether a run goes on from the same model's run at a smaller budget (the "wsd"
+        schedule: its state before the cool-down serves every longer budget)."""
+        return self.lr_schedule == "wsd"
 
 
 def _family(d: dict, i: int, has_rule: bool) -> FamilySpec:
@@ -292,8 +300,9 @@ def run_point(grid: Grid, p: Point, folder: Path, split: str) -> dict:
     run_root = folder / "runs" / p.stem
     lr = point_lr(grid, p.family, p.rung.achieved)
     base = [*family_overrides(grid, p.family), *([] if lr is None else [f"train.lr={lr!r}"])]
-    rec = run_one(method, p.seed, grid.corpora[p.corpus], run_root, p.budget, base, grid.preset, split,
-                  grid.max_eval_windows, grid.eval_context)
+    args = (method, p.seed, grid.corpora[p.corpus], run_root, p.budget, base, grid.preset, split,
+            grid.max_eval_windows, grid.eval_context)
+    rec = run_one(*args) if not grid.branches else _run_branched(grid, p, folder, method, args)
     model = load_checkpoint(run_root / f"{method_slug(method)}_s{p.seed}")[0]  # N asked of the trained model
     rec.update(corpus=p.corpus, family=p.family.name, family_method=p.family.method, target_size=p.rung.target,
                ladder_params=p.rung.achieved, non_embedding_params=model.non_embedding_params(),
@@ -303,6 +312,45 @@ def run_point(grid: Grid, p: Point, folder: Path, split: str) -> dict:
         seq_len = rec["config"]["train"]["seq_len"]  # the run's own windows
         rec.update(select_split=grid.select_split, bpb_select=_score(model, grid, p.corpus, grid.select_split, seq_len))
     return rec
+
+
+def branch_source(folder: Path, p: Point, method: str) -> tuple[str, Path] | None:
+    """The run this point can go on from: of the records in `folder` of the same family, built
+    model (`method`, shape keys included) and seed at a smaller budget, the largest whose run kept
+    a branch checkpoint; (its stem, its run folder), or None."""
+    from rltok.analysis.compare import method_slug
+    from rltok.training.checkpoint import list_checkpoints
+    from rltok.training.run_folder import branch_root
+
+    found = []
+    for path in folder.glob(f"C*__{p.family.name}__N*__s{p.seed}.json"):
+        r = json.loads(path.read_text())
+        if (r.get("family"), r.get("method"), r.get("seed")) != (p.family.name, method, p.seed):
+            continue
+        run = folder / "runs" / path.stem / f"{method_slug(method)}_s{p.seed}"
+        if r.get("budget_flops", math.inf) < p.budget and list_checkpoints(branch_root(run)):
+            found.append((r["budget_flops"], path.stem, run))
+    return max(found)[1:] if found else None
+
+
+def _run_branched(grid: Grid, p: Point, folder: Path, method: str, args: tuple) -> dict:
+    """run_one under "wsd": the warm-up is the one the grid's smallest budget plans for this model
+    (so every budget has it), and the run goes on from branch_source where there is one. Its
+    record adds `branched_from` (that point's stem, or None) and `own_flops` (the FLOPs the run
+    itself spent; `train_flops` stays its total); a branch the checks refuse runs from scratch
+    and says why (`branch_refused`)."""
+    from rltok.analysis.compare import run_one
+
+    source, refused = branch_source(folder, p, method), None
+    if source is not None:
+        try:
+            rec = run_one(*args, branch_from=source[1], warmup_at=min(grid.budgets))
+            return {**rec, "branched_from": source[0], "own_flops": rec["own_flops"]}
+        except ConfigError as e:
+            refused = str(e)
+    rec = run_one(*args, warmup_at=min(grid.budgets))
+    return {**rec, "branched_from": None, "own_flops": rec["train_flops"],
+            **({} if refused is None else {"branch_refused": refused})}
 
 
 def _score(model, grid: Grid, corpus: str, split: str, seq_len: int) -> float:

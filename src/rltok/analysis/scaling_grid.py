@@ -8,7 +8,10 @@ Parsed from the grid file by `rltok.analysis.scaling.parse_grid` (schema in docs
       (a family's `size_coef` replaces coef: hierarchies' optima sit at larger N than flat models');
   lr_rule = {lr_ref, n_ref, exponent}: train.lr = lr_ref (N / n_ref)^-exponent, times the family's
       `lr_mult`, N the rung's non-embedding parameters;
-  warmup_frac: train.warmup_frac of every run (before the base overrides, which may set it too).
+  warmup_frac: train.warmup_frac of every run (before the base overrides, which may set it too);
+  lr_schedule ("cosine" or "wsd") and cooldown_frac: train.lr_schedule and train.cooldown_frac of
+      every run; under "wsd" a run goes on from the same model's run at a smaller budget
+      (`rltok.analysis.scaling.run_point`).
 """
 
 from __future__ import annotations
@@ -104,6 +107,7 @@ def rules(d: dict) -> dict:
         if not 0 <= frac < 1:
             raise ConfigError(f"grid: warmup_frac must be in [0, 1), got {frac}")
         out["warmup_frac"] = frac
+    out.update(_schedule(d))
     if "extend" in d:
         out["extend"] = int(d["extend"])
         if out["extend"] < 0:
@@ -115,6 +119,23 @@ def rules(d: dict) -> dict:
     for key in ("optimum_seeds", "holdout_seeds"):
         if key in d:
             out[key] = tuple(int(s) for s in d[key])
+    return out
+
+
+def _schedule(d: dict) -> dict:
+    """The learning-rate schedule keys of a grid table: lr_schedule, and cooldown_frac with "wsd"."""
+    from rltok.config.sections import LR_SCHEDULES
+
+    out = {}
+    if "lr_schedule" in d:
+        if d["lr_schedule"] not in LR_SCHEDULES:
+            raise ConfigError(f"grid: lr_schedule must be {' or '.join(LR_SCHEDULES)}, got {d['lr_schedule']!r}")
+        out["lr_schedule"] = d["lr_schedule"]
+    if "cooldown_frac" in d:
+        frac = float(d["cooldown_frac"])
+        if out.get("lr_schedule") != "wsd" or not 0 < frac <= 1:
+            raise ConfigError(f"grid: cooldown_frac (in (0, 1]) is the cool-down of lr_schedule = \"wsd\", got {frac}")
+        out["cooldown_frac"] = frac
     return out
 
 
@@ -147,7 +168,9 @@ def point_lr(grid, fam, n: float) -> float | None:
 
 
 def run_base(grid, fam) -> list[str]:
-    """The base overrides a family's runs train with: the grid's warm-up share, then the grid's
-    overrides, then the family's (later ones win)."""
+    """The base overrides a family's runs train with: the grid's warm-up share and schedule, then
+    the grid's overrides, then the family's (later ones win)."""
     warmup = [] if grid.warmup_frac is None else [f"train.warmup_frac={grid.warmup_frac!r}"]
-    return [*warmup, *grid.overrides, *fam.overrides]
+    schedule = [] if grid.lr_schedule is None else [f"train.lr_schedule={grid.lr_schedule}"]
+    schedule += [] if grid.cooldown_frac is None else [f"train.cooldown_frac={grid.cooldown_frac!r}"]
+    return [*warmup, *schedule, *grid.overrides, *fam.overrides]

@@ -443,6 +443,9 @@ class DataConfig:
             raise ConfigError("data.prepare_above must be >= 0 (0 = never prepare into the cache)")
 
 
+LR_SCHEDULES = ("cosine", "wsd")  # train.lr_schedule (rltok.training.trainer.lr_at)
+
+
 @dataclass
 class TrainConfig:
     seq_len: int = 512
@@ -489,6 +492,19 @@ class TrainConfig:
     # value it had and decays to the minimum by the new max_steps: no jump) or "restart" (the
     # cosine decay starts again from train.lr).
     schedule_on_resume: str = "keep"
+    # The learning rate after warm-up: "cosine" (decay to min_lr_ratio x lr over the rest of the
+    # run) or "wsd" (constant at lr, then a linear decay to min_lr_ratio x lr over the last
+    # cooldown_frac of the run's progress: the share of flops_budget spent, else of max_steps).
+    # Under "wsd" with a budget the run keeps its state from just before the cool-down
+    # (<out_dir>/branch), from which a longer budget can go on (rltok.analysis.compare.run_one).
+    lr_schedule: str = "cosine"
+    cooldown_frac: float = 0.2
+
+    @property
+    def constant_phase(self) -> bool:
+        """Whether the learning rate holds at lr until a cool-down ("wsd"): the state before the
+        cool-down then serves every longer budget."""
+        return self.lr_schedule == "wsd"
 
     def warmup_for(self, steps: int) -> int:
         """Warm-up steps of a run planned at `steps` steps: warmup_frac of them (at least 1) when
@@ -525,6 +541,10 @@ class TrainConfig:
             raise ConfigError("train.flops_budget must be >= 0 (0 = off)")
         if self.schedule_on_resume not in ("keep", "restart"):
             raise ConfigError(f"train.schedule_on_resume must be keep or restart, got {self.schedule_on_resume!r}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ConfigError(f"train.lr_schedule must be {' or '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
+        if not 0 < self.cooldown_frac <= 1:  # also rejects nan
+            raise ConfigError(f"train.cooldown_frac must be in (0, 1], got {self.cooldown_frac}")
 
 
 def _check_numbers(section: Any, name: str, ranges: dict[str, tuple[float, float]]) -> None:

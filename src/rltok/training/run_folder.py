@@ -52,6 +52,104 @@ MAY_CHANGE_ON_RESUME = ("train.max_steps", "train.log_every", "train.eval_every"
                         "train.tensorboard", "train.wandb", "train.out_dir", "train.schedule_on_resume")
 
 
+# <run>/branch: the state a "wsd" run held just before its cool-down (Trainer._keep_branch), shaped
+# as a run folder of one checkpoint, out of reach of the rotating checkpoints' pruning
+BRANCH = "branch"
+# what a branch changes besides what a resume may: the budget grows (and the steps it plans)
+MAY_CHANGE_ON_BRANCH = ("train.flops_budget",)
+
+
+def branch_root(run_dir: str | Path) -> Path:
+    return Path(run_dir) / BRANCH
+
+
+def branch_checkpoint(path: str | Path) -> Path:
+    """The branch checkpoint `path` stands for: a run folder's (in its branch/), that branch/
+    folder, or a checkpoint folder itself; verified against its manifest."""
+    from rltok.training.checkpoint import is_checkpoint_dir, resolve_checkpoint
+
+    path = Path(path)
+    if not (branch_root(path).is_dir() or path.name == BRANCH or is_checkpoint_dir(path)):
+        raise ConfigError(f"{path} holds no branch checkpoint (a run with train.lr_schedule=wsd and a FLOPs "
+                          f"budget keeps one in {BRANCH}/ as its cool-down begins)")
+    ckpt = resolve_checkpoint(branch_root(path) if branch_root(path).is_dir() else path)
+    if not (ckpt.name.startswith("step_") and ckpt.name.removeprefix("step_").isdigit()):
+        raise ConfigError(f"{ckpt} is not a training checkpoint of a run (a step_N folder)")
+    return ckpt
+
+
+def branch_refusal(saved: Config, state: dict | None, cfg: Config) -> str | None:
+    """Why a run with config `cfg` may not go on from a checkpoint (config `saved`, trainer state
+    `state`) to its own budget as if it had trained from scratch; None when it may. It may when
+    both use the "wsd" schedule, the checkpoint was taken at or before its cool-down (every step
+    so far at the constant rate), the budget does not shrink, the warm-up is a fixed number of
+    steps, nothing in the objective follows the budget, and no other key differs beyond those
+    a resume may change."""
+    from rltok.training.trainer import cooldown_left
+
+    st, nt = saved.train, cfg.train
+    if not (st.constant_phase and nt.constant_phase):
+        return "both runs must use train.lr_schedule=wsd (a cosine decays from the first step on)"
+    if st.flops_budget <= 0 or state is None:
+        return "the checkpoint's run had no train.flops_budget or the checkpoint has no trainer state"
+    if nt.flops_budget < st.flops_budget:
+        return f"train.flops_budget may only grow ({st.flops_budget:.4g} -> {nt.flops_budget:.4g})"
+    if st.warmup_steps != nt.warmup_steps:
+        return (f"the warm-up differs (train.warmup_steps {st.warmup_steps} -> {nt.warmup_steps}): it must not follow "
+                "the budget (give both runs the same train.warmup_steps with warmup_frac 0, or compare.run_one's "
+                "warmup_at)")
+    if cfg.objective.tokenizer_phase > 0 or saved.objective.tokenizer_phase > 0:
+        return "objective.tokenizer_phase is a share of the budget, so its end moves with it"
+    spent = (state.get("objective") or {}).get("flops_spent", 0.0)
+    if not state.get("branch_point") and cooldown_left(state["step"], st, spent / st.flops_budget) is not None:
+        return f"the checkpoint (step {state['step']}) was taken inside its run's cool-down"
+    old = _with_absolute_data(json.loads(json.dumps(saved.to_dict())))  # as a config.json holds it
+    changes = config_changes(old, absolute_data(Config.from_dict(cfg.to_dict())))
+    changes = {k: v for k, v in changes.items() if k not in MAY_CHANGE_ON_BRANCH}
+    if changes:
+        return "these keys differ: " + ", ".join(f"{k} ({a!r} -> {b!r})" for k, (a, b) in changes.items())
+    return None
+
+
+def check_branch(ckpt: Path, cfg: Config) -> None:
+    """Raise ConfigError unless `cfg` may go on from the checkpoint `ckpt` (branch_refusal)."""
+    from rltok.model.pretrained import read_config
+    from rltok.training.checkpoint import read_trainer_state
+
+    why = branch_refusal(read_config(ckpt)[0], read_trainer_state(ckpt), cfg)
+    if why is not None:
+        raise ConfigError(f"cannot branch from {ckpt}: {why}")
+
+
+def seed_from_branch(run_dir: str | Path, ckpt: Path) -> None:
+    """Start the run folder `run_dir` at the branch checkpoint `ckpt`: a copy of it becomes the
+    folder's checkpoint (a resume goes on from it), and the records its run logged up to it
+    begin the folder's metrics.jsonl, so that the run's history is its whole trajectory."""
+    import shutil
+
+    from rltok.training.checkpoint import checkpoint_step
+    from rltok.training.tracking import read_metrics
+
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".tmp_{ckpt.name}_{os.getpid()}"  # what clean_stale removes if the copy dies
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(ckpt, tmp)
+    # <parent run>/branch/checkpoints/step_N, or a checkpoint of its own: <parent run>/checkpoints/step_N
+    parent = ckpt.parents[2] if ckpt.parents[1].name == BRANCH else ckpt.parents[1]
+    records = read_metrics(parent / "metrics.jsonl", checkpoint_step(ckpt))
+    (Path(run_dir) / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    os.rename(tmp, root / ckpt.name)
+
+
+def unseed(run_dir: str | Path, ckpt: Path) -> None:
+    """Undo seed_from_branch: the run folder holds no checkpoint and no records again."""
+    import shutil
+
+    shutil.rmtree(Path(run_dir) / "checkpoints" / ckpt.name, ignore_errors=True)
+    (Path(run_dir) / "metrics.jsonl").unlink(missing_ok=True)
+
+
 def saved_config(run_dir: str | Path) -> dict | None:
     """The config a run folder's run was started with (its config.json), or None without one."""
     path = Path(run_dir) / "config.json"
@@ -118,6 +216,29 @@ def config_changes(saved: dict, cfg: Config) -> dict[str, tuple]:
             if k not in MAY_CHANGE_ON_RESUME and old.get(k) != new.get(k)}
 
 
+def _budget_growth(run_dir: str | Path, saved: dict, cfg: Config, changes: dict) -> str | None:
+    """Whether a resume may give the run a larger train.flops_budget: None when it may (the run
+    uses "wsd", the checkpoint it resumes is at or before its cool-down and nothing else differs
+    beyond what a resume may change: branch_refusal), else why not ("" when the budget is
+    unchanged)."""
+    if "train.flops_budget" not in changes:
+        return ""
+    from rltok.training.checkpoint import CheckpointError, read_trainer_state, resolve_checkpoint
+
+    try:
+        ckpt = resolve_checkpoint(run_dir)
+        state = read_trainer_state(ckpt)
+    except CheckpointError as e:
+        return f"its checkpoint can be read ({e})"
+    planned = Config.from_dict(cfg.to_dict())
+    planned.train.warmup_steps = planned.train.warmup_for(planned.train.max_steps)  # as the Trainer resolves it
+    why = branch_refusal(Config.from_dict(saved), state, planned)
+    if why is None:
+        return None
+    hint = f"; the state before its cool-down is in {branch_root(run_dir)}" if branch_root(run_dir).is_dir() else ""
+    return f"the run could go on as if trained to it from scratch, which it cannot: {why}{hint}"
+
+
 def resume_config(run_dir: str | Path, saved: dict, preset: str | None, file: str | None, overrides: list[str],
                   allow_change: bool = False) -> Config:
     """The config a `--resume` continues with: the run's own saved config with the overrides
@@ -136,10 +257,14 @@ def resume_config(run_dir: str | Path, saved: dict, preset: str | None, file: st
         cfg.validate()
     absolute_data(cfg)
     changes = config_changes(_with_absolute_data(saved), cfg)
+    grown = _budget_growth(run_dir, saved, cfg, changes)
+    if grown is None:  # a "wsd" run still before its cool-down may go on to a larger budget
+        changes = {k: v for k, v in changes.items() if k not in MAY_CHANGE_ON_BRANCH}
     if changes and not allow_change:
         listed = ", ".join(f"{k} ({old!r} -> {new!r})" for k, (old, new) in changes.items())
         shown = "; ".join(f"{k}" for k in MAY_CHANGE_ON_RESUME)
+        budget = f" (train.flops_budget may grow only when {grown})" if grown else ""
         raise ConfigError(f"--resume continues the run in {run_dir} with its own config, but these keys differ "
-                          f"from it: {listed}. Only {shown} may change on a resume; pass "
+                          f"from it: {listed}. Only {shown} may change on a resume{budget}; pass "
                           "--allow-config-change to continue with the changed config anyway")
     return cfg

@@ -1,5 +1,5 @@
-"""The training loop: build the model, optimiser and objective; step (AdamW, warm-up + cosine,
-clipping, accumulation); validate; checkpoint. Around it, each in a module of its own: the run
+"""The training loop: build the model, optimiser and objective; step (AdamW, warm-up then cosine or
+"wsd", clipping, accumulation); validate; checkpoint (and under "wsd" the state before the cool-down). Around it, each in a module of its own: the run
 folder's rules (run_folder), stopping on a signal (signals), what a record holds and what the
 user sees (metrics), where records go (tracking: JSONL, TensorBoard, W&B), and the TrainState
 that trainer.pt holds (state).
@@ -22,8 +22,8 @@ from rltok.training import run_folder, tracking
 from rltok.training.run_lock import RunLock
 from rltok.training.state import TrainState, check_resumable
 from rltok.training.loading import load_checkpoint
-from rltok.training.checkpoint import (SHARDED, CheckpointError, checkpoint_step, list_checkpoints, save_checkpoint,
-                                      stage_checkpoint)
+from rltok.training.checkpoint import (SHARDED, CheckpointError, checkpoint_step, list_checkpoints, run_results,
+                                      save_checkpoint, stage_checkpoint)
 from rltok.config import Config
 from rltok.data.sources import Corpus
 from rltok.training.device import resolve_device, resolve_dtype
@@ -46,14 +46,32 @@ class TrainingDiverged(RuntimeError):
 
 
 def lr_at(step: int, cfg, progress: float | None = None) -> float:
-    """Linear warm-up, then cosine decay to min_lr_ratio * lr. A function of the step (or, under
-    a FLOPs budget, of the share of it spent) alone, so a resumed run needs no scheduler state."""
+    """Linear warm-up, then (train.lr_schedule) cosine decay to min_lr_ratio * lr, or "wsd": lr
+    until the last cooldown_frac of the run, then a linear decay to min_lr_ratio * lr. A function
+    of the step (or, under a FLOPs budget, of the share of it spent) alone, so a resumed run needs
+    no scheduler state."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
+    if cfg.constant_phase:
+        left = cooldown_left(step, cfg, progress)
+        return cfg.lr if left is None else cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * left)
     if progress is None:
         progress = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
     progress = min(1.0, progress)
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def cooldown_left(step: int, cfg, progress: float | None = None) -> float | None:
+    """Under the "wsd" schedule, the share of the cool-down still ahead at `step` (1 as it begins,
+    0 at the end of the run); None while the learning rate is not cooling down (warm-up, the
+    constant phase, or another schedule). `progress`: the share of the run spent (of the FLOPs
+    budget; None: step / max_steps)."""
+    if not cfg.constant_phase or step < cfg.warmup_steps:
+        return None
+    progress = min(1.0, step / max(1, cfg.max_steps) if progress is None else progress)
+    if progress <= 1 - cfg.cooldown_frac:
+        return None
+    return (1 - progress) / cfg.cooldown_frac
 
 
 def anchored_progress(step: int, max_steps: int, anchor: tuple[int, float] | None) -> float | None:
@@ -155,6 +173,7 @@ class Trainer:
         self.state = TrainState(self.model, self.opt, self.sampler, self.boundary_gen, self.objective, self.meter,
                                 self.report, self.device, self.dist, self.data_id)
         self.last_saved_step: int | None = None
+        self.branch_kept = bool(list_checkpoints(run_folder.branch_root(self.run_dir)))
         self.history: list[dict] = []
         if resume:
             self._resume()
@@ -197,9 +216,10 @@ class Trainer:
             run_folder.set_aside_after(self.run_dir, ckpt, self._log)
         self._log(f"resumed from {ckpt} at step {self.step}")
 
-    def save(self, final: bool = True) -> Path | None:
+    def save(self, final: bool = True, branch: bool = False) -> Path | None:
         """Checkpoint the current step. A periodic checkpoint that cannot be written (a full disk)
-        is reported and training goes on; a final one raises CheckpointError."""
+        is reported and training goes on; a final one raises CheckpointError. `branch`: the state
+        before the cool-down, kept apart from the rotating checkpoints (run_folder.branch_root)."""
         finite = all(torch.isfinite(ddp.local_tensor(p)).all() for p in self.model.parameters())
         if self.dist.enabled:  # shards (FSDP) are checked where they live; all ranks decide together
             finite = ddp.all_reduce_(torch.tensor([0.0 if finite else 1.0], device=self.device), self.dist).item() == 0
@@ -208,13 +228,17 @@ class Trainer:
                                    f"good checkpoints in {self.run_dir / 'checkpoints'}. Try a lower train.lr.")
         weights = ddp.full_model_state(self.model, self.dist) if ddp.is_fsdp(self.model) else None
         state = self.trainer_state()
+        root, keep, results = self.run_dir, self.cfg.train.keep_checkpoints, None
+        if branch:  # marked, so that a branch can tell it from a checkpoint taken inside the cool-down
+            state["branch_point"] = True
+            root, keep, results = run_folder.branch_root(self.run_dir), 1, run_results(self.run_dir, self.step)
         error, path, staged = None, None, None
         if ddp.is_fsdp(self.model):  # every rank writes its shards of the model and optimiser state
-            staged, error = self._write_shards()
+            staged, error = self._write_shards(root)
         if self.dist.is_main and error is None:  # rank 0 writes; the others wait for its outcome
             try:
-                path = save_checkpoint(self.run_dir, self.step, self.model, self.cfg, state,
-                                       keep_last=self.cfg.train.keep_checkpoints, state_dict=weights, staged=staged)
+                path = save_checkpoint(root, self.step, self.model, self.cfg, state, keep_last=keep,
+                                       state_dict=weights, results=results, staged=staged)
             except Exception as e:  # noqa: BLE001 - a full disk surfaces as OSError, a safetensors or a torch error
                 error = OSError(_one_line(e))
         if self.dist.enabled:
@@ -226,8 +250,26 @@ class Trainer:
             self.report.warn(f"warning: checkpoint at step {self.step} failed ({error}); training continues, "
                              f"the last good checkpoint is kept and the next checkpoint retries")
             return None
-        self.last_saved_step = self.step
+        if not branch:
+            self.last_saved_step = self.step
         return path
+
+    def _branch_due(self) -> bool:
+        """Under the "wsd" schedule with a FLOPs budget: the next step is the cool-down's first,
+        and the state before it is not kept yet."""
+        tc = self.cfg.train
+        return (not self.branch_kept and tc.flops_budget > 0
+                and cooldown_left(self.step, tc, self.schedule_progress()) is not None)
+
+    def _keep_branch(self) -> None:
+        """Keep the state before the cool-down: a run to a larger budget can go on from it with
+        the same schedule, as if it had run from scratch (rltok.analysis.compare.run_one)."""
+        with self.stop.saving_checkpoint():
+            path = self.save(final=False, branch=True)
+        if path is not None:
+            self.branch_kept = True
+            self._log(f"step {self.step}: the cool-down begins; the state before it is kept in {path} "
+                      "(a larger budget can branch from it)")
 
     def _resumes_from(self) -> str:
         """Where `--resume` would continue this run, in words."""
@@ -236,13 +278,13 @@ class Trainer:
             return "no checkpoint of this run was written: a --resume starts from scratch"
         return f"the run can resume from step {checkpoint_step(ckpts[-1])} ({ckpts[-1].name}) with --resume"
 
-    def _write_shards(self) -> tuple[Path | None, OSError | None]:
+    def _write_shards(self, root: Path) -> tuple[Path | None, OSError | None]:
         """FSDP: rank 0 stages the checkpoint folder, every rank writes its shards into its dcp/
         (torch.distributed.checkpoint). Returns (the staged folder, the error every rank saw)."""
         staged, error = None, None
         if self.dist.is_main:
             try:
-                staged = stage_checkpoint(self.run_dir, self.step)
+                staged = stage_checkpoint(root, self.step)
             except OSError as e:
                 error = OSError(str(e))
         staged, error = ddp.broadcast_object((staged, error), self.dist)
@@ -331,6 +373,11 @@ class Trainer:
         """A resume changed train.max_steps: set where the decay goes on from, and say so."""
         tc = self.cfg.train
         if old_max_steps == tc.max_steps or self.step < tc.warmup_steps or self.budget_progress() is not None:
+            return
+        if tc.constant_phase:  # constant until the last cooldown_frac of the new length
+            self._log(f"train.max_steps changed from {old_max_steps} to {tc.max_steps} at step {self.step}: the "
+                      f"learning rate's cool-down (train.lr_schedule=wsd) now spans the last "
+                      f"{tc.cooldown_frac:.0%} of {tc.max_steps} steps")
             return
         old = lr_at(self.step, dataclasses.replace(tc, max_steps=old_max_steps),
                     anchored_progress(self.step, old_max_steps, self.state.lr_anchor))
@@ -423,6 +470,8 @@ class Trainer:
         try:
             with self.stop.installed():
                 while self.step < end and not self.stop.requested and not self.budget_spent():
+                    if self._branch_due():
+                        self._keep_branch()
                     metrics = self.train_step()
                     if metrics is None:
                         self._skipped_step()
