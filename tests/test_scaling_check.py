@@ -60,7 +60,7 @@ def test_the_rule_is_checked_at_the_optimum_and_variants_are_paired(tmp_path, be
     (var,) = result["variants"]
     assert var["select"]["mean"] == pytest.approx(0.03) and var["bpb"]["seeds"] == [0, 1]
     md = (out / FOLDER / "C1e08.md").read_text()
-    assert md == check_markdown(result) and "| salad | flat |" in md and "| salad | flat_full | flat |" in md
+    assert md == check_markdown(result) and "| salad | flat | 1 |" in md and "| salad | flat_full | flat |" in md
     assert f"holds for {int(holds)} of 1 families" in md
     n = len(calls)
     run_optimum_check(grid, out, 1e8, (0.5, 2.0), [full], log=lambda m: None, runner=run)
@@ -93,7 +93,7 @@ def test_the_check_runs_from_the_command_line(tmp_path, capsys):
     assert main([*args, "--check-optimum", "1e8", "--lr-mults", "0.5", "--variant",
                  "flat_w8=flat:model.flat_window=8"]) == 0
     out = capsys.readouterr().out
-    assert "| salad | flat |" in out and "| salad | flat_w8 | flat | model.flat_window=8 |" in out
+    assert "| salad | flat | 1 |" in out and "| salad | flat_w8 | flat | model.flat_window=8 |" in out
     recs = read_records(tmp_path / "o" / FOLDER / "salad")
     half = [r for r in recs if r["family"] == "flat_lr0.5"]
     study = [r for r in read_records(tmp_path / "o" / "salad") if r["target_size"] == half[0]["target_size"]]

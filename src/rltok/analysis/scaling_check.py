@@ -132,7 +132,8 @@ def score_check(grid: Grid, out: Path, budget: float, lr_mults=(0.5, 2.0), varia
             mults = sorted(runs)
             sel = [_mean(select[m], seeds) for m in mults]
             gap = sel[mults.index(1.0)] - min(sel)
-            rule_rows.append({"corpus": corpus, "family": fam.name, "target_size": target, "n": n, "seeds": seeds,
+            rule_rows.append({"corpus": corpus, "family": fam.name, "lr_mult": fam.lr_mult, "target_size": target,
+                              "n": n, "seeds": seeds,
                               "mults": mults, "select": sel, "test": [_mean(test[m], seeds) for m in mults],
                               "rule_gap": gap, "holds": gap <= tolerance, "best_mult": mults[int(np.argmin(sel))]})
         for v in variants:
@@ -165,17 +166,19 @@ def check_markdown(result: dict, command: str | None = None, commit: str | None 
     if command:
         lines += [f"Command: `{command}`" + (f" (commit {commit})" if commit else ""), ""]
     lines += [f"## The learning-rate rule against {', '.join(f'{m:g}x' for m in mults if m != 1)} its rate", "",
-              f"Each family at its best size (lowest mean {sel} bpb at this budget), the seeds every rate ran; "
+              f"Each family at its best size (lowest mean {sel} bpb at this budget) and its rate (the rule's times "
+              f"the family's lr_mult), the seeds every rate ran; "
               f"the rule holds where its {sel} bpb is within {result['tolerance']:g} of the best of the rates. "
               f"{rep} bpb for reference.", "",
-              "| corpus | family | N | " + " | ".join(f"{sel} {m:g}x" for m in mults) + " | rule − best | holds | "
-              + " | ".join(f"{rep} {m:g}x" for m in mults) + " |",
-              "|---|---|---|" + "---|" * (2 * len(mults) + 2)]
+              "| corpus | family | lr_mult | N | " + " | ".join(f"{sel} {m:g}x" for m in mults)
+              + " | rule − best | holds | " + " | ".join(f"{rep} {m:g}x" for m in mults) + " |",
+              "|---|---|---|---|" + "---|" * (2 * len(mults) + 2)]
     for r in result["rule"]:
-        lines.append(f"| {r['corpus']} | {r['family']} | {r['n']:,} | "
-                     + " | ".join(_f(x) for x in r["select"])
+        at = {key: dict(zip(r["mults"], r[key])) for key in ("select", "test")}  # rows kept from other runs may
+        lines.append(f"| {r['corpus']} | {r['family']} | {r.get('lr_mult', 1):g} | {r['n']:,} | "  # lack a multiple
+                     + " | ".join(_f(at["select"].get(m)) for m in mults)
                      + f" | {_f(r['rule_gap'], '+.3f')} | {'yes' if r['holds'] else 'no (best ' + format(r['best_mult'], 'g') + 'x)'} | "
-                     + " | ".join(_f(x) for x in r["test"]) + " |")
+                     + " | ".join(_f(at["test"].get(m)) for m in mults) + " |")
     held = sum(r["holds"] for r in result["rule"])
     lines += ["", f"The rule holds for {held} of {len(result['rule'])} families."]
     if result["variants"]:
