@@ -443,7 +443,7 @@ class DataConfig:
             raise ConfigError("data.prepare_above must be >= 0 (0 = never prepare into the cache)")
 
 
-LR_SCHEDULES = ("cosine", "wsd")  # train.lr_schedule (rltok.training.trainer.lr_at)
+LR_SCHEDULES = ("cosine", "wsd")  # train.lr_schedule (rltok.training.schedule.lr_at)
 
 
 @dataclass

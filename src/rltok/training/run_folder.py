@@ -85,7 +85,7 @@ def branch_refusal(saved: Config, state: dict | None, cfg: Config) -> str | None
     so far at the constant rate), the budget does not shrink, the warm-up is a fixed number of
     steps, nothing in the objective follows the budget, and no other key differs beyond those
     a resume may change."""
-    from rltok.training.trainer import cooldown_left
+    from rltok.training.schedule import cooldown_left
 
     st, nt = saved.train, cfg.train
     if not (st.constant_phase and nt.constant_phase):
