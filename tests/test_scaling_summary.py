@@ -71,3 +71,15 @@ def test_the_readme_block_is_regenerated_between_its_markers(study, tmp_path):
     readme.write_text("# no markers\n")
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert proc.returncode != 0 and "scaling-results:begin" in proc.stderr
+
+
+def test_the_paired_verdicts_of_one_budget_per_corpus():
+    from rltok.analysis.scaling_summary import paired_table
+
+    diff = {"mean": -0.1, "lo": -0.2, "hi": 0.0, "seeds": [0, 1, 2]}
+    fits = {"a": {"paired": [{"a": "rl", "b": "uniform", "budget": 1e9, "difference": diff},
+                             {"a": "rl", "b": "uniform", "budget": 3e9, "difference": {**diff, "mean": 9.0}}]},
+            "b": {"paired": [{"a": "rl", "b": "uniform", "budget": 1e9, "difference": None}]}}
+    table = paired_table(fits, 1e9, {"rl": "learned"})
+    assert "| learned − uniform | -0.100 [-0.200, +0.000] (3) | – |" in table and "9.000" not in table
+    assert paired_table(fits, 5e9) == ""

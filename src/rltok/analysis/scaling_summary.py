@@ -93,3 +93,25 @@ def summary_table(folders: dict[str, Path], budget: float | None = None, familie
             cells += [f"**{text}**" if run.mean == lowest[c] else text, f"{run.size:,.0f}", flops]
         lines.append(f"| {(labels or {}).get(fam, fam)} | " + " | ".join(cells) + " |")
     return budget, "\n".join(lines)
+
+
+def paired_table(fits: dict[str, dict], budget: float, labels: dict[str, str] | None = None) -> str:
+    """Markdown: per pair of the study's report (fits.json `paired`), a − b at `budget` for each
+    corpus, paired by seed at each side's best size, with its t interval and the seed count; ""
+    where no corpus has a pair at that budget."""
+    rows: dict = {}
+    for corpus, fit in fits.items():
+        for p in fit.get("paired", []):
+            if float(p["budget"]) != budget:
+                continue
+            d = p.get("difference")
+            cell = "–" if d is None else (f"{d['mean']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] ({len(d['seeds'])})"
+                                          if d["lo"] is not None else f"{d['mean']:+.3f} ({len(d['seeds'])})")
+            rows.setdefault((p["a"], p["b"]), {})[corpus] = cell
+    if not rows:
+        return ""
+    name = (labels or {}).get
+    lines = ["| a − b | " + " | ".join(fits) + " |", "|---|" + "---|" * len(fits)]
+    lines += [f"| {name(a, a)} − {name(b, b)} | " + " | ".join(cells.get(c, "–") for c in fits) + " |"
+              for (a, b), cells in rows.items()]
+    return "\n".join(lines)
