@@ -83,3 +83,11 @@ def test_the_paired_verdicts_of_one_budget_per_corpus():
     table = paired_table(fits, 1e9, {"rl": "learned"})
     assert "| learned − uniform | -0.100 [-0.200, +0.000] (3) | – |" in table and "9.000" not in table
     assert paired_table(fits, 5e9) == ""
+
+
+def test_the_rerun_pairs_script_pairs_two_study_folders(tmp_path):
+    for folder, shift in (("a", 0.0), ("b", -0.05)):
+        write_runs(tmp_path / folder / "salad", "flat", 1e9, {1e4: (3.0 + shift, 3.1)})
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "scaling_rerun_pairs.py"), str(tmp_path / "a"),
+                           str(tmp_path / "b"), "--budget", "1e9"], check=True, capture_output=True, text=True, cwd=REPO)
+    assert "| salad | flat | 2 | -0.050 | -0.050 | -0.050 |" in proc.stdout
