@@ -170,6 +170,10 @@ def test_the_inference_plot_shows_the_largest_budget(tmp_path):
 
     top, runs = inference_runs(RECORDS + [{"budget_flops": 1e14, "bpb": 2.0}])  # a run without the field
     assert top == 1e13 and len(runs) == 3 * 5 * 2 and all(r["budget_flops"] == 1e13 for r in runs)
+    # a larger budget under way (one family so far) is not the one shown
+    partial = [{**r, "budget_flops": 1e15} for r in RECORDS if r["family"] == "x" and r["budget_flops"] == 1e13]
+    assert inference_runs(RECORDS + partial)[0] == 1e13
+    assert inference_runs(partial)[0] == 1e15
     path = plot_inference(RECORDS, tmp_path / "inference_salad.png", "salad")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
     assert plot_inference([{"budget_flops": 1e11, "bpb": 2.0}], tmp_path / "none.png") is None

@@ -22,7 +22,7 @@ def write_runs(folder, family, budget, losses, flops=1000.0):
         for s in (0, 1):
             rec = {"family": family, "budget_flops": budget, "target_size": n, "non_embedding_params": n, "seed": s,
                    "bpb": test + 0.01 * s, "bpb_select": val + 0.01 * s, "split": "test",
-                   "forward_flops_per_byte": flops * n / 1e4}
+                   "forward_flops_per_byte": flops * n / 1e4, "wall_s": 36.0}
             (folder / f"{budget_tag(budget)}__{family}__N{int(n)}__s{s}.json").write_text(json.dumps(rec))
 
 
@@ -60,9 +60,21 @@ def test_the_readme_block_is_regenerated_between_its_markers(study, tmp_path):
                                              {"name": "bpe", "method": "bpe_token", "sizes": [1e4]}]}))
     readme = tmp_path / "README.md"
     readme.write_text("# x\n\n<!-- scaling-results:begin -->\nold\n<!-- scaling-results:end -->\n\ntail\n")
-    cmd = [sys.executable, str(SCRIPTS / "readme_results.py"), "--grid", str(grid), "--out", str(study),
-           "--readme", str(readme)]
+    doc = tmp_path / "SCALING.md"
+    doc.write_text("# s\n<!-- scaling-study:begin -->\nstale\n<!-- scaling-study:end -->\nend\n")
+    cmd = [sys.executable, str(SCRIPTS / "scaling_results.py"), "--grid", str(grid), "--out", str(study),
+           "--readme", str(readme), "--doc", str(doc)]
     subprocess.run(cmd, check=True, capture_output=True, cwd=REPO)
+    study_doc = doc.read_text()
+    assert "stale" not in study_doc and study_doc.endswith("<!-- scaling-study:end -->\nend\n")
+    # every budget per corpus, the best size chosen on val; a best size at the ladder's edge marked
+    assert "### a" in study_doc and "### b" in study_doc and "| model | 1e+09 | 3e+09 |" in study_doc
+    assert "| flat bytes | 3.005 (N ≤ 10.0k; 2 seeds) | 3.005 (N ≤ 10.0k; 2 seeds) |" in study_doc
+    assert "| best BPE vocabulary | 2.605 (N ≥ 30.0k; 2 seeds) | 2.405 (N ≤ 10.0k; 2 seeds) |" in study_doc
+    assert study_doc.count("| best BPE vocabulary | 3.105 (N ≥ 30.0k; 2 seeds) | – |") == 1  # b has none at 3e9
+    assert "no envelope" in study_doc and "No envelope to extrapolate yet." in study_doc
+    # machine time: every folder of records, summed
+    assert "| study/a | 14 | 0.14 |" in study_doc and "| study/b | 12 | 0.12 |" in study_doc and "| **all** | 26 | 0.26 |" in study_doc
     text = readme.read_text()
     assert "old" not in text and text.endswith("<!-- scaling-results:end -->\n\ntail\n")
     assert "1e+09 training FLOPs" in text and "| flat bytes | 3.005 ± 0.007 (2) | 10,000 |" in text
@@ -71,6 +83,10 @@ def test_the_readme_block_is_regenerated_between_its_markers(study, tmp_path):
     readme.write_text("# no markers\n")
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert proc.returncode != 0 and "scaling-results:begin" in proc.stderr
+    readme.write_text(text)
+    doc.write_text("# no markers\n")
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode != 0 and "scaling-study:begin" in proc.stderr
 
 
 def test_the_paired_verdicts_of_one_budget_per_corpus():

@@ -139,7 +139,7 @@ def parabola_optima(sizes: np.ndarray, means: np.ndarray, weights: np.ndarray | 
     where a row's parabola has no minimum."""
     q = _fit_rows(sizes, np.atleast_2d(means), weights)
     c0, c1, c2, x0 = q
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # a near-flat replicate: N* = inf
         dx = -c1 / (2 * c2)
         out = np.stack([np.exp(x0 + dx), c0 - c1 * c1 / (4 * c2)], axis=1)
     return np.where((c2 > 0)[:, None], out, np.nan)

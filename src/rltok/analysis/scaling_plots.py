@@ -111,11 +111,20 @@ def plot_study(study: dict[str, FamilyFit], folder: Path, extend_to: float | Non
 
 
 def inference_runs(records: list[dict]) -> tuple[float | None, list[dict]]:
-    """The largest budget among the runs that report `forward_flops_per_byte`, and those runs at it."""
+    """The largest budget at which every family of the runs that report `forward_flops_per_byte`
+    has runs (a budget still under way would show only its first families), and those runs at
+    it; the largest budget outright when no budget has them all."""
+    from rltok.analysis.scaling_fit import record_family
+
     runs = [r for r in records if r.get("forward_flops_per_byte")]
     if not runs:
         return None, []
-    top = max(float(r["budget_flops"]) for r in runs)
+    families: dict[float, set] = {}
+    for r in runs:
+        families.setdefault(float(r["budget_flops"]), set()).add(record_family(r))
+    every = set().union(*families.values())
+    complete = [b for b, present in families.items() if present == every]
+    top = max(complete or families)
     return top, [r for r in runs if float(r["budget_flops"]) == top]
 
 

@@ -385,7 +385,7 @@ def report_markdown(rep: StudyReport, command: str | None = None, commit: str | 
         ""]
     if inference:
         parts += ["## bpb against inference FLOPs per byte", "",
-                  f"Every run at the largest budget ({_largest(rep):.3g} FLOPs): forward FLOPs per byte of the "
+                  f"Every run at the largest budget every family has run ({_largest(rep):.3g} FLOPs): forward FLOPs per byte of the "
                   "trained model against its bpb; marker area grows with log N.", "",
                   f"![bpb against inference FLOPs per byte]({inference})", ""]
     plots = list(plots)
