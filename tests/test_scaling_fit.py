@@ -245,3 +245,18 @@ def test_single_seed_points_bootstrap_residuals_and_thin_budgets_are_left_out():
     assert fit.envelope.resample == "residuals" and all(f.resample == "residuals" for f in fit.isofits.values())
     assert fit.envelope.params.alpha == pytest.approx(X["alpha"], abs=0.05)
     assert all(f.seed_sd is None for f in fit.isofits.values())
+
+
+def test_the_best_size_is_the_lowest_mean_choice_loss_with_ties_to_the_smaller():
+    from rltok.analysis.scaling_fit import best_by_choice
+
+    def rec(fam, n, seed, test, val=None):
+        r = {"family": fam, "non_embedding_params": n, "seed": seed, "bpb": test, "target_size": n}
+        return r if val is None else {**r, "bpb_select": val}
+
+    records = [rec("a", 1e4, 0, 3.0, 3.3), rec("a", 1e4, 1, 3.0, 3.3),  # best on test, not on val
+               rec("a", 2e4, 0, 3.2, 3.1), rec("a", 2e4, 1, 3.2, 3.2),
+               rec("b", 1e4, 0, 2.0), rec("b", 3e4, 0, 2.0),  # a tie: the smaller
+               rec("c", 1e4, 0, None, None), rec("c", 5e4, 0, 9.0)]  # a diverged run is no candidate
+    assert best_by_choice(records) == {"a": 2e4, "b": 1e4, "c": 5e4}
+    assert best_by_choice(records, key=lambda r: -r["target_size"])["b"] == -3e4

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rltok.analysis.scaling import (Grid, Point, budget_tag, corpus_split, family_rungs, grid_points, point_done,
                                     read_records, run_points)
-from rltok.analysis.scaling_fit import choice_loss, choice_records
+from rltok.analysis.scaling_fit import best_by_choice, choice_records
 from rltok.analysis.scaling_grid import step_ratio
 
 MAX_STEPS = 4  # step ratios tried beyond an edge before a new shape is given up on
@@ -120,12 +120,9 @@ class Cell:
     def optimum(self, rungs: list) -> int:
         """Run the optimum's extra seeds at the best measured size; the number run."""
         extra = [s for s in self.grid.optimum_seeds if s not in self.grid.seeds]
-        by_target: dict = {}
-        for r in self._records(rungs):
-            by_target.setdefault(round(r["target_size"]), []).append(choice_loss(r))
-        if not extra or not by_target:
+        best = best_by_choice(self._records(rungs), key=lambda r: round(r["target_size"])).get(self.fam.name)
+        if not extra or best is None:
             return 0
-        best = min(by_target, key=lambda t: (sum(by_target[t]) / len(by_target[t]), t))
         rung = next(r for r in rungs if round(r.target) == best)
         return self._run([rung], extra, "optimum")
 

@@ -50,16 +50,10 @@ def lr_name(family: str, mult: float) -> str:
 
 def best_sizes(records: list[dict], budget: float) -> dict[str, tuple[float, int]]:
     """{family: (target size, achieved N)} of the lowest mean choice loss at `budget`."""
-    from rltok.analysis.scaling_fit import choice_loss
+    from rltok.analysis.scaling_fit import best_by_choice
 
-    cells: dict = {}
-    for r in records:
-        if r.get("bpb") is None or float(r["budget_flops"]) != budget:
-            continue
-        key = (float(r["target_size"]), int(r.get("ladder_params", r["non_embedding_params"])))
-        cells.setdefault(r["family"], {}).setdefault(key, []).append(
-            choice_loss(r))
-    return {fam: min(sizes, key=lambda k: np.mean(sizes[k])) for fam, sizes in cells.items()}
+    return best_by_choice([r for r in records if float(r["budget_flops"]) == budget],
+                          key=lambda r: (float(r["target_size"]), int(r.get("ladder_params", r["non_embedding_params"]))))
 
 
 def optimum_points(grid: Grid, out: Path, budget: float, lr_mults=(0.5, 2.0), variants=(), log=print) -> list[Point]:

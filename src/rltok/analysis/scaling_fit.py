@@ -77,6 +77,17 @@ def choice_loss(rec: dict) -> float:
     return float(rec.get("bpb_select", rec["bpb"]))
 
 
+def best_by_choice(records: Iterable[dict], key=record_size) -> dict:
+    """{family: the `key` (a run's size by default) whose runs have the lowest mean choice loss},
+    ties to the smaller key: the study's one rule for "the best size", over the records given
+    (pass one budget's). Runs without a bpb (diverged) are left out."""
+    cells: dict = {}
+    for r in records:
+        if r.get("bpb") is not None:
+            cells.setdefault(record_family(r), {}).setdefault(key(r), []).append(choice_loss(r))
+    return {fam: min(by_key, key=lambda k: (float(np.mean(by_key[k])), k)) for fam, by_key in cells.items()}
+
+
 def choice_records(records: Iterable[dict]) -> list[dict]:
     """The records with their choice loss as `bpb`: profiles of these choose, never report."""
     return [{**r, "bpb": choice_loss(r)} for r in records if r.get("bpb") is not None]

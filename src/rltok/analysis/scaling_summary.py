@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from rltok.analysis.scaling import read_records
-from rltok.analysis.scaling_fit import choice_loss, record_family, record_size
+from rltok.analysis.scaling_fit import best_by_choice, record_family, record_size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,14 +32,11 @@ class BestRun:
 
 def best_runs(records: list[dict], budget: float, corpus: str) -> dict[str, BestRun]:
     """{family: its best run} at `budget` (families with no finished run there are absent)."""
-    cells: dict = {}
-    for r in records:
-        if r.get("bpb") is not None and float(r["budget_flops"]) == budget:
-            cells.setdefault(record_family(r), {}).setdefault(record_size(r), []).append(r)
+    here = [r for r in records if r.get("bpb") is not None and float(r["budget_flops"]) == budget]
     out = {}
-    for family, sizes in cells.items():
-        size = min(sizes, key=lambda n: np.mean([choice_loss(r) for r in sizes[n]]))
-        runs = sorted(sizes[size], key=lambda r: r["seed"])
+    for family, size in best_by_choice(here).items():
+        runs = [r for r in here if record_family(r) == family and record_size(r) == size]
+        runs = sorted(runs, key=lambda r: r["seed"])
         losses = [float(r["bpb"]) for r in runs]
         flops = [r["forward_flops_per_byte"] for r in runs if r.get("forward_flops_per_byte")]
         out[family] = BestRun(family, corpus, budget, size, float(np.mean(losses)),
