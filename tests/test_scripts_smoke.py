@@ -409,8 +409,15 @@ def test_scaling_fit_coverage_reports_a_share_per_quantity(tmp_path):
     out = run_script("scaling_fit_coverage.py", "--repeats", "3", "--boot", "30", cwd=tmp_path).stdout
     result = json.loads(out)
     shares = result["coverage_of_95pct_intervals"]
+    precision = {k: shares.pop(k) for k in ("prediction at 10x: median |error|", "prediction at 10x: median interval width")}
     assert set(shares) == {"E", "alpha", "a", "L*(middle budget)", "prediction at 10x"}
     assert all(v in (0.0, 1 / 3, 2 / 3, 1.0) for v in shares.values()) and result["design"]["repeats"] == 3
+    assert all(0 <= v < 1 for v in precision.values())
+    # the held-out factor and the true law are the caller's
+    out = run_script("scaling_fit_coverage.py", "--repeats", "2", "--boot", "20", "--budgets", "3e11", "1e12", "3e12",
+                     "--holdout-factor", "3.33", "--law", "0", "78.6", "0.12", cwd=tmp_path).stdout
+    result = json.loads(out)
+    assert "prediction at 3.33x" in result["coverage_of_95pct_intervals"] and result["design"]["law"] == [0, 78.6, 0.12]
 
 
 def test_scaling_lr_fit_finds_the_rate_each_size_wants(tmp_path):
