@@ -52,6 +52,7 @@ def test_a_tiny_grid_runs_resumes_and_fits(tmp_path, capsys):
         assert r["split"] == "test" and r["seed"] == 0 and r["budget_flops"] in (1e8, 5e8)
         assert r["non_embedding_params"] == r["ladder_params"] < r["params"]  # the trained model's own N
         assert r["train_flops"] >= 0.5 * r["budget_flops"]  # a few steps: the last one may overshoot
+        assert r["point_wall_s"] > r["wall_s"] > 0  # the whole point: its evaluations too
     assert len({(r["family"], r["non_embedding_params"]) for r in recs}) == 6
     assert (out / "salad" / "C1e08__flat__N5000__s0.json").exists()
     err = capsys.readouterr().err
@@ -398,3 +399,30 @@ def test_the_cosine_default_keeps_every_run_its_own_and_schedule_keys_are_checke
         parse_grid({**table, "cooldown_frac": 0.3})  # without "wsd"
     with pytest.raises(ConfigError, match="cooldown_frac"):
         parse_grid({**table, "lr_schedule": "wsd", "cooldown_frac": 0})
+
+
+def test_a_points_wall_time_counts_its_interrupted_attempts(tmp_path, monkeypatch):
+    """run_point's `point_wall_s`: the whole point (evaluations included), and the seconds an
+    interrupted attempt ran before the one that finished."""
+    import time
+
+    from rltok.analysis import scaling
+
+    attempts = []
+
+    def fake(grid, p, folder, split, run_root):
+        attempts.append(run_root)
+        time.sleep(0.2)
+        if len(attempts) == 1:
+            raise KeyboardInterrupt
+        return {"wall_s": 0.05}
+
+    monkeypatch.setattr(scaling, "_run_point", fake)
+    from types import SimpleNamespace
+
+    point = scaling.Point("salad", 1e9, SimpleNamespace(name="flat"), SimpleNamespace(target=1e4), 0, "ladder")
+    with pytest.raises(KeyboardInterrupt):
+        scaling.run_point(None, point, tmp_path, "test")
+    rec = scaling.run_point(None, point, tmp_path, "test")
+    assert attempts[0] == attempts[1] == tmp_path / "runs" / point.stem
+    assert 0.4 <= rec["point_wall_s"] < 5 and rec["wall_s"] == 0.05

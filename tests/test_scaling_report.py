@@ -125,7 +125,10 @@ def test_the_reference_extrapolation_and_machine_time(report):
     assert x.l_star_interval[0] <= x.l_star <= x.l_star_interval[1]
     assert report.machine.runs == len(RECORDS) and report.machine.hours == pytest.approx(len(RECORDS) * 90 / 3600)
     m = machine_time([{"wall_s": 3600.0}, {"wall_s": None}, {}])
-    assert (m.runs, m.hours, m.without_time) == (3, 1.0, 2)
+    assert (m.runs, m.hours, m.without_time, m.training_only) == (3, 1.0, 2, 1)
+    # the whole point's time where a record has it; a diverged run's wall_s is its whole attempt
+    m = machine_time([{"wall_s": 1800.0, "point_wall_s": 3600.0}, {"wall_s": 1800.0, "diverged": "nan"}])
+    assert (m.hours, m.training_only) == (1.5, 0)
 
 
 def test_report_markdown_has_every_part_and_says_how_it_was_made(report):

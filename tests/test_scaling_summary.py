@@ -74,7 +74,8 @@ def test_the_readme_block_is_regenerated_between_its_markers(study, tmp_path):
     assert study_doc.count("| best BPE vocabulary | 3.105 (N ≥ 30.0k; 2 seeds) | – |") == 1  # b has none at 3e9
     assert "no envelope" in study_doc and "No envelope to extrapolate yet." in study_doc
     # machine time: every folder of records, summed
-    assert "| study/a | 14 | 0.14 |" in study_doc and "| study/b | 12 | 0.12 |" in study_doc and "| **all** | 26 | 0.26 |" in study_doc
+    assert "| study/a | 14 | 0.14 | 14 |" in study_doc and "| study/b | 12 | 0.12 | 12 |" in study_doc
+    assert "| **all** | 26 | 0.26 | 26 |" in study_doc
     text = readme.read_text()
     assert "old" not in text and text.endswith("<!-- scaling-results:end -->\n\ntail\n")
     assert "1e+09 training FLOPs" in text and "| flat bytes | 3.005 ± 0.007 (2) | 10,000 |" in text

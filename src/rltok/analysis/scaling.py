@@ -290,14 +290,37 @@ def grid_points(grid: Grid, log=print) -> list[Point]:
 
 # ---------------------------------------------------------------- running
 
+ATTEMPTS = "interrupted_s.json"  # in a point's run folder: the seconds its interrupted attempts ran
+
+
 def run_point(grid: Grid, p: Point, folder: Path, split: str) -> dict:
-    """Train and evaluate one point; its record with the study's fields added."""
+    """Train and evaluate one point; its record with the study's fields added, among them
+    `point_wall_s`: the point's whole wall-clock time (building, training, every evaluation and
+    diagnostic, and the attempts an interrupt cut short), where `wall_s` is this attempt's
+    training only."""
+    run_root = folder / "runs" / p.stem
+    t0 = time.time()
+    try:
+        rec = _run_point(grid, p, folder, split, run_root)
+    except KeyboardInterrupt:  # the run is checkpointed and resumes later: keep the time it ran
+        run_root.mkdir(parents=True, exist_ok=True)
+        _write_json(run_root / ATTEMPTS, {"seconds": _interrupted_s(run_root) + time.time() - t0})
+        raise
+    rec["point_wall_s"] = _interrupted_s(run_root) + time.time() - t0
+    return rec
+
+
+def _interrupted_s(run_root: Path) -> float:
+    path = run_root / ATTEMPTS
+    return float(json.loads(path.read_text())["seconds"]) if path.is_file() else 0.0
+
+
+def _run_point(grid: Grid, p: Point, folder: Path, split: str, run_root: Path) -> dict:
     from rltok.analysis.compare import method_slug, run_one
     from rltok.model.sizing import method_spec
     from rltok.training.loading import load_checkpoint
 
     method = method_spec(p.family.method, p.rung.overrides)
-    run_root = folder / "runs" / p.stem
     lr = point_lr(grid, p.family, p.rung.achieved)
     base = [*family_overrides(grid, p.family), *([] if lr is None else [f"train.lr={lr!r}"])]
     args = (method, p.seed, grid.corpora[p.corpus], run_root, p.budget, base, grid.preset, split,
@@ -425,7 +448,8 @@ def run_points(grid: Grid, points: list[Point], out: Path, splits: dict, log=pri
             rec = diverged_record(grid, p, splits[p.corpus], str(e), time.time() - t0)
         _write_json(folder / f"{p.stem}.json", rec)
         what = "diverged" if rec["bpb"] is None else f"bpb {rec['bpb']:.4f}"
-        log(f"[{i}/{len(todo)}] {p.corpus} {p.stem}: N {rec['non_embedding_params']:,} {what} ({rec['wall_s']:.0f} s)")
+        log(f"[{i}/{len(todo)}] {p.corpus} {p.stem}: N {rec['non_embedding_params']:,} {what} "
+            f"({rec.get('point_wall_s', rec['wall_s']):.0f} s)")
     return len(todo)
 
 

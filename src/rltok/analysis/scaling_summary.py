@@ -144,27 +144,31 @@ def _short(n: float) -> str:
     return f"{n / 1e6:.2f}M" if n >= 1e6 else (f"{n / 1e3:.1f}k" if n >= 1e3 else f"{n:.0f}")
 
 
-def machine_hours(root: Path, pattern: str = "C*__*__N*__s*.json") -> list[tuple[str, int, float]]:
-    """(folder relative to `root`, runs, machine-hours) for every folder under `root` holding run
-    records (never a run's own `runs/` folder), by the sum of the records' `wall_s`."""
+def machine_hours(root: Path, pattern: str = "C*__*__N*__s*.json") -> list[tuple[str, int, float, int]]:
+    """(folder relative to `root`, runs, machine-hours, runs timed by their training only) for
+    every folder under `root` holding run records (never a run's own `runs/` folder), by
+    `scaling_report.record_seconds`."""
     import json
+
+    from rltok.analysis.scaling_report import record_seconds
 
     per: dict = {}
     for path in sorted(Path(root).rglob(pattern)):
         rel = path.parent.relative_to(root)
         if "runs" in rel.parts:
             continue
-        wall = json.loads(path.read_text()).get("wall_s")
-        runs, secs = per.get(str(rel), (0, 0.0))
-        per[str(rel)] = (runs + 1, secs + float(wall or 0.0))
-    return [(k, n, s / 3600.0) for k, (n, s) in sorted(per.items())]
+        secs, only = record_seconds(json.loads(path.read_text()))
+        runs, total, partial = per.get(str(rel), (0, 0.0, 0))
+        per[str(rel)] = (runs + 1, total + (secs or 0.0), partial + only)
+    return [(k, n, s / 3600.0, only) for k, (n, s, only) in sorted(per.items())]
 
 
 def machine_table(root: Path) -> str:
     rows = machine_hours(root)
-    lines = ["| records under `" + str(root) + "` | runs | machine-hours |", "|---|---|---|"]
-    lines += [f"| {k} | {n} | {h:.2f} |" for k, n, h in rows]
-    lines.append(f"| **all** | {sum(n for _, n, _ in rows)} | {sum(h for *_, h in rows):.2f} |")
+    lines = [f"| records under `{root}` | runs | machine-hours | runs timed by their training only |",
+             "|---|---|---|---|"]
+    lines += [f"| {k} | {n} | {h:.2f} | {only} |" for k, n, h, only in rows]
+    lines.append(f"| **all** | {sum(r[1] for r in rows)} | {sum(r[2] for r in rows):.2f} | {sum(r[3] for r in rows)} |")
     return "\n".join(lines)
 
 
