@@ -61,20 +61,29 @@ def test_a_group_is_fitted_on_its_best_member_at_each_budget(report):
     assert sorted(chosen) == BUDGETS
     assert chosen[1e11].member == chosen[3e11].member == "x"  # x is lower below 1e12, y above
     assert chosen[3e12].member == chosen[1e13].member == "y"
-    assert all(c.basis == "fitted L*" for c in report.choices)
-    assert chosen[1e11].loss == report.study["x"].isofits[1e11].l_star
+    assert all(c.basis == "best measured" for c in report.choices)
+    assert chosen[1e11].loss == report.profiles["x"][1e11].means.min()
     group = report.study["best"]
     assert group.isofits[3e12].l_star == report.study["y"].isofits[3e12].l_star  # the member's runs, refitted
     assert group.envelope is not None and list(group.envelope.budgets) == BUDGETS
     assert np.array_equal(report.profiles["best"][1e11].means, report.profiles["x"][1e11].means)
 
 
-def test_a_member_whose_optimum_is_not_interior_makes_the_choice_by_measured_loss():
+def test_the_member_is_chosen_by_measured_loss_never_by_a_parabola_that_fits_badly():
     edge = synth("v", X, budgets=[1e11], offsets=np.array([0.5, 1.0, 1.5, 2.0]))  # optimum below its ladder
     rep = build_report(synth("x", Y, budgets=[1e11]) + edge, {"g": ["x", "v"]}, n_boot=10)
     (choice,) = rep.choices
     assert choice.basis == "best measured" and choice.member == "v"  # X's law lies far below Y's at 1e11
     assert choice.loss == pytest.approx(min(rep.profiles["v"][1e11].means))
+    # a zigzag profile: its parabola's minimum lies far below every run, yet each run is worse than
+    # every run of the other member, which is chosen
+    zig = [{"family": "z", "non_embedding_params": n, "budget_flops": 1e11, "seed": s, "split": "test",
+            "bpb": b + 0.01 * s} for n, b in ((1e3, 4.2), (2e3, 3.3), (4e3, 3.3), (8e3, 3.3), (1.6e4, 4.2))
+           for s in (0, 1)]
+    flat = [{**r, "family": "f", "bpb": 3.2 + 0.01 * r["seed"] + 0.001 * i} for i, r in enumerate(zig)]
+    rep = build_report(zig + flat, {"g": ["z", "f"]}, n_boot=10)
+    assert rep.study["z"].isofits[1e11].l_star < 3.18 < 3.2 < min(rep.profiles["z"][1e11].means)
+    assert rep.choices[0].member == "f"
 
 
 # ---------------------------------------------------------------- crossovers and paired verdicts
@@ -139,7 +148,7 @@ def test_report_markdown_has_every_part_and_says_how_it_was_made(report):
                     "## Paired verdicts per budget", "## At the reference's scale (3e+18 FLOPs: 147M parameters",
                     "## Machine time", "## bpb against inference FLOPs per byte"):
         assert heading in md
-    assert "| x | 1e+11 |" in md and "interior" in md and "| best | 3e+12 | y | fitted L* |" in md
+    assert "| x | 1e+11 |" in md and "interior" in md and "| best | 3e+12 | y | best measured |" in md
     assert "extrapolation: the extrapolated fits cross at" in md  # x vs w, labelled
     assert "no crossover within the fitted range" in md and "not computed: nowhere: no runs" in md
     assert "| x vs y | 1e+11 |" in md and "x below y" in md
