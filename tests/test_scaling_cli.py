@@ -186,6 +186,35 @@ def test_ladders_extend_until_interior_then_the_optimum_gets_more_seeds(tmp_path
     assert sorted({r["target_size"] for r in read_records(out / "salad") if r["point_kind"] == "extension"}) == [40000]
 
 
+def test_verdict_seeds_add_seeds_at_the_best_size_of_the_families_and_budgets_named(tmp_path):
+    from rltok.analysis.scaling_adapt import run_grid
+
+    data = corpus_folder(tmp_path, "salad")
+    spec = {"corpora": [str(data)], "budgets": [1e8, 3e8], "seeds": [0, 1], "preset": "test", "optimum_seeds": [2],
+            "size_rule": {"coef": 1.0, "exponent": 0.5, "span": 2, "points": 3},
+            "families": [{"method": "flat"}, {"name": "other", "method": "flat"}],
+            "verdict_seeds": {"seeds": [2, 3, 4], "families": ["flat"], "budgets": [3e8]}}
+    grid = parse_grid(spec)
+    assert (grid.verdict_seeds, grid.verdict_families, grid.verdict_budgets) == ((2, 3, 4), ("flat",), (3e8,))
+    run, calls = known_loss_runner(lambda c: 1.2e4)
+    out = tmp_path / "study"
+    run_grid(grid, out, log=lambda m: None, runner=run)
+    recs = read_records(out / "salad")
+    verdict = [r for r in recs if r["point_kind"] == "verdict"]
+    # seed 2 is the optimum's already; 3 and 4 at flat's best size at 3e8 only, never at 1e8 nor for `other`
+    assert sorted(r["seed"] for r in verdict) == [3, 4]
+    assert {(r["family"], r["budget_flops"]) for r in verdict} == {("flat", 3e8)}
+    best = [r for r in recs if r["point_kind"] == "optimum" and r["family"] == "flat" and r["budget_flops"] == 3e8]
+    assert {r["target_size"] for r in verdict} == {best[0]["target_size"]}
+    n_calls = len(calls)
+    assert run_grid(grid, out, log=lambda m: None, runner=run)["added"] == 0 and len(calls) == n_calls
+    for bad, match in (({"seeds": [3]}, "seeds and families"), ({"seeds": [3], "families": ["nope"]}, "nope"),
+                       ({"seeds": [3], "families": ["flat"], "budgets": [1e9]}, "budgets"),
+                       ({"seeds": [3], "families": ["flat"], "sede": 1}, "sede")):
+        with pytest.raises(ConfigError, match=match):
+            parse_grid({**spec, "verdict_seeds": bad})
+
+
 def test_the_lr_rule_and_warmup_reach_the_runs_and_their_records(tmp_path):
     import math
 
@@ -426,3 +455,14 @@ def test_a_points_wall_time_counts_its_interrupted_attempts(tmp_path, monkeypatc
     rec = scaling.run_point(None, point, tmp_path, "test")
     assert attempts[0] == attempts[1] == tmp_path / "runs" / point.stem
     assert 0.4 <= rec["point_wall_s"] < 5 and rec["wall_s"] == 0.05
+
+
+def test_the_grid_example_of_the_docs_parses():
+    import tomllib
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "SCALING.md").read_text()
+    block = text[text.index("**The grid** (TOML"):]
+    block = block[block.index("```toml") + len("```toml"):]
+    grid = parse_grid(tomllib.loads(block[:block.index("```")]))
+    assert grid.verdict_families == ("whitespace",) and grid.optimum_seeds == (2,) and grid.interior_only

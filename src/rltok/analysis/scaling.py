@@ -10,7 +10,7 @@ The grid (TOML or JSON; schema in docs/SCALING.md):
   `method` an `rltok compare` method (NAME or NAME+PIECE...), `overrides` this family's base
   overrides, and the size ladder in non-embedding parameters (`rltok.model.sizing`);
   the study's rules (`scaling_grid`): size_rule (a size window per budget), lr_rule, warmup_frac;
-  the steps that follow the results (`scaling_adapt`): extend, optimum_seeds;
+  the steps that follow the results (`scaling_adapt`): extend, optimum_seeds, verdict_seeds;
   the prediction held out from the fit (`scaling_holdout`): holdout_budgets, holdout_seeds;
   select_split (the split the choices read); groups: {name: [family, ...]} and crossovers:
   [[a, b], ...], the report's groups and pairs (`rltok.analysis.scaling_report`).
@@ -36,7 +36,7 @@ from rltok.config import ConfigError, load_config
 GRID_KEYS = {"corpora", "budgets", "families", "seeds", "split", "preset", "max_eval_windows", "overrides",
              "n_boot", "size_rule", "extend", "lr_rule", "warmup_frac", "optimum_seeds", "holdout_budgets",
              "holdout_seeds", "select_split", "groups", "crossovers", "eval_context", "interior_only", "lr_schedule",
-             "cooldown_frac"}
+             "cooldown_frac", "verdict_seeds"}
 FAMILY_KEYS = {"name", "method", "overrides", "n_min", "n_max", "points", "sizes", "size_coef", "lr_mult"}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]*(_[A-Za-z0-9.+-]+)*")  # a file-name part without "__"
 RESULTS_GLOB = "C*__*__N*__s*.json"  # the run records of a corpus folder (not fits.json)
@@ -82,6 +82,11 @@ class Grid:
     # the envelopes (and so the predictions) fit only budgets whose optimum is interior; a budget
     # whose optimum lies beyond its ladder's edge then bounds L* there and fits nothing
     interior_only: bool = False
+    # more seeds at the best size of these families (at these budgets; none: every budget), so the
+    # verdicts paired by seed that the study is for get a tighter interval than 3 seeds give
+    verdict_seeds: tuple[int, ...] = ()
+    verdict_families: tuple[str, ...] = ()
+    verdict_budgets: tuple[float, ...] = ()
     lr_schedule: str | None = None  # train.lr_schedule of every run; None: the preset's
     cooldown_frac: float | None = None  # train.cooldown_frac of every run ("wsd")
 
@@ -158,7 +163,28 @@ def parse_grid(d: dict) -> Grid:
                 int(d.get("max_eval_windows", 0)), tuple(d.get("overrides", ())), int(d.get("n_boot", 1000)),
                 holdout_budgets=holdout, select_split=d.get("select_split"), eval_context=_eval_context(d),
                 groups=groups,
-                crossovers=_crossovers(d.get("crossovers", ()), [*names, *groups]), **extra)
+                crossovers=_crossovers(d.get("crossovers", ()), [*names, *groups]),
+                **_verdict_seeds(d.get("verdict_seeds"), names, budgets), **extra)
+
+
+def _verdict_seeds(d, families: list[str], budgets: tuple[float, ...]) -> dict:
+    """`verdict_seeds = {seeds = [...], families = [...], budgets = [...]}` (budgets optional: every
+    budget): the Grid fields."""
+    if d is None:
+        return {}
+    if not isinstance(d, dict) or not d.get("seeds") or not d.get("families"):
+        raise ConfigError("grid: verdict_seeds is a table {seeds = [...], families = [...], budgets = [...]} "
+                          "with seeds and families not empty")
+    unknown_keys(d, {"seeds", "families", "budgets"}, "verdict_seeds")
+    unknown = [f for f in d["families"] if f not in families]
+    if unknown:
+        raise ConfigError(f"verdict_seeds.families: unknown family name(s) {', '.join(map(str, unknown))}; "
+                          f"families: {', '.join(families)}")
+    at = tuple(float(b) for b in d.get("budgets", ()))
+    if any(b not in budgets for b in at):
+        raise ConfigError(f"verdict_seeds.budgets: each one of the grid's budgets {list(budgets)}, got {list(at)}")
+    return {"verdict_seeds": tuple(int(s) for s in d["seeds"]), "verdict_families": tuple(map(str, d["families"])),
+            "verdict_budgets": at}
 
 
 def _groups(d, families: list[str]) -> dict:
@@ -221,7 +247,8 @@ def budget_tag(budget: float) -> str:
 class Point:
     """One run of the grid; `kind` says why it runs: "ladder" (the family's sizes at the budget),
     "extension" (a size beyond the ladder's edge), "optimum" (another seed at the best size),
-    "holdout" (at a held-out budget, the size its prediction names)."""
+    "verdict" (more seeds at the best size, for the paired verdicts: `verdict_seeds`), "holdout"
+    (at a held-out budget, the size its prediction names)."""
     corpus: str
     budget: float
     family: FamilySpec

@@ -4,7 +4,7 @@ its results, per corpus, budget and family, once the ladder's points there are d
      optimum is not interior, add one size beyond that edge (the ladder's step ratio) and run it
      with the grid's seeds, at most `extend` times;
   2. more seeds at the optimum: the best measured size (mean over the grid's seeds) also runs
-     `optimum_seeds`.
+     `optimum_seeds`, and for the families (and budgets) `verdict_seeds` names, those seeds too.
 Both decide from the records of the grid's seeds only (the optimum's extra seeds never move a
 decision), so a rerun makes the same decisions: the sizes added before are found again from the
 records (`point_kind` "extension"), and every point whose JSON exists is skipped.
@@ -118,13 +118,18 @@ class Cell:
         return None
 
     def optimum(self, rungs: list) -> int:
-        """Run the optimum's extra seeds at the best measured size; the number run."""
-        extra = [s for s in self.grid.optimum_seeds if s not in self.grid.seeds]
+        """Run the optimum's extra seeds at the best measured size, then the verdict seeds where
+        the grid names this family (and budget); the number run."""
+        g = self.grid
+        extra = [s for s in g.optimum_seeds if s not in g.seeds]
+        verdict = [] if self.fam.name not in g.verdict_families or (
+            g.verdict_budgets and self.budget not in g.verdict_budgets) else \
+            [s for s in g.verdict_seeds if s not in g.seeds and s not in extra]
         best = best_by_choice(self._records(rungs), key=lambda r: round(r["target_size"])).get(self.fam.name)
-        if not extra or best is None:
+        if not (extra or verdict) or best is None:
             return 0
         rung = next(r for r in rungs if round(r.target) == best)
-        return self._run([rung], extra, "optimum")
+        return self._run([rung], extra, "optimum") + self._run([rung], verdict, "verdict")
 
 
 def run_grid(grid: Grid, out: Path, log=print, runner=None) -> dict:
@@ -140,6 +145,6 @@ def run_grid(grid: Grid, out: Path, log=print, runner=None) -> dict:
     log(f"{len(points)} points: {done} done already, {len(points) - done} to run")
     ran = run_points(grid, points, out, splits, log, runner)
     added = 0
-    if grid.extend or set(grid.optimum_seeds) - set(grid.seeds):
+    if grid.extend or set(grid.optimum_seeds) - set(grid.seeds) or grid.verdict_seeds:
         added = adapt_grid(grid, points, out, splits, log, runner)
     return {"points": len(points), "done": done, "ran": ran, "added": added}
