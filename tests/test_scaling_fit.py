@@ -260,3 +260,21 @@ def test_the_best_size_is_the_lowest_mean_choice_loss_with_ties_to_the_smaller()
                rec("c", 1e4, 0, None, None), rec("c", 5e4, 0, 9.0)]  # a diverged run is no candidate
     assert best_by_choice(records) == {"a": 2e4, "b": 1e4, "c": 5e4}
     assert best_by_choice(records, key=lambda r: -r["target_size"])["b"] == -3e4
+
+
+def test_extra_seeds_at_one_size_never_move_the_choice_of_the_best_size():
+    """The optimum's and the verdicts' extra seeds: the sizes are compared on the seeds they all ran."""
+    from rltok.analysis.scaling_fit import best_by_choice, best_size_index, profiles_from_records
+
+    def rec(n, seed, loss):
+        return {"family": "a", "non_embedding_params": n, "seed": seed, "bpb": loss, "budget_flops": 1e9}
+
+    # on seeds 0 and 1, 2e4 is best (3.00 vs 3.05); its extra seeds are bad, so its mean over all
+    # its seeds (3.10) is worse than 1e4's (3.05): the choice stays 2e4
+    records = [rec(1e4, 0, 3.05), rec(1e4, 1, 3.05), rec(2e4, 0, 3.0), rec(2e4, 1, 3.0),
+               rec(2e4, 2, 3.2), rec(2e4, 3, 3.2), rec(4e4, 0, 3.3), rec(4e4, 1, 3.3)]
+    assert best_by_choice(records) == {"a": 2e4}
+    profile = profiles_from_records(records)["a"][1e9]
+    assert best_size_index(profile) == 1 and profile.means[1] == pytest.approx(3.1)
+    # sizes that share no seed: each its own mean
+    assert best_by_choice([rec(1e4, 0, 3.0), rec(2e4, 1, 2.9)]) == {"a": 2e4}

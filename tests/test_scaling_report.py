@@ -272,3 +272,15 @@ def test_the_best_size_is_chosen_on_the_selection_split():
     rep = build_report(recs, n_boot=10)
     assert rep.profiles["flat"][1e9].sizes[best_index(rep, "flat", 1e9)] == 4e4
     assert "| flat | 1e+09 | 3.0550 | 40,000 | 0,1 | 3 |" in best_table(rep)
+
+
+def test_a_groups_members_are_compared_on_the_seeds_their_best_sizes_share():
+    def runs(fam, best_losses):
+        out = [{"family": fam, "non_embedding_params": n, "budget_flops": 1e11, "seed": s, "split": "test",
+                "bpb": 3.6} for n in (1e3, 4e3) for s in (0, 1, 2)]
+        return out + [{"family": fam, "non_embedding_params": 2e3, "budget_flops": 1e11, "seed": s, "split": "test",
+                       "bpb": v} for s, v in best_losses.items()]
+
+    extra = runs("m1", {0: 3.0, 1: 3.0, 2: 3.0, 3: 3.3, 4: 3.3, 5: 3.3})  # verdict seeds 3-5 ran badly
+    rep = build_report(extra + runs("m2", {0: 3.1, 1: 3.1, 2: 3.1}), {"g": ["m1", "m2"]}, n_boot=10)
+    assert rep.choices[0].member == "m1" and rep.choices[0].loss == pytest.approx(3.0)

@@ -77,15 +77,36 @@ def choice_loss(rec: dict) -> float:
     return float(rec.get("bpb_select", rec["bpb"]))
 
 
+def shared_seed_means(cells: list[dict]) -> list[float]:
+    """Per cell ({seed: loss}), the mean over the seeds every cell has (over all its own seeds
+    where they share none)."""
+    common = set.intersection(*(set(c) for c in cells)) if cells else set()
+    return [float(np.mean([v for s, v in c.items() if not common or s in common])) for c in cells]
+
+
 def best_by_choice(records: Iterable[dict], key=record_size) -> dict:
     """{family: the `key` (a run's size by default) whose runs have the lowest mean choice loss},
     ties to the smaller key: the study's one rule for "the best size", over the records given
-    (pass one budget's). Runs without a bpb (diverged) are left out."""
+    (pass one budget's). The means are over the seeds every size ran, so a size with more seeds
+    (the optimum's, the verdicts') is compared with its neighbours on the same seeds and its extra
+    seeds never move the choice. Runs without a bpb (diverged) are left out."""
     cells: dict = {}
     for r in records:
         if r.get("bpb") is not None:
-            cells.setdefault(record_family(r), {}).setdefault(key(r), []).append(choice_loss(r))
-    return {fam: min(by_key, key=lambda k: (float(np.mean(by_key[k])), k)) for fam, by_key in cells.items()}
+            cells.setdefault(record_family(r), {}).setdefault(key(r), {})[r["seed"]] = choice_loss(r)
+    out = {}
+    for fam, by_key in cells.items():
+        keys = list(by_key)
+        means = shared_seed_means([by_key[k] for k in keys])
+        out[fam] = min(zip(means, keys))[1]
+    return out
+
+
+def best_size_index(profile: IsoProfile) -> int:
+    """The index of a profile's best size by `best_by_choice`'s rule (the mean over the seeds
+    every size ran; ties to the smaller size)."""
+    means = shared_seed_means([dict(zip(seeds, map(float, losses))) for seeds, losses in zip(profile.seeds, profile.losses)])
+    return int(np.argmin(means))
 
 
 def choice_records(records: Iterable[dict]) -> list[dict]:

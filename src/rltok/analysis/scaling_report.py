@@ -19,8 +19,9 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from rltok.analysis.paired_stats import PairedDifference, paired_difference
-from rltok.analysis.scaling_fit import (Crossover, FamilyFit, IsoProfile, Prediction, choice_records, crossover,
-                                        fit_study, predict, profiles_from_records, record_family, to_plain)
+from rltok.analysis.scaling_fit import (Crossover, FamilyFit, IsoProfile, Prediction, best_size_index, choice_records,
+                                        crossover, fit_study, predict, profiles_from_records, record_family,
+                                        shared_seed_means, to_plain)
 from rltok.analysis.scaling_plots import inference_runs
 
 
@@ -49,13 +50,14 @@ class GroupChoice:
 
 def _choose(group: str, budget: float, members: list[str],
             profiles: Mapping[str, Mapping[float, IsoProfile]]) -> GroupChoice:
-    """The member whose best measured size has the lowest seed mean at the budget (ties go to
-    the first name): the study's one rule for "the best", on `profiles`, the choice losses' (the
+    """The member whose best measured size has the lowest seed mean at the budget (over the seeds
+    the members' best sizes all ran; ties go to the first name): the study's one rule for "the best", on `profiles`, the choice losses' (the
     selection split's where the records have one). Not the parabolas' fitted L*: a profile its
     parabola fits badly gets an optimum far below every run it has (at 3e11 on docs-en the
     learned-cut model's fitted L* was the lowest of five hierarchies while each of its sizes
     measured the highest)."""
-    losses = [float(profiles[m][budget].means.min()) for m in members]
+    best = [_best_size(profiles[m][budget])[1] for m in members]  # {seed: loss} at each member's best size
+    losses = shared_seed_means(best)  # on the seeds they all ran
     loss, member = min(zip(losses, members))
     return GroupChoice(group, budget, member, float(loss), "best measured")
 
@@ -121,8 +123,9 @@ class PairedBudget:
 
 
 def _best_size(profile: IsoProfile) -> tuple[float, dict]:
-    """The size with the lowest seed mean, and its {seed: loss}."""
-    i = int(profile.means.argmin())
+    """The best size (`best_size_index`: the lowest mean over the seeds every size ran), and its
+    {seed: loss} over all its seeds."""
+    i = best_size_index(profile)
     return float(profile.sizes[i]), dict(zip(profile.seeds[i], (float(v) for v in profile.losses[i])))
 
 
@@ -265,8 +268,8 @@ def best_index(rep: StudyReport, family: str, budget: float) -> int:
     profile = rep.profiles[family][budget]
     chosen = rep.chosen.get(family, {}).get(budget)
     if chosen is None:
-        return int(profile.means.argmin())
-    size = float(chosen.sizes[int(chosen.means.argmin())])
+        return best_size_index(profile)
+    size = float(chosen.sizes[best_size_index(chosen)])
     return int(np.flatnonzero(profile.sizes == size)[0])
 
 
