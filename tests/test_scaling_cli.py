@@ -371,6 +371,18 @@ def test_interior_only_fits_the_envelope_on_interior_optima_alone(tmp_path):
     with pytest.raises(ConfigError, match="interior_only"):
         parse_grid({"corpora": {"salad": "x"}, "budgets": [1e7], "interior_only": "yes",
                     "families": [{"method": "flat", "sizes": [1e4]}]})
+    # fit_from: the envelopes and the prediction fit budgets from it up, interior or not below it
+    grid = dataclasses.replace(grid, interior_only=False, fit_from=3e7)
+    assert predict_corpus(grid, folder)["flat"][repr(1e9)]["fitted_budgets"] == [3e7, 1e8, 3e8]
+    cut = fit_corpus(folder, n_boot=20, fit_from=3e7)["flat"]
+    assert list(cut.envelope.budgets) == [3e7, 1e8, 3e8] and cut.envelope.excluded == (1e7,)
+    assert set(cut.isofits) == {1e7, 3e7, 1e8, 3e8}  # the per-budget fits and tables keep every budget
+    assert fit_corpus(folder, n_boot=20, fit_from=1e8)["flat"].envelope is None  # 2 budgets left
+    assert parse_grid({"corpora": {"salad": "x"}, "budgets": [1e7], "fit_from": 3e11,
+                       "families": [{"method": "flat", "sizes": [1e4]}]}).fit_from == 3e11
+    with pytest.raises(ConfigError, match="fit_from"):
+        parse_grid({"corpora": {"salad": "x"}, "budgets": [1e7], "fit_from": -1,
+                    "families": [{"method": "flat", "sizes": [1e4]}]})
 
 
 def test_under_wsd_a_shared_size_branches_from_the_smaller_budget_and_matches_a_run_from_scratch(tmp_path):

@@ -36,7 +36,7 @@ from rltok.config import ConfigError, load_config
 GRID_KEYS = {"corpora", "budgets", "families", "seeds", "split", "preset", "max_eval_windows", "overrides",
              "n_boot", "size_rule", "extend", "lr_rule", "warmup_frac", "optimum_seeds", "holdout_budgets",
              "holdout_seeds", "select_split", "groups", "crossovers", "eval_context", "interior_only", "lr_schedule",
-             "cooldown_frac", "verdict_seeds"}
+             "cooldown_frac", "verdict_seeds", "fit_from"}
 FAMILY_KEYS = {"name", "method", "overrides", "n_min", "n_max", "points", "sizes", "size_coef", "lr_mult"}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]*(_[A-Za-z0-9.+-]+)*")  # a file-name part without "__"
 RESULTS_GLOB = "C*__*__N*__s*.json"  # the run records of a corpus folder (not fits.json)
@@ -82,6 +82,7 @@ class Grid:
     # the envelopes (and so the predictions) fit only budgets whose optimum is interior; a budget
     # whose optimum lies beyond its ladder's edge then bounds L* there and fits nothing
     interior_only: bool = False
+    fit_from: float | None = None  # the envelopes (and predictions) fit budgets from this one up
     # more seeds at the best size of these families (at these budgets; none: every budget), so the
     # verdicts paired by seed that the study is for get a tighter interval than 3 seeds give
     verdict_seeds: tuple[int, ...] = ()
@@ -488,18 +489,20 @@ def read_records(folder: Path, pattern: str = RESULTS_GLOB) -> list[dict]:
 
 
 def fit_corpus(folder: Path, n_boot: int = 1000, groups: dict | None = None, crossovers=(),
-               command: str | None = None, budgets=None, interior_only: bool = False) -> dict:
+               command: str | None = None, budgets=None, interior_only: bool = False,
+               fit_from: float | None = None) -> dict:
     """Fit every record in a corpus folder (families and `groups`, the `crossovers` pairs); write
     fits.json, the plots and report.md there (`scaling_report`); the study (family or group ->
     FamilyFit). `budgets`: only these are fitted (the grid's, so held-out budgets stay out);
-    `interior_only`: the envelopes fit only budgets with an interior optimum."""
+    `interior_only`: the envelopes fit only budgets with an interior optimum; `fit_from`: only
+    budgets from it up."""
     from rltok.analysis.compare import git_commit
     from rltok.analysis.scaling_plots import plot_inference, plot_study
     from rltok.analysis.scaling_report import build_report, report_markdown, report_plain
 
     folder = Path(folder)
     rep = build_report(read_records(folder), groups, crossovers, folder.name, n_boot, budgets=budgets,
-                       interior_only=interior_only)
+                       interior_only=interior_only, fit_from=fit_from)
     _write_json(folder / "fits.json", report_plain(rep, command, git_commit()))
     crossings = [c for p in rep.crossovers if p.crossover for c in p.crossover.crossings]
     plots = plot_study(rep.study, folder, crossings=crossings)

@@ -405,7 +405,7 @@ class Envelope:
     intervals: dict  # "E", "A", "alpha", "k", "a": percentile intervals at `level`
     e_fixed: float | None  # E held at this value (not fitted) when set
     alpha_at_bound: bool  # alpha at the end of its search grid: the fit is not determined
-    excluded: tuple  # budgets left out: no minimum (or, with interior_only, not interior)
+    excluded: tuple  # budgets left out: no minimum (or, with interior_only, not interior; or below fit_from)
     non_interior: tuple  # fitted budgets whose optimum is not interior
     level: float
     n_boot: int
@@ -471,12 +471,14 @@ def _family_rng(seed: int, family: str) -> np.random.Generator:
 
 
 def fit_envelope(family: str, profiles: dict[float, IsoProfile], n_boot: int = 1000, seed: int = 0,
-                 level: float = 0.95, fix_e: float | None = None, interior_only: bool = False) -> Envelope:
-    """L*(C) and N*(C) of one family from its isoFLOP profiles, with bootstrap intervals."""
+                 level: float = 0.95, fix_e: float | None = None, interior_only: bool = False,
+                 fit_from: float | None = None) -> Envelope:
+    """L*(C) and N*(C) of one family from its isoFLOP profiles, with bootstrap intervals
+    (`interior_only`: only budgets whose optimum is interior; `fit_from`: only budgets from it up)."""
     used, parabolas, excluded, non_interior = [], [], [], []
     for budget in sorted(profiles):
         p = profiles[budget]
-        if len(p.sizes) < 3:
+        if len(p.sizes) < 3 or (fit_from is not None and budget < fit_from):
             excluded.append(budget)
             continue
         q = fit_parabola(p.sizes, p.means, p.counts)
@@ -691,7 +693,7 @@ class FamilyFit:
 
 def fit_study(records: Iterable[dict], split: str | None = None, budgets: Iterable[float] | None = None,
               n_boot: int = 1000, seed: int = 0, level: float = 0.95, fix_e: float | None = None,
-              interior_only: bool = False) -> dict[str, FamilyFit]:
+              interior_only: bool = False, fit_from: float | None = None) -> dict[str, FamilyFit]:
     """Fit every family of the records: isoFLOP parabolas and envelopes (only `budgets` when
     given, e.g. to hold one out for a prediction)."""
     keep = None if budgets is None else {float(b) for b in budgets}
@@ -700,7 +702,7 @@ def fit_study(records: Iterable[dict], split: str | None = None, budgets: Iterab
         profiles = {b: p for b, p in profiles.items() if keep is None or b in keep}
         isofits = {b: fit_isoflop(p, n_boot, seed, level) for b, p in profiles.items() if len(p.sizes) >= 3}
         try:
-            env, err = fit_envelope(family, profiles, n_boot, seed, level, fix_e, interior_only), None
+            env, err = fit_envelope(family, profiles, n_boot, seed, level, fix_e, interior_only, fit_from), None
         except ValueError as e:
             env, err = None, str(e)
         out[family] = FamilyFit(family, isofits, env, err)

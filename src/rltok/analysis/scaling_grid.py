@@ -116,6 +116,10 @@ def rules(d: dict) -> dict:
         if not isinstance(d["interior_only"], bool):
             raise ConfigError(f"grid: interior_only is true or false, got {d['interior_only']!r}")
         out["interior_only"] = d["interior_only"]
+    if "fit_from" in d:
+        out["fit_from"] = float(d["fit_from"])
+        if not out["fit_from"] > 0:
+            raise ConfigError(f"grid: fit_from is a budget in FLOPs (> 0), got {d['fit_from']!r}")
     for key in ("optimum_seeds", "holdout_seeds"):
         if key in d:
             out[key] = tuple(int(s) for s in d[key])

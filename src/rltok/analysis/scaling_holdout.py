@@ -36,7 +36,8 @@ def predict_corpus(grid: Grid, folder: Path) -> dict:
     """{family: {holdout budget: the prediction, or {"error": why}}} from the corpus's records."""
     from rltok.analysis.scaling_fit import fit_study, predict, to_plain
 
-    study = fit_study(read_records(folder), budgets=grid.budgets, n_boot=grid.n_boot, interior_only=grid.interior_only)
+    study = fit_study(read_records(folder), budgets=grid.budgets, n_boot=grid.n_boot, interior_only=grid.interior_only,
+                      fit_from=grid.fit_from)
     out = {}
     for fam in grid.families:
         fit = study.get(fam.name)

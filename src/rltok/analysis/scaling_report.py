@@ -212,19 +212,20 @@ def _fit_groups(records: list[dict], study: dict, profiles: dict, chosen: dict, 
 def build_report(records: Iterable[dict], groups: Mapping[str, Sequence[str]] | None = None,
                  pairs: Iterable[Sequence[str]] = (), corpus: str = "", n_boot: int = 1000, seed: int = 0,
                  budgets: Iterable[float] | None = None, reference: ReferenceScale = REFERENCE,
-                 interior_only: bool = False) -> StudyReport:
+                 interior_only: bool = False, fit_from: float | None = None) -> StudyReport:
     """Fit the records' families and the groups, and compute every part of the report (only the
     records at `budgets` when given, and never a diverged run's, which has no bpb; the machine
-    time counts every record)."""
+    time counts every record). `interior_only`, `fit_from`: which budgets the envelopes fit
+    (`scaling_fit.fit_envelope`)."""
     every = list(records)
     keep = None if budgets is None else {float(b) for b in budgets}
     records = [r for r in every if r.get("bpb") is not None and (keep is None or float(r["budget_flops"]) in keep)]
-    study = fit_study(records, n_boot=n_boot, seed=seed, interior_only=interior_only)
+    study = fit_study(records, n_boot=n_boot, seed=seed, interior_only=interior_only, fit_from=fit_from)
     profiles = profiles_from_records(records)
     chosen = profiles_from_records(choice_records(records))  # what the choices read: the selection split
     groups = {g: tuple(m) for g, m in (groups or {}).items()}
     choices = _fit_groups(records, study, profiles, chosen, groups, n_boot=n_boot, seed=seed,
-                          interior_only=interior_only)
+                          interior_only=interior_only, fit_from=fit_from)
     pairs = [tuple(p) for p in pairs]
     crossings = [pair_crossover(study, a, b, reference.flops) for a, b in pairs]
     paired = [v for a, b in pairs for v in paired_verdicts(profiles, a, b, chosen)]

@@ -182,7 +182,7 @@ def study_block(grid, folders: dict[str, Path], labels: dict[str, str] | None = 
     parts = []
     for corpus, folder in folders.items():
         rep = build_report(read_records(folder), grid.groups, grid.crossovers, corpus, n_boot or grid.n_boot,
-                           budgets=grid.budgets, interior_only=grid.interior_only)
+                           budgets=grid.budgets, interior_only=grid.interior_only, fit_from=grid.fit_from)
         ref = rep.reference_scale
         parts += [f"### {corpus}", "",
                   "Test bpb at each family's best size (chosen on val), mean over seeds; N: non-embedding "

@@ -93,7 +93,8 @@ def cmd_scaling(args) -> int:
             log(f"{corpus}: no runs yet")
             continue
         study = fit_corpus(folder, grid.n_boot, grid.groups, grid.crossovers, _scaling_command(args),
-                           budgets=grid.budgets, interior_only=grid.interior_only)  # holdout budgets stay out
+                           budgets=grid.budgets, interior_only=grid.interior_only,  # holdout budgets stay out
+                           fit_from=grid.fit_from)
         print(f"## {corpus}\n\n{study_table(study)}\n\nfits, plots and report: {folder / 'report.md'}\n")
     return 0
 
