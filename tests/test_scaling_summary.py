@@ -98,8 +98,33 @@ def test_the_paired_verdicts_of_one_budget_per_corpus():
                              {"a": "rl", "b": "uniform", "budget": 3e9, "difference": {**diff, "mean": 9.0}}]},
             "b": {"paired": [{"a": "rl", "b": "uniform", "budget": 1e9, "difference": None}]}}
     table = paired_table(fits, 1e9, {"rl": "learned"})
-    assert "| learned − uniform | -0.100 [-0.200, +0.000] (3) | – |" in table and "9.000" not in table
+    assert "| learned − uniform | -0.100 [-0.200, +0.000] (3) | – | – |" in table and "9.000" not in table
     assert paired_table(fits, 5e9) == ""
+
+
+def test_pooled_differences_equal_the_differences_of_every_seed_as_one_sample():
+    import numpy as np
+
+    from rltok.analysis.paired_stats import mean_interval, paired_difference
+    from rltok.analysis.scaling_summary import paired_table, pool_differences
+
+    rng = np.random.default_rng(0)
+    raw = {(corpus, pair): rng.normal(0.03, 0.04, 6) for corpus in ("a", "b") for pair in ("rl", "rl_r0.1")}
+    plain = {}
+    for (corpus, a), diffs in raw.items():
+        d = paired_difference(dict(enumerate(diffs)), dict(enumerate(np.zeros(6))))
+        plain[corpus, a] = {"mean": d.mean, "sd": d.sd, "lo": d.lo, "hi": d.hi, "seeds": list(d.seeds)}
+    pooled = pool_differences(list(plain.values()))
+    mean, lo, hi = mean_interval(list(np.concatenate(list(raw.values()))))
+    assert pooled["n"] == 24 and (pooled["mean"], pooled["lo"], pooled["hi"]) == pytest.approx((mean, lo, hi))
+    assert pool_differences([plain["a", "rl"]])["n"] == 6 and pool_differences([None]) is None
+    fits = {c: {"paired": [{"a": a, "b": a.replace("rl", "uniform"), "budget": 1e9, "difference": plain[c, a]}
+                           for a in ("rl", "rl_r0.1")]} for c in ("a", "b")}
+    table = paired_table(fits, 1e9, pools={"learned − uniform, both rates": [("rl", "uniform"), ("rl_r0.1", "uniform_r0.1")]})
+    row = next(line for line in table.splitlines() if line.startswith("| learned − uniform, both rates"))
+    assert row.endswith(f"| – | – | {pooled['mean']:+.3f} [{pooled['lo']:+.3f}, {pooled['hi']:+.3f}] (24) |")
+    per_pair = pool_differences([plain["a", "rl"], plain["b", "rl"]])
+    assert f"| {per_pair['mean']:+.3f} [{per_pair['lo']:+.3f}, {per_pair['hi']:+.3f}] (12) |" in table
 
 
 def test_the_rerun_pairs_script_pairs_two_study_folders(tmp_path):

@@ -92,25 +92,58 @@ def summary_table(folders: dict[str, Path], budget: float | None = None, familie
     return budget, "\n".join(lines)
 
 
-def paired_table(fits: dict[str, dict], budget: float, labels: dict[str, str] | None = None) -> str:
+def pool_differences(cells: list[dict], level: float = 0.95) -> dict | None:
+    """Several paired differences (fits.json `difference`s: mean, sd, seeds) as one sample of
+    every seed's difference: the pooled mean and its t interval; None when fewer than 2 runs.
+    The interval treats the runs as exchangeable, so it holds where the cells agree (as their
+    means show) and is too narrow where they differ for reasons of their own."""
+    import math
+
+    from rltok.analysis.paired_stats import t_quantile
+
+    cells = [c for c in cells if c is not None]
+    n = sum(len(c["seeds"]) for c in cells)
+    if n < 2:
+        return None
+    mean = sum(len(c["seeds"]) * c["mean"] for c in cells) / n
+    ss = sum((len(c["seeds"]) - 1) * (c.get("sd") or 0.0) ** 2 + len(c["seeds"]) * (c["mean"] - mean) ** 2 for c in cells)
+    half = t_quantile(0.5 + level / 2, n - 1) * math.sqrt(ss / (n - 1)) / math.sqrt(n)
+    return {"mean": mean, "lo": mean - half, "hi": mean + half, "n": n, "cells": len(cells)}
+
+
+def _cell(d: dict | None) -> str:
+    if d is None:
+        return "–"
+    count = d.get("n", len(d.get("seeds", ())))
+    return (f"{d['mean']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] ({count})" if d.get("lo") is not None
+            else f"{d['mean']:+.3f} ({count})")
+
+
+def paired_table(fits: dict[str, dict], budget: float, labels: dict[str, str] | None = None,
+                 pools: dict[str, list[tuple[str, str]]] | None = None) -> str:
     """Markdown: per pair of the study's report (fits.json `paired`), a − b at `budget` for each
-    corpus, paired by seed at each side's best size, with its t interval and the seed count; ""
-    where no corpus has a pair at that budget."""
+    corpus, paired by seed at each side's best size, with its t interval and the seed count, and
+    every corpus's seeds pooled (`pool_differences`); then each of `pools` ({label: [pairs]}), the
+    pairs' differences pooled over corpora and pairs. "" where no corpus has a pair at `budget`."""
     rows: dict = {}
     for corpus, fit in fits.items():
         for p in fit.get("paired", []):
-            if float(p["budget"]) != budget:
-                continue
-            d = p.get("difference")
-            cell = "–" if d is None else (f"{d['mean']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] ({len(d['seeds'])})"
-                                          if d["lo"] is not None else f"{d['mean']:+.3f} ({len(d['seeds'])})")
-            rows.setdefault((p["a"], p["b"]), {})[corpus] = cell
+            if float(p["budget"]) == budget:
+                rows.setdefault((p["a"], p["b"]), {})[corpus] = p.get("difference")
     if not rows:
         return ""
     name = (labels or {}).get
-    lines = ["| a − b | " + " | ".join(fits) + " |", "|---|" + "---|" * len(fits)]
-    lines += [f"| {name(a, a)} − {name(b, b)} | " + " | ".join(cells.get(c, "–") for c in fits) + " |"
-              for (a, b), cells in rows.items()]
+    lines = ["| a − b | " + " | ".join(fits) + " | pooled |", "|---|" + "---|" * (len(fits) + 1)]
+    for (a, b), cells in rows.items():
+        present = [d for d in cells.values() if d is not None]
+        pooled = pool_differences(present) if len(present) > 1 else None
+        lines.append(f"| {name(a, a)} − {name(b, b)} | " + " | ".join(_cell(cells.get(c)) for c in fits)
+                     + f" | {_cell(pooled)} |")
+    for label, pairs in (pools or {}).items():
+        members = [rows[pair][c] for pair in pairs if pair in rows for c in fits if c in rows[pair]]
+        pooled = pool_differences(members)
+        if pooled is not None:
+            lines.append(f"| {label} | " + " | ".join("–" for _ in fits) + f" | {_cell(pooled)} |")
     return "\n".join(lines)
 
 
