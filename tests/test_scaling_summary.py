@@ -57,7 +57,8 @@ def test_the_readme_block_is_regenerated_between_its_markers(study, tmp_path):
     grid = tmp_path / "grid.json"
     grid.write_text(json.dumps({"corpora": {"a": "x", "b": "y"}, "budgets": [1e9, 3e9],
                                 "families": [{"method": "flat", "sizes": [1e4]},
-                                             {"name": "bpe", "method": "bpe_token", "sizes": [1e4]}]}))
+                                             {"name": "bpe", "method": "bpe_token", "sizes": [1e4]}],
+                                "crossovers": [["flat", "bpe"]]}))
     readme = tmp_path / "README.md"
     readme.write_text("# x\n\n<!-- scaling-results:begin -->\nold\n<!-- scaling-results:end -->\n\ntail\n")
     doc = tmp_path / "SCALING.md"
@@ -73,6 +74,11 @@ def test_the_readme_block_is_regenerated_between_its_markers(study, tmp_path):
     assert "| best BPE vocabulary | 2.605 (N ≥ 30.0k; 2 seeds) | 2.405 (N ≤ 10.0k; 2 seeds) |" in study_doc
     assert study_doc.count("| best BPE vocabulary | 3.105 (N ≥ 30.0k; 2 seeds) | – |") == 1  # b has none at 3e9
     assert "no envelope" in study_doc and "No envelope to extrapolate yet." in study_doc
+    # the pair of the grid per budget, both corpora and pooled: flat 3.005 / 3.505 against bpe's best
+    # val size (3e4: 2.605 / 3.105) at 1e9, each seed's difference +0.400
+    assert "### Paired verdicts per budget" in study_doc and "At 1e+09 FLOPs:" in study_doc
+    assert "| flat bytes − best BPE vocabulary | +0.400 [+0.400, +0.400] (2) | +0.400 [+0.400, +0.400] (2) | " \
+        "+0.400 [+0.400, +0.400] (4) |" in study_doc
     # machine time: every folder of records, summed
     assert "| study/a | 14 | 0.14 | 14 |" in study_doc and "| study/b | 12 | 0.12 | 12 |" in study_doc
     assert "| **all** | 26 | 0.26 | 26 |" in study_doc

@@ -205,17 +205,21 @@ def machine_table(root: Path) -> str:
     return "\n".join(lines)
 
 
-def study_block(grid, folders: dict[str, Path], labels: dict[str, str] | None = None, n_boot: int | None = None) -> str:
+def study_block(grid, folders: dict[str, Path], labels: dict[str, str] | None = None, n_boot: int | None = None,
+                pools: dict[str, list[tuple[str, str]]] | None = None) -> str:
     """docs/SCALING.md's results: per corpus, each family's best loss per budget with its size,
     the envelopes with their intervals, the crossovers and what the fits imply at the reference's
-    scale; from the same `build_report` as each corpus's report.md (so the numbers agree)."""
-    from rltok.analysis.scaling_report import (build_report, crossover_table, envelope_table, reference_table)
+    scale; then per budget the paired verdicts of both corpora (`paired_table`, with `pools`);
+    from the same `build_report` as each corpus's report.md (so the numbers agree)."""
+    from rltok.analysis.scaling_report import (build_report, crossover_table, envelope_table, reference_table,
+                                               report_plain)
 
     families = [f.name for f in grid.families]
-    parts = []
+    parts, plain = [], {}
     for corpus, folder in folders.items():
         rep = build_report(read_records(folder), grid.groups, grid.crossovers, corpus, n_boot or grid.n_boot,
                            budgets=grid.budgets, interior_only=grid.interior_only, fit_from=grid.fit_from)
+        plain[corpus] = report_plain(rep)
         ref = rep.reference_scale
         parts += [f"### {corpus}", "",
                   "Test bpb at each family's best size (chosen on val), mean over seeds; N: non-embedding "
@@ -227,4 +231,12 @@ def study_block(grid, folders: dict[str, Path], labels: dict[str, str] | None = 
                   f"Extrapolated to the reference's scale ({ref.flops:.3g} FLOPs; the reference models have "
                   f"{ref.params / 1e6:.0f}M parameters and see {ref.bytes:.3g} bytes), not measured:", "",
                   reference_table(rep) if rep.reference else "No envelope to extrapolate yet.", ""]
+    verdicts = [(b, paired_table(plain, b, labels, pools)) for b in sorted(grid.budgets)]
+    if any(table for _, table in verdicts):
+        parts += ["### Paired verdicts per budget", "",
+                  "Test bpb of a minus b at each side's best size (chosen on val), paired by seed, mean [95% t "
+                  "interval] (seeds); pooled: every seed's difference of both corpora as one sample.", ""]
+        for budget, table in verdicts:
+            if table:
+                parts += [f"At {budget:.3g} FLOPs:", "", table, ""]
     return "\n".join(parts).rstrip("\n")
