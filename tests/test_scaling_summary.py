@@ -139,3 +139,20 @@ def test_the_rerun_pairs_script_pairs_two_study_folders(tmp_path):
     proc = subprocess.run([sys.executable, str(SCRIPTS / "scaling_rerun_pairs.py"), str(tmp_path / "a"),
                            str(tmp_path / "b"), "--budget", "1e9"], check=True, capture_output=True, text=True, cwd=REPO)
     assert "| salad | flat | 2 | -0.050 | -0.050 | -0.050 |" in proc.stdout
+
+
+def test_the_boundaries_script_describes_each_rules_cuts_at_its_best_size(tmp_path):
+    folder = tmp_path / "study" / "salad"
+    folder.mkdir(parents=True)
+    for n, val in ((1e4, 3.0), (2e4, 3.2)):  # the best val size is 1e4
+        for s in (0, 1):
+            rec = {"family": "rl", "budget_flops": 1e9, "non_embedding_params": n, "seed": s, "bpb": 3.1,
+                   "bpb_select": val, "rate": 0.2 + 0.01 * s, "space_align": 0.9 if n == 1e4 else 0.1,
+                   "grad_snr": 2.0}
+            (folder / f"C1e09__rl__N{int(n)}__s{s}.json").write_text(json.dumps(rec))
+    (folder / "C1e09__flat__N10000__s0.json").write_text(json.dumps(  # no boundaries: no row
+        {"family": "flat", "budget_flops": 1e9, "non_embedding_params": 1e4, "seed": 0, "bpb": 3.0, "rate": None}))
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "scaling_boundaries.py"), "--out", str(tmp_path / "study"),
+                           "--budget", "1e9"], check=True, capture_output=True, text=True, cwd=REPO)
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| salad")]
+    assert rows == ["| salad | rl | 10,000 | 2 | 3.100 | – | 0.205 | 0.90 | – | – | 2.00 | – | – |"]
