@@ -7,11 +7,14 @@ reference gradient, each the mean over the seeds of the best size (chosen on val
 in the study). The instrument behind the question "why do learned cuts not pay here?".
 
     python scripts/scaling_boundaries.py --out docs/results/scaling --budget 3e11
+    # how one learned rule's policy settled during its run: entropy and rate of its training log
+    python scripts/scaling_boundaries.py --trajectory docs/results/scaling/docs-en/runs/C3e11__rl__N27386__s3
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 from pathlib import Path
 
@@ -38,11 +41,33 @@ def boundary_rows(records: list[dict], budget: float) -> list[tuple[str, float, 
     return rows
 
 
+def trajectory(run: Path, points: int = 12) -> str:
+    """Markdown: the policy's entropy and the rate drawn, with the training bpb, at about `points`
+    steps of a learned rule's training log (`metrics.jsonl` under the point's run folder)."""
+    logs = sorted(Path(run).rglob("metrics.jsonl"))
+    if not logs:
+        raise SystemExit(f"error: no metrics.jsonl under {run}")
+    rows = [r for r in map(json.loads, logs[0].read_text().splitlines()) if "entropy" in r]
+    if not rows:
+        raise SystemExit(f"error: {logs[0]} has no policy entropy: not a learned rule's run")
+    picked = rows[::max(1, len(rows) // points)] + ([rows[-1]] if (len(rows) - 1) % max(1, len(rows) // points) else [])
+    lines = ["| step | share of the run | policy entropy (nats) | rate drawn | training bpb |", "|---|---|---|---|---|"]
+    lines += [f"| {r['step']} | {r['step'] / rows[-1]['step']:.2f} | {r['entropy']:.3f} | {r['rate']:.3f} | {r['bpb']:.3f} |"
+              for r in picked]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="the study's results folder (corpus subfolders)")
-    ap.add_argument("--budget", type=float, required=True)
+    ap.add_argument("--out", help="the study's results folder (corpus subfolders)")
+    ap.add_argument("--budget", type=float)
+    ap.add_argument("--trajectory", help="a learned rule's point folder (OUT/<corpus>/runs/<point>): its policy over the run")
     args = ap.parse_args(argv)
+    if args.trajectory:
+        print(trajectory(Path(args.trajectory)))
+        return 0
+    if not (args.out and args.budget):
+        ap.error("--out and --budget (or --trajectory)")
     head = "| corpus | family | N | seeds | " + " | ".join(label for _, label, _ in COLUMNS) + " |"
     print(head + "\n|" + "---|" * (4 + len(COLUMNS)))
     for folder in sorted(p for p in Path(args.out).iterdir() if p.is_dir() and any(p.glob("C*__*.json"))):

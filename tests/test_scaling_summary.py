@@ -156,3 +156,18 @@ def test_the_boundaries_script_describes_each_rules_cuts_at_its_best_size(tmp_pa
                            "--budget", "1e9"], check=True, capture_output=True, text=True, cwd=REPO)
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| salad")]
     assert rows == ["| salad | rl | 10,000 | 2 | 3.100 | – | 0.205 | 0.90 | – | – | 2.00 | – | – |"]
+
+
+def test_the_boundaries_script_shows_a_policy_settling_over_its_run(tmp_path):
+    run = tmp_path / "runs" / "C1e09__rl__N10000__s0" / "rl_s0"
+    run.mkdir(parents=True)
+    rows = [{"step": 10 * i, "entropy": 0.5 / i, "rate": 0.2, "bpb": 8.0 / i} for i in range(1, 25)]
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows + [{"step": 240, "val_bpb": 3.0}]))
+    script = [sys.executable, str(SCRIPTS / "scaling_boundaries.py"), "--trajectory"]
+    out = subprocess.run(script + [str(tmp_path / "runs")], check=True, capture_output=True, text=True, cwd=REPO).stdout
+    lines = [line for line in out.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert lines[0] == "| 10 | 0.04 | 0.500 | 0.200 | 8.000 |" and lines[-1] == "| 240 | 1.00 | 0.021 | 0.200 | 0.333 |"
+    assert 12 <= len(lines) <= 14
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "bpb": 3.0}))
+    proc = subprocess.run(script + [str(run)], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode != 0 and "not a learned rule" in proc.stderr
