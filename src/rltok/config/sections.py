@@ -70,6 +70,16 @@ class RLChunkerSettings(Section):
 
 
 @dataclass
+class TeacherChunkerSettings(Section):
+    """Another trained hierarchy's rule, frozen and greedy (rltok.model.chunkers.TeacherChunker)."""
+    kind: str = "teacher"
+    checkpoint: str = ""  # its model folder or training checkpoint
+
+    def validate(self, where: str) -> None:
+        check(bool(self.checkpoint), f"{where}.checkpoint", "the teacher's model folder or checkpoint")
+
+
+@dataclass
 class FixedChunkerSettings(Section):
     kind: str = "fixed"
     stride: int = 5  # a chunk every `stride` bytes
@@ -611,6 +621,7 @@ CHUNKERS.register("entropy", _C + "EntropyChunker")
 CHUNKERS.register("hnet", _C + "HNetRouter", HNetChunkerSettings)
 CHUNKERS.register("gumbel", _C + "GumbelChunker", GumbelChunkerSettings)
 CHUNKERS.register("bpe", _C + "BPEChunker")
+CHUNKERS.register("teacher", _C + "TeacherChunker", TeacherChunkerSettings)
 
 FAMILIES.register("hourglass", "rltok.model.hourglass:HourglassLM")
 FAMILIES.register("flat", "rltok.model.flat:FlatByteLM")

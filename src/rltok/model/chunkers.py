@@ -577,6 +577,36 @@ class BPEChunker(Chunker):
         return Boundaries(b=b.bool() | forced, free=~forced)
 
 
+class TeacherChunker(Chunker):
+    """Another trained hierarchy's byte-level rule, frozen and greedy: the boundaries a finished
+    run's rule settled on, given from the first step to a model trained from scratch. A diagnostic
+    that separates where a learned rule cuts from what learning to cut costs its language model.
+    The teacher (a model folder or training checkpoint, `model.chunker.checkpoint`) is loaded when
+    the rule is built and kept outside this module's parameters and state, so nothing trains it,
+    checkpoints of the student do not hold it and the student's cost counts none of its FLOPs
+    (like whitespace cuts, the boundaries come free). Windows only: no one-byte decisions."""
+
+    @classmethod
+    def from_settings(cls, settings, m, dim=None, rate=None):
+        return cls(settings.checkpoint)
+
+    def __init__(self, checkpoint: str):
+        super().__init__()
+        from rltok.model.hourglass import HourglassLM
+
+        teacher = HourglassLM.from_pretrained(checkpoint)
+        teacher.eval().requires_grad_(False)
+        self.checkpoint = checkpoint
+        self._teacher = [teacher]  # in a list: not a submodule (no parameters, state or FLOPs of this rule)
+
+    def forward(self, h, forced, b=None, mode="sample", generator=None, idx=None, **_) -> Boundaries:
+        if b is None:
+            teacher = self._teacher[0].to(idx.device)
+            with torch.no_grad():
+                b = teacher(idx, encoder_only=True, mode="greedy", force_last=False).boundaries.b
+        return Boundaries(b=b.bool() | forced, free=~forced)
+
+
 def build_chunker(cfg: ModelConfig) -> nn.Module:
     """The byte level's boundary rule: the entry of model.chunker's kind, made from its settings."""
     return CHUNKERS.build(cfg.chunker, cfg)
