@@ -35,7 +35,8 @@ def teacher_checkpoint(out: Path, corpus: str, budget: float, fam, target: float
     return resolve_checkpoint(runs[0])
 
 
-def frozen_points(grid, out: Path, budget: float, family: str, seeds: list[int], teacher_seed: int) -> list[Point]:
+def frozen_points(grid, out: Path, budget: float, family: str, seeds: list[int],
+                  teacher_seed: int) -> list[Point]:
     by_name = {f.name: f for f in grid.families}
     if family not in by_name:
         raise SystemExit(f"error: no family {family!r} in the grid ({', '.join(by_name)})")
@@ -46,10 +47,12 @@ def frozen_points(grid, out: Path, budget: float, family: str, seeds: list[int],
         if family not in best:
             raise SystemExit(f"error: {corpus}: {family} has no runs at {budget:g}")
         target, _ = best[family]
-        ckpt = teacher_checkpoint(out, corpus, budget, fam, target, teacher_seed)
+        ckpt = teacher_checkpoint(out, corpus, budget, fam, target, teacher_seed).resolve()
+        # the rule and its teacher in the family's base overrides (the method's own
+        # `model.chunker=teacher` keeps them), so the path stays out of the run folder's name
         spec = dataclasses.replace(fam, name=f"{family}_frozen", method="teacher", sizes=(target,), size_coef=None,
-                                   overrides=(*fam.overrides, f"model.chunker.checkpoint={ckpt}"))
-        rung = family_rungs(grid, spec, [target])[round(target)]
+                                   overrides=(*fam.overrides, "model.chunker=teacher", f"model.chunker.checkpoint={ckpt}"))
+        rung = family_rungs(grid, fam, [target])[round(target)]  # the learned rule's shape, less its policy head
         points += [Point(corpus, budget, spec, rung, s, "frozen") for s in seeds]
     return points
 

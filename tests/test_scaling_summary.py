@@ -171,3 +171,42 @@ def test_the_boundaries_script_shows_a_policy_settling_over_its_run(tmp_path):
     (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "bpb": 3.0}))
     proc = subprocess.run(script + [str(run)], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode != 0 and "not a learned rule" in proc.stderr
+
+
+def test_frozen_cuts_train_on_a_finished_learned_runs_boundaries_and_pair_against_it(tmp_path):
+    """scripts/scaling_frozen_cuts.py end to end at a tiny budget: a learned-cut family and uniform
+    cuts in a study, then a model on the learned run's frozen boundaries, paired by seed."""
+    from conftest import corpus_folder
+    from rltok.cli import main as rltok_main
+
+    grid = tmp_path / "grid.toml"
+    grid.write_text(f"""
+budgets = [1e8]
+seeds = [0]
+preset = "test"
+max_eval_windows = 2
+n_boot = 20
+[corpora]
+salad = "{corpus_folder(tmp_path, 'salad')}"
+[[families]]
+method = "rl"
+sizes = [2e4, 5e4, 1.2e5]
+[[families]]
+method = "uniform"
+sizes = [2e4, 5e4, 1.2e5]
+""")
+    study = tmp_path / "study"
+    assert rltok_main(["scaling", "--grid", str(grid), "--out", str(study)]) == 0
+    cmd = [sys.executable, str(SCRIPTS / "scaling_frozen_cuts.py"), "--grid", str(grid), "--out", str(study),
+           "--budget", "1e8", "--seeds", "0", "--rivals", "uniform", "--results", str(tmp_path / "frozen")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rec_path,) = (tmp_path / "frozen" / "salad").glob("C1e08__rl_frozen__N*__s0.json")
+    rec = json.loads(rec_path.read_text())
+    assert rec["config"]["model"]["chunker"]["kind"] == "teacher" and rec["bpb"] > 0
+    assert rec["config"]["model"]["chunker"]["checkpoint"].startswith(str((study / "salad" / "runs").resolve()))
+    learned = [json.loads(p.read_text()) for p in (study / "salad").glob("C1e08__rl__N*__s0.json")]
+    assert rec["target_size"] in {r["target_size"] for r in learned}
+    assert "| rl | " in proc.stdout and "| uniform | " in proc.stdout
+    again = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)  # resumable: nothing reruns
+    assert again.returncode == 0 and "[1/" not in again.stdout + again.stderr

@@ -10,11 +10,11 @@ from rltok.config.sections import (BOS, CHUNKERS, CREDIT_PRICES, EOS, ESTIMATORS
                                    REWARDS, VOCAB_SIZE, ConfigError, DataConfig, FixedChunkerSettings, FlipsSettings,
                                    GumbelChunkerSettings, HNetChunkerSettings, LagrangeRateSettings, LexiconSettings,
                                    ModelConfig, ObjectiveConfig, PenaltyRateSettings, RateSettings, RLChunkerSettings,
-                                   ScoreFunctionSettings, TargetPriceSettings, TrainConfig)
+                                   ScoreFunctionSettings, TargetPriceSettings, TeacherChunkerSettings, TrainConfig)
 
 __all__ = ["FixedChunkerSettings", "FlipsSettings", "GumbelChunkerSettings", "HNetChunkerSettings",
            "LagrangeRateSettings", "LexiconSettings", "PenaltyRateSettings", "RateSettings", "RLChunkerSettings",
-           "ScoreFunctionSettings", "TargetPriceSettings",
+           "ScoreFunctionSettings", "TargetPriceSettings", "TeacherChunkerSettings",
            "BOS", "CHUNKERS", "CREDIT_PRICES", "Config", "ConfigError", "DataConfig", "EOS", "ESTIMATORS", "FAMILIES",
            "LEGACY_KEYS", "ModelConfig", "ObjectiveConfig", "PAD", "PRESETS", "PRESET_NOTES", "RATES", "RECIPES",
            "REMOVED_KEYS", "REWARDS", "Registry", "Section", "TrainConfig", "VOCAB_SIZE", "_read_config_file",

@@ -73,10 +73,7 @@ class RLChunkerSettings(Section):
 class TeacherChunkerSettings(Section):
     """Another trained hierarchy's rule, frozen and greedy (rltok.model.chunkers.TeacherChunker)."""
     kind: str = "teacher"
-    checkpoint: str = ""  # its model folder or training checkpoint
-
-    def validate(self, where: str) -> None:
-        check(bool(self.checkpoint), f"{where}.checkpoint", "the teacher's model folder or checkpoint")
+    checkpoint: str = ""  # its model folder or training checkpoint (required when the rule is built)
 
 
 @dataclass

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from rltok.config import CHUNKERS, ModelConfig, Section
+from rltok.config import CHUNKERS, ConfigError, ModelConfig, Section
 from rltok.model.cost import Level, linear_layers_flops
 from rltok.model.noise import uniform  # noise that data-parallel ranks can slice from the global batch
 
@@ -592,16 +593,26 @@ class TeacherChunker(Chunker):
 
     def __init__(self, checkpoint: str):
         super().__init__()
-        from rltok.model.hourglass import HourglassLM
-
-        teacher = HourglassLM.from_pretrained(checkpoint)
-        teacher.eval().requires_grad_(False)
+        if not checkpoint:
+            raise ConfigError("model.chunker=teacher needs model.chunker.checkpoint: the teacher's model folder or "
+                              "training checkpoint")
+        if not Path(checkpoint).expanduser().exists():
+            raise ConfigError(f"model.chunker.checkpoint: no model folder or checkpoint at {checkpoint}")
         self.checkpoint = checkpoint
-        self._teacher = [teacher]  # in a list: not a submodule (no parameters, state or FLOPs of this rule)
+        self._teacher = []  # in a list: not a submodule (no parameters, state or FLOPs of this rule)
+
+    def teacher(self, device) -> nn.Module:
+        """The teacher model, loaded on first use (models are also built on the meta device, to
+        be counted, where no weights can be read)."""
+        if not self._teacher:
+            from rltok.model.hourglass import HourglassLM
+
+            self._teacher.append(HourglassLM.from_pretrained(self.checkpoint).eval().requires_grad_(False))
+        return self._teacher[0].to(device)
 
     def forward(self, h, forced, b=None, mode="sample", generator=None, idx=None, **_) -> Boundaries:
         if b is None:
-            teacher = self._teacher[0].to(idx.device)
+            teacher = self.teacher(idx.device)
             with torch.no_grad():
                 b = teacher(idx, encoder_only=True, mode="greedy", force_last=False).boundaries.b
         return Boundaries(b=b.bool() | forced, free=~forced)
