@@ -71,7 +71,7 @@ class RLChunkerSettings(Section):
 
 @dataclass
 class TeacherChunkerSettings(Section):
-    """Another trained hierarchy's rule, frozen and greedy (rltok.model.chunkers.TeacherChunker)."""
+    """Another trained hierarchy's rule, frozen and greedy (rltok.model.teacher.TeacherChunker)."""
     kind: str = "teacher"
     checkpoint: str = ""  # its model folder or training checkpoint (required when the rule is built)
 
@@ -618,7 +618,7 @@ CHUNKERS.register("entropy", _C + "EntropyChunker")
 CHUNKERS.register("hnet", _C + "HNetRouter", HNetChunkerSettings)
 CHUNKERS.register("gumbel", _C + "GumbelChunker", GumbelChunkerSettings)
 CHUNKERS.register("bpe", _C + "BPEChunker")
-CHUNKERS.register("teacher", _C + "TeacherChunker", TeacherChunkerSettings)
+CHUNKERS.register("teacher", "rltok.model.teacher:TeacherChunker", TeacherChunkerSettings)
 
 FAMILIES.register("hourglass", "rltok.model.hourglass:HourglassLM")
 FAMILIES.register("flat", "rltok.model.flat:FlatByteLM")
