@@ -215,6 +215,23 @@ def test_verdict_seeds_add_seeds_at_the_best_size_of_the_families_and_budgets_na
             parse_grid({**spec, "verdict_seeds": bad})
 
 
+def test_a_family_window_can_be_recentred_at_one_budget_and_the_others_keep_theirs():
+    from rltok.analysis.scaling_grid import family_sizes
+
+    spec = {**RULES, "families": [{"method": "flat", "centres": {"1e10": 4e5}}, *RULES["families"][1:]]}
+    grid = parse_grid(spec)
+    flat = grid.families[0]
+    assert flat.centre_at(1e10) == 4e5 and flat.centre_at(1e8) is None
+    assert family_sizes(grid, flat, 1e8) == [2500, 5000, 10000, 20000, 40000]  # the rule's window, as before
+    assert family_sizes(grid, flat, 1e10) == [100000, 200000, 400000, 800000, 1600000]  # 4e5 / 4 .. 4e5 * 4
+    for fam, match in (({"method": "flat", "centres": {"1e9": 4e5}}, "not budgets of the grid"),
+                       ({"method": "flat", "centres": {"1e10": -1}}, "must be > 0"),
+                       ({"method": "flat", "centres": {"1e10": "big"}}, "are numbers"),
+                       ({"method": "flat", "sizes": [1e3], "centres": {"1e10": 4e5}}, "needs the size_rule")):
+        with pytest.raises(ConfigError, match=match):
+            parse_grid({**spec, "families": [fam]})
+
+
 def test_the_lr_rule_and_warmup_reach_the_runs_and_their_records(tmp_path):
     import math
 
@@ -478,3 +495,32 @@ def test_the_grid_example_of_the_docs_parses():
     block = block[block.index("```toml") + len("```toml"):]
     grid = parse_grid(tomllib.loads(block[:block.index("```")]))
     assert grid.verdict_families == ("whitespace",) and grid.optimum_seeds == (2,) and grid.interior_only
+
+
+def test_the_centres_script_extrapolates_each_familys_optimum_to_a_new_budget(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    out = tmp_path / "study"
+    # N* = 1e4 (C / 1e8)^0.8: 1e4 at 1e8, 2.41e4 at 3e8; the line gives 5.81e4 at 9e8
+    synthetic_study(out / "salad", [1e8, 3e8], [2500, 5000, 10000, 20000, 40000, 80000], [0, 1],
+                    lambda c: 1e4 * (c / 1e8) ** 0.8)
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps({"corpora": {"salad": "unused"}, "budgets": [1e8, 3e8, 9e8],
+                                "size_rule": {"coef": 1.0, "exponent": 0.5, "span": 2, "points": 3},
+                                "families": [{"method": "flat"}]}))
+    proc = subprocess.run([sys.executable, str(repo / "scripts" / "scaling_centres.py"), "--grid", str(grid), "--out",
+                           str(out), "--from", "1e8", "3e8", "--at", "9e8"], capture_output=True, text=True, cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| flat | salad"))
+    line_at = float(row.rsplit("|", 2)[1].replace(",", ""))
+    assert line_at == pytest.approx(1e4 * 9 ** 0.8, rel=0.05)
+    snippet = next(line for line in proc.stdout.splitlines() if line.startswith("flat: centres"))
+    centre = float(snippet.split("=")[-1].strip(" }"))
+    assert centre == pytest.approx(line_at, rel=0.01)
+    # the suggestion parses as the grid key, and moves only that budget's window
+    spec = json.loads(grid.read_text())
+    spec["families"][0]["centres"] = {"9e8": centre}
+    assert parse_grid(spec).families[0].centre_at(9e8) == centre

@@ -37,7 +37,7 @@ GRID_KEYS = {"corpora", "budgets", "families", "seeds", "split", "preset", "max_
              "n_boot", "size_rule", "extend", "lr_rule", "warmup_frac", "optimum_seeds", "holdout_budgets",
              "holdout_seeds", "select_split", "groups", "crossovers", "eval_context", "interior_only", "lr_schedule",
              "cooldown_frac", "verdict_seeds", "fit_from"}
-FAMILY_KEYS = {"name", "method", "overrides", "n_min", "n_max", "points", "sizes", "size_coef", "lr_mult"}
+FAMILY_KEYS = {"name", "method", "overrides", "n_min", "n_max", "points", "sizes", "size_coef", "lr_mult", "centres"}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]*(_[A-Za-z0-9.+-]+)*")  # a file-name part without "__"
 RESULTS_GLOB = "C*__*__N*__s*.json"  # the run records of a corpus folder (not fits.json)
 
@@ -51,6 +51,12 @@ class FamilySpec:
     sizes: tuple[float, ...]  # empty: the grid's size_rule gives the sizes per budget
     size_coef: float | None = None  # the size rule's coef for this family
     lr_mult: float = 1.0  # times the grid's learning rate (rule or preset)
+    # (budget, N): the size window's centre at that budget instead of the rule's (a budget not yet
+    # run re-centred on the optimum the smaller budgets point to; the others keep their ladders)
+    centres: tuple[tuple[float, float], ...] = ()
+
+    def centre_at(self, budget: float) -> float | None:
+        return dict(self.centres).get(float(budget))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +133,26 @@ def _family(d: dict, i: int, has_rule: bool) -> FamilySpec:
         raise ConfigError(f"{where}: lr_mult must be > 0")
     coef = float(d["size_coef"]) if "size_coef" in d else None
     return FamilySpec(_name(str(d.get("name", d["method"])), where), d["method"], tuple(d.get("overrides", ())),
-                      tuple(sizes), coef, lr_mult)
+                      tuple(sizes), coef, lr_mult, _centres(d.get("centres"), where, bool(sizes) or not has_rule))
+
+
+def _centres(d, where: str, no_rule: bool) -> tuple[tuple[float, float], ...]:
+    """`centres = {"3e12" = 1.2e5}`: per budget, the size window's centre in non-embedding parameters."""
+    if d is None:
+        return ()
+    if no_rule or not isinstance(d, dict):
+        raise ConfigError(f"{where}: `centres` is a table {{\"budget\" = N}} that moves the size_rule's window; "
+                          "it needs the size_rule and no sizes of the family's own")
+    out = []
+    for budget, centre in d.items():
+        try:
+            b, n = float(budget), float(centre)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}.centres: budgets and sizes are numbers, got {budget!r} = {centre!r}") from None
+        if not (b > 0 and n > 0 and math.isfinite(b) and math.isfinite(n)):
+            raise ConfigError(f"{where}.centres: budgets and sizes must be > 0, got {budget!r} = {centre!r}")
+        out.append((b, n))
+    return tuple(sorted(out))
 
 
 def _name(name: str, where: str) -> str:
@@ -155,6 +180,11 @@ def parse_grid(d: dict) -> Grid:
                           f"{list(budgets + holdout)}")
     extra = rules(d)
     families = tuple(_family(f, i, "size_rule" in extra) for i, f in enumerate(d["families"]))
+    for fam in families:
+        stray = [b for b, _ in fam.centres if b not in budgets + holdout]
+        if stray:
+            raise ConfigError(f"family {fam.name}: centres at {stray}: not budgets of the grid "
+                              f"({list(budgets + holdout)})")
     names = [f.name for f in families]
     if len(set(names)) < len(names):
         raise ConfigError(f"grid: family names must differ: {names}")

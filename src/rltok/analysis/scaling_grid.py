@@ -65,10 +65,10 @@ class SizeRule:
     def centre(self, budget: float, coef: float | None = None) -> float:
         return (self.coef if coef is None else coef) * budget ** self.exponent
 
-    def window(self, budget: float, coef: float | None = None) -> list[int]:
+    def window(self, budget: float, coef: float | None = None, centre: float | None = None) -> list[int]:
         from rltok.model.sizing import geometric_sizes
 
-        mid = self.centre(budget, coef)
+        mid = self.centre(budget, coef) if centre is None else centre
         return geometric_sizes(mid / self.span, mid * self.span, self.points)
 
     @property
@@ -147,7 +147,7 @@ def family_sizes(grid, fam, budget: float) -> list[float]:
     """The target sizes of a family at a budget: its own ladder, or the grid's window there."""
     if fam.sizes:
         return list(fam.sizes)
-    return [float(n) for n in grid.size_rule.window(budget, fam.size_coef)]
+    return [float(n) for n in grid.size_rule.window(budget, fam.size_coef, fam.centre_at(budget))]
 
 
 def step_ratio(grid, fam) -> float:
