@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from rltok.analysis.scaling import load_grid, read_records
-from rltok.analysis.scaling_fit import choice_records, fit_isoflop, profiles_from_records
+from rltok.analysis.scaling_fit import best_size_index, choice_records, fit_isoflop, profiles_from_records
 
 
 def optimum(profile) -> tuple[float, str]:
@@ -27,7 +27,7 @@ def optimum(profile) -> tuple[float, str]:
         iso = fit_isoflop(profile, n_boot=0)
         if iso.interior and math.isfinite(iso.n_star):
             return float(iso.n_star), "fit"
-    return float(profile.sizes[int(np.argmin(profile.means))]), "edge"
+    return float(profile.sizes[best_size_index(profile)]), "edge"
 
 
 def extrapolate(points: list[tuple[float, float]], at: float) -> float:

@@ -21,7 +21,7 @@ from pathlib import Path
 from rltok.analysis.paired_stats import paired_difference
 from rltok.analysis.scaling import Point, budget_tag, corpus_split, family_rungs, load_grid, read_records, run_points
 from rltok.analysis.scaling_check import best_sizes
-from rltok.analysis.scaling_summary import pool_differences
+from rltok.analysis.scaling_summary import format_difference, pool_differences
 from rltok.training.checkpoint import resolve_checkpoint
 
 
@@ -81,10 +81,8 @@ def paired_rows(grid, out: Path, results: Path, budget: float, family: str, riva
     lines = ["| frozen cuts − | " + " | ".join(grid.corpora) + " | pooled |", "|---|" + "---|" * (len(grid.corpora) + 1)]
     for rival, cells in rows.items():
         pooled = pool_differences(list(cells.values())) if len(cells) > 1 else None
-        text = [f"{c['mean']:+.3f} [{c['lo']:+.3f}, {c['hi']:+.3f}] ({len(c['seeds'])})" if c else "–"
-                for c in (cells.get(k) for k in grid.corpora)]
-        lines.append(f"| {rival} | " + " | ".join(text) + " | " + (
-            f"{pooled['mean']:+.3f} [{pooled['lo']:+.3f}, {pooled['hi']:+.3f}] ({pooled['n']})" if pooled else "–") + " |")
+        lines.append(f"| {rival} | " + " | ".join(format_difference(cells.get(k)) for k in grid.corpora)
+                     + f" | {format_difference(pooled)} |")
     return "\n".join(lines)
 
 

@@ -115,7 +115,8 @@ def pool_differences(cells: list[dict], level: float = 0.95) -> dict | None:
     return {"mean": mean, "lo": mean - half, "hi": mean + half, "n": n, "cells": len(cells)}
 
 
-def _cell(d: dict | None) -> str:
+def format_difference(d: dict | None) -> str:
+    """A paired difference (or a pooled one) as `mean [lo, hi] (count)`; – for none."""
     if d is None:
         return "–"
     count = d.get("n", len(d.get("seeds", ())))
@@ -141,13 +142,13 @@ def paired_table(fits: dict[str, dict], budget: float, labels: dict[str, str] | 
     for (a, b), cells in rows.items():
         present = [d for d in cells.values() if d is not None]
         pooled = pool_differences(present) if len(present) > 1 else None
-        lines.append(f"| {name(a, a)} − {name(b, b)} | " + " | ".join(_cell(cells.get(c)) for c in fits)
-                     + f" | {_cell(pooled)} |")
+        lines.append(f"| {name(a, a)} − {name(b, b)} | " + " | ".join(format_difference(cells.get(c)) for c in fits)
+                     + f" | {format_difference(pooled)} |")
     for label, pairs in (pools or {}).items():
         members = [rows[pair][c] for pair in pairs if pair in rows for c in fits if c in rows[pair]]
         pooled = pool_differences(members)
         if pooled is not None:
-            lines.append(f"| {label} | " + " | ".join("–" for _ in fits) + f" | {_cell(pooled)} |")
+            lines.append(f"| {label} | " + " | ".join("–" for _ in fits) + f" | {format_difference(pooled)} |")
     return "\n".join(lines)
 
 
