@@ -97,6 +97,13 @@ class Grid:
     lr_schedule: str | None = None  # train.lr_schedule of every run; None: the preset's
     cooldown_frac: float | None = None  # train.cooldown_frac of every run ("wsd")
 
+    def verdict_seeds_at(self, family: str, budget: float) -> list[int]:
+        """The verdict seeds a family runs at its best size at `budget` (none the grid's seeds or
+        the optimum's seeds run already)."""
+        if family not in self.verdict_families or (self.verdict_budgets and budget not in self.verdict_budgets):
+            return []
+        return [s for s in self.verdict_seeds if s not in self.seeds and s not in self.optimum_seeds]
+
     @property
     def branches(self) -> bool:
         """Whether a run goes on from the same model's run at a smaller budget (the "wsd"

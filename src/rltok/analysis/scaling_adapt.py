@@ -120,11 +120,8 @@ class Cell:
     def optimum(self, rungs: list) -> int:
         """Run the optimum's extra seeds at the best measured size, then the verdict seeds where
         the grid names this family (and budget); the number run."""
-        g = self.grid
-        extra = [s for s in g.optimum_seeds if s not in g.seeds]
-        verdict = [] if self.fam.name not in g.verdict_families or (
-            g.verdict_budgets and self.budget not in g.verdict_budgets) else \
-            [s for s in g.verdict_seeds if s not in g.seeds and s not in extra]
+        extra = [s for s in self.grid.optimum_seeds if s not in self.grid.seeds]
+        verdict = self.grid.verdict_seeds_at(self.fam.name, self.budget)
         best = best_by_choice(self._records(rungs), key=lambda r: round(r["target_size"])).get(self.fam.name)
         if not (extra or verdict) or best is None:
             return 0
