@@ -173,9 +173,10 @@ def test_the_boundaries_script_shows_a_policy_settling_over_its_run(tmp_path):
     assert proc.returncode != 0 and "not a learned rule" in proc.stderr
 
 
-def test_frozen_cuts_train_on_a_finished_learned_runs_boundaries_and_pair_against_it(tmp_path):
-    """scripts/scaling_frozen_cuts.py end to end at a tiny budget: a learned-cut family and uniform
-    cuts in a study, then a model on the learned run's frozen boundaries, paired by seed."""
+def test_variants_train_at_a_familys_best_size_and_pair_against_it(tmp_path):
+    """scripts/scaling_variant.py end to end at a tiny budget: a learned-cut family and uniform
+    cuts in a study, then a model on the learned run's frozen boundaries (--teacher) and a learned
+    rule that settles half-way (--set), each paired by seed."""
     from conftest import corpus_folder
     from rltok.cli import main as rltok_main
 
@@ -197,8 +198,9 @@ sizes = [2e4, 5e4, 1.2e5]
 """)
     study = tmp_path / "study"
     assert rltok_main(["scaling", "--grid", str(grid), "--out", str(study)]) == 0
-    cmd = [sys.executable, str(SCRIPTS / "scaling_frozen_cuts.py"), "--grid", str(grid), "--out", str(study),
-           "--budget", "1e8", "--seeds", "0", "--rivals", "uniform", "--results", str(tmp_path / "frozen")]
+    base = [sys.executable, str(SCRIPTS / "scaling_variant.py"), "--grid", str(grid), "--out", str(study),
+            "--budget", "1e8", "--seeds", "0", "--rivals", "uniform"]
+    cmd = base + ["--teacher", "--results", str(tmp_path / "frozen")]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (rec_path,) = (tmp_path / "frozen" / "salad").glob("C1e08__rl_frozen__N*__s0.json")
@@ -207,6 +209,20 @@ sizes = [2e4, 5e4, 1.2e5]
     assert rec["config"]["model"]["chunker"]["checkpoint"].startswith(str((study / "salad" / "runs").resolve()))
     learned = [json.loads(p.read_text()) for p in (study / "salad").glob("C1e08__rl__N*__s0.json")]
     assert rec["target_size"] in {r["target_size"] for r in learned}
-    assert "| rl | " in proc.stdout and "| uniform | " in proc.stdout
+    assert "| rl_frozen − |" in proc.stdout and "| rl | " in proc.stdout and "| uniform | " in proc.stdout
+    table = (tmp_path / "frozen" / "C1e08__rl_frozen.md").read_text()  # written under its command
+    assert "scripts/scaling_variant.py --grid" in table and "--teacher" in table and "| rl_frozen − |" in table
     again = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)  # resumable: nothing reruns
     assert again.returncode == 0 and "[1/" not in again.stdout + again.stderr
+
+    settle = base + ["--variant", "until50", "--set", "objective.policy_until=0.5", "--results", str(tmp_path / "s")]
+    proc = subprocess.run(settle, capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rec_path,) = (tmp_path / "s" / "salad").glob("C1e08__rl_until50__N*__s0.json")
+    rec = json.loads(rec_path.read_text())
+    assert rec["config"]["objective"]["policy_until"] == 0.5 and rec["config"]["model"]["chunker"]["kind"] == "rl"
+    assert rec["target_size"] in {r["target_size"] for r in learned}
+    assert rec["bpb"] == rec["bpb_greedy"]  # settled: sampling and thresholding decide alike
+    assert "| rl_until50 − |" in proc.stdout
+    missing = subprocess.run(base + ["--results", str(tmp_path / "x")], capture_output=True, text=True, cwd=REPO)
+    assert missing.returncode != 0 and "--teacher" in missing.stderr

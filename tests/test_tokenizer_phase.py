@@ -97,3 +97,17 @@ def test_a_fixed_rule_phase_trains_the_encoder_alone(tmp_path):
     assert trainer.train_step() is not None
     moved = {k for k in before if not torch.equal(before[k], trainer.model.state_dict()[k])}
     assert "early_head.weight" in moved and not any(k.startswith(("main.", "decoder.", "head.")) for k in moved)
+
+
+def test_the_phase_is_a_share_of_a_budget_set_after_building(tmp_path):
+    """compare's budget runs set train.flops_budget (and max_steps) on the trainer's config after
+    building the trainer: the phase must end at its share of that budget, not of the preset's steps."""
+    trainer = Trainer(cfg(tmp_path, "train.max_steps=1000", "objective.tokenizer_phase=0.3"), corpus=corpus(),
+                      quiet=True)
+    budget = 12 * trainer.cost.at(trainer.sampler.seq_len).step_train_per_byte() * trainer.step_bytes
+    trainer.cfg.train.flops_budget = budget
+    while trainer.objective.tokenizer_phase(trainer.step_bytes, trainer.sampler.seq_len):
+        assert trainer.train_step() is not None
+        trainer.step += 1
+        assert trainer.step < 100, "the phase outlived its share of the budget"
+    assert 0.3 * budget <= trainer.flops_spent < 0.3 * budget + trainer.step_bytes * 1e9

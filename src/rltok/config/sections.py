@@ -402,6 +402,11 @@ class ObjectiveConfig:
     # needs a credit that does not read the full model (the lexicon recipe); under a fixed rule
     # the phase trains the encoder alone (the control for what the cheap steps give). 0 = off.
     tokenizer_phase: float = 0.0
+    # The policy learns until this share of the training compute is spent, then settles: from the
+    # next step its decisions are thresholded (greedy) in training and after, and no policy, rate
+    # or price term runs, so the main network trains on fixed cuts for the rest of the run (a
+    # moving segmentation costs the LM; see docs/BOUNDARY_LEARNING.md). 1 = learns to the end.
+    policy_until: float = 1.0
     policy_lr_mult: float = 1.0  # the boundary policy's learning rate as a multiple of train.lr
 
     def __post_init__(self) -> None:
@@ -419,6 +424,8 @@ class ObjectiveConfig:
             raise ConfigError("objective.estimator.baseline 'group' needs objective.group_size >= 2")
         check(finite(self.tokenizer_phase) and 0 <= self.tokenizer_phase < 1, "objective.tokenizer_phase",
               "a share of the training compute: 0 <= it < 1 (0 = off)")
+        check(finite(self.policy_until) and self.tokenizer_phase < self.policy_until <= 1, "objective.policy_until",
+              "a share of the training compute after objective.tokenizer_phase: tokenizer_phase < it <= 1 (1 = never settles)")
         check(finite(self.policy_lr_mult) and self.policy_lr_mult > 0, "objective.policy_lr_mult", "a number > 0")
         check(finite(self.pg_weight) and self.pg_weight >= 0, "objective.pg_weight", "a number >= 0")
         check(finite(self.alpha) and 0 <= self.alpha <= 1, "objective.alpha", "in [0, 1]")

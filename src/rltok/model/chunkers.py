@@ -147,6 +147,27 @@ class RLPolicy(Chunker):
         self.history = nn.Embedding(2 ** (window - 1), 1) if window > 1 else None
         if self.history is not None:
             nn.init.zeros_(self.history.weight)
+        # settled (objective.policy_until): its decisions are thresholded from then on, in training
+        # and after. A buffer registered when it settles, so checkpoints keep it and a policy that
+        # never settled has the state it always had; mirrored on the host so deciding never syncs.
+        self.is_settled = False
+
+    def settle(self) -> None:
+        """Stop sampling: every later decision is the thresholded one (mode "greedy")."""
+        if "settled" in self._buffers:
+            self.settled.fill_(True)
+        else:
+            self.register_buffer("settled", torch.ones((), dtype=torch.bool, device=self.head.weight.device))
+        self.is_settled = True
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # the flag is in a state only once its policy settled: without it, the policy never did
+        if prefix + "settled" in state_dict:
+            self.settle()
+        else:
+            self._buffers.pop("settled", None)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self.is_settled = "settled" in self._buffers and bool(self.settled)
 
     def history_pattern(self, b: torch.Tensor) -> torch.Tensor:
         """pattern_t = sum_j b_{t-j} 2^(j-1) for j = 1..window-1 (positions before 0 count as 0)."""
@@ -199,7 +220,7 @@ class RLPolicy(Chunker):
         base = fp32_linear(self.head, h.detach() if self.detach_input else h).squeeze(-1)
         sample_logp = None
         if b is None:
-            b, sample_logp = self.sample(base.detach(), forced, mode == "greedy", generator, noise)
+            b, sample_logp = self.sample(base.detach(), forced, mode == "greedy" or self.is_settled, generator, noise)
         else:
             b = b.bool() | forced
         logits = self.teacher_forced_logits(base, b)
@@ -217,7 +238,7 @@ class RLPolicy(Chunker):
         if self.history is not None:
             logits = logits + self.history(state["pattern"]).squeeze(-1)
         if b is None:
-            greedy = mode == "greedy"
+            greedy = mode == "greedy" or self.is_settled
             u = None if greedy else (noise if noise is not None else uniform(logits.shape, logits.device, generator))
             b = self.draw(logits, u, greedy)
         b = b.bool() | forced

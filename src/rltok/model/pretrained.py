@@ -216,17 +216,17 @@ def load_weights(folder: Path, cfg: Config, build: Build, fit_facts: dict | None
         model = build(cfg.model, state_dict=state)
     except (ValueError, KeyError, RuntimeError) as e:  # e.g. a tokenizer buffer that does not parse
         raise CheckpointError(f"checkpoint {folder}: cannot build the model of its {CONFIG} ({e})") from None
-    expected = model.state_dict().keys()
-    missing = sorted(k for k in expected if k not in state)
-    unexpected = sorted(k for k in state if k not in expected)
-    if missing or unexpected:
-        raise CheckpointError(f"checkpoint {folder}: {WEIGHTS} does not match its {CONFIG}: "
-                              f"missing keys {missing}, unexpected keys {unexpected}")
     try:
-        model.load_state_dict(state, strict=True)
+        # not strict here: the modules' own load hooks first fill what older folders lack (a
+        # policy's settled flag), then whatever is still missing or left over is an error
+        keys = model.load_state_dict(state, strict=False)
     except RuntimeError as e:  # shapes: weights and config.json disagree
         raise CheckpointError(f"checkpoint {folder}: {WEIGHTS} does not match its {CONFIG} "
                               f"({' '.join(str(e).split())})") from None
+    missing, unexpected = sorted(keys.missing_keys), sorted(keys.unexpected_keys)
+    if missing or unexpected:
+        raise CheckpointError(f"checkpoint {folder}: {WEIGHTS} does not match its {CONFIG}: "
+                              f"missing keys {missing}, unexpected keys {unexpected}")
     if fit_facts and hasattr(model, "set_fit_facts"):
         model.set_fit_facts(fit_facts)
     return model

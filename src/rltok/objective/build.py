@@ -38,9 +38,8 @@ class Schedule:
     policy_start_step: int = 0  # the warm start: the policy is left alone before this step
     tokenizer_phase: float = 0.0  # the share of the training compute spent in the tokenizer phase
     has_encoder_phase: bool = False  # whether the model has an encoder-only phase (the hierarchical LM)
-    flops_budget: float = 0.0
-    max_steps: int = 0
     flip_seed: int = 2  # the flips' random stream
+    policy_until: float = 1.0  # the share of the training compute after which the policy settles
 
 
 @dataclass
@@ -117,7 +116,7 @@ def build_objective(cfg, device=None, cost_slope=None, cost=None) -> BuiltObject
     d ln(training FLOPs per byte) / d rate (what the loss-slope price needs)."""
     m, o, t = cfg.model, cfg.objective, cfg.train
     hierarchical = FAMILIES.component(m.arch).hierarchical
-    schedule = Schedule(o.policy_start_step, o.tokenizer_phase, hierarchical, t.flops_budget, t.max_steps, t.seed + 2)
+    schedule = Schedule(o.policy_start_step, o.tokenizer_phase, hierarchical, t.seed + 2, o.policy_until)
     terms = ObjectiveTerms(lm_terms(o.alpha, hierarchical))
     if not (hierarchical and CHUNKERS.component(m.chunker.kind).learned):
         return BuiltObjective(terms, schedule)

@@ -93,6 +93,7 @@ class BoundaryObjective:
         self.learned = self.terms.policy is not None  # a boundary rule trained by an estimator
         self.flip_gen = torch.Generator().manual_seed(self.schedule.flip_seed)  # which decisions get flipped
         self.flops_spent = 0.0  # training FLOPs, each step counted at the chunks it drew
+        self.settled = False  # the policy has settled (objective.policy_until): it learns no more
 
     # the pieces tests and tools inspect, under the names older callers use
     price = property(lambda self: self.named.get("price"))
@@ -114,14 +115,31 @@ class BoundaryObjective:
 
     def planned_flops(self, step_bytes: int, seq_len: int) -> float:
         """The run's training compute: train.flops_budget, or (without one) what train.max_steps
-        full steps cost at the target rate."""
-        if self.schedule.flops_budget > 0:
-            return self.schedule.flops_budget
-        return self.schedule.max_steps * step_bytes * self.cost.at(seq_len).step_train_per_byte()
+        full steps cost at the target rate. Read from the config when asked, not when built: a
+        harness (compare's budget runs) sets the budget on the trainer's config after building it."""
+        tc = self.cfg.train
+        if tc.flops_budget > 0:
+            return tc.flops_budget
+        return tc.max_steps * step_bytes * self.cost.at(seq_len).step_train_per_byte()
 
     def policy_on(self, step: int) -> bool:
-        """False during the warm start (objective.policy_start_step)."""
-        return step >= self.schedule.policy_start_step
+        """False during the warm start (objective.policy_start_step) and once the policy settled."""
+        return step >= self.schedule.policy_start_step and not self.settled
+
+    def settle_if_due(self, model, step_bytes: int, seq_len: int) -> bool:
+        """Called at each step's start: once objective.policy_until of the training compute is
+        spent, settle the model's learned rules (their decisions thresholded from then on) and
+        stop the policy's terms. Derived from the FLOPs meter, so a resume settles at the same
+        step. True when a rule settled now (not when a resumed one had already)."""
+        until = self.schedule.policy_until
+        if not self.learned or until >= 1 or self.flops_spent < until * self.planned_flops(step_bytes, seq_len):
+            return False
+        self.settled = True
+        rules = [m for m in model.modules() if hasattr(m, "settle") and hasattr(m, "is_settled")]
+        newly = any(not rule.is_settled for rule in rules)
+        for rule in rules:
+            rule.settle()
+        return newly
 
     def counterfactual(self, model, idx: torch.Tensor, targets: torch.Tensor, out: ModelOutput,
                        step: int) -> Counterfactual | None:

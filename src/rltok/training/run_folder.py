@@ -100,6 +100,8 @@ def branch_refusal(saved: Config, state: dict | None, cfg: Config) -> str | None
                 "warmup_at)")
     if cfg.objective.tokenizer_phase > 0 or saved.objective.tokenizer_phase > 0:
         return "objective.tokenizer_phase is a share of the budget, so its end moves with it"
+    if cfg.objective.policy_until < 1 or saved.objective.policy_until < 1:
+        return "objective.policy_until is a share of the budget, so the policy would settle at another step"
     spent = (state.get("objective") or {}).get("flops_spent", 0.0)
     if not state.get("branch_point") and cooldown_left(state["step"], st, spent / st.flops_budget) is not None:
         return f"the checkpoint (step {state['step']}) was taken inside its run's cool-down"

@@ -117,8 +117,10 @@ class Trainer:
         # the module forward/backward go through: the model, its DDP wrapper, or (FSDP) the
         # model itself, sharded in place
         self.wrapped = ddp.wrap_model(self.model, self.dist, self.device, fsdp=tc.fsdp,
-                                      # the tokenizer phase's steps leave the chunk level and decoder idle
-                                      find_unused=tc.ddp_find_unused or cfg.objective.tokenizer_phase > 0)
+                                      # the tokenizer phase's steps leave the chunk level and decoder idle;
+                                      # a settled policy's head gets no gradient
+                                      find_unused=tc.ddp_find_unused or cfg.objective.tokenizer_phase > 0
+                                      or cfg.objective.policy_until < 1)
         self.forward = torch.compile(self.wrapped) if tc.compile else self.wrapped
         self.opt = make_optimizer(self.model, tc, self.device, cfg.objective.policy_lr_mult)
 
@@ -287,6 +289,9 @@ class Trainer:
         sums: dict[str, torch.Tensor] = {}
         # the tokenizer phase: encoder, early-exit head and boundary rule only (objective.tokenizer_phase)
         phase = self.objective.tokenizer_phase(self.step_bytes, self.sampler.seq_len)
+        if self.objective.settle_if_due(self.model, self.step_bytes, self.sampler.seq_len):
+            self._log(f"step {self.step}: the boundary policy settled (objective.policy_until="
+                      f"{self.cfg.objective.policy_until:g} of the training compute): its decisions are greedy from now on")
         kw = dict(self.group_kw, encoder_only=True) if phase else self.group_kw
         for i in range(tc.grad_accum):
             x, y = self.sampler.next()
@@ -304,6 +309,8 @@ class Trainer:
         sums["grad_norm"] = grad_norm.detach()
         if phase:
             sums["tokenizer_phase"] = torch.ones((), device=self.device)
+        if self.objective.settled:
+            sums["policy_settled"] = torch.ones((), device=self.device)
         bad = not (torch.isfinite(grad_norm) and torch.isfinite(sums["loss"]))
         if self.dist.enabled:
             # one small collective per step: skip together, and stop together when any rank got a signal

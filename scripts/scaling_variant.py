@@ -1,0 +1,142 @@
+"""A variant of one family, trained at that family's best size and budget in the study with the
+study's settings (learning rate, warm-up, evaluation), then paired by seed against the family
+itself and its rivals at their best sizes. Two kinds of variant:
+
+- `--set KEY=VALUE ...`: the family's method with more settings, e.g. a learned rule that settles
+  after a quarter of its compute (`--variant until25 --set objective.policy_until=0.25`);
+- `--teacher`: a hierarchy trained from scratch on a finished learned-cut run's boundaries,
+  frozen from the first step (`model.chunker=teacher`; variant name `frozen`). The teacher is one
+  run (the family's best size, seed `--teacher-seed`, its last checkpoint); its FLOPs are not
+  charged, as whitespace cuts charge none: a diagnostic, never a rival row.
+
+    python scripts/scaling_variant.py --grid scripts/scaling_cpu_grid.toml --out docs/results/scaling \\
+        --budget 3e11 --family rl --teacher --seeds 0 1 2 3 4 5 --results docs/results/scaling_frozen
+
+Resumable: the runs go to RESULTS/<corpus>/ (one JSON each, named C<budget>__<family>_<variant>__N..,
+skipped when present); the table, from whatever has finished, is printed and written to
+RESULTS/C<budget>__<family>_<variant>.md under the command that made it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from rltok.analysis.paired_stats import paired_difference
+from rltok.analysis.scaling import Point, budget_tag, corpus_split, family_rungs, load_grid, read_records, run_points
+from rltok.analysis.scaling_check import best_sizes
+from rltok.analysis.scaling_summary import format_difference, pool_differences
+from rltok.training.checkpoint import resolve_checkpoint
+
+
+def teacher_checkpoint(out: Path, corpus: str, budget: float, fam, target: float, seed: int) -> Path:
+    """The last valid checkpoint of the family's run at `target` and `seed` in the study."""
+    stem = f"{budget_tag(budget)}__{fam.name}__N{round(target)}__s{seed}"
+    runs = [p for p in (out / corpus / "runs" / stem).glob("*") if p.is_dir()] if (out / corpus / "runs" / stem).is_dir() else []
+    if not runs:
+        raise SystemExit(f"error: no run folder of {stem} under {out / corpus / 'runs'} (the study's runs stay on the "
+                         "machine that ran them)")
+    return resolve_checkpoint(runs[0])
+
+
+def variant_points(grid, out: Path, budget: float, family: str, variant: str, sets: list[str], seeds: list[int],
+                   teacher_seed: int | None = None) -> list[Point]:
+    """The variant's points, one per corpus and seed, at the family's best size at `budget`;
+    `teacher_seed`: train on that seed's finished run's boundaries instead (with `sets` too)."""
+    by_name = {f.name: f for f in grid.families}
+    if family not in by_name:
+        raise SystemExit(f"error: no family {family!r} in the grid ({', '.join(by_name)})")
+    fam = by_name[family]
+    points = []
+    for corpus in grid.corpora:
+        best = best_sizes(read_records(out / corpus), budget)
+        if family not in best:
+            raise SystemExit(f"error: {corpus}: {family} has no runs at {budget:g}")
+        target, _ = best[family]
+        method, extra = fam.method, list(sets)
+        if teacher_seed is not None:
+            ckpt = teacher_checkpoint(out, corpus, budget, fam, target, teacher_seed).resolve()
+            # the rule and its teacher in the family's base overrides (the method's own
+            # `model.chunker=teacher` keeps them), so the path stays out of the run folder's name
+            method, extra = "teacher", ["model.chunker=teacher", f"model.chunker.checkpoint={ckpt}", *extra]
+        spec = dataclasses.replace(fam, name=f"{family}_{variant}", method=method, sizes=(target,), size_coef=None,
+                                   overrides=(*fam.overrides, *extra))
+        rung = family_rungs(grid, fam, [target])[round(target)]  # the family's own shape at that size
+        points += [Point(corpus, budget, spec, rung, s, "variant") for s in seeds]
+    return points
+
+
+def _losses(records: list[dict], family: str, size=None) -> dict[int, float]:
+    return {int(r["seed"]): float(r["bpb"]) for r in records if r.get("family") == family and r.get("bpb") is not None
+            and (size is None or float(r["non_embedding_params"]) == size)}
+
+
+def paired_rows(grid, out: Path, results: Path, budget: float, family: str, variant: str, rivals: list[str]) -> str:
+    """Markdown: the variant − each of (the family, rivals) per corpus at their best sizes, and pooled."""
+    from rltok.analysis.scaling_fit import best_by_choice
+
+    rows = {}
+    for corpus in grid.corpora:
+        study = [r for r in read_records(out / corpus) if float(r["budget_flops"]) == budget]
+        best = best_by_choice(study)
+        mine = _losses([r for r in read_records(results / corpus) if float(r["budget_flops"]) == budget],
+                       f"{family}_{variant}")
+        for rival in [family, *rivals]:
+            if not mine or rival not in best:
+                continue
+            d = paired_difference(mine, _losses(study, rival, best[rival]), name_a=variant, name_b=rival)
+            rows.setdefault(rival, {})[corpus] = {"mean": d.mean, "sd": d.sd, "lo": d.lo, "hi": d.hi,
+                                                  "seeds": list(d.seeds)}
+    lines = [f"| {family}_{variant} − | " + " | ".join(grid.corpora) + " | pooled |",
+             "|---|" + "---|" * (len(grid.corpora) + 1)]
+    for rival, cells in rows.items():
+        pooled = pool_differences(list(cells.values())) if len(cells) > 1 else None
+        lines.append(f"| {rival} | " + " | ".join(format_difference(cells.get(k)) for k in grid.corpora)
+                     + f" | {format_difference(pooled)} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--grid", required=True)
+    ap.add_argument("--out", required=True, help="the study's results folder")
+    ap.add_argument("--budget", type=float, required=True)
+    ap.add_argument("--family", default="rl", help="the family the variant is of")
+    ap.add_argument("--variant", help="its name (the records' family is FAMILY_VARIANT; default `frozen` with --teacher)")
+    ap.add_argument("--set", dest="sets", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="the variant's settings, beside the family's own")
+    ap.add_argument("--teacher", action="store_true",
+                    help="train on the family's finished run's boundaries, frozen from the first step")
+    ap.add_argument("--teacher-seed", type=int, default=0)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4, 5])
+    ap.add_argument("--rivals", nargs="*", default=["uniform", "whitespace"])
+    ap.add_argument("--results", required=True, help="where the variant's runs go (corpus subfolders)")
+    ap.add_argument("--corpus", help="only this corpus of the grid")
+    ap.add_argument("--table-only", action="store_true")
+    args = ap.parse_args(argv)
+    variant = args.variant or ("frozen" if args.teacher else None)
+    if not variant or not (args.teacher or args.sets):
+        ap.error("give --teacher, or --variant NAME with its --set KEY=VALUE settings")
+    grid = load_grid(args.grid)
+    if args.corpus:
+        grid = dataclasses.replace(grid, corpora={args.corpus: grid.corpora[args.corpus]})
+    out, results = Path(args.out), Path(args.results)
+    if not args.table_only:
+        points = variant_points(grid, out, args.budget, args.family, variant, args.sets, args.seeds,
+                                args.teacher_seed if args.teacher else None)
+        splits = {c: corpus_split(grid, c) for c in grid.corpora}
+        run_points(grid, points, results, splits)
+    table = paired_rows(grid, out, results, args.budget, args.family, variant, args.rivals)
+    print(table)
+    command = " ".join(["python", "scripts/scaling_variant.py", *(a for a in (argv or sys.argv[1:]) if a != "--table-only")])
+    results.mkdir(parents=True, exist_ok=True)
+    (results / f"{budget_tag(args.budget)}__{args.family}_{variant}.md").write_text(
+        f"Generated by `{command}` (test bpb, the variant − each row's family at its best size, paired by seed: "
+        f"mean [95% t interval] (seeds)).\n\n{table}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,111 @@
+"""A policy that settles (objective.policy_until): it learns for a share of the training compute,
+then its decisions are thresholded and nothing trains it, so the language model sees fixed cuts
+for the rest of the run; the flag lives in the checkpoint, and a resume settles at the same step."""
+
+import pytest
+import torch
+
+from rltok.config import ConfigError, load_config
+from rltok.model.chunkers import RLPolicy
+from rltok.training.trainer import Trainer
+from conftest import straight_and_resumed
+from test_boundary_learning import corpus
+
+OVER = ["train.threads=1", "train.log_every=1", "train.eval_every=1000", "train.checkpoint_every=1000"]
+
+
+def cfg(out, *extra):
+    return load_config("test", overrides=[f"train.out_dir={out}", *OVER, *extra])
+
+
+def test_a_settled_rule_decides_greedily_whatever_mode_it_is_asked():
+    torch.manual_seed(0)
+    rule = RLPolicy(8, window=3)
+    with torch.no_grad():
+        rule.head.weight.normal_()
+    h, forced = torch.randn(4, 32, 8), torch.zeros(4, 32, dtype=torch.bool)
+    greedy = rule(h, forced, mode="greedy").b
+    draws = [rule(h, forced, mode="sample", generator=torch.Generator().manual_seed(s)).b for s in range(3)]
+    assert not all(torch.equal(d, greedy) for d in draws)  # sampling differs from the threshold
+    rule.settle()
+    for s in range(3):
+        assert torch.equal(rule(h, forced, mode="sample", generator=torch.Generator().manual_seed(s)).b, greedy)
+    # one byte at a time (cached decoding) as well
+    state = rule.start_state(h[:, :1], greedy[:, :1])
+    step = rule.step(state, h[:, 1], forced[:, 1], mode="sample", generator=torch.Generator().manual_seed(0))
+    assert torch.equal(step.b, greedy[:, 1])
+
+
+def test_the_settled_flag_travels_in_the_state_dict_and_only_once_settled():
+    rule = RLPolicy(8)
+    unsettled = set(rule.state_dict())
+    assert "settled" not in unsettled  # a policy that never settles keeps the state it always had
+    rule.settle()
+    assert set(rule.state_dict()) == unsettled | {"settled"}
+    fresh = RLPolicy(8)
+    fresh.load_state_dict(rule.state_dict())
+    assert fresh.is_settled and bool(fresh.settled)
+    fresh.load_state_dict(RLPolicy(8).state_dict())  # a state from before it settled: strict, and unsettled
+    assert not fresh.is_settled and "settled" not in fresh.state_dict()
+
+
+def test_the_policy_learns_until_its_share_then_stays_put_and_is_not_charged(tmp_path):
+    trainer = Trainer(cfg(tmp_path, "train.max_steps=12", "objective.policy_until=0.4"), corpus=corpus(), quiet=True)
+    planned = trainer.objective.planned_flops(trainer.step_bytes, trainer.sampler.seq_len)
+    history = []
+    while trainer.step < 12:
+        before = {k: v.clone() for k, v in trainer.model.chunker.state_dict().items()}
+        metrics = trainer.train_step()
+        assert metrics is not None
+        moved = any(not torch.equal(before[k], trainer.model.chunker.state_dict()[k]) for k in before)
+        history.append((trainer.objective.settled, moved, "entropy" in metrics))
+        trainer.step += 1
+    learning = [h for h in history if not h[0]]
+    settled = [h for h in history if h[0]]
+    assert learning and settled, history
+    assert all(moved and entropy for _, moved, entropy in learning)  # the policy learned until then
+    # afterwards its weights stay exactly where they were
+    assert not any(moved for _, moved, _ in settled) and not any(entropy for *_, entropy in settled)
+    assert trainer.model.chunker.is_settled
+    # it settled at the first step that started past 0.4 of the planned compute
+    assert len(learning) == min(i for i in range(1, 13) if i * planned / 12 >= 0.4 * planned - 1e-6 * planned)
+    # its decisions are thresholded: two forwards in training mode draw the same cuts
+    x, _ = trainer.sampler.next()
+    trainer.model.train()
+    a = trainer.model(x, generator=torch.Generator().manual_seed(1)).boundaries.b
+    b = trainer.model(x, generator=torch.Generator().manual_seed(2)).boundaries.b
+    assert torch.equal(a, b)
+
+
+def test_the_flips_model_pass_is_not_charged_once_settled(tmp_path):
+    over = ("train.max_steps=6", "objective.policy_until=0.5", "objective.estimator=flips")
+    trainer = Trainer(cfg(tmp_path, *over), corpus=corpus(), quiet=True)
+    cost = trainer.objective.cost.at(trainer.sampler.seq_len)
+    while trainer.step < 6:
+        spent = trainer.flops_spent
+        metrics = trainer.train_step()
+        trainer.step += 1
+        rates = (float(metrics["chunks_per_byte"]), None)
+        charged = cost.step_train_per_byte(*rates, counterfactual=not trainer.objective.settled) * trainer.step_bytes
+        assert trainer.flops_spent - spent == pytest.approx(charged)
+    assert trainer.objective.settled
+
+
+def test_a_run_log_says_when_the_policy_settled_and_resume_is_exact_across_it(tmp_path, capsys):
+    extra = ("train.max_steps=10", "objective.policy_until=0.5", "train.checkpoint_every=3")
+    full, resumed = straight_and_resumed(lambda out: cfg(out, *extra), tmp_path, 3, corpus)
+    assert resumed.flops_spent == full.flops_spent and resumed.model.chunker.is_settled
+    flags = [rec.get("policy_settled", 0.0) for rec in full.history]
+    assert flags[0] == 0.0 and flags[-1] == 1.0  # the metrics say from which step on
+    # the log says when: once, on the step it happened (a resume past it says nothing again)
+    Trainer(cfg(tmp_path / "c", "train.max_steps=4", "objective.policy_until=0.5"), corpus=corpus()).fit()
+    assert capsys.readouterr().err.count("the boundary policy settled") == 1
+
+
+def test_settle_settings_are_checked():
+    for bad in ("0", "1.5", "nan"):
+        with pytest.raises(ConfigError, match="objective.policy_until"):
+            load_config("test", overrides=[f"objective.policy_until={bad}"])
+    with pytest.raises(ConfigError, match="objective.policy_until"):
+        load_config("test", overrides=["objective.recipe=lexicon", "objective.tokenizer_phase=0.3",
+                                       "objective.policy_until=0.2"])
