@@ -4,7 +4,8 @@
 
 Every rank takes part in: a DDP run stopped halfway and resumed (OUT/ddp_resume), an FSDP2 run
 stopped halfway and resumed (OUT/fsdp) and the same run uninterrupted (OUT/fsdp_straight), a DDP run with K segmentations per sequence
-(OUT/ddp_group), one with Lagrange rate control and a FLOPs budget (OUT/ddp_priced), and a DDP run through the CLI (OUT/ddp). Rank 0 writes the checkpoints and
+(OUT/ddp_group), one with Lagrange rate control and a FLOPs budget (OUT/ddp_priced), one whose policy starts late and settles
+half-way (OUT/ddp_settled), and a DDP run through the CLI (OUT/ddp). Rank 0 writes the checkpoints and
 metrics that the test compares with a single-process run.
 """
 
@@ -25,6 +26,9 @@ from rltok.training.trainer import Trainer
 GROUP = ["objective.baseline=group", "objective.group_size=2", "model.policy_window=1"]
 # the Lagrange price and the FLOPs spent come from the global rate: every rank must agree
 PRICED = ["objective.rate_control=lagrange", "model.target_rate=0.3", "train.flops_budget=1e12"]
+# a warm start of 2 steps, then the policy learns, then settles half-way: in the warm start and once
+# settled its head gets no gradient, on every rank at the same steps
+SETTLED = ["objective.policy_start_step=2", "objective.policy_until=0.5"]
 
 
 def run() -> None:
@@ -52,6 +56,8 @@ def run() -> None:
     Trainer(load_config("test", overrides=[*base, f"train.out_dir={out}/ddp_group", *GROUP]), quiet=True).fit()
     # 3b. Lagrange rate control and a FLOPs budget
     Trainer(load_config("test", overrides=[*base, f"train.out_dir={out}/ddp_priced", *PRICED]), quiet=True).fit()
+    # 3c. a policy that settles half-way
+    Trainer(load_config("test", overrides=[*base, f"train.out_dir={out}/ddp_settled", *SETTLED]), quiet=True).fit()
     # 4. DDP through the command line, as a user launches it (last: its
     # exit destroys the process group, and re-creating one under torchrun is not reliable)
     rc = main(["train", "--preset", "test", "--out", f"{out}/ddp", *base])

@@ -25,7 +25,7 @@ from rltok.training.loading import load_checkpoint
 from rltok.config import load_config
 from rltok.training.trainer import Trainer
 
-from dist_worker import GROUP, PRICED
+from dist_worker import GROUP, PRICED, SETTLED
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                                 reason="needs torch.distributed with gloo")
@@ -87,6 +87,8 @@ def runs(tmp_path_factory):
                                            f"train.batch_size={GLOBAL_BATCH}", *GROUP]), quiet=True).fit()
     Trainer(load_config("test", overrides=[*COMMON, f"data.train={data}", f"train.out_dir={root / 'single_priced'}",
                                            f"train.batch_size={GLOBAL_BATCH}", *PRICED]), quiet=True).fit()
+    Trainer(load_config("test", overrides=[*COMMON, f"data.train={data}", f"train.out_dir={root / 'single_settled'}",
+                                           f"train.batch_size={GLOBAL_BATCH}", *SETTLED]), quiet=True).fit()
     out = wait_for_ranks(proc)
     return root, out
 
@@ -95,10 +97,11 @@ def weights(run: Path) -> dict:
     return load_checkpoint(run)[0].state_dict()
 
 
-@pytest.mark.parametrize("name", ["ddp", "ddp_resume", "fsdp", "ddp_group", "ddp_priced"])
+@pytest.mark.parametrize("name", ["ddp", "ddp_resume", "fsdp", "ddp_group", "ddp_priced", "ddp_settled"])
 def test_two_ranks_match_one_process(runs, name):
     root, _ = runs
-    single = root / {"ddp_group": "single_group", "ddp_priced": "single_priced"}.get(name, "single")
+    single = root / {"ddp_group": "single_group", "ddp_priced": "single_priced",
+                     "ddp_settled": "single_settled"}.get(name, "single")
     ref, got = losses(single), losses(root / name)
     for a, b in zip(got, ref):
         assert abs(a - b) <= 1e-5 * abs(b), (got, ref)

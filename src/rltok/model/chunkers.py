@@ -151,6 +151,9 @@ class RLPolicy(Chunker):
         # and after. A buffer registered when it settles, so checkpoints keep it and a policy that
         # never settled has the state it always had; mirrored on the host so deciding never syncs.
         self.is_settled = False
+        # whether the objective trains it this step (not in the warm start, not once settled):
+        # otherwise it decides without a graph, so data parallel sees its weights unused
+        self.learns = True
 
     def settle(self) -> None:
         """Stop sampling: every later decision is the thresholded one (mode "greedy")."""
@@ -217,6 +220,12 @@ class RLPolicy(Chunker):
     def forward(self, h: torch.Tensor, forced: torch.Tensor, b: torch.Tensor | None = None,
                 mode: str = "sample", generator: torch.Generator | None = None,
                 noise: torch.Tensor | None = None, **_) -> Boundaries:
+        if self.is_settled or not self.learns:
+            with torch.no_grad():
+                return self.decide(h, forced, b, mode, generator, noise)
+        return self.decide(h, forced, b, mode, generator, noise)
+
+    def decide(self, h, forced, b, mode, generator, noise) -> Boundaries:
         base = fp32_linear(self.head, h.detach() if self.detach_input else h).squeeze(-1)
         sample_logp = None
         if b is None:

@@ -126,19 +126,23 @@ class BoundaryObjective:
         """False during the warm start (objective.policy_start_step) and once the policy settled."""
         return step >= self.schedule.policy_start_step and not self.settled
 
-    def settle_if_due(self, model, step_bytes: int, seq_len: int) -> bool:
-        """Called at each step's start: once objective.policy_until of the training compute is
-        spent, settle the model's learned rules (their decisions thresholded from then on) and
-        stop the policy's terms. Derived from the FLOPs meter, so a resume settles at the same
-        step. True when a rule settled now (not when a resumed one had already)."""
-        until = self.schedule.policy_until
-        if not self.learned or until >= 1 or self.flops_spent < until * self.planned_flops(step_bytes, seq_len):
-            return False
-        self.settled = True
+    def begin_step(self, model, step: int, step_bytes: int, seq_len: int) -> bool:
+        """Called at each step's start, before the forward. Once objective.policy_until of the
+        training compute is spent, settle the model's learned rules (their decisions thresholded
+        from then on) and stop the policy's terms: derived from the FLOPs meter, so a resume
+        settles at the same step. Tell each rule whether it is trained this step (not in the warm
+        start, not once settled), so that otherwise it decides without a graph. True when a rule
+        settled now (not when a resumed one had already)."""
         rules = [m for m in model.modules() if hasattr(m, "settle") and hasattr(m, "is_settled")]
-        newly = any(not rule.is_settled for rule in rules)
+        newly = False
+        until = self.schedule.policy_until
+        if self.learned and until < 1 and self.flops_spent >= until * self.planned_flops(step_bytes, seq_len):
+            self.settled = True
+            newly = any(not rule.is_settled for rule in rules)
+            for rule in rules:
+                rule.settle()
         for rule in rules:
-            rule.settle()
+            rule.learns = self.policy_on(step) or self.tokenizer_phase(step_bytes, seq_len)
         return newly
 
     def counterfactual(self, model, idx: torch.Tensor, targets: torch.Tensor, out: ModelOutput,

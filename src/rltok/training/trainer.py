@@ -118,9 +118,9 @@ class Trainer:
         # model itself, sharded in place
         self.wrapped = ddp.wrap_model(self.model, self.dist, self.device, fsdp=tc.fsdp,
                                       # the tokenizer phase's steps leave the chunk level and decoder idle;
-                                      # a settled policy's head gets no gradient
+                                      # the policy's head gets no gradient in the warm start or once settled
                                       find_unused=tc.ddp_find_unused or cfg.objective.tokenizer_phase > 0
-                                      or cfg.objective.policy_until < 1)
+                                      or cfg.objective.policy_start_step > 0 or cfg.objective.policy_until < 1)
         self.forward = torch.compile(self.wrapped) if tc.compile else self.wrapped
         self.opt = make_optimizer(self.model, tc, self.device, cfg.objective.policy_lr_mult)
 
@@ -289,7 +289,7 @@ class Trainer:
         sums: dict[str, torch.Tensor] = {}
         # the tokenizer phase: encoder, early-exit head and boundary rule only (objective.tokenizer_phase)
         phase = self.objective.tokenizer_phase(self.step_bytes, self.sampler.seq_len)
-        if self.objective.settle_if_due(self.model, self.step_bytes, self.sampler.seq_len):
+        if self.objective.begin_step(self.model, self.step, self.step_bytes, self.sampler.seq_len):
             self._log(f"step {self.step}: the boundary policy settled (objective.policy_until="
                       f"{self.cfg.objective.policy_until:g} of the training compute): its decisions are greedy from now on")
         kw = dict(self.group_kw, encoder_only=True) if phase else self.group_kw
