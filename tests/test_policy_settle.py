@@ -109,3 +109,15 @@ def test_settle_settings_are_checked():
     with pytest.raises(ConfigError, match="objective.policy_until"):
         load_config("test", overrides=["objective.recipe=lexicon", "objective.tokenizer_phase=0.3",
                                        "objective.policy_until=0.2"])
+
+
+def test_the_estimator_diagnostic_measures_a_settled_rule_as_the_policy_it_stopped_at(tmp_path):
+    from rltok.analysis.diagnose import diagnose
+
+    trainer = Trainer(cfg(tmp_path, "train.max_steps=4", "objective.policy_until=0.5"), corpus=corpus(), quiet=True)
+    trainer.fit()
+    assert trainer.model.chunker.is_settled
+    x, y = trainer.sampler.next()
+    d = diagnose(trainer.model, x, y, trainer.cfg.objective, trainer.cfg.model.target_rate, variants={"own": {}},
+                 n_estimates=4, n_reference=4, log=lambda m: None)
+    assert d["variants"]["own"]["snr"] >= 0 and trainer.model.chunker.is_settled  # the model itself untouched
