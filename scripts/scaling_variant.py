@@ -98,6 +98,61 @@ def paired_rows(grid, out: Path, results: Path, budget: float, family: str, vari
     return "\n".join(lines)
 
 
+def rate_line(grid, results: Path, budget: float, name: str) -> str:
+    """The boundary rate each corpus' runs of the variant scored at (lowest–highest over seeds)."""
+    parts = []
+    for corpus in grid.corpora:
+        rates = sorted(float(r["rate"]) for r in read_records(results / corpus)
+                       if r.get("family") == name and float(r["budget_flops"]) == budget and r.get("rate") is not None)
+        if rates:
+            parts.append(f"{corpus} {rates[0]:.3f}–{rates[-1]:.3f} ({len(rates)})")
+    return f"Boundary rate scored, {name}: " + ("; ".join(parts) or "–") + "."
+
+
+SHARES = (1 / 6, 2 / 6, 3 / 6, 4 / 6, 5 / 6, 1.0)  # where along the run (share of its FLOPs) the gap is read
+
+
+def curve_at(rec: dict, share: float) -> float | None:
+    """The run's validation bpb at `share` of its training FLOPs, linear between its evaluations."""
+    pts = sorted((c["train_flops"] / rec["budget_flops"], c["val_bpb"]) for c in rec.get("curve") or []
+                 if c.get("val_bpb") is not None)
+    if not pts or share < pts[0][0] - 0.05:  # no evaluation near it
+        return None
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if x0 <= share <= x1:
+            return y0 + (y1 - y0) * (share - x0) / (x1 - x0) if x1 > x0 else y1
+    return pts[0][1] if share < pts[0][0] else pts[-1][1]
+
+
+def curve_rows(grid, out: Path, results: Path, budget: float, family: str, variant: str) -> str:
+    """Markdown: where along the run the variant's gap to its family opens, val bpb paired by seed
+    at each sixth of the training FLOPs (from the records' evaluation curves)."""
+    from rltok.analysis.scaling_fit import best_by_choice
+
+    lines = [f"| {family}_{variant} − {family}, val bpb at | " + " | ".join(f"{x:.2f}" for x in SHARES) + " |",
+             "|---|" + "---|" * len(SHARES)]
+    for corpus in grid.corpora:
+        study = [r for r in read_records(out / corpus) if float(r["budget_flops"]) == budget]
+        best = best_by_choice(study)
+        if family not in best:
+            continue
+        mine = {int(r["seed"]): r for r in read_records(results / corpus) if float(r["budget_flops"]) == budget
+                and r.get("family") == f"{family}_{variant}"}
+        theirs = {int(r["seed"]): r for r in study if r.get("family") == family
+                  and float(r["non_embedding_params"]) == best[family]}
+        cells = []
+        for share in SHARES:
+            a = {k: v for k, r in mine.items() if (v := curve_at(r, share)) is not None}
+            b = {k: v for k, r in theirs.items() if (v := curve_at(r, share)) is not None}
+            if not set(a) & set(b):
+                cells.append("–")
+                continue
+            d = paired_difference(a, b)
+            cells.append(format_difference({"mean": d.mean, "lo": d.lo, "hi": d.hi, "seeds": list(d.seeds)}))
+        lines.append(f"| {corpus} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--grid", required=True)
@@ -129,6 +184,8 @@ def main(argv=None) -> int:
         splits = {c: corpus_split(grid, c) for c in grid.corpora}
         run_points(grid, points, results, splits)
     table = paired_rows(grid, out, results, args.budget, args.family, variant, args.rivals)
+    table += "\n\n" + rate_line(grid, results, args.budget, f"{args.family}_{variant}")
+    table += "\n\n" + curve_rows(grid, out, results, args.budget, args.family, variant)
     print(table)
     command = " ".join(["python", "scripts/scaling_variant.py", *(a for a in (argv or sys.argv[1:]) if a != "--table-only")])
     results.mkdir(parents=True, exist_ok=True)

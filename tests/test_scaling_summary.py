@@ -224,5 +224,8 @@ sizes = [2e4, 5e4, 1.2e5]
     assert rec["target_size"] in {r["target_size"] for r in learned}
     assert rec["bpb"] == rec["bpb_greedy"]  # settled: sampling and thresholding decide alike
     assert "| rl_until50 − |" in proc.stdout
+    # the gap along the run: none before the rule settles (the same seed trains the same run until then)
+    (gaps,) = [line for line in proc.stdout.splitlines() if line.startswith("| salad | ")][-1:]
+    assert gaps.split(" | ")[2] == "+0.000 (1)", proc.stdout  # its first evaluation, a third of the way in
     missing = subprocess.run(base + ["--results", str(tmp_path / "x")], capture_output=True, text=True, cwd=REPO)
     assert missing.returncode != 0 and "--teacher" in missing.stderr

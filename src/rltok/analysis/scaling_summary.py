@@ -13,6 +13,7 @@ reported on the scored split, so no number is a minimum taken over the split it 
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import numpy as np
@@ -120,8 +121,8 @@ def format_difference(d: dict | None) -> str:
     if d is None:
         return "–"
     count = d.get("n", len(d.get("seeds", ())))
-    return (f"{d['mean']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] ({count})" if d.get("lo") is not None
-            else f"{d['mean']:+.3f} ({count})")
+    bounded = d.get("lo") is not None and math.isfinite(d["lo"]) and math.isfinite(d["hi"])  # one seed: no interval
+    return f"{d['mean']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] ({count})" if bounded else f"{d['mean']:+.3f} ({count})"
 
 
 def paired_table(fits: dict[str, dict], budget: float, labels: dict[str, str] | None = None,
