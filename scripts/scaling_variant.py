@@ -74,19 +74,21 @@ def _losses(records: list[dict], family: str, size=None) -> dict[int, float]:
 
 
 def paired_rows(grid, out: Path, results: Path, budget: float, family: str, variant: str, rivals: list[str]) -> str:
-    """Markdown: the variant − each of (the family, rivals) per corpus at their best sizes, and pooled."""
+    """Markdown: the variant − each of (the family, rivals) per corpus at their best sizes, and pooled.
+    A rival that is not a study family is looked up among the variants in `results` (each at its one size)."""
     from rltok.analysis.scaling_fit import best_by_choice
 
     rows = {}
     for corpus in grid.corpora:
         study = [r for r in read_records(out / corpus) if float(r["budget_flops"]) == budget]
         best = best_by_choice(study)
-        mine = _losses([r for r in read_records(results / corpus) if float(r["budget_flops"]) == budget],
-                       f"{family}_{variant}")
+        variants = [r for r in read_records(results / corpus) if float(r["budget_flops"]) == budget]
+        mine = _losses(variants, f"{family}_{variant}")
         for rival in [family, *rivals]:
-            if not mine or rival not in best:
+            theirs = _losses(study, rival, best[rival]) if rival in best else _losses(variants, rival)
+            if not mine or not set(mine) & set(theirs):
                 continue
-            d = paired_difference(mine, _losses(study, rival, best[rival]), name_a=variant, name_b=rival)
+            d = paired_difference(mine, theirs, name_a=variant, name_b=rival)
             rows.setdefault(rival, {})[corpus] = {"mean": d.mean, "sd": d.sd, "lo": d.lo, "hi": d.hi,
                                                   "seeds": list(d.seeds)}
     lines = [f"| {family}_{variant} − | " + " | ".join(grid.corpora) + " | pooled |",
@@ -166,7 +168,8 @@ def main(argv=None) -> int:
                     help="train on the family's finished run's boundaries, frozen from the first step")
     ap.add_argument("--teacher-seed", type=int, default=0)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4, 5])
-    ap.add_argument("--rivals", nargs="*", default=["uniform", "whitespace"])
+    ap.add_argument("--rivals", nargs="*", default=["uniform", "whitespace"],
+                    help="study families (at their best sizes) or other variants in --results (FAMILY_VARIANT)")
     ap.add_argument("--results", required=True, help="where the variant's runs go (corpus subfolders)")
     ap.add_argument("--corpus", help="only this corpus of the grid")
     ap.add_argument("--table-only", action="store_true")
