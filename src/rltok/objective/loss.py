@@ -94,6 +94,7 @@ class BoundaryObjective:
         self.flip_gen = torch.Generator().manual_seed(self.schedule.flip_seed)  # which decisions get flipped
         self.flops_spent = 0.0  # training FLOPs, each step counted at the chunks it drew
         self.settled = False  # the policy has settled (objective.policy_until): it learns no more
+        self._rules = None  # the model's learned rules, found on the first step
 
     # the pieces tests and tools inspect, under the names older callers use
     price = property(lambda self: self.named.get("price"))
@@ -133,8 +134,9 @@ class BoundaryObjective:
         settles at the same step. Tell each rule whether it is trained this step (not in the warm
         start, not once settled), so that otherwise it decides without a graph. True when a rule
         settled now (not when a resumed one had already)."""
-        rules = [m for m in model.modules() if hasattr(m, "settle") and hasattr(m, "is_settled")]
-        newly = False
+        if self._rules is None:  # the model's learned rules: its modules do not change after building
+            self._rules = [m for m in model.modules() if hasattr(m, "settle") and hasattr(m, "is_settled")]
+        rules, newly = self._rules, False
         until = self.schedule.policy_until
         if self.learned and until < 1 and self.flops_spent >= until * self.planned_flops(step_bytes, seq_len):
             self.settled = True
