@@ -3,10 +3,11 @@
     torchrun --nproc_per_node 2 tests/dist_worker.py OUT DATA [override ...]
 
 Every rank takes part in: a DDP run stopped halfway and resumed (OUT/ddp_resume), an FSDP2 run
-stopped halfway and resumed (OUT/fsdp) and the same run uninterrupted (OUT/fsdp_straight), a DDP run with K segmentations per sequence
-(OUT/ddp_group), one with Lagrange rate control and a FLOPs budget (OUT/ddp_priced), one whose policy starts late and settles
-half-way (OUT/ddp_settled), and a DDP run through the CLI (OUT/ddp). Rank 0 writes the checkpoints and
-metrics that the test compares with a single-process run.
+stopped halfway and resumed (OUT/fsdp) and the same run uninterrupted (OUT/fsdp_straight), a DDP
+run with K segmentations per sequence (OUT/ddp_group), one with Lagrange rate control and a FLOPs
+budget (OUT/ddp_priced), one whose policy starts late and settles half-way (OUT/ddp_settled; under
+FSDP2 with a resume after it settled, OUT/fsdp_settled), and a DDP run through the CLI (OUT/ddp).
+Rank 0 writes the checkpoints and metrics that the test compares with a single-process run.
 """
 
 import faulthandler
@@ -58,6 +59,10 @@ def run() -> None:
     Trainer(load_config("test", overrides=[*base, f"train.out_dir={out}/ddp_priced", *PRICED]), quiet=True).fit()
     # 3c. a policy that settles half-way
     Trainer(load_config("test", overrides=[*base, f"train.out_dir={out}/ddp_settled", *SETTLED]), quiet=True).fit()
+    # 3d. the same under FSDP2, stopped after the policy settled and resumed
+    fsdp_settled = [*base, f"train.out_dir={out}/fsdp_settled", "train.fsdp=true", *SETTLED]
+    Trainer(load_config("test", overrides=fsdp_settled), quiet=True).fit(stop_at=4)
+    Trainer(load_config("test", overrides=fsdp_settled), resume=True, quiet=True).fit()
     # 4. DDP through the command line, as a user launches it (last: its
     # exit destroys the process group, and re-creating one under torchrun is not reliable)
     rc = main(["train", "--preset", "test", "--out", f"{out}/ddp", *base])

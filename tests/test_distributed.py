@@ -97,11 +97,12 @@ def weights(run: Path) -> dict:
     return load_checkpoint(run)[0].state_dict()
 
 
-@pytest.mark.parametrize("name", ["ddp", "ddp_resume", "fsdp", "ddp_group", "ddp_priced", "ddp_settled"])
+@pytest.mark.parametrize("name", ["ddp", "ddp_resume", "fsdp", "ddp_group", "ddp_priced", "ddp_settled",
+                                  "fsdp_settled"])
 def test_two_ranks_match_one_process(runs, name):
     root, _ = runs
     single = root / {"ddp_group": "single_group", "ddp_priced": "single_priced",
-                     "ddp_settled": "single_settled"}.get(name, "single")
+                     "ddp_settled": "single_settled", "fsdp_settled": "single_settled"}.get(name, "single")
     ref, got = losses(single), losses(root / name)
     for a, b in zip(got, ref):
         assert abs(a - b) <= 1e-5 * abs(b), (got, ref)
