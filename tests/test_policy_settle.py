@@ -121,3 +121,18 @@ def test_the_estimator_diagnostic_measures_a_settled_rule_as_the_policy_it_stopp
     d = diagnose(trainer.model, x, y, trainer.cfg.objective, trainer.cfg.model.target_rate, variants={"own": {}},
                  n_estimates=4, n_reference=4, log=lambda m: None)
     assert d["variants"]["own"]["snr"] >= 0 and trainer.model.chunker.is_settled  # the model itself untouched
+
+
+def test_a_settled_rule_stays_settled_when_a_resume_moves_the_budget(tmp_path):
+    Trainer(cfg(tmp_path, "train.max_steps=8", "objective.policy_until=0.5"), corpus=corpus(), quiet=True).fit()
+    longer = Trainer(cfg(tmp_path, "train.max_steps=40", "objective.policy_until=0.5"), corpus=corpus(), resume=True,
+                     quiet=True)
+    assert longer.model.chunker.is_settled
+    metrics = longer.train_step()
+    assert longer.objective.settled and "entropy" not in metrics  # no policy term beside a settled rule
+
+
+def test_settling_needs_a_learned_rule_and_one_segmentation_per_sequence():
+    for over in (["model.chunker=uniform"], ["model.arch=flat"], ["objective.group_size=2", "train.batch_size=4"]):
+        with pytest.raises(ConfigError, match="objective.policy_until"):
+            load_config("test", overrides=["objective.policy_until=0.5", *over])

@@ -215,7 +215,8 @@ sizes = [2e4, 5e4, 1.2e5]
     again = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)  # resumable: nothing reruns
     assert again.returncode == 0 and "[1/" not in again.stdout + again.stderr
 
-    settle = base + ["--variant", "until50", "--set", "objective.policy_until=0.5", "--results", str(tmp_path / "s")]
+    settle = base + ["--variant", "until50", "--set", "objective.policy_until=0.5", "--results", str(tmp_path / "s"),
+                     "--corpus", "salad"]  # one corpus' runs; its table still reads every corpus
     proc = subprocess.run(settle, capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (rec_path,) = (tmp_path / "s" / "salad").glob("C1e08__rl_until50__N*__s0.json")
@@ -224,6 +225,7 @@ sizes = [2e4, 5e4, 1.2e5]
     assert rec["target_size"] in {r["target_size"] for r in learned}
     assert rec["bpb"] == rec["bpb_greedy"]  # settled: sampling and thresholding decide alike
     assert "| rl_until50 − |" in proc.stdout
+    assert "--corpus" not in (tmp_path / "s" / "C1e08__rl_until50.md").read_text().splitlines()[0]
     # the gap along the run: none before the rule settles (the same seed trains the same run until then)
     (gaps,) = [line for line in proc.stdout.splitlines() if line.startswith("| salad | ")][-1:]
     assert gaps.split(" | ")[2] == "+0.000 (1)", proc.stdout  # its first evaluation, a third of the way in

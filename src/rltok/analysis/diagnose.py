@@ -191,8 +191,9 @@ def _policy_only(model):
     from rltok.model.hourglass import ValueHead
 
     model = copy.deepcopy(model).train()
-    if getattr(model.chunker, "is_settled", False):  # a settled rule: measured as the policy it stopped at
-        model.chunker.is_settled, model.chunker.learns = False, True
+    for rule in model.modules():  # a settled rule (every stage's): measured as the policy it stopped at
+        if getattr(rule, "is_settled", False):
+            rule.is_settled, rule.learns = False, True
     if model.value_head is None:  # a critic for the value variants, fitted later
         model.value_head = ValueHead(model.cfg.d_byte)
     for p in model.parameters():

@@ -51,6 +51,12 @@ class Config:
             raise ConfigError("objective.tokenizer_phase needs a boundary credit that does not read the full model: "
                               "the lexicon recipe (objective.recipe=lexicon: flips, lexicon.weight > 0, "
                               "model_pass=false)")
+        if o.policy_until < 1 and not (m.arch == "hourglass" and m.chunker.kind == "rl"):
+            raise ConfigError("objective.policy_until settles a learned boundary rule: it needs model.arch=hourglass "
+                              "with model.chunker=rl")
+        if o.policy_until < 1 and o.group_size > 1:
+            raise ConfigError("objective.policy_until with objective.group_size > 1: once settled the group's "
+                              "segmentations are identical, computed and charged group_size times")
         if self.train.seq_len > m.max_seq_len:
             raise ConfigError("train.seq_len exceeds model.max_seq_len")
         return self

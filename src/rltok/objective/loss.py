@@ -138,7 +138,10 @@ class BoundaryObjective:
             self._rules = [m for m in model.modules() if hasattr(m, "settle") and hasattr(m, "is_settled")]
         rules, newly = self._rules, False
         until = self.schedule.policy_until
-        if self.learned and until < 1 and self.flops_spent >= until * self.planned_flops(step_bytes, seq_len):
+        # sticky: a rule that settled stays settled (a resume that moved the budget or the share
+        # would otherwise run the policy's terms beside a rule that no longer learns)
+        due = until < 1 and self.flops_spent >= until * self.planned_flops(step_bytes, seq_len)
+        if self.learned and (due or any(rule.is_settled for rule in rules)):
             self.settled = True
             newly = any(not rule.is_settled for rule in rules)
             for rule in rules:
