@@ -40,11 +40,14 @@ def test_the_settled_flag_travels_in_the_state_dict_and_only_once_settled():
     rule = RLPolicy(8)
     unsettled = set(rule.state_dict())
     assert "settled" not in unsettled  # a policy that never settles keeps the state it always had
-    rule.settle()
-    assert set(rule.state_dict()) == unsettled | {"settled"}
+    rule.settle(cut=1.5)
+    assert set(rule.state_dict()) == unsettled | {"settled", "cut_logit"}
     fresh = RLPolicy(8)
     fresh.load_state_dict(rule.state_dict())
-    assert fresh.is_settled and bool(fresh.settled)
+    assert fresh.is_settled and bool(fresh.settled) and fresh.cut_at == 1.5
+    # a rule settled before the cut was kept (no cut_logit) cut where p > 0.5
+    fresh.load_state_dict({k: v for k, v in rule.state_dict().items() if k != "cut_logit"})
+    assert fresh.is_settled and fresh.cut_at == 0.0
     fresh.load_state_dict(RLPolicy(8).state_dict())  # a state from before it settled: strict, and unsettled
     assert not fresh.is_settled and "settled" not in fresh.state_dict()
 
@@ -136,3 +139,20 @@ def test_settling_needs_a_learned_rule_and_one_segmentation_per_sequence():
     for over in (["model.chunker=uniform"], ["model.arch=flat"], ["objective.group_size=2", "train.batch_size=4"]):
         with pytest.raises(ConfigError, match="objective.policy_until"):
             load_config("test", overrides=["objective.policy_until=0.5", *over])
+
+
+@pytest.mark.parametrize("threshold", ["rate", "half"])
+def test_a_settling_rule_keeps_the_rate_it_drew_unless_asked_to_cut_at_half(tmp_path, threshold):
+    """The policy starts near its target rate (0.2) with every probability below 0.5: cut at
+    p > 0.5 it would cut almost nowhere; at the rate-keeping cut it goes on cutting about as often."""
+    over = ("train.max_steps=10", "objective.policy_until=0.3", f"objective.settle_threshold={threshold}")
+    result = Trainer(cfg(tmp_path, *over), corpus=corpus(), quiet=True).fit()
+    rates = [(rec.get("policy_settled", 0.0), rec["rate"]) for rec in result.history]
+    drawn = [r for settled, r in rates if not settled]
+    kept = [r for settled, r in rates if settled]
+    assert drawn and kept
+    mean_drawn, mean_kept = sum(drawn) / len(drawn), sum(kept) / len(kept)
+    if threshold == "rate":
+        assert abs(mean_kept - mean_drawn) < 0.06, rates
+    else:
+        assert mean_kept < 0.5 * mean_drawn, rates

@@ -193,7 +193,7 @@ def _policy_only(model):
     model = copy.deepcopy(model).train()
     for rule in model.modules():  # a settled rule (every stage's): measured as the policy it stopped at
         if getattr(rule, "is_settled", False):
-            rule.is_settled, rule.learns = False, True
+            rule.is_settled, rule.learns, rule.cut_at = False, True, 0.0
     if model.value_head is None:  # a critic for the value variants, fitted later
         model.value_head = ValueHead(model.cfg.d_byte)
     for p in model.parameters():

@@ -407,6 +407,10 @@ class ObjectiveConfig:
     # or price term runs, so the main network trains on fixed cuts for the rest of the run (a
     # moving segmentation costs the LM; see docs/BOUNDARY_LEARNING.md). 1 = learns to the end.
     policy_until: float = 1.0
+    # Where a settling policy cuts: "rate" (default) at the logit that keeps the rate it was
+    # drawing (on a fixed slice of the training bytes, the same on every rank); "half" where p > 0.5,
+    # which lets an uncertain policy's rate jump (what the first settling runs used).
+    settle_threshold: str = "rate"
     policy_lr_mult: float = 1.0  # the boundary policy's learning rate as a multiple of train.lr
 
     def __post_init__(self) -> None:
@@ -426,6 +430,7 @@ class ObjectiveConfig:
               "a share of the training compute: 0 <= it < 1 (0 = off)")
         check(finite(self.policy_until) and self.tokenizer_phase < self.policy_until <= 1, "objective.policy_until",
               "a share of the training compute after objective.tokenizer_phase: tokenizer_phase < it <= 1 (1 = never settles)")
+        check(self.settle_threshold in ("rate", "half"), "objective.settle_threshold", "'rate' or 'half'")
         check(finite(self.policy_lr_mult) and self.policy_lr_mult > 0, "objective.policy_lr_mult", "a number > 0")
         check(finite(self.pg_weight) and self.pg_weight >= 0, "objective.pg_weight", "a number >= 0")
         check(finite(self.alpha) and 0 <= self.alpha <= 1, "objective.alpha", "in [0, 1]")

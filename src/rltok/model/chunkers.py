@@ -150,27 +150,38 @@ class RLPolicy(Chunker):
         # settled (objective.policy_until): its decisions are thresholded from then on, in training
         # and after. A buffer registered when it settles, so checkpoints keep it and a policy that
         # never settled has the state it always had; mirrored on the host so deciding never syncs.
-        self.is_settled = False
+        self.is_settled, self.cut_at = False, 0.0
         # whether the objective trains it this step (not in the warm start, not once settled):
         # otherwise it decides without a graph, so data parallel sees its weights unused
         self.learns = True
 
-    def settle(self) -> None:
-        """Stop sampling: every later decision is the thresholded one (mode "greedy")."""
-        if "settled" in self._buffers:
-            self.settled.fill_(True)
-        else:
-            self.register_buffer("settled", torch.ones((), dtype=torch.bool, device=self.head.weight.device))
-        self.is_settled = True
+    def settle(self, cut: float = 0.0) -> None:
+        """Stop sampling: every later decision is the thresholded one, a boundary where the logit
+        exceeds `cut` (0: where p > 0.5; objective.settle_threshold=rate passes the cut that keeps
+        the rate the policy was drawing)."""
+        device = self.head.weight.device
+        for name, value in (("settled", torch.ones((), dtype=torch.bool, device=device)),
+                            ("cut_logit", torch.tensor(float(cut), device=device))):
+            if name in self._buffers:
+                self._buffers[name].copy_(value)
+            else:
+                self.register_buffer(name, value)
+        self.is_settled, self.cut_at = True, float(cut)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # the flag is in a state only once its policy settled: without it, the policy never did
         if prefix + "settled" in state_dict:
-            self.settle()
+            # register the buffers, never reset them: their values are read below, and the state's
+            # tensors may be these very buffers (a sharded load fills them in place first)
+            if "settled" not in self._buffers:
+                self.settle()
+            state_dict.setdefault(prefix + "cut_logit", torch.zeros(()))  # settled before cuts were kept: p > 0.5
         else:
             self._buffers.pop("settled", None)
+            self._buffers.pop("cut_logit", None)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         self.is_settled = "settled" in self._buffers and bool(self.settled)
+        self.cut_at = float(self.cut_logit) if self.is_settled else 0.0
 
     def history_pattern(self, b: torch.Tensor) -> torch.Tensor:
         """pattern_t = sum_j b_{t-j} 2^(j-1) for j = 1..window-1 (positions before 0 count as 0)."""
@@ -189,9 +200,9 @@ class RLPolicy(Chunker):
         """The next position's pattern: the newest decision enters at bit 0."""
         return ((pattern << 1) | b.long()) & (2 ** (self.window - 1) - 1)
 
-    @staticmethod
-    def draw(logits: torch.Tensor, u: torch.Tensor | None, greedy: bool) -> torch.Tensor:
-        return (logits > 0) if greedy else (u < torch.sigmoid(logits))
+    def draw(self, logits: torch.Tensor, u: torch.Tensor | None, greedy: bool) -> torch.Tensor:
+        """Sampled (u < p) or thresholded decisions: at logit 0, or at a settled rule's cut."""
+        return (logits > self.cut_at) if greedy else (u < torch.sigmoid(logits))
 
     @torch.no_grad()
     def sample(self, base: torch.Tensor, forced: torch.Tensor, greedy: bool,

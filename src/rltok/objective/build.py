@@ -40,6 +40,7 @@ class Schedule:
     has_encoder_phase: bool = False  # whether the model has an encoder-only phase (the hierarchical LM)
     flip_seed: int = 2  # the flips' random stream
     policy_until: float = 1.0  # the share of the training compute after which the policy settles
+    settle_threshold: str = "rate"  # where it then cuts: at the logit keeping its rate, or at p > 0.5
 
 
 @dataclass
@@ -116,7 +117,8 @@ def build_objective(cfg, device=None, cost_slope=None, cost=None) -> BuiltObject
     d ln(training FLOPs per byte) / d rate (what the loss-slope price needs)."""
     m, o, t = cfg.model, cfg.objective, cfg.train
     hierarchical = FAMILIES.component(m.arch).hierarchical
-    schedule = Schedule(o.policy_start_step, o.tokenizer_phase, hierarchical, t.seed + 2, o.policy_until)
+    schedule = Schedule(o.policy_start_step, o.tokenizer_phase, hierarchical, t.seed + 2, o.policy_until,
+                        o.settle_threshold)
     terms = ObjectiveTerms(lm_terms(o.alpha, hierarchical))
     if not (hierarchical and CHUNKERS.component(m.chunker.kind).learned):
         return BuiltObjective(terms, schedule)

@@ -68,6 +68,23 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, terms, target_rate: fl
     return total.loss, total.metrics
 
 
+@torch.no_grad()
+def rate_keeping_cut(model, x: torch.Tensor) -> float:
+    """The logit above which the byte-level rule's thresholded cuts on the windows x (N, T) keep
+    the rate its policy draws there (the mean boundary probability over the free positions): the
+    (1 - rate)-quantile of its logits. Run in eval mode (no dropout), with a fixed generator."""
+    was_training = model.training
+    model.eval()
+    try:
+        bd = model(x, generator=torch.Generator(device=x.device).manual_seed(0), encoder_only=True).boundaries
+    finally:
+        model.train(was_training)
+    logits = bd.logits[bd.free].float()
+    if logits.numel() == 0:
+        return 0.0
+    return float(torch.quantile(logits, (1 - torch.sigmoid(logits).mean()).clamp(0, 1)))
+
+
 class BoundaryObjective:
     """Everything about the boundary decisions' part of training, in one place: the terms (and
     their state: the rate controllers, the lexicon), the flips' random stream, the warm start,
@@ -127,13 +144,14 @@ class BoundaryObjective:
         """False during the warm start (objective.policy_start_step) and once the policy settled."""
         return step >= self.schedule.policy_start_step and not self.settled
 
-    def begin_step(self, model, step: int, step_bytes: int, seq_len: int) -> bool:
+    def begin_step(self, model, step: int, step_bytes: int, seq_len: int, windows=None) -> bool:
         """Called at each step's start, before the forward. Once objective.policy_until of the
         training compute is spent, settle the model's learned rules (their decisions thresholded
-        from then on) and stop the policy's terms: derived from the FLOPs meter, so a resume
-        settles at the same step. Tell each rule whether it is trained this step (not in the warm
-        start, not once settled), so that otherwise it decides without a graph. True when a rule
-        settled now (not when a resumed one had already)."""
+        from then on; with settle_threshold=rate the byte-level rule's cut keeps the rate it drew
+        on `windows()`, (N, T) training bytes the same on every rank) and stop the policy's terms.
+        Derived from the FLOPs meter, so a resume settles at the same step, and sticky once
+        settled. Tell each rule whether it is trained this step (not in the warm start, not once
+        settled), so that otherwise it decides without a graph. True when a rule settled now."""
         if self._rules is None:  # the model's learned rules: its modules do not change after building
             self._rules = [m for m in model.modules() if hasattr(m, "settle") and hasattr(m, "is_settled")]
         rules, newly = self._rules, False
@@ -143,9 +161,11 @@ class BoundaryObjective:
         due = until < 1 and self.flops_spent >= until * self.planned_flops(step_bytes, seq_len)
         if self.learned and (due or any(rule.is_settled for rule in rules)):
             self.settled = True
-            newly = any(not rule.is_settled for rule in rules)
-            for rule in rules:
-                rule.settle()
+            fresh = [rule for rule in rules if not rule.is_settled]
+            newly = bool(fresh)
+            for rule in fresh:
+                keep_rate = self.schedule.settle_threshold == "rate" and windows is not None and rule is model.chunker
+                rule.settle(rate_keeping_cut(model, windows()) if keep_rate else 0.0)
         for rule in rules:
             rule.learns = self.policy_on(step) or self.tokenizer_phase(step_bytes, seq_len)
         return newly

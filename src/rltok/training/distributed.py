@@ -306,10 +306,15 @@ def load_sharded_state(model: torch.nn.Module, opt: torch.optim.Optimizer, path:
     from rltok.training.safe_load import read_sharded_metadata, safe_sharded_reader
 
     try:  # checked first, so a refused metadata file is one clear error
-        read_sharded_metadata(path)
+        meta = read_sharded_metadata(path)
     except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError) as e:
         raise CheckpointError(f"cannot read the sharded state's metadata in {path} ({type(e).__name__}: "
                               f"{' '.join(str(e).split())[:300]})") from None
+    # a rule that had settled holds buffers only from then on: register them, so they are read
+    saved = set(getattr(meta, "state_dict_metadata", {}) or {})
+    for name, module in model.named_modules():
+        if hasattr(module, "settle") and f"model.{name}.settled" in saved and not module.is_settled:
+            module.settle()
     model_state, optim_state = get_state_dict(model, opt)
     state = {"model": model_state, "optim": optim_state}
     try:

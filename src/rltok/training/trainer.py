@@ -289,7 +289,8 @@ class Trainer:
         sums: dict[str, torch.Tensor] = {}
         # the tokenizer phase: encoder, early-exit head and boundary rule only (objective.tokenizer_phase)
         phase = self.objective.tokenizer_phase(self.step_bytes, self.sampler.seq_len)
-        if self.objective.begin_step(self.model, self.step, self.step_bytes, self.sampler.seq_len):
+        if self.objective.begin_step(self.model, self.step, self.step_bytes, self.sampler.seq_len,
+                                     self._settling_windows):
             self._log(f"step {self.step}: the boundary policy settled (objective.policy_until="
                       f"{self.cfg.objective.policy_until:g} of the training compute): its decisions are greedy from now on")
         kw = dict(self.group_kw, encoder_only=True) if phase else self.group_kw
@@ -323,6 +324,14 @@ class Trainer:
         self.opt.step()
         self._after_step(sums)
         return sums
+
+    def _settling_windows(self, count: int = 16) -> torch.Tensor:
+        """The first `count` windows of the training bytes, the same on every rank: where a settling
+        rule's cut is set (objective.settle_threshold=rate)."""
+        length = self.sampler.seq_len
+        count = max(1, min(count, len(self.corpus.train) // length))
+        chunk = self.corpus.train[: count * length]
+        return chunk.long().view(count, length).to(self.device)
 
     def budget_progress(self) -> float | None:
         """Share of train.flops_budget spent (None without a budget: the schedule follows steps)."""
