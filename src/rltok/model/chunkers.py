@@ -150,23 +150,32 @@ class RLPolicy(Chunker):
         # settled (objective.policy_until): its decisions are thresholded from then on, in training
         # and after. A buffer registered when it settles, so checkpoints keep it and a policy that
         # never settled has the state it always had; mirrored on the host so deciding never syncs.
-        self.is_settled, self.cut_at = False, 0.0
+        self.is_settled, self.cut_at, self.hold_at = False, 0.0, 0.0
         # whether the objective trains it this step (not in the warm start, not once settled):
         # otherwise it decides without a graph, so data parallel sees its weights unused
         self.learns = True
 
-    def settle(self, cut: float = 0.0) -> None:
+    def settle(self, cut: float = 0.0, hold: float = 0.0) -> None:
         """Stop sampling: every later decision is the thresholded one, a boundary where the logit
-        exceeds `cut` (0: where p > 0.5; objective.settle_threshold=rate passes the cut that keeps
-        the rate the policy was drawing)."""
+        exceeds `cut` (0: where p > 0.5). `hold` > 0: the chunks per byte to hold, which
+        `follow_rate` keeps by moving the cut as the encoder the rule reads trains on
+        (objective.settle_threshold=rate)."""
         device = self.head.weight.device
         for name, value in (("settled", torch.ones((), dtype=torch.bool, device=device)),
-                            ("cut_logit", torch.tensor(float(cut), device=device))):
+                            ("cut_logit", torch.tensor(float(cut), device=device)),
+                            ("cut_hold", torch.tensor(float(hold), device=device))):
             if name in self._buffers:
                 self._buffers[name].copy_(value)
             else:
                 self.register_buffer(name, value)
-        self.is_settled, self.cut_at = True, float(cut)
+        self.is_settled, self.cut_at, self.hold_at = True, float(cut), float(hold)
+
+    def follow_rate(self, chunks_per_byte: float, gain: float = 0.1) -> None:
+        """One step of holding the rate: move the cut by gain * ln(drawn / held) (more cuts than
+        held: a higher cut). Called with the step's global rate, so every rank moves alike."""
+        if self.is_settled and self.hold_at > 0 and chunks_per_byte > 0:
+            self.cut_at += gain * math.log(chunks_per_byte / self.hold_at)
+            self.cut_logit.fill_(self.cut_at)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # the flag is in a state only once its policy settled: without it, the policy never did
@@ -175,13 +184,15 @@ class RLPolicy(Chunker):
             # tensors may be these very buffers (a sharded load fills them in place first)
             if "settled" not in self._buffers:
                 self.settle()
-            state_dict.setdefault(prefix + "cut_logit", torch.zeros(()))  # settled before cuts were kept: p > 0.5
+            for name in ("cut_logit", "cut_hold"):  # settled before cuts were kept: p > 0.5, nothing held
+                state_dict.setdefault(prefix + name, torch.zeros(()))
         else:
-            self._buffers.pop("settled", None)
-            self._buffers.pop("cut_logit", None)
+            for name in ("settled", "cut_logit", "cut_hold"):
+                self._buffers.pop(name, None)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         self.is_settled = "settled" in self._buffers and bool(self.settled)
         self.cut_at = float(self.cut_logit) if self.is_settled else 0.0
+        self.hold_at = float(self.cut_hold) if self.is_settled else 0.0
 
     def history_pattern(self, b: torch.Tensor) -> torch.Tensor:
         """pattern_t = sum_j b_{t-j} 2^(j-1) for j = 1..window-1 (positions before 0 count as 0)."""

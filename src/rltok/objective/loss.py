@@ -69,10 +69,11 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, terms, target_rate: fl
 
 
 @torch.no_grad()
-def rate_keeping_cut(model, x: torch.Tensor) -> float:
-    """The logit above which the byte-level rule's thresholded cuts on the windows x (N, T) keep
-    the rate its policy draws there (the mean boundary probability over the free positions): the
-    (1 - rate)-quantile of its logits. Run in eval mode (no dropout), with a fixed generator."""
+def rate_keeping_cut(model, x: torch.Tensor, hold: float | None = None) -> tuple[float, float]:
+    """The logit above which the byte-level rule's thresholded cuts on the windows x (N, T) make
+    `hold` chunks per byte (forced boundaries included; None: the rate its policy draws there, the
+    mean boundary probability over the free positions): a quantile of its free positions'
+    logits. Returns (cut, the chunks per byte held). Eval mode (no dropout), a fixed generator."""
     was_training = model.training
     model.eval()
     try:
@@ -81,8 +82,12 @@ def rate_keeping_cut(model, x: torch.Tensor) -> float:
         model.train(was_training)
     logits = bd.logits[bd.free].float()
     if logits.numel() == 0:
-        return 0.0
-    return float(torch.quantile(logits, (1 - torch.sigmoid(logits).mean()).clamp(0, 1)))
+        return 0.0, 0.0
+    forced = float((~bd.free).sum())
+    if hold is None:
+        hold = (forced + float(torch.sigmoid(logits).sum())) / bd.free.numel()
+    share = min(1.0, max(0.0, (hold * bd.free.numel() - forced) / logits.numel()))
+    return float(torch.quantile(logits, 1 - share)), float(hold)
 
 
 class BoundaryObjective:
@@ -112,6 +117,7 @@ class BoundaryObjective:
         self.flops_spent = 0.0  # training FLOPs, each step counted at the chunks it drew
         self.settled = False  # the policy has settled (objective.policy_until): it learns no more
         self._rules = None  # the model's learned rules, found on the first step
+        self.drawn_rate = None  # chunks per byte the learning policy drew (an average over steps): what settling holds
 
     # the pieces tests and tools inspect, under the names older callers use
     price = property(lambda self: self.named.get("price"))
@@ -165,7 +171,7 @@ class BoundaryObjective:
             newly = bool(fresh)
             for rule in fresh:
                 keep_rate = self.schedule.settle_threshold == "rate" and windows is not None and rule is model.chunker
-                rule.settle(rate_keeping_cut(model, windows()) if keep_rate else 0.0)
+                rule.settle(*(rate_keeping_cut(model, windows(), self.drawn_rate) if keep_rate else (0.0, 0.0)))
         for rule in rules:
             rule.learns = self.policy_on(step) or self.tokenizer_phase(step_bytes, seq_len)
         return newly
@@ -201,6 +207,13 @@ class BoundaryObjective:
             model_pass = self.learned and on and self.estimator.model_pass
             self.flops_spent += self.cost.at(seq_len).step_train_per_byte(
                 rates["chunks_per_byte"], rates["supertokens_per_chunk"], counterfactual=model_pass) * step_bytes
+        drawn = rates.get("chunks_per_byte")
+        if self.settled and drawn is not None:  # a settled rule holding its rate
+            for rule in self._rules or []:
+                rule.follow_rate(drawn)
+        elif self.learned and drawn is not None and self.policy_on(step) and not phase:
+            # the global rate (the same on every rank), averaged over the last ~10 steps
+            self.drawn_rate = drawn if self.drawn_rate is None else 0.9 * self.drawn_rate + 0.1 * drawn
         if on:  # a frozen (warm-start) policy cannot answer a price
             end = StepEnd(rates, self.flops_spent, phase_ended=phase and not self.tokenizer_phase(step_bytes, seq_len))
             for term in self.terms.all():
@@ -214,6 +227,8 @@ class BoundaryObjective:
     def state_dict(self) -> dict:
         """The meter, the flips' stream and every term's own keys (lagrange, lagrange2, lexicon, flip_price)."""
         state = {"flops_spent": self.flops_spent, "flip_gen": self.flip_gen.get_state()}
+        if self.drawn_rate is not None:
+            state["drawn_rate"] = self.drawn_rate
         for term in self.terms.all():
             state.update(term.state_dict())
         return state
@@ -221,6 +236,7 @@ class BoundaryObjective:
     def load_state_dict(self, state: dict) -> None:
         """Also reads the keys older trainer states kept at their top level."""
         self.flops_spent = state.get("flops_spent", 0.0)
+        self.drawn_rate = state.get("drawn_rate")
         if state.get("flip_gen") is not None:
             self.flip_gen.set_state(state["flip_gen"])
         for term in self.terms.all():
