@@ -31,6 +31,7 @@ import time
 import torch
 
 from rltok.config import FlipsSettings, ObjectiveConfig, ScoreFunctionSettings, with_settings
+from rltok.model.chunkers import learned_rules
 from rltok.objective.batch import MicroBatch, per_segmentation
 from rltok.objective.build import build_estimator, build_lexicon, returns_of, terms_of_objective
 from rltok.objective.loss import compute_loss
@@ -191,8 +192,8 @@ def _policy_only(model):
     from rltok.model.hourglass import ValueHead
 
     model = copy.deepcopy(model).train()
-    for rule in model.modules():  # a settled rule (every stage's): measured as the policy it stopped at
-        if getattr(rule, "is_settled", False):
+    for _, rule in learned_rules(model):  # a settled rule (every stage's): measured as the policy it stopped at
+        if rule.is_settled:
             rule.is_settled, rule.learns, rule.cut_at = False, True, 0.0
     if model.value_head is None:  # a critic for the value variants, fitted later
         model.value_head = ValueHead(model.cfg.d_byte)

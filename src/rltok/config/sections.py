@@ -407,9 +407,10 @@ class ObjectiveConfig:
     # or price term runs, so the main network trains on fixed cuts for the rest of the run (a
     # moving segmentation costs the LM; see docs/BOUNDARY_LEARNING.md). 1 = learns to the end.
     policy_until: float = 1.0
-    # Where a settling policy cuts: "rate" (default) at the logit that keeps the rate it was
-    # drawing (on a fixed slice of the training bytes, the same on every rank); "half" where p > 0.5,
-    # which lets an uncertain policy's rate jump (what the first settling runs used).
+    # Where a settled policy cuts: "rate" (default) holds the rate it drew over its last learning
+    # steps (the cut starts at the logit quantile making it on a fixed slice of the training bytes,
+    # then follows the global rate); "half" where p > 0.5, holding nothing, which lets an uncertain
+    # policy's rate jump (what the first settling runs used).
     settle_threshold: str = "rate"
     policy_lr_mult: float = 1.0  # the boundary policy's learning rate as a multiple of train.lr
 

@@ -629,6 +629,11 @@ class BPEChunker(Chunker):
         return Boundaries(b=b.bool() | forced, free=~forced)
 
 
+def learned_rules(model: nn.Module) -> list[tuple[str, RLPolicy]]:
+    """The model's learned boundary policies (every stage's), by module name: the rules that settle."""
+    return [(name, m) for name, m in model.named_modules() if isinstance(m, RLPolicy)]
+
+
 def build_chunker(cfg: ModelConfig) -> nn.Module:
     """The byte level's boundary rule: the entry of model.chunker's kind, made from its settings."""
     return CHUNKERS.build(cfg.chunker, cfg)

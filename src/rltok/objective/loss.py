@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from rltok.model.chunkers import learned_rules
 from rltok.model.output import ModelOutput, token_nll
 from rltok.objective.batch import (LOCAL, Counterfactual, LocalMean, MicroBatch, boundary_rate, expected_rate,
                                    per_segmentation)
@@ -159,7 +160,7 @@ class BoundaryObjective:
         settled. Tell each rule whether it is trained this step (not in the warm start, not once
         settled), so that otherwise it decides without a graph. True when a rule settled now."""
         if self._rules is None:  # the model's learned rules: its modules do not change after building
-            self._rules = [m for m in model.modules() if hasattr(m, "settle") and hasattr(m, "is_settled")]
+            self._rules = [rule for _, rule in learned_rules(model)]
         rules, newly = self._rules, False
         until = self.schedule.policy_until
         # sticky: a rule that settled stays settled (a resume that moved the budget or the share

@@ -302,6 +302,7 @@ def load_sharded_state(model: torch.nn.Module, opt: torch.optim.Optimizer, path:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+    from rltok.model.chunkers import learned_rules
     from rltok.training.checkpoint import CheckpointError
     from rltok.training.safe_load import read_sharded_metadata, safe_sharded_reader
 
@@ -312,9 +313,9 @@ def load_sharded_state(model: torch.nn.Module, opt: torch.optim.Optimizer, path:
                               f"{' '.join(str(e).split())[:300]})") from None
     # a rule that had settled holds buffers only from then on: register them, so they are read
     saved = set(getattr(meta, "state_dict_metadata", {}) or {})
-    for name, module in model.named_modules():
-        if hasattr(module, "settle") and f"model.{name}.settled" in saved and not module.is_settled:
-            module.settle()
+    for name, rule in learned_rules(model):
+        if f"model.{name}.settled" in saved and not rule.is_settled:
+            rule.settle()
     model_state, optim_state = get_state_dict(model, opt)
     state = {"model": model_state, "optim": optim_state}
     try:
