@@ -64,6 +64,9 @@ def test_the_policy_learns_until_its_share_then_stays_put_and_is_not_charged(tmp
         assert metrics is not None
         moved = any(not torch.equal(before[k], v) for k, v in trainer.model.chunker.named_parameters())
         history.append((trainer.objective.settled, moved, "entropy" in metrics))
+        if trainer.objective.settled:  # the rate its thresholded cuts make, not its sigmoid's
+            assert float(metrics["expected_rate"]) == pytest.approx(float(metrics["rate"]))
+            assert float(metrics["p_mean"]) == pytest.approx(float(metrics["rate"]))
         trainer.step += 1
     learning = [h for h in history if not h[0]]
     settled = [h for h in history if h[0]]
@@ -80,6 +83,16 @@ def test_the_policy_learns_until_its_share_then_stays_put_and_is_not_charged(tmp
     a = trainer.model(x, generator=torch.Generator().manual_seed(1)).boundaries.b
     b = trainer.model(x, generator=torch.Generator().manual_seed(2)).boundaries.b
     assert torch.equal(a, b)
+
+
+def test_a_rule_that_would_settle_before_its_warm_start_ends_is_an_error(tmp_path):
+    over = ("train.max_steps=12", "objective.policy_until=0.1", "objective.policy_start_step=8")
+    trainer = Trainer(cfg(tmp_path, *over), corpus=corpus(), quiet=True)
+    with pytest.raises(ValueError, match="policy_start_step=8.*settle untrained"):
+        while trainer.step < 12:
+            trainer.train_step()
+            trainer.step += 1
+    assert not trainer.objective.settled and not trainer.model.chunker.is_settled
 
 
 def test_the_flips_model_pass_is_not_charged_once_settled(tmp_path):

@@ -65,9 +65,14 @@ class BoundaryRule(Term):
         return bd.aux_loss, {**metrics, "aux_loss": bd.aux_loss.detach()}
 
 
-def frozen_policy_metrics(mb: MicroBatch) -> dict:
-    """What a policy left alone (the warm start) is watched by."""
+def frozen_policy_metrics(mb: MicroBatch, settled: bool = False) -> dict:
+    """What a policy left alone (the warm start, or settled) is watched by. A settled rule's
+    decisions are thresholded, not drawn: its expected rate is the rate it cuts at, and its
+    probabilities are 0 or 1, so the sigmoid of its logits would report a rate it never uses."""
     bd = mb.bd
+    if settled:
+        rate = boundary_rate(bd.b, bd.free).detach()
+        return {"expected_rate": rate, "p_mean": rate}
     return {"expected_rate": expected_rate(bd.logits, free=bd.free),
             "p_mean": masked_mean(torch.sigmoid(bd.logits.detach()), bd.free)}
 

@@ -40,11 +40,12 @@ __all__ = ["BoundaryObjective", "ChunkPrice", "Counterfactual", "ESTIMATORS", "F
 
 def compute_loss(out: ModelOutput, targets: torch.Tensor, terms, target_rate: float | None = None,
                  batch_mean: LocalMean | None = None, counterfactual: Counterfactual | None = None,
-                 policy_on: bool = True, price: ChunkPrice | None = None, target_rate2: float | None = None
-                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                 policy_on: bool = True, price: ChunkPrice | None = None, target_rate2: float | None = None,
+                 settled: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Total loss and detached metrics: the sum of `terms` (ObjectiveTerms; an ObjectiveConfig means
     build.terms_of_objective's). `batch_mean`: the batch-statistics protocol (data parallel: a global
-    one). `policy_on=False` (the warm start): no policy, rate or price term, the policy is left alone."""
+    one). `policy_on=False` (the warm start, or `settled`: objective.policy_until): no policy, rate or
+    price term, the policy is left alone."""
     if not isinstance(terms, ObjectiveTerms):  # a bare ObjectiveConfig; a plain LM has no early exit
         terms = terms_of_objective(terms, target_rate, out.hierarchical, price, target_rate2)
     mb, total = MicroBatch.of(out, targets, counterfactual, LOCAL if batch_mean is None else batch_mean), Total()
@@ -52,7 +53,7 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, terms, target_rate: fl
         total.add(*term(mb))
     policy = terms.policy if mb.learns_boundaries else None
     if policy is not None and not policy_on:
-        total.add(None, frozen_policy_metrics(mb))
+        total.add(None, frozen_policy_metrics(mb, settled))
     elif policy is not None:
         reward, stage = policy.estimator.reward(mb), Stage.first(mb)
         for price_term in policy.prices:  # a price in the reward reaches the estimator through it
@@ -167,6 +168,12 @@ class BoundaryObjective:
         # would otherwise run the policy's terms beside a rule that no longer learns)
         due = until < 1 and self.flops_spent >= until * self.planned_flops(step_bytes, seq_len)
         if self.learned and (due or any(rule.is_settled for rule in rules)):
+            if not self.settled and step <= self.schedule.policy_start_step:
+                # policy_until is a share of compute, policy_start_step a step count: they can cross
+                raise ValueError(
+                    f"objective.policy_until={until} is reached at step {step}, before the policy learned "
+                    f"a step (objective.policy_start_step={self.schedule.policy_start_step}): the rule "
+                    f"would settle untrained. Raise policy_until or lower policy_start_step.")
             self.settled = True
             fresh = [rule for rule in rules if not rule.is_settled]
             newly = bool(fresh)
@@ -191,7 +198,7 @@ class BoundaryObjective:
     def loss(self, out: ModelOutput, targets: torch.Tensor, step: int,
              counterfactual: Counterfactual | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         return compute_loss(out, targets, self.terms, batch_mean=self.reduce, counterfactual=counterfactual,
-                            policy_on=self.policy_on(step))
+                            policy_on=self.policy_on(step), settled=self.settled)
 
     RATE_KEYS = ("expected_rate", "chunks_per_byte", "expected_rate2", "supertokens_per_chunk", "ce_final")
 
