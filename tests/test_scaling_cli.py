@@ -299,6 +299,48 @@ def test_a_prediction_is_written_once_then_tested_at_the_held_out_budget(tmp_pat
     assert main(args) == 0 and "[1/" not in capsys.readouterr().err  # a plain run never runs a held-out budget
 
 
+def test_a_forecast_of_a_ladder_budget_is_fitted_below_it_and_scored_against_its_ladder(tmp_path, capsys):
+    data = corpus_folder(tmp_path, "salad")
+    out = tmp_path / "study"
+    law = lambda c: 2e4 * (c / 1e8) ** 0.5  # noqa: E731  (N* = 3.5e4 at 3e8)
+    sizes = [2500, 5000, 10000, 20000, 50000, 80000]
+    synthetic_study(out / "salad", [1e7, 3e7, 1e8], sizes, [0, 1], law)
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps({"corpora": {"salad": str(data)}, "budgets": [1e7, 3e7, 1e8, 3e8],
+                                "holdout_budgets": [1e9], "preset": "test", "n_boot": 50,
+                                "families": [{"method": "flat", "sizes": [5e3, 2e4, 5e4]}]}))
+    args = ["scaling", "--grid", str(grid), "--out", str(out)]
+    assert main([*args, "--predict", "--at", "1e9"]) == 2 and "grid's own budgets" in capsys.readouterr().err
+    assert main([*args, "--holdout", "--at", "3e8"]) == 2 and "no prediction yet" in capsys.readouterr().err
+    assert main([*args, "--at", "3e8"]) == 2 and "--at goes with" in capsys.readouterr().err
+    assert main([*args, "--predict", "--at", "3e8"]) == 0
+    pred = json.loads((out / "prediction_C3e08.json").read_text())
+    assert pred["fitted_budgets"] == [1e7, 3e7, 1e8] and pred["holdout_budgets"] == [3e8]
+    p = pred["corpora"]["salad"]["flat"][repr(3e8)]
+    assert p["n_star"] == pytest.approx(law(3e8), rel=0.05) and p["extrapolation"] == pytest.approx(3)
+    assert not (out / "prediction.json").exists()  # the held-out budget's prediction is another file
+    # the forecast's budget is then run as a ladder of the study (here: records of the same law)
+    more = tmp_path / "more"
+    synthetic_study(more, [3e8], sizes, [0, 1], law)
+    for f in more.iterdir():
+        shutil.copy(f, out / "salad" / f.name)
+    assert main([*args, "--holdout", "--at", "3e8"]) == 0
+    captured = capsys.readouterr()
+    (score,) = json.loads((out / "prediction_C3e08_score.json").read_text())["scores"]
+    assert score["family"] == "flat" and score["interior"] and score["within"] and score["size_within"]
+    assert score["error"] == pytest.approx(score["l_star"] - p["l_star"]) and abs(score["error"]) < 0.01
+    assert score["n_star"] == pytest.approx(law(3e8), rel=0.05) and "| salad | flat | 3e+08 |" in captured.out
+    assert sorted(f.name for f in (out / "salad").glob("C3e08__*.json")) == sorted(f.name for f in more.iterdir())
+    # once the budget has runs, no forecast of it (nor a prediction of a held-out budget with runs) is written
+    (out / "prediction_C3e08.json").unlink()
+    assert main([*args, "--predict", "--at", "3e8"]) == 2 and "exist already" in capsys.readouterr().err
+    held = parse_grid({"corpora": {"salad": str(data)}, "budgets": [1e7, 3e7, 1e8], "holdout_budgets": [3e8],
+                       "families": [{"method": "flat", "sizes": [5e3]}]})
+    from rltok.analysis.scaling_holdout import write_prediction
+    with pytest.raises(ConfigError, match="exist already"):
+        write_prediction(held, out)
+
+
 def test_choices_read_the_selection_split_and_one_corpus_runs_alone(tmp_path, capsys):
     """With select_split every record is also scored on that split (`bpb_select`), and the
     study's choices read it; eval_context reaches the scoring; `--corpus` runs one corpus of the

@@ -10,6 +10,12 @@ run at those budgets and never rewritten: an existing file is an error.
 its ladder there nearest the predicted N* (in log N), with the grid's `holdout_seeds`, into the
 same corpus folder (resumable like every point); then `score_holdout` scores the prediction
 (`scaling_fit.score_prediction`) into OUT/prediction_score.json, and `score_table` prints it.
+
+A forecast (`--predict --at B`, then `--holdout --at B`) does the same for a budget B of the
+study's own ladders: fitted on the budgets below B and written to OUT/prediction_C<B>.json before
+any run at B, then scored against B's isoFLOP fit once its ladders have run (`score_forecast`: the
+predicted N* and L* against the parabola's, each with its interval). It trains nothing of its own,
+and tests the extrapolation a whole stage before the held-out budget can.
 """
 
 from __future__ import annotations
@@ -20,8 +26,8 @@ import json
 import math
 from pathlib import Path
 
-from rltok.analysis.scaling import (Grid, Point, _write_json, budget_ladders, corpus_split, read_records,
-                                    run_points)
+from rltok.analysis.scaling import (Grid, Point, _write_json, budget_ladders, budget_tag, corpus_split,
+                                    read_records, run_points)
 from rltok.config import ConfigError
 
 PREDICTION = "prediction.json"
@@ -30,6 +36,30 @@ SCORE = "prediction_score.json"
 
 def _key(budget: float) -> str:
     return repr(float(budget))  # as to_plain writes a float key
+
+
+def prediction_name(at=None) -> str:
+    """OUT/prediction.json for the grid's holdout budgets; prediction_C<B>.json for a forecast of
+    the study's own budgets `at`."""
+    return PREDICTION if not at else "prediction_" + "_".join(budget_tag(b) for b in sorted(at)) + ".json"
+
+
+def score_name(at=None) -> str:
+    return SCORE if not at else prediction_name(at).replace(".json", "_score.json")
+
+
+def forecast_grid(grid: Grid, at) -> Grid:
+    """The grid a forecast of its budgets `at` fits and predicts with: its budgets below the
+    smallest of them fitted, `at` held out."""
+    at = sorted(float(b) for b in at)
+    stray = [b for b in at if b not in grid.budgets]
+    if stray:
+        raise ConfigError(f"--at {', '.join(f'{b:.3g}' for b in stray)}: a forecast is of the grid's own budgets "
+                          f"({', '.join(f'{b:.3g}' for b in grid.budgets)}); the held-out budgets need no --at")
+    below = tuple(b for b in grid.budgets if b < at[0])
+    if not below:
+        raise ConfigError(f"--at {at[0]:.3g}: no budget of the grid below it to fit")
+    return dataclasses.replace(grid, budgets=below, holdout_budgets=tuple(at))
 
 
 def predict_corpus(grid: Grid, folder: Path) -> dict:
@@ -51,11 +81,12 @@ def predict_corpus(grid: Grid, folder: Path) -> dict:
     return out
 
 
-def write_prediction(grid: Grid, out: Path, log=print) -> Path:
-    """Fit without the holdout budgets and write OUT/prediction.json; refuses to overwrite it."""
+def write_prediction(grid: Grid, out: Path, log=print, name: str = PREDICTION) -> Path:
+    """Fit without the holdout budgets and write OUT/`name`; refuses to overwrite it, and refuses
+    once any run at a holdout budget exists (a prediction comes before the runs that test it)."""
     from rltok.analysis.compare import git_commit
 
-    path = out / PREDICTION
+    path = out / name
     if not grid.holdout_budgets:
         raise ConfigError("grid: --predict needs `holdout_budgets`")
     if path.exists():
@@ -65,6 +96,10 @@ def write_prediction(grid: Grid, out: Path, log=print) -> Path:
     for corpus in grid.corpora:
         if not (out / corpus).is_dir():
             raise ConfigError(f"{corpus}: no runs in {out / corpus} to fit")
+        held = {float(r["budget_flops"]) for r in read_records(out / corpus)} & set(map(float, grid.holdout_budgets))
+        if held:
+            raise ConfigError(f"{corpus}: runs at {', '.join(f'{b:.3g}' for b in sorted(held))} exist already: "
+                              "a prediction is written before any run at the budget it predicts")
         corpora[corpus] = predict_corpus(grid, out / corpus)
     top = max(grid.budgets)
     log("extrapolation: " + ", ".join(f"{b:.3g} is {b / top:.3g}x the largest fitted budget"
@@ -75,10 +110,10 @@ def write_prediction(grid: Grid, out: Path, log=print) -> Path:
     return path
 
 
-def load_prediction(out: Path) -> dict:
-    path = out / PREDICTION
+def load_prediction(out: Path, name: str = PREDICTION) -> dict:
+    path = out / name
     if not path.is_file():
-        raise ConfigError(f"{path}: no prediction yet (run `rltok scaling --predict` first)")
+        raise ConfigError(f"{path}: no prediction yet (run `rltok scaling --predict` first, with the same --at)")
     return json.loads(path.read_text())
 
 
@@ -162,4 +197,64 @@ def score_table(scores: list[dict]) -> str:
         lines.append(f"| {s['corpus']} | {s['family']} | {s['budget']:.3g} | {_f(p['l_star'])} ({_f(lo)}–{_f(hi)}) "
                      f"| {_f(s['measured'])} ({len(s['seeds'])}) | {_f(s['error'], '+.4f')} "
                      f"| {'yes' if s['within'] else 'no'} | {_f(s['size_ratio'], '.2f')} |")
+    return "\n".join(lines)
+
+
+def score_forecast(grid: Grid, out: Path, at, prediction: dict) -> list[dict]:
+    """A forecast of the study's budgets `at` against their isoFLOP fits: per corpus and family,
+    the predicted N* and L* (with intervals) beside the parabola's N* and L* at that budget (with
+    the bootstrap intervals of its seeds), the error in L*, and whether each measured optimum lies
+    inside the predicted interval. A budget whose optimum is not interior is scored and flagged
+    (its parabola's optimum is then an extrapolation of its own)."""
+    from rltok.analysis.scaling_fit import fit_study, to_plain
+
+    at = sorted(float(b) for b in at)
+    scores = []
+    for corpus in grid.corpora:
+        study = fit_study(read_records(out / corpus), budgets=at, n_boot=grid.n_boot)
+        for fam in grid.families:
+            for budget in at:
+                pred = prediction["corpora"].get(corpus, {}).get(fam.name, {}).get(_key(budget), {})
+                iso = study[fam.name].isofits.get(budget) if fam.name in study else None
+                if pred.get("n_star") is None or iso is None:
+                    continue
+                p = _prediction(pred)
+                lo, hi = p.l_star_interval
+                nlo, nhi = p.n_star_interval
+                scores.append({"corpus": corpus, "family": fam.name, "budget": budget, "prediction": to_plain(p),
+                               "l_star": iso.l_star, "l_star_interval": list(iso.l_star_interval),
+                               "n_star": iso.n_star, "n_star_interval": list(iso.n_star_interval),
+                               "interior": iso.interior, "best_size": iso.best_size, "best_loss": iso.best_loss,
+                               "error": iso.l_star - p.l_star, "within": bool(lo <= iso.l_star <= hi),
+                               "size_ratio": iso.n_star / p.n_star, "size_within": bool(nlo <= iso.n_star <= nhi)})
+    return scores
+
+
+def run_forecast_score(grid: Grid, out: Path, at, log=print) -> list[dict]:
+    """`rltok scaling --holdout --at B`: score OUT/prediction_C<B>.json against the study's runs
+    at B (trains nothing) into OUT/prediction_C<B>_score.json, keeping other corpora's scores."""
+    prediction = load_prediction(out, prediction_name(at))
+    scores = score_forecast(grid, out, at, prediction)
+    if not scores:
+        log(f"no family has an isoFLOP fit at {', '.join(f'{b:.3g}' for b in at)} yet: nothing scored")
+    path = out / score_name(at)
+    kept = [s for s in (json.loads(path.read_text())["scores"] if path.exists() else [])
+            if s["corpus"] not in grid.corpora]
+    _write_json(path, {"prediction_commit": prediction["commit"], "scores": kept + scores})
+    return scores
+
+
+def forecast_table(scores: list[dict]) -> str:
+    """Predicted against fitted optima per corpus, family and forecast budget."""
+    lines = ["| corpus | family | budget | predicted L* (interval) | fitted L* (interval) | error | within "
+             "| predicted N* (interval) | fitted N* | N* within |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for s in scores:
+        p = s["prediction"]
+        (lo, hi), (nlo, nhi) = p["l_star_interval"], p["n_star_interval"]
+        mlo, mhi = s["l_star_interval"]
+        flag = "" if s["interior"] else " (edge)"
+        lines.append(f"| {s['corpus']} | {s['family']} | {s['budget']:.3g} | {_f(p['l_star'])} ({_f(lo)}–{_f(hi)}) "
+                     f"| {_f(s['l_star'])} ({_f(mlo)}–{_f(mhi)}){flag} | {_f(s['error'], '+.4f')} "
+                     f"| {'yes' if s['within'] else 'no'} | {p['n_star']:,.0f} ({nlo:,.0f}–{nhi:,.0f}) "
+                     f"| {s['n_star']:,.0f}{flag} | {'yes' if s['size_within'] else 'no'} |")
     return "\n".join(lines)

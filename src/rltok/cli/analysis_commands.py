@@ -75,6 +75,8 @@ def cmd_scaling(args) -> int:
 
     if args.predict or args.holdout:
         return _scaling_holdout(args, grid, out, log)
+    if args.at:
+        raise ConfigError("--at goes with --predict or --holdout")
     if args.check_optimum is not None:
         from rltok.analysis.scaling_check import check_markdown, parse_variant, run_optimum_check
 
@@ -101,8 +103,18 @@ def cmd_scaling(args) -> int:
 
 def _scaling_holdout(args, grid, out, log) -> int:
     """`rltok scaling --predict` / `--holdout`: the prediction held out from the fit, and its test."""
-    from rltok.analysis.scaling_holdout import run_holdout, score_table, write_prediction
+    from rltok.analysis.scaling_holdout import (forecast_grid, forecast_table, prediction_name, run_forecast_score,
+                                                run_holdout, score_name, score_table, write_prediction)
 
+    if args.at:  # a forecast of the study's own budgets: fitted below them, scored against their ladders
+        if args.predict:
+            path = write_prediction(forecast_grid(grid, args.at), out, log, prediction_name(args.at))
+            print(f"forecast: {path}")
+            return 0
+        forecast_grid(grid, args.at)  # the same checks
+        scores = run_forecast_score(grid, out, args.at, log)
+        print(f"{forecast_table(scores)}\n\nscores: {out / score_name(args.at)}")
+        return 0
     if args.predict:
         print(f"prediction: {write_prediction(grid, out, log)}")
         return 0

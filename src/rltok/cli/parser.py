@@ -274,6 +274,10 @@ def _add_scaling(sub: Subcommands) -> None:
                       help="at each family's best size of this budget (the study's runs there): the learning-rate "
                            "rule against --lr-mults times its rate, and each --variant; runs under "
                            "OUT/optimum_check/, table in OUT/optimum_check/<budget>.md")
+    p.add_argument("--at", type=number(0, 1e30, low_open=True), nargs="+", metavar="BUDGET",
+                   help="with --predict / --holdout: a forecast of these budgets of the grid's own ladders, fitted "
+                        "on the budgets below them, into OUT/prediction_C<B>.json before any run at them; "
+                        "--holdout then scores it against their isoFLOP fits (trains nothing)")
     p.add_argument("--lr-mults", type=number(0, 1e6, low_open=True), nargs="+", default=[0.5, 2.0],
                    help="with --check-optimum: multiples of the rule's rate to run (default 0.5 2)")
     p.add_argument("--variant", action="append", default=[], metavar="NAME=FAMILY[:OVERRIDES]",
