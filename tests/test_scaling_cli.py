@@ -566,3 +566,27 @@ def test_the_centres_script_extrapolates_each_familys_optimum_to_a_new_budget(tm
     spec = json.loads(grid.read_text())
     spec["families"][0]["centres"] = {"9e8": centre}
     assert parse_grid(spec).families[0].centre_at(9e8) == centre
+
+
+def test_the_profile_pairing_script_pairs_two_families_at_every_shared_rung_and_seed(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    folder = tmp_path / "study" / "salad"
+    folder.mkdir(parents=True)
+    # B is A plus 0.1 at the small rung and 0.3 at the large one; a rung or seed only one ran is left out
+    for fam, extra in (("a", {1000: 0.0, 2000: 0.0}), ("b", {1000: 0.1, 2000: 0.3, 4000: 0.0})):
+        for n, add in extra.items():
+            for s in (0, 1, 2) if (fam, n) != ("a", 2000) else (0, 1):
+                rec = {"family": fam, "budget_flops": 1e9, "target_size": float(n), "seed": s,
+                       "bpb": 2.0 + add + 0.01 * s, "width": 32, "depth": 1, "config": {"model": {"arch": "flat"}}}
+                (folder / f"{budget_tag(1e9)}__{fam}__N{n}__s{s}.json").write_text(json.dumps(rec))
+    proc = subprocess.run([sys.executable, str(repo / "scripts" / "scaling_pair_profile.py"), "--out",
+                           str(tmp_path / "study"), "--a", "a", "--b", "b", "--budget", "1e9"],
+                          capture_output=True, text=True, check=True)
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| salad |")]
+    assert rows[0].startswith("| salad | 1,000 | 32 x1 | 3 | -0.100 |")
+    assert rows[1].startswith("| salad | 2,000 | 32 x1 | 2 | -0.300 |") and len(rows) == 3
+    assert rows[2].startswith("| salad | 5 | -0.180 [")  # the 5 (rung, seed) pairs pooled
