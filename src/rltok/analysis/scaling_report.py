@@ -276,9 +276,11 @@ def best_index(rep: StudyReport, family: str, budget: float) -> int:
 
 def best_table(rep: StudyReport) -> str:
     """(a) Per family and budget: the loss at the best size (chosen on the selection split), that
-    size and its seeds, the fitted N* and whether the optimum is interior."""
-    lines = ["| family | budget | bpb at the best size | at N | seeds | sizes | fitted N* | optimum |",
-             "|---|---|---|---|---|---|---|---|"]
+    size and its seeds, the fitted N* and whether the optimum is interior, and how well the
+    parabola fits: the sd of the size means about it beside the seeds' own sd (a residual well
+    above the seed noise: the profile is not a parabola, and N* is read with that)."""
+    lines = ["| family | budget | bpb at the best size | at N | seeds | sizes | fitted N* | optimum "
+             "| residual sd / seed sd |", "|---|---|---|---|---|---|---|---|---|"]
     for family in sorted(rep.profiles):
         for budget, profile in sorted(rep.profiles[family].items()):
             i = best_index(rep, family, budget)
@@ -286,8 +288,15 @@ def best_table(rep: StudyReport) -> str:
             where = "fewer than 3 sizes" if iso is None else ("interior" if iso.interior else f"extend {iso.extend}")
             lines.append(f"| {family} | {budget:.3g} | {profile.means[i]:.4f} | {profile.sizes[i]:,.0f} | "
                          f"{','.join(map(str, profile.seeds[i]))} | {len(profile.sizes)} | "
-                         f"{_num(iso.n_star if iso else None)} | {where} |")
+                         f"{_num(iso.n_star if iso else None)} | {where} | {_fit_quality(iso)} |")
     return "\n".join(lines)
+
+
+def _fit_quality(iso) -> str:
+    if iso is None:
+        return "–"
+    sds = [iso.residual_sd, iso.seed_sd]
+    return " / ".join("–" if v is None else f"{v:.3f}" for v in sds)
 
 
 def group_table(rep: StudyReport) -> str:
