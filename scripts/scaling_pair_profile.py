@@ -7,8 +7,10 @@ difference between the families holds at every size or only where each side's be
 
     python scripts/scaling_pair_profile.py --out docs/results/scaling --a rl --b uniform --budget 1e12
 
-The pooled interval treats the (rung, seed) differences as one sample: where the rungs disagree it
-is wide, which is the point. Writes nothing; prints markdown.
+Pooled two ways: every (rung, seed) difference as one sample (rungs with more seeds, such as each
+side's best size with its verdict seeds, weigh more), and the rungs' means as one sample (each
+rung once: the profile as a whole). Where the rungs disagree both are wide, which is the point.
+Seeds where either side diverged are left out and counted. Writes nothing; prints markdown.
 """
 
 from __future__ import annotations
@@ -29,28 +31,38 @@ def shape(rec: dict) -> str:
     return f"{rec.get('width')} x{rec.get('depth')}"
 
 
-def profile_pairs(folder: Path, a: str, b: str, budget: float) -> dict:
-    """{target size: (shape of A's rung, {seed: A − B})} over the rungs and seeds both ran."""
+def profile_pairs(folder: Path, a: str, b: str, budget: float) -> tuple[dict, int]:
+    """({target size: (shape of A's rung, B's N, {seed: A − B})} over the rungs and seeds both ran,
+    the number of shared (rung, seed) pairs left out because a side diverged)."""
     tag = budget_tag(budget)
     runs = defaultdict(dict)
     for fam in (a, b):
         for r in read_records(folder, f"{tag}__{fam}__N*__s*.json"):
-            if r.get("bpb") is not None:
-                runs[(fam, r["target_size"])][r["seed"]] = r
-    out = {}
+            runs[(fam, r["target_size"])][r["seed"]] = r
+    out, diverged = {}, 0
     for (fam, target), seeds in sorted(runs.items()):
         other = runs.get((b, target))
         if fam != a or not other:
             continue
-        diffs = {s: seeds[s]["bpb"] - other[s]["bpb"] for s in sorted(set(seeds) & set(other))}
-        if diffs:
-            out[target] = (shape(next(iter(seeds.values()))), diffs)
-    return out
+        shared = sorted(set(seeds) & set(other))
+        ok = [s for s in shared if seeds[s].get("bpb") is not None and other[s].get("bpb") is not None]
+        diverged += len(shared) - len(ok)
+        if ok:
+            first = seeds[ok[0]]
+            out[target] = (shape(first), other[ok[0]]["non_embedding_params"],
+                           {s: seeds[s]["bpb"] - other[s]["bpb"] for s in ok})
+    return out, diverged
 
 
-def pooled(name: str, diffs: list[float]) -> str:
-    pd = paired_difference(diffs, [0.0] * len(diffs))
-    return f"| {name} | {len(diffs)} | {pd.mean:+.3f} [{pd.lo:+.3f}, {pd.hi:+.3f}] |"
+def _interval(values: list[float]) -> str:
+    if len(values) < 2:
+        return "–"
+    pd = paired_difference(values, [0.0] * len(values))
+    return f"{pd.mean:+.3f} [{pd.lo:+.3f}, {pd.hi:+.3f}] ({len(values)})"
+
+
+def pooled(name: str, pairs: list[float], rungs: list[float]) -> str:
+    return f"| {name} | {_interval(pairs)} | {_interval(rungs)} |"
 
 
 def main(argv=None) -> int:
@@ -64,25 +76,32 @@ def main(argv=None) -> int:
     corpora = sorted(p.name for p in out.iterdir() if p.is_dir() and any(p.glob("C*__*.json")))
     for budget in args.budget:
         print(f"\n### {args.a} − {args.b} at {budget:.3g} FLOPs (test bpb, paired by rung and seed)\n")
-        print("| corpus | target N | shape of " + args.a + " | seeds | mean A − B | per seed |\n|---|---|---|---|---|---|")
-        every = defaultdict(list)
+        print(f"| corpus | target N | shape of {args.a} | N of {args.a} / {args.b} | seeds | mean A − B "
+              "| per seed |\n|---|---|---|---|---|---|---|")
+        every, means, lost = defaultdict(list), defaultdict(list), 0
         for corpus in corpora:
-            for target, (form, diffs) in profile_pairs(out / corpus, args.a, args.b, budget).items():
+            pairs, diverged = profile_pairs(out / corpus, args.a, args.b, budget)
+            lost += diverged
+            for target, (form, n_b, diffs) in pairs.items():
                 values = list(diffs.values())
                 every[corpus] += values
-                per_seed = ", ".join(f"{d:+.3f}" for d in values)
-                print(f"| {corpus} | {target:,.0f} | {form} | {len(values)} | {sum(values) / len(values):+.3f} "
-                      f"| {per_seed} |")
+                means[corpus].append(sum(values) / len(values))
+                n_a = next(r["non_embedding_params"] for r in read_records(
+                    out / corpus, f"{budget_tag(budget)}__{args.a}__N{round(target)}__s*.json"))
+                per_seed = ", ".join(f"s{s} {d:+.3f}" for s, d in diffs.items())
+                print(f"| {corpus} | {target:,.0f} | {form} | {n_a:,} / {n_b:,} | {len(values)} "
+                      f"| {means[corpus][-1]:+.3f} | {per_seed} |")
         if not every:
             print("\nno rung was run by both families at this budget")
             continue
-        print("\n| pooled over rungs and seeds | pairs | mean A − B [95% t interval] |\n|---|---|---|")
-        for corpus, values in every.items():
-            if len(values) > 1:
-                print(pooled(corpus, values))
-        both = [v for values in every.values() for v in values]
-        if len(every) > 1 and len(both) > 1:
-            print(pooled("both corpora", both))
+        if lost:
+            print(f"\n{lost} shared (rung, seed) pairs left out: a side diverged")
+        print("\n| pooled | (rung, seed) pairs: mean A − B [95% t] (count) | rung means: mean [95% t] (rungs) |"
+              "\n|---|---|---|")
+        for corpus in every:
+            print(pooled(corpus, every[corpus], means[corpus]))
+        if len(every) > 1:
+            print(pooled("both corpora", [v for c in every for v in every[c]], [m for c in means for m in means[c]]))
     return 0
 
 

@@ -2,6 +2,7 @@
 then its decisions are thresholded and nothing trains it, so the language model sees fixed cuts
 for the rest of the run; the flag lives in the checkpoint, and a resume settles at the same step."""
 
+import dataclasses
 import math
 
 import pytest
@@ -93,6 +94,16 @@ def test_a_rule_that_would_settle_before_its_warm_start_ends_is_an_error(tmp_pat
             trainer.train_step()
             trainer.step += 1
     assert not trainer.objective.settled and not trainer.model.chunker.is_settled
+    # a rule that settled already (a resume, here with the warm start raised since) is no error
+    trainer = Trainer(cfg(tmp_path / "b", "train.max_steps=12", "objective.policy_until=0.4"), corpus=corpus(),
+                      quiet=True)
+    while not trainer.objective.settled:
+        trainer.train_step()
+        trainer.step += 1
+    trainer.objective.settled = False  # as a resumed objective starts: the rule's buffer says it settled
+    trainer.objective.schedule = dataclasses.replace(trainer.objective.schedule, policy_start_step=99)
+    trainer.train_step()
+    assert trainer.objective.settled
 
 
 def test_the_flips_model_pass_is_not_charged_once_settled(tmp_path):

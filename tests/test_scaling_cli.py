@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shutil
 
 import pytest
@@ -306,16 +307,22 @@ def test_a_forecast_of_a_ladder_budget_is_fitted_below_it_and_scored_against_its
     sizes = [2500, 5000, 10000, 20000, 50000, 80000]
     synthetic_study(out / "salad", [1e7, 3e7, 1e8], sizes, [0, 1], law)
     grid = tmp_path / "grid.json"
-    grid.write_text(json.dumps({"corpora": {"salad": str(data)}, "budgets": [1e7, 3e7, 1e8, 3e8],
-                                "holdout_budgets": [1e9], "preset": "test", "n_boot": 50,
-                                "families": [{"method": "flat", "sizes": [5e3, 2e4, 5e4]}]}))
+    table = {"corpora": {"salad": str(data)}, "budgets": [1e7, 3e7, 1e8, 3e8], "holdout_budgets": [1e9],
+             "preset": "test", "n_boot": 50, "families": [{"method": "flat", "sizes": [5e3, 2e4, 5e4]}]}
+    grid.write_text(json.dumps({**table, "seeds": [0, 1, 2]}))  # seed 2 never ran: the budgets are not complete
     args = ["scaling", "--grid", str(grid), "--out", str(out)]
+    assert main([*args, "--predict", "--at", "3e8"]) == 2
+    assert "not complete" in capsys.readouterr().err and not (out / "prediction_C3e08.json").exists()
+    grid.write_text(json.dumps(table))
     assert main([*args, "--predict", "--at", "1e9"]) == 2 and "grid's own budgets" in capsys.readouterr().err
     assert main([*args, "--holdout", "--at", "3e8"]) == 2 and "no prediction yet" in capsys.readouterr().err
     assert main([*args, "--at", "3e8"]) == 2 and "--at goes with" in capsys.readouterr().err
-    assert main([*args, "--predict", "--at", "3e8"]) == 0
+    (out / "salad" / "runs" / "C3e08__flat__N5000__s0").mkdir(parents=True)  # a run under way at 3e8
+    assert main([*args, "--predict", "--at", "3e8"]) == 2 and "exist already" in capsys.readouterr().err
+    shutil.rmtree(out / "salad" / "runs")
+    assert main([*args, "--predict", "--at", "3e8", "3e8"]) == 0
     pred = json.loads((out / "prediction_C3e08.json").read_text())
-    assert pred["fitted_budgets"] == [1e7, 3e7, 1e8] and pred["holdout_budgets"] == [3e8]
+    assert pred["fitted_budgets"] == pred["budgets"] == [1e7, 3e7, 1e8] and pred["holdout_budgets"] == [3e8]
     p = pred["corpora"]["salad"]["flat"][repr(3e8)]
     assert p["n_star"] == pytest.approx(law(3e8), rel=0.05) and p["extrapolation"] == pytest.approx(3)
     assert not (out / "prediction.json").exists()  # the held-out budget's prediction is another file
@@ -329,7 +336,18 @@ def test_a_forecast_of_a_ladder_budget_is_fitted_below_it_and_scored_against_its
     (score,) = json.loads((out / "prediction_C3e08_score.json").read_text())["scores"]
     assert score["family"] == "flat" and score["interior"] and score["within"] and score["size_within"]
     assert score["error"] == pytest.approx(score["l_star"] - p["l_star"]) and abs(score["error"]) < 0.01
-    assert score["n_star"] == pytest.approx(law(3e8), rel=0.05) and "| salad | flat | 3e+08 |" in captured.out
+    assert score["n_star"] == pytest.approx(law(3e8), rel=0.05) and "| salad | flat | C3e08 |" in captured.out
+    # a profile with no minimum at the forecast budget is listed, not scored
+    from rltok.analysis.scaling_holdout import forecast_table, score_forecast
+
+    for f in (out / "salad").glob("C3e08__*.json"):
+        rec = json.loads(f.read_text())
+        rec["bpb"] = 5.0 - 0.02 * math.log(rec["target_size"]) ** 2  # opens downwards
+        f.write_text(json.dumps(rec))
+    (flat,) = score_forecast(load_grid(grid), out, [3e8], pred)
+    assert not flat["minimum"] and flat["error"] is None and flat["within"] is None
+    json.dumps(flat, allow_nan=False)  # plain JSON: no NaN
+    assert "(no minimum) | – |" in forecast_table([flat])
     assert sorted(f.name for f in (out / "salad").glob("C3e08__*.json")) == sorted(f.name for f in more.iterdir())
     # once the budget has runs, no forecast of it (nor a prediction of a held-out budget with runs) is written
     (out / "prediction_C3e08.json").unlink()
@@ -580,13 +598,14 @@ def test_the_profile_pairing_script_pairs_two_families_at_every_shared_rung_and_
     for fam, extra in (("a", {1000: 0.0, 2000: 0.0}), ("b", {1000: 0.1, 2000: 0.3, 4000: 0.0})):
         for n, add in extra.items():
             for s in (0, 1, 2) if (fam, n) != ("a", 2000) else (0, 1):
-                rec = {"family": fam, "budget_flops": 1e9, "target_size": float(n), "seed": s,
+                rec = {"family": fam, "budget_flops": 1e9, "target_size": float(n), "seed": s, "non_embedding_params": n,
                        "bpb": 2.0 + add + 0.01 * s, "width": 32, "depth": 1, "config": {"model": {"arch": "flat"}}}
                 (folder / f"{budget_tag(1e9)}__{fam}__N{n}__s{s}.json").write_text(json.dumps(rec))
     proc = subprocess.run([sys.executable, str(repo / "scripts" / "scaling_pair_profile.py"), "--out",
                            str(tmp_path / "study"), "--a", "a", "--b", "b", "--budget", "1e9"],
                           capture_output=True, text=True, check=True)
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| salad |")]
-    assert rows[0].startswith("| salad | 1,000 | 32 x1 | 3 | -0.100 |")
-    assert rows[1].startswith("| salad | 2,000 | 32 x1 | 2 | -0.300 |") and len(rows) == 3
-    assert rows[2].startswith("| salad | 5 | -0.180 [")  # the 5 (rung, seed) pairs pooled
+    assert rows[0].startswith("| salad | 1,000 | 32 x1 | 1,000 / 1,000 | 3 | -0.100 | s0 -0.100, s1 -0.100, s2")
+    assert rows[1].startswith("| salad | 2,000 | 32 x1 | 2,000 / 2,000 | 2 | -0.300 |") and len(rows) == 3
+    # the 5 (rung, seed) pairs pooled, and the 2 rung means
+    assert rows[2].startswith("| salad | -0.180 [") and "(5) | -0.200 [" in rows[2] and rows[2].endswith("(2) |")

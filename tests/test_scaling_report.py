@@ -150,11 +150,11 @@ def test_report_markdown_has_every_part_and_says_how_it_was_made(report):
         assert heading in md
     assert "| x | 1e+11 |" in md and "interior" in md and "| best | 3e+12 | y | best measured |" in md
     # the parabola's fit beside the seed noise: x's profiles are parabolas (noise 0.002) and its
-    # seeds 0 and 1 sit 0.04 apart (sd 0.028)
+    # seeds 0 and 1 sit 0.04 apart (sd 0.028; the noise of a 2-seed mean: 0.02)
     row = next(line for line in md.splitlines() if line.startswith("| x | 1e+11 |"))
-    residual, seed = (float(v) for v in row.rstrip(" |").split("|")[-1].split(" / "))
-    assert residual < 0.01 and seed == pytest.approx(0.04 / 2 ** 0.5, abs=0.005)
-    assert "| residual sd / seed sd |" in md
+    residual, noise = (float(v) for v in row.rstrip(" |").split("|")[-1].split(" / "))
+    assert residual < 0.01 and noise == pytest.approx(0.04 / 2, abs=0.004)
+    assert "| residual sd / noise of a size mean |" in md
     assert "extrapolation: the extrapolated fits cross at" in md  # x vs w, labelled
     assert "no crossover within the fitted range" in md and "not computed: nowhere: no runs" in md
     assert "| x vs y | 1e+11 |" in md and "x below y" in md

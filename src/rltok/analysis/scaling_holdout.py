@@ -50,16 +50,38 @@ def score_name(at=None) -> str:
 
 def forecast_grid(grid: Grid, at) -> Grid:
     """The grid a forecast of its budgets `at` fits and predicts with: its budgets below the
-    smallest of them fitted, `at` held out."""
-    at = sorted(float(b) for b in at)
-    stray = [b for b in at if b not in grid.budgets]
+    smallest of them fitted, `at` held out (matched to the grid's budgets as file names name them)."""
+    own = {budget_tag(b): b for b in grid.budgets}
+    stray = sorted({budget_tag(b) for b in at} - set(own))
     if stray:
-        raise ConfigError(f"--at {', '.join(f'{b:.3g}' for b in stray)}: a forecast is of the grid's own budgets "
-                          f"({', '.join(f'{b:.3g}' for b in grid.budgets)}); the held-out budgets need no --at")
+        raise ConfigError(f"--at {', '.join(stray)}: a forecast is of the grid's own budgets "
+                          f"({', '.join(own)}: add it to `budgets` first, and predict before any run there); "
+                          "the held-out budgets need no --at")
+    at = sorted({own[budget_tag(b)] for b in at})
     below = tuple(b for b in grid.budgets if b < at[0])
     if not below:
-        raise ConfigError(f"--at {at[0]:.3g}: no budget of the grid below it to fit")
+        raise ConfigError(f"--at {budget_tag(at[0])}: no budget of the grid below it to fit")
     return dataclasses.replace(grid, budgets=below, holdout_budgets=tuple(at))
+
+
+class _Pending(Exception):
+    """Raised by `pending_point`'s stand-in runner at the first point the study would still run."""
+
+
+def pending_point(grid: Grid, out: Path) -> Point | None:
+    """The first point `rltok scaling` would still run for the grid's budgets (a ladder point, an
+    extension, a seed at an optimum or for a verdict), or None when they are complete: a dry run
+    of the study whose runner stops at the first point it is handed."""
+    from rltok.analysis.scaling_adapt import run_grid
+
+    def stop(grid_, point, folder, split):
+        raise _Pending(point)
+
+    try:
+        run_grid(grid, out, log=lambda message: None, runner=stop)
+    except _Pending as pending:
+        return pending.args[0]
+    return None
 
 
 def predict_corpus(grid: Grid, folder: Path) -> dict:
@@ -93,19 +115,30 @@ def write_prediction(grid: Grid, out: Path, log=print, name: str = PREDICTION) -
         raise ConfigError(f"{path} exists: a prediction is written once, before the runs that test it, and "
                           "never rewritten (move it away to predict again)")
     corpora = {}
+    held_tags = {budget_tag(b) for b in grid.holdout_budgets}
     for corpus in grid.corpora:
         if not (out / corpus).is_dir():
             raise ConfigError(f"{corpus}: no runs in {out / corpus} to fit")
-        held = {float(r["budget_flops"]) for r in read_records(out / corpus)} & set(map(float, grid.holdout_budgets))
-        if held:
-            raise ConfigError(f"{corpus}: runs at {', '.join(f'{b:.3g}' for b in sorted(held))} exist already: "
-                              "a prediction is written before any run at the budget it predicts")
+        # a finished run leaves its record, one under way its run folder
+        found = [*(out / corpus).glob("C*__*"), *(out / corpus / "runs").glob("C*__*")]
+        started = {p.name.split("__")[0] for p in found} & held_tags
+        if started:
+            raise ConfigError(f"{corpus}: runs at {', '.join(sorted(started))} exist already: a prediction is "
+                              "written before any run at the budget it predicts")
+    pending = pending_point(grid, out)
+    if pending is not None:
+        raise ConfigError(f"the fitted budgets are not complete: `rltok scaling` would still run {pending.corpus} "
+                          f"{pending.stem} ({pending.kind}); a prediction is fitted on finished budgets only")
+    fitted = set()
+    for corpus in grid.corpora:
         corpora[corpus] = predict_corpus(grid, out / corpus)
+        fitted |= {b for fam in corpora[corpus].values() for p in fam.values() for b in p.get("fitted_budgets", ())}
     top = max(grid.budgets)
     log("extrapolation: " + ", ".join(f"{b:.3g} is {b / top:.3g}x the largest fitted budget"
                                       for b in grid.holdout_budgets))
     _write_json(path, {"commit": git_commit(), "date": datetime.datetime.now(datetime.timezone.utc)
-                       .isoformat(timespec="seconds"), "fitted_budgets": list(grid.budgets),
+                       .isoformat(timespec="seconds"), "budgets": list(grid.budgets),
+                       "fitted_budgets": sorted(fitted),  # those some family's envelope fitted
                        "holdout_budgets": list(grid.holdout_budgets), "n_boot": grid.n_boot, "corpora": corpora})
     return path
 
@@ -184,7 +217,11 @@ def run_holdout(grid: Grid, out: Path, log=print, runner=None) -> list[dict]:
 
 
 def _f(x, fmt: str = ".4f") -> str:
-    return "–" if x is None else format(x, fmt)
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def _yes(x) -> str:
+    return "–" if x is None else ("yes" if x else "no")
 
 
 def score_table(scores: list[dict]) -> str:
@@ -219,14 +256,17 @@ def score_forecast(grid: Grid, out: Path, at, prediction: dict) -> list[dict]:
                 if pred.get("n_star") is None or iso is None:
                     continue
                 p = _prediction(pred)
-                lo, hi = p.l_star_interval
-                nlo, nhi = p.n_star_interval
-                scores.append({"corpus": corpus, "family": fam.name, "budget": budget, "prediction": to_plain(p),
-                               "l_star": iso.l_star, "l_star_interval": list(iso.l_star_interval),
-                               "n_star": iso.n_star, "n_star_interval": list(iso.n_star_interval),
-                               "interior": iso.interior, "best_size": iso.best_size, "best_loss": iso.best_loss,
-                               "error": iso.l_star - p.l_star, "within": bool(lo <= iso.l_star <= hi),
-                               "size_ratio": iso.n_star / p.n_star, "size_within": bool(nlo <= iso.n_star <= nhi)})
+                (lo, hi), (nlo, nhi) = p.l_star_interval, p.n_star_interval
+                minimum = math.isfinite(iso.n_star)  # a parabola opening downwards has none: nothing to score
+                scores.append(to_plain({
+                    "corpus": corpus, "family": fam.name, "budget": budget, "prediction": p,
+                    "l_star": iso.l_star, "l_star_interval": iso.l_star_interval, "n_star": iso.n_star,
+                    "n_star_interval": iso.n_star_interval, "interior": iso.interior, "minimum": minimum,
+                    "best_size": iso.best_size, "best_loss": iso.best_loss,
+                    "error": iso.l_star - p.l_star if minimum else None,
+                    "within": bool(lo <= iso.l_star <= hi) if minimum else None,
+                    "size_ratio": iso.n_star / p.n_star if minimum else None,
+                    "size_within": bool(nlo <= iso.n_star <= nhi) if minimum else None}))
     return scores
 
 
@@ -253,8 +293,10 @@ def forecast_table(scores: list[dict]) -> str:
         (lo, hi), (nlo, nhi) = p["l_star_interval"], p["n_star_interval"]
         mlo, mhi = s["l_star_interval"]
         flag = "" if s["interior"] else " (edge)"
-        lines.append(f"| {s['corpus']} | {s['family']} | {s['budget']:.3g} | {_f(p['l_star'])} ({_f(lo)}–{_f(hi)}) "
-                     f"| {_f(s['l_star'])} ({_f(mlo)}–{_f(mhi)}){flag} | {_f(s['error'], '+.4f')} "
-                     f"| {'yes' if s['within'] else 'no'} | {p['n_star']:,.0f} ({nlo:,.0f}–{nhi:,.0f}) "
-                     f"| {s['n_star']:,.0f}{flag} | {'yes' if s['size_within'] else 'no'} |")
+        if not s["minimum"]:
+            flag = " (no minimum)"
+        lines.append(f"| {s['corpus']} | {s['family']} | {budget_tag(s['budget'])} | {_f(p['l_star'])} "
+                     f"({_f(lo)}–{_f(hi)}) | {_f(s['l_star'])} ({_f(mlo)}–{_f(mhi)}){flag} | {_f(s['error'], '+.4f')} "
+                     f"| {_yes(s['within'])} | {_f(p['n_star'], ',.0f')} ({_f(nlo, ',.0f')}–{_f(nhi, ',.0f')}) "
+                     f"| {_f(s['n_star'], ',.0f')}{flag} | {_yes(s['size_within'])} |")
     return "\n".join(lines)

@@ -277,10 +277,11 @@ def best_index(rep: StudyReport, family: str, budget: float) -> int:
 def best_table(rep: StudyReport) -> str:
     """(a) Per family and budget: the loss at the best size (chosen on the selection split), that
     size and its seeds, the fitted N* and whether the optimum is interior, and how well the
-    parabola fits: the sd of the size means about it beside the seeds' own sd (a residual well
-    above the seed noise: the profile is not a parabola, and N* is read with that)."""
+    parabola fits: the sd of the size means about it beside the sd a size mean has from seed
+    noise alone (the seeds' sd over the root of the mean seeds per size). A residual well above
+    that noise: the profile is not a parabola, and its N* is read with that."""
     lines = ["| family | budget | bpb at the best size | at N | seeds | sizes | fitted N* | optimum "
-             "| residual sd / seed sd |", "|---|---|---|---|---|---|---|---|---|"]
+             "| residual sd / noise of a size mean |", "|---|---|---|---|---|---|---|---|---|"]
     for family in sorted(rep.profiles):
         for budget, profile in sorted(rep.profiles[family].items()):
             i = best_index(rep, family, budget)
@@ -295,8 +296,8 @@ def best_table(rep: StudyReport) -> str:
 def _fit_quality(iso) -> str:
     if iso is None:
         return "–"
-    sds = [iso.residual_sd, iso.seed_sd]
-    return " / ".join("–" if v is None else f"{v:.3f}" for v in sds)
+    noise = None if iso.seed_sd is None else iso.seed_sd / math.sqrt(float(np.mean(iso.counts)))
+    return " / ".join("–" if v is None else f"{v:.3f}" for v in (iso.residual_sd, noise))
 
 
 def group_table(rep: StudyReport) -> str:

@@ -65,7 +65,7 @@ def cmd_scaling(args) -> int:
     grid = load_grid(args.grid)
     if args.corpus:  # one corpus per process: two processes run a grid's corpora side by side
         if args.predict:
-            raise ConfigError("--predict fits every corpus into one prediction.json, written once: drop --corpus")
+            raise ConfigError("--predict fits every corpus into one prediction file, written once: drop --corpus")
         if args.corpus not in grid.corpora:
             raise ConfigError(f"--corpus {args.corpus}: the grid's corpora are {', '.join(grid.corpora)}")
         grid = dataclasses.replace(grid, corpora={args.corpus: grid.corpora[args.corpus]})
@@ -107,13 +107,13 @@ def _scaling_holdout(args, grid, out, log) -> int:
                                                 run_holdout, score_name, score_table, write_prediction)
 
     if args.at:  # a forecast of the study's own budgets: fitted below them, scored against their ladders
+        fitted = forecast_grid(grid, args.at)
+        at = fitted.holdout_budgets
         if args.predict:
-            path = write_prediction(forecast_grid(grid, args.at), out, log, prediction_name(args.at))
-            print(f"forecast: {path}")
+            print(f"forecast: {write_prediction(fitted, out, log, prediction_name(at))}")
             return 0
-        forecast_grid(grid, args.at)  # the same checks
-        scores = run_forecast_score(grid, out, args.at, log)
-        print(f"{forecast_table(scores)}\n\nscores: {out / score_name(args.at)}")
+        scores = run_forecast_score(grid, out, at, log)
+        print(f"{forecast_table(scores)}\n\nscores: {out / score_name(at)}")
         return 0
     if args.predict:
         print(f"prediction: {write_prediction(grid, out, log)}")

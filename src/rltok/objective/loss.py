@@ -168,7 +168,7 @@ class BoundaryObjective:
         # would otherwise run the policy's terms beside a rule that no longer learns)
         due = until < 1 and self.flops_spent >= until * self.planned_flops(step_bytes, seq_len)
         if self.learned and (due or any(rule.is_settled for rule in rules)):
-            if not self.settled and step <= self.schedule.policy_start_step:
+            if not any(rule.is_settled for rule in rules) and step <= self.schedule.policy_start_step:
                 # policy_until is a share of compute, policy_start_step a step count: they can cross
                 raise ValueError(
                     f"objective.policy_until={until} is reached at step {step}, before the policy learned "
