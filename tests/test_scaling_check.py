@@ -4,6 +4,7 @@ own runs there (paired by seed), resumable, one table per budget."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -102,3 +103,28 @@ def test_the_check_runs_from_the_command_line(tmp_path, capsys):
     saved = json.loads((tmp_path / "o" / FOLDER / "C1e08.json").read_text())
     assert "--check-optimum 1e+08" in saved["command"] or "--check-optimum 1e8" in saved["command"]
     assert main([*args, "--variant", "x=flat"]) == 2 and "--check-optimum" in capsys.readouterr().err
+
+
+def test_a_check_of_some_families_keeps_the_rows_of_the_others(tmp_path, capsys):
+    grid = parse_grid({"corpora": {"salad": str(corpus_folder(tmp_path, "salad"))}, "budgets": [1e8], "seeds": [0, 1],
+                       "preset": "test", "select_split": "val",
+                       "families": [{"name": name, "method": "flat", "sizes": [5e3, 2e4, 8e4]} for name in ("a", "b")]})
+    out = tmp_path / "study"
+    run, calls = lr_runner(1.0, 0.0)
+    run_grid(grid, out, log=lambda m: None, runner=run)
+    run_optimum_check(grid, out, 1e8, (0.5,), log=lambda m: None, runner=run)
+    first = json.loads((out / FOLDER / "C1e08.json").read_text())["rule"]
+    only_b = dataclasses.replace(grid, families=tuple(f for f in grid.families if f.name == "b"))
+    n = len(calls)
+    result = run_optimum_check(only_b, out, 1e8, (0.5, 2.0), log=lambda m: None, runner=run)
+    assert len(calls) == n + 2  # b at 2x, its two seeds; b at 0.5x ran already
+    rows = json.loads((out / FOLDER / "C1e08.json").read_text())["rule"]
+    assert [r["family"] for r in rows] == ["a", "b"] and rows[0] == first[0] and rows == result["rule"]
+    assert rows[1]["mults"] == [0.5, 1.0, 2.0]
+    # from the command line: --family names the grid's families and goes with --check-optimum
+    path = tmp_path / "grid.json"
+    path.write_text(json.dumps({"corpora": {"salad": str(tmp_path / "salad")}, "budgets": [1e8],
+                                "families": [{"name": "a", "method": "flat", "sizes": [5e3]}]}))
+    args = ["scaling", "--grid", str(path), "--out", str(out)]
+    assert main([*args, "--family", "a"]) == 2 and "--check-optimum" in capsys.readouterr().err
+    assert main([*args, "--check-optimum", "1e8", "--family", "zz"]) == 2 and "families are a" in capsys.readouterr().err

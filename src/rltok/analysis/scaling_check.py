@@ -206,14 +206,17 @@ def run_optimum_check(grid: Grid, out: Path, budget: float, lr_mults=(0.5, 2.0),
     result = score_check(grid, out, budget, lr_mults, variants, tolerance)
     folder = out / FOLDER
     stem = budget_tag(budget)
-    # one process per corpus may run the check: keep the other corpora's rows
+    # one process per corpus may run the check, or a check only some families: keep the rows of
+    # the other corpora and of the families (and variants) this one did not check
     old = folder / f"{stem}.json"
     if old.exists():
         import json
 
         prev = json.loads(old.read_text())
-        for key in ("rule", "variants"):
-            result[key] = [r for r in prev.get(key, []) if r["corpus"] not in grid.corpora] + result[key]
+        mine = {"rule": ("family", {f.name for f in grid.families}), "variants": ("variant", {v.name for v in variants})}
+        for key, (field, names) in mine.items():
+            result[key] = [r for r in prev.get(key, []) if r["corpus"] not in grid.corpora or r[field] not in names
+                           ] + result[key]
     _write_json(folder / f"{stem}.json", {**result, "commit": commit, "command": command})
     (folder / f"{stem}.md").write_text(check_markdown(result, command, commit))
     return result

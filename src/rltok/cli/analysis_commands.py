@@ -77,6 +77,14 @@ def cmd_scaling(args) -> int:
         return _scaling_holdout(args, grid, out, log)
     if args.at:
         raise ConfigError("--at goes with --predict or --holdout")
+    if args.family and args.check_optimum is None:
+        raise ConfigError("--family goes with --check-optimum (a study's fits need every family)")
+    if args.family:
+        names = [f.name for f in grid.families]
+        unknown = [n for n in args.family if n not in names]
+        if unknown:
+            raise ConfigError(f"--family {', '.join(unknown)}: the grid's families are {', '.join(names)}")
+        grid = dataclasses.replace(grid, families=tuple(f for f in grid.families if f.name in args.family))
     if args.check_optimum is not None:
         from rltok.analysis.scaling_check import check_markdown, parse_variant, run_optimum_check
 

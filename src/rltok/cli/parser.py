@@ -262,6 +262,9 @@ def _add_scaling(sub: Subcommands) -> None:
     p.add_argument("--out", required=True, help="results folder: one subfolder per corpus with a JSON per run, "
                                                 "fits.json, report.md and the plots")
     p.add_argument("--corpus", help="only this corpus of the grid (run one process per corpus side by side)")
+    p.add_argument("--family", nargs="+", metavar="NAME",
+                   help="with --check-optimum: only these families of the grid (their rows of an earlier check "
+                        "are replaced, the others kept)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--fit-only", action="store_true", help="fit, plot and rewrite report.md from the runs already there; train nothing")
     mode.add_argument("--predict", action="store_true",
