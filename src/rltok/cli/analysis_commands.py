@@ -139,7 +139,8 @@ def _scaling_command(args) -> str:
              *(["--corpus", args.corpus] if args.corpus else [])]
     if getattr(args, "check_optimum", None) is not None:
         words += ["--check-optimum", f"{args.check_optimum:g}", "--lr-mults", *(f"{m:g}" for m in args.lr_mults),
-                  *(w for v in args.variant for w in ("--variant", v)), "--tolerance", f"{args.tolerance:g}"]
+                  *(w for v in args.variant for w in ("--variant", v)), "--tolerance", f"{args.tolerance:g}",
+                  *(["--family", *args.family] if getattr(args, "family", None) else [])]
     return shlex.join(words + (["--fit-only"] if args.fit_only else []))
 
 
