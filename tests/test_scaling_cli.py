@@ -294,6 +294,10 @@ def test_a_prediction_is_written_once_then_tested_at_the_held_out_budget(tmp_pat
     assert len(score) == 1 and score[0]["seeds"] == [0, 1] and score[0]["size"] == 45536
     assert score[0]["error"] == pytest.approx(score[0]["measured"] - p["l_star"])
     assert "| salad | flat | 5e+08 |" in captured.out
+    from rltok.analysis.scaling_holdout import predictions_block
+
+    assert "`prediction.json`: the held-out budgets C5e08" in predictions_block(out)
+    assert "Scored against C5e08's runs at the predicted sizes" in predictions_block(out)
     assert main([*args, "--fit-only"]) == 0  # the held-out runs stay out of the fits
     fits = json.loads((out / "salad" / "fits.json").read_text())
     assert set(fits["families"]["flat"]["isofits"]) == {repr(1e7), repr(3e7), repr(1e8)}
@@ -326,6 +330,11 @@ def test_a_forecast_of_a_ladder_budget_is_fitted_below_it_and_scored_against_its
     p = pred["corpora"]["salad"]["flat"][repr(3e8)]
     assert p["n_star"] == pytest.approx(law(3e8), rel=0.05) and p["extrapolation"] == pytest.approx(3)
     assert not (out / "prediction.json").exists()  # the held-out budget's prediction is another file
+    from rltok.analysis.scaling_holdout import predictions_block
+
+    block = predictions_block(out)
+    assert "`prediction_C3e08.json`: a forecast of the study's own budget C3e08" in block
+    assert "| salad | flat | C3e08 |" in block and "--holdout --at 3e+08`" in block
     # the forecast's budget is then run as a ladder of the study (here: records of the same law)
     more = tmp_path / "more"
     synthetic_study(more, [3e8], sizes, [0, 1], law)
@@ -337,6 +346,7 @@ def test_a_forecast_of_a_ladder_budget_is_fitted_below_it_and_scored_against_its
     assert score["family"] == "flat" and score["interior"] and score["within"] and score["size_within"]
     assert score["error"] == pytest.approx(score["l_star"] - p["l_star"]) and abs(score["error"]) < 0.01
     assert score["n_star"] == pytest.approx(law(3e8), rel=0.05) and "| salad | flat | C3e08 |" in captured.out
+    assert "Scored against C3e08's isoFLOP fits" in predictions_block(out) and "Not scored" not in predictions_block(out)
     # a profile with no minimum at the forecast budget is listed, not scored
     from rltok.analysis.scaling_holdout import forecast_table, score_forecast
 

@@ -82,6 +82,20 @@ def test_the_readme_block_is_regenerated_between_its_markers(study, tmp_path):
     # machine time: every folder of records, summed
     assert "| study/a | 14 | 0.14 | 14 |" in study_doc and "| study/b | 12 | 0.12 | 12 |" in study_doc
     assert "| **all** | 26 | 0.26 | 26 |" in study_doc
+    assert "Predictions held out" not in study_doc  # none written yet
+    pred = {"commit": "abc", "date": "2026-12-05", "fitted_budgets": [1e9], "holdout_budgets": [1e10],
+            "corpora": {"a": {"flat": {repr(1e10): {"n_star": 2e4, "n_star_interval": [1e4, 4e4], "l_star": 2.5,
+                                                    "l_star_interval": [2.4, 2.6], "fitted_budgets": [1e9]}},
+                              "bpe": {repr(1e10): {"error": "too few budgets"}}}}}
+    (study / "prediction.json").write_text(json.dumps(pred))
+    try:
+        subprocess.run(cmd, check=True, capture_output=True, cwd=REPO)
+    finally:
+        (study / "prediction.json").unlink()
+    with_pred = doc.read_text()
+    assert "### Predictions held out from the fit" in with_pred and "written at commit `abc`" in with_pred.lower()
+    assert "| a | flat | C1e10 | 20,000 (10,000–40,000) | 2.5000 (2.4000–2.6000) | C1e09 |" in with_pred
+    assert "| a | bpe | C1e10 | – | – | too few budgets |" in with_pred and "Not scored yet" in with_pred
     text = readme.read_text()
     assert "old" not in text and text.endswith("<!-- scaling-results:end -->\n\ntail\n")
     assert "1e+09 training FLOPs" in text and "| flat bytes | 3.005 ± 0.007 (2) | 10,000 |" in text

@@ -300,3 +300,48 @@ def forecast_table(scores: list[dict]) -> str:
                      f"| {_yes(s['within'])} | {_f(p['n_star'], ',.0f')} ({_f(nlo, ',.0f')}–{_f(nhi, ',.0f')}) "
                      f"| {_f(s['n_star'], ',.0f')}{flag} | {_yes(s['size_within'])} |")
     return "\n".join(lines)
+
+
+def prediction_table(prediction: dict) -> str:
+    """A prediction file's numbers: per corpus, family and predicted budget, N* and L* with their
+    intervals and the budgets fitted (or why there is no prediction)."""
+    lines = ["| corpus | family | budget | predicted N* (interval) | predicted L* (interval) | fitted budgets |",
+             "|---|---|---|---|---|---|"]
+    for corpus, families in prediction["corpora"].items():
+        for family, budgets in families.items():
+            for key, p in budgets.items():
+                budget = budget_tag(float(key))
+                if p.get("n_star") is None:
+                    lines.append(f"| {corpus} | {family} | {budget} | – | – | {p.get('error', 'no prediction')} |")
+                    continue
+                (nlo, nhi), (lo, hi) = p["n_star_interval"], p["l_star_interval"]
+                fitted = ", ".join(budget_tag(b) for b in p.get("fitted_budgets", []))
+                lines.append(f"| {corpus} | {family} | {budget} | {_f(p['n_star'], ',.0f')} ({_f(nlo, ',.0f')}–"
+                             f"{_f(nhi, ',.0f')}) | {_f(p['l_star'])} ({_f(lo)}–{_f(hi)}) | {fitted} |")
+    return "\n".join(lines)
+
+
+def predictions_block(out: Path) -> str:
+    """Every prediction file of a study folder (the held-out budgets' and any forecast of its own
+    budgets) with its score once its runs exist: markdown, or "" when there is none."""
+    parts = []
+    for path in sorted(out.glob("prediction*.json")):
+        if path.name.endswith("_score.json"):
+            continue
+        pred = json.loads(path.read_text())
+        held = ", ".join(budget_tag(b) for b in pred["holdout_budgets"])
+        kind = "the held-out budgets" if path.name == PREDICTION else "a forecast of the study's own budget"
+        parts.append(f"#### `{path.name}`: {kind} {held}\n\nWritten at commit `{pred['commit']}` on {pred['date']}, "
+                     f"before any run at {held}; fitted on {', '.join(budget_tag(b) for b in pred['fitted_budgets'])}."
+                     f"\n\n{prediction_table(pred)}")
+        score = path.with_name(path.name.replace(".json", "_score.json"))
+        if not score.exists():
+            at = "" if path.name == PREDICTION else " --at " + " ".join(f"{b:g}" for b in pred["holdout_budgets"])
+            parts.append(f"Not scored yet (`rltok scaling --grid GRID --out DIR --holdout{at}`).")
+            continue
+        scores = json.loads(score.read_text())["scores"]
+        if path.name == PREDICTION:
+            parts.append(f"Scored against {held}'s runs at the predicted sizes:\n\n{score_table(scores)}")
+        else:
+            parts.append(f"Scored against {held}'s isoFLOP fits:\n\n{forecast_table(scores)}")
+    return "\n\n".join(parts)
