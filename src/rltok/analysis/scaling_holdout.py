@@ -209,11 +209,15 @@ def run_holdout(grid: Grid, out: Path, log=print, runner=None) -> list[dict]:
     log(f"{len(points)} holdout points")
     run_points(grid, points, out, splits, log, runner)
     scores = score_holdout(grid, out, points, prediction)
-    # one process per corpus may run its held-out points: keep the other corpora's scores
-    kept = [s for s in (json.loads((out / SCORE).read_text())["scores"] if (out / SCORE).exists() else [])
-            if s["corpus"] not in grid.corpora]
-    _write_json(out / SCORE, {"prediction_commit": prediction["commit"], "scores": kept + scores})
+    _write_scores(out / SCORE, grid, prediction, scores)
     return scores
+
+
+def _write_scores(path: Path, grid: Grid, prediction: dict, scores: list[dict]) -> None:
+    """One process per corpus may score its part: keep the other corpora's scores in `path`."""
+    kept = [s for s in (json.loads(path.read_text())["scores"] if path.exists() else [])
+            if s["corpus"] not in grid.corpora]
+    _write_json(path, {"prediction_commit": prediction["commit"], "scores": kept + scores})
 
 
 def _f(x, fmt: str = ".4f") -> str:
@@ -277,10 +281,7 @@ def run_forecast_score(grid: Grid, out: Path, at, log=print) -> list[dict]:
     scores = score_forecast(grid, out, at, prediction)
     if not scores:
         log(f"no family has an isoFLOP fit at {', '.join(f'{b:.3g}' for b in at)} yet: nothing scored")
-    path = out / score_name(at)
-    kept = [s for s in (json.loads(path.read_text())["scores"] if path.exists() else [])
-            if s["corpus"] not in grid.corpora]
-    _write_json(path, {"prediction_commit": prediction["commit"], "scores": kept + scores})
+    _write_scores(out / score_name(at), grid, prediction, scores)
     return scores
 
 
