@@ -32,7 +32,7 @@ def shape(rec: dict) -> str:
 
 
 def profile_pairs(folder: Path, a: str, b: str, budget: float) -> tuple[dict, int]:
-    """({target size: (shape of A's rung, B's N, {seed: A − B})} over the rungs and seeds both ran,
+    """({target size: (shape of A's rung, A's N, B's N, {seed: A − B})} over the rungs and seeds both ran,
     the number of shared (rung, seed) pairs left out because a side diverged)."""
     tag = budget_tag(budget)
     runs = defaultdict(dict)
@@ -49,7 +49,7 @@ def profile_pairs(folder: Path, a: str, b: str, budget: float) -> tuple[dict, in
         diverged += len(shared) - len(ok)
         if ok:
             first = seeds[ok[0]]
-            out[target] = (shape(first), other[ok[0]]["non_embedding_params"],
+            out[target] = (shape(first), first["non_embedding_params"], other[ok[0]]["non_embedding_params"],
                            {s: seeds[s]["bpb"] - other[s]["bpb"] for s in ok})
     return out, diverged
 
@@ -82,12 +82,10 @@ def main(argv=None) -> int:
         for corpus in corpora:
             pairs, diverged = profile_pairs(out / corpus, args.a, args.b, budget)
             lost += diverged
-            for target, (form, n_b, diffs) in pairs.items():
+            for target, (form, n_a, n_b, diffs) in pairs.items():
                 values = list(diffs.values())
                 every[corpus] += values
                 means[corpus].append(sum(values) / len(values))
-                n_a = next(r["non_embedding_params"] for r in read_records(
-                    out / corpus, f"{budget_tag(budget)}__{args.a}__N{round(target)}__s*.json"))
                 per_seed = ", ".join(f"s{s} {d:+.3f}" for s, d in diffs.items())
                 print(f"| {corpus} | {target:,.0f} | {form} | {n_a:,} / {n_b:,} | {len(values)} "
                       f"| {means[corpus][-1]:+.3f} | {per_seed} |")
