@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from rltok.analysis.scaling_grid import LRRule, SizeRule, family_sizes, point_lr, rules, run_base, unknown_keys
+from rltok.analysis.table_cells import number
 from rltok.config import ConfigError, load_config
 
 GRID_KEYS = {"corpora", "budgets", "families", "seeds", "split", "preset", "max_eval_windows", "overrides",
@@ -549,10 +550,6 @@ def fit_corpus(folder: Path, n_boot: int = 1000, groups: dict | None = None, cro
     return rep.study
 
 
-def _fmt(x: float | None) -> str:
-    return "–" if x is None or not math.isfinite(x) else f"{x:.3g}"
-
-
 def study_table(study: dict) -> str:
     """Per family and budget: the best measured size and its loss, the fitted N*, and whether the
     optimum is interior or which side of the ladder to extend."""
@@ -561,7 +558,7 @@ def study_table(study: dict) -> str:
         for budget, iso in sorted(fit.isofits.items()):
             where = "interior" if iso.interior else f"extend {iso.extend}"
             lines.append(f"| {family} | {budget:.3g} | {iso.best_size:,.0f} | {iso.best_loss:.4f} "
-                         f"| {_fmt(iso.n_star)} | {where} |")
+                         f"| {number(iso.n_star)} | {where} |")
         if not fit.isofits:
             lines.append(f"| {family} | – | – | – | – | fewer than 3 sizes at every budget |")
     return "\n".join(lines)

@@ -14,13 +14,13 @@ that size (OUT/<corpus>/), writing OUT/optimum_check/<budget>.json and .md (`che
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 
 import numpy as np
 
 from rltok.analysis.scaling import (NAME, Grid, Point, _write_json, budget_tag, corpus_split, family_rungs,
                                     read_records, run_points)
+from rltok.analysis.table_cells import number
 from rltok.config import ConfigError
 
 FOLDER = "optimum_check"
@@ -149,10 +149,6 @@ def score_check(grid: Grid, out: Path, budget: float, lr_mults=(0.5, 2.0), varia
             "split": grid.split, "rule": rule_rows, "variants": variant_rows}
 
 
-def _f(x, fmt: str = ".3f") -> str:
-    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
-
-
 def check_markdown(result: dict, command: str | None = None, commit: str | None = None) -> str:
     mults = sorted(result["lr_mults"])
     sel, rep = result["select_split"] or result["split"], result["split"]
@@ -170,9 +166,9 @@ def check_markdown(result: dict, command: str | None = None, commit: str | None 
     for r in result["rule"]:
         at = {key: dict(zip(r["mults"], r[key])) for key in ("select", "test")}  # rows kept from other runs may
         lines.append(f"| {r['corpus']} | {r['family']} | {r.get('lr_mult', 1):g} | {r['n']:,} | "  # lack a multiple
-                     + " | ".join(_f(at["select"].get(m)) for m in mults)
-                     + f" | {_f(r['rule_gap'], '+.3f')} | {'yes' if r['holds'] else 'no (best ' + format(r['best_mult'], 'g') + 'x)'} | "
-                     + " | ".join(_f(at["test"].get(m)) for m in mults) + " |")
+                     + " | ".join(number(at["select"].get(m), '.3f') for m in mults)
+                     + f" | {number(r['rule_gap'], '+.3f')} | {'yes' if r['holds'] else 'no (best ' + format(r['best_mult'], 'g') + 'x)'} | "
+                     + " | ".join(number(at["test"].get(m), '.3f') for m in mults) + " |")
     held = sum(r["holds"] for r in result["rule"])
     lines += ["", f"The rule holds for {held} of {len(result['rule'])} families."]
     if result["variants"]:
@@ -183,8 +179,8 @@ def check_markdown(result: dict, command: str | None = None, commit: str | None 
             cells = []
             for key in ("select", "bpb"):
                 d = r[key]
-                cells.append(d["error"] if "error" in d else f"{d['mean']:+.3f} [{_f(d['lo'], '+.3f')}, "
-                             f"{_f(d['hi'], '+.3f')}] ({len(d['seeds'])} seeds)")
+                cells.append(d["error"] if "error" in d else f"{d['mean']:+.3f} [{number(d['lo'], '+.3f')}, "
+                             f"{number(d['hi'], '+.3f')}] ({len(d['seeds'])} seeds)")
             lines.append(f"| {r['corpus']} | {r['variant']} | {r['family']} | {', '.join(r['overrides']) or '(defaults)'} "
                          f"| {r['n']:,} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines) + "\n"

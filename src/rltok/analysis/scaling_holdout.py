@@ -28,6 +28,7 @@ from pathlib import Path
 
 from rltok.analysis.scaling import (Grid, Point, _write_json, budget_ladders, budget_tag, corpus_split,
                                     read_records, run_points)
+from rltok.analysis.table_cells import estimate, number
 from rltok.config import ConfigError
 
 PREDICTION = "prediction.json"
@@ -220,8 +221,7 @@ def _write_scores(path: Path, grid: Grid, prediction: dict, scores: list[dict]) 
     _write_json(path, {"prediction_commit": prediction["commit"], "scores": kept + scores})
 
 
-def _f(x, fmt: str = ".4f") -> str:
-    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+L, N = ".4f", ",.0f"  # how the tables print losses (bpb) and sizes (parameters)
 
 
 def _yes(x) -> str:
@@ -234,10 +234,9 @@ def score_table(scores: list[dict]) -> str:
              "| N run / N* |", "|---|---|---|---|---|---|---|---|"]
     for s in scores:
         p = s["prediction"]
-        lo, hi = p["l_star_interval"]
-        lines.append(f"| {s['corpus']} | {s['family']} | {s['budget']:.3g} | {_f(p['l_star'])} ({_f(lo)}–{_f(hi)}) "
-                     f"| {_f(s['measured'])} ({len(s['seeds'])}) | {_f(s['error'], '+.4f')} "
-                     f"| {'yes' if s['within'] else 'no'} | {_f(s['size_ratio'], '.2f')} |")
+        lines.append(f"| {s['corpus']} | {s['family']} | {s['budget']:.3g} | {estimate(p['l_star'], p['l_star_interval'], L)} "
+                     f"| {number(s['measured'], L)} ({len(s['seeds'])}) | {number(s['error'], '+.4f')} "
+                     f"| {'yes' if s['within'] else 'no'} | {number(s['size_ratio'], '.2f')} |")
     return "\n".join(lines)
 
 
@@ -291,15 +290,14 @@ def forecast_table(scores: list[dict]) -> str:
              "| predicted N* (interval) | fitted N* | N* within |", "|---|---|---|---|---|---|---|---|---|---|"]
     for s in scores:
         p = s["prediction"]
-        (lo, hi), (nlo, nhi) = p["l_star_interval"], p["n_star_interval"]
-        mlo, mhi = s["l_star_interval"]
         flag = "" if s["interior"] else " (edge)"
         if not s["minimum"]:
             flag = " (no minimum)"
-        lines.append(f"| {s['corpus']} | {s['family']} | {budget_tag(s['budget'])} | {_f(p['l_star'])} "
-                     f"({_f(lo)}–{_f(hi)}) | {_f(s['l_star'])} ({_f(mlo)}–{_f(mhi)}){flag} | {_f(s['error'], '+.4f')} "
-                     f"| {_yes(s['within'])} | {_f(p['n_star'], ',.0f')} ({_f(nlo, ',.0f')}–{_f(nhi, ',.0f')}) "
-                     f"| {_f(s['n_star'], ',.0f')}{flag} | {_yes(s['size_within'])} |")
+        lines.append(f"| {s['corpus']} | {s['family']} | {budget_tag(s['budget'])} "
+                     f"| {estimate(p['l_star'], p['l_star_interval'], L)} "
+                     f"| {estimate(s['l_star'], s['l_star_interval'], L)}{flag} | {number(s['error'], '+.4f')} "
+                     f"| {_yes(s['within'])} | {estimate(p['n_star'], p['n_star_interval'], N)} "
+                     f"| {number(s['n_star'], N)}{flag} | {_yes(s['size_within'])} |")
     return "\n".join(lines)
 
 
@@ -315,10 +313,9 @@ def prediction_table(prediction: dict) -> str:
                 if p.get("n_star") is None:
                     lines.append(f"| {corpus} | {family} | {budget} | – | – | {p.get('error', 'no prediction')} |")
                     continue
-                (nlo, nhi), (lo, hi) = p["n_star_interval"], p["l_star_interval"]
                 fitted = ", ".join(budget_tag(b) for b in p.get("fitted_budgets", []))
-                lines.append(f"| {corpus} | {family} | {budget} | {_f(p['n_star'], ',.0f')} ({_f(nlo, ',.0f')}–"
-                             f"{_f(nhi, ',.0f')}) | {_f(p['l_star'])} ({_f(lo)}–{_f(hi)}) | {fitted} |")
+                lines.append(f"| {corpus} | {family} | {budget} | {estimate(p['n_star'], p['n_star_interval'], N)} "
+                             f"| {estimate(p['l_star'], p['l_star_interval'], L)} | {fitted} |")
     return "\n".join(lines)
 
 

@@ -23,6 +23,7 @@ from rltok.analysis.scaling_fit import (Crossover, FamilyFit, IsoProfile, Predic
                                         crossover, fit_study, predict, profiles_from_records, record_family,
                                         shared_seed_means, to_plain)
 from rltok.analysis.scaling_plots import inference_runs
+from rltok.analysis.table_cells import interval, number
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,15 +254,6 @@ def report_plain(rep: StudyReport, command: str | None = None, commit: str | Non
 
 # ---------------------------------------------------------------- report.md
 
-def _num(x: float | None, fmt: str = ".3g") -> str:
-    return "–" if x is None or not math.isfinite(x) else format(x, fmt)
-
-
-def _interval(lo_hi: Sequence[float], fmt: str = ".3g") -> str:
-    lo, hi = lo_hi
-    return f"[{_num(lo, fmt)}, {_num(hi, fmt)}]"
-
-
 def best_index(rep: StudyReport, family: str, budget: float) -> int:
     """The index in the reported profile of the size with the lowest mean choice loss (the
     selection split where the records have one), so the reported loss there is not a minimum
@@ -289,7 +281,7 @@ def best_table(rep: StudyReport) -> str:
             where = "fewer than 3 sizes" if iso is None else ("interior" if iso.interior else f"extend {iso.extend}")
             lines.append(f"| {family} | {budget:.3g} | {profile.means[i]:.4f} | {profile.sizes[i]:,.0f} | "
                          f"{','.join(map(str, profile.seeds[i]))} | {len(profile.sizes)} | "
-                         f"{_num(iso.n_star if iso else None)} | {where} | {_fit_quality(iso)} |")
+                         f"{number(iso.n_star if iso else None)} | {where} | {_fit_quality(iso)} |")
     return "\n".join(lines)
 
 
@@ -318,7 +310,7 @@ def envelope_table(rep: StudyReport) -> str:
         cells = [(p.e, "E"), (math.exp(p.log_a), "A"), (p.alpha, "alpha"), (math.exp(p.log_k), "k"), (p.a, "a")]
         note = env.note + ("; E at its bound 0" if env.e_fixed is None and p.e == 0 else "")
         lines.append(f"| {family} | {len(env.budgets)} ({env.fitted_range[0]:.3g}–{env.fitted_range[1]:.3g}) | "
-                     + " | ".join(f"{_num(v)} {_interval(iv[k])}" for v, k in cells) + f" | {note} |")
+                     + " | ".join(f"{number(v)} {interval(iv[k])}" for v, k in cells) + f" | {note} |")
     return "\n".join(lines)
 
 
@@ -343,7 +335,7 @@ def paired_table(rep: StudyReport) -> str:
         if d is None:
             lines.append(head + f"– | – | – | {v.reason} |")
         else:
-            lines.append(head + f"{','.join(map(str, d.seeds))} | {d.mean:+.4f} | {_interval((d.lo, d.hi), '+.4f')} "
+            lines.append(head + f"{','.join(map(str, d.seeds))} | {d.mean:+.4f} | {interval((d.lo, d.hi), '+.4f')} "
                          f"| {d.verdict} |")
     return "\n".join(lines)
 
@@ -353,8 +345,8 @@ def reference_table(rep: StudyReport) -> str:
     ref = rep.reference_scale
     lines = ["| family | predicted L* | predicted N* | N* / reference N | extrapolation |", "|---|---|---|---|---|"]
     for pred in rep.reference:
-        lines.append(f"| {pred.family} | {_num(pred.l_star, '.3f')} {_interval(pred.l_star_interval, '.3f')} | "
-                     f"{_num(pred.n_star)} {_interval(pred.n_star_interval)} | {_num(pred.n_star / ref.params)} | "
+        lines.append(f"| {pred.family} | {number(pred.l_star, '.3f')} {interval(pred.l_star_interval, '.3f')} | "
+                     f"{number(pred.n_star)} {interval(pred.n_star_interval)} | {number(pred.n_star / ref.params)} | "
                      f"{_decades(pred)} |")
     return "\n".join(lines)
 

@@ -1,0 +1,24 @@
+"""Cells of the scaling study's markdown tables: one way to print a number that may be missing."""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+MISSING = "–"
+
+
+def number(x: float | None, fmt: str = ".3g") -> str:
+    """`x` formatted, or an en dash where there is no number (None, NaN or infinite)."""
+    return MISSING if x is None or not math.isfinite(x) else format(x, fmt)
+
+
+def interval(lo_hi: Sequence[float | None], fmt: str = ".3g") -> str:
+    """`[lo, hi]` with each end formatted as `number` does."""
+    lo, hi = lo_hi
+    return f"[{number(lo, fmt)}, {number(hi, fmt)}]"
+
+
+def estimate(x: float | None, lo_hi: Sequence[float | None], fmt: str = ".3g") -> str:
+    """`x (lo–hi)`: a number with its interval, each formatted as `number` does."""
+    lo, hi = lo_hi
+    return f"{number(x, fmt)} ({number(lo, fmt)}–{number(hi, fmt)})"
