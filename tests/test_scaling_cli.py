@@ -661,3 +661,46 @@ def test_the_shapes_script_tables_each_shape_by_budget_and_bins_differences_by_s
                     "| 400–400 | 1 | +0.050 | +0.050 |", "| 600–600 | 1 | +0.033 | +0.033 |"]
     bad = subprocess.run(script + ["--family", "r", "--budget", "1e9", "--by-steps"], capture_output=True, text=True)
     assert bad.returncode != 0 and "--by-steps needs --minus" in bad.stderr
+
+
+def test_status_counts_runs_per_budget_and_estimates_the_time_left(tmp_path, capsys):
+    from rltok.analysis.scaling_adapt import run_grid
+    from rltok.analysis.scaling_status import status_table, study_status
+
+    data = corpus_folder(tmp_path, "salad")
+    spec = {"corpora": [str(data)], "budgets": [1e8, 3e8], "seeds": [0, 1], "preset": "test", "optimum_seeds": [2],
+            "size_rule": {"coef": 1.0, "exponent": 0.5, "span": 2, "points": 3}, "extend": 3,
+            "families": [{"method": "flat"}]}
+    grid = parse_grid(spec)
+    known, _ = known_loss_runner(lambda c: 5e4 if c < 2e8 else 1.2e4)
+
+    def timed(grid_, p, folder, split):  # each run "took" 10 s at 1e8 and 30 s at 3e8
+        return {**known(grid_, p, folder, split), "point_wall_s": 10.0 if p.budget < 2e8 else 30.0}
+
+    out = tmp_path / "study"
+    run_grid(grid, out, log=lambda m: None, runner=timed)
+    rows = {r["budget"]: r for r in study_status(grid, out)}
+    low, high = rows[1e8], rows[3e8]
+    # 1e8: its 6 ladder points, two extensions of 2 seeds, one optimum seed (as the extension test finds)
+    assert (low["ladder_done"], low["ladder_total"], low["done"]["extension"], low["done"]["optimum"]) == (6, 6, 4, 1)
+    assert low["complete"] and low["left_hours"] == 0.0 and low["mean_s"] == 10.0
+    assert high["complete"] and high["done"]["extension"] == 0
+    # two ladder runs and the optimum seed of 3e8 lost: not complete, 3 runs left at 30 s, ladder x (11 / 6)
+    for stem in sorted(p.stem for p in (out / "salad").glob("C3e08__*.json"))[:2]:
+        (out / "salad" / f"{stem}.json").unlink()
+    for p in (out / "salad").glob("C3e08__*__s2.json"):
+        p.unlink()
+    rows = {r["budget"]: r for r in study_status(grid, out)}
+    high = rows[3e8]
+    assert not high["complete"] and high["ladder_done"] == 4 and high["runs"] == 4
+    assert high["adaptive_ratio"] == pytest.approx(11 / 6)
+    assert high["left_hours"] == pytest.approx((6 * 11 / 6 - 4) * 30 / 3600)
+    table = status_table(list(rows.values()))
+    assert "| salad | C3e08 | 4/6 | 0 | 0 | 0 | no | 30 |" in table and "x1.83" in table
+    # the CLI prints the same table and trains nothing
+    gfile = tmp_path / "grid.json"
+    gfile.write_text(json.dumps(spec))
+    n = len(list((out / "salad").glob("*.json")))
+    assert main(["scaling", "--grid", str(gfile), "--out", str(out), "--status"]) == 0
+    assert "| salad | C1e08 | 6/6 | 4 | 1 | 0 | yes | 10 |" in capsys.readouterr().out
+    assert len(list((out / "salad").glob("*.json"))) == n

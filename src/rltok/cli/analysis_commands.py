@@ -73,6 +73,11 @@ def cmd_scaling(args) -> int:
     def log(message: str) -> None:
         print(message, file=sys.stderr)
 
+    if args.status:
+        from rltok.analysis.scaling_status import status_table, study_status
+
+        print(status_table(study_status(grid, out)))
+        return 0
     if args.predict or args.holdout:
         return _scaling_holdout(args, grid, out, log)
     if args.at:

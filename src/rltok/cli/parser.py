@@ -267,6 +267,9 @@ def _add_scaling(sub: Subcommands) -> None:
                         "are replaced, the others kept)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--fit-only", action="store_true", help="fit, plot and rewrite report.md from the runs already there; train nothing")
+    mode.add_argument("--status", action="store_true",
+                      help="where the study stands per corpus and budget: runs done, complete or not, seconds per "
+                           "run, the time left estimated; trains nothing")
     mode.add_argument("--predict", action="store_true",
                       help="fit without the grid's holdout_budgets and write OUT/prediction.json (once: an existing "
                            "one is never overwritten); train nothing")

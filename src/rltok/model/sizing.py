@@ -39,6 +39,7 @@ Targets more than (1 + TOLERANCE)^2 ~ 1.32x apart get strictly increasing N.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple, Sequence
 
@@ -149,6 +150,12 @@ def built_model(overrides: Sequence[str], preset: str = "tiny"):
     return unfitted_model(cfg.model, cfg.model.bpe_vocab or VOCAB_SIZE)
 
 
+@functools.lru_cache(maxsize=4096)
+def _non_embedding_params(overrides: tuple[str, ...], preset: str) -> int:
+    # a study builds the same ladders for every budget, corpus and dry run: each shape once
+    return built_model(overrides, preset).non_embedding_params()
+
+
 class Family:
     """A family's shapes on top of base overrides, each width's parameter count asked of built
     models: at one layer per knob, and with one more layer of each knob (blocks of a stack are
@@ -162,7 +169,7 @@ class Family:
         return [*self.fixed, *self.shape.overrides(width, self.shape.knobs(depth))]
 
     def params(self, overrides: Sequence[str]) -> int:
-        return built_model([*self.base, *overrides], self.preset).non_embedding_params()
+        return _non_embedding_params((*self.base, *overrides), self.preset)
 
     def _width(self, width: int) -> list[Candidate]:
         ones = {k: 1 for k in self.shape.knobs(1)}
