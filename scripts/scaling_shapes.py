@@ -1,10 +1,11 @@
 """Which shapes a family's ladders ran, and what each scored at every budget: per corpus and family,
 one row per shape (width and depth as the size rule built them: the hierarchy's byte/chunk width and
 encoder+main+decoder depth, a flat model's width and layers) and one column per budget, each cell
-the mean bpb over the seeds every rung of that budget ran (the seeds the study chose on), the
-budget's best shape in bold, "·" where that budget's ladder has no such shape. A budget whose
-envelope point sits off its neighbours can be read here: its ladder may have skipped the shape that
-wins at the budgets around it.
+the mean bpb over the seeds every rung of that budget ran (the seeds the study chose on; listed
+under the table), the budget's best shape in bold, "·" where that budget's ladder has no such shape
+(with `--minus`, where either family lacks it). Diverged runs are left out. A budget whose envelope
+point sits off its neighbours can be read here: its ladder may have skipped the shape that wins at
+the budgets around it.
 
     python scripts/scaling_shapes.py --out docs/results/scaling --family uniform whitespace \\
         --budget 3e11 6e11 1e12
@@ -12,12 +13,12 @@ wins at the budgets around it.
 `--split test` reads the test bpb instead of the select split's (val in the CPU grid). `--minus B`
 prints each family minus family B at the same shape instead (learned against uniform cuts share
 every shape: `--family rl rl_r0.1 --minus uniform uniform_r0.1`, one family to subtract or one per
-family): a difference read shape by shape, so a shape one side reaches only at some budgets does
+family; paired by seed): a difference read shape by shape, so a shape one side reaches only at some budgets does
 not move it. With `--by-steps` those differences (every corpus, pair, budget and shape as one cell)
 are binned by the run's optimizer steps (quartiles): whether a gap is paid in steps. Writes nothing;
 prints markdown.
 
-    python scripts/scaling_shapes.py --out docs/results/scaling --family rl rl_r0.1 \
+    python scripts/scaling_shapes.py --out docs/results/scaling --family rl rl_r0.1 \\
         --minus uniform uniform_r0.1 --budget 1e11 3e11 6e11 1e12 --by-steps
 """
 
@@ -35,51 +36,61 @@ def shape_of(rec: dict) -> str:
     return f"{rec.get('width')} {rec.get('depth')}"
 
 
-def shape_runs(folder: Path, family: str, budget: float) -> dict[str, list[dict]]:
-    """{shape: its records at the seeds every rung of this budget ran}: the study's choice seeds,
-    not the extra seeds its best size got."""
+def shape_runs(folder: Path, family: str, budget: float) -> dict[str, dict[int, dict]]:
+    """{shape: {seed: record}} at the seeds every rung of this budget ran (the study's choice
+    seeds, not the extra seeds its best size got; each rung's own seeds where the rungs share none,
+    as the study chooses). Diverged runs (no bpb) are left out first."""
     by_rung: dict[str, dict[int, dict]] = defaultdict(dict)
     for r in read_records(folder, f"{budget_tag(budget)}__{family}__N*__s*.json"):
-        by_rung[shape_of(r)][r["seed"]] = r
+        if r.get("bpb") is not None:
+            by_rung[shape_of(r)][r["seed"]] = r
     if not by_rung:
         return {}
     common = set.intersection(*(set(seeds) for seeds in by_rung.values()))
-    return {sh: [seeds[s] for s in sorted(common)] for sh, seeds in by_rung.items()}
+    return {sh: {s: r for s, r in seeds.items() if not common or s in common} for sh, seeds in by_rung.items()}
+
+
+def _key(split: str) -> str:
+    return "bpb_select" if split == "select" else "bpb"
 
 
 def shape_losses(folder: Path, family: str, budget: float, split: str = "select") -> dict[str, tuple[int, float]]:
-    """{shape: (N, mean bpb)} over the seeds every rung of this budget ran (diverged runs left out)."""
-    key = "bpb_select" if split == "select" else "bpb"
+    """{shape: (N, mean bpb)} over the seeds `shape_runs` keeps."""
     out = {}
-    for sh, recs in shape_runs(folder, family, budget).items():
-        vals = [r.get(key) for r in recs if r.get(key) is not None]
+    for sh, runs in shape_runs(folder, family, budget).items():
+        vals = [r[_key(split)] for r in runs.values() if r.get(_key(split)) is not None]
         if vals:
-            out[sh] = (recs[0]["non_embedding_params"], sum(vals) / len(vals))
+            out[sh] = (next(iter(runs.values()))["non_embedding_params"], sum(vals) / len(vals))
+    return out
+
+
+def shape_gaps(folder: Path, a: str, b: str, budget: float, split: str = "select") -> dict[str, tuple[int, float, float]]:
+    """{shape both ran: (A's N, mean of A − B over the seeds both kept, B's mean optimizer steps)}:
+    A and B paired by seed at the same shape (learned and uniform cuts build the same shapes; their
+    steps differ by under 1%, the boundary rule's parameters)."""
+    ra, rb, key = shape_runs(folder, a, budget), shape_runs(folder, b, budget), _key(split)
+    out = {}
+    for sh in set(ra) & set(rb):
+        seeds = [s for s in sorted(set(ra[sh]) & set(rb[sh]))
+                 if ra[sh][s].get(key) is not None and rb[sh][s].get(key) is not None]
+        if seeds:
+            gap = sum(ra[sh][s][key] - rb[sh][s][key] for s in seeds) / len(seeds)
+            steps = sum(rb[sh][s]["steps"] for s in seeds) / len(seeds)
+            out[sh] = (ra[sh][seeds[0]]["non_embedding_params"], gap, steps)
     return out
 
 
 def step_cells(folders: list[Path], pairs: list[tuple[str, str]], budgets: list[float],
                split: str = "select") -> list[tuple[float, float]]:
-    """(optimizer steps, A − B) per corpus, pair, budget and shape both ran: the difference of their
-    means over the seeds both ran, the steps of B's runs (the same shape trains the same steps)."""
-    key = "bpb_select" if split == "select" else "bpb"
-    cells = []
-    for folder in folders:
-        for a, b in pairs:
-            for budget in budgets:
-                ra, rb = shape_runs(folder, a, budget), shape_runs(folder, b, budget)
-                for sh in set(ra) & set(rb):
-                    xa = {r["seed"]: r for r in ra[sh] if r.get(key) is not None}
-                    xb = {r["seed"]: r for r in rb[sh] if r.get(key) is not None}
-                    seeds = sorted(set(xa) & set(xb))
-                    if seeds:
-                        gap = sum(xa[s][key] - xb[s][key] for s in seeds) / len(seeds)
-                        cells.append((sum(xb[s]["steps"] for s in seeds) / len(seeds), gap))
-    return sorted(cells)
+    """(optimizer steps, A − B) per corpus, pair, budget and shape both ran (`shape_gaps`), by steps."""
+    cells = [(steps, gap) for folder in folders for a, b in pairs for budget in budgets
+             for _, gap, steps in shape_gaps(folder, a, b, budget, split).values()]
+    return sorted(cells, key=lambda cell: cell[0])
 
 
 def steps_table(cells: list[tuple[float, float]], bins: int = 4) -> str:
-    """Markdown: the cells in `bins` groups of about equal count by steps, each group's mean and median gap."""
+    """Markdown: the cells (sorted by steps) in `bins` groups of about equal count, each group's mean
+    and median gap."""
     if not cells:
         return "no shape both families ran"
     lines = ["| steps | cells | mean A − B | median A − B |", "|---|---|---|---|"]
@@ -98,11 +109,11 @@ def steps_table(cells: list[tuple[float, float]], bins: int = 4) -> str:
 def shape_table(folder: Path, family: str, budgets: list[float], split: str = "select", minus: str | None = None) -> str:
     """Markdown: one row per shape (ordered by size), one column per budget, the best per budget bold;
     with `minus`, the family's bpb minus that family's at the same shape and budget (no bold)."""
-    cols = {b: shape_losses(folder, family, b, split) for b in budgets}
-    if minus is not None:
-        for b in budgets:
-            other = shape_losses(folder, minus, b, split)
-            cols[b] = {sh: (n, loss - other[sh][1]) for sh, (n, loss) in cols[b].items() if sh in other}
+    if minus is None:
+        cols = {b: shape_losses(folder, family, b, split) for b in budgets}
+    else:  # paired by seed at each shape both ran
+        cols = {b: {sh: (n, gap) for sh, (n, gap, _) in shape_gaps(folder, family, minus, b, split).items()}
+                for b in budgets}
     shapes: dict[str, int] = {}
     for losses in cols.values():
         for sh, (n, _) in losses.items():
@@ -121,7 +132,12 @@ def shape_table(folder: Path, family: str, budgets: list[float], split: str = "s
             text = f"{cols[b][sh][1]:{'+.3f' if minus else '.3f'}}"
             cells.append(f"**{text}**" if best.get(b) == sh else text)
         lines.append(f"| {sh} | {shapes[sh]:,} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    seeds = []
+    for b in budgets:
+        used = sorted({s for runs in shape_runs(folder, family, b).values() for s in runs})
+        if used:
+            seeds.append(f"{budget_tag(b)} seeds {','.join(map(str, used))}")
+    return "\n".join(lines) + ("\n\n" + "; ".join(seeds) if seeds else "")
 
 
 def main(argv=None) -> None:

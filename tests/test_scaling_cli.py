@@ -643,6 +643,9 @@ def test_the_shapes_script_tables_each_shape_by_budget_and_bins_differences_by_s
                     rec = {"family": fam, "budget_flops": budget, "seed": s, "non_embedding_params": n, "steps": steps,
                            "bpb": bpb + add + 0.5 * s, "bpb_select": bpb + add + 0.01 * s, "width": width, "depth": depth}
                     (folder / f"{budget_tag(budget)}__{fam}__N{n}__s{s}.json").write_text(json.dumps(rec))
+    # a diverged run (no bpb, no shape in its record) changes nothing
+    (folder / f"{budget_tag(1e9)}__u__N4000__s0.json").write_text(json.dumps(
+        {"family": "u", "budget_flops": 1e9, "seed": 0, "non_embedding_params": 4000, "bpb": None, "steps": 0}))
     script = [sys.executable, str(repo / "scripts" / "scaling_shapes.py"), "--out", str(tmp_path / "study")]
     out = subprocess.run(script + ["--family", "u", "--budget", "1e9", "3e9"], capture_output=True, text=True,
                          check=True).stdout
@@ -650,6 +653,7 @@ def test_the_shapes_script_tables_each_shape_by_budget_and_bins_differences_by_s
     # seed 2 of the optimum is left out (the seeds every rung ran: 0 and 1), a missing shape is "·"
     assert rows == ["| 16/32 1+1+1 | 1,000 | 2.505 | · |", "| 32/48 1+1+1 | 2,000 | **2.305** | **2.105** |",
                     "| 32/64 1+2+1 | 4,000 | · | 2.205 |"]
+    assert "C1e09 seeds 0,1; C3e09 seeds 0,1" in out
     out = subprocess.run(script + ["--family", "r", "--minus", "u", "--budget", "1e9", "3e9", "--split", "test"],
                          capture_output=True, text=True, check=True).stdout
     assert "| 32/48 1+1+1 | 2,000 | +0.100 | +0.033 |" in out and "| 16/32 1+1+1 | 1,000 | +0.050 | · |" in out
@@ -697,6 +701,16 @@ def test_status_counts_runs_per_budget_and_estimates_the_time_left(tmp_path, cap
     assert high["left_hours"] == pytest.approx((6 * 11 / 6 - 4) * 30 / 3600)
     table = status_table(list(rows.values()))
     assert "| salad | C3e08 | 4/6 | 0 | 0 | 0 | no | 30 |" in table and "x1.83" in table
+    # a budget not started: its runs cost the budget below's, times the budget ratio
+    later = parse_grid({**spec, "budgets": [1e8, 3e8, 9e8]})
+    rows = {r["budget"]: r for r in study_status(later, out)}
+    assert rows[9e8]["runs"] == 0 and not rows[9e8]["complete"]
+    assert rows[9e8]["left_hours"] == pytest.approx(6 * 11 / 6 * (30 * 3) / 3600)
+    # the data gone: the runs are still counted, completeness cannot be told
+    gone = parse_grid({**spec, "corpora": {"salad": str(tmp_path / "moved")}})
+    rows = {r["budget"]: r for r in study_status(gone, out)}
+    assert rows[1e8]["complete"] is None and rows[1e8]["runs"] == 11
+    assert "? (no data)" in status_table(list(rows.values()))
     # the CLI prints the same table and trains nothing
     gfile = tmp_path / "grid.json"
     gfile.write_text(json.dumps(spec))

@@ -221,7 +221,7 @@ def _write_scores(path: Path, grid: Grid, prediction: dict, scores: list[dict]) 
     _write_json(path, {"prediction_commit": prediction["commit"], "scores": kept + scores})
 
 
-L, N = ".4f", ",.0f"  # how the tables print losses (bpb) and sizes (parameters)
+LOSS_FMT, SIZE_FMT = ".4f", ",.0f"  # how the tables print losses (bpb) and sizes (parameters)
 
 
 def _yes(x) -> str:
@@ -234,8 +234,9 @@ def score_table(scores: list[dict]) -> str:
              "| N run / N* |", "|---|---|---|---|---|---|---|---|"]
     for s in scores:
         p = s["prediction"]
-        lines.append(f"| {s['corpus']} | {s['family']} | {s['budget']:.3g} | {estimate(p['l_star'], p['l_star_interval'], L)} "
-                     f"| {number(s['measured'], L)} ({len(s['seeds'])}) | {number(s['error'], '+.4f')} "
+        lines.append(f"| {s['corpus']} | {s['family']} | {s['budget']:.3g} "
+                     f"| {estimate(p['l_star'], p['l_star_interval'], LOSS_FMT)} "
+                     f"| {number(s['measured'], LOSS_FMT)} ({len(s['seeds'])}) | {number(s['error'], '+.4f')} "
                      f"| {'yes' if s['within'] else 'no'} | {number(s['size_ratio'], '.2f')} |")
     return "\n".join(lines)
 
@@ -294,10 +295,10 @@ def forecast_table(scores: list[dict]) -> str:
         if not s["minimum"]:
             flag = " (no minimum)"
         lines.append(f"| {s['corpus']} | {s['family']} | {budget_tag(s['budget'])} "
-                     f"| {estimate(p['l_star'], p['l_star_interval'], L)} "
-                     f"| {estimate(s['l_star'], s['l_star_interval'], L)}{flag} | {number(s['error'], '+.4f')} "
-                     f"| {_yes(s['within'])} | {estimate(p['n_star'], p['n_star_interval'], N)} "
-                     f"| {number(s['n_star'], N)}{flag} | {_yes(s['size_within'])} |")
+                     f"| {estimate(p['l_star'], p['l_star_interval'], LOSS_FMT)} "
+                     f"| {estimate(s['l_star'], s['l_star_interval'], LOSS_FMT)}{flag} | {number(s['error'], '+.4f')} "
+                     f"| {_yes(s['within'])} | {estimate(p['n_star'], p['n_star_interval'], SIZE_FMT)} "
+                     f"| {number(s['n_star'], SIZE_FMT)}{flag} | {_yes(s['size_within'])} |")
     return "\n".join(lines)
 
 
@@ -314,8 +315,8 @@ def prediction_table(prediction: dict) -> str:
                     lines.append(f"| {corpus} | {family} | {budget} | – | – | {p.get('error', 'no prediction')} |")
                     continue
                 fitted = ", ".join(budget_tag(b) for b in p.get("fitted_budgets", []))
-                lines.append(f"| {corpus} | {family} | {budget} | {estimate(p['n_star'], p['n_star_interval'], N)} "
-                             f"| {estimate(p['l_star'], p['l_star_interval'], L)} | {fitted} |")
+                lines.append(f"| {corpus} | {family} | {budget} | {estimate(p['n_star'], p['n_star_interval'], SIZE_FMT)} "
+                             f"| {estimate(p['l_star'], p['l_star_interval'], LOSS_FMT)} | {fitted} |")
     return "\n".join(lines)
 
 

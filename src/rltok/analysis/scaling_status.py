@@ -3,9 +3,13 @@ ladder points done out of the grid's, the adaptive runs done so far (extensions,
 verdict seeds), whether the budget is complete (a dry run of the study finds nothing left to run
 there), the mean time of its runs, and the time left, estimated. Trains nothing.
 
-The estimate: the ladder points left times the budget's mean run time, times the ratio of all
-runs to ladder runs at the largest complete budget (the adaptive steps cannot be known before the
-ladder's results); with no complete budget, the ladder alone, and said so.
+The estimate, per family: its ladder points times the ratio of all runs to ladder runs at the
+largest complete budget (the adaptive steps cannot be known before the ladder's results; with no
+complete budget, the ladder alone, and said so), less the runs it has, times its mean seconds per
+run at this budget, or, before it has one, its mean at the largest budget below times the budget
+ratio (a run's time grows about in proportion to its FLOPs here: 1.4-1.9x per 1.7-2x of budget,
+4.8x per 3x for the smallest flat shape from 1e12 to 3e12). At least one run is left while a
+budget is not complete.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from pathlib import Path
 
 from rltok.analysis.scaling import Grid, budget_tag, grid_points, point_done, read_records
 from rltok.analysis.table_cells import number
+from rltok.config import ConfigError
+from rltok.data.sources import DataError
 
 KINDS = ("ladder", "extension", "optimum", "verdict")
 
@@ -23,21 +29,61 @@ def _run_seconds(rec: dict) -> float | None:
     return rec.get("point_wall_s", rec.get("wall_s"))
 
 
+def _family_seconds(records: list[dict]) -> dict[str, float]:
+    """{family: mean seconds per run} over the records that have a time."""
+    by: dict[str, list[float]] = {}
+    for r in records:
+        if _run_seconds(r):
+            by.setdefault(r.get("family"), []).append(_run_seconds(r))
+    return {f: sum(v) / len(v) for f, v in by.items()}
+
+
 def budget_status(grid: Grid, out: Path, corpus: str, budget: float) -> dict:
-    """One corpus and budget: counts per kind of run, completeness, mean seconds per run."""
+    """One corpus and budget: counts per kind of run, completeness (None where the corpus's data
+    cannot be read, so the dry run cannot tell), mean seconds per run, overall and per family."""
     from rltok.analysis.scaling_holdout import pending_point
 
     one = dataclasses.replace(grid, corpora={corpus: grid.corpora[corpus]}, budgets=(budget,))
     ladder = grid_points(one, log=lambda message: None)
-    records = read_records(out / corpus, f"{budget_tag(budget)}__*__N*__s*.json") if (out / corpus).is_dir() else []
+    folder = out / corpus
+    records = read_records(folder, f"{budget_tag(budget)}__*__N*__s*.json") if folder.is_dir() else []
     records = [r for r in records if r.get("point_kind", "ladder") in KINDS]
     seconds = [s for s in map(_run_seconds, records) if s]
     done = {kind: sum(1 for r in records if r.get("point_kind", "ladder") == kind) for kind in KINDS}
+    try:
+        complete = pending_point(one, out) is None
+    except (ConfigError, DataError, OSError):
+        complete = None
+    ladder_by_family: dict[str, int] = {}
+    for p in ladder:
+        ladder_by_family[p.family.name] = ladder_by_family.get(p.family.name, 0) + 1
     return {"corpus": corpus, "budget": budget, "ladder_total": len(ladder),
             "ladder_done": sum(point_done(out, p) for p in ladder), "done": done, "runs": len(records),
-            "complete": pending_point(one, out) is None,
-            "mean_s": sum(seconds) / len(seconds) if seconds else None,
-            "hours": sum(seconds) / 3600}
+            "complete": complete, "mean_s": sum(seconds) / len(seconds) if seconds else None,
+            "hours": sum(seconds) / 3600, "ladder_by_family": ladder_by_family,
+            "runs_by_family": {f: sum(1 for r in records if r.get("family") == f) for f in ladder_by_family},
+            "family_s": _family_seconds(records)}
+
+
+def _left_hours(row: dict, below: list[dict], ratio: float | None) -> float | None:
+    """The estimate of the module docstring for one corpus and budget; None where no run of a
+    family has a time at this budget or any below it."""
+    total = 0.0
+    for fam, n_ladder in row["ladder_by_family"].items():
+        left = n_ladder * (ratio or 1.0) - row["runs_by_family"].get(fam, 0)
+        if left <= 0:
+            continue
+        mean = row["family_s"].get(fam)
+        if mean is None:
+            prev = next((b for b in sorted(below, key=lambda b: -b["budget"]) if fam in b["family_s"]), None)
+            if prev is None:
+                return None
+            mean = prev["family_s"][fam] * row["budget"] / prev["budget"]
+        total += left * mean
+    if total == 0.0:  # not complete, yet the ladders look done: the adaptive runs left are at least one
+        means = list(row["family_s"].values())
+        total = sum(means) / len(means) if means else 0.0
+    return total / 3600
 
 
 def study_status(grid: Grid, out: Path) -> list[dict]:
@@ -46,16 +92,12 @@ def study_status(grid: Grid, out: Path) -> list[dict]:
     for corpus in grid.corpora:
         mine = [r for r in rows if r["corpus"] == corpus]
         finished = [r for r in mine if r["complete"] and r["ladder_done"]]
-        ratio = finished[-1]["runs"] / finished[-1]["ladder_done"] if finished else None
+        largest = max(finished, key=lambda r: r["budget"]) if finished else None
+        ratio = largest["runs"] / largest["ladder_done"] if largest else None
         for r in mine:
             r["adaptive_ratio"] = ratio
-            if r["complete"]:
-                r["left_hours"] = 0.0
-                continue
-            # a budget not started yet: its cost per run unknown here, the last measured one stands in
-            mean = r["mean_s"] or next((m["mean_s"] for m in reversed(mine) if m["mean_s"]), None)
-            left_runs = (r["ladder_total"] * (ratio or 1.0)) - r["runs"]
-            r["left_hours"] = None if mean is None else max(left_runs, 0) * mean / 3600
+            below = [b for b in mine if b["budget"] < r["budget"]]
+            r["left_hours"] = 0.0 if r["complete"] else _left_hours(r, below, ratio)
     return rows
 
 
@@ -65,13 +107,15 @@ def status_table(rows: list[dict]) -> str:
              "| machine-hours | left (est.) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         left = "–" if r["complete"] else (number(r["left_hours"], ".1f") + " h")
+        complete = {True: "yes", False: "no", None: "? (no data)"}[r["complete"]]
         lines.append(f"| {r['corpus']} | {budget_tag(r['budget'])} | {r['ladder_done']}/{r['ladder_total']} "
                      f"| {r['done']['extension']} | {r['done']['optimum']} | {r['done']['verdict']} "
-                     f"| {'yes' if r['complete'] else 'no'} | {number(r['mean_s'], '.0f')} | {r['hours']:.2f} "
+                     f"| {complete} | {number(r['mean_s'], '.0f')} | {r['hours']:.2f} "
                      f"| {left} |")
     ratios = {r["corpus"]: r["adaptive_ratio"] for r in rows}
     notes = [f"{c}: x{v:.2f}" if v else f"{c}: ladder only (no complete budget yet)" for c, v in ratios.items()]
-    lines += ["", "Time left: the runs left times the budget's mean seconds per run (the last measured budget's "
-              "where none has run), the ladder scaled by all runs / ladder runs at the largest complete budget "
-              f"for the adaptive steps ({'; '.join(notes)}). Machine-hours: one core each."]
+    lines += ["", "Time left, per family: its ladder scaled by all runs / ladder runs at the largest complete "
+              f"budget for the adaptive steps ({'; '.join(notes)}), less its runs, times its seconds per run at "
+              "this budget (before its first: at the budget below, times the budget ratio). Machine-hours: one "
+              "core each."]
     return "\n".join(lines)
