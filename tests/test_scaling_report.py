@@ -274,10 +274,12 @@ def test_the_best_size_is_chosen_on_the_selection_split():
     for n, (test, val) in {1e4: (3.0, 3.1), 2e4: (2.9, 3.2), 4e4: (3.05, 3.0)}.items():
         for s in (0, 1):
             recs.append({"family": "flat", "budget_flops": 1e9, "target_size": n, "non_embedding_params": n,
-                         "seed": s, "bpb": test + 0.01 * s, "bpb_select": val + 0.01 * s, "split": "test"})
+                         "seed": s, "bpb": test + 0.01 * s, "bpb_select": val + 0.01 * s, "split": "test",
+                         "width": str(int(n // 1000)), "depth": "2"})
     rep = build_report(recs, n_boot=10)
     assert rep.profiles["flat"][1e9].sizes[best_index(rep, "flat", 1e9)] == 4e4
-    assert "| flat | 1e+09 | 3.0550 | 40,000 | 0,1 | 3 |" in best_table(rep)
+    # the row names the chosen size's shape as its records state it
+    assert "| flat | 1e+09 | 3.0550 | 40,000 | 40 × 2 | 0,1 | 3 |" in best_table(rep)
 
 
 def test_a_groups_members_are_compared_on_the_seeds_their_best_sizes_share():
@@ -290,3 +292,17 @@ def test_a_groups_members_are_compared_on_the_seeds_their_best_sizes_share():
     extra = runs("m1", {0: 3.0, 1: 3.0, 2: 3.0, 3: 3.3, 4: 3.3, 5: 3.3})  # verdict seeds 3-5 ran badly
     rep = build_report(extra + runs("m2", {0: 3.1, 1: 3.1, 2: 3.1}), {"g": ["m1", "m2"]}, n_boot=10)
     assert rep.choices[0].member == "m1" and rep.choices[0].loss == pytest.approx(3.0)
+
+
+def test_a_groups_best_row_names_its_chosen_members_shape():
+    from rltok.analysis.scaling_report import best_table, build_report
+
+    recs = []
+    for fam, loss, width in (("m1", 3.0, "32/48"), ("m2", 3.1, "16/32")):
+        for n in (1e3, 2e3, 4e3):
+            for s in (0, 1):
+                recs.append({"family": fam, "budget_flops": 1e9, "non_embedding_params": n, "seed": s, "split": "test",
+                             "bpb": loss + (0.0 if n == 2e3 else 0.5), "width": width, "depth": f"1+{int(n // 1e3)}+1"})
+    table = best_table(build_report(recs, {"g": ["m1", "m2"]}, n_boot=10))
+    assert "| g | 1e+09 | 3.0000 | 2,000 | 32/48 × 1+2+1 |" in table
+    assert "| m2 | 1e+09 | 3.1000 | 2,000 | 16/32 × 1+2+1 |" in table

@@ -21,7 +21,7 @@ import numpy as np
 from rltok.analysis.paired_stats import PairedDifference, paired_difference
 from rltok.analysis.scaling_fit import (Crossover, FamilyFit, IsoProfile, Prediction, best_size_index, choice_records,
                                         crossover, fit_study, predict, profiles_from_records, record_family,
-                                        shared_seed_means, to_plain)
+                                        record_size, shared_seed_means, to_plain)
 from rltok.analysis.scaling_plots import inference_runs
 from rltok.analysis.table_cells import interval, number
 
@@ -266,20 +266,33 @@ def best_index(rep: StudyReport, family: str, budget: float) -> int:
     return int(np.flatnonzero(profile.sizes == size)[0])
 
 
+def best_shape(rep: StudyReport, family: str, budget: float, size: float) -> str:
+    """The width and depth of a family's (or a group's member's) runs of `size` at `budget`, as
+    their records state them: "32/48 × 1+1+1" (byte/chunk width, encoder+main+decoder layers),
+    "32 × 2" (a flat model's width and layers); "–" where the records do not say."""
+    member = next((c.member for c in rep.choices if c.group == family and c.budget == budget), family)
+    for r in rep.records:
+        if (record_family(r) == member and r.get("budget_flops") == budget and record_size(r) == size
+                and r.get("width") is not None):
+            return f"{r['width']} × {r.get('depth')}"
+    return "–"
+
+
 def best_table(rep: StudyReport) -> str:
     """(a) Per family and budget: the loss at the best size (chosen on the selection split), that
-    size and its seeds, the fitted N* and whether the optimum is interior, and how well the
-    parabola fits: the sd of the size means about it beside the sd a size mean has from seed
+    size, its shape and its seeds, the fitted N* and whether the optimum is interior, and how well
+    the parabola fits: the sd of the size means about it beside the sd a size mean has from seed
     noise alone (the seeds' sd over the root of the mean seeds per size). A residual well above
     that noise: the profile is not a parabola, and its N* is read with that."""
-    lines = ["| family | budget | bpb at the best size | at N | seeds | sizes | fitted N* | optimum "
-             "| residual sd / noise of a size mean |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| family | budget | bpb at the best size | at N | shape | seeds | sizes | fitted N* | optimum "
+             "| residual sd / noise of a size mean |", "|---|---|---|---|---|---|---|---|---|---|"]
     for family in sorted(rep.profiles):
         for budget, profile in sorted(rep.profiles[family].items()):
             i = best_index(rep, family, budget)
             iso = rep.study[family].isofits.get(budget)
             where = "fewer than 3 sizes" if iso is None else ("interior" if iso.interior else f"extend {iso.extend}")
             lines.append(f"| {family} | {budget:.3g} | {profile.means[i]:.4f} | {profile.sizes[i]:,.0f} | "
+                         f"{best_shape(rep, family, budget, profile.sizes[i])} | "
                          f"{','.join(map(str, profile.seeds[i]))} | {len(profile.sizes)} | "
                          f"{number(iso.n_star if iso else None)} | {where} | {_fit_quality(iso)} |")
     return "\n".join(lines)
