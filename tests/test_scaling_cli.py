@@ -565,6 +565,8 @@ def test_the_grid_example_of_the_docs_parses():
     block = block[block.index("```toml") + len("```toml"):]
     grid = parse_grid(tomllib.loads(block[:block.index("```")]))
     assert grid.verdict_families == ("whitespace",) and grid.optimum_seeds == (2,) and grid.interior_only
+    ws = next(f for f in grid.families if f.name == "whitespace")
+    assert (ws.aspect, ws.byte_ratio) == (48.0, 0.67)
 
 
 def test_the_centres_script_extrapolates_each_familys_optimum_to_a_new_budget(tmp_path):
@@ -718,3 +720,24 @@ def test_status_counts_runs_per_budget_and_estimates_the_time_left(tmp_path, cap
     assert main(["scaling", "--grid", str(gfile), "--out", str(out), "--status"]) == 0
     assert "| salad | C1e08 | 6/6 | 4 | 1 | 0 | yes | 10 |" in capsys.readouterr().out
     assert len(list((out / "salad").glob("*.json"))) == n
+
+
+def test_a_family_can_set_its_shape_rules_aspect_and_byte_width():
+    from rltok.analysis.scaling import budget_ladders
+
+    spec = {"corpora": {"salad": "nowhere"}, "budgets": [1e12], "preset": "tiny",
+            "families": [{"name": "plain", "method": "uniform", "sizes": [1.5e5]},
+                         {"name": "shallow", "method": "uniform", "sizes": [1.5e5], "aspect": 64, "byte_ratio": 0.75}]}
+    grid = parse_grid(spec)
+    assert (grid.families[0].aspect, grid.families[0].byte_ratio) == (None, None)
+    assert (grid.families[1].aspect, grid.families[1].byte_ratio) == (64.0, 0.75)
+    (plain,), (shallow,) = (budget_ladders(grid, f, [1e12], log=lambda m: None)[1e12] for f in grid.families)
+    assert "model.main_layers=2" in plain.overrides and "model.d_byte=32" in plain.overrides
+    # 64 wide with one main layer (width/depth 64), its byte level at 0.75 of it: 48
+    assert {"model.d_chunk=64", "model.main_layers=1", "model.d_byte=48"} <= set(shallow.overrides)
+    for bad, match in (({"aspect": 0}, "aspect"), ({"aspect": "wide"}, "aspect"), ({"byte_ratio": 1.5}, "byte_ratio")):
+        with pytest.raises(ConfigError, match=match):
+            parse_grid({**spec, "families": [{"method": "uniform", "sizes": [1.5e5], **bad}]})
+    flat = parse_grid({**spec, "families": [{"method": "flat", "sizes": [1.5e5], "byte_ratio": 0.75}]})
+    with pytest.raises(ConfigError, match="byte_ratio"):  # the flat model has no byte level
+        budget_ladders(flat, flat.families[0], [1e12], log=lambda m: None)

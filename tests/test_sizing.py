@@ -195,3 +195,30 @@ def test_counts_followed_in_depth_equal_the_built_models(family):
     fam = Family(family)
     for c in [c for c in fam.candidates(1e5) if c.width == 48 and c.depth in (1, 5, 7)]:
         assert c.n == fam.params(fam.overrides(c.width, c.depth)), c
+
+
+def test_a_study_can_aim_at_another_aspect_and_byte_width():
+    """`aspect` moves the rule's width/depth aim (wider, shallower shapes at 64); `byte_ratio`
+    sets the hierarchy's byte width; the defaults are the rule's own; nonsense is refused."""
+    targets = [7.5e4, 1.5e5, 3e5]
+    base = ["model.chunker=uniform"]
+    default = ladder("hourglass", targets, base)
+    assert default == ladder("hourglass", targets, base, aspect=ASPECT, byte_ratio=0.5)
+    wide = ladder("hourglass", targets, base, aspect=64)
+
+    def shape(rung):
+        cfg = load_config("tiny", overrides=[*base, *rung.overrides]).model
+        return cfg.d_chunk, cfg.main_layers, cfg.d_byte
+
+    assert [shape(r) for r in default][1:] == [(64, 2, 32), (80, 3, 48)]
+    assert [shape(r) for r in wide][1:] == [(80, 1, 48), (96, 2, 48)]  # nearer width/depth 64, within 15% of N
+    assert all(abs(r.achieved / r.target - 1) <= TOLERANCE for r in wide)
+    wider_bytes = ladder("hourglass", targets, base, byte_ratio=0.75)
+    assert all(shape(r)[2] >= round(0.75 * shape(r)[0] / 16) * 16 for r in wider_bytes)
+    assert shape(wider_bytes[1])[2] > shape(default[1])[2]
+    with pytest.raises(ValueError, match="byte_ratio"):
+        ladder("flat", targets, byte_ratio=0.5)
+    with pytest.raises(ValueError, match="byte_ratio"):
+        ladder("hourglass", targets, base, byte_ratio=1.5)
+    with pytest.raises(ValueError, match="aspect"):
+        ladder("flat", targets, aspect=0)

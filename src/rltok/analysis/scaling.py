@@ -38,7 +38,8 @@ GRID_KEYS = {"corpora", "budgets", "families", "seeds", "split", "preset", "max_
              "n_boot", "size_rule", "extend", "lr_rule", "warmup_frac", "optimum_seeds", "holdout_budgets",
              "holdout_seeds", "select_split", "groups", "crossovers", "eval_context", "interior_only", "lr_schedule",
              "cooldown_frac", "verdict_seeds", "fit_from"}
-FAMILY_KEYS = {"name", "method", "overrides", "n_min", "n_max", "points", "sizes", "size_coef", "lr_mult", "centres"}
+FAMILY_KEYS = {"name", "method", "overrides", "n_min", "n_max", "points", "sizes", "size_coef", "lr_mult", "centres",
+               "aspect", "byte_ratio"}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]*(_[A-Za-z0-9.+-]+)*")  # a file-name part without "__"
 RESULTS_GLOB = "C*__*__N*__s*.json"  # the run records of a corpus folder (not fits.json)
 
@@ -55,6 +56,8 @@ class FamilySpec:
     # (budget, N): the size window's centre at that budget instead of the rule's (a budget not yet
     # run re-centred on the optimum the smaller budgets point to; the others keep their ladders)
     centres: tuple[tuple[float, float], ...] = ()
+    aspect: float | None = None  # the shape rule's width / depth aim (rltok.model.sizing.ASPECT when None)
+    byte_ratio: float | None = None  # the hierarchy's byte width over its chunk width (half when None)
 
     def centre_at(self, budget: float) -> float | None:
         return dict(self.centres).get(float(budget))
@@ -140,8 +143,20 @@ def _family(d: dict, i: int, has_rule: bool) -> FamilySpec:
     if not 0 < lr_mult < math.inf:
         raise ConfigError(f"{where}: lr_mult must be > 0")
     coef = float(d["size_coef"]) if "size_coef" in d else None
+    shape = {}
+    for key in ("aspect", "byte_ratio"):
+        if key in d:
+            try:
+                shape[key] = float(d[key])
+            except (TypeError, ValueError):
+                raise ConfigError(f"{where}: `{key}` is a number, got {d[key]!r}") from None
+    if not 0 < shape.get("aspect", 1.0) < math.inf:
+        raise ConfigError(f"{where}: `aspect` (the shapes' width / depth aim) must be > 0")
+    if not 0 < shape.get("byte_ratio", 0.5) <= 1:
+        raise ConfigError(f"{where}: `byte_ratio` (the byte level's width over the chunk level's) must be in (0, 1]")
     return FamilySpec(_name(str(d.get("name", d["method"])), where), d["method"], tuple(d.get("overrides", ())),
-                      tuple(sizes), coef, lr_mult, _centres(d.get("centres"), where, bool(sizes) or not has_rule))
+                      tuple(sizes), coef, lr_mult, _centres(d.get("centres"), where, bool(sizes) or not has_rule),
+                      **shape)
 
 
 def _centres(d, where: str, no_rule: bool) -> tuple[tuple[float, float], ...]:
@@ -315,7 +330,8 @@ def family_rungs(grid: Grid, fam: FamilySpec, targets) -> dict[int, object]:
         method = method_overrides(fam.method)
         base = [*family_overrides(grid, fam), *method]  # as method_config orders them
         arch = load_config(grid.preset, overrides=base).model.arch
-        rungs = ladder(arch, sorted({float(t) for t in targets}), base, grid.preset)
+        shape = {k: v for k, v in (("aspect", fam.aspect), ("byte_ratio", fam.byte_ratio)) if v is not None}
+        rungs = ladder(arch, sorted({float(t) for t in targets}), base, grid.preset, **shape)
     except ValueError as e:
         raise ConfigError(f"family {fam.name}: {e}") from None
     return {round(r.target): r for r in rungs}

@@ -12,7 +12,10 @@ The shape rule (every family):
   - At these widths each added layer or 16 columns moves N by up to 2x, so the exact ratio hits
     only a few sizes. The rule therefore picks, among all (width, depth) whose N is within
     TOLERANCE (15%) of the target, the one whose width/depth is nearest ASPECT (in log), then the
-    nearer N; where no shape is that close, the nearest N (`choose`).
+    nearer N; where no shape is that close, the nearest N (`choose`). `ladder(..., aspect=)` aims
+    elsewhere: at these widths the shape moves the loss as much as the size does (in the CPU
+    study a 32-wide byte level with one main layer beat every other shape of its 1e12 ladder by
+    0.06-0.3 bpb), so a study can vary the aspect (and the hierarchy's byte width, `byte_ratio`).
 Per family (the width and depth above are those of the family's main stack):
   - flat byte transformer (model.arch=flat): d_chunk = width, flat_layers = depth. Its attention
     window (model.flat_window) is left to the base overrides: it changes FLOPs, not parameters.
@@ -20,7 +23,8 @@ Per family (the width and depth above are those of the family's main stack):
     (model.bpe_vocab, DEFAULT_BPE_VOCAB unless the base overrides set one) sizes the embedding and
     output layer, which are not counted in N.
   - hierarchy (model.arch=hourglass): d_chunk = width, main_layers = depth; the byte level at half
-    the chunk width (d_byte = width / 2 rounded to a multiple of 16, at least 16; 8 at width 8) with
+    the chunk width (d_byte = width / 2 rounded to a multiple of 16, at least 16; 8 at width 8;
+    `byte_ratio` sets another share) with
     encoder_layers = decoder_layers = max(1, round(main_layers / 3)) (as the reference shapes
     nl-147m and code-90m: 8 and 10 main layers, 3 byte layers a side). The byte window, the
     boundary rule and the rate come from the base overrides.
@@ -99,16 +103,24 @@ class TokenShape(FlatShape):
 
 
 class HierarchyShape(FlatShape):
-    """The hourglass: the chunk level at the width, the byte level at half of it; `depth` is
-    the main network's, the byte level has a third of it on each side (at least one layer)."""
+    """The hourglass: the chunk level at the width, the byte level at `byte_ratio` of it (half by
+    default); `depth` is the main network's, the byte level has a third of it on each side (at
+    least one layer)."""
 
     arch = "hourglass"
+
+    def __init__(self, byte_ratio: float = 0.5):
+        if not 0 < byte_ratio <= 1:
+            raise ValueError(f"byte_ratio (the byte level's width over the chunk level's) must be in (0, 1], "
+                             f"got {byte_ratio}")
+        self.byte_ratio = byte_ratio
 
     def knobs(self, depth: int) -> dict[str, int]:
         return {"main_layers": depth, "byte_layers": max(1, round_half_up(depth / 3))}
 
     def overrides(self, width: int, knobs: dict[str, int]) -> list[str]:
-        d_byte = width if width < HEAD_DIM else max(HEAD_DIM, HEAD_DIM * round_half_up(width / 2 / HEAD_DIM))
+        d_byte = width if width < HEAD_DIM else max(
+            HEAD_DIM, HEAD_DIM * round_half_up(width * self.byte_ratio / HEAD_DIM))
         side = knobs["byte_layers"]
         return [f"model.d_chunk={width}", f"model.n_heads_chunk={heads(width)}",
                 f"model.main_layers={knobs['main_layers']}", f"model.d_byte={d_byte}",
@@ -134,10 +146,15 @@ class Candidate(NamedTuple):
     n: int  # non-embedding parameters (the built models' counts, affine in each layer count)
 
 
-def shape_of(family: str) -> FlatShape:
+def shape_of(family: str, byte_ratio: float | None = None) -> FlatShape:
+    """A family's shape rule; `byte_ratio` (the hierarchy only) sets its byte level's width."""
     if family not in SHAPES:
         raise ValueError(f"unknown family {family!r}; choose from {', '.join(SHAPES)}")
-    return SHAPES[family]
+    if byte_ratio is None:
+        return SHAPES[family]
+    if family != HierarchyShape.arch:
+        raise ValueError(f"byte_ratio sets the hierarchy's byte level: {family!r} has none")
+    return HierarchyShape(byte_ratio)
 
 
 def built_model(overrides: Sequence[str], preset: str = "tiny"):
@@ -161,8 +178,9 @@ class Family:
     models: at one layer per knob, and with one more layer of each knob (blocks of a stack are
     identical, so N is affine in each layer count and every depth follows without a build)."""
 
-    def __init__(self, family: str, base_overrides: Sequence[str] = (), preset: str = "tiny"):
-        self.shape, self.base, self.preset = shape_of(family), list(base_overrides), preset
+    def __init__(self, family: str, base_overrides: Sequence[str] = (), preset: str = "tiny",
+                 byte_ratio: float | None = None):
+        self.shape, self.base, self.preset = shape_of(family, byte_ratio), list(base_overrides), preset
         self.fixed = self.shape.fixed(load_config(preset, overrides=self.base).model)
 
     def overrides(self, width: int, depth: int) -> list[str]:
@@ -193,31 +211,36 @@ class Family:
         return out
 
 
-def choose(candidates: Sequence[Candidate], target: float) -> Candidate:
+def choose(candidates: Sequence[Candidate], target: float, aspect: float = ASPECT) -> Candidate:
     """The shape for `target` N: among those within TOLERANCE of it, the one whose width/depth
-    is nearest ASPECT (then the nearer N); where none is that close, the nearest N."""
+    is nearest `aspect` (ASPECT by default; then the nearer N); where none is that close, the
+    nearest N."""
     def miss(c: Candidate) -> float:
         return abs(math.log(c.n / target))
 
     near = [c for c in candidates if miss(c) <= math.log1p(TOLERANCE)]
     if not near:
         return min(candidates, key=miss)
-    return min(near, key=lambda c: (abs(math.log(c.width / c.depth / ASPECT)), miss(c)))
+    return min(near, key=lambda c: (abs(math.log(c.width / c.depth / aspect)), miss(c)))
 
 
 def ladder(family: str, sizes: Sequence[float], base_overrides: Sequence[str] = (),
-           preset: str = "tiny") -> list[Rung]:
+           preset: str = "tiny", aspect: float = ASPECT, byte_ratio: float | None = None) -> list[Rung]:
     """For each target N in `sizes`, the shape of `family` ("flat", "bpe_token", "hourglass")
-    that the shape rule picks (`choose`), on top of `base_overrides` (a boundary rule, a window,
-    a vocabulary); N_achieved is its built model's non_embedding_params(). `overrides` holds the
-    family and shape keys only: load_config(preset, [*base_overrides, *overrides]) builds it."""
+    that the shape rule picks (`choose`, aiming at width/depth = `aspect`; the hierarchy's byte
+    level at `byte_ratio` of its chunk width, half by default), on top of `base_overrides` (a
+    boundary rule, a window, a vocabulary); N_achieved is its built model's non_embedding_params().
+    `overrides` holds the family and shape keys only: load_config(preset, [*base_overrides,
+    *overrides]) builds it."""
     if any(target <= 0 for target in sizes):
         raise ValueError(f"model sizes must be > 0, got {list(sizes)}")
-    fam = Family(family, base_overrides, preset)
+    if not 0 < aspect < math.inf:
+        raise ValueError(f"aspect (width / depth) must be > 0, got {aspect}")
+    fam = Family(family, base_overrides, preset, byte_ratio)
     options = fam.candidates(max(sizes, default=0))
     rungs = []
     for target in sizes:
-        best = choose(options, target)
+        best = choose(options, target, aspect)
         overrides = fam.overrides(best.width, best.depth)
         rungs.append(Rung(target, fam.params(overrides), overrides))
     return rungs
