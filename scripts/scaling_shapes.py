@@ -150,6 +150,9 @@ def main(argv=None) -> None:
     ap.add_argument("--minus", nargs="+", metavar="FAMILY",
                     help="print each family minus this one (or minus its own, one per --family) at the same shape")
     ap.add_argument("--by-steps", action="store_true", help="with --minus: the differences binned by optimizer steps")
+    ap.add_argument("--bins", type=int, default=4, help="with --by-steps: how many groups of about equal count")
+    ap.add_argument("--min-steps", type=float, default=0.0,
+                    help="with --by-steps: only the cells whose runs took more than this many steps")
     args = ap.parse_args(argv)
     corpora = sorted(p for p in args.out.iterdir() if p.is_dir() and any(p.glob("C*__*.json")))
     if not corpora:
@@ -165,7 +168,10 @@ def main(argv=None) -> None:
         pairs = list(zip(args.family, others))
         print(f"### {', '.join(f'{a} − {b}' for a, b in pairs)} by optimizer steps ({args.split} bpb; "
               f"{', '.join(f.name for f in corpora)}; {', '.join(budget_tag(b) for b in budgets)})\n")
-        print(steps_table(step_cells(corpora, pairs, budgets, args.split)))
+        if args.bins < 1:
+            raise SystemExit("--bins must be >= 1")
+        cells = [c for c in step_cells(corpora, pairs, budgets, args.split) if c[0] > args.min_steps]
+        print(steps_table(cells, args.bins))
         return
     for folder in corpora:
         for i, fam in enumerate(args.family):

@@ -665,6 +665,9 @@ def test_the_shapes_script_tables_each_shape_by_budget_and_bins_differences_by_s
             or line.startswith("| 4") or line.startswith("| 6")]
     assert bins == ["| 200–200 | 1 | +0.100 | +0.100 |", "| 300–300 | 1 | +0.067 | +0.067 |",
                     "| 400–400 | 1 | +0.050 | +0.050 |", "| 600–600 | 1 | +0.033 | +0.033 |"]
+    out = subprocess.run(script + ["--family", "r", "--minus", "u", "--budget", "1e9", "3e9", "--by-steps", "--bins", "1",
+                                   "--min-steps", "250"], capture_output=True, text=True, check=True).stdout
+    assert "| 300–600 | 3 | +0.050 | +0.050 |" in out  # the 200-step cell left out; (1/15 + 1/20 + 1/30) / 3
     bad = subprocess.run(script + ["--family", "r", "--budget", "1e9", "--by-steps"], capture_output=True, text=True)
     assert bad.returncode != 0 and "--by-steps needs --minus" in bad.stderr
 
