@@ -198,3 +198,27 @@ def test_a_settled_cut_follows_the_rate_it_holds():
     half.settle()  # objective.settle_threshold=half: p > 0.5, nothing held
     half.follow_rate(0.4)
     assert half.cut_at == 0.0
+
+
+@pytest.mark.slow
+def test_a_compiled_model_settles_and_keeps_its_cuts_fixed(tmp_path):
+    """train.compile=true: the settle flag flips inside a compiled model's forward (a guard, so a
+    recompile), and from then on the compiled model cuts greedily and nothing trains the rule."""
+    trainer = Trainer(cfg(tmp_path, "train.max_steps=8", "objective.policy_until=0.4", "train.compile=true"),
+                      corpus=corpus(), quiet=True)
+    assert trainer.forward is not trainer.wrapped  # the steps run the compiled forward
+    settled_at, frozen = None, None
+    while trainer.step < 8:
+        metrics = trainer.train_step()
+        assert metrics is not None and math.isfinite(float(metrics["loss"]))
+        if trainer.objective.settled and settled_at is None:
+            settled_at = trainer.step
+            frozen = {k: v.detach().clone() for k, v in trainer.model.chunker.named_parameters()}
+        trainer.step += 1
+    assert settled_at is not None and 0 < settled_at < 7
+    assert all(torch.equal(frozen[k], v) for k, v in trainer.model.chunker.named_parameters())
+    x, _ = trainer.sampler.next()
+    trainer.model.train()
+    a = trainer.model(x, generator=torch.Generator().manual_seed(1)).boundaries.b
+    b = trainer.model(x, generator=torch.Generator().manual_seed(2)).boundaries.b
+    assert torch.equal(a, b)
