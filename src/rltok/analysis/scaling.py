@@ -116,7 +116,7 @@ class Grid:
 
 
 def _family(d: dict, i: int, has_rule: bool) -> FamilySpec:
-    from rltok.model.sizing import geometric_sizes
+    from rltok.model.sizing import check_shape_knobs, geometric_sizes
 
     where = f"families[{i}]"
     unknown_keys(d, FAMILY_KEYS, where)
@@ -150,10 +150,10 @@ def _family(d: dict, i: int, has_rule: bool) -> FamilySpec:
                 shape[key] = float(d[key])
             except (TypeError, ValueError):
                 raise ConfigError(f"{where}: `{key}` is a number, got {d[key]!r}") from None
-    if not 0 < shape.get("aspect", 1.0) < math.inf:
-        raise ConfigError(f"{where}: `aspect` (the shapes' width / depth aim) must be > 0")
-    if not 0 < shape.get("byte_ratio", 0.5) <= 1:
-        raise ConfigError(f"{where}: `byte_ratio` (the byte level's width over the chunk level's) must be in (0, 1]")
+    try:
+        check_shape_knobs(**shape)
+    except ValueError as e:
+        raise ConfigError(f"{where}: {e}") from None
     return FamilySpec(_name(str(d.get("name", d["method"])), where), d["method"], tuple(d.get("overrides", ())),
                       tuple(sizes), coef, lr_mult, _centres(d.get("centres"), where, bool(sizes) or not has_rule),
                       **shape)

@@ -102,6 +102,16 @@ class TokenShape(FlatShape):
         return [*super().fixed(model_cfg), *vocab]
 
 
+def check_shape_knobs(aspect: float = ASPECT, byte_ratio: float = 0.5) -> None:
+    """ValueError unless the shape rule's knobs make sense: width / depth `aspect` > 0, the
+    hierarchy's byte width over its chunk width `byte_ratio` in (0, 1]."""
+    if not 0 < aspect < math.inf:
+        raise ValueError(f"aspect (width / depth) must be > 0, got {aspect}")
+    if not 0 < byte_ratio <= 1:
+        raise ValueError(f"byte_ratio (the byte level's width over the chunk level's) must be in (0, 1], "
+                         f"got {byte_ratio}")
+
+
 class HierarchyShape(FlatShape):
     """The hourglass: the chunk level at the width, the byte level at `byte_ratio` of it (half by
     default); `depth` is the main network's, the byte level has a third of it on each side (at
@@ -110,9 +120,7 @@ class HierarchyShape(FlatShape):
     arch = "hourglass"
 
     def __init__(self, byte_ratio: float = 0.5):
-        if not 0 < byte_ratio <= 1:
-            raise ValueError(f"byte_ratio (the byte level's width over the chunk level's) must be in (0, 1], "
-                             f"got {byte_ratio}")
+        check_shape_knobs(byte_ratio=byte_ratio)
         self.byte_ratio = byte_ratio
 
     def knobs(self, depth: int) -> dict[str, int]:
@@ -234,8 +242,7 @@ def ladder(family: str, sizes: Sequence[float], base_overrides: Sequence[str] = 
     *overrides]) builds it."""
     if any(target <= 0 for target in sizes):
         raise ValueError(f"model sizes must be > 0, got {list(sizes)}")
-    if not 0 < aspect < math.inf:
-        raise ValueError(f"aspect (width / depth) must be > 0, got {aspect}")
+    check_shape_knobs(aspect=aspect)
     fam = Family(family, base_overrides, preset, byte_ratio)
     options = fam.candidates(max(sizes, default=0))
     rungs = []
