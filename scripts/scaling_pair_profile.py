@@ -21,14 +21,7 @@ from pathlib import Path
 
 from rltok.analysis.paired_stats import paired_difference
 from rltok.analysis.scaling import budget_tag, read_records
-
-
-def shape(rec: dict) -> str:
-    """The rung's width/depth as the ladder built it (the hierarchy: byte/chunk width, main depth)."""
-    c = rec.get("config", {}).get("model", {})
-    if c.get("arch") == "hourglass":
-        return f"{c.get('d_byte')}/{c.get('d_chunk')} x{c.get('main_layers')}"
-    return f"{rec.get('width')} x{rec.get('depth')}"
+from rltok.analysis.scaling_fit import record_shape
 
 
 def profile_pairs(folder: Path, a: str, b: str, budget: float) -> tuple[dict, int]:
@@ -49,7 +42,7 @@ def profile_pairs(folder: Path, a: str, b: str, budget: float) -> tuple[dict, in
         diverged += len(shared) - len(ok)
         if ok:
             first = seeds[ok[0]]
-            out[target] = (shape(first), first["non_embedding_params"], other[ok[0]]["non_embedding_params"],
+            out[target] = (record_shape(first), first["non_embedding_params"], other[ok[0]]["non_embedding_params"],
                            {s: seeds[s]["bpb"] - other[s]["bpb"] for s in ok})
     return out, diverged
 

@@ -29,11 +29,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from rltok.analysis.scaling import budget_tag, read_records
-
-
-def shape_of(rec: dict) -> str:
-    """The rung's shape as its record states it: 'width depth' (e.g. '32/48 1+1+1')."""
-    return f"{rec.get('width')} {rec.get('depth')}"
+from rltok.analysis.scaling_fit import record_shape
 
 
 def shape_runs(folder: Path, family: str, budget: float) -> dict[str, dict[int, dict]]:
@@ -43,7 +39,7 @@ def shape_runs(folder: Path, family: str, budget: float) -> dict[str, dict[int, 
     by_rung: dict[str, dict[int, dict]] = defaultdict(dict)
     for r in read_records(folder, f"{budget_tag(budget)}__{family}__N*__s*.json"):
         if r.get("bpb") is not None:
-            by_rung[shape_of(r)][r["seed"]] = r
+            by_rung[record_shape(r)][r["seed"]] = r
     if not by_rung:
         return {}
     common = set.intersection(*(set(seeds) for seeds in by_rung.values()))

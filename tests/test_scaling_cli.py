@@ -617,8 +617,8 @@ def test_the_profile_pairing_script_pairs_two_families_at_every_shared_rung_and_
                            str(tmp_path / "study"), "--a", "a", "--b", "b", "--budget", "1e9"],
                           capture_output=True, text=True, check=True)
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| salad |")]
-    assert rows[0].startswith("| salad | 1,000 | 32 x1 | 1,000 / 1,000 | 3 | -0.100 | s0 -0.100, s1 -0.100, s2")
-    assert rows[1].startswith("| salad | 2,000 | 32 x1 | 2,000 / 2,000 | 2 | -0.300 |") and len(rows) == 3
+    assert rows[0].startswith("| salad | 1,000 | 32 × 1 | 1,000 / 1,000 | 3 | -0.100 | s0 -0.100, s1 -0.100, s2")
+    assert rows[1].startswith("| salad | 2,000 | 32 × 1 | 2,000 / 2,000 | 2 | -0.300 |") and len(rows) == 3
     # the 5 (rung, seed) pairs pooled, and the 2 rung means
     assert rows[2].startswith("| salad | -0.180 [") and "(5) | -0.200 [" in rows[2] and rows[2].endswith("(2) |")
 
@@ -653,12 +653,12 @@ def test_the_shapes_script_tables_each_shape_by_budget_and_bins_differences_by_s
                          check=True).stdout
     rows = [line for line in out.splitlines() if line.startswith("| 16/") or line.startswith("| 32/")]
     # seed 2 of the optimum is left out (the seeds every rung ran: 0 and 1), a missing shape is "·"
-    assert rows == ["| 16/32 1+1+1 | 1,000 | 2.505 | · |", "| 32/48 1+1+1 | 2,000 | **2.305** | **2.105** |",
-                    "| 32/64 1+2+1 | 4,000 | · | 2.205 |"]
+    assert rows == ["| 16/32 × 1+1+1 | 1,000 | 2.505 | · |", "| 32/48 × 1+1+1 | 2,000 | **2.305** | **2.105** |",
+                    "| 32/64 × 1+2+1 | 4,000 | · | 2.205 |"]
     assert "C1e09 seeds 0,1; C3e09 seeds 0,1" in out
     out = subprocess.run(script + ["--family", "r", "--minus", "u", "--budget", "1e9", "3e9", "--split", "test"],
                          capture_output=True, text=True, check=True).stdout
-    assert "| 32/48 1+1+1 | 2,000 | +0.100 | +0.033 |" in out and "| 16/32 1+1+1 | 1,000 | +0.050 | · |" in out
+    assert "| 32/48 × 1+1+1 | 2,000 | +0.100 | +0.033 |" in out and "| 16/32 × 1+1+1 | 1,000 | +0.050 | · |" in out
     out = subprocess.run(script + ["--family", "r", "--minus", "u", "--budget", "1e9", "3e9", "--by-steps"],
                          capture_output=True, text=True, check=True).stdout
     bins = [line for line in out.splitlines() if line.startswith("| 2") or line.startswith("| 3")

@@ -66,6 +66,15 @@ def record_family(r: dict) -> str:
     return r["family"] if r.get("family") is not None else r["method"]
 
 
+def record_shape(r: dict) -> str | None:
+    """A run's shape as its record states it: "32/48 × 1+1+1" (a hierarchy's byte/chunk width,
+    encoder+main+decoder layers), "32 × 2" (a flat or BPE-token model's width and layers); None
+    where the record does not say (a diverged run's)."""
+    if r.get("width") is None:
+        return None
+    return f"{r['width']} × {r.get('depth')}"
+
+
 def record_size(r: dict) -> float:
     n = r.get("non_embedding_params")
     return float(n if n is not None else r["params"])

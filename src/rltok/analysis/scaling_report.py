@@ -21,7 +21,7 @@ import numpy as np
 from rltok.analysis.paired_stats import PairedDifference, paired_difference
 from rltok.analysis.scaling_fit import (Crossover, FamilyFit, IsoProfile, Prediction, best_size_index, choice_records,
                                         crossover, fit_study, predict, profiles_from_records, record_family,
-                                        record_size, shared_seed_means, to_plain)
+                                        record_shape, record_size, shared_seed_means, to_plain)
 from rltok.analysis.scaling_plots import inference_runs
 from rltok.analysis.table_cells import interval, number
 
@@ -271,11 +271,9 @@ def best_shape(rep: StudyReport, family: str, budget: float, size: float) -> str
     their records state them: "32/48 × 1+1+1" (byte/chunk width, encoder+main+decoder layers),
     "32 × 2" (a flat model's width and layers); "–" where the records do not say."""
     member = next((c.member for c in rep.choices if c.group == family and c.budget == budget), family)
-    for r in rep.records:
-        if (record_family(r) == member and r.get("budget_flops") == budget and record_size(r) == size
-                and r.get("width") is not None):
-            return f"{r['width']} × {r.get('depth')}"
-    return "–"
+    shapes = (record_shape(r) for r in rep.records
+              if record_family(r) == member and r.get("budget_flops") == budget and record_size(r) == size)
+    return next((sh for sh in shapes if sh is not None), "–")
 
 
 def best_table(rep: StudyReport) -> str:
