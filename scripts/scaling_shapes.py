@@ -50,22 +50,23 @@ def _key(split: str) -> str:
     return "bpb_select" if split == "select" else "bpb"
 
 
-def shape_losses(folder: Path, family: str, budget: float, split: str = "select") -> dict[str, tuple[int, float]]:
-    """{shape: (N, mean bpb)} over the seeds `shape_runs` keeps."""
-    out = {}
-    for sh, runs in shape_runs(folder, family, budget).items():
-        vals = [r[_key(split)] for r in runs.values() if r.get(_key(split)) is not None]
+def _losses(runs: dict[str, dict[int, dict]], split: str) -> dict[str, tuple[int, float]]:
+    key, out = _key(split), {}
+    for sh, by_seed in runs.items():
+        vals = [r[key] for r in by_seed.values() if r.get(key) is not None]
         if vals:
-            out[sh] = (next(iter(runs.values()))["non_embedding_params"], sum(vals) / len(vals))
+            out[sh] = (next(iter(by_seed.values()))["non_embedding_params"], sum(vals) / len(vals))
     return out
 
 
-def shape_gaps(folder: Path, a: str, b: str, budget: float, split: str = "select") -> dict[str, tuple[int, float, float]]:
-    """{shape both ran: (A's N, mean of A − B over the seeds both kept, B's mean optimizer steps)}:
-    A and B paired by seed at the same shape (learned and uniform cuts build the same shapes; their
-    steps differ by under 1%, the boundary rule's parameters)."""
-    ra, rb, key = shape_runs(folder, a, budget), shape_runs(folder, b, budget), _key(split)
-    out = {}
+def shape_losses(folder: Path, family: str, budget: float, split: str = "select") -> dict[str, tuple[int, float]]:
+    """{shape: (N, mean bpb)} over the seeds `shape_runs` keeps."""
+    return _losses(shape_runs(folder, family, budget), split)
+
+
+def _gaps(ra: dict[str, dict[int, dict]], rb: dict[str, dict[int, dict]],
+          split: str) -> dict[str, tuple[int, float, float]]:
+    key, out = _key(split), {}
     for sh in set(ra) & set(rb):
         seeds = [s for s in sorted(set(ra[sh]) & set(rb[sh]))
                  if ra[sh][s].get(key) is not None and rb[sh][s].get(key) is not None]
@@ -74,6 +75,14 @@ def shape_gaps(folder: Path, a: str, b: str, budget: float, split: str = "select
             steps = sum(rb[sh][s]["steps"] for s in seeds) / len(seeds)
             out[sh] = (ra[sh][seeds[0]]["non_embedding_params"], gap, steps)
     return out
+
+
+def shape_gaps(folder: Path, a: str, b: str, budget: float,
+               split: str = "select") -> dict[str, tuple[int, float, float]]:
+    """{shape both ran: (A's N, mean of A − B over the seeds both kept, B's mean optimizer steps)}:
+    A and B paired by seed at the same shape (learned and uniform cuts build the same shapes; their
+    steps differ by under 1%, the boundary rule's parameters)."""
+    return _gaps(shape_runs(folder, a, budget), shape_runs(folder, b, budget), split)
 
 
 def step_cells(folders: list[Path], pairs: list[tuple[str, str]], budgets: list[float],
@@ -102,14 +111,16 @@ def steps_table(cells: list[tuple[float, float]], bins: int = 4) -> str:
     return "\n".join(lines)
 
 
-def shape_table(folder: Path, family: str, budgets: list[float], split: str = "select", minus: str | None = None) -> str:
+def shape_table(folder: Path, family: str, budgets: list[float], split: str = "select",
+                minus: str | None = None) -> str:
     """Markdown: one row per shape (ordered by size), one column per budget, the best per budget bold;
     with `minus`, the family's bpb minus that family's at the same shape and budget (no bold)."""
+    runs = {b: shape_runs(folder, family, b) for b in budgets}  # read once: the cells and the seeds listed
     if minus is None:
-        cols = {b: shape_losses(folder, family, b, split) for b in budgets}
+        cols = {b: _losses(runs[b], split) for b in budgets}
     else:  # paired by seed at each shape both ran
-        cols = {b: {sh: (n, gap) for sh, (n, gap, _) in shape_gaps(folder, family, minus, b, split).items()}
-                for b in budgets}
+        cols = {b: {sh: (n, gap) for sh, (n, gap, _) in
+                    _gaps(runs[b], shape_runs(folder, minus, b), split).items()} for b in budgets}
     shapes: dict[str, int] = {}
     for losses in cols.values():
         for sh, (n, _) in losses.items():
@@ -130,7 +141,7 @@ def shape_table(folder: Path, family: str, budgets: list[float], split: str = "s
         lines.append(f"| {sh} | {shapes[sh]:,} | " + " | ".join(cells) + " |")
     seeds = []
     for b in budgets:
-        used = sorted({s for runs in shape_runs(folder, family, b).values() for s in runs})
+        used = sorted({s for by_seed in runs[b].values() for s in by_seed})
         if used:
             seeds.append(f"{budget_tag(b)} seeds {','.join(map(str, used))}")
     return "\n".join(lines) + ("\n\n" + "; ".join(seeds) if seeds else "")

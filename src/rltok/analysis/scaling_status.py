@@ -15,6 +15,7 @@ budget is not complete.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from pathlib import Path
 
 from rltok.analysis.scaling import Grid, budget_tag, grid_points, point_done, read_records
@@ -33,8 +34,9 @@ def _family_seconds(records: list[dict]) -> dict[str, float]:
     """{family: mean seconds per run} over the records that have a time."""
     by: dict[str, list[float]] = {}
     for r in records:
-        if _run_seconds(r):
-            by.setdefault(r.get("family"), []).append(_run_seconds(r))
+        seconds = _run_seconds(r)
+        if seconds:
+            by.setdefault(r.get("family"), []).append(seconds)
     return {f: sum(v) / len(v) for f, v in by.items()}
 
 
@@ -54,9 +56,7 @@ def budget_status(grid: Grid, out: Path, corpus: str, budget: float) -> dict:
         complete = pending_point(one, out) is None
     except (ConfigError, DataError, OSError):
         complete = None
-    ladder_by_family: dict[str, int] = {}
-    for p in ladder:
-        ladder_by_family[p.family.name] = ladder_by_family.get(p.family.name, 0) + 1
+    ladder_by_family = Counter(p.family.name for p in ladder)
     return {"corpus": corpus, "budget": budget, "ladder_total": len(ladder),
             "ladder_done": sum(point_done(out, p) for p in ladder), "done": done, "runs": len(records),
             "complete": complete, "mean_s": sum(seconds) / len(seconds) if seconds else None,
