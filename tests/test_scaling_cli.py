@@ -744,3 +744,36 @@ def test_a_family_can_set_its_shape_rules_aspect_and_byte_width():
     flat = parse_grid({**spec, "families": [{"method": "flat", "sizes": [1.5e5], "byte_ratio": 0.75}]})
     with pytest.raises(ConfigError, match="byte_ratio"):  # the flat model has no byte level
         budget_ladders(flat, flat.families[0], [1e12], log=lambda m: None)
+
+
+def test_the_seed_noise_script_pools_each_sizes_spread_and_finds_where_seeds_parted(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    folder = tmp_path / "study" / "salad"
+    folder.mkdir(parents=True)
+    # family f at 1e9: size 1000 seeds 2.0 / 2.2 (sd 0.1414), size 2000 seeds 2.0 / 2.0 / 2.3 (sd 0.1732);
+    # a size with one seed and a diverged run add nothing
+    runs = {1000: {0: 2.0, 1: 2.2}, 2000: {0: 2.0, 1: 2.0, 2: 2.3}, 4000: {0: 2.5}}
+    for n, by_seed in runs.items():
+        for s, bpb in by_seed.items():
+            rec = {"family": "f", "budget_flops": 1e9, "seed": s, "non_embedding_params": n, "bpb": bpb}
+            (folder / f"{budget_tag(1e9)}__f__N{n}__s{s}.json").write_text(json.dumps(rec))
+            # the val curves: seed 1 of size 1000 parts from seed 0 at the first of three evaluations
+            run = folder / "runs" / f"{budget_tag(1e9)}__f__N{n}__s{s}" / f"f_s{s}"
+            run.mkdir(parents=True)
+            part = 0.2 if (n, s) == (1000, 1) else 0.0
+            run.joinpath("metrics.jsonl").write_text("".join(
+                json.dumps({"step": step, "val_bpb": 3.0 - step / 100 + part}) + "\n" for step in (10, 20, 30)))
+    (folder / f"{budget_tag(1e9)}__f__N8000__s0.json").write_text(json.dumps(
+        {"family": "f", "budget_flops": 1e9, "seed": 0, "non_embedding_params": 8000, "bpb": None}))
+    out = subprocess.run([sys.executable, str(repo / "scripts" / "scaling_seed_noise.py"), "--out",
+                          str(tmp_path / "study"), "--opened", "1"], capture_output=True, text=True, check=True).stdout
+    # pooled: sqrt((0.02 + 0.06) / (1 + 2)) = 0.163; median of the sizes' own sd (0.141, 0.173) = 0.157
+    assert "| f | 0.163 (2) | 0.163 (2) | 0.157 |" in out
+    assert "**C1e09__f__N2000** (f, C1e09): test bpb s0 2.000, s1 2.000, s2 2.300; spread 0.300" in out
+    assert "(no run folder" not in out and "| 10 | 2.900 | 2.900 | 2.900 | 0.000 |" in out
+    # only size 1000 ends its val curves 0.05 apart (0.2), and it parted at the first evaluation
+    assert "Of the 1 sizes whose seeds end 0.05 val bpb or more apart" in out and "first third of the run in 1," in out
