@@ -11,11 +11,20 @@ Pooled two ways: every (rung, seed) difference as one sample (rungs with more se
 side's best size with its verdict seeds, weigh more), and the rungs' means as one sample (each
 rung once: the profile as a whole). Where the rungs disagree both are wide, which is the point.
 Seeds where either side diverged are left out and counted. Writes nothing; prints markdown.
+
+`--along` adds, per corpus and over every budget given, A − B in validation bpb at each evaluation of
+the paired runs (the k-th of the run's evaluations: the study's runs evaluate at every sixth of their
+training FLOPs), read from the run folders the study keeps on the machine that ran it: whether a
+difference opens early and stays, or grows along the run.
+
+    python scripts/scaling_pair_profile.py --out docs/results/scaling --a rl --b uniform \
+        --budget 1e11 3e11 6e11 1e12 --along
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -47,6 +56,38 @@ def profile_pairs(folder: Path, a: str, b: str, budget: float) -> tuple[dict, in
     return out, diverged
 
 
+def val_curve(run_root: Path) -> list[float]:
+    """Validation bpb at each evaluation of the run folder under `run_root` (empty without one)."""
+    found = sorted(run_root.glob("*/metrics.jsonl"))
+    if not found:
+        return []
+    rows = (json.loads(line) for line in found[0].read_text().splitlines() if line.strip())
+    return [r["val_bpb"] for r in rows if "val_bpb" in r]
+
+
+def along_run(folder: Path, a: str, b: str, budgets: list[float]) -> tuple[list[list[float]], int]:
+    """A − B in val bpb at the k-th evaluation, for every (budget, rung, seed) both ran and both have a
+    run folder for: one list per evaluation (k = 1, 2, ...; the last is each pair's last evaluation
+    shared by both), and the number of pairs."""
+    columns: list[list[float]] = []
+    count = 0
+    for budget in budgets:
+        pairs, _ = profile_pairs(folder, a, b, budget)
+        for target, (_, _, _, diffs) in pairs.items():
+            for seed in diffs:
+                stem = f"{budget_tag(budget)}__{{}}__N{round(target)}__s{seed}"
+                ca, cb = (val_curve(folder / "runs" / stem.format(fam)) for fam in (a, b))
+                k = min(len(ca), len(cb))
+                if k == 0:
+                    continue
+                count += 1
+                for i in range(k):
+                    if len(columns) <= i:
+                        columns.append([])
+                    columns[i].append(ca[i] - cb[i])
+    return columns, count
+
+
 def _interval(values: list[float]) -> str:
     if len(values) < 2:
         return "–"
@@ -64,6 +105,8 @@ def main(argv=None) -> int:
     ap.add_argument("--a", required=True, help="family A")
     ap.add_argument("--b", required=True, help="family B")
     ap.add_argument("--budget", type=float, required=True, nargs="+")
+    ap.add_argument("--along", action="store_true",
+                    help="A − B in val bpb at each evaluation of the paired runs (from the run folders)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     corpora = sorted(p.name for p in out.iterdir() if p.is_dir() and any(p.glob("C*__*.json")))
@@ -93,6 +136,19 @@ def main(argv=None) -> int:
             print(pooled(corpus, every[corpus], means[corpus]))
         if len(every) > 1:
             print(pooled("both corpora", [v for c in every for v in every[c]], [m for c in means for m in means[c]]))
+    if args.along:
+        print(f"\n### {args.a} − {args.b} along the run (val bpb at each evaluation, every rung and seed of "
+              f"{', '.join(f'{b:.3g}' for b in args.budget)} with both run folders)\n")
+        for corpus in corpora:
+            columns, count = along_run(out / corpus, args.a, args.b, args.budget)
+            if not count:
+                print(f"{corpus}: no pair with both run folders\n")
+                continue
+            print(f"{corpus}, {count} pairs (mean [95% t] (pairs) at each evaluation):\n")
+            print("| evaluation | A − B |\n|---|---|")
+            for k, col in enumerate(columns, 1):
+                print(f"| {k} | {_interval(col)} |")
+            print()
     return 0
 
 

@@ -777,3 +777,34 @@ def test_the_seed_noise_script_pools_each_sizes_spread_and_finds_where_seeds_par
     assert "(no run folder" not in out and "| 10 | 2.900 | 2.900 | 2.900 | 0.000 |" in out
     # only size 1000 ends its val curves 0.05 apart (0.2), and it parted at the first evaluation
     assert "Of the 1 sizes whose seeds end 0.05 val bpb or more apart" in out and "first third of the run in 1," in out
+
+
+def test_the_profile_pairing_script_follows_a_difference_along_the_runs(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    folder = tmp_path / "study" / "salad"
+    folder.mkdir(parents=True)
+    # A is 0.2 above B at the first evaluation and 0.1 after, at both seeds; seed 2 of B has no run folder
+    for fam in ("a", "b"):
+        for s in (0, 1, 2):
+            rec = {"family": fam, "budget_flops": 1e9, "target_size": 1000.0, "seed": s, "non_embedding_params": 1000,
+                   "bpb": 2.0 + (0.1 if fam == "a" else 0.0), "width": 32, "depth": 1, "config": {"model": {"arch": "flat"}}}
+            (folder / f"{budget_tag(1e9)}__{fam}__N1000__s{s}.json").write_text(json.dumps(rec))
+            if (fam, s) == ("b", 2):
+                continue
+            run = folder / "runs" / f"{budget_tag(1e9)}__{fam}__N1000__s{s}" / f"{fam}_s{s}"
+            run.mkdir(parents=True)
+            curve = [3.0, 2.5, 2.0] if fam == "b" else [3.2, 2.6, 2.1]
+            run.joinpath("metrics.jsonl").write_text("".join(
+                json.dumps({"step": 10 * (k + 1), "val_bpb": v}) + "\n" for k, v in enumerate(curve)))
+    out = subprocess.run([sys.executable, str(repo / "scripts" / "scaling_pair_profile.py"), "--out",
+                          str(tmp_path / "study"), "--a", "a", "--b", "b", "--budget", "1e9", "--along"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "salad, 2 pairs" in out
+    rows = [line for line in out.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")
+            or line.startswith("| 3 |")]
+    assert rows == ["| 1 | +0.200 [+0.200, +0.200] (2) |", "| 2 | +0.100 [+0.100, +0.100] (2) |",
+                    "| 3 | +0.100 [+0.100, +0.100] (2) |"]
