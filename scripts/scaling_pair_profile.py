@@ -12,10 +12,9 @@ side's best size with its verdict seeds, weigh more), and the rungs' means as on
 rung once: the profile as a whole). Where the rungs disagree both are wide, which is the point.
 Seeds where either side diverged are left out and counted. Writes nothing; prints markdown.
 
-`--along` adds, per corpus and over every budget given, A − B in validation bpb at each evaluation of
-the paired runs (the k-th of the run's evaluations: the study's runs evaluate at every sixth of their
-training FLOPs), read from the run folders the study keeps on the machine that ran it: whether a
-difference opens early and stays, or grows along the run.
+`--along` adds, per corpus and over every budget given, A − B in validation bpb at each sixth of the
+paired runs' training FLOPs (their records' curves): whether a difference opens early and stays, or
+grows along the run.
 
     python scripts/scaling_pair_profile.py --out docs/results/scaling --a rl --b uniform \
         --budget 1e11 3e11 6e11 1e12 --along
@@ -24,11 +23,11 @@ difference opens early and stays, or grows along the run.
 from __future__ import annotations
 
 import argparse
-import json
 from collections import defaultdict
 from pathlib import Path
 
 from rltok.analysis.paired_stats import paired_difference
+from rltok.analysis.run_curve import SHARES, curve_at
 from rltok.analysis.scaling import budget_tag, read_records
 from rltok.analysis.scaling_fit import record_shape
 
@@ -56,36 +55,23 @@ def profile_pairs(folder: Path, a: str, b: str, budget: float) -> tuple[dict, in
     return out, diverged
 
 
-def val_curve(run_root: Path) -> list[float]:
-    """Validation bpb at each evaluation of the run folder under `run_root` (empty without one)."""
-    found = sorted(run_root.glob("*/metrics.jsonl"))
-    if not found:
-        return []
-    rows = (json.loads(line) for line in found[0].read_text().splitlines() if line.strip())
-    return [r["val_bpb"] for r in rows if "val_bpb" in r]
-
-
-def along_run(folder: Path, a: str, b: str, budgets: list[float]) -> tuple[list[list[float]], int]:
-    """A − B in val bpb at the k-th evaluation, for every (budget, rung, seed) both ran and both have a
-    run folder for: one list per evaluation (k = 1, 2, ...; the last is each pair's last evaluation
-    shared by both), and the number of pairs."""
-    columns: list[list[float]] = []
-    count = 0
+def along_run(folder: Path, a: str, b: str, budgets: list[float]) -> list[list[float]]:
+    """A − B in val bpb at each share of the run (`SHARES`), one list per share, over every (budget,
+    rung, seed) both ran; a pair whose curve does not reach a share is left out of that share."""
+    columns: list[list[float]] = [[] for _ in SHARES]
     for budget in budgets:
-        pairs, _ = profile_pairs(folder, a, b, budget)
-        for target, (_, _, _, diffs) in pairs.items():
-            for seed in diffs:
-                stem = f"{budget_tag(budget)}__{{}}__N{round(target)}__s{seed}"
-                ca, cb = (val_curve(folder / "runs" / stem.format(fam)) for fam in (a, b))
-                k = min(len(ca), len(cb))
-                if k == 0:
-                    continue
-                count += 1
-                for i in range(k):
-                    if len(columns) <= i:
-                        columns.append([])
-                    columns[i].append(ca[i] - cb[i])
-    return columns, count
+        tag = budget_tag(budget)
+        recs = {(r["family"], r["target_size"], r["seed"]): r
+                for fam in (a, b) for r in read_records(folder, f"{tag}__{fam}__N*__s*.json")}
+        for (fam, target, seed), ra in sorted(recs.items()):
+            rb = recs.get((b, target, seed))
+            if fam != a or rb is None or ra.get("bpb") is None or rb.get("bpb") is None:
+                continue
+            for col, share in zip(columns, SHARES):
+                va, vb = curve_at(ra, share), curve_at(rb, share)
+                if va is not None and vb is not None:
+                    col.append(va - vb)
+    return columns
 
 
 def _interval(values: list[float]) -> str:
@@ -137,18 +123,13 @@ def main(argv=None) -> int:
         if len(every) > 1:
             print(pooled("both corpora", [v for c in every for v in every[c]], [m for c in means for m in means[c]]))
     if args.along:
-        print(f"\n### {args.a} − {args.b} along the run (val bpb at each evaluation, every rung and seed of "
-              f"{', '.join(f'{b:.3g}' for b in args.budget)} with both run folders)\n")
+        print(f"\n### {args.a} − {args.b} along the run (val bpb at each sixth of the training FLOPs, every "
+              f"rung and seed of {', '.join(f'{b:.3g}' for b in args.budget)} both ran)\n")
+        print("| corpus | " + " | ".join(f"{k}/6" for k in range(1, len(SHARES) + 1)) + " |\n|---|"
+              + "---|" * len(SHARES))
         for corpus in corpora:
-            columns, count = along_run(out / corpus, args.a, args.b, args.budget)
-            if not count:
-                print(f"{corpus}: no pair with both run folders\n")
-                continue
-            print(f"{corpus}, {count} pairs (mean [95% t] (pairs) at each evaluation):\n")
-            print("| evaluation | A − B |\n|---|---|")
-            for k, col in enumerate(columns, 1):
-                print(f"| {k} | {_interval(col)} |")
-            print()
+            columns = along_run(out / corpus, args.a, args.b, args.budget)
+            print(f"| {corpus} | " + " | ".join(_interval(col) for col in columns) + " |")
     return 0
 
 

@@ -9,9 +9,8 @@ early, often a budget's largest rung, weigh on the pooled value). Diverged runs 
     python scripts/scaling_seed_noise.py --out docs/results/scaling --family flat flat_ngram --budget 3e11 1e12
 
 `--opened K` then lists, per corpus, the K sizes whose seeds differ most, with each seed's validation
-bpb at every evaluation of its run (read from the run folders under `<out>/<corpus>/runs/`, which the
-study keeps on the machine that ran it) and the first evaluation at which the spread between the
-seeds reached half its final value: whether two seeds part early and stay apart (different runs) or
+bpb at each sixth of its run (its record's curve) and the first sixth at which the spread between
+the seeds reached half its final value: whether two seeds part early and stay apart (different runs) or
 wander around one curve (noise at the last step). `--split select` reads the select split's bpb (val
 in the CPU grid) instead of test. Writes nothing; prints markdown.
 """
@@ -25,6 +24,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from rltok.analysis.run_curve import SHARES, curve_at
 from rltok.analysis.scaling import budget_tag, read_records
 from rltok.analysis.table_cells import number
 
@@ -79,30 +79,21 @@ def noise_table(folder: Path, budgets: list[float], families: list[str] | None, 
     return lines
 
 
-def val_curve(run_root: Path) -> list[tuple[int, float]]:
-    """(step, val bpb) at each evaluation of the run folder under `run_root` (empty without one)."""
-    found = sorted(run_root.glob("*/metrics.jsonl"))
-    if not found:
-        return []
-    rows = (json.loads(line) for line in found[0].read_text().splitlines() if line.strip())
-    return [(r["step"], r["val_bpb"]) for r in rows if "val_bpb" in r]
-
-
-def val_spread(folder: Path, stem: str, seeds) -> tuple[list[int], dict[int, list[float]], list[float]] | None:
-    """The evaluations every seed's run folder has: (steps, {seed: val bpb at each}, spread between
-    the seeds at each); None where a seed has no run folder with val evaluations."""
-    curves = {s: dict(val_curve(folder / "runs" / f"{stem}__s{s}")) for s in sorted(seeds)}
-    if any(not c for c in curves.values()):
+def val_spread(by_seed: dict[int, dict]) -> tuple[list[float], dict[int, list[float]], list[float]] | None:
+    """Each seed's val bpb at each share of its run (`SHARES`) its record's curve reaches for every seed:
+    (shares, {seed: val bpb at each}, spread between the seeds at each); None where there is no such share."""
+    at = {s: [curve_at(r, x) for x in SHARES] for s, r in sorted(by_seed.items())}
+    keep = [i for i in range(len(SHARES)) if all(v[i] is not None for v in at.values())]
+    if not keep:
         return None
-    steps = sorted(set.intersection(*(set(c) for c in curves.values())))
-    at = {s: [c[step] for step in steps] for s, c in curves.items()}
-    gaps = [max(v[i] for v in at.values()) - min(v[i] for v in at.values()) for i in range(len(steps))]
-    return (steps, at, gaps) if steps else None
+    at = {s: [v[i] for i in keep] for s, v in at.items()}
+    gaps = [max(v[i] for v in at.values()) - min(v[i] for v in at.values()) for i in range(len(keep))]
+    return [SHARES[i] for i in keep], at, gaps
 
 
-def opened_at(steps: list[int], gaps: list[float]) -> float:
-    """The share of the run at the first evaluation whose spread was half the final one or more."""
-    return next(step for step, g in zip(steps, gaps) if g >= gaps[-1] / 2) / steps[-1]
+def opened_at(shares: list[float], gaps: list[float]) -> float:
+    """The first share of the run whose spread was half the final one or more."""
+    return next(x for x, g in zip(shares, gaps) if g >= gaps[-1] / 2)
 
 
 def opened_table(folder: Path, budgets: list[float], families: list[str] | None, split: str, k: int,
@@ -111,26 +102,27 @@ def opened_table(folder: Path, budgets: list[float], families: list[str] | None,
     spreads = []
     for b in budgets:
         for (family, stem), by_seed in size_runs(folder, b, families).items():
-            vals = {s: r[key] for s, r in by_seed.items() if r.get(key) is not None}
-            if len(vals) >= 2:
-                spreads.append((max(vals.values()) - min(vals.values()), b, family, stem, vals))
+            kept = {s: r for s, r in by_seed.items() if r.get(key) is not None}
+            if len(kept) >= 2:
+                vals = [r[key] for r in kept.values()]
+                spreads.append((max(vals) - min(vals), b, family, stem, kept))
     lines = []
-    for spread, b, family, stem, vals in sorted(spreads, key=lambda t: -t[0])[:k]:
+    for spread, b, family, stem, kept in sorted(spreads, key=lambda t: -t[0])[:k]:
         lines.append(f"**{stem}** ({family}, {budget_tag(b)}): {split} bpb "
-                     + ", ".join(f"s{s} {v:.3f}" for s, v in sorted(vals.items())) + f"; spread {spread:.3f}")
-        found = val_spread(folder, stem, vals)
+                     + ", ".join(f"s{s} {r[key]:.3f}" for s, r in sorted(kept.items())) + f"; spread {spread:.3f}")
+        found = val_spread(kept)
         if found is None:
-            lines += ["", "(no run folder with val evaluations for every seed)", ""]
+            lines += ["", "(no validation curve in every seed's record)", ""]
             continue
-        steps, at, gaps = found
-        lines += ["", "| step | " + " | ".join(f"s{s}" for s in at) + " | spread |",
+        at_shares, at, gaps = found
+        lines += ["", "| share of the run | " + " | ".join(f"s{s}" for s in at) + " | spread |",
                   "|---|" + "---|" * (len(at) + 1)]
-        lines += [f"| {step} | " + " | ".join(f"{v[i]:.3f}" for v in at.values()) + f" | {gaps[i]:.3f} |"
-                  for i, step in enumerate(steps)]
-        lines += ["", f"half the final val spread ({gaps[-1]:.3f}) reached at {opened_at(steps, gaps):.0%} of the run", ""]
+        lines += [f"| {x:.2f} | " + " | ".join(f"{v[i]:.3f}" for v in at.values()) + f" | {gaps[i]:.3f} |"
+                  for i, x in enumerate(at_shares)]
+        lines += ["", f"half the final val spread ({gaps[-1]:.3f}) reached at {opened_at(at_shares, gaps):.0%} of the run", ""]
     shares = []
-    for _, _, _, stem, vals in spreads:
-        found = val_spread(folder, stem, vals)
+    for _, _, _, _, kept in spreads:
+        found = val_spread(kept)
         if found is not None and found[2][-1] >= min_spread:
             shares.append(opened_at(found[0], found[2]))
     if shares:

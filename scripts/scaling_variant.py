@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from rltok.analysis.paired_stats import paired_difference
+from rltok.analysis.run_curve import SHARES, curve_at
 from rltok.analysis.scaling import Point, budget_tag, corpus_split, family_rungs, load_grid, read_records, run_points
 from rltok.analysis.scaling_check import best_sizes
 from rltok.analysis.scaling_summary import format_difference, pool_differences
@@ -114,21 +115,6 @@ def rate_line(grid, results: Path, budget: float, name: str) -> str:
         if rates:
             parts.append(f"{corpus} {rates[0]:.3f}–{rates[-1]:.3f} ({len(rates)})")
     return f"Boundary rate scored, {name}: " + ("; ".join(parts) or "–") + "."
-
-
-SHARES = (1 / 6, 2 / 6, 3 / 6, 4 / 6, 5 / 6, 1.0)  # where along the run (share of its FLOPs) the gap is read
-
-
-def curve_at(rec: dict, share: float) -> float | None:
-    """The run's validation bpb at `share` of its training FLOPs, linear between its evaluations."""
-    pts = sorted((c["train_flops"] / rec["budget_flops"], c["val_bpb"]) for c in rec.get("curve") or []
-                 if c.get("val_bpb") is not None)
-    if not pts or not pts[0][0] - 0.02 <= share <= pts[-1][0] + 0.02:  # no evaluation near it: no guess
-        return None
-    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
-        if x0 <= share <= x1:
-            return y0 + (y1 - y0) * (share - x0) / (x1 - x0) if x1 > x0 else y1
-    return pts[0][1] if share < pts[0][0] else pts[-1][1]
 
 
 def curve_rows(grid, out: Path, results: Path, budget: float, family: str, variant: str) -> str:

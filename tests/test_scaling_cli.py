@@ -746,6 +746,12 @@ def test_a_family_can_set_its_shape_rules_aspect_and_byte_width():
         budget_ladders(flat, flat.families[0], [1e12], log=lambda m: None)
 
 
+def _curve(budget, values):
+    """A record's val curve: one evaluation at each share of the run's FLOPs, (1 + k) / len(values)."""
+    return [{"step": 10 * (k + 1), "train_flops": budget * (k + 1) / len(values), "val_bpb": v}
+            for k, v in enumerate(values)]
+
+
 def test_the_seed_noise_script_pools_each_sizes_spread_and_finds_where_seeds_parted(tmp_path):
     import subprocess
     import sys
@@ -759,14 +765,11 @@ def test_the_seed_noise_script_pools_each_sizes_spread_and_finds_where_seeds_par
     runs = {1000: {0: 2.0, 1: 2.2}, 2000: {0: 2.0, 1: 2.0, 2: 2.3}, 4000: {0: 2.5}}
     for n, by_seed in runs.items():
         for s, bpb in by_seed.items():
-            rec = {"family": "f", "budget_flops": 1e9, "seed": s, "non_embedding_params": n, "bpb": bpb}
-            (folder / f"{budget_tag(1e9)}__f__N{n}__s{s}.json").write_text(json.dumps(rec))
             # the val curves: seed 1 of size 1000 parts from seed 0 at the first of three evaluations
-            run = folder / "runs" / f"{budget_tag(1e9)}__f__N{n}__s{s}" / f"f_s{s}"
-            run.mkdir(parents=True)
             part = 0.2 if (n, s) == (1000, 1) else 0.0
-            run.joinpath("metrics.jsonl").write_text("".join(
-                json.dumps({"step": step, "val_bpb": 3.0 - step / 100 + part}) + "\n" for step in (10, 20, 30)))
+            rec = {"family": "f", "budget_flops": 1e9, "seed": s, "non_embedding_params": n, "bpb": bpb,
+                   "curve": _curve(1e9, [3.0 + part, 2.8 + part, 2.7 + part])}
+            (folder / f"{budget_tag(1e9)}__f__N{n}__s{s}.json").write_text(json.dumps(rec))
     (folder / f"{budget_tag(1e9)}__f__N8000__s0.json").write_text(json.dumps(
         {"family": "f", "budget_flops": 1e9, "seed": 0, "non_embedding_params": 8000, "bpb": None}))
     out = subprocess.run([sys.executable, str(repo / "scripts" / "scaling_seed_noise.py"), "--out",
@@ -774,7 +777,9 @@ def test_the_seed_noise_script_pools_each_sizes_spread_and_finds_where_seeds_par
     # pooled: sqrt((0.02 + 0.06) / (1 + 2)) = 0.163; median of the sizes' own sd (0.141, 0.173) = 0.157
     assert "| f | 0.163 (2) | 0.163 (2) | 0.157 |" in out
     assert "**C1e09__f__N2000** (f, C1e09): test bpb s0 2.000, s1 2.000, s2 2.300; spread 0.300" in out
-    assert "(no run folder" not in out and "| 10 | 2.900 | 2.900 | 2.900 | 0.000 |" in out
+    # three evaluations, at a third, two thirds and the end of the run; the sixths between are read off the line
+    assert "| 0.33 | 3.000 | 3.000 | 3.000 | 0.000 |" in out and "| 0.50 | 2.900 | 2.900 | 2.900 | 0.000 |" in out
+    assert "| 0.17 |" not in out
     # only size 1000 ends its val curves 0.05 apart (0.2), and it parted at the first evaluation
     assert "Of the 1 sizes whose seeds end 0.05 val bpb or more apart" in out and "first third of the run in 1," in out
 
@@ -787,24 +792,16 @@ def test_the_profile_pairing_script_follows_a_difference_along_the_runs(tmp_path
     repo = Path(__file__).resolve().parents[1]
     folder = tmp_path / "study" / "salad"
     folder.mkdir(parents=True)
-    # A is 0.2 above B at the first evaluation and 0.1 after, at both seeds; seed 2 of B has no run folder
+    # A is 0.2 above B at a sixth of the run and 0.1 after, at seeds 0 and 1; seed 2 of B diverged
     for fam in ("a", "b"):
         for s in (0, 1, 2):
+            curve = [3.0, 2.5, 2.4, 2.3, 2.2, 2.0] if fam == "b" else [3.2, 2.6, 2.5, 2.4, 2.3, 2.1]
             rec = {"family": fam, "budget_flops": 1e9, "target_size": 1000.0, "seed": s, "non_embedding_params": 1000,
-                   "bpb": 2.0 + (0.1 if fam == "a" else 0.0), "width": 32, "depth": 1, "config": {"model": {"arch": "flat"}}}
+                   "bpb": None if (fam, s) == ("b", 2) else 2.0, "width": 32, "depth": 1,
+                   "config": {"model": {"arch": "flat"}}, "curve": _curve(1e9, curve)}
             (folder / f"{budget_tag(1e9)}__{fam}__N1000__s{s}.json").write_text(json.dumps(rec))
-            if (fam, s) == ("b", 2):
-                continue
-            run = folder / "runs" / f"{budget_tag(1e9)}__{fam}__N1000__s{s}" / f"{fam}_s{s}"
-            run.mkdir(parents=True)
-            curve = [3.0, 2.5, 2.0] if fam == "b" else [3.2, 2.6, 2.1]
-            run.joinpath("metrics.jsonl").write_text("".join(
-                json.dumps({"step": 10 * (k + 1), "val_bpb": v}) + "\n" for k, v in enumerate(curve)))
     out = subprocess.run([sys.executable, str(repo / "scripts" / "scaling_pair_profile.py"), "--out",
                           str(tmp_path / "study"), "--a", "a", "--b", "b", "--budget", "1e9", "--along"],
                          capture_output=True, text=True, check=True).stdout
-    assert "salad, 2 pairs" in out
-    rows = [line for line in out.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")
-            or line.startswith("| 3 |")]
-    assert rows == ["| 1 | +0.200 [+0.200, +0.200] (2) |", "| 2 | +0.100 [+0.100, +0.100] (2) |",
-                    "| 3 | +0.100 [+0.100, +0.100] (2) |"]
+    row = next(line for line in out.splitlines() if line.startswith("| salad | +0.200"))
+    assert row == "| salad | +0.200 [+0.200, +0.200] (2) | " + " | ".join(["+0.100 [+0.100, +0.100] (2)"] * 5) + " |"
