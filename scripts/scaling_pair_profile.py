@@ -26,7 +26,7 @@ import argparse
 from collections import defaultdict
 from pathlib import Path
 
-from rltok.analysis.paired_stats import paired_difference
+from rltok.analysis.paired_stats import mean_interval
 from rltok.analysis.run_curve import SHARES, curve_at
 from rltok.analysis.scaling import budget_tag, read_records
 from rltok.analysis.scaling_fit import record_shape
@@ -55,30 +55,36 @@ def profile_pairs(folder: Path, a: str, b: str, budget: float) -> tuple[dict, in
     return out, diverged
 
 
-def along_run(folder: Path, a: str, b: str, budgets: list[float]) -> list[list[float]]:
-    """A − B in val bpb at each share of the run (`SHARES`), one list per share, over every (budget,
-    rung, seed) both ran; a pair whose curve does not reach a share is left out of that share."""
+def along_run(folder: Path, a: str, b: str, budgets: list[float]) -> tuple[list[list[float]], int]:
+    """A − B in val bpb at each share of the run (`SHARES`, read off each record's curve), one list per
+    share, over every (budget, rung, seed) both ran; a pair whose curves do not reach a share is left
+    out of that share. Also the number of shared (budget, rung, seed) pairs left out because a side
+    diverged."""
     columns: list[list[float]] = [[] for _ in SHARES]
+    diverged = 0
     for budget in budgets:
         tag = budget_tag(budget)
         recs = {(r["family"], r["target_size"], r["seed"]): r
                 for fam in (a, b) for r in read_records(folder, f"{tag}__{fam}__N*__s*.json")}
         for (fam, target, seed), ra in sorted(recs.items()):
             rb = recs.get((b, target, seed))
-            if fam != a or rb is None or ra.get("bpb") is None or rb.get("bpb") is None:
+            if fam != a or rb is None:
+                continue
+            if ra.get("bpb") is None or rb.get("bpb") is None:
+                diverged += 1
                 continue
             for col, share in zip(columns, SHARES):
                 va, vb = curve_at(ra, share), curve_at(rb, share)
                 if va is not None and vb is not None:
                     col.append(va - vb)
-    return columns
+    return columns, diverged
 
 
 def _interval(values: list[float]) -> str:
     if len(values) < 2:
         return "–"
-    pd = paired_difference(values, [0.0] * len(values))
-    return f"{pd.mean:+.3f} [{pd.lo:+.3f}, {pd.hi:+.3f}] ({len(values)})"
+    mean, lo, hi = mean_interval(values)
+    return f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}] ({len(values)})"
 
 
 def pooled(name: str, pairs: list[float], rungs: list[float]) -> str:
@@ -92,7 +98,7 @@ def main(argv=None) -> int:
     ap.add_argument("--b", required=True, help="family B")
     ap.add_argument("--budget", type=float, required=True, nargs="+")
     ap.add_argument("--along", action="store_true",
-                    help="A − B in val bpb at each evaluation of the paired runs (from the run folders)")
+                    help="A − B in val bpb at each sixth of the paired runs' training FLOPs (their records' curves)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     corpora = sorted(p.name for p in out.iterdir() if p.is_dir() and any(p.glob("C*__*.json")))
@@ -124,12 +130,16 @@ def main(argv=None) -> int:
             print(pooled("both corpora", [v for c in every for v in every[c]], [m for c in means for m in means[c]]))
     if args.along:
         print(f"\n### {args.a} − {args.b} along the run (val bpb at each sixth of the training FLOPs, every "
-              f"rung and seed of {', '.join(f'{b:.3g}' for b in args.budget)} both ran)\n")
+              f"rung and seed of {', '.join(budget_tag(b) for b in args.budget)} both ran)\n")
         print("| corpus | " + " | ".join(f"{k}/6" for k in range(1, len(SHARES) + 1)) + " |\n|---|"
               + "---|" * len(SHARES))
+        lost = 0
         for corpus in corpora:
-            columns = along_run(out / corpus, args.a, args.b, args.budget)
+            columns, diverged = along_run(out / corpus, args.a, args.b, args.budget)
+            lost += diverged
             print(f"| {corpus} | " + " | ".join(_interval(col) for col in columns) + " |")
+        if lost:
+            print(f"\n{lost} shared (rung, seed) pairs left out: a side diverged")
     return 0
 
 

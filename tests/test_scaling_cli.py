@@ -746,10 +746,24 @@ def test_a_family_can_set_its_shape_rules_aspect_and_byte_width():
         budget_ladders(flat, flat.families[0], [1e12], log=lambda m: None)
 
 
-def _curve(budget, values):
-    """A record's val curve: one evaluation at each share of the run's FLOPs, (1 + k) / len(values)."""
-    return [{"step": 10 * (k + 1), "train_flops": budget * (k + 1) / len(values), "val_bpb": v}
-            for k, v in enumerate(values)]
+def _curve(budget, values, shares=None):
+    """A record's val curve: one evaluation at each share of the run's FLOPs ((1 + k) / len(values)
+    unless `shares` says)."""
+    shares = shares or [(k + 1) / len(values) for k in range(len(values))]
+    return [{"step": 10 * (k + 1), "train_flops": budget * x, "val_bpb": v} for k, (x, v) in enumerate(zip(shares, values))]
+
+
+def test_a_runs_curve_is_read_at_a_share_of_its_flops():
+    from rltok.analysis.run_curve import curve_at
+
+    rec = {"budget_flops": 1e9, "curve": _curve(1e9, [3.0, 2.0, 1.0], shares=[0.2, 0.6, 1.0])}
+    assert curve_at(rec, 0.4) == pytest.approx(2.5)  # halfway between the first two evaluations
+    assert curve_at(rec, 0.19) == 3.0 and curve_at(rec, 1.01) == 1.0  # within 0.02 of an end: that end
+    assert curve_at(rec, 0.1) is None  # before the curve: no guess
+    assert curve_at({"budget_flops": 1e9}, 0.5) is None and curve_at({"budget_flops": 1e9, "curve": []}, 0.5) is None
+    # an evaluation without a val loss is skipped
+    rec["curve"].insert(1, {"step": 15, "train_flops": 0.4e9, "val_bpb": None})
+    assert curve_at(rec, 0.4) == pytest.approx(2.5)
 
 
 def test_the_seed_noise_script_pools_each_sizes_spread_and_finds_where_seeds_parted(tmp_path):
@@ -761,27 +775,47 @@ def test_the_seed_noise_script_pools_each_sizes_spread_and_finds_where_seeds_par
     folder = tmp_path / "study" / "salad"
     folder.mkdir(parents=True)
     # family f at 1e9: size 1000 seeds 2.0 / 2.2 (sd 0.1414), size 2000 seeds 2.0 / 2.0 / 2.3 (sd 0.1732);
-    # a size with one seed and a diverged run add nothing
-    runs = {1000: {0: 2.0, 1: 2.2}, 2000: {0: 2.0, 1: 2.0, 2: 2.3}, 4000: {0: 2.5}}
-    for n, by_seed in runs.items():
+    # at 3e9 size 1000 seeds 2.0 / 2.1 (sd 0.0707); a size with one seed and a diverged run add nothing.
+    # The val curves (three evaluations, at a third, two thirds and the end): at 1e9 seed 1 of size
+    # 1000 is 0.2 worse from the first; size 2000's seed 2 ends 0.3 worse but parts only at the end;
+    # at 3e9 seed 1 is ahead at a third (0.1) and ends 0.1 behind
+    runs = {(1e9, 1000): {0: 2.0, 1: 2.2}, (1e9, 2000): {0: 2.0, 1: 2.0, 2: 2.3}, (1e9, 4000): {0: 2.5},
+            (3e9, 1000): {0: 2.0, 1: 2.1}}
+    parts = {(1e9, 1000, 1): (0.2, 0.2, 0.2), (1e9, 2000, 2): (0.0, 0.0, 0.3), (3e9, 1000, 1): (-0.1, 0.05, 0.1)}
+    for (budget, n), by_seed in runs.items():
         for s, bpb in by_seed.items():
-            # the val curves: seed 1 of size 1000 parts from seed 0 at the first of three evaluations
-            part = 0.2 if (n, s) == (1000, 1) else 0.0
-            rec = {"family": "f", "budget_flops": 1e9, "seed": s, "non_embedding_params": n, "bpb": bpb,
-                   "curve": _curve(1e9, [3.0 + part, 2.8 + part, 2.7 + part])}
-            (folder / f"{budget_tag(1e9)}__f__N{n}__s{s}.json").write_text(json.dumps(rec))
+            part = parts.get((budget, n, s), (0.0, 0.0, 0.0))
+            rec = {"family": "f", "budget_flops": budget, "seed": s, "non_embedding_params": n, "bpb": bpb,
+                   "split": "test", "curve": _curve(budget, [3.0 + part[0], 2.8 + part[1], 2.7 + part[2]])}
+            (folder / f"{budget_tag(budget)}__f__N{n}__s{s}.json").write_text(json.dumps(rec))
     (folder / f"{budget_tag(1e9)}__f__N8000__s0.json").write_text(json.dumps(
         {"family": "f", "budget_flops": 1e9, "seed": 0, "non_embedding_params": 8000, "bpb": None}))
-    out = subprocess.run([sys.executable, str(repo / "scripts" / "scaling_seed_noise.py"), "--out",
-                          str(tmp_path / "study"), "--opened", "1"], capture_output=True, text=True, check=True).stdout
-    # pooled: sqrt((0.02 + 0.06) / (1 + 2)) = 0.163; median of the sizes' own sd (0.141, 0.173) = 0.157
-    assert "| f | 0.163 (2) | 0.163 (2) | 0.157 |" in out
-    assert "**C1e09__f__N2000** (f, C1e09): test bpb s0 2.000, s1 2.000, s2 2.300; spread 0.300" in out
-    # three evaluations, at a third, two thirds and the end of the run; the sixths between are read off the line
+    script = [sys.executable, str(repo / "scripts" / "scaling_seed_noise.py"), "--out", str(tmp_path / "study")]
+    out = subprocess.run(script + ["--parted", "1"], capture_output=True, text=True, check=True).stdout
+    # 1e9: sqrt((0.02 + 0.06) / (1 + 2)) = 0.163; 3e9: 0.071; pooled sqrt(0.085 / 4) = 0.146;
+    # median of the sizes' own sd (0.141, 0.173, 0.071) = 0.141
+    assert "| f | 0.163 (2) | 0.071 (1) | 0.146 (3) | 0.141 |" in out
+    assert "**f, C1e09, N = 2,000**: test bpb s0 2.000, s1 2.000, s2 2.300; spread 0.300" in out
+    # the sixths between evaluations are read off the line; none before the first evaluation
     assert "| 0.33 | 3.000 | 3.000 | 3.000 | 0.000 |" in out and "| 0.50 | 2.900 | 2.900 | 2.900 | 0.000 |" in out
-    assert "| 0.17 |" not in out
-    # only size 1000 ends its val curves 0.05 apart (0.2), and it parted at the first evaluation
-    assert "Of the 1 sizes whose seeds end 0.05 val bpb or more apart" in out and "first third of the run in 1," in out
+    assert "| 0.17 |" not in out and "| 0.83 | 2.750 | 2.750 | 2.900 | 0.150 |" in out
+    assert "half the final val spread (0.300) present at 83% of the run" in out
+    # no size's curves reach a sixth of the run, so none is counted
+    assert "Of the 0 sizes" in out
+    # curves from a sixth: size 1000 at 1e9 parted at once, size 2000 at the end, 3e9's swapped order
+    for (budget, n), by_seed in runs.items():
+        for s in by_seed:
+            path = folder / f"{budget_tag(budget)}__f__N{n}__s{s}.json"
+            rec = json.loads(path.read_text())
+            part = parts.get((budget, n, s), (0.0, 0.0, 0.0))
+            vals = [3.5 + part[0]] * 2 + [3.0 + part[0]] + [2.8 + part[1]] * 2 + [2.7 + part[2]]
+            path.write_text(json.dumps({**rec, "curve": _curve(budget, vals)}))
+    out = subprocess.run(script + ["--parted", "1"], capture_output=True, text=True, check=True).stdout
+    assert ("Of the 3 sizes whose seeds end 0.05 val bpb or more apart (every sixth of every seed's curve known), "
+            "half the final spread was first present in the first third of the run in 2, the second in 0, the last "
+            "in 1; the seed that ends best was already ahead of the one that ends worst at a third of the run in 1.") in out
+    out = subprocess.run(script + ["--parted", "0", "--budget", "3e9"], capture_output=True, text=True, check=True).stdout
+    assert "| f | 0.071 (1) | 0.071 (1) | 0.071 |" in out and "Of the" not in out
 
 
 def test_the_profile_pairing_script_follows_a_difference_along_the_runs(tmp_path):
@@ -792,16 +826,35 @@ def test_the_profile_pairing_script_follows_a_difference_along_the_runs(tmp_path
     repo = Path(__file__).resolve().parents[1]
     folder = tmp_path / "study" / "salad"
     folder.mkdir(parents=True)
-    # A is 0.2 above B at a sixth of the run and 0.1 after, at seeds 0 and 1; seed 2 of B diverged
-    for fam in ("a", "b"):
-        for s in (0, 1, 2):
-            curve = [3.0, 2.5, 2.4, 2.3, 2.2, 2.0] if fam == "b" else [3.2, 2.6, 2.5, 2.4, 2.3, 2.1]
-            rec = {"family": fam, "budget_flops": 1e9, "target_size": 1000.0, "seed": s, "non_embedding_params": 1000,
-                   "bpb": None if (fam, s) == ("b", 2) else 2.0, "width": 32, "depth": 1,
-                   "config": {"model": {"arch": "flat"}}, "curve": _curve(1e9, curve)}
-            (folder / f"{budget_tag(1e9)}__{fam}__N1000__s{s}.json").write_text(json.dumps(rec))
-    out = subprocess.run([sys.executable, str(repo / "scripts" / "scaling_pair_profile.py"), "--out",
-                          str(tmp_path / "study"), "--a", "a", "--b", "b", "--budget", "1e9", "--along"],
-                         capture_output=True, text=True, check=True).stdout
-    row = next(line for line in out.splitlines() if line.startswith("| salad | +0.200"))
-    assert row == "| salad | +0.200 [+0.200, +0.200] (2) | " + " | ".join(["+0.100 [+0.100, +0.100] (2)"] * 5) + " |"
+    # at 1e9, A is 0.2 above B at a sixth of the run and 0.1 after, at seeds 0 and 1 (seed 2 of B
+    # diverged); at 3e9 one pair whose evaluations fall between the sixths (A 0.3 above B at the first,
+    # 0 at the last: 0.15 halfway); a rung only A ran adds nothing
+    for budget, fam, s, curve, shares in [
+            *[(1e9, "b", s, [3.0, 2.5, 2.4, 2.3, 2.2, 2.0], None) for s in (0, 1, 2)],
+            *[(1e9, "a", s, [3.2, 2.6, 2.5, 2.4, 2.3, 2.1], None) for s in (0, 1, 2)],
+            (3e9, "b", 0, [3.0, 2.0], [0.1, 1.0]), (3e9, "a", 0, [3.3, 2.0], [0.1, 1.0])]:
+        rec = {"family": fam, "budget_flops": budget, "target_size": 1000.0, "seed": s, "non_embedding_params": 1000,
+               "bpb": None if (budget, fam, s) == (1e9, "b", 2) else 2.0, "width": 32, "depth": 1,
+               "config": {"model": {"arch": "flat"}}, "curve": _curve(budget, curve, shares)}
+        (folder / f"{budget_tag(budget)}__{fam}__N1000__s{s}.json").write_text(json.dumps(rec))
+    (folder / f"{budget_tag(1e9)}__a__N2000__s0.json").write_text(json.dumps(
+        {"family": "a", "budget_flops": 1e9, "target_size": 2000.0, "seed": 0, "non_embedding_params": 2000, "bpb": 2.0,
+         "width": 32, "depth": 1, "curve": _curve(1e9, [9.0] * 6)}))
+    script = [sys.executable, str(repo / "scripts" / "scaling_pair_profile.py"), "--out", str(tmp_path / "study"),
+              "--a", "a", "--b", "b", "--along"]
+
+    def along(budgets):  # the --along section of the output, and its row's cells
+        out = subprocess.run(script + ["--budget", *budgets], capture_output=True, text=True, check=True).stdout
+        out = out[out.index("along the run"):]
+        return out, next(line for line in out.splitlines() if line.startswith("| salad |")).strip("| ").split(" | ")[1:]
+
+    out, cells = along(["1e9"])
+    assert cells == ["+0.200 [+0.200, +0.200] (2)"] + ["+0.100 [+0.100, +0.100] (2)"] * 5
+    assert "1 shared (rung, seed) pairs left out: a side diverged" in out and "C1e09 both ran" in out
+    _, cells = along(["3e9"])
+    assert cells == ["–"] * 6  # one pair: no interval
+    # pooled over both budgets, three pairs at each sixth; 3e9's pair read between its evaluations at
+    # 0.1 and 1.0: at a sixth 0.3 (1 - 0.0667 / 0.9) = 0.278, at the end 0
+    _, cells = along(["1e9", "3e9"])
+    assert cells[0].startswith("+0.226 [") and cells[0].endswith("(3)")  # (0.2 + 0.2 + 0.278) / 3
+    assert cells[5].startswith("+0.067 [") and cells[5].endswith("(3)")  # (0.1 + 0.1 + 0) / 3

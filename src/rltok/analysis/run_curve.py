@@ -8,8 +8,9 @@ SHARES = (1 / 6, 2 / 6, 3 / 6, 4 / 6, 5 / 6, 1.0)  # the study's runs evaluate a
 
 
 def curve_at(rec: dict, share: float) -> float | None:
-    """The run's validation bpb at `share` of its training FLOPs, linear between its evaluations;
-    None where no evaluation lies within 0.02 of it (no guess beyond the curve)."""
+    """The run's validation bpb at `share` of its training FLOPs, linear between the evaluations on
+    either side of it (however far apart), the nearest end's value within 0.02 beyond the first or
+    the last; None further out (no guess beyond the curve) or without a curve."""
     pts = sorted((c["train_flops"] / rec["budget_flops"], c["val_bpb"]) for c in rec.get("curve") or []
                  if c.get("val_bpb") is not None)
     if not pts or not pts[0][0] - 0.02 <= share <= pts[-1][0] + 0.02:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -281,13 +281,21 @@ class IsoFit:
     boot_valid: float  # share of bootstrap replicates with a minimum
 
 
+def pooled_within_sd(groups: Iterable[Sequence[float]]) -> float | None:
+    """The standard deviation of one value about its group's mean, pooled over groups (each group
+    one size's losses over seeds): sqrt(sum of squared deviations / sum of (n - 1)); None where no
+    group has two values."""
+    arrays = [np.asarray(g, dtype=float) for g in groups]
+    dof = sum(len(v) - 1 for v in arrays if len(v))
+    ss = sum(float(np.sum((v - v.mean()) ** 2)) for v in arrays if len(v))
+    return math.sqrt(ss / dof) if dof > 0 else None
+
+
 def _sds(profile: IsoProfile, parabola: Parabola) -> tuple[float | None, float | None]:
     m = len(profile.sizes)
     resid = profile.means - parabola(profile.sizes)
     residual_sd = float(math.sqrt(np.sum(resid ** 2) / (m - 3))) if m > 3 else None
-    dof = sum(len(v) - 1 for v in profile.losses)
-    ss = sum(float(np.sum((v - v.mean()) ** 2)) for v in profile.losses)
-    return residual_sd, (math.sqrt(ss / dof) if dof > 0 else None)
+    return residual_sd, pooled_within_sd(profile.losses)
 
 
 def fit_isoflop(profile: IsoProfile, n_boot: int = 1000, seed: int = 0, level: float = 0.95,
