@@ -15,12 +15,16 @@ seed's validation bpb at every sixth of its run (the curve in its record), and c
 size whose seeds end `--min-spread` val bpb or more apart, in which third of the run half of that
 final spread was first present, and how often the seed that ends best was already ahead of the one
 that ends worst at a third of the run: whether seeds part early and stay apart, or wander around
-one curve. Writes nothing; prints markdown.
+one curve. `--plateau` counts, per family, the runs whose validation bpb at a sixth of the run was
+still within 0.1 of the byte unigram entropy of the corpus's val split (the loss of a model that
+predicts byte frequencies and reads no context; the corpus is read from the path the runs' records
+name, relative to the current folder). Writes nothing; prints markdown.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import math
 import statistics
 from collections import defaultdict
@@ -117,6 +121,35 @@ def parted_table(records: list[dict], budgets: list[float], families: list[str] 
     return lines
 
 
+PLATEAU_MARGIN = 0.1  # bpb above the unigram entropy that still counts as on the plateau
+
+
+def unigram_entropy(data: bytes) -> float:
+    """Bits per byte of the byte frequencies of `data`: the loss of a model that reads no context."""
+    counts = [c for c in collections.Counter(data).values()]
+    n = sum(counts)
+    return -sum(c / n * math.log2(c / n) for c in counts)
+
+
+def plateau_table(records: list[dict], families: list[str] | None) -> list[str]:
+    from rltok.data.corpus import load_eval_bytes
+
+    specs = {r["config"]["data"]["train"] for r in records if r.get("config")}
+    if len(specs) != 1:
+        return [f"(--plateau needs the runs of one corpus; their records name {sorted(specs) or 'none'})"]
+    spec = specs.pop()
+    entropy = unigram_entropy(bytes(load_eval_bytes(spec, "val").tolist()))
+    stuck: dict[str, list[bool]] = defaultdict(list)
+    for r in records:
+        v = curve_at(r, SHARES[0]) if r.get("bpb") is not None else None
+        if v is not None and (not families or record_family(r) in families):
+            stuck[record_family(r)].append(v > entropy - PLATEAU_MARGIN)
+    lines = [f"Runs within {PLATEAU_MARGIN} bpb of the val split's byte unigram entropy ({entropy:.3f}, {spec}) "
+             "at a sixth of the run:", "", "| family | runs on the plateau | runs |", "|---|---|---|"]
+    lines += [f"| {f} | {sum(v)} | {len(v)} |" for f, v in sorted(stuck.items())]
+    return lines + [f"| all | {sum(sum(v) for v in stuck.values())} | {sum(len(v) for v in stuck.values())} |", ""]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, type=Path, help="the study's results folder (one subfolder per corpus)")
@@ -124,6 +157,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", nargs="+", type=float, help="only these budgets (default: every budget with records)")
     ap.add_argument("--parted", type=int, default=0, metavar="K",
                     help="the K sizes per corpus whose seeds differ most, with their val curves, and where seeds parted")
+    ap.add_argument("--plateau", action="store_true",
+                    help="per family, the runs still near the byte unigram entropy at a sixth of the run")
     ap.add_argument("--min-spread", type=float, default=0.05,
                     help="with --parted: the final val spread from which a size counts as parted (default 0.05)")
     args = ap.parse_args(argv)
@@ -140,6 +175,8 @@ def main(argv=None) -> int:
               "(their number in brackets).\n")
         if args.parted:
             print("\n".join(parted_table(records, budgets, args.family, args.parted, args.min_spread)))
+        if args.plateau:
+            print("\n".join(plateau_table(records, args.family)))
     return 0
 
 

@@ -858,3 +858,33 @@ def test_the_profile_pairing_script_follows_a_difference_along_the_runs(tmp_path
     _, cells = along(["1e9", "3e9"])
     assert cells[0].startswith("+0.226 [") and cells[0].endswith("(3)")  # (0.2 + 0.2 + 0.278) / 3
     assert cells[5].startswith("+0.067 [") and cells[5].endswith("(3)")  # (0.1 + 0.1 + 0) / 3
+
+
+def test_the_seed_noise_script_counts_runs_still_on_the_unigram_plateau(tmp_path):
+    import math
+    import subprocess
+    import sys
+    from collections import Counter
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    data = tmp_path / "corpus"
+    data.mkdir()
+    (data / "train.txt").write_text("ab" * 500)
+    (data / "val.txt").write_text("aaab" * 100)  # byte frequencies 3/4, 1/4: 0.811 bits per byte
+    (data / "test.txt").write_text("ab" * 100)
+    counts = Counter(b"aaab")
+    entropy = -sum(c / 4 * math.log2(c / 4) for c in counts.values())
+    folder = tmp_path / "study" / "salad"
+    folder.mkdir(parents=True)
+    # at a sixth of the run: seed 0 at the entropy + 0.05 (on the plateau), seed 1 at it - 0.3 (off);
+    # a record without a curve counts in neither
+    for s, at_first in ((0, entropy + 0.05), (1, entropy - 0.3), (2, None)):
+        rec = {"family": "f", "budget_flops": 1e9, "seed": s, "non_embedding_params": 1000, "bpb": 1.0,
+               "config": {"data": {"train": str(data)}},
+               "curve": _curve(1e9, [at_first] + [0.5] * 5) if at_first is not None else []}
+        (folder / f"{budget_tag(1e9)}__f__N1000__s{s}.json").write_text(json.dumps(rec))
+    out = subprocess.run([sys.executable, str(repo / "scripts" / "scaling_seed_noise.py"), "--out",
+                          str(tmp_path / "study"), "--plateau"], capture_output=True, text=True, check=True).stdout
+    assert f"byte unigram entropy ({entropy:.3f}, {data})" in out
+    assert "| f | 1 | 2 |" in out
