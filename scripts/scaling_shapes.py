@@ -15,8 +15,8 @@ prints each family minus family B at the same shape instead (learned against uni
 every shape: `--family rl rl_r0.1 --minus uniform uniform_r0.1`, one family to subtract or one per
 family; paired by seed): a difference read shape by shape, so a shape one side reaches only at some budgets does
 not move it. With `--by-steps` those differences (every corpus, pair, budget and shape as one cell)
-are binned by the run's optimizer steps (quartiles): whether a gap is paid in steps. Writes nothing;
-prints markdown.
+are binned by the run's optimizer steps (quartiles): whether a gap is paid in steps; `--plot PNG`
+draws each cell and the bins' means against steps. Writes nothing but that plot; prints markdown.
 
     python scripts/scaling_shapes.py --out docs/results/scaling --family rl rl_r0.1 \\
         --minus uniform uniform_r0.1 --budget 1e11 3e11 6e11 1e12 --by-steps
@@ -86,14 +86,15 @@ def shape_gaps(folder: Path, a: str, b: str, budget: float,
 
 
 def step_cells(folders: list[Path], pairs: list[tuple[str, str]], budgets: list[float],
-               split: str = "select") -> list[tuple[float, float]]:
-    """(optimizer steps, A − B) per corpus, pair, budget and shape both ran (`shape_gaps`), by steps."""
-    cells = [(steps, gap) for folder in folders for a, b in pairs for budget in budgets
+               split: str = "select") -> list[tuple[float, float, str, float]]:
+    """(optimizer steps, A − B, corpus, budget) per corpus, pair, budget and shape both ran
+    (`shape_gaps`), by steps."""
+    cells = [(steps, gap, folder.name, budget) for folder in folders for a, b in pairs for budget in budgets
              for _, gap, steps in shape_gaps(folder, a, b, budget, split).values()]
     return sorted(cells, key=lambda cell: cell[0])
 
 
-def steps_table(cells: list[tuple[float, float]], bins: int = 4) -> str:
+def steps_table(cells: list[tuple], bins: int = 4) -> str:
     """Markdown: the cells (sorted by steps) in `bins` groups of about equal count, each group's mean
     and median gap."""
     if not cells:
@@ -103,7 +104,7 @@ def steps_table(cells: list[tuple[float, float]], bins: int = 4) -> str:
         group = cells[round(i * len(cells) / bins):round((i + 1) * len(cells) / bins)]
         if not group:
             continue
-        gaps = sorted(g for _, g in group)
+        gaps = sorted(cell[1] for cell in group)
         mid = len(gaps) // 2
         median = gaps[mid] if len(gaps) % 2 else (gaps[mid - 1] + gaps[mid]) / 2
         lines.append(f"| {group[0][0]:,.0f}–{group[-1][0]:,.0f} | {len(group)} | {sum(gaps) / len(gaps):+.3f} "
@@ -160,6 +161,8 @@ def main(argv=None) -> None:
     ap.add_argument("--bins", type=int, default=4, help="with --by-steps: how many groups of about equal count")
     ap.add_argument("--min-steps", type=float, default=0.0,
                     help="with --by-steps: only the cells whose runs took more than this many steps")
+    ap.add_argument("--plot", type=Path, metavar="PNG",
+                    help="with --by-steps: also draw every cell and the groups' means against steps (needs matplotlib)")
     args = ap.parse_args(argv)
     corpora = sorted(p for p in args.out.iterdir() if p.is_dir() and any(p.glob("C*__*.json")))
     if not corpora:
@@ -179,6 +182,11 @@ def main(argv=None) -> None:
             raise SystemExit("--bins must be >= 1")
         cells = [c for c in step_cells(corpora, pairs, budgets, args.split) if c[0] > args.min_steps]
         print(steps_table(cells, args.bins))
+        if args.plot and cells:
+            from rltok.analysis.scaling_plots import plot_gap_by_steps
+
+            title = f"{', '.join(f'{a} − {b}' for a, b in pairs)} ({args.split})"
+            print(f"\nplot: {plot_gap_by_steps(cells, args.plot, args.bins, title)}")
         return
     for folder in corpora:
         for i, fam in enumerate(args.family):

@@ -4,6 +4,7 @@ second invocation skips every finished point, and the fit writes fits.json and t
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import math
 import shutil
@@ -668,6 +669,11 @@ def test_the_shapes_script_tables_each_shape_by_budget_and_bins_differences_by_s
     out = subprocess.run(script + ["--family", "r", "--minus", "u", "--budget", "1e9", "3e9", "--by-steps", "--bins", "1",
                                    "--min-steps", "250"], capture_output=True, text=True, check=True).stdout
     assert "| 300–600 | 3 | +0.050 | +0.050 |" in out  # the 200-step cell left out; (1/15 + 1/20 + 1/30) / 3
+    if importlib.util.find_spec("matplotlib"):
+        png = tmp_path / "gap.png"
+        subprocess.run(script + ["--family", "r", "--minus", "u", "--budget", "1e9", "3e9", "--by-steps", "--plot",
+                                 str(png)], capture_output=True, text=True, check=True)
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bad = subprocess.run(script + ["--family", "r", "--budget", "1e9", "--by-steps"], capture_output=True, text=True)
     assert bad.returncode != 0 and "--by-steps needs --minus" in bad.stderr
 

@@ -151,3 +151,36 @@ def plot_inference(records: list[dict], path: Path, title: str = "") -> Path | N
     ax.set(xlabel="inference FLOPs per byte (forward pass)", ylabel="bpb",
            title=f"{title + ': ' if title else ''}{top:.3g} training FLOPs (marker area: log N)")
     return _save(fig, ax, Path(path))
+
+
+def plot_gap_by_steps(cells: list[tuple[float, float, str, float]], path: Path, bins: int = 4,
+                      title: str = "") -> Path:
+    """A difference between two families at the same shape (`cells`: optimizer steps, A − B, corpus,
+    budget) against the runs' optimizer steps: one point per cell (colour: budget, marker: corpus),
+    the mean of each of `bins` groups of about equal count (sorted by steps) at its mean steps, and
+    zero. Whether a gap is paid in steps reads off the line."""
+    if not cells:
+        raise ValueError("no cells to plot")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    budgets = sorted({c[3] for c in cells})
+    markers = dict(zip(sorted({c[2] for c in cells}), "os^vD"))
+    for colour, budget in zip(plt.cm.viridis(np.linspace(0, 0.9, len(budgets))), budgets):
+        for corpus, marker in markers.items():
+            mine = [c for c in cells if c[3] == budget and c[2] == corpus]
+            if mine:
+                ax.scatter([c[0] for c in mine], [c[1] for c in mine], color=colour, marker=marker, alpha=0.7,
+                           s=22, label=f"{corpus}, {budget:.3g}")
+    ordered = sorted(cells, key=lambda c: c[0])
+    groups = [ordered[round(i * len(ordered) / bins):round((i + 1) * len(ordered) / bins)] for i in range(bins)]
+    groups = [g for g in groups if g]
+    ax.plot([np.mean([c[0] for c in g]) for g in groups], [np.mean([c[1] for c in g]) for g in groups],
+            color="black", marker="s", lw=1.5, label=f"mean of {len(groups)} groups by steps")
+    ax.axhline(0.0, color="grey", lw=0.8, ls="--")
+    ax.set_xscale("log")
+    lo, hi = min(c[0] for c in cells), max(c[0] for c in cells)
+    ticks = [t for d in (1, 10, 100, 1000, 10000, 100000) for t in (d, 2 * d, 5 * d) if lo / 1.5 <= t <= hi * 1.5]
+    ax.xaxis.set_minor_formatter(plt.NullFormatter())
+    ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
+    ax.set(xlabel="optimizer steps of the run", ylabel="A − B (bpb), same shape, paired by seed", title=title)
+    return _save(fig, ax, Path(path))
