@@ -258,7 +258,7 @@ def _add_compare(sub: Subcommands) -> None:
 def _add_scaling(sub: Subcommands) -> None:
     p = sub.add_parser("scaling", help="the compute-optimal (isoFLOP) study of a grid file: resumable runs, "
                                        "fits and plots per corpus")
-    p.add_argument("--grid", required=True, help="grid file, TOML or JSON (docs/SCALING.md: Running the study)")
+    p.add_argument("--grid", required=True, help="grid file, TOML or JSON (docs/SCALING.md: Running a study)")
     p.add_argument("--out", required=True, help="results folder: one subfolder per corpus with a JSON per run, "
                                                 "fits.json, report.md and the plots")
     p.add_argument("--corpus", help="only this corpus of the grid (run one process per corpus side by side)")
