@@ -2,8 +2,9 @@
 runs; never edit the lines between the markers by hand.
 
 - README, between `<!-- scaling-results:begin -->` and `<!-- scaling-results:end -->`: each family
-  at its best size (chosen on val) of the largest budget every corpus has run for every family,
-  test bpb (mean ± sd over seeds), N and inference FLOPs per byte, and the paired verdicts there.
+  at its best size (chosen on val) of the largest of the grid's budgets that is complete on every
+  corpus, test bpb (mean ± sd over seeds), N and inference FLOPs per byte, and the paired verdicts
+  there.
 - docs/SCALING.md, between `<!-- scaling-study:begin -->` and `<!-- scaling-study:end -->`: per
   corpus each family's best loss at every budget with its size, the envelopes with intervals,
   the crossovers and the reference-scale extrapolation; every prediction held out from the fit
@@ -11,11 +12,16 @@ runs; never edit the lines between the markers by hand.
   every record under the results folder.
 
     python scripts/scaling_results.py --grid scripts/scaling_cpu_grid.toml --out docs/results/scaling
+
+While a budget of the grid has runs but is not complete, the SCALING.md block would show its partial
+fits: the script refuses, unless `--allow-partial` (the block then says which budgets are under way)
+or `--doc ''` (the README table alone, which only ever shows a complete budget).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -23,7 +29,8 @@ from pathlib import Path
 from rltok.analysis.compare import git_commit
 from rltok.analysis.scaling import load_grid
 from rltok.analysis.scaling_holdout import predictions_block
-from rltok.analysis.scaling_summary import machine_table, paired_table, study_block, summary_table
+from rltok.analysis.scaling_status import unfinished_budgets
+from rltok.analysis.scaling_summary import common_budget, machine_table, paired_table, study_block, summary_table
 
 # rows pooling the seeds of several pairs over every corpus (pairs the grid's crossovers name)
 POOLS = {"learned − uniform cuts, both rates": [("rl", "uniform"), ("rl_r0.1", "uniform_r0.1")]}
@@ -56,7 +63,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--grid", required=True)
     ap.add_argument("--out", required=True, help="the study's results folder")
-    ap.add_argument("--budget", type=float, help="default: the largest budget every corpus ran for every family")
+    ap.add_argument("--budget", type=float,
+                    help="the README table's budget (default: the largest of the grid's budgets complete on every corpus)")
+    ap.add_argument("--allow-partial", action="store_true",
+                    help="regenerate the SCALING.md block while a budget is under way (its fits are provisional)")
     ap.add_argument("--readme", default="README.md")
     ap.add_argument("--doc", default="docs/SCALING.md", help="its study block; '' leaves it alone")
     ap.add_argument("--results-root", help="where the machine-hours are summed (default: the parent of --out)")
@@ -65,8 +75,22 @@ def main(argv=None) -> int:
     folders = {c: Path(args.out) / c for c in grid.corpora if (Path(args.out) / c).is_dir()}
     if not folders:
         raise SystemExit(f"error: no corpus folder of the grid under {args.out}")
-    budget, table = summary_table(folders, args.budget, [f.name for f in grid.families], LABELS)
-    chosen = "" if args.budget is None else f" --budget {args.budget:g}"  # a budget under way stays out of the README
+    families = [f.name for f in grid.families]
+    unfinished = unfinished_budgets(dataclasses.replace(grid, corpora={c: grid.corpora[c] for c in folders}),
+                                    Path(args.out))
+    under_way = sorted({b for _, b in unfinished})
+    if under_way and args.doc and not args.allow_partial:
+        raise SystemExit("error: " + ", ".join(f"{c} {b:.3g}" for c, b in unfinished) + " not complete: the "
+                         "SCALING.md block would show provisional fits (--allow-partial to write them anyway, "
+                         "--doc '' for the README table alone)")
+    budget = args.budget
+    if budget is None:  # a budget under way stays out of the README
+        complete = [b for b in grid.budgets if b not in under_way]
+        budget = common_budget(folders, families, among=complete)
+        if budget is None:
+            raise SystemExit("error: no budget of the grid is complete on every corpus for every family yet")
+    budget, table = summary_table(folders, budget, families, LABELS)
+    chosen = "" if args.budget is None else f" --budget {args.budget:g}"
     block = (f"Test bits per byte at **{budget:.3g} training FLOPs**, each family at its best size (chosen on val), "
              f"mean ± sd over seeds (count in brackets); N: non-embedding parameters; FLOPs/byte: inference. "
              f"Generated by `python scripts/scaling_results.py --grid {args.grid} --out {args.out}{chosen}` at commit "
@@ -82,8 +106,11 @@ def main(argv=None) -> int:
     print(block)
     if args.doc:
         root = Path(args.results_root or Path(args.out).parent)
+        partial = "" if not under_way else (
+            " **Provisional**: " + ", ".join(f"{b:.3g}" for b in under_way) + " under way, its fits from a partial "
+            "ladder (`--allow-partial`).")
         doc = (f"Generated by `python scripts/scaling_results.py --grid {args.grid} --out {args.out}` at commit "
-               f"`{git_commit()}` from the runs finished then (the same fits as each corpus's report.md).\n\n"
+               f"`{git_commit()}` from the runs finished then (the same fits as each corpus's report.md).{partial}\n\n"
                f"{study_block(grid, folders, LABELS, pools=POOLS)}\n\n{_predictions(Path(args.out))}### Machine time\n\nThe sum of the runs' wall-clock "
                "seconds (one thread each, two runs side by side), per folder of records: `point_wall_s` (the "
                "whole point: building, training, every evaluation, interrupted attempts) where a record has it; "

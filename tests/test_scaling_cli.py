@@ -289,16 +289,28 @@ def test_a_prediction_is_written_once_then_tested_at_the_held_out_budget(tmp_pat
     assert main([*args, "--holdout"]) == 0
     captured = capsys.readouterr()
     held = sorted((out / "salad").glob("C5e08__*.json"))
-    assert [f.name for f in held] == ["C5e08__flat__N50000__s0.json", "C5e08__flat__N50000__s1.json"]  # nearest N*
-    assert {json.loads(f.read_text())["point_kind"] for f in held} == {"holdout"}
+    # at the predicted N* itself (the shape the rule builds for it), not at a rung of the family's own sizes
+    target = round(p["n_star"])
+    assert [f.name for f in held] == [f"C5e08__flat__N{target}__s0.json", f"C5e08__flat__N{target}__s1.json"]
+    recs = [json.loads(f.read_text()) for f in held]
+    assert {r["point_kind"] for r in recs} == {"holdout"} and {r["target_size"] for r in recs} == {target}
     score = json.loads((out / "prediction_score.json").read_text())["scores"]
-    assert len(score) == 1 and score[0]["seeds"] == [0, 1] and score[0]["size"] == 45536
+    assert len(score) == 1 and score[0]["seeds"] == [0, 1] and score[0]["size"] == recs[0]["non_embedding_params"]
+    assert 0.85 <= score[0]["size_ratio"] <= 1.15  # the shape rule builds within 15% of the target
     assert score[0]["error"] == pytest.approx(score[0]["measured"] - p["l_star"])
     assert "| salad | flat | 5e+08 |" in captured.out
     from rltok.analysis.scaling_holdout import predictions_block
 
     assert "`prediction.json`: the held-out budgets C5e08" in predictions_block(out)
     assert "Scored against C5e08's runs at the predicted sizes" in predictions_block(out)
+    # a family whose every held-out seed diverged keeps its row, unscored, and says why
+    from rltok.analysis.scaling_holdout import holdout_points, score_holdout, score_table
+
+    for f in held:
+        f.write_text(json.dumps({**json.loads(f.read_text()), "bpb": None, "diverged": "non-finite loss"}))
+    (row,) = score_holdout(load_grid(grid), out, holdout_points(load_grid(grid), pred, log=lambda m: None), pred)
+    assert row["measured"] is None and row["within"] is None and row["diverged_seeds"] == 2 and row["seeds"] == []
+    assert "| – (0; 2 diverged) | – | – | – |" in score_table([row])
     assert main([*args, "--fit-only"]) == 0  # the held-out runs stay out of the fits
     fits = json.loads((out / "salad" / "fits.json").read_text())
     assert set(fits["families"]["flat"]["isofits"]) == {repr(1e7), repr(3e7), repr(1e8)}
@@ -336,6 +348,13 @@ def test_a_forecast_of_a_ladder_budget_is_fitted_below_it_and_scored_against_its
     block = predictions_block(out)
     assert "`prediction_C3e08.json`: a forecast of the study's own budget C3e08" in block
     assert "| salad | flat | C3e08 |" in block and "--holdout --at 3e+08`" in block
+    # a forecast is scored once its budget is complete, not from a partial ladder
+    assert main([*args, "--holdout", "--at", "3e8"]) == 2 and "not complete" in capsys.readouterr().err
+    (out / "salad" / "C3e08__flat__N5000__s0.json").write_text(json.dumps(
+        {"family": "flat", "budget_flops": 3e8, "target_size": 5000, "non_embedding_params": 5000, "seed": 0,
+         "bpb": 3.0, "split": "test", "point_kind": "ladder"}))  # one run of 3e8: its fits are provisional
+    assert main([*args, "--fit-only"]) == 0 and "salad 3e+08 is not complete" in capsys.readouterr().err
+    (out / "salad" / "C3e08__flat__N5000__s0.json").unlink()
     # the forecast's budget is then run as a ladder of the study (here: records of the same law)
     more = tmp_path / "more"
     synthetic_study(more, [3e8], sizes, [0, 1], law)

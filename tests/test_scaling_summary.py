@@ -245,3 +245,30 @@ sizes = [2e4, 5e4, 1.2e5]
     assert gaps.split(" | ")[2] == "+0.000 (1)", proc.stdout  # its first evaluation, a third of the way in
     missing = subprocess.run(base + ["--results", str(tmp_path / "x")], capture_output=True, text=True, cwd=REPO)
     assert missing.returncode != 0 and "--teacher" in missing.stderr
+
+
+def test_the_tables_wait_for_a_complete_budget(tmp_path):
+    from conftest import corpus_folder
+
+    data = corpus_folder(tmp_path, "salad")
+    out = tmp_path / "study"
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps({"corpora": {"a": str(data)}, "budgets": [1e9, 3e9], "preset": "test",
+                                "families": [{"method": "flat", "sizes": [1e4, 4e4]}]}))
+    write_runs(out / "a", "flat", 1e9, {1e4: (3.0, 3.1), 4e4: (2.9, 3.2)})
+    write_runs(out / "a", "flat", 3e9, {1e4: (2.8, 2.9)})  # 3e9 under way: its 4e4 rung is still to run
+    readme, doc = tmp_path / "README.md", tmp_path / "SCALING.md"
+    readme.write_text("<!-- scaling-results:begin -->\nold\n<!-- scaling-results:end -->\n")
+    doc.write_text("<!-- scaling-study:begin -->\nstale\n<!-- scaling-study:end -->\n")
+    cmd = [sys.executable, str(SCRIPTS / "scaling_results.py"), "--grid", str(grid), "--out", str(out),
+           "--readme", str(readme)]
+    proc = subprocess.run([*cmd, "--doc", str(doc)], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode != 0 and "a 3e+09 not complete" in proc.stderr and "stale" in doc.read_text()
+    # the README table alone: the largest complete budget, never the one under way
+    subprocess.run([*cmd, "--doc", ""], check=True, capture_output=True, cwd=REPO)
+    assert "**1e+09 training FLOPs**" in readme.read_text()
+    subprocess.run([*cmd, "--doc", str(doc), "--allow-partial"], check=True, capture_output=True, cwd=REPO)
+    assert "**Provisional**: 3e+09 under way" in doc.read_text() and "**1e+09 training FLOPs**" in readme.read_text()
+    write_runs(out / "a", "flat", 3e9, {1e4: (2.8, 2.9), 4e4: (2.7, 2.8)})  # 3e9 complete
+    subprocess.run([*cmd, "--doc", str(doc)], check=True, capture_output=True, cwd=REPO)
+    assert "**3e+09 training FLOPs**" in readme.read_text() and "Provisional" not in doc.read_text()

@@ -680,7 +680,7 @@ class PredictionScore:
     measured: float  # mean over seeds
     measured_interval: tuple[float, float]  # t interval over seeds
     error: float  # measured - predicted loss
-    within: bool  # the measured mean lies inside the predicted loss interval
+    within: bool | None  # the measured mean lies inside the predicted loss interval (None: no interval)
     size: float | None  # the size that was run, when given
     size_ratio: float | None  # size / predicted N*
     size_within: bool | None
@@ -690,10 +690,14 @@ def score_prediction(pred: Prediction, losses: Iterable[float], size: float | No
     """How far a run at the predicted budget (its seeds' losses, and the size it used) lands."""
     losses = [float(v) for v in losses]
     mean, lo, hi = mean_interval(losses, pred.level)
-    within = pred.l_star_interval[0] <= mean <= pred.l_star_interval[1]
+    def inside(x, interval) -> bool | None:  # None where the interval is unknown (NaN ends)
+        lo_, hi_ = interval
+        return None if not (math.isfinite(lo_) and math.isfinite(hi_)) else bool(lo_ <= x <= hi_)
+
     size_ratio = None if size is None else float(size) / pred.n_star
-    size_within = None if size is None else bool(pred.n_star_interval[0] <= size <= pred.n_star_interval[1])
-    return PredictionScore(pred, mean, (lo, hi), mean - pred.l_star, bool(within), size, size_ratio, size_within)
+    size_within = None if size is None else inside(float(size), pred.n_star_interval)
+    return PredictionScore(pred, mean, (lo, hi), mean - pred.l_star, inside(mean, pred.l_star_interval), size,
+                           size_ratio, size_within)
 
 
 # ---------------------------------------------------------------- the whole study

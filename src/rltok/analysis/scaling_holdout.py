@@ -6,8 +6,8 @@ predicts N* and L* with intervals at every holdout budget (`scaling_fit.predict`
 OUT/prediction.json with the fitted budgets, the commit and the date. It is committed before any
 run at those budgets and never rewritten: an existing file is an error.
 
-`run_holdout` (`rltok scaling --holdout`): at each holdout budget each family runs at the rung of
-its ladder there nearest the predicted N* (in log N), with the grid's `holdout_seeds`, into the
+`run_holdout` (`rltok scaling --holdout`): at each holdout budget each family runs at its predicted
+N* (the shape its shape rule builds for that size), with the grid's `holdout_seeds`, into the
 same corpus folder (resumable like every point); then `score_holdout` scores the prediction
 (`scaling_fit.score_prediction`) into OUT/prediction_score.json, and `score_table` prints it.
 
@@ -26,8 +26,8 @@ import json
 import math
 from pathlib import Path
 
-from rltok.analysis.scaling import (Grid, Point, _write_json, budget_ladders, budget_tag, corpus_split,
-                                    read_records, run_points)
+from rltok.analysis.scaling import (Grid, Point, _write_json, budget_tag, corpus_split, family_rungs, read_records,
+                                    run_points)
 from rltok.analysis.table_cells import estimate, number
 from rltok.config import ConfigError
 
@@ -164,18 +164,23 @@ def _prediction(d: dict):
 
 
 def holdout_points(grid: Grid, prediction: dict, log=print) -> list[Point]:
-    """Per corpus, family and holdout budget with a predicted N*: the holdout seeds at the rung of
-    the family's ladder there whose N is nearest N* in log."""
+    """Per corpus, family and holdout budget with a predicted N*: the holdout seeds at the predicted
+    N* itself, built by the family's shape rule (`family_rungs`: the nearest shape), not at the
+    nearest rung of a size window, whose centre at a budget never run can lie far from N*."""
     points = []
     for fam in grid.families:
-        ladders = budget_ladders(grid, fam, grid.holdout_budgets, log)
         for corpus in grid.corpora:
             for budget in grid.holdout_budgets:
                 pred = prediction["corpora"].get(corpus, {}).get(fam.name, {}).get(_key(budget), {})
-                if pred.get("n_star") is None:
+                if pred.get("n_star") is None or not math.isfinite(pred["n_star"]) or pred["n_star"] <= 0:
                     log(f"{corpus} {fam.name} at {budget:.3g}: no prediction ({pred.get('error', 'missing')})")
                     continue
-                rung = min(ladders[budget], key=lambda r: abs(math.log(r.achieved / pred["n_star"])))
+                target = round(pred["n_star"])
+                try:
+                    rung = family_rungs(grid, fam, [target])[target]
+                except ConfigError as e:
+                    log(f"{corpus} {fam.name} at {budget:.3g}: predicted N* {target:,} cannot be built ({e}): not run")
+                    continue
                 points += [Point(corpus, budget, fam, rung, s, "holdout") for s in grid.holdout_seeds]
     return points
 
@@ -191,9 +196,14 @@ def score_holdout(grid: Grid, out: Path, points: list[Point], prediction: dict) 
     for (corpus, family, budget), paths in groups.items():
         every = [json.loads(path.read_text()) for path in paths if path.exists()]
         recs = [r for r in every if r.get("bpb") is not None]  # a diverged seed has no loss: counted below
-        if not recs:
-            continue
         pred = _prediction(prediction["corpora"][corpus][family][_key(budget)])
+        if not recs:
+            if every:  # every seed diverged: the prediction is not scored, and the table says why
+                scores.append({"corpus": corpus, "family": family, "budget": budget, "seeds": [],
+                               "prediction": to_plain(pred), "measured": None, "measured_interval": None,
+                               "error": None, "within": None, "size": None, "size_ratio": None,
+                               "size_within": None, "diverged_seeds": len(every)})
+            continue
         size = sum(r["non_embedding_params"] for r in recs) / len(recs)
         score = score_prediction(pred, [r["bpb"] for r in recs], size)
         scores.append({"corpus": corpus, "family": family, "budget": budget, "seeds": [r["seed"] for r in recs],
@@ -228,6 +238,11 @@ def _yes(x) -> str:
     return "–" if x is None else ("yes" if x else "no")
 
 
+def diverged(score: dict) -> str:
+    n = score.get("diverged_seeds") or 0
+    return f"; {n} diverged" if n else ""
+
+
 def score_table(scores: list[dict]) -> str:
     """Predicted against measured L* per corpus, family and holdout budget."""
     lines = ["| corpus | family | budget | predicted L* (interval) | measured L* (seeds) | error | within "
@@ -236,9 +251,14 @@ def score_table(scores: list[dict]) -> str:
         p = s["prediction"]
         lines.append(f"| {s['corpus']} | {s['family']} | {s['budget']:.3g} "
                      f"| {estimate(p['l_star'], p['l_star_interval'], LOSS_FMT)} "
-                     f"| {number(s['measured'], LOSS_FMT)} ({len(s['seeds'])}) | {number(s['error'], '+.4f')} "
-                     f"| {'yes' if s['within'] else 'no'} | {number(s['size_ratio'], '.2f')} |")
+                     f"| {number(s['measured'], LOSS_FMT)} ({len(s['seeds'])}{diverged(s)}) "
+                     f"| {number(s['error'], '+.4f')} | {_yes(s['within'])} | {number(s['size_ratio'], '.2f')} |")
     return "\n".join(lines)
+
+
+def _inside(x: float, lo: float, hi: float) -> bool | None:
+    """x within [lo, hi]; None where the interval is unknown (saved as nulls)."""
+    return None if not (math.isfinite(lo) and math.isfinite(hi)) else bool(lo <= x <= hi)
 
 
 def score_forecast(grid: Grid, out: Path, at, prediction: dict) -> list[dict]:
@@ -268,9 +288,9 @@ def score_forecast(grid: Grid, out: Path, at, prediction: dict) -> list[dict]:
                     "n_star_interval": iso.n_star_interval, "interior": iso.interior, "minimum": minimum,
                     "best_size": iso.best_size, "best_loss": iso.best_loss,
                     "error": iso.l_star - p.l_star if minimum else None,
-                    "within": bool(lo <= iso.l_star <= hi) if minimum else None,
+                    "within": _inside(iso.l_star, lo, hi) if minimum else None,
                     "size_ratio": iso.n_star / p.n_star if minimum else None,
-                    "size_within": bool(nlo <= iso.n_star <= nhi) if minimum else None}))
+                    "size_within": _inside(iso.n_star, nlo, nhi) if minimum else None}))
     return scores
 
 
@@ -278,6 +298,12 @@ def run_forecast_score(grid: Grid, out: Path, at, log=print) -> list[dict]:
     """`rltok scaling --holdout --at B`: score OUT/prediction_C<B>.json against the study's runs
     at B (trains nothing) into OUT/prediction_C<B>_score.json, keeping other corpora's scores."""
     prediction = load_prediction(out, prediction_name(at))
+    upto = dataclasses.replace(grid, budgets=tuple(b for b in grid.budgets if b <= max(float(x) for x in at)))
+    pending = pending_point(upto, out)
+    if pending is not None:
+        raise ConfigError(f"{budget_tag(pending.budget)} is not complete: `rltok scaling` would still run "
+                          f"{pending.corpus} {pending.stem} ({pending.kind}); a forecast is scored once the budget "
+                          "it forecasts is complete")
     scores = score_forecast(grid, out, at, prediction)
     if not scores:
         log(f"no family has an isoFLOP fit at {', '.join(f'{b:.3g}' for b in at)} yet: nothing scored")

@@ -40,11 +40,32 @@ def _family_seconds(records: list[dict]) -> dict[str, float]:
     return {f: sum(v) / len(v) for f, v in by.items()}
 
 
+def budget_complete(grid: Grid, out: Path, corpus: str, budget: float) -> bool | None:
+    """Whether a dry run of the study finds nothing left to run at one corpus and budget (None where
+    the corpus's data cannot be read, so the dry run cannot tell)."""
+    from rltok.analysis.scaling_holdout import pending_point
+
+    one = dataclasses.replace(grid, corpora={corpus: grid.corpora[corpus]}, budgets=(budget,))
+    try:
+        return pending_point(one, out) is None
+    except (ConfigError, DataError, OSError):
+        return None
+
+
+def unfinished_budgets(grid: Grid, out: Path) -> list[tuple[str, float]]:
+    """(corpus, budget) of the grid's budgets that have runs but are not complete: their fits are
+    provisional (a partial ladder fits its own parabola)."""
+    out_list = []
+    for corpus in grid.corpora:
+        folder = out / corpus
+        started = {float(r["budget_flops"]) for r in read_records(folder)} if folder.is_dir() else set()
+        out_list += [(corpus, b) for b in grid.budgets if b in started and budget_complete(grid, out, corpus, b) is False]
+    return out_list
+
+
 def budget_status(grid: Grid, out: Path, corpus: str, budget: float) -> dict:
     """One corpus and budget: counts per kind of run, completeness (None where the corpus's data
     cannot be read, so the dry run cannot tell), mean seconds per run, overall and per family."""
-    from rltok.analysis.scaling_holdout import pending_point
-
     one = dataclasses.replace(grid, corpora={corpus: grid.corpora[corpus]}, budgets=(budget,))
     ladder = grid_points(one, log=lambda message: None)
     folder = out / corpus
@@ -52,10 +73,7 @@ def budget_status(grid: Grid, out: Path, corpus: str, budget: float) -> dict:
     records = [r for r in records if r.get("point_kind", "ladder") in KINDS]
     seconds = [s for s in map(_run_seconds, records) if s]
     done = {kind: sum(1 for r in records if r.get("point_kind", "ladder") == kind) for kind in KINDS}
-    try:
-        complete = pending_point(one, out) is None
-    except (ConfigError, DataError, OSError):
-        complete = None
+    complete = budget_complete(grid, out, corpus, budget)
     ladder_by_family = Counter(p.family.name for p in ladder)
     return {"corpus": corpus, "budget": budget, "ladder_total": len(ladder),
             "ladder_done": sum(point_done(out, p) for p in ladder), "done": done, "runs": len(records),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -50,9 +51,10 @@ def best_runs(records: list[dict], budget: float, corpus: str) -> dict[str, Best
     return out
 
 
-def common_budget(folders: dict[str, Path], families: list[str] | None = None) -> float | None:
-    """The largest budget at which every corpus has runs of every family (of `families`, or of
-    those the corpora share)."""
+def common_budget(folders: dict[str, Path], families: list[str] | None = None,
+                  among: Iterable[float] | None = None) -> float | None:
+    """The largest budget (of `among`, when given: e.g. a grid's complete budgets) at which every
+    corpus has runs of every family (of `families`, or of those the corpora share)."""
     per = {}
     for corpus, folder in folders.items():
         per[corpus] = {}
@@ -63,8 +65,9 @@ def common_budget(folders: dict[str, Path], families: list[str] | None = None) -
         return None
     wanted = set(families) if families else set.intersection(*(set().union(*b.values()) if b else set()
                                                                  for b in per.values()))
+    allowed = None if among is None else {float(b) for b in among}
     shared = [b for b in set.intersection(*(set(b) for b in per.values()))
-              if all(wanted <= per[c][b] for c in per)]
+              if all(wanted <= per[c][b] for c in per) and (allowed is None or b in allowed)]
     return max(shared) if shared and wanted else None
 
 

@@ -111,6 +111,12 @@ def cmd_scaling(args) -> int:
                            budgets=grid.budgets, interior_only=grid.interior_only,  # holdout budgets stay out
                            fit_from=grid.fit_from)
         print(f"## {corpus}\n\n{study_table(study)}\n\nfits, plots and report: {folder / 'report.md'}\n")
+    if args.fit_only:
+        from rltok.analysis.scaling_status import unfinished_budgets
+
+        for corpus, budget in unfinished_budgets(grid, out):
+            log(f"note: {corpus} {budget:.3g} is not complete: its fits in report.md are provisional "
+                "(a partial ladder fits its own parabola)")
     return 0
 
 
