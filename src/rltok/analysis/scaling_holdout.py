@@ -20,6 +20,7 @@ and tests the extrapolation a whole stage before the held-out budget can.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -224,11 +225,30 @@ def run_holdout(grid: Grid, out: Path, log=print, runner=None) -> list[dict]:
     return scores
 
 
+@contextlib.contextmanager
+def _exclusive(path: Path):
+    """Hold an exclusive advisory lock on `path` (created) while the block runs; waits for another
+    process holding it. Without fcntl (Windows) nothing is locked."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def _write_scores(path: Path, grid: Grid, prediction: dict, scores: list[dict]) -> None:
-    """One process per corpus may score its part: keep the other corpora's scores in `path`."""
-    kept = [s for s in (json.loads(path.read_text())["scores"] if path.exists() else [])
-            if s["corpus"] not in grid.corpora]
-    _write_json(path, {"prediction_commit": prediction["commit"], "scores": kept + scores})
+    """One process per corpus may score its part: keep the other corpora's scores in `path` (read and
+    rewritten under a lock, so two corpora finishing together do not drop each other's)."""
+    with _exclusive(path.with_name("." + path.name + ".lock")):
+        kept = [s for s in (json.loads(path.read_text())["scores"] if path.exists() else [])
+                if s["corpus"] not in grid.corpora]
+        _write_json(path, {"prediction_commit": prediction["commit"], "scores": kept + scores})
 
 
 LOSS_FMT, SIZE_FMT = ".4f", ",.0f"  # how the tables print losses (bpb) and sizes (parameters)
