@@ -311,6 +311,13 @@ def test_a_prediction_is_written_once_then_tested_at_the_held_out_budget(tmp_pat
     (row,) = score_holdout(load_grid(grid), out, holdout_points(load_grid(grid), pred, log=lambda m: None), pred)
     assert row["measured"] is None and row["within"] is None and row["diverged_seeds"] == 2 and row["seeds"] == []
     assert "| – (0; 2 diverged) | – | – | – |" in score_table([row])
+    # a predicted N* that cannot be built within 2x (below the smallest shape, absurdly large) or is
+    # not a number is logged and not run
+    said = []
+    for bad in (1.0, 1e15, float("nan")):
+        odd = {**pred, "corpora": {"salad": {"flat": {repr(5e8): {**p, "n_star": bad}}}}}
+        assert holdout_points(load_grid(grid), odd, log=said.append) == []
+    assert sum("cannot be built within 2x" in m for m in said) == 2 and "no prediction" in said[-1]
     assert main([*args, "--fit-only"]) == 0  # the held-out runs stay out of the fits
     fits = json.loads((out / "salad" / "fits.json").read_text())
     assert set(fits["families"]["flat"]["isofits"]) == {repr(1e7), repr(3e7), repr(1e8)}
@@ -360,8 +367,10 @@ def test_a_forecast_of_a_ladder_budget_is_fitted_below_it_and_scored_against_its
     synthetic_study(more, [3e8], sizes, [0, 1], law)
     for f in more.iterdir():
         shutil.copy(f, out / "salad" / f.name)
+    grid.write_text(json.dumps({**table, "budgets": [1e7, 3e7, 1e8, 3e8, 6e8]}))  # 6e8 not run: no matter for 3e8
     assert main([*args, "--holdout", "--at", "3e8"]) == 0
     captured = capsys.readouterr()
+    grid.write_text(json.dumps(table))
     (score,) = json.loads((out / "prediction_C3e08_score.json").read_text())["scores"]
     assert score["family"] == "flat" and score["interior"] and score["within"] and score["size_within"]
     assert score["error"] == pytest.approx(score["l_star"] - p["l_star"]) and abs(score["error"]) < 0.01
@@ -913,3 +922,17 @@ def test_the_seed_noise_script_counts_runs_still_on_the_unigram_plateau(tmp_path
                           str(tmp_path / "study"), "--plateau"], capture_output=True, text=True, check=True).stdout
     assert f"byte unigram entropy ({entropy:.3f}, {data})" in out
     assert "| f | 1 | 2 |" in out
+
+
+def test_a_prediction_with_an_unknown_interval_is_neither_inside_nor_outside_it():
+    from rltok.analysis.scaling_fit import Prediction, score_prediction
+    from rltok.analysis.scaling_holdout import _inside
+
+    nan = float("nan")
+    pred = Prediction("flat", 1e9, 1e4, (nan, nan), 2.0, (nan, nan), 0.95, 3.0, None)
+    score = score_prediction(pred, [2.1, 2.2], size=1e4)
+    assert score.within is None and score.size_within is None and score.error == pytest.approx(0.15)
+    known = dataclasses.replace(pred, l_star_interval=(1.9, 2.1), n_star_interval=(5e3, 2e4))
+    assert score_prediction(known, [2.3, 2.4], size=1e4).within is False
+    assert score_prediction(known, [2.0, 2.05], size=3e4).size_within is False
+    assert _inside(1.0, nan, 2.0) is None and _inside(1.0, 0.5, 2.0) is True and _inside(3.0, 0.5, 2.0) is False

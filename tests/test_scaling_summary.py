@@ -65,8 +65,13 @@ def test_the_readme_block_is_regenerated_between_its_markers(study, tmp_path):
     doc.write_text("# s\n<!-- scaling-study:begin -->\nstale\n<!-- scaling-study:end -->\nend\n")
     cmd = [sys.executable, str(SCRIPTS / "scaling_results.py"), "--grid", str(grid), "--out", str(study),
            "--readme", str(readme), "--doc", str(doc)]
+    # the grid's data folders do not exist, so whether a budget is complete cannot be told: refused
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode != 0 and "cannot be read to tell" in proc.stderr and "stale" in doc.read_text()
+    cmd.append("--allow-partial")
     subprocess.run(cmd, check=True, capture_output=True, cwd=REPO)
     study_doc = doc.read_text()
+    assert "**Provisional**: 1e+09, 3e+09 under way" in study_doc
     assert "stale" not in study_doc and study_doc.endswith("<!-- scaling-study:end -->\nend\n")
     # every budget per corpus, the best size chosen on val; a best size at the ladder's edge marked
     assert "### a" in study_doc and "### b" in study_doc and "| model | 1e+09 | 3e+09 |" in study_doc
@@ -269,6 +274,12 @@ def test_the_tables_wait_for_a_complete_budget(tmp_path):
     assert "**1e+09 training FLOPs**" in readme.read_text()
     subprocess.run([*cmd, "--doc", str(doc), "--allow-partial"], check=True, capture_output=True, cwd=REPO)
     assert "**Provisional**: 3e+09 under way" in doc.read_text() and "**1e+09 training FLOPs**" in readme.read_text()
+    # asked for by name, the budget under way is refused, or shown marked provisional
+    proc = subprocess.run([*cmd, "--doc", "", "--budget", "3e9"], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode != 0 and "--budget 3e+09 is not complete" in proc.stderr
+    subprocess.run([*cmd, "--doc", "", "--budget", "3e9", "--allow-partial"], check=True, capture_output=True, cwd=REPO)
+    assert "**3e+09 training FLOPs**" in readme.read_text() and "**Provisional**: this budget is under way." in \
+        readme.read_text()
     write_runs(out / "a", "flat", 3e9, {1e4: (2.8, 2.9), 4e4: (2.7, 2.8)})  # 3e9 complete
     subprocess.run([*cmd, "--doc", str(doc)], check=True, capture_output=True, cwd=REPO)
     assert "**3e+09 training FLOPs**" in readme.read_text() and "Provisional" not in doc.read_text()

@@ -164,10 +164,15 @@ def _prediction(d: dict):
     return Prediction(**{f.name: value(d[f.name]) for f in dataclasses.fields(Prediction)})
 
 
+BUILD_FACTOR = 2.0  # a predicted N* whose nearest buildable model is further off than this is not run
+
+
 def holdout_points(grid: Grid, prediction: dict, log=print) -> list[Point]:
     """Per corpus, family and holdout budget with a predicted N*: the holdout seeds at the predicted
     N* itself, built by the family's shape rule (`family_rungs`: the nearest shape), not at the
-    nearest rung of a size window, whose centre at a budget never run can lie far from N*."""
+    nearest rung of a size window, whose centre at a budget never run can lie far from N*. A
+    prediction whose nearest buildable model is more than BUILD_FACTOR off (an N* below the
+    smallest shape, or one too large to train) is logged and not run."""
     points = []
     for fam in grid.families:
         for corpus in grid.corpora:
@@ -181,6 +186,10 @@ def holdout_points(grid: Grid, prediction: dict, log=print) -> list[Point]:
                     rung = family_rungs(grid, fam, [target])[target]
                 except ConfigError as e:
                     log(f"{corpus} {fam.name} at {budget:.3g}: predicted N* {target:,} cannot be built ({e}): not run")
+                    continue
+                if not 1 / BUILD_FACTOR <= rung.achieved / target <= BUILD_FACTOR:
+                    log(f"{corpus} {fam.name} at {budget:.3g}: predicted N* {target:,} cannot be built within "
+                        f"{BUILD_FACTOR:g}x (the shape rule's nearest: {rung.achieved:,}): not run")
                     continue
                 points += [Point(corpus, budget, fam, rung, s, "holdout") for s in grid.holdout_seeds]
     return points

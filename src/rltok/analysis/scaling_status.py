@@ -53,13 +53,14 @@ def budget_complete(grid: Grid, out: Path, corpus: str, budget: float) -> bool |
 
 
 def unfinished_budgets(grid: Grid, out: Path) -> list[tuple[str, float]]:
-    """(corpus, budget) of the grid's budgets that have runs but are not complete: their fits are
-    provisional (a partial ladder fits its own parabola)."""
+    """(corpus, budget) of the grid's budgets that have runs but are not complete, or whose
+    completeness cannot be told (the corpus's data unreadable): their fits may be provisional (a
+    partial ladder fits its own parabola)."""
     out_list = []
     for corpus in grid.corpora:
         folder = out / corpus
         started = {float(r["budget_flops"]) for r in read_records(folder)} if folder.is_dir() else set()
-        out_list += [(corpus, b) for b in grid.budgets if b in started and budget_complete(grid, out, corpus, b) is False]
+        out_list += [(corpus, b) for b in grid.budgets if b in started and budget_complete(grid, out, corpus, b) is not True]
     return out_list
 
 
