@@ -296,6 +296,7 @@ def test_a_prediction_is_written_once_then_tested_at_the_held_out_budget(tmp_pat
     assert {r["point_kind"] for r in recs} == {"holdout"} and {r["target_size"] for r in recs} == {target}
     score = json.loads((out / "prediction_score.json").read_text())["scores"]
     assert len(score) == 1 and score[0]["seeds"] == [0, 1] and score[0]["size"] == recs[0]["non_embedding_params"]
+    assert score[0]["baseline_error"] == pytest.approx(score[0]["measured"] - score[0]["baseline_l_star"])
     assert 0.85 <= score[0]["size_ratio"] <= 1.15  # the shape rule builds within 15% of the target
     assert score[0]["error"] == pytest.approx(score[0]["measured"] - p["l_star"])
     assert "| salad | flat | 5e+08 |" in captured.out
@@ -375,6 +376,12 @@ def test_a_forecast_of_a_ladder_budget_is_fitted_below_it_and_scored_against_its
     assert score["family"] == "flat" and score["interior"] and score["within"] and score["size_within"]
     assert score["error"] == pytest.approx(score["l_star"] - p["l_star"]) and abs(score["error"]) < 0.01
     assert score["n_star"] == pytest.approx(law(3e8), rel=0.05) and "| salad | flat | C3e08 |" in captured.out
+    # the naive rival: a power law through the parabola L* at 3e7 and 1e8, which misses the law's floor
+    true_l = lambda c: 1.5 + 40 * c ** -0.2  # noqa: E731
+    b = math.log(true_l(3e7) / true_l(1e8)) / math.log(1e8 / 3e7)
+    assert score["baseline_l_star"] == pytest.approx(true_l(1e8) * 3 ** -b, abs=0.003)
+    assert score["baseline_error"] == pytest.approx(score["l_star"] - score["baseline_l_star"])
+    assert abs(score["baseline_error"]) > abs(score["error"])  # the fitted law beats it here
     assert "Scored against C3e08's isoFLOP fits" in predictions_block(out) and "Not scored" not in predictions_block(out)
     # a profile with no minimum at the forecast budget is listed, not scored
     from rltok.analysis.scaling_holdout import forecast_table, score_forecast

@@ -167,6 +167,22 @@ def _prediction(d: dict):
 BUILD_FACTOR = 2.0  # a predicted N* whose nearest buildable model is further off than this is not run
 
 
+def two_point_l_star(records: list[dict], family: str, fitted, budget: float) -> float | None:
+    """The naive forecast a fitted law has to beat: the power law L = a·C^(−b) through the family's
+    isoFLOP parabola L* (the envelope's own inputs) at the two largest budgets its envelope fitted,
+    read at `budget`; None with fewer than two such budgets or a non-positive L*."""
+    from rltok.analysis.scaling_fit import fit_isoflop, profiles_from_records
+
+    fitted = sorted(float(b) for b in fitted)[-2:]
+    profiles = profiles_from_records([r for r in records if float(r["budget_flops"]) in fitted]).get(family, {})
+    if len(fitted) < 2 or any(b not in profiles for b in fitted):
+        return None
+    (c1, l1), (c2, l2) = [(b, fit_isoflop(profiles[b], n_boot=0).l_star) for b in fitted]
+    if not (l1 > 0 and l2 > 0 and math.isfinite(l1) and math.isfinite(l2)):
+        return None
+    return l2 * (budget / c2) ** (-math.log(l1 / l2) / math.log(c2 / c1))
+
+
 def holdout_points(grid: Grid, prediction: dict, log=print) -> list[Point]:
     """Per corpus, family and holdout budget with a predicted N*: the holdout seeds at the predicted
     N* itself, built by the family's shape rule (`family_rungs`: the nearest shape), not at the
@@ -206,18 +222,22 @@ def score_holdout(grid: Grid, out: Path, points: list[Point], prediction: dict) 
     for (corpus, family, budget), paths in groups.items():
         every = [json.loads(path.read_text()) for path in paths if path.exists()]
         recs = [r for r in every if r.get("bpb") is not None]  # a diverged seed has no loss: counted below
-        pred = _prediction(prediction["corpora"][corpus][family][_key(budget)])
+        plain = prediction["corpora"][corpus][family][_key(budget)]
+        pred = _prediction(plain)
+        baseline = two_point_l_star(read_records(out / corpus), family, plain.get("fitted_budgets", ()), budget)
         if not recs:
             if every:  # every seed diverged: the prediction is not scored, and the table says why
                 scores.append({"corpus": corpus, "family": family, "budget": budget, "seeds": [],
                                "prediction": to_plain(pred), "measured": None, "measured_interval": None,
                                "error": None, "within": None, "size": None, "size_ratio": None,
-                               "size_within": None, "diverged_seeds": len(every)})
+                               "size_within": None, "diverged_seeds": len(every), "baseline_l_star": baseline,
+                               "baseline_error": None})
             continue
         size = sum(r["non_embedding_params"] for r in recs) / len(recs)
         score = score_prediction(pred, [r["bpb"] for r in recs], size)
         scores.append({"corpus": corpus, "family": family, "budget": budget, "seeds": [r["seed"] for r in recs],
-                       **to_plain(score), "diverged_seeds": len(every) - len(recs)})
+                       **to_plain(score), "diverged_seeds": len(every) - len(recs), "baseline_l_star": baseline,
+                       "baseline_error": None if baseline is None else score.measured - baseline})
     return scores
 
 
@@ -260,6 +280,9 @@ def _write_scores(path: Path, grid: Grid, prediction: dict, scores: list[dict]) 
         _write_json(path, {"prediction_commit": prediction["commit"], "scores": kept + scores})
 
 
+BASELINE_NOTE = ("Two-point error: the same measured (or fitted) L* minus a naive forecast, the power law through "
+                 "the family's parabola L* at the two largest budgets its envelope fitted; the law earns its keep "
+                 "where its |error| is the smaller.")
 LOSS_FMT, SIZE_FMT = ".4f", ",.0f"  # how the tables print losses (bpb) and sizes (parameters)
 
 
@@ -275,13 +298,14 @@ def diverged(score: dict) -> str:
 def score_table(scores: list[dict]) -> str:
     """Predicted against measured L* per corpus, family and holdout budget."""
     lines = ["| corpus | family | budget | predicted L* (interval) | measured L* (seeds) | error | within "
-             "| N run / N* |", "|---|---|---|---|---|---|---|---|"]
+             "| N run / N* | two-point error |", "|---|---|---|---|---|---|---|---|---|"]
     for s in scores:
         p = s["prediction"]
         lines.append(f"| {s['corpus']} | {s['family']} | {s['budget']:.3g} "
                      f"| {estimate(p['l_star'], p['l_star_interval'], LOSS_FMT)} "
                      f"| {number(s['measured'], LOSS_FMT)} ({len(s['seeds'])}{diverged(s)}) "
-                     f"| {number(s['error'], '+.4f')} | {_yes(s['within'])} | {number(s['size_ratio'], '.2f')} |")
+                     f"| {number(s['error'], '+.4f')} | {_yes(s['within'])} | {number(s['size_ratio'], '.2f')} "
+                     f"| {number(s.get('baseline_error'), '+.4f')} |")
     return "\n".join(lines)
 
 
@@ -301,7 +325,8 @@ def score_forecast(grid: Grid, out: Path, at, prediction: dict) -> list[dict]:
     at = sorted(float(b) for b in at)
     scores = []
     for corpus in grid.corpora:
-        study = fit_study(read_records(out / corpus), budgets=at, n_boot=grid.n_boot)
+        records = read_records(out / corpus)
+        study = fit_study(records, budgets=at, n_boot=grid.n_boot)
         for fam in grid.families:
             for budget in at:
                 pred = prediction["corpora"].get(corpus, {}).get(fam.name, {}).get(_key(budget), {})
@@ -311,6 +336,7 @@ def score_forecast(grid: Grid, out: Path, at, prediction: dict) -> list[dict]:
                 p = _prediction(pred)
                 (lo, hi), (nlo, nhi) = p.l_star_interval, p.n_star_interval
                 minimum = math.isfinite(iso.n_star)  # a parabola opening downwards has none: nothing to score
+                baseline = two_point_l_star(records, fam.name, pred.get("fitted_budgets", ()), budget)
                 scores.append(to_plain({
                     "corpus": corpus, "family": fam.name, "budget": budget, "prediction": p,
                     "l_star": iso.l_star, "l_star_interval": iso.l_star_interval, "n_star": iso.n_star,
@@ -319,7 +345,8 @@ def score_forecast(grid: Grid, out: Path, at, prediction: dict) -> list[dict]:
                     "error": iso.l_star - p.l_star if minimum else None,
                     "within": _inside(iso.l_star, lo, hi) if minimum else None,
                     "size_ratio": iso.n_star / p.n_star if minimum else None,
-                    "size_within": _inside(iso.n_star, nlo, nhi) if minimum else None}))
+                    "size_within": _inside(iso.n_star, nlo, nhi) if minimum else None, "baseline_l_star": baseline,
+                    "baseline_error": iso.l_star - baseline if minimum and baseline is not None else None}))
     return scores
 
 
@@ -343,7 +370,8 @@ def run_forecast_score(grid: Grid, out: Path, at, log=print) -> list[dict]:
 def forecast_table(scores: list[dict]) -> str:
     """Predicted against fitted optima per corpus, family and forecast budget."""
     lines = ["| corpus | family | budget | predicted L* (interval) | fitted L* (interval) | error | within "
-             "| predicted N* (interval) | fitted N* | N* within |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| predicted N* (interval) | fitted N* | N* within | two-point error |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in scores:
         p = s["prediction"]
         flag = "" if s["interior"] else " (edge)"
@@ -353,7 +381,8 @@ def forecast_table(scores: list[dict]) -> str:
                      f"| {estimate(p['l_star'], p['l_star_interval'], LOSS_FMT)} "
                      f"| {estimate(s['l_star'], s['l_star_interval'], LOSS_FMT)}{flag} | {number(s['error'], '+.4f')} "
                      f"| {_yes(s['within'])} | {estimate(p['n_star'], p['n_star_interval'], SIZE_FMT)} "
-                     f"| {number(s['n_star'], SIZE_FMT)}{flag} | {_yes(s['size_within'])} |")
+                     f"| {number(s['n_star'], SIZE_FMT)}{flag} | {_yes(s['size_within'])} "
+                     f"| {number(s.get('baseline_error'), '+.4f')} |")
     return "\n".join(lines)
 
 
@@ -395,7 +424,7 @@ def predictions_block(out: Path) -> str:
             continue
         scores = json.loads(score.read_text())["scores"]
         if path.name == PREDICTION:
-            parts.append(f"Scored against {held}'s runs at the predicted sizes:\n\n{score_table(scores)}")
+            parts.append(f"Scored against {held}'s runs at the predicted sizes:\n\n{score_table(scores)}\n\n{BASELINE_NOTE}")
         else:
-            parts.append(f"Scored against {held}'s isoFLOP fits:\n\n{forecast_table(scores)}")
+            parts.append(f"Scored against {held}'s isoFLOP fits:\n\n{forecast_table(scores)}\n\n{BASELINE_NOTE}")
     return "\n\n".join(parts)
