@@ -943,3 +943,70 @@ def test_a_prediction_with_an_unknown_interval_is_neither_inside_nor_outside_it(
     assert score_prediction(known, [2.3, 2.4], size=1e4).within is False
     assert score_prediction(known, [2.0, 2.05], size=3e4).size_within is False
     assert _inside(1.0, nan, 2.0) is None and _inside(1.0, 0.5, 2.0) is True and _inside(3.0, 0.5, 2.0) is False
+
+
+def test_a_group_is_predicted_and_scored_as_its_best_member(tmp_path):
+    """A group's envelope fits its best member per budget (chosen on the selection split, as the
+    report's); at the held-out budget its prediction is scored against the member that is best
+    there among the families' held-out runs."""
+    from rltok.analysis.scaling_holdout import run_holdout, score_table, write_prediction
+
+    data = corpus_folder(tmp_path, "salad")
+    out = tmp_path / "study"
+    folder = out / "salad"
+    folder.mkdir(parents=True)
+    law = {"a": lambda c: 1.5 + 40 * c ** -0.2, "b": lambda c: 1.6 + 40 * c ** -0.2}  # a is the better family
+    n_star = lambda c: 2e4 * (c / 1e8) ** 0.5  # noqa: E731
+
+    def loss(fam, c, n, s):
+        return law[fam](c) + 0.05 * math.log(n / n_star(c)) ** 2 + 0.002 * (s - 0.5)
+
+    for fam in law:
+        for c in (1e7, 3e7, 1e8):
+            for n in (2500, 5000, 10000, 20000, 50000, 80000):
+                for s in (0, 1):
+                    rec = {"family": fam, "budget_flops": c, "target_size": n, "non_embedding_params": n, "seed": s,
+                           "bpb": loss(fam, c, n, s), "bpb_select": loss(fam, c, n, s), "split": "test",
+                           "point_kind": "ladder"}
+                    (folder / f"{budget_tag(c)}__{fam}__N{n}__s{s}.json").write_text(json.dumps(rec))
+    grid = parse_grid({"corpora": {"salad": str(data)}, "budgets": [1e7, 3e7, 1e8], "holdout_budgets": [5e8],
+                       "holdout_seeds": [0, 1], "preset": "test", "n_boot": 50, "groups": {"best": ["a", "b"]},
+                       "families": [{"name": fam, "method": "flat", "sizes": [2500, 5000, 10000, 20000, 50000, 80000]}
+                                    for fam in law]})
+    write_prediction(grid, out, log=lambda m: None)
+    pred = json.loads((out / "prediction.json").read_text())["corpora"]["salad"]
+    assert set(pred) == {"a", "b", "best"}
+    assert pred["best"][repr(5e8)]["l_star"] == pytest.approx(pred["a"][repr(5e8)]["l_star"], abs=1e-6)
+
+    def run(grid_, p, folder_, split):  # the held-out runs follow the same law
+        n = p.rung.achieved
+        bpb = loss(p.family.name, p.budget, n, p.seed)
+        return {"family": p.family.name, "budget_flops": p.budget, "target_size": p.rung.target, "seed": p.seed,
+                "non_embedding_params": n, "bpb": bpb, "bpb_select": bpb, "split": split, "wall_s": 0.0,
+                "point_kind": p.kind}
+
+    scores = run_holdout(grid, out, log=lambda m: None, runner=run)
+    by = {s["family"]: s for s in scores}
+    assert set(by) == {"a", "b", "best"} and by["best"]["member"] == "a"
+    assert by["best"]["measured"] == pytest.approx(by["a"]["measured"]) and by["best"]["seeds"] == [0, 1]
+    assert abs(by["best"]["error"]) < 0.02 and by["best"]["baseline_error"] is not None
+    assert "| salad | best (a) | 5e+08 |" in score_table(scores)
+    # a forecast of a ladder budget covers the group too, scored against its best member's fit there
+    from rltok.analysis.scaling_holdout import forecast_grid, forecast_table, prediction_name, score_forecast
+
+    grid3 = dataclasses.replace(grid, budgets=(1e7, 3e7, 1e8, 3e8), holdout_budgets=(5e8,))
+    for f in folder.glob("C5e08__*"):  # the held-out runs of above, not part of this forecast's study
+        f.unlink() if f.is_file() else shutil.rmtree(f)
+    write_prediction(forecast_grid(grid3, [3e8]), out, log=lambda m: None, name=prediction_name([3e8]))
+    forecast = json.loads((out / prediction_name([3e8])).read_text())
+    for fam in law:
+        for n in (5000, 10000, 20000, 50000, 80000):
+            for s in (0, 1):
+                rec = {"family": fam, "budget_flops": 3e8, "target_size": n, "non_embedding_params": n, "seed": s,
+                       "bpb": loss(fam, 3e8, n, s), "bpb_select": loss(fam, 3e8, n, s), "split": "test",
+                       "point_kind": "ladder"}
+                (folder / f"{budget_tag(3e8)}__{fam}__N{n}__s{s}.json").write_text(json.dumps(rec))
+    rows = {r["family"]: r for r in score_forecast(grid3, out, [3e8], forecast)}
+    assert set(rows) == {"a", "b", "best"} and rows["best"]["member"] == "a" and rows["a"]["member"] is None
+    assert rows["best"]["l_star"] == pytest.approx(rows["a"]["l_star"]) and abs(rows["best"]["error"]) < 0.02
+    assert "| salad | best (a) | C3e08 |" in forecast_table(list(rows.values()))

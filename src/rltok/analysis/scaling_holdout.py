@@ -86,22 +86,43 @@ def pending_point(grid: Grid, out: Path) -> Point | None:
     return None
 
 
+def with_groups(records: list[dict], groups: dict) -> list[dict]:
+    """The finished runs and, per group and budget, copies of its chosen member's runs labelled with
+    the group's name: the report's rule (`scaling_report.choose_members`, on the selection split),
+    so a group is predicted, and scored at a held-out budget, as its best member there."""
+    from rltok.analysis.scaling_fit import choice_records, profiles_from_records
+    from rltok.analysis.scaling_report import choose_members, group_records
+
+    done = [r for r in records if r.get("bpb") is not None]
+    if not groups or not done:
+        return done
+    chosen = profiles_from_records(choice_records(done))
+    present = {g: tuple(m for m in members if m in chosen) for g, members in groups.items()}
+    return done + group_records(done, choose_members(chosen, {g: m for g, m in present.items() if m}))
+
+
+def _names(grid: Grid) -> list[str]:
+    """The families, then the groups: every name a prediction covers."""
+    return [f.name for f in grid.families] + list(grid.groups)
+
+
 def predict_corpus(grid: Grid, folder: Path) -> dict:
-    """{family: {holdout budget: the prediction, or {"error": why}}} from the corpus's records."""
+    """{family or group: {holdout budget: the prediction, or {"error": why}}} from the corpus's
+    records (a group's envelope fits its best member at each budget, as the report's does)."""
     from rltok.analysis.scaling_fit import fit_study, predict, to_plain
 
-    study = fit_study(read_records(folder), budgets=grid.budgets, n_boot=grid.n_boot, interior_only=grid.interior_only,
-                      fit_from=grid.fit_from)
+    study = fit_study(with_groups(read_records(folder), grid.groups), budgets=grid.budgets, n_boot=grid.n_boot,
+                      interior_only=grid.interior_only, fit_from=grid.fit_from)
     out = {}
-    for fam in grid.families:
-        fit = study.get(fam.name)
+    for name in _names(grid):
+        fit = study.get(name)
         if fit is None or fit.envelope is None:
             why = "no runs" if fit is None else fit.envelope_error
-            out[fam.name] = {_key(b): {"error": why} for b in grid.holdout_budgets}
+            out[name] = {_key(b): {"error": why} for b in grid.holdout_budgets}
             continue
         env = fit.envelope
         extra = {"fitted_budgets": [float(b) for b in env.budgets], "note": env.note}
-        out[fam.name] = {_key(b): {**to_plain(predict(env, b)), **extra} for b in grid.holdout_budgets}
+        out[name] = {_key(b): {**to_plain(predict(env, b)), **extra} for b in grid.holdout_budgets}
     return out
 
 
@@ -212,14 +233,16 @@ def holdout_points(grid: Grid, prediction: dict, log=print) -> list[Point]:
 
 
 def score_holdout(grid: Grid, out: Path, points: list[Point], prediction: dict) -> list[dict]:
-    """Each (corpus, family, holdout budget) run: its prediction scored against its seeds."""
+    """Each (corpus, family, holdout budget) run: its prediction scored against its seeds; then each
+    group's prediction against its best member's held-out runs there (chosen on the selection
+    split, as the report chooses)."""
     from rltok.analysis.scaling_fit import score_prediction, to_plain
 
-    groups: dict = {}
+    cells: dict = {}
     for p in points:
-        groups.setdefault((p.corpus, p.family.name, p.budget), []).append(out / p.corpus / f"{p.stem}.json")
+        cells.setdefault((p.corpus, p.family.name, p.budget), []).append(out / p.corpus / f"{p.stem}.json")
     scores = []
-    for (corpus, family, budget), paths in groups.items():
+    for (corpus, family, budget), paths in cells.items():
         every = [json.loads(path.read_text()) for path in paths if path.exists()]
         recs = [r for r in every if r.get("bpb") is not None]  # a diverged seed has no loss: counted below
         plain = prediction["corpora"][corpus][family][_key(budget)]
@@ -238,6 +261,25 @@ def score_holdout(grid: Grid, out: Path, points: list[Point], prediction: dict) 
         scores.append({"corpus": corpus, "family": family, "budget": budget, "seeds": [r["seed"] for r in recs],
                        **to_plain(score), "diverged_seeds": len(every) - len(recs), "baseline_l_star": baseline,
                        "baseline_error": None if baseline is None else score.measured - baseline})
+    for corpus in {c for c, _, _ in cells}:
+        held = [json.loads(path.read_text()) for (c, _, _), paths in cells.items() if c == corpus
+                for path in paths if path.exists()]
+        records = with_groups(read_records(out / corpus), grid.groups)
+        for group in grid.groups:
+            for budget in grid.holdout_budgets:
+                plain = prediction["corpora"].get(corpus, {}).get(group, {}).get(_key(budget), {})
+                member_runs = [r for r in with_groups(held, {group: grid.groups[group]})
+                               if r["family"] == group and float(r["budget_flops"]) == budget]
+                if plain.get("n_star") is None or not member_runs:
+                    continue
+                pred = _prediction(plain)
+                baseline = two_point_l_star(records, group, plain.get("fitted_budgets", ()), budget)
+                size = sum(r["non_embedding_params"] for r in member_runs) / len(member_runs)
+                score = score_prediction(pred, [r["bpb"] for r in member_runs], size)
+                scores.append({"corpus": corpus, "family": group, "budget": budget, "member": member_runs[0]["group_member"],
+                               "seeds": sorted(r["seed"] for r in member_runs), **to_plain(score), "diverged_seeds": 0,
+                               "baseline_l_star": baseline,
+                               "baseline_error": None if baseline is None else score.measured - baseline})
     return scores
 
 
@@ -290,6 +332,11 @@ def _yes(x) -> str:
     return "–" if x is None else ("yes" if x else "no")
 
 
+def _name(score: dict) -> str:
+    """A family, or a group with the member that stood for it."""
+    return score["family"] + (f" ({score['member']})" if score.get("member") else "")
+
+
 def diverged(score: dict) -> str:
     n = score.get("diverged_seeds") or 0
     return f"; {n} diverged" if n else ""
@@ -301,7 +348,7 @@ def score_table(scores: list[dict]) -> str:
              "| N run / N* | two-point error |", "|---|---|---|---|---|---|---|---|---|"]
     for s in scores:
         p = s["prediction"]
-        lines.append(f"| {s['corpus']} | {s['family']} | {s['budget']:.3g} "
+        lines.append(f"| {s['corpus']} | {_name(s)} | {s['budget']:.3g} "
                      f"| {estimate(p['l_star'], p['l_star_interval'], LOSS_FMT)} "
                      f"| {number(s['measured'], LOSS_FMT)} ({len(s['seeds'])}{diverged(s)}) "
                      f"| {number(s['error'], '+.4f')} | {_yes(s['within'])} | {number(s['size_ratio'], '.2f')} "
@@ -325,20 +372,22 @@ def score_forecast(grid: Grid, out: Path, at, prediction: dict) -> list[dict]:
     at = sorted(float(b) for b in at)
     scores = []
     for corpus in grid.corpora:
-        records = read_records(out / corpus)
+        records = with_groups(read_records(out / corpus), grid.groups)
         study = fit_study(records, budgets=at, n_boot=grid.n_boot)
-        for fam in grid.families:
+        for name in _names(grid):
             for budget in at:
-                pred = prediction["corpora"].get(corpus, {}).get(fam.name, {}).get(_key(budget), {})
-                iso = study[fam.name].isofits.get(budget) if fam.name in study else None
+                pred = prediction["corpora"].get(corpus, {}).get(name, {}).get(_key(budget), {})
+                iso = study[name].isofits.get(budget) if name in study else None
                 if pred.get("n_star") is None or iso is None:
                     continue
                 p = _prediction(pred)
                 (lo, hi), (nlo, nhi) = p.l_star_interval, p.n_star_interval
                 minimum = math.isfinite(iso.n_star)  # a parabola opening downwards has none: nothing to score
-                baseline = two_point_l_star(records, fam.name, pred.get("fitted_budgets", ()), budget)
+                baseline = two_point_l_star(records, name, pred.get("fitted_budgets", ()), budget)
+                member = next((r["group_member"] for r in records if r["family"] == name and "group_member" in r
+                               and float(r["budget_flops"]) == budget), None)
                 scores.append(to_plain({
-                    "corpus": corpus, "family": fam.name, "budget": budget, "prediction": p,
+                    "corpus": corpus, "family": name, "budget": budget, "member": member, "prediction": p,
                     "l_star": iso.l_star, "l_star_interval": iso.l_star_interval, "n_star": iso.n_star,
                     "n_star_interval": iso.n_star_interval, "interior": iso.interior, "minimum": minimum,
                     "best_size": iso.best_size, "best_loss": iso.best_loss,
@@ -377,7 +426,7 @@ def forecast_table(scores: list[dict]) -> str:
         flag = "" if s["interior"] else " (edge)"
         if not s["minimum"]:
             flag = " (no minimum)"
-        lines.append(f"| {s['corpus']} | {s['family']} | {budget_tag(s['budget'])} "
+        lines.append(f"| {s['corpus']} | {_name(s)} | {budget_tag(s['budget'])} "
                      f"| {estimate(p['l_star'], p['l_star_interval'], LOSS_FMT)} "
                      f"| {estimate(s['l_star'], s['l_star_interval'], LOSS_FMT)}{flag} | {number(s['error'], '+.4f')} "
                      f"| {_yes(s['within'])} | {estimate(p['n_star'], p['n_star_interval'], SIZE_FMT)} "
