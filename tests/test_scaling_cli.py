@@ -990,7 +990,24 @@ def test_a_group_is_predicted_and_scored_as_its_best_member(tmp_path):
     assert set(by) == {"a", "b", "best"} and by["best"]["member"] == "a"
     assert by["best"]["measured"] == pytest.approx(by["a"]["measured"]) and by["best"]["seeds"] == [0, 1]
     assert abs(by["best"]["error"]) < 0.02 and by["best"]["baseline_error"] is not None
-    assert "| salad | best (a) | 5e+08 |" in score_table(scores)
+    assert "| salad | best (a) | 5e+08 |" in score_table(scores) and by["best"]["members_run"] == ["a", "b"]
+    # a member's diverged seed is counted against the group; a group whose members all diverged keeps its row
+    from rltok.analysis.scaling_holdout import holdout_points, score_holdout
+
+    held = sorted(folder.glob("C5e08__*__s*.json"))
+    points = holdout_points(grid, json.loads((out / "prediction.json").read_text()), log=lambda m: None)
+    saved = {f: f.read_text() for f in held}
+    for f in held:
+        if "__a__" in f.name and f.name.endswith("__s1.json"):
+            f.write_text(json.dumps({**json.loads(saved[f]), "bpb": None, "bpb_select": None}))
+    by = {s["family"]: s for s in score_holdout(grid, out, points, json.loads((out / "prediction.json").read_text()))}
+    assert by["best"]["member"] == "a" and by["best"]["seeds"] == [0] and by["best"]["diverged_seeds"] == 1
+    for f in held:
+        f.write_text(json.dumps({**json.loads(saved[f]), "bpb": None, "bpb_select": None}))
+    by = {s["family"]: s for s in score_holdout(grid, out, points, json.loads((out / "prediction.json").read_text()))}
+    assert by["best"]["measured"] is None and by["best"]["diverged_seeds"] == 4 and by["best"]["member"] is None
+    for f, text in saved.items():
+        f.write_text(text)
     # a forecast of a ladder budget covers the group too, scored against its best member's fit there
     from rltok.analysis.scaling_holdout import forecast_grid, forecast_table, prediction_name, score_forecast
 

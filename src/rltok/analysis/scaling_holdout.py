@@ -97,8 +97,7 @@ def with_groups(records: list[dict], groups: dict) -> list[dict]:
     if not groups or not done:
         return done
     chosen = profiles_from_records(choice_records(done))
-    present = {g: tuple(m for m in members if m in chosen) for g, members in groups.items()}
-    return done + group_records(done, choose_members(chosen, {g: m for g, m in present.items() if m}))
+    return done + group_records(done, choose_members(chosen, groups))
 
 
 def _names(grid: Grid) -> list[str]:
@@ -235,7 +234,7 @@ def holdout_points(grid: Grid, prediction: dict, log=print) -> list[Point]:
 def score_holdout(grid: Grid, out: Path, points: list[Point], prediction: dict) -> list[dict]:
     """Each (corpus, family, holdout budget) run: its prediction scored against its seeds; then each
     group's prediction against its best member's held-out runs there (chosen on the selection
-    split, as the report chooses)."""
+    split, as the report chooses, among the members that ran: `members_run`)."""
     from rltok.analysis.scaling_fit import score_prediction, to_plain
 
     cells: dict = {}
@@ -261,24 +260,33 @@ def score_holdout(grid: Grid, out: Path, points: list[Point], prediction: dict) 
         scores.append({"corpus": corpus, "family": family, "budget": budget, "seeds": [r["seed"] for r in recs],
                        **to_plain(score), "diverged_seeds": len(every) - len(recs), "baseline_l_star": baseline,
                        "baseline_error": None if baseline is None else score.measured - baseline})
-    for corpus in {c for c, _, _ in cells}:
+    for corpus in [c for c in grid.corpora if any(key[0] == c for key in cells)]:
         held = [json.loads(path.read_text()) for (c, _, _), paths in cells.items() if c == corpus
                 for path in paths if path.exists()]
         records = with_groups(read_records(out / corpus), grid.groups)
-        for group in grid.groups:
+        for group, members in grid.groups.items():
             for budget in grid.holdout_budgets:
                 plain = prediction["corpora"].get(corpus, {}).get(group, {}).get(_key(budget), {})
-                member_runs = [r for r in with_groups(held, {group: grid.groups[group]})
-                               if r["family"] == group and float(r["budget_flops"]) == budget]
-                if plain.get("n_star") is None or not member_runs:
+                ran = [r for r in held if r["family"] in members and float(r["budget_flops"]) == budget]
+                if plain.get("n_star") is None or not ran:
                     continue
                 pred = _prediction(plain)
                 baseline = two_point_l_star(records, group, plain.get("fitted_budgets", ()), budget)
+                row = {"corpus": corpus, "family": group, "budget": budget,
+                       "members_run": sorted({r["family"] for r in ran}), "baseline_l_star": baseline}
+                member_runs = [r for r in with_groups(ran, {group: members}) if r["family"] == group]
+                if not member_runs:  # every member's every seed diverged: unscored, with the count
+                    scores.append({**row, "member": None, "seeds": [], "prediction": to_plain(pred), "measured": None,
+                                   "measured_interval": None, "error": None, "within": None, "size": None,
+                                   "size_ratio": None, "size_within": None, "diverged_seeds": len(ran),
+                                   "baseline_error": None})
+                    continue
+                member = member_runs[0]["group_member"]
                 size = sum(r["non_embedding_params"] for r in member_runs) / len(member_runs)
                 score = score_prediction(pred, [r["bpb"] for r in member_runs], size)
-                scores.append({"corpus": corpus, "family": group, "budget": budget, "member": member_runs[0]["group_member"],
-                               "seeds": sorted(r["seed"] for r in member_runs), **to_plain(score), "diverged_seeds": 0,
-                               "baseline_l_star": baseline,
+                lost = sum(1 for r in ran if r["family"] == member and r.get("bpb") is None)
+                scores.append({**row, "member": member, "seeds": sorted(r["seed"] for r in member_runs),
+                               **to_plain(score), "diverged_seeds": lost,
                                "baseline_error": None if baseline is None else score.measured - baseline})
     return scores
 
