@@ -933,7 +933,7 @@ def test_the_seed_noise_script_counts_runs_still_on_the_unigram_plateau(tmp_path
 
 def test_a_prediction_with_an_unknown_interval_is_neither_inside_nor_outside_it():
     from rltok.analysis.scaling_fit import Prediction, score_prediction
-    from rltok.analysis.scaling_holdout import _inside
+    from rltok.analysis.scaling_fit import in_interval
 
     nan = float("nan")
     pred = Prediction("flat", 1e9, 1e4, (nan, nan), 2.0, (nan, nan), 0.95, 3.0, None)
@@ -942,7 +942,8 @@ def test_a_prediction_with_an_unknown_interval_is_neither_inside_nor_outside_it(
     known = dataclasses.replace(pred, l_star_interval=(1.9, 2.1), n_star_interval=(5e3, 2e4))
     assert score_prediction(known, [2.3, 2.4], size=1e4).within is False
     assert score_prediction(known, [2.0, 2.05], size=3e4).size_within is False
-    assert _inside(1.0, nan, 2.0) is None and _inside(1.0, 0.5, 2.0) is True and _inside(3.0, 0.5, 2.0) is False
+    assert in_interval(1.0, (nan, 2.0)) is None and in_interval(1.0, (0.5, 2.0)) is True
+    assert in_interval(3.0, (0.5, 2.0)) is False
 
 
 def test_a_group_is_predicted_and_scored_as_its_best_member(tmp_path):

@@ -686,17 +686,19 @@ class PredictionScore:
     size_within: bool | None
 
 
+def in_interval(x: float, interval) -> bool | None:
+    """x within [lo, hi]; None where the interval is unknown (a NaN end, as a null reads back)."""
+    lo, hi = interval
+    return None if not (math.isfinite(lo) and math.isfinite(hi)) else bool(lo <= x <= hi)
+
+
 def score_prediction(pred: Prediction, losses: Iterable[float], size: float | None = None) -> PredictionScore:
     """How far a run at the predicted budget (its seeds' losses, and the size it used) lands."""
     losses = [float(v) for v in losses]
     mean, lo, hi = mean_interval(losses, pred.level)
-    def inside(x, interval) -> bool | None:  # None where the interval is unknown (NaN ends)
-        lo_, hi_ = interval
-        return None if not (math.isfinite(lo_) and math.isfinite(hi_)) else bool(lo_ <= x <= hi_)
-
     size_ratio = None if size is None else float(size) / pred.n_star
-    size_within = None if size is None else inside(float(size), pred.n_star_interval)
-    return PredictionScore(pred, mean, (lo, hi), mean - pred.l_star, inside(mean, pred.l_star_interval), size,
+    size_within = None if size is None else in_interval(float(size), pred.n_star_interval)
+    return PredictionScore(pred, mean, (lo, hi), mean - pred.l_star, in_interval(mean, pred.l_star_interval), size,
                            size_ratio, size_within)
 
 

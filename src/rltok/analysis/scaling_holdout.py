@@ -231,6 +231,15 @@ def holdout_points(grid: Grid, prediction: dict, log=print) -> list[Point]:
     return points
 
 
+def _unscored(row: dict, pred, diverged: int) -> dict:
+    """A held-out score row whose every run diverged: the prediction, no measurement, the count."""
+    from rltok.analysis.scaling_fit import to_plain
+
+    return {**row, "seeds": [], "prediction": to_plain(pred), "measured": None, "measured_interval": None,
+            "error": None, "within": None, "size": None, "size_ratio": None, "size_within": None,
+            "diverged_seeds": diverged, "baseline_error": None}
+
+
 def score_holdout(grid: Grid, out: Path, points: list[Point], prediction: dict) -> list[dict]:
     """Each (corpus, family, holdout budget) run: its prediction scored against its seeds; then each
     group's prediction against its best member's held-out runs there (chosen on the selection
@@ -249,11 +258,8 @@ def score_holdout(grid: Grid, out: Path, points: list[Point], prediction: dict) 
         baseline = two_point_l_star(read_records(out / corpus), family, plain.get("fitted_budgets", ()), budget)
         if not recs:
             if every:  # every seed diverged: the prediction is not scored, and the table says why
-                scores.append({"corpus": corpus, "family": family, "budget": budget, "seeds": [],
-                               "prediction": to_plain(pred), "measured": None, "measured_interval": None,
-                               "error": None, "within": None, "size": None, "size_ratio": None,
-                               "size_within": None, "diverged_seeds": len(every), "baseline_l_star": baseline,
-                               "baseline_error": None})
+                scores.append(_unscored({"corpus": corpus, "family": family, "budget": budget,
+                                         "baseline_l_star": baseline}, pred, len(every)))
             continue
         size = sum(r["non_embedding_params"] for r in recs) / len(recs)
         score = score_prediction(pred, [r["bpb"] for r in recs], size)
@@ -276,10 +282,7 @@ def score_holdout(grid: Grid, out: Path, points: list[Point], prediction: dict) 
                        "members_run": sorted({r["family"] for r in ran}), "baseline_l_star": baseline}
                 member_runs = [r for r in with_groups(ran, {group: members}) if r["family"] == group]
                 if not member_runs:  # every member's every seed diverged: unscored, with the count
-                    scores.append({**row, "member": None, "seeds": [], "prediction": to_plain(pred), "measured": None,
-                                   "measured_interval": None, "error": None, "within": None, "size": None,
-                                   "size_ratio": None, "size_within": None, "diverged_seeds": len(ran),
-                                   "baseline_error": None})
+                    scores.append(_unscored({**row, "member": None}, pred, len(ran)))
                     continue
                 member = member_runs[0]["group_member"]
                 size = sum(r["non_embedding_params"] for r in member_runs) / len(member_runs)
@@ -364,18 +367,13 @@ def score_table(scores: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _inside(x: float, lo: float, hi: float) -> bool | None:
-    """x within [lo, hi]; None where the interval is unknown (saved as nulls)."""
-    return None if not (math.isfinite(lo) and math.isfinite(hi)) else bool(lo <= x <= hi)
-
-
 def score_forecast(grid: Grid, out: Path, at, prediction: dict) -> list[dict]:
     """A forecast of the study's budgets `at` against their isoFLOP fits: per corpus and family,
     the predicted N* and L* (with intervals) beside the parabola's N* and L* at that budget (with
     the bootstrap intervals of its seeds), the error in L*, and whether each measured optimum lies
     inside the predicted interval. A budget whose optimum is not interior is scored and flagged
     (its parabola's optimum is then an extrapolation of its own)."""
-    from rltok.analysis.scaling_fit import fit_study, to_plain
+    from rltok.analysis.scaling_fit import fit_study, in_interval, to_plain
 
     at = sorted(float(b) for b in at)
     scores = []
@@ -400,9 +398,9 @@ def score_forecast(grid: Grid, out: Path, at, prediction: dict) -> list[dict]:
                     "n_star_interval": iso.n_star_interval, "interior": iso.interior, "minimum": minimum,
                     "best_size": iso.best_size, "best_loss": iso.best_loss,
                     "error": iso.l_star - p.l_star if minimum else None,
-                    "within": _inside(iso.l_star, lo, hi) if minimum else None,
+                    "within": in_interval(iso.l_star, (lo, hi)) if minimum else None,
                     "size_ratio": iso.n_star / p.n_star if minimum else None,
-                    "size_within": _inside(iso.n_star, nlo, nhi) if minimum else None, "baseline_l_star": baseline,
+                    "size_within": in_interval(iso.n_star, (nlo, nhi)) if minimum else None, "baseline_l_star": baseline,
                     "baseline_error": iso.l_star - baseline if minimum and baseline is not None else None}))
     return scores
 
