@@ -188,6 +188,25 @@ def test_ladders_extend_until_interior_then_the_optimum_gets_more_seeds(tmp_path
     assert sorted({r["target_size"] for r in read_records(out / "salad") if r["point_kind"] == "extension"}) == [40000]
 
 
+def test_a_run_whose_evaluation_gives_nan_is_recorded_as_diverged(tmp_path):
+    from rltok.analysis.scaling_adapt import run_grid
+
+    data = corpus_folder(tmp_path, "salad")
+    grid = parse_grid({"corpora": [str(data)], "budgets": [1e8], "seeds": [0, 1], "preset": "test",
+                       "size_rule": {"coef": 1.0, "exponent": 0.5, "span": 2, "points": 3},
+                       "families": [{"method": "flat"}]})
+    run, _ = known_loss_runner(lambda c: 1e4)
+
+    def nan_once(grid, p, folder, split):
+        rec = run(grid, p, folder, split)
+        return {**rec, "bpb": math.nan} if p.seed == 1 and p.rung.target == 10000 else rec
+    out = tmp_path / "study"
+    run_grid(grid, out, log=lambda m: None, runner=nan_once)
+    bad = [r for r in read_records(out / "salad") if r.get("diverged")]
+    assert len(bad) == 1 and bad[0]["bpb"] is None and "non-finite bpb" in bad[0]["diverged"]
+    assert "NaN" not in (out / "salad" / "C1e08__flat__N10000__s1.json").read_text()
+
+
 def test_verdict_seeds_add_seeds_at_the_best_size_of_the_families_and_budgets_named(tmp_path):
     from rltok.analysis.scaling_adapt import run_grid
 

@@ -190,7 +190,13 @@ def test_no_crossover_within_the_range_but_one_extrapolated(study):
     beyond = crossover(study["x"].envelope, study["w"].envelope, below=3e18)
     assert beyond.crossings == () and beyond.fraction < 0.1
     assert beyond.crossings_below[0] == pytest.approx(1e15, rel=1.0)
-    assert beyond.fraction_below > 0.5 and "below 3e+18" in beyond.verdict_below
+    assert beyond.fraction_below > 0.5 and "and 3e+18" in beyond.verdict_below
+
+
+def test_a_crossing_inside_the_range_is_never_called_extrapolated(study):
+    x = crossover(study["x"].envelope, study["y"].envelope, below=3e18)
+    assert x.crossings and x.crossings_below == ()  # the one crossing, at 1e12, is in range
+    assert x.verdict_below.startswith("the extrapolated fits do not cross between 1e+13 and 3e+18")
 
 
 # ---------------------------------------------------------------- predictions
@@ -278,3 +284,55 @@ def test_extra_seeds_at_one_size_never_move_the_choice_of_the_best_size():
     assert best_size_index(profile) == 1 and profile.means[1] == pytest.approx(3.1)
     # sizes that share no seed: each its own mean
     assert best_by_choice([rec(1e4, 0, 3.0), rec(2e4, 1, 2.9)]) == {"a": 2e4}
+
+
+# ---------------------------------------------------------------- choices and resampling, per budget
+
+def _profile_of(budget, cells):
+    """An IsoProfile from {size: {seed: loss}}."""
+    sizes = sorted(cells)
+    return IsoProfile(budget, np.array(sizes, dtype=float), tuple(np.array([cells[n][s] for s in sorted(cells[n])])
+                                                                  for n in sizes),
+                      tuple(tuple(sorted(cells[n])) for n in sizes))
+
+
+def test_extra_seeds_at_one_size_never_move_the_best_size_or_the_interior_verdict():
+    # over all their seeds the means are 1.000, 1.005, 1.050: the smallest size would look best
+    cells = {1e5: {0: 1.00, 1: 1.00}, 2e5: {0: 0.95, 1: 0.95, 2: 1.06, 3: 1.06}, 4e5: {0: 1.05, 1: 1.05}}
+    f = fit_isoflop(_profile_of(1e12, cells), n_boot=0)
+    assert f.best_size == 2e5 and f.interior  # on the seeds every size ran, 2e5 is best
+    assert fit_isoflop(_profile_of(1e12, {1e5: {0: 1.0}, 2e5: {0: 0.9}, 4e5: {0: 1.1}}), n_boot=0).interior
+
+
+def test_the_choice_split_decides_what_is_interior_and_the_reported_split_only_reports():
+    records = []
+    for c in (3e11, 1e12, 3e12):
+        n_star = X["k"] * c ** X["a"]
+        for f in (-1.0, 0.0, 1.0):
+            for s in (0, 1):
+                val = loss_of(X, c) + 0.08 * f * f + 0.001 * s
+                test = val - 0.12 * f  # on test alone the largest size would look best
+                records.append({"family": "x", "non_embedding_params": n_star * math.exp(f), "budget_flops": c,
+                                "seed": s, "split": "test", "bpb": test, "bpb_select": val})
+    fit = fit_study(records, n_boot=20, interior_only=True)["x"]
+    assert all(f.interior for f in fit.isofits.values())
+    assert all(f.best_size == pytest.approx(X["k"] * c ** X["a"]) for c, f in fit.isofits.items())
+    assert list(fit.envelope.budgets) == [3e11, 1e12, 3e12] and fit.envelope.excluded == ()
+    test_only = fit_study([{k: v for k, v in r.items() if k != "bpb_select"} for r in records], n_boot=0,
+                          interior_only=True)["x"]
+    assert not any(f.interior for f in test_only.isofits.values())  # the same runs read on test alone
+
+
+def test_one_lost_seed_changes_only_its_own_budgets_resampling():
+    records = synth("x", X, budgets=[3e11, 1e12, 3e12], seeds=(0, 1), offsets=np.array([-1.0, 0.0, 1.0]))
+    lost = [r for r in records if not (r["budget_flops"] == 3e12 and r["seed"] == 1
+                                      and r["non_embedding_params"] > X["k"] * 3e12 ** X["a"] * 2)]
+    whole, part = fit_study(records, n_boot=200)["x"], fit_study(lost, n_boot=200)["x"]
+    assert [f.resample for f in part.isofits.values()] == ["seeds", "seeds", "pooled"]
+    assert part.envelope.resample == "pooled, seeds" and whole.envelope.resample == "seeds"
+    for fit in (whole, part):
+        lo, hi = fit.envelope.intervals["alpha"]
+        assert hi - lo > 1e-3  # a single seed at three sizes must not collapse every interval to a point
+        assert all(f.l_star_interval[1] - f.l_star_interval[0] > 1e-4 for f in fit.isofits.values())
+    alone = fit_isoflop(_profile_of(1e12, {1e5: {0: 1.0}, 2e5: {0: 0.9}, 4e5: {0: 1.1}}), n_boot=50)
+    assert alone.resample == "none" and all(math.isnan(v) for v in alone.l_star_interval)

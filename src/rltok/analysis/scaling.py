@@ -528,6 +528,10 @@ def run_points(grid: Grid, points: list[Point], out: Path, splits: dict, log=pri
             rec = runner(grid, p, folder, splits[p.corpus])
         except TrainingDiverged as e:  # a result of the study (too large a rate for the size): recorded, not fatal
             rec = diverged_record(grid, p, splits[p.corpus], str(e), time.time() - t0)
+        bad = [k for k in ("bpb", "bpb_select") if rec.get(k) is not None and not math.isfinite(rec[k])]
+        if bad:  # a NaN loss would pass every reader's "has a bpb" test: recorded as diverged instead
+            rec = diverged_record(grid, p, splits[p.corpus], f"evaluation gave a non-finite {', '.join(bad)}",
+                                  rec.get("point_wall_s", rec.get("wall_s", time.time() - t0)))
         _write_json(folder / f"{p.stem}.json", rec)
         what = "diverged" if rec["bpb"] is None else f"bpb {rec['bpb']:.4f}"
         log(f"[{i}/{len(todo)}] {p.corpus} {p.stem}: N {rec['non_embedding_params']:,} {what} "

@@ -13,15 +13,18 @@ A (family, budget, size, seed) that occurs twice is an error.
 Fits:
   - isoFLOP, per family and budget: loss = c0 + c1 x + c2 x^2 with x = ln N, weighted least
     squares on the seed means (weight: the number of seeds); N* = exp(argmin), L* its value.
-    Interior: the smallest and the largest size both worse than the best, and N* inside the range.
+    Interior: the smallest and the largest size both worse than the best, and N* inside the range;
+    decided, like every choice, on the choice split's losses (`bpb_select`) where records have them.
   - envelope, per family: L*(C) = E + A C^-alpha on the budgets' fitted optima (least squares,
     E >= 0; alpha by a grid refined by golden section, E and A solved exactly for each alpha);
     with few budgets E is weakly determined: `fix_E` (usually 0) fixes it and the result says so.
     N*(C) = k C^a by a straight line in log-log.
   - bootstrap: every point's seeds are resampled with replacement, their deviations from the
     point's mean widened by sqrt(n / (n - 1)) so the mean's variance is not understated (the
-    sizes are the design and stay); where some point has a single seed, each budget's parabola residuals are resampled
-    instead (scaled by sqrt(m / (m - 3))). Every replicate refits everything; intervals are
+    sizes are the design and stay); in a budget where some point has a single seed, that budget's
+    parabola residuals are resampled instead (scaled by sqrt(m / (m - 3))), or with three sizes the
+    single seed is drawn from the budget's pooled seed sd (`resample_mode`, per budget). Every
+    replicate refits everything; intervals are
     percentiles; replicates without a convex parabola or a falling envelope are counted as failed.
     With two seeds per point a budget's L* interval runs narrow: how often each 95% interval holds
     the truth on synthetic studies at a given design is measured by scripts/scaling_fit_coverage.py
@@ -208,10 +211,14 @@ def fit_parabola(sizes: np.ndarray, means: np.ndarray, weights: np.ndarray | Non
 
 
 def extend_side(profile: IsoProfile, parabola: Parabola) -> str | None:
-    """None when the optimum is interior, else "smaller" or "larger": where the ladder must grow."""
-    means, sizes = profile.means, profile.sizes
-    best = int(np.argmin(means))
+    """None when the optimum is interior, else "smaller" or "larger": where the ladder must grow.
+    Interior: the best size (`best_size_index`, so extra seeds at one size never move it) is
+    neither end of the ladder, and the parabola's minimum lies within it. Pass the choice split's
+    profile and parabola: this is a choice."""
+    sizes = profile.sizes
+    best = best_size_index(profile)
     if not parabola.convex:  # no minimum: the curve falls towards its lower end
+        means = profile.means
         return "smaller" if means[0] <= means[-1] else "larger"
     n_star, _ = parabola.optimum
     if best == 0 or n_star < sizes[0]:
@@ -231,31 +238,53 @@ def _percentile_interval(samples: np.ndarray, level: float) -> tuple[float, floa
 
 
 class _Resampler:
-    """Draws bootstrap seed means for one profile: its seeds with replacement, or, where some size
-    has a single seed (mode "residuals"), the fit plus resampled, rescaled residuals."""
+    """Draws bootstrap seed means for one profile, by its `resample_mode`: "seeds", each size's
+    seeds with replacement; "residuals", the fit plus resampled, rescaled residuals; "pooled", the
+    seeds where a size has two or more and, at a size with one, a normal draw with the profile's
+    pooled seed sd; "none", NaN (no interval can be drawn)."""
 
     def __init__(self, profile: IsoProfile, parabola: Parabola, mode: str):
         self.profile, self.mode = profile, mode
         self.fitted = parabola(profile.sizes)
         m = len(profile.sizes)
-        self.residuals = (profile.means - self.fitted) * math.sqrt(m / (m - 3)) if m > 3 else np.zeros(m)
+        if mode == "residuals" and m <= 3:
+            raise ValueError("residuals need 4 or more sizes: a parabola through 3 has none")
+        self.residuals = (profile.means - self.fitted) * math.sqrt(m / (m - 3)) if m > 3 else None
+        self.seed_sd = pooled_within_sd(profile.losses)
 
     def draw(self, rng: np.random.Generator, n_boot: int) -> np.ndarray:
         """n_boot replicates of the seed means (n_boot x sizes)."""
+        if self.mode == "none":
+            return np.full((n_boot, len(self.profile.sizes)), np.nan)
         if self.mode == "residuals":
             return self.fitted + rng.choice(self.residuals, (n_boot, len(self.residuals)))
         cols = []
         for v in self.profile.losses:
+            n, m = len(v), v.mean()
+            if n == 1:
+                cols.append(m + rng.normal(0.0, self.seed_sd, n_boot))
+                continue
             # the drawn seeds' spread about the mean widened by sqrt(n / (n - 1)): a plain
             # resample of n seeds understates the mean's variance by (n - 1) / n, a half with two
-            n, m = len(v), v.mean()
             cols.append(m + (v[rng.integers(0, n, (n_boot, n))] - m).mean(axis=1) * math.sqrt(n / (n - 1)))
         return np.stack(cols, axis=1)
 
 
-def resample_mode(profiles: Iterable[IsoProfile]) -> str:
-    """"seeds" when every point has two or more seeds, else "residuals"."""
-    return "seeds" if all(min(len(v) for v in p.losses) >= 2 for p in profiles) else "residuals"
+def resample_mode(profile: IsoProfile) -> str:
+    """How one profile's bootstrap draws its seed means: "seeds" when every size has two or more
+    seeds; else "residuals" with 4 or more sizes (a parabola through 3 leaves none); else "pooled"
+    where some size has two seeds to give a seed sd; else "none". Chosen per profile, so one
+    budget's lost seed never changes how another budget is resampled."""
+    if all(len(v) >= 2 for v in profile.losses):
+        return "seeds"
+    if len(profile.sizes) > 3:
+        return "residuals"
+    return "pooled" if pooled_within_sd(profile.losses) else "none"
+
+
+def _modes_label(profiles: Iterable[IsoProfile]) -> str:
+    """The resample modes of several profiles, e.g. "seeds" or "residuals, seeds"."""
+    return ", ".join(sorted({resample_mode(p) for p in profiles}))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -298,19 +327,38 @@ def _sds(profile: IsoProfile, parabola: Parabola) -> tuple[float | None, float |
     return residual_sd, pooled_within_sd(profile.losses)
 
 
+def _chooser(profile: IsoProfile, chosen: IsoProfile | None) -> IsoProfile:
+    """The profile a choice reads: `chosen` (the choice split's) where given and measured at the
+    same sizes, else the profile itself."""
+    if chosen is None:
+        return profile
+    if not np.array_equal(chosen.sizes, profile.sizes):
+        raise ValueError(f"the choice profile at budget {profile.budget:g} has other sizes than the reported one")
+    return chosen
+
+
+def is_interior(profile: IsoProfile) -> bool:
+    """Whether a profile's optimum is interior (`extend_side` of its own parabola is None)."""
+    return extend_side(profile, fit_parabola(profile.sizes, profile.means, profile.counts)) is None
+
+
 def fit_isoflop(profile: IsoProfile, n_boot: int = 1000, seed: int = 0, level: float = 0.95,
-                mode: str | None = None) -> IsoFit:
+                mode: str | None = None, chosen: IsoProfile | None = None) -> IsoFit:
     """The parabola of one profile, its optimum, whether it is interior, and bootstrap intervals
-    of N* and L* (`mode`: "seeds" / "residuals"; default: see `resample_mode`)."""
+    of N* and L* (`mode`: see `resample_mode`, the default). `chosen`: the same runs' profile on
+    the choice split, which then decides the best size and whether the optimum is interior (the
+    reported split only reports)."""
     parabola = fit_parabola(profile.sizes, profile.means, profile.counts)
     n_star, l_star = parabola.optimum
-    side = extend_side(profile, parabola)
-    mode = mode or resample_mode([profile])
+    chooser = _chooser(profile, chosen)
+    side = extend_side(chooser, parabola if chooser is profile else
+                       fit_parabola(chooser.sizes, chooser.means, chooser.counts))
+    mode = mode or resample_mode(profile)
     draws = _Resampler(profile, parabola, mode).draw(np.random.default_rng(seed), n_boot)
     optima = parabola_optima(profile.sizes, draws, profile.counts) if n_boot else np.zeros((0, 2))
     valid = np.isfinite(optima[:, 0])
     residual_sd, seed_sd = _sds(profile, parabola)
-    best = int(np.argmin(profile.means))
+    best = best_size_index(chooser)
     return IsoFit(profile.budget, profile.sizes, profile.means, profile.counts, parabola, n_star, l_star,
                   residual_sd, seed_sd, float(profile.sizes[best]), float(profile.means[best]), side is None, side,
                   _percentile_interval(optima[valid, 0], level), _percentile_interval(optima[valid, 1], level),
@@ -461,9 +509,8 @@ class Envelope:
 def _replicates(profiles: list[IsoProfile], parabolas: list[Parabola], n_boot: int, rng: np.random.Generator,
                 fix_e: float | None) -> tuple[list[tuple], int]:
     """Refit everything on n_boot resampled data sets: (E, log A, alpha, log k, a) per success."""
-    mode = resample_mode(profiles)
     budgets = np.array([p.budget for p in profiles])
-    optima_by_budget = [parabola_optima(p.sizes, _Resampler(p, q, mode).draw(rng, n_boot), p.counts)
+    optima_by_budget = [parabola_optima(p.sizes, _Resampler(p, q, resample_mode(p)).draw(rng, n_boot), p.counts)
                         for p, q in zip(profiles, parabolas)]  # each n_boot x (N*, L*)
     out, failed = [], 0
     for i in range(n_boot):
@@ -489,9 +536,10 @@ def _family_rng(seed: int, family: str) -> np.random.Generator:
 
 def fit_envelope(family: str, profiles: dict[float, IsoProfile], n_boot: int = 1000, seed: int = 0,
                  level: float = 0.95, fix_e: float | None = None, interior_only: bool = False,
-                 fit_from: float | None = None) -> Envelope:
+                 fit_from: float | None = None, chosen: dict[float, IsoProfile] | None = None) -> Envelope:
     """L*(C) and N*(C) of one family from its isoFLOP profiles, with bootstrap intervals
-    (`interior_only`: only budgets whose optimum is interior; `fit_from`: only budgets from it up)."""
+    (`interior_only`: only budgets whose optimum is interior; `fit_from`: only budgets from it up;
+    `chosen`: the same runs' profiles on the choice split, which decide what is interior)."""
     used, parabolas, excluded, non_interior = [], [], [], []
     for budget in sorted(profiles):
         p = profiles[budget]
@@ -499,7 +547,8 @@ def fit_envelope(family: str, profiles: dict[float, IsoProfile], n_boot: int = 1
             excluded.append(budget)
             continue
         q = fit_parabola(p.sizes, p.means, p.counts)
-        interior = extend_side(p, q) is None
+        chooser = _chooser(p, (chosen or {}).get(budget))
+        interior = extend_side(p, q) is None if chooser is p else is_interior(chooser)
         if not q.convex or (interior_only and not interior):
             excluded.append(budget)
             continue
@@ -518,7 +567,7 @@ def fit_envelope(family: str, profiles: dict[float, IsoProfile], n_boot: int = 1
                  "A": tuple(math.exp(v) for v in _percentile_interval(cols[:, 1], level)),
                  "k": tuple(math.exp(v) for v in _percentile_interval(cols[:, 3], level))}
     return Envelope(family, budgets, optima[:, 1], optima[:, 0], params, boot, intervals, fix_e, at_bound,
-                    tuple(excluded), tuple(non_interior), level, n_boot, failed, resample_mode(used))
+                    tuple(excluded), tuple(non_interior), level, n_boot, failed, _modes_label(used))
 
 
 # ---------------------------------------------------------------- crossovers
@@ -595,9 +644,9 @@ class Crossover:
     fraction: float  # of replicates that cross within the fitted range
     lower_first: str  # the family with the lower fitted L* at the low end of the range
     below: float | None
-    crossings_below: tuple  # of the point estimates, from the range's low end up to `below`
+    crossings_below: tuple  # of the point estimates, beyond the fitted range up to `below`
     interval_below: tuple[float, float]
-    fraction_below: float  # of replicates that cross before `below`
+    fraction_below: float  # of replicates that cross beyond the fitted range, before `below`
     level: float
 
     @property
@@ -619,17 +668,19 @@ class Crossover:
         if self.below is None:
             return None
         if not self.crossings_below:
-            return (f"the extrapolated fits do not cross below {self.below:.3g} FLOPs "
-                    f"({self.fraction_below:.0%} of replicates do)")
+            return (f"the extrapolated fits do not cross between {self.fitted_range[1]:.3g} and {self.below:.3g} "
+                    f"FLOPs ({self.fraction_below:.0%} of replicates do)")
         lo, hi = self.interval_below
-        return (f"the extrapolated fits cross at {self.crossings_below[0]:.3g} FLOPs, below {self.below:.3g} "
+        return (f"the extrapolated fits cross at {self.crossings_below[0]:.3g} FLOPs, between the fitted range's "
+                f"top {self.fitted_range[1]:.3g} and {self.below:.3g} "
                 f"({self.level:.0%} interval {lo:.3g}–{hi:.3g}; {self.fraction_below:.0%} of replicates cross)")
 
 
 def crossover(a: Envelope, b: Envelope, below: float | None = None, level: float | None = None) -> Crossover:
     """The compute where a's and b's fitted L* curves cross, with a bootstrap interval (percentiles
     of the first crossing among the replicates that cross); `below`: also search the
-    extrapolated curves from the fitted range's low end up to that compute (e.g. 3e18)."""
+    extrapolated curves from the fitted range's top up to that compute (e.g. 3e18); crossings
+    inside the range are the first search's, never reported as extrapolated."""
     level = a.level if level is None else level
     lo = max(a.fitted_range[0], b.fitted_range[0])
     hi = min(a.fitted_range[1], b.fitted_range[1])
@@ -637,14 +688,14 @@ def crossover(a: Envelope, b: Envelope, below: float | None = None, level: float
         raise ValueError(f"{a.family} and {b.family} share no fitted range of budgets")
     ra, rb = _paired_boot(a, b)
 
-    def search(top: float) -> tuple[tuple, tuple[float, float], float]:
-        crossings = all_crossings(a.params, b.params, lo, top)
-        firsts = first_crossings(ra, rb, lo, top) if len(np.atleast_1d(ra.e)) else np.array([])
+    def search(start: float, top: float) -> tuple[tuple, tuple[float, float], float]:
+        crossings = all_crossings(a.params, b.params, start, top)
+        firsts = first_crossings(ra, rb, start, top) if len(np.atleast_1d(ra.e)) else np.array([])
         fraction = float(np.mean(np.isfinite(firsts))) if len(firsts) else math.nan
         return crossings, _percentile_interval(firsts, level), fraction
 
-    crossings, interval, fraction = search(hi)
-    below_result = search(below) if below is not None and below > lo else ((), (math.nan, math.nan), math.nan)
+    crossings, interval, fraction = search(lo, hi)
+    below_result = search(hi, below) if below is not None and below > hi else ((), (math.nan, math.nan), math.nan)
     lower = a.family if float(a.loss(lo)) < float(b.loss(lo)) else b.family
     return Crossover(a.family, b.family, (lo, hi), crossings, interval, fraction, lower, below, *below_result, level)
 
@@ -720,12 +771,17 @@ def fit_study(records: Iterable[dict], split: str | None = None, budgets: Iterab
     """Fit every family of the records: isoFLOP parabolas and envelopes (only `budgets` when
     given, e.g. to hold one out for a prediction)."""
     keep = None if budgets is None else {float(b) for b in budgets}
+    records = list(records)
+    chosen_all = profiles_from_records(choice_records(records), split)  # what the choices read
     out = {}
     for family, profiles in sorted(profiles_from_records(records, split).items()):
         profiles = {b: p for b, p in profiles.items() if keep is None or b in keep}
-        isofits = {b: fit_isoflop(p, n_boot, seed, level) for b, p in profiles.items() if len(p.sizes) >= 3}
+        chosen = chosen_all.get(family, {})
+        isofits = {b: fit_isoflop(p, n_boot, seed, level, chosen=chosen.get(b))
+                   for b, p in profiles.items() if len(p.sizes) >= 3}
         try:
-            env, err = fit_envelope(family, profiles, n_boot, seed, level, fix_e, interior_only, fit_from), None
+            env, err = fit_envelope(family, profiles, n_boot, seed, level, fix_e, interior_only, fit_from,
+                                    chosen), None
         except ValueError as e:
             env, err = None, str(e)
         out[family] = FamilyFit(family, isofits, env, err)

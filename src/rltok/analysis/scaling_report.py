@@ -52,7 +52,7 @@ class GroupChoice:
 def _choose(group: str, budget: float, members: list[str],
             profiles: Mapping[str, Mapping[float, IsoProfile]]) -> GroupChoice:
     """The member whose best measured size has the lowest seed mean at the budget (over the seeds
-    the members' best sizes all ran; ties go to the first name): the study's one rule for "the best", on `profiles`, the choice losses' (the
+    the members' best sizes all ran; ties go to the alphabetically first name): the study's one rule for "the best", on `profiles`, the choice losses' (the
     selection split's where the records have one). Not the parabolas' fitted L*: a profile its
     parabola fits badly gets an optimum far below every run it has (at 3e11 on docs-en the
     learned-cut model's fitted L* was the lowest of five hierarchies while each of its sizes
