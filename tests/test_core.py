@@ -340,3 +340,33 @@ def test_blocked_local_attention_equals_dense_masked_attention(length, window):
     q, k, v = (torch.randn(2, 3, length, 8, dtype=torch.float64) for _ in range(3))
     dense = F.scaled_dot_product_attention(q, k, v, attn_mask=local_causal_mask(length, length, window, "cpu"))
     assert torch.allclose(blocked_local_attention(q, k, v, window), dense, atol=1e-10)
+
+
+# ---- the optimiser's kernel --------------------------------------------------------------------
+
+@pytest.mark.parametrize("overrides", [["model.chunker=rl"], ["model.arch=flat", "model.ngram_vocab=512"]])
+def test_auto_optimizer_kernel_gives_the_per_tensor_loops_numbers_bit_for_bit(tmp_path, overrides):
+    from rltok.data.sources import Corpus
+    from rltok.training.trainer import Trainer
+
+    text = b"the quick brown fox jumps over the lazy dog. pack my box with five dozen jugs. " * 60
+    data = torch.frombuffer(bytearray(text), dtype=torch.uint8)
+    corpus = Corpus(train=data[: len(data) * 9 // 10], val=data[len(data) * 9 // 10:], source="synthetic")
+    weights = {}
+    for kernel in ("loop", "auto", "fused"):
+        cfg = load_config("test", overrides=[f"train.out_dir={tmp_path / kernel}", "train.max_steps=6",
+                                             "train.eval_every=1000", "train.checkpoint_every=1000", "train.threads=1",
+                                             f"train.optimizer_kernel={kernel}", *overrides])
+        trainer = Trainer(cfg, corpus=corpus, quiet=True)
+        trainer.peak_flops = 1e12
+        trainer.fit()
+        assert trainer.opt.defaults["foreach"] is {"loop": False, "auto": True, "fused": None}[kernel]
+        assert bool(trainer.opt.defaults["fused"]) == (kernel == "fused")
+        weights[kernel] = [p.detach().clone() for p in trainer.model.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(weights["loop"], weights["auto"]))  # same arithmetic, same order
+    assert max(float((a - b).abs().max()) for a, b in zip(weights["loop"], weights["fused"])) < 1e-4
+
+
+def test_an_unknown_optimizer_kernel_is_a_config_error():
+    with pytest.raises(ConfigError, match="optimizer_kernel must be one of auto, loop, foreach, fused"):
+        load_config("test", overrides=["train.optimizer_kernel=fast"])

@@ -346,6 +346,8 @@ def _run_record(method: str, seed: int, data: str, eval_split: str, budget_flops
         "grad_cos_ref": estimator["cos_ref"] if estimator else None,
         "train_bytes_per_s": statistics.median(bps) if bps else None, "wall_s": t.wall,
         "threads": torch.get_num_threads(), "curve": curve, "config": e.cfg.to_dict(),
+        # what bit-level results depend on: two records agree to the last bit only where these match
+        "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
 
 

@@ -464,6 +464,7 @@ class DataConfig:
 
 
 LR_SCHEDULES = ("cosine", "wsd")  # train.lr_schedule (rltok.training.schedule.lr_at)
+OPTIMIZER_KERNELS = ("auto", "loop", "foreach", "fused")  # train.optimizer_kernel (trainer.make_optimizer)
 
 
 @dataclass
@@ -519,6 +520,11 @@ class TrainConfig:
     # (<out_dir>/branch), from which a longer budget can go on (rltok.analysis.compare.run_one).
     lr_schedule: str = "cosine"
     cooldown_frac: float = 0.2
+    # How AdamW runs its update: "auto" (fused on CUDA, else foreach: on CPU foreach computes the
+    # same numbers as torch's per-tensor loop, faster), "loop", "foreach", or "fused" (one kernel
+    # per group on any device: the fastest on CPU too, but it rounds differently, so its runs match
+    # "auto" runs only to the last bits). bench/optimizer_step.py measures them.
+    optimizer_kernel: str = "auto"
 
     @property
     def constant_phase(self) -> bool:
@@ -561,6 +567,9 @@ class TrainConfig:
             raise ConfigError("train.flops_budget must be >= 0 (0 = off)")
         if self.schedule_on_resume not in ("keep", "restart"):
             raise ConfigError(f"train.schedule_on_resume must be keep or restart, got {self.schedule_on_resume!r}")
+        if self.optimizer_kernel not in OPTIMIZER_KERNELS:
+            raise ConfigError(f"train.optimizer_kernel must be one of {', '.join(OPTIMIZER_KERNELS)}, "
+                              f"got {self.optimizer_kernel!r}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ConfigError(f"train.lr_schedule must be {' or '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
         if not 0 < self.cooldown_frac <= 1:  # also rejects nan

@@ -49,7 +49,8 @@ def set_aside_after(run_dir: Path, resumed: Path, log: Callable[[str], None]) ->
 # different run than the one the checkpoints belong to.
 MAY_CHANGE_ON_RESUME = ("train.max_steps", "train.log_every", "train.eval_every", "train.eval_batches",
                         "train.checkpoint_every", "train.keep_checkpoints", "train.threads", "train.device",
-                        "train.tensorboard", "train.wandb", "train.out_dir", "train.schedule_on_resume")
+                        "train.tensorboard", "train.wandb", "train.out_dir", "train.schedule_on_resume",
+                        "train.optimizer_kernel")  # the optimiser's state is the same under every kernel
 
 
 # <run>/branch: the state a "wsd" run held just before its cool-down (Trainer._keep_branch), shaped

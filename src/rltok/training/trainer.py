@@ -58,7 +58,16 @@ def make_optimizer(model: torch.nn.Module, cfg, device: torch.device, policy_lr_
             if chosen or not policy:  # keep the two base groups even when empty (state layout)
                 groups.append({"params": chosen, "weight_decay": cfg.weight_decay if decay else 0.0,
                                "lr_scale": policy_lr_mult if policy else 1.0})
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=device.type == "cuda")
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, **optimizer_kernel_args(cfg.optimizer_kernel, device))
+
+
+def optimizer_kernel_args(kernel: str, device: torch.device) -> dict:
+    """AdamW's keyword for `train.optimizer_kernel`. torch's own default on CPU is the per-tensor
+    loop; "auto" takes foreach there, the same arithmetic in the same order, so the same numbers,
+    at a third of the time for large tables (bench/optimizer_step.py)."""
+    if kernel == "auto":
+        kernel = "fused" if device.type == "cuda" else "foreach"
+    return {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[kernel]
 
 
 def _state_counter(name: str) -> property:

@@ -1,0 +1,117 @@
+"""How AdamW's kernel (`train.optimizer_kernel`) changes a training step, on the scaling study's
+own models, as ratios measured side by side in one run.
+
+    python bench/bench_optimizer.py                 # ~3 minutes on 2 CPU cores
+    python bench/bench_optimizer.py --quick         # ~40 s, indicative only
+    python bench/bench_optimizer.py --json bench/results/optimizer.json
+
+For each family of the CPU grid (scripts/scaling_cpu_grid.toml) at one size of its 3e12 ladder,
+three Trainers are built from the same config and seed, one per kernel: "loop" (torch's CPU
+default: one tensor at a time), "foreach" (what `auto` takes on CPU) and "fused". Their full
+`Trainer.train_step`s (forward, loss, backward, clipping, AdamW) are timed interleaved, one
+torch thread, after a warm-up; the table gives median ms per step, each kernel's median
+per-repeat ratio to "loop", and the largest weight difference from "loop" after the timed
+steps (0 means the same numbers bit for bit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = ("loop", "foreach", "fused")
+FAMILIES = ("flat", "flat_ngram", "bpe1024", "uniform", "whitespace", "rl")
+
+
+def study_config(family: str, index: int, out_dir: str, data: str):
+    """The config the study trains `family` with at the `index`-th size of its 3e12 ladder."""
+    from rltok.analysis.compare import method_config
+    from rltok.analysis.scaling import budget_ladders, family_overrides, load_grid
+    from rltok.analysis.scaling_grid import point_lr
+    from rltok.model.sizing import method_spec
+
+    grid = load_grid(ROOT / "scripts" / "scaling_cpu_grid.toml")
+    fam = next(f for f in grid.families if f.name == family)
+    rungs = budget_ladders(grid, fam, [3e12], log=lambda m: None)[3e12]
+    rung = rungs[min(index, len(rungs) - 1)]
+    lr = point_lr(grid, fam, rung.achieved)
+    base = [*family_overrides(grid, fam), *([] if lr is None else [f"train.lr={lr!r}"])]
+    method = method_spec(fam.method, rung.overrides)
+    return method_config(method, base, data, Path(out_dir), 0, grid.preset), rung.achieved
+
+
+def trainers(family: str, index: int, data: str, tmp: str) -> tuple[dict, int]:
+    from rltok.config import apply_override
+    from rltok.training.trainer import Trainer
+
+    out, n = {}, 0
+    for kernel in KERNELS:
+        cfg, n = study_config(family, index, f"{tmp}/{family}_{kernel}", data)
+        apply_override(cfg, f"train.optimizer_kernel={kernel}")
+        apply_override(cfg, "train.threads=1")
+        t = Trainer(cfg, quiet=True)
+        t.peak_flops = 1e12  # no matmul timing: MFU is not what this measures
+        out[kernel] = t
+    return out, n
+
+
+def measure(ts: dict, repeats: int, steps: int) -> dict:
+    for t in ts.values():  # warm-up: allocator, first-step optimiser state
+        t.train_step()
+    times = {k: [] for k in ts}
+    for r in range(repeats):
+        order = KERNELS[r % 3:] + KERNELS[:r % 3]  # rotate, so no kernel always follows another
+        for k in order:
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                ts[k].train_step()
+            times[k].append((time.perf_counter() - t0) / steps)
+    ref = [p.detach() for p in ts["loop"].model.parameters()]
+    row = {}
+    for k in KERNELS:
+        diff = max(float((p.detach() - q).abs().max()) for p, q in zip(ts[k].model.parameters(), ref))
+        row[k] = {"ms": 1e3 * statistics.median(times[k]), "diff_vs_loop": diff,
+                  "ratio_to_loop": statistics.median(a / b for a, b in zip(times[k], times["loop"]))}
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="2 repeats of 2 steps, 3 families")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=4, help="steps per timed repeat")
+    ap.add_argument("--rung", type=int, default=2, help="which size of each 3e12 ladder (0: smallest)")
+    ap.add_argument("--data", default=str(ROOT / "data" / "docs-en"), help="a corpus folder or file")
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args(argv)
+    if not Path(args.data).exists():
+        sys.exit(f"bench_optimizer: no corpus at {args.data} (pass --data)")
+    torch.set_num_threads(1)
+    families = FAMILIES[:3] if args.quick else FAMILIES
+    repeats, steps = (2, 2) if args.quick else (args.repeats, args.steps)
+    rows = {}
+    print("| family | N | loop ms/step | foreach (ratio, max diff) | fused (ratio, max diff) |")
+    print("|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for fam in families:
+            ts, n = trainers(fam, args.rung, args.data, tmp)
+            row = measure(ts, repeats, steps)
+            rows[fam] = {"n": n, **row}
+            cell = [f"{row[k]['ratio_to_loop']:.2f}x, {row[k]['diff_vs_loop']:.1e}" for k in ("foreach", "fused")]
+            print(f"| {fam} | {n:,} | {row['loop']['ms']:.1f} | {cell[0]} | {cell[1]} |", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"torch": torch.__version__, "repeats": repeats, "steps": steps,
+                                               "rung": args.rung, "families": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
