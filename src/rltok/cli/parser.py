@@ -279,7 +279,7 @@ def _add_scaling(sub: Subcommands) -> None:
     mode.add_argument("--check-optimum", type=number(0, 1e30, low_open=True), metavar="BUDGET",
                       help="at each family's best size of this budget (the study's runs there): the learning-rate "
                            "rule against --lr-mults times its rate, and each --variant; runs under "
-                           "OUT/optimum_check/, table in OUT/optimum_check/<budget>.md")
+                           "OUT/optimum_check/, table in OUT/optimum_check/C<budget>.md (e.g. C3e11.md)")
     p.add_argument("--at", type=number(0, 1e30, low_open=True), nargs="+", metavar="BUDGET",
                    help="with --predict / --holdout: a forecast of these budgets of the grid's own ladders, fitted "
                         "on the budgets below them, into OUT/prediction_C<B>.json before any run at them; "
