@@ -188,6 +188,24 @@ def test_ladders_extend_until_interior_then_the_optimum_gets_more_seeds(tmp_path
     assert sorted({r["target_size"] for r in read_records(out / "salad") if r["point_kind"] == "extension"}) == [40000]
 
 
+def test_holdout_overrides_reach_the_held_out_runs_only_and_set_only_how_they_compute(tmp_path):
+    from rltok.analysis.scaling import Point, family_rungs, point_base
+
+    data = corpus_folder(tmp_path, "salad")
+    spec = {"corpora": [str(data)], "budgets": [1e8], "holdout_budgets": [1e9], "preset": "test",
+            "families": [{"method": "flat", "sizes": [5e3]}], "holdout_overrides": ["train.optimizer_kernel=fused"]}
+    grid = parse_grid(spec)
+    fam = grid.families[0]
+    rung = family_rungs(grid, fam, [5e3])[5000]
+    ladder, held = Point("salad", 1e8, fam, rung, 0), Point("salad", 1e9, fam, rung, 0, "holdout")
+    assert "train.optimizer_kernel=fused" not in point_base(grid, ladder)
+    assert point_base(grid, held)[-1] == "train.optimizer_kernel=fused"
+    assert load_config("test", overrides=point_base(grid, held)).train.optimizer_kernel == "fused"
+    for bad in (["train.lr=0.1"], ["model.d_chunk=8"], "train.threads=1", ["train.threads"]):
+        with pytest.raises(ConfigError, match="holdout_overrides"):
+            parse_grid({**spec, "holdout_overrides": bad})
+
+
 def test_a_run_whose_evaluation_gives_nan_is_recorded_as_diverged(tmp_path):
     from rltok.analysis.scaling_adapt import run_grid
 

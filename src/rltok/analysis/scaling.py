@@ -37,7 +37,7 @@ from rltok.config import ConfigError, load_config
 GRID_KEYS = {"corpora", "budgets", "families", "seeds", "split", "preset", "max_eval_windows", "overrides",
              "n_boot", "size_rule", "extend", "lr_rule", "warmup_frac", "optimum_seeds", "holdout_budgets",
              "holdout_seeds", "select_split", "groups", "crossovers", "eval_context", "interior_only", "lr_schedule",
-             "cooldown_frac", "verdict_seeds", "fit_from"}
+             "cooldown_frac", "verdict_seeds", "fit_from", "holdout_overrides"}
 FAMILY_KEYS = {"name", "method", "overrides", "n_min", "n_max", "points", "sizes", "size_coef", "lr_mult", "centres",
                "aspect", "byte_ratio"}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]*(_[A-Za-z0-9.+-]+)*")  # a file-name part without "__"
@@ -81,6 +81,9 @@ class Grid:
     optimum_seeds: tuple[int, ...] = ()  # more seeds at each budget's best size
     holdout_budgets: tuple[float, ...] = ()  # never fitted nor run by a plain `rltok scaling`
     holdout_seeds: tuple[int, ...] = (0, 1, 2)
+    # train.* settings of the held-out runs only, after every other override: how they compute
+    # (e.g. the optimiser's kernel), never what model they train or how the fits read them
+    holdout_overrides: tuple[str, ...] = ()
     # also scored on this split (`bpb_select`), which the study's choices read (extensions, the
     # optimum's seeds), so that the scored split only reports; None: choices read `bpb`
     select_split: str | None = None
@@ -216,9 +219,27 @@ def parse_grid(d: dict) -> Grid:
                 tuple(int(s) for s in d.get("seeds", (0,))), d.get("split", "test"), d.get("preset", "tiny"),
                 int(d.get("max_eval_windows", 0)), tuple(d.get("overrides", ())), int(d.get("n_boot", 1000)),
                 holdout_budgets=holdout, select_split=d.get("select_split"), eval_context=_eval_context(d),
-                groups=groups,
+                groups=groups, holdout_overrides=_holdout_overrides(d.get("holdout_overrides", ())),
                 crossovers=_crossovers(d.get("crossovers", ()), [*names, *groups]),
                 **_verdict_seeds(d.get("verdict_seeds"), names, budgets), **extra)
+
+
+# what the held-out runs may set differently from the fitted budgets' runs: how they compute and
+# report, never what they train (a rate, a batch or a precision would make them another study)
+HOLDOUT_KEYS = ("train.optimizer_kernel", "train.threads", "train.device", "train.compile", "train.log_every",
+                "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints", "train.tensorboard",
+                "train.wandb")
+
+
+def _holdout_overrides(items) -> tuple[str, ...]:
+    if isinstance(items, str) or not all(isinstance(x, str) for x in items):
+        raise ConfigError(f"grid: holdout_overrides is a list of KEY=VALUE strings, got {items!r}")
+    for item in items:
+        key = item.partition("=")[0].strip()
+        if key not in HOLDOUT_KEYS or "=" not in item:
+            raise ConfigError(f"grid: holdout_overrides may set only {', '.join(HOLDOUT_KEYS)} (how the "
+                              f"held-out runs compute, not what they train), got {item!r}")
+    return tuple(items)
 
 
 def _verdict_seeds(d, families: list[str], budgets: tuple[float, ...]) -> dict:
@@ -397,14 +418,21 @@ def _interrupted_s(run_root: Path) -> float:
     return float(json.loads(path.read_text())["seconds"]) if path.is_file() else 0.0
 
 
+def point_base(grid: Grid, p: Point) -> list[str]:
+    """The base overrides a point trains with: its family's, its size's learning rate, and for a
+    held-out point the grid's `holdout_overrides`, last."""
+    lr = point_lr(grid, p.family, p.rung.achieved)
+    return [*family_overrides(grid, p.family), *([] if lr is None else [f"train.lr={lr!r}"]),
+            *(grid.holdout_overrides if p.kind == "holdout" else ())]
+
+
 def _run_point(grid: Grid, p: Point, folder: Path, split: str, run_root: Path) -> dict:
     from rltok.analysis.compare import method_slug, run_one
     from rltok.model.sizing import method_spec
     from rltok.training.loading import load_checkpoint
 
     method = method_spec(p.family.method, p.rung.overrides)
-    lr = point_lr(grid, p.family, p.rung.achieved)
-    base = [*family_overrides(grid, p.family), *([] if lr is None else [f"train.lr={lr!r}"])]
+    base = point_base(grid, p)
     args = (method, p.seed, grid.corpora[p.corpus], run_root, p.budget, base, grid.preset, split,
             grid.max_eval_windows, grid.eval_context)
     rec = run_one(*args) if not grid.branches else _run_branched(grid, p, folder, method, args)
