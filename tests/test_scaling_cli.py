@@ -1065,3 +1065,27 @@ def test_a_group_is_predicted_and_scored_as_its_best_member(tmp_path):
     assert set(rows) == {"a", "b", "best"} and rows["best"]["member"] == "a" and rows["a"]["member"] is None
     assert rows["best"]["l_star"] == pytest.approx(rows["a"]["l_star"]) and abs(rows["best"]["error"]) < 0.02
     assert "| salad | best (a) | C3e08 |" in forecast_table(list(rows.values()))
+
+
+def test_the_rerun_table_pairs_each_variant_with_the_studys_record_of_its_corpus_seed_and_size(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    study, bits = tmp_path / "study", tmp_path / "bits"
+    for corpus, shift in (("a", 0.01), ("b", -0.03)):
+        (study / corpus).mkdir(parents=True)
+        (bits / corpus).mkdir(parents=True)
+        for s in (0, 1):
+            for n, bpb in ((1000, 2.0 + 0.1 * s), (2000, 1.5 + 0.1 * s)):  # two sizes: the variant's is 2000
+                rec = {"family": "f", "budget_flops": 1e9, "seed": s, "non_embedding_params": n, "bpb": bpb}
+                (study / corpus / f"{budget_tag(1e9)}__f__N{n}__s{s}.json").write_text(json.dumps(rec))
+            rec = {"family": "f_fused", "budget_flops": 1e9, "seed": s, "non_embedding_params": 2000,
+                   "bpb": 1.5 + 0.1 * s + shift}
+            (bits / corpus / f"{budget_tag(1e9)}__f_fused__N2000__s{s}.json").write_text(json.dumps(rec))
+    out = subprocess.run([sys.executable, str(repo / "scripts" / "scaling_rerun_table.py"), "--out", str(study),
+                          "--results", str(bits), "--budget", "1e9", "--pooled", "fused"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "| f | fused | +0.0100, +0.0100 | -0.0300, -0.0300 |" in out and "| 0.0300 |" in out
+    assert "All 4 fused pairs: -0.0100" in out
