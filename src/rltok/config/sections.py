@@ -521,9 +521,9 @@ class TrainConfig:
     lr_schedule: str = "cosine"
     cooldown_frac: float = 0.2
     # How AdamW runs its update: "auto" (fused on CUDA, else foreach: on CPU foreach computes the
-    # same numbers as torch's per-tensor loop, faster), "loop", "foreach", or "fused" (one kernel
+    # same numbers as torch's per-tensor loop, as fast), "loop", "foreach", or "fused" (one kernel
     # per group on any device: the fastest on CPU too, but it rounds differently, so its runs match
-    # "auto" runs only to the last bits). bench/optimizer_step.py measures them.
+    # "auto" runs only to the last bits). bench/bench_optimizer.py measures them.
     optimizer_kernel: str = "auto"
 
     @property
