@@ -241,7 +241,7 @@ class _Resampler:
     """Draws bootstrap seed means for one profile, by its `resample_mode`: "seeds", each size's
     seeds with replacement; "residuals", the fit plus resampled, rescaled residuals; "pooled", the
     seeds where a size has two or more and, at a size with one, a normal draw with the profile's
-    pooled seed sd; "none", NaN (no interval can be drawn)."""
+    pooled seed sd; "unavailable", NaN (no interval can be drawn)."""
 
     def __init__(self, profile: IsoProfile, parabola: Parabola, mode: str):
         self.profile, self.mode = profile, mode
@@ -254,7 +254,7 @@ class _Resampler:
 
     def draw(self, rng: np.random.Generator, n_boot: int) -> np.ndarray:
         """n_boot replicates of the seed means (n_boot x sizes)."""
-        if self.mode == "none":
+        if self.mode == "unavailable":
             return np.full((n_boot, len(self.profile.sizes)), np.nan)
         if self.mode == "residuals":
             return self.fitted + rng.choice(self.residuals, (n_boot, len(self.residuals)))
@@ -273,13 +273,13 @@ class _Resampler:
 def resample_mode(profile: IsoProfile) -> str:
     """How one profile's bootstrap draws its seed means: "seeds" when every size has two or more
     seeds; else "residuals" with 4 or more sizes (a parabola through 3 leaves none); else "pooled"
-    where some size has two seeds to give a seed sd; else "none". Chosen per profile, so one
+    where some size has two seeds to give a seed sd; else "unavailable". Chosen per profile, so one
     budget's lost seed never changes how another budget is resampled."""
     if all(len(v) >= 2 for v in profile.losses):
         return "seeds"
     if len(profile.sizes) > 3:
         return "residuals"
-    return "pooled" if pooled_within_sd(profile.losses) else "none"
+    return "pooled" if pooled_within_sd(profile.losses) else "unavailable"
 
 
 def _modes_label(profiles: Iterable[IsoProfile]) -> str:
