@@ -13,35 +13,40 @@ import argparse
 import statistics
 from pathlib import Path
 
-from rltok.analysis.paired_stats import paired_difference
+from rltok.analysis.paired_stats import mean_interval
 from rltok.analysis.scaling import budget_tag, read_records
 
 
-def differences(out: Path, results: Path, budget: float) -> dict[tuple[str, str], list[tuple[str, int, float]]]:
+def study_records(out: Path, corpora: list[str], budget: float) -> dict[str, list[dict]]:
+    """{corpus: the study's scored records at `budget`}."""
+    return {c: [r for r in read_records(out / c) if float(r["budget_flops"]) == budget and r.get("bpb") is not None]
+            for c in corpora}
+
+
+def differences(study: dict[str, list[dict]], results: Path, budget: float) -> dict[tuple[str, str], list]:
     """{(family, variant): [(corpus, seed, variant bpb - record bpb)]}; a variant's family is
     FAMILY_VARIANT, as scaling_variant.py names it."""
     rows: dict = {}
-    for folder in sorted(p for p in results.iterdir() if p.is_dir()):
-        study = [r for r in read_records(out / folder.name) if float(r["budget_flops"]) == budget and r.get("bpb") is not None]
-        for r in read_records(folder, f"{budget_tag(budget)}__*.json"):
+    for corpus, records in study.items():
+        for r in read_records(results / corpus, f"{budget_tag(budget)}__*.json"):
             if r.get("bpb") is None:
                 continue
             family, _, variant = r["family"].rpartition("_")
-            same = [s for s in study if s.get("family") == family and s["seed"] == r["seed"]
+            same = [s for s in records if s.get("family") == family and s["seed"] == r["seed"]
                     and s["non_embedding_params"] == r["non_embedding_params"]]
             if len(same) != 1:
-                raise SystemExit(f"error: {folder.name} {r['family']} seed {r['seed']}: {len(same)} study records match")
-            rows.setdefault((family, variant), []).append((folder.name, int(r["seed"]), r["bpb"] - same[0]["bpb"]))
+                raise SystemExit(f"error: {corpus} {r['family']} seed {r['seed']}: {len(same)} study records match")
+            rows.setdefault((family, variant), []).append((corpus, int(r["seed"]), r["bpb"] - same[0]["bpb"]))
     return rows
 
 
-def seed_sd(out: Path, corpora: list[str], family: str, budget: float) -> float | None:
+def seed_sd(study: dict[str, list[dict]], family: str) -> float | None:
     """The median over sizes (and corpora) of the sd of one size's runs."""
     sds = []
-    for corpus in corpora:
+    for records in study.values():
         by_size: dict = {}
-        for r in read_records(out / corpus):
-            if r.get("family") == family and float(r["budget_flops"]) == budget and r.get("bpb") is not None:
+        for r in records:
+            if r.get("family") == family:
                 by_size.setdefault(r["non_embedding_params"], []).append(r["bpb"])
         sds += [statistics.stdev(v) for v in by_size.values() if len(v) >= 2]
     return statistics.median(sds) if sds else None
@@ -56,22 +61,23 @@ def main(argv=None) -> int:
                     help="also pool every family's pairs of these variants")
     args = ap.parse_args(argv)
     out, results = Path(args.out), Path(args.results)
-    rows = differences(out, results, args.budget)
-    corpora = sorted({c for ds in rows.values() for c, _, _ in ds})
+    corpora = sorted(p.name for p in results.iterdir() if p.is_dir())
+    study = study_records(out, corpora, args.budget)
+    rows = differences(study, results, args.budget)
     print(f"| family | variant | {' | '.join(f'{c} by seed' for c in corpora)} | mean [95% t] (pairs) | max abs "
           f"| median seed sd of a size |")
     print("|---|---|" + "---|" * len(corpora) + "---|---|---|")
     for (family, variant), ds in sorted(rows.items()):
-        d = paired_difference({i: x for i, (_, _, x) in enumerate(ds)}, {i: 0.0 for i in range(len(ds))})
+        mean, lo, hi = mean_interval([x for *_, x in ds])
         cells = [", ".join(f"{x:+.4f}" for c, _, x in sorted(ds) if c == corpus) for corpus in corpora]
-        sd = seed_sd(out, corpora, family, args.budget)
-        print(f"| {family} | {variant} | {' | '.join(cells)} | {d.mean:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}] ({len(ds)}) "
+        sd = seed_sd(study, family)
+        print(f"| {family} | {variant} | {' | '.join(cells)} | {mean:+.4f} [{lo:+.4f}, {hi:+.4f}] ({len(ds)}) "
               f"| {max(abs(x) for *_, x in ds):.4f} | {'–' if sd is None else f'{sd:.4f}'} |")
     for variant in args.pooled:
         xs = [x for (_, v), ds in rows.items() if v == variant for *_, x in ds]
         if len(xs) >= 2:
-            d = paired_difference({i: x for i, x in enumerate(xs)}, {i: 0.0 for i in range(len(xs))})
-            print(f"\nAll {len(xs)} {variant} pairs: {d.mean:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}], sd {d.sd:.4f}")
+            mean, lo, hi = mean_interval(xs)
+            print(f"\nAll {len(xs)} {variant} pairs: {mean:+.4f} [{lo:+.4f}, {hi:+.4f}], sd {statistics.stdev(xs):.4f}")
     return 0
 
 
