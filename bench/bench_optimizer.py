@@ -49,12 +49,16 @@ def study_config(family: str, index: int, out_dir: str, data: str):
 
 
 def trainers(family: str, index: int, data: str, tmp: str) -> tuple[dict, int]:
+    import copy
+
     from rltok.config import apply_override
     from rltok.training.trainer import Trainer
 
-    out, n = {}, 0
+    base, n = study_config(family, index, f"{tmp}/{family}", data)  # the grid and its shape search, once
+    out = {}
     for kernel in KERNELS:
-        cfg, n = study_config(family, index, f"{tmp}/{family}_{kernel}", data)
+        cfg = copy.deepcopy(base)
+        apply_override(cfg, f"train.out_dir={tmp}/{family}_{kernel}")
         apply_override(cfg, f"train.optimizer_kernel={kernel}")
         apply_override(cfg, "train.threads=1")
         t = Trainer(cfg, quiet=True)

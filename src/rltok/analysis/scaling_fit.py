@@ -337,9 +337,11 @@ def _chooser(profile: IsoProfile, chosen: IsoProfile | None) -> IsoProfile:
     return chosen
 
 
-def is_interior(profile: IsoProfile) -> bool:
-    """Whether a profile's optimum is interior (`extend_side` of its own parabola is None)."""
-    return extend_side(profile, fit_parabola(profile.sizes, profile.means, profile.counts)) is None
+def _choice_side(chooser: IsoProfile, profile: IsoProfile, parabola: Parabola) -> str | None:
+    """`extend_side` read on the chooser's own parabola (the reported one's where they are one)."""
+    if chooser is not profile:
+        parabola = fit_parabola(chooser.sizes, chooser.means, chooser.counts)
+    return extend_side(chooser, parabola)
 
 
 def fit_isoflop(profile: IsoProfile, n_boot: int = 1000, seed: int = 0, level: float = 0.95,
@@ -351,8 +353,7 @@ def fit_isoflop(profile: IsoProfile, n_boot: int = 1000, seed: int = 0, level: f
     parabola = fit_parabola(profile.sizes, profile.means, profile.counts)
     n_star, l_star = parabola.optimum
     chooser = _chooser(profile, chosen)
-    side = extend_side(chooser, parabola if chooser is profile else
-                       fit_parabola(chooser.sizes, chooser.means, chooser.counts))
+    side = _choice_side(chooser, profile, parabola)
     mode = mode or resample_mode(profile)
     draws = _Resampler(profile, parabola, mode).draw(np.random.default_rng(seed), n_boot)
     optima = parabola_optima(profile.sizes, draws, profile.counts) if n_boot else np.zeros((0, 2))
@@ -547,8 +548,7 @@ def fit_envelope(family: str, profiles: dict[float, IsoProfile], n_boot: int = 1
             excluded.append(budget)
             continue
         q = fit_parabola(p.sizes, p.means, p.counts)
-        chooser = _chooser(p, (chosen or {}).get(budget))
-        interior = extend_side(p, q) is None if chooser is p else is_interior(chooser)
+        interior = _choice_side(_chooser(p, (chosen or {}).get(budget)), p, q) is None
         if not q.convex or (interior_only and not interior):
             excluded.append(budget)
             continue
