@@ -1,6 +1,6 @@
 """Two families of one study paired along the whole isoFLOP profile, not only at their best sizes:
-at each budget, every rung both ran (the same size target) and every seed both ran there, A − B
-in test bpb; per rung the mean over its seeds (with the rung's shape), then per corpus and over
+at each budget, every rung both ran (the same shape: width and depth) and every seed both ran there,
+A − B in test bpb; per rung the mean over its seeds, then per corpus and over
 both corpora the mean of every (rung, seed) difference with a t interval. It answers whether a
 difference between the families holds at every size or only where each side's best size fell
 (the report's paired verdicts), e.g. learned against uniform cuts (same ladder, same shapes):
@@ -10,7 +10,10 @@ difference between the families holds at every size or only where each side's be
 Pooled two ways: every (rung, seed) difference as one sample (rungs with more seeds, such as each
 side's best size with its verdict seeds, weigh more), and the rungs' means as one sample (each
 rung once: the profile as a whole). Where the rungs disagree both are wide, which is the point.
-Seeds where either side diverged are left out and counted. Writes nothing; prints markdown.
+Rungs are matched by shape, not by the size target that produced it: a budget whose ladder windows
+were centred on each family's own optimum gives the two families different targets that land on the
+same shapes. A diverged run's record has no shape; it is matched by its target. Seeds where either
+side diverged are left out and counted. Writes nothing; prints markdown.
 
 `--along` adds, per corpus and over every budget given, A − B in validation bpb at each sixth of the
 paired runs' training FLOPs (their records' curves): whether a difference opens early and stays, or
@@ -32,26 +35,31 @@ from rltok.analysis.scaling import budget_tag, read_records
 from rltok.analysis.scaling_fit import record_shape
 
 
+def rung(r: dict) -> str:
+    """The key two families' runs are paired on: the run's shape, or its size target where the
+    record states no shape (a diverged run)."""
+    return record_shape(r) or f"target {r['target_size']:,.0f}"
+
+
 def profile_pairs(folder: Path, a: str, b: str, budget: float) -> tuple[dict, int]:
-    """({target size: (shape of A's rung, A's N, B's N, {seed: A − B})} over the rungs and seeds both ran,
+    """({rung: (A's N, B's N, {seed: A − B})} over the rungs and seeds both ran, ordered by A's N;
     the number of shared (rung, seed) pairs left out because a side diverged)."""
     tag = budget_tag(budget)
     runs = defaultdict(dict)
     for fam in (a, b):
         for r in read_records(folder, f"{tag}__{fam}__N*__s*.json"):
-            runs[(fam, r["target_size"])][r["seed"]] = r
+            runs[(fam, rung(r))][r["seed"]] = r
     out, diverged = {}, 0
-    for (fam, target), seeds in sorted(runs.items()):
-        other = runs.get((b, target))
+    for (fam, key), seeds in sorted(runs.items(), key=lambda kv: min(r["target_size"] for r in kv[1].values())):
+        other = runs.get((b, key))
         if fam != a or not other:
             continue
         shared = sorted(set(seeds) & set(other))
         ok = [s for s in shared if seeds[s].get("bpb") is not None and other[s].get("bpb") is not None]
         diverged += len(shared) - len(ok)
         if ok:
-            first = seeds[ok[0]]
-            out[target] = (record_shape(first), first["non_embedding_params"], other[ok[0]]["non_embedding_params"],
-                           {s: seeds[s]["bpb"] - other[s]["bpb"] for s in ok})
+            out[key] = (seeds[ok[0]]["non_embedding_params"], other[ok[0]]["non_embedding_params"],
+                        {s: seeds[s]["bpb"] - other[s]["bpb"] for s in ok})
     return out, diverged
 
 
@@ -64,10 +72,10 @@ def along_run(folder: Path, a: str, b: str, budgets: list[float]) -> tuple[list[
     diverged = 0
     for budget in budgets:
         tag = budget_tag(budget)
-        recs = {(r["family"], r["target_size"], r["seed"]): r
+        recs = {(r["family"], rung(r), r["seed"]): r
                 for fam in (a, b) for r in read_records(folder, f"{tag}__{fam}__N*__s*.json")}
-        for (fam, target, seed), ra in sorted(recs.items()):
-            rb = recs.get((b, target, seed))
+        for (fam, key, seed), ra in sorted(recs.items()):
+            rb = recs.get((b, key, seed))
             if fam != a or rb is None:
                 continue
             if ra.get("bpb") is None or rb.get("bpb") is None:
@@ -104,18 +112,18 @@ def main(argv=None) -> int:
     corpora = sorted(p.name for p in out.iterdir() if p.is_dir() and any(p.glob("C*__*.json")))
     for budget in args.budget:
         print(f"\n### {args.a} − {args.b} at {budget:.3g} FLOPs (test bpb, paired by rung and seed)\n")
-        print(f"| corpus | target N | shape of {args.a} | N of {args.a} / {args.b} | seeds | mean A − B "
-              "| per seed |\n|---|---|---|---|---|---|---|")
+        print(f"| corpus | shape | N of {args.a} / {args.b} | seeds | mean A − B "
+              "| per seed |\n|---|---|---|---|---|---|")
         every, means, lost = defaultdict(list), defaultdict(list), 0
         for corpus in corpora:
             pairs, diverged = profile_pairs(out / corpus, args.a, args.b, budget)
             lost += diverged
-            for target, (form, n_a, n_b, diffs) in pairs.items():
+            for key, (n_a, n_b, diffs) in pairs.items():
                 values = list(diffs.values())
                 every[corpus] += values
                 means[corpus].append(sum(values) / len(values))
                 per_seed = ", ".join(f"s{s} {d:+.3f}" for s, d in diffs.items())
-                print(f"| {corpus} | {target:,.0f} | {form} | {n_a:,} / {n_b:,} | {len(values)} "
+                print(f"| {corpus} | {key} | {n_a:,} / {n_b:,} | {len(values)} "
                       f"| {means[corpus][-1]:+.3f} | {per_seed} |")
         if not every:
             print("\nno rung was run by both families at this budget")

@@ -679,19 +679,22 @@ def test_the_profile_pairing_script_pairs_two_families_at_every_shared_rung_and_
     repo = Path(__file__).resolve().parents[1]
     folder = tmp_path / "study" / "salad"
     folder.mkdir(parents=True)
-    # B is A plus 0.1 at the small rung and 0.3 at the large one; a rung or seed only one ran is left out
+    # B is A plus 0.1 at the small rung and 0.3 at the large one; a rung or seed only one ran is left
+    # out. B's ladder was centred elsewhere: its targets differ from A's, its shapes (what pairs) do not
+    width = {1000: 32, 2000: 48, 4000: 64}
     for fam, extra in (("a", {1000: 0.0, 2000: 0.0}), ("b", {1000: 0.1, 2000: 0.3, 4000: 0.0})):
         for n, add in extra.items():
+            target = n if fam == "a" else 1.07 * n
             for s in (0, 1, 2) if (fam, n) != ("a", 2000) else (0, 1):
-                rec = {"family": fam, "budget_flops": 1e9, "target_size": float(n), "seed": s, "non_embedding_params": n,
-                       "bpb": 2.0 + add + 0.01 * s, "width": 32, "depth": 1, "config": {"model": {"arch": "flat"}}}
-                (folder / f"{budget_tag(1e9)}__{fam}__N{n}__s{s}.json").write_text(json.dumps(rec))
+                rec = {"family": fam, "budget_flops": 1e9, "target_size": target, "seed": s, "non_embedding_params": n,
+                       "bpb": 2.0 + add + 0.01 * s, "width": width[n], "depth": 1, "config": {"model": {"arch": "flat"}}}
+                (folder / f"{budget_tag(1e9)}__{fam}__N{target:.0f}__s{s}.json").write_text(json.dumps(rec))
     proc = subprocess.run([sys.executable, str(repo / "scripts" / "scaling_pair_profile.py"), "--out",
                            str(tmp_path / "study"), "--a", "a", "--b", "b", "--budget", "1e9"],
                           capture_output=True, text=True, check=True)
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| salad |")]
-    assert rows[0].startswith("| salad | 1,000 | 32 × 1 | 1,000 / 1,000 | 3 | -0.100 | s0 -0.100, s1 -0.100, s2")
-    assert rows[1].startswith("| salad | 2,000 | 32 × 1 | 2,000 / 2,000 | 2 | -0.300 |") and len(rows) == 3
+    assert rows[0].startswith("| salad | 32 × 1 | 1,000 / 1,000 | 3 | -0.100 | s0 -0.100, s1 -0.100, s2")
+    assert rows[1].startswith("| salad | 48 × 1 | 2,000 / 2,000 | 2 | -0.300 |") and len(rows) == 3
     # the 5 (rung, seed) pairs pooled, and the 2 rung means
     assert rows[2].startswith("| salad | -0.180 [") and "(5) | -0.200 [" in rows[2] and rows[2].endswith("(2) |")
 
@@ -917,7 +920,7 @@ def test_the_profile_pairing_script_follows_a_difference_along_the_runs(tmp_path
         (folder / f"{budget_tag(budget)}__{fam}__N1000__s{s}.json").write_text(json.dumps(rec))
     (folder / f"{budget_tag(1e9)}__a__N2000__s0.json").write_text(json.dumps(
         {"family": "a", "budget_flops": 1e9, "target_size": 2000.0, "seed": 0, "non_embedding_params": 2000, "bpb": 2.0,
-         "width": 32, "depth": 1, "curve": _curve(1e9, [9.0] * 6)}))
+         "width": 48, "depth": 1, "curve": _curve(1e9, [9.0] * 6)}))
     script = [sys.executable, str(repo / "scripts" / "scaling_pair_profile.py"), "--out", str(tmp_path / "study"),
               "--a", "a", "--b", "b", "--along"]
 
