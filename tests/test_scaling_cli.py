@@ -1012,6 +1012,7 @@ def test_a_group_is_predicted_and_scored_as_its_best_member(tmp_path):
                     (folder / f"{budget_tag(c)}__{fam}__N{n}__s{s}.json").write_text(json.dumps(rec))
     grid = parse_grid({"corpora": {"salad": str(data)}, "budgets": [1e7, 3e7, 1e8], "holdout_budgets": [5e8],
                        "holdout_seeds": [0, 1], "preset": "test", "n_boot": 50, "groups": {"best": ["a", "b"]},
+                       "crossovers": [["a", "b"], ["best", "b"]],
                        "families": [{"name": fam, "method": "flat", "sizes": [2500, 5000, 10000, 20000, 50000, 80000]}
                                     for fam in law]})
     write_prediction(grid, out, log=lambda m: None)
@@ -1026,12 +1027,20 @@ def test_a_group_is_predicted_and_scored_as_its_best_member(tmp_path):
                 "non_embedding_params": n, "bpb": bpb, "bpb_select": bpb, "split": split, "wall_s": 0.0,
                 "point_kind": p.kind}
 
-    scores = run_holdout(grid, out, log=lambda m: None, runner=run)
+    scores, paired = run_holdout(grid, out, log=lambda m: None, runner=run)
     by = {s["family"]: s for s in scores}
     assert set(by) == {"a", "b", "best"} and by["best"]["member"] == "a"
     assert by["best"]["measured"] == pytest.approx(by["a"]["measured"]) and by["best"]["seeds"] == [0, 1]
     assert abs(by["best"]["error"]) < 0.02 and by["best"]["baseline_error"] is not None
     assert "| salad | best (a) | 5e+08 |" in score_table(scores) and by["best"]["members_run"] == ["a", "b"]
+    # the grid's pairs at the held-out budget, each side at its predicted size, paired by seed: a is
+    # 0.1 below b by its law (its size's excess over the optimum is tiny), the group is a
+    rows = {(r["a"], r["b"]): r for r in paired["salad"]}
+    assert set(rows) == {("a", "b"), ("best", "b")} and all(r["budget"] == 5e8 for r in rows.values())
+    assert rows["a", "b"]["difference"]["seeds"] == [0, 1]
+    assert rows["a", "b"]["difference"]["mean"] == pytest.approx(-0.1, abs=0.01)
+    assert rows["best", "b"]["difference"]["mean"] == pytest.approx(rows["a", "b"]["difference"]["mean"])
+    assert json.loads((out / "prediction_score.json").read_text())["paired"]["salad"] == paired["salad"]
     # a member's diverged seed is counted against the group; a group whose members all diverged keeps its row
     from rltok.analysis.scaling_holdout import holdout_points, score_holdout
 

@@ -55,7 +55,7 @@ def test_best_runs_choose_on_val_and_the_budget_every_corpus_shares(study):
 
 def test_the_readme_block_is_regenerated_between_its_markers(study, tmp_path):
     grid = tmp_path / "grid.json"
-    grid.write_text(json.dumps({"corpora": {"a": "x", "b": "y"}, "budgets": [1e9, 3e9],
+    grid.write_text(json.dumps({"corpora": {"a": "x", "b": "y"}, "budgets": [1e9, 3e9], "holdout_budgets": [1e10],
                                 "families": [{"method": "flat", "sizes": [1e4]},
                                              {"name": "bpe", "method": "bpe_token", "sizes": [1e4]}],
                                 "crossovers": [["flat", "bpe"]]}))
@@ -93,11 +93,19 @@ def test_the_readme_block_is_regenerated_between_its_markers(study, tmp_path):
                                                     "l_star_interval": [2.4, 2.6], "fitted_budgets": [1e9]}},
                               "bpe": {repr(1e10): {"error": "too few budgets"}}}}}
     (study / "prediction.json").write_text(json.dumps(pred))
+    # a's held-out runs at 1e10, one size each (its predicted N*): the pair is paired there too
+    write_runs(study / "a", "flat", 1e10, {2e4: (2.2, 2.3)})
+    write_runs(study / "a", "bpe", 1e10, {3e4: (2.0, 2.1)})
     try:
         subprocess.run(cmd, check=True, capture_output=True, cwd=REPO)
     finally:
         (study / "prediction.json").unlink()
+        for f in (study / "a").glob("C1e10__*.json"):
+            f.unlink()
     with_pred = doc.read_text()
+    assert "At 1e+10 FLOPs (held out: each side at its predicted size):" in with_pred
+    assert "| flat bytes − best BPE vocabulary | +0.200 [+0.200, +0.200] (2) | – | –" in with_pred
+    assert "| model | 1e+09 | 3e+09 |" in with_pred  # the held-out budget stays out of the study's tables
     assert "### Predictions held out from the fit" in with_pred and "written at commit `abc`" in with_pred.lower()
     assert "| a | flat | C1e10 | 20,000 (10,000–40,000) | 2.5000 (2.4000–2.6000) | C1e09 |" in with_pred
     assert "| a | bpe | C1e10 | – | – | too few budgets |" in with_pred and "Not scored yet" in with_pred

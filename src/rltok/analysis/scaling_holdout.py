@@ -10,6 +10,9 @@ run at those budgets and never rewritten: an existing file is an error.
 N* (the shape its shape rule builds for that size), with the grid's `holdout_seeds`, into the
 same corpus folder (resumable like every point); then `score_holdout` scores the prediction
 (`scaling_fit.score_prediction`) into OUT/prediction_score.json, and `score_table` prints it.
+The same runs give the grid's pairs their paired verdicts at the held-out budget
+(`holdout_paired`: each side at its predicted size, a group as its best member there), written
+beside the scores.
 
 A forecast (`--predict --at B`, then `--holdout --at B`) does the same for a budget B of the
 study's own ladders: fitted on the budgets below B and written to OUT/prediction_C<B>.json before
@@ -294,17 +297,36 @@ def score_holdout(grid: Grid, out: Path, points: list[Point], prediction: dict) 
     return scores
 
 
-def run_holdout(grid: Grid, out: Path, log=print, runner=None) -> list[dict]:
-    """Run the predicted optima at the holdout budgets (skipping those done), score them, and
-    write OUT/prediction_score.json; the scores."""
+def holdout_paired(grid: Grid, folder: Path) -> list[dict]:
+    """Per pair of the grid's `crossovers` (families or groups) and holdout budget both sides ran,
+    in one corpus folder: a's held-out runs minus b's, paired by seed (t interval), each side at the
+    size it ran there, its predicted N*; a group as its best member there on the selection split
+    (`with_groups`). Rows as fits.json's `paired`, so `scaling_summary.paired_table` tables them."""
+    from rltok.analysis.scaling_fit import choice_records, profiles_from_records, to_plain
+    from rltok.analysis.scaling_report import paired_verdicts
+
+    held = {float(b) for b in grid.holdout_budgets}
+    records = with_groups([r for r in read_records(folder) if float(r["budget_flops"]) in held], grid.groups)
+    if not records:
+        return []
+    profiles, chosen = profiles_from_records(records), profiles_from_records(choice_records(records))
+    return [{**to_plain(v), "verdict": v.difference.verdict if v.difference else None}
+            for a, b in grid.crossovers for v in paired_verdicts(profiles, a, b, chosen)]
+
+
+def run_holdout(grid: Grid, out: Path, log=print, runner=None) -> tuple[list[dict], dict[str, list[dict]]]:
+    """Run the predicted optima at the holdout budgets (skipping those done), score them and pair
+    the grid's pairs there (`holdout_paired`), and write both to OUT/prediction_score.json; the
+    scores and {corpus: paired rows}."""
     prediction = load_prediction(out)
     splits = {c: corpus_split(grid, c, log) for c in grid.corpora}
     points = holdout_points(grid, prediction, log)
     log(f"{len(points)} holdout points")
     run_points(grid, points, out, splits, log, runner)
     scores = score_holdout(grid, out, points, prediction)
-    _write_scores(out / SCORE, grid, prediction, scores)
-    return scores
+    paired = {c: holdout_paired(grid, out / c) for c in grid.corpora if (out / c).is_dir()}
+    _write_scores(out / SCORE, grid, prediction, scores, paired)
+    return scores, paired
 
 
 @contextlib.contextmanager
@@ -324,13 +346,19 @@ def _exclusive(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _write_scores(path: Path, grid: Grid, prediction: dict, scores: list[dict]) -> None:
-    """One process per corpus may score its part: keep the other corpora's scores in `path` (read and
-    rewritten under a lock, so two corpora finishing together do not drop each other's)."""
+def _write_scores(path: Path, grid: Grid, prediction: dict, scores: list[dict],
+                  paired: dict[str, list[dict]] | None = None) -> None:
+    """One process per corpus may score its part: keep the other corpora's scores (and paired rows)
+    in `path` (read and rewritten under a lock, so two corpora finishing together do not drop each
+    other's)."""
     with _exclusive(path.with_name("." + path.name + ".lock")):
-        kept = [s for s in (json.loads(path.read_text())["scores"] if path.exists() else [])
-                if s["corpus"] not in grid.corpora]
-        _write_json(path, {"prediction_commit": prediction["commit"], "scores": kept + scores})
+        old = json.loads(path.read_text()) if path.exists() else {}
+        kept = [s for s in old.get("scores", []) if s["corpus"] not in grid.corpora]
+        body = {"prediction_commit": prediction["commit"], "scores": kept + scores}
+        if paired is not None:
+            body["paired"] = {**{c: rows for c, rows in old.get("paired", {}).items() if c not in grid.corpora},
+                              **paired}
+        _write_json(path, body)
 
 
 BASELINE_NOTE = ("Two-point error: the same measured (or fitted) L* minus a naive forecast, the power law through "

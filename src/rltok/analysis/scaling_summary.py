@@ -220,6 +220,7 @@ def study_block(grid, folders: dict[str, Path], labels: dict[str, str] | None = 
     the envelopes with their intervals, the crossovers and what the fits imply at the reference's
     scale; then per budget the paired verdicts of both corpora (`paired_table`, with `pools`);
     from the same `build_report` as each corpus's report.md (so the numbers agree)."""
+    from rltok.analysis.scaling_holdout import holdout_paired
     from rltok.analysis.scaling_report import (build_report, crossover_table, envelope_table, reference_table,
                                                report_plain)
 
@@ -229,6 +230,7 @@ def study_block(grid, folders: dict[str, Path], labels: dict[str, str] | None = 
         rep = build_report(read_records(folder), grid.groups, grid.crossovers, corpus, n_boot or grid.n_boot,
                            budgets=grid.budgets, interior_only=grid.interior_only, fit_from=grid.fit_from)
         plain[corpus] = report_plain(rep)
+        plain[corpus]["paired"] += holdout_paired(grid, folder)  # the held-out budgets', where run
         ref = rep.reference_scale
         parts += [f"### {corpus}", "",
                   "Test bpb at each family's best size (chosen on val), mean over seeds; N: non-embedding "
@@ -240,12 +242,15 @@ def study_block(grid, folders: dict[str, Path], labels: dict[str, str] | None = 
                   f"Extrapolated to the reference's scale ({ref.flops:.3g} FLOPs; the reference models have "
                   f"{ref.params / 1e6:.0f}M parameters and see {ref.bytes:.3g} bytes), not measured:", "",
                   reference_table(rep) if rep.reference else "No envelope to extrapolate yet.", ""]
-    verdicts = [(b, paired_table(plain, b, labels, pools)) for b in sorted(grid.budgets)]
+    held = {float(b) for b in grid.holdout_budgets}
+    verdicts = [(b, paired_table(plain, b, labels, pools)) for b in sorted({*map(float, grid.budgets), *held})]
     if any(table for _, table in verdicts):
         parts += ["### Paired verdicts per budget", "",
                   "Test bpb of a minus b at each side's best size (chosen on val), paired by seed, mean [95% t "
-                  "interval] (seeds); pooled: every seed's difference of both corpora as one sample.", ""]
+                  "interval] (seeds); pooled: every seed's difference of both corpora as one sample. At a "
+                  "held-out budget each side ran at its predicted size alone.", ""]
         for budget, table in verdicts:
             if table:
-                parts += [f"At {budget:.3g} FLOPs:", "", table, ""]
+                note = " (held out: each side at its predicted size)" if budget in held else ""
+                parts += [f"At {budget:.3g} FLOPs{note}:", "", table, ""]
     return "\n".join(parts).rstrip("\n")

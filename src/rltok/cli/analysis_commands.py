@@ -137,8 +137,16 @@ def _scaling_holdout(args, grid, out, log) -> int:
     if args.predict:
         print(f"prediction: {write_prediction(grid, out, log)}")
         return 0
-    scores = run_holdout(grid, out, log)
-    print(f"{score_table(scores)}\n\nscores: {out / 'prediction_score.json'}")
+    from rltok.analysis.scaling_summary import paired_table
+
+    scores, paired = run_holdout(grid, out, log)
+    print(score_table(scores))
+    for budget in grid.holdout_budgets:
+        table = paired_table({c: {"paired": rows} for c, rows in paired.items()}, budget)
+        if table:
+            print(f"\nAt {budget:.3g} FLOPs, each side at its predicted size, paired by seed (test bpb, a − b, "
+                  f"mean [95% t interval] (seeds)):\n\n{table}")
+    print(f"\nscores: {out / 'prediction_score.json'}")
     return 0
 
 
