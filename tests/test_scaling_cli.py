@@ -806,6 +806,44 @@ def test_status_counts_runs_per_budget_and_estimates_the_time_left(tmp_path, cap
     assert len(list((out / "salad").glob("*.json"))) == n
 
 
+def test_status_counts_the_held_out_runs_once_the_prediction_exists(tmp_path, capsys):
+    from rltok.analysis.scaling_holdout import holdout_points
+    from rltok.analysis.scaling_status import holdout_status, holdout_table
+
+    data = corpus_folder(tmp_path, "salad")
+    spec = {"corpora": {"salad": str(data)}, "budgets": [1e8, 3e8], "holdout_budgets": [9e8],
+            "holdout_seeds": [0, 1, 2], "preset": "test", "families": [{"method": "flat", "sizes": [1e4, 2e4]}]}
+    grid = parse_grid(spec)
+    out = tmp_path / "study"
+    folder = out / "salad"
+    folder.mkdir(parents=True)
+    assert holdout_status(grid, out) == []  # no prediction yet: nothing to count
+    for n in (1e4, 2e4):  # the largest budget's runs took 30 s each
+        (folder / f"{budget_tag(3e8)}__flat__N{n:.0f}__s0.json").write_text(json.dumps(
+            {"family": "flat", "budget_flops": 3e8, "seed": 0, "non_embedding_params": n, "bpb": 3.0,
+             "point_wall_s": 30.0, "point_kind": "ladder"}))
+    pred = {"commit": "abc", "corpora": {"salad": {"flat": {repr(9e8): {"n_star": 2e4, "l_star": 2.5}}}}}
+    (out / "prediction.json").write_text(json.dumps(pred))
+    points = holdout_points(grid, pred, log=lambda m: None)
+    assert len(points) == 3
+    (row,) = holdout_status(grid, out)
+    # none run: three at 30 s x (9e8 / 3e8)
+    assert (row["planned"], row["done"], row["mean_s"]) == (3, 0, None)
+    assert row["left_hours"] == pytest.approx(3 * 90 / 3600)
+    (folder / f"{points[0].stem}.json").write_text(json.dumps(
+        {"family": "flat", "budget_flops": 9e8, "seed": 0, "non_embedding_params": 2e4, "bpb": None,
+         "point_wall_s": 50.0, "point_kind": "holdout"}))
+    (row,) = holdout_status(grid, out)
+    # one run (diverged, timed 50 s): two left at the held-out runs' own mean
+    assert (row["done"], row["diverged"], row["mean_s"]) == (1, 1, 50.0)
+    assert row["left_hours"] == pytest.approx(2 * 50 / 3600)
+    assert "| salad | C9e08 | 1/3 | 1 | 50 | 0.01 | 0.0 h |" in holdout_table([row])
+    gfile = tmp_path / "grid.json"
+    gfile.write_text(json.dumps(spec))
+    assert main(["scaling", "--grid", str(gfile), "--out", str(out), "--status"]) == 0
+    assert "| salad | C9e08 | 1/3 | 1 | 50 |" in capsys.readouterr().out
+
+
 def test_a_family_can_set_its_shape_rules_aspect_and_byte_width():
     from rltok.analysis.scaling import budget_ladders
 

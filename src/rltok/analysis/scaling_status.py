@@ -10,6 +10,11 @@ run at this budget, or, before it has one, its mean at the largest budget below 
 ratio (a run's time grows about in proportion to its FLOPs here: 1.4-1.9x per 1.7-2x of budget,
 4.8x per 3x for the smallest flat shape from 1e12 to 3e12). At least one run is left while a
 budget is not complete.
+
+Once the prediction exists, `holdout_status` does the same for the held-out budgets: the runs its
+predicted sizes call for (`scaling_holdout.holdout_points`), those done, and the time left, per
+family its held-out runs' mean time, or before its first, its mean at the largest budget of the
+grid times the budget ratio.
 """
 
 from __future__ import annotations
@@ -137,4 +142,55 @@ def status_table(rows: list[dict]) -> str:
               f"budget for the adaptive steps ({'; '.join(notes)}), less its runs, times its seconds per run at "
               "this budget (before its first: at the budget below, times the budget ratio). Machine-hours: one "
               "core each."]
+    return "\n".join(lines)
+
+
+def holdout_status(grid: Grid, out: Path) -> list[dict]:
+    """Per corpus and holdout budget with points to run: the held-out runs planned, done, their
+    machine-hours and the time left, estimated; [] before the prediction is written."""
+    from rltok.analysis.scaling_holdout import PREDICTION, holdout_points, load_prediction
+
+    if not grid.holdout_budgets or not (out / PREDICTION).is_file():
+        return []
+    points = holdout_points(grid, load_prediction(out), log=lambda message: None)
+    top = max(grid.budgets)
+    rows = []
+    for corpus in grid.corpora:
+        folder = out / corpus
+        before = _family_seconds(read_records(folder, f"{budget_tag(top)}__*__N*__s*.json")) if folder.is_dir() else {}
+        for budget in grid.holdout_budgets:
+            mine = [p for p in points if p.corpus == corpus and p.budget == budget]
+            if not mine:
+                continue
+            records = [r for r in (read_records(folder, f"{budget_tag(budget)}__*__N*__s*.json")
+                                   if folder.is_dir() else []) if r.get("point_kind") == "holdout"]
+            seconds = [s for s in map(_run_seconds, records) if s]
+            family_s = _family_seconds(records)
+            left, unknown = 0.0, False
+            for p in mine:
+                if point_done(out, p):
+                    continue
+                mean = family_s.get(p.family.name)
+                if mean is None and p.family.name in before:
+                    mean = before[p.family.name] * budget / top
+                unknown |= mean is None
+                left += mean or 0.0
+            rows.append({"corpus": corpus, "budget": budget, "planned": len(mine),
+                         "done": sum(point_done(out, p) for p in mine),
+                         "diverged": sum(1 for r in records if r.get("bpb") is None),
+                         "mean_s": sum(seconds) / len(seconds) if seconds else None, "hours": sum(seconds) / 3600,
+                         "left_hours": None if unknown else left / 3600})
+    return rows
+
+
+def holdout_table(rows: list[dict]) -> str:
+    """Markdown: one row per corpus and holdout budget."""
+    lines = ["| corpus | held-out budget | runs | diverged | s / run | machine-hours | left (est.) |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        left = "–" if r["done"] == r["planned"] else (number(r["left_hours"], ".1f") + " h")
+        lines.append(f"| {r['corpus']} | {budget_tag(r['budget'])} | {r['done']}/{r['planned']} | {r['diverged']} "
+                     f"| {number(r['mean_s'], '.0f')} | {r['hours']:.2f} | {left} |")
+    lines += ["", "The runs at each family's predicted size (prediction.json); time left per family: its held-out "
+              "runs' mean time, or its mean at the grid's largest budget times the budget ratio."]
     return "\n".join(lines)

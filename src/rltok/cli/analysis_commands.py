@@ -74,9 +74,12 @@ def cmd_scaling(args) -> int:
         print(message, file=sys.stderr)
 
     if args.status:
-        from rltok.analysis.scaling_status import status_table, study_status
+        from rltok.analysis.scaling_status import holdout_status, holdout_table, status_table, study_status
 
         print(status_table(study_status(grid, out)))
+        held = holdout_status(grid, out)
+        if held:
+            print(f"\n{holdout_table(held)}")
         return 0
     if args.predict or args.holdout:
         return _scaling_holdout(args, grid, out, log)
