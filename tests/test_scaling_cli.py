@@ -1139,3 +1139,38 @@ def test_the_rerun_table_pairs_each_variant_with_the_studys_record_of_its_corpus
                          capture_output=True, text=True, check=True).stdout
     assert "| f | fused | +0.0100, +0.0100 | -0.0300, -0.0300 |" in out and "| 0.0300 |" in out
     assert "All 4 fused pairs: -0.0100" in out
+
+
+def test_the_score_summary_script_splits_a_scores_cells_by_a_group_and_leaves_group_rows_out(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps({"corpora": {"salad": "x"}, "budgets": [1e9, 3e9], "preset": "test",
+                                "groups": {"tall": ["h1", "h2"]},
+                                "families": [{"name": n, "method": "flat", "sizes": [1e4]} for n in ("f", "h1", "h2")]}))
+
+    def cell(family, error, within, baseline, lo=2.0, hi=2.2, size_within=True):
+        return {"corpus": "salad", "family": family, "error": error, "within": within, "baseline_error": baseline,
+                "size_within": size_within, "prediction": {"l_star_interval": [lo, hi]}}
+
+    scores = [cell("f", +0.04, True, +0.05),           # the law closer, the two agree within 0.02
+              cell("h1", -0.10, False, -0.01, hi=2.4),  # the rival closer
+              cell("h2", -0.02, True, +0.03, size_within=False),  # the law closer
+              {**cell("tall", -0.10, False, -0.01), "member": "h1"},  # the group: h1's runs again, left out
+              {**cell("f", None, None, None), "corpus": "soup"}]       # every seed diverged: counted apart
+    path = tmp_path / "score.json"
+    path.write_text(json.dumps({"prediction_commit": "abc", "scores": scores}))
+    script = [sys.executable, str(repo / "scripts" / "scaling_score_summary.py"), "--grid", str(grid), "--score",
+              str(path)]
+    out = subprocess.run(script + ["--kind", "tall"], capture_output=True, text=True, check=True).stdout
+    rows = {line.split(" | ")[0]: line.split(" | ")[1:] for line in out.splitlines() if line.startswith("| ")}
+    assert rows["| all (3)"] == ["0.040", "-0.027 (1 above, 2 below)", "2 of 3", "0.200", "0.030", "2 of 3",
+                                 "1 of 3", "2 of 3 |"]
+    assert rows["| tall (2)"][:4] == ["0.060", "-0.060 (0 above, 2 below)", "1 of 2", "0.300"]
+    assert rows["| not tall (1)"][1] == "+0.040 (1 above, 0 below)"
+    assert "1 cells unscored: every seed diverged." in out
+    bad = subprocess.run(script + ["--kind", "wide"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "the grid's groups are tall" in bad.stderr
