@@ -12,8 +12,10 @@ side's best size with its verdict seeds, weigh more), and the rungs' means as on
 rung once: the profile as a whole). Where the rungs disagree both are wide, which is the point.
 Rungs are matched by shape, not by the size target that produced it: a budget whose ladder windows
 were centred on each family's own optimum gives the two families different targets that land on the
-same shapes. A diverged run's record has no shape; it is matched by its target. Seeds where either
-side diverged are left out and counted. Writes nothing; prints markdown.
+same shapes. A diverged run's record has no shape; it takes the shape its family's finished runs of
+the same target have (the shape rule is deterministic), or, where every seed of that rung diverged,
+stays keyed by its target. Seeds where either side diverged are left out and counted. Writes
+nothing; prints markdown.
 
 `--along` adds, per corpus and over every budget given, A − B in validation bpb at each sixth of the
 paired runs' training FLOPs (their records' curves): whether a difference opens early and stays, or
@@ -35,20 +37,24 @@ from rltok.analysis.scaling import budget_tag, read_records
 from rltok.analysis.scaling_fit import record_shape
 
 
-def rung(r: dict) -> str:
-    """The key two families' runs are paired on: the run's shape, or its size target where the
-    record states no shape (a diverged run)."""
-    return record_shape(r) or f"target {r['target_size']:,.0f}"
+def rung_keys(records: list[dict]) -> dict[int, str]:
+    """{id(record): the key two families' runs are paired on}, over one budget's records: the
+    run's shape; for a diverged run (no shape in its record), the shape of a finished run of the
+    same family and size target, else its target."""
+    shapes = {(r["family"], r["target_size"]): record_shape(r) for r in records if record_shape(r)}
+    return {id(r): record_shape(r) or shapes.get((r["family"], r["target_size"]))
+            or f"target {r['target_size']:,.0f}" for r in records}
 
 
 def profile_pairs(folder: Path, a: str, b: str, budget: float) -> tuple[dict, int]:
     """({rung: (A's N, B's N, {seed: A − B})} over the rungs and seeds both ran, ordered by A's N;
     the number of shared (rung, seed) pairs left out because a side diverged)."""
     tag = budget_tag(budget)
+    records = [r for fam in (a, b) for r in read_records(folder, f"{tag}__{fam}__N*__s*.json")]
+    key = rung_keys(records)
     runs = defaultdict(dict)
-    for fam in (a, b):
-        for r in read_records(folder, f"{tag}__{fam}__N*__s*.json"):
-            runs[(fam, rung(r))][r["seed"]] = r
+    for r in records:
+        runs[(r["family"], key[id(r)])][r["seed"]] = r
     out, diverged = {}, 0
     for (fam, key), seeds in sorted(runs.items(), key=lambda kv: min(r["target_size"] for r in kv[1].values())):
         other = runs.get((b, key))
@@ -72,8 +78,9 @@ def along_run(folder: Path, a: str, b: str, budgets: list[float]) -> tuple[list[
     diverged = 0
     for budget in budgets:
         tag = budget_tag(budget)
-        recs = {(r["family"], rung(r), r["seed"]): r
-                for fam in (a, b) for r in read_records(folder, f"{tag}__{fam}__N*__s*.json")}
+        records = [r for fam in (a, b) for r in read_records(folder, f"{tag}__{fam}__N*__s*.json")]
+        key = rung_keys(records)
+        recs = {(r["family"], key[id(r)], r["seed"]): r for r in records}
         for (fam, key, seed), ra in sorted(recs.items()):
             rb = recs.get((b, key, seed))
             if fam != a or rb is None:

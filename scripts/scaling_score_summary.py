@@ -3,7 +3,9 @@
 the mean signed error (measured or fitted minus predicted) with how many cells fall on each
 side, how many predicted intervals hold the result, the median interval width, the naive
 two-point rival's median |error|, the cells where the fitted law is the closer of the two and
-where the two agree within 0.02 bpb, and how many predicted N* intervals hold the optimum's size.
+where the two agree within 0.02 bpb, and, for a forecast, how many predicted N* intervals hold the
+fitted optimum's size (a held-out run is built at the predicted N* itself, so there it says
+nothing and is left blank). A cell without an interval counts in neither "inside" nor the widths.
 One row for every cell, then, with `--kind GROUP`, the members of one of the grid's groups and
 the rest (e.g. the hierarchies against the flat and BPE-token models). A group's own rows (a
 group scored as its best member) repeat a member's runs and are left out of every row.
@@ -29,23 +31,26 @@ def summary_row(name: str, rows: list[dict]) -> str:
     if not rows:
         return f"| {name} (0) | – | – | – | – | – | – | – | – |"
     errors = [r["error"] for r in rows]
-    widths = [r["prediction"]["l_star_interval"][1] - r["prediction"]["l_star_interval"][0] for r in rows]
+    bounds = [r["prediction"].get("l_star_interval") or (None, None) for r in rows]
+    widths = [hi - lo for lo, hi in bounds if lo is not None and hi is not None]
+    judged = [r["within"] for r in rows if r.get("within") is not None]
     rival = [(r["error"], r["baseline_error"]) for r in rows if r.get("baseline_error") is not None]
+    sized = [r["size_within"] for r in rows if "measured" not in r and r.get("size_within") is not None]
     above, below = sum(e > 0 for e in errors), sum(e < 0 for e in errors)
     cells = [f"{statistics.median(abs(e) for e in errors):.3f}",
              f"{statistics.fmean(errors):+.3f} ({above} above, {below} below)",
-             f"{sum(bool(r['within']) for r in rows)} of {len(rows)}",
-             f"{statistics.median(widths):.3f}",
+             f"{sum(judged)} of {len(judged)}" if judged else "–",
+             f"{statistics.median(widths):.3f}" if widths else "–",
              f"{statistics.median(abs(b) for _, b in rival):.3f}" if rival else "–",
              f"{sum(abs(e) < abs(b) for e, b in rival)} of {len(rival)}" if rival else "–",
              f"{sum(abs(e - b) <= AGREE for e, b in rival)} of {len(rival)}" if rival else "–",
-             f"{sum(bool(r.get('size_within')) for r in rows)} of {len(rows)}"]
+             f"{sum(sized)} of {len(sized)}" if sized else "–"]
     return f"| {name} ({len(rows)}) | " + " | ".join(cells) + " |"
 
 
 def summary_table(scores: list[dict], groups: dict[str, list[str]], kind: str | None = None) -> str:
     """Markdown: every scored cell of the families (groups' own rows left out), then, with `kind`,
-    its members and the rest; the cells left unscored (every seed diverged) counted under it."""
+    its members and the rest; the cells left unscored counted under it."""
     family_rows = [s for s in scores if s["family"] not in groups]
     scored = [s for s in family_rows if s.get("error") is not None]
     lines = ["| cells | median \\|error\\| | mean error | inside | median interval width | two-point rival's "
@@ -57,7 +62,8 @@ def summary_table(scores: list[dict], groups: dict[str, list[str]], kind: str | 
                   summary_row(f"not {kind}", [s for s in scored if s["family"] not in members])]
     unscored = len(family_rows) - len(scored)
     if unscored:
-        lines += ["", f"{unscored} cells unscored: every seed diverged."]
+        lines += ["", f"{unscored} cells unscored: no measured optimum (every seed diverged, or the budget's "
+                      "parabola has no minimum)."]
     return "\n".join(lines)
 
 

@@ -689,6 +689,14 @@ def test_the_profile_pairing_script_pairs_two_families_at_every_shared_rung_and_
                 rec = {"family": fam, "budget_flops": 1e9, "target_size": target, "seed": s, "non_embedding_params": n,
                        "bpb": 2.0 + add + 0.01 * s, "width": width[n], "depth": 1, "config": {"model": {"arch": "flat"}}}
                 (folder / f"{budget_tag(1e9)}__{fam}__N{target:.0f}__s{s}.json").write_text(json.dumps(rec))
+    # seed 3 of the small rung: A finished, B diverged (a diverged record states no shape: it takes
+    # its rung's from B's finished seeds, so the pair is found and counted as left out)
+    (folder / f"{budget_tag(1e9)}__a__N1000__s3.json").write_text(json.dumps(
+        {"family": "a", "budget_flops": 1e9, "target_size": 1000.0, "seed": 3, "non_embedding_params": 1000,
+         "bpb": 2.0, "width": 32, "depth": 1}))
+    (folder / f"{budget_tag(1e9)}__b__N1070__s3.json").write_text(json.dumps(
+        {"family": "b", "budget_flops": 1e9, "target_size": 1070.0, "seed": 3, "non_embedding_params": 1000,
+         "bpb": None, "diverged": "non-finite loss"}))
     proc = subprocess.run([sys.executable, str(repo / "scripts" / "scaling_pair_profile.py"), "--out",
                            str(tmp_path / "study"), "--a", "a", "--b", "b", "--budget", "1e9"],
                           capture_output=True, text=True, check=True)
@@ -697,6 +705,7 @@ def test_the_profile_pairing_script_pairs_two_families_at_every_shared_rung_and_
     assert rows[1].startswith("| salad | 48 × 1 | 2,000 / 2,000 | 2 | -0.300 |") and len(rows) == 3
     # the 5 (rung, seed) pairs pooled, and the 2 rung means
     assert rows[2].startswith("| salad | -0.180 [") and "(5) | -0.200 [" in rows[2] and rows[2].endswith("(2) |")
+    assert "1 shared (rung, seed) pairs left out: a side diverged" in proc.stdout
 
 
 def test_the_shapes_script_tables_each_shape_by_budget_and_bins_differences_by_steps(tmp_path):
@@ -834,14 +843,22 @@ def test_status_counts_the_held_out_runs_once_the_prediction_exists(tmp_path, ca
         {"family": "flat", "budget_flops": 9e8, "seed": 0, "non_embedding_params": 2e4, "bpb": None,
          "point_wall_s": 50.0, "point_kind": "holdout"}))
     (row,) = holdout_status(grid, out)
-    # one run (diverged, timed 50 s): two left at the held-out runs' own mean
+    # one run, diverged (it stopped early: its time says nothing of a finished run's): two left at
+    # the largest budget's mean times the ratio
     assert (row["done"], row["diverged"], row["mean_s"]) == (1, 1, 50.0)
-    assert row["left_hours"] == pytest.approx(2 * 50 / 3600)
-    assert "| salad | C9e08 | 1/3 | 1 | 50 | 0.01 | 0.0 h |" in holdout_table([row])
+    assert row["left_hours"] == pytest.approx(2 * 90 / 3600)
+    (folder / f"{points[1].stem}.json").write_text(json.dumps(
+        {"family": "flat", "budget_flops": 9e8, "seed": 1, "non_embedding_params": 2e4, "bpb": 2.6,
+         "point_wall_s": 70.0, "point_kind": "holdout"}))
+    (row,) = holdout_status(grid, out)
+    # a finished held-out run: the one left costs its time
+    assert (row["done"], row["diverged"], row["mean_s"]) == (2, 1, 60.0)
+    assert row["left_hours"] == pytest.approx(70 / 3600)
+    assert "| salad | C9e08 | 2/3 | 1 | 60 | 0.03 | 0.0 h |" in holdout_table([row])
     gfile = tmp_path / "grid.json"
     gfile.write_text(json.dumps(spec))
     assert main(["scaling", "--grid", str(gfile), "--out", str(out), "--status"]) == 0
-    assert "| salad | C9e08 | 1/3 | 1 | 50 |" in capsys.readouterr().out
+    assert "| salad | C9e08 | 2/3 | 1 | 60 |" in capsys.readouterr().out
 
 
 def test_a_family_can_set_its_shape_rules_aspect_and_byte_width():
@@ -1161,16 +1178,76 @@ def test_the_score_summary_script_splits_a_scores_cells_by_a_group_and_leaves_gr
               cell("h2", -0.02, True, +0.03, size_within=False),  # the law closer
               {**cell("tall", -0.10, False, -0.01), "member": "h1"},  # the group: h1's runs again, left out
               {**cell("f", None, None, None), "corpus": "soup"}]       # every seed diverged: counted apart
+    # a prediction without an interval: neither inside nor outside, and no width
+    scores.append({**cell("f", +0.06, None, None, lo=None, hi=None), "corpus": "stew"})
     path = tmp_path / "score.json"
     path.write_text(json.dumps({"prediction_commit": "abc", "scores": scores}))
     script = [sys.executable, str(repo / "scripts" / "scaling_score_summary.py"), "--grid", str(grid), "--score",
               str(path)]
     out = subprocess.run(script + ["--kind", "tall"], capture_output=True, text=True, check=True).stdout
     rows = {line.split(" | ")[0]: line.split(" | ")[1:] for line in out.splitlines() if line.startswith("| ")}
-    assert rows["| all (3)"] == ["0.040", "-0.027 (1 above, 2 below)", "2 of 3", "0.200", "0.030", "2 of 3",
-                                 "1 of 3", "2 of 3 |"]
+    assert rows["| all (4)"] == ["0.050", "-0.005 (2 above, 2 below)", "2 of 3", "0.200", "0.030", "2 of 3",
+                                 "1 of 3", "3 of 4 |"]
     assert rows["| tall (2)"][:4] == ["0.060", "-0.060 (0 above, 2 below)", "1 of 2", "0.300"]
-    assert rows["| not tall (1)"][1] == "+0.040 (1 above, 0 below)"
-    assert "1 cells unscored: every seed diverged." in out
+    assert rows["| not tall (2)"][1] == "+0.050 (2 above, 0 below)"
+    assert "1 cells unscored: no measured optimum" in out
+    # a held-out score's runs are built at the predicted N*: its N* column is left blank
+    path.write_text(json.dumps({"scores": [{**c, "measured": 2.1} for c in scores[:3]]}))
+    out = subprocess.run(script, capture_output=True, text=True, check=True).stdout
+    assert next(line for line in out.splitlines() if line.startswith("| all (3)")).endswith("| – |")
     bad = subprocess.run(script + ["--kind", "wide"], capture_output=True, text=True)
     assert bad.returncode != 0 and "the grid's groups are tall" in bad.stderr
+
+
+def test_held_out_paired_rows_of_other_corpora_are_kept_and_the_cli_prints_them(tmp_path, monkeypatch, capsys):
+    import rltok.analysis.scaling_holdout as holdout
+
+    spec = {"corpora": {"a": str(corpus_folder(tmp_path, "a")), "b": str(corpus_folder(tmp_path, "b"))},
+            "budgets": [1e8], "holdout_budgets": [1e9], "preset": "test", "crossovers": [["f", "g"]],
+            "families": [{"name": n, "method": "flat", "sizes": [5e3]} for n in ("f", "g")]}
+    grid = parse_grid(spec)
+    out = tmp_path / "o"
+    out.mkdir()
+    row = {"a": "f", "b": "g", "budget": 1e9, "size_a": 5e3, "size_b": 5e3, "reason": None, "verdict": "a better",
+           "difference": {"mean": -0.1, "lo": -0.2, "hi": -0.05, "sd": 0.02, "seeds": [0, 1, 2]}}
+    # each corpus's process writes its part; neither drops the other's scores or paired rows
+    for corpus in ("a", "b"):
+        one = dataclasses.replace(grid, corpora={corpus: grid.corpora[corpus]})
+        holdout._write_scores(out / holdout.SCORE, one, {"commit": "abc"}, [{"corpus": corpus, "family": "f"}],
+                              {corpus: [{**row, "difference": {**row["difference"], "mean": -0.1 if corpus == "a"
+                                                               else -0.3}}]})
+    written = json.loads((out / holdout.SCORE).read_text())
+    assert [s["corpus"] for s in written["scores"]] == ["a", "b"] and set(written["paired"]) == {"a", "b"}
+    assert written["paired"]["b"][0]["difference"]["mean"] == -0.3
+    # the CLI prints the held-out budget's paired table after the scores
+    gfile = tmp_path / "grid.json"
+    gfile.write_text(json.dumps(spec))
+    monkeypatch.setattr(holdout, "run_holdout", lambda g, o, log: ([], {"a": [row]}))
+    assert main(["scaling", "--grid", str(gfile), "--out", str(out), "--holdout"]) == 0
+    printed = capsys.readouterr().out
+    assert "At 1e+09 FLOPs, each side at its predicted size" in printed
+    assert "| f − g | -0.100 [-0.200, -0.050] (3) | –" in printed
+
+
+def test_a_held_out_pair_whose_one_side_all_diverged_keeps_a_row_that_says_so(tmp_path):
+    from rltok.analysis.scaling_holdout import holdout_paired
+
+    grid = parse_grid({"corpora": {"a": "x"}, "budgets": [1e8], "holdout_budgets": [1e9], "preset": "test",
+                       "crossovers": [["f", "g"], ["f", "h"]],
+                       "families": [{"name": n, "method": "flat", "sizes": [5e3]} for n in ("f", "g", "h")]})
+    folder = tmp_path / "a"
+    folder.mkdir()
+    for fam, bpb in (("f", 2.0), ("g", None)):  # h never ran at 1e9: no row for f − h
+        for s in (0, 1):
+            (folder / f"{budget_tag(1e9)}__{fam}__N5000__s{s}.json").write_text(json.dumps(
+                {"family": fam, "budget_flops": 1e9, "target_size": 5e3, "seed": s, "non_embedding_params": 5e3,
+                 "bpb": bpb, "bpb_select": bpb}))
+    (row,) = holdout_paired(grid, folder)
+    assert (row["a"], row["b"], row["difference"]) == ("f", "g", None)
+    assert row["reason"] == "g: every held-out seed diverged"
+    for s in (0, 1):  # g finished after all: a paired row
+        (folder / f"{budget_tag(1e9)}__g__N5000__s{s}.json").write_text(json.dumps(
+            {"family": "g", "budget_flops": 1e9, "target_size": 5e3, "seed": s, "non_embedding_params": 5e3,
+             "bpb": 2.5, "bpb_select": 2.5}))
+    (row,) = holdout_paired(grid, folder)
+    assert row["difference"]["mean"] == pytest.approx(-0.5) and row["difference"]["seeds"] == [0, 1]

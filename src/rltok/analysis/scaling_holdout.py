@@ -306,12 +306,25 @@ def holdout_paired(grid: Grid, folder: Path) -> list[dict]:
     from rltok.analysis.scaling_report import paired_verdicts
 
     held = {float(b) for b in grid.holdout_budgets}
-    records = with_groups([r for r in read_records(folder) if float(r["budget_flops"]) in held], grid.groups)
-    if not records:
-        return []
+    every = [r for r in read_records(folder) if float(r["budget_flops"]) in held]
+    records = with_groups(every, grid.groups)
     profiles, chosen = profiles_from_records(records), profiles_from_records(choice_records(records))
-    return [{**to_plain(v), "verdict": v.difference.verdict if v.difference else None}
+    rows = [{**to_plain(v), "verdict": v.difference.verdict if v.difference else None}
             for a, b in grid.crossovers for v in paired_verdicts(profiles, a, b, chosen)]
+    # a side that ran there but whose every seed diverged: the pair keeps a row that says so
+    members = {name: set(grid.groups.get(name, (name,))) for pair in grid.crossovers for name in pair}
+    for a, b in grid.crossovers:
+        for budget in sorted(held):
+            if any(r["a"] == a and r["b"] == b and r["budget"] == budget for r in rows):
+                continue
+            lost = [n for n in (a, b) if any(r["family"] in members[n] and float(r["budget_flops"]) == budget
+                                             for r in every) and budget not in profiles.get(n, {})]
+            ran = all(any(r["family"] in members[n] and float(r["budget_flops"]) == budget for r in every)
+                      for n in (a, b))
+            if lost and ran:
+                rows.append({"a": a, "b": b, "budget": budget, "size_a": None, "size_b": None, "difference": None,
+                             "reason": f"{', '.join(lost)}: every held-out seed diverged", "verdict": None})
+    return rows
 
 
 def run_holdout(grid: Grid, out: Path, log=print, runner=None) -> tuple[list[dict], dict[str, list[dict]]]:

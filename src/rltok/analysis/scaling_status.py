@@ -13,8 +13,8 @@ budget is not complete.
 
 Once the prediction exists, `holdout_status` does the same for the held-out budgets: the runs its
 predicted sizes call for (`scaling_holdout.holdout_points`), those done, and the time left, per
-family its held-out runs' mean time, or before its first, its mean at the largest budget of the
-grid times the budget ratio.
+family its finished held-out runs' mean time (a diverged run stops early), or before its first,
+its mean at the largest budget of the grid it ran, times the budget ratio.
 """
 
 from __future__ import annotations
@@ -153,11 +153,14 @@ def holdout_status(grid: Grid, out: Path) -> list[dict]:
     if not grid.holdout_budgets or not (out / PREDICTION).is_file():
         return []
     points = holdout_points(grid, load_prediction(out), log=lambda message: None)
-    top = max(grid.budgets)
     rows = []
     for corpus in grid.corpora:
         folder = out / corpus
-        before = _family_seconds(read_records(folder, f"{budget_tag(top)}__*__N*__s*.json")) if folder.is_dir() else {}
+        # {family: (the largest grid budget it has timed runs at, their mean seconds)}
+        before: dict[str, tuple[float, float]] = {}
+        for b in sorted(grid.budgets) if folder.is_dir() else []:
+            for fam, mean in _family_seconds(read_records(folder, f"{budget_tag(b)}__*__N*__s*.json")).items():
+                before[fam] = (b, mean)
         for budget in grid.holdout_budgets:
             mine = [p for p in points if p.corpus == corpus and p.budget == budget]
             if not mine:
@@ -165,14 +168,15 @@ def holdout_status(grid: Grid, out: Path) -> list[dict]:
             records = [r for r in (read_records(folder, f"{budget_tag(budget)}__*__N*__s*.json")
                                    if folder.is_dir() else []) if r.get("point_kind") == "holdout"]
             seconds = [s for s in map(_run_seconds, records) if s]
-            family_s = _family_seconds(records)
+            family_s = _family_seconds([r for r in records if r.get("bpb") is not None])
             left, unknown = 0.0, False
             for p in mine:
                 if point_done(out, p):
                     continue
                 mean = family_s.get(p.family.name)
                 if mean is None and p.family.name in before:
-                    mean = before[p.family.name] * budget / top
+                    below, below_s = before[p.family.name]
+                    mean = below_s * budget / below
                 unknown |= mean is None
                 left += mean or 0.0
             rows.append({"corpus": corpus, "budget": budget, "planned": len(mine),

@@ -214,6 +214,19 @@ def machine_table(root: Path) -> str:
     return "\n".join(lines)
 
 
+def _held_out_progress(grid, folders: dict[str, Path]) -> dict[float, tuple[int, int]]:
+    """{holdout budget: (runs done, runs planned)} over the corpora, once a prediction exists."""
+    from rltok.analysis.scaling_status import holdout_status
+
+    out = {}
+    roots = {folder.parent for folder in folders.values()}
+    for root in roots:
+        for r in holdout_status(grid, root):
+            done, planned = out.get(r["budget"], (0, 0))
+            out[r["budget"]] = (done + r["done"], planned + r["planned"])
+    return out
+
+
 def study_block(grid, folders: dict[str, Path], labels: dict[str, str] | None = None, n_boot: int | None = None,
                 pools: dict[str, list[tuple[str, str]]] | None = None) -> str:
     """docs/SCALING.md's results: per corpus, each family's best loss per budget with its size,
@@ -249,8 +262,13 @@ def study_block(grid, folders: dict[str, Path], labels: dict[str, str] | None = 
                   "Test bpb of a minus b at each side's best size (chosen on val), paired by seed, mean [95% t "
                   "interval] (seeds); pooled: every seed's difference of both corpora as one sample. At a "
                   "held-out budget each side ran at its predicted size alone.", ""]
+        progress = _held_out_progress(grid, folders) if held else {}
         for budget, table in verdicts:
             if table:
-                note = " (held out: each side at its predicted size)" if budget in held else ""
+                note = ""
+                if budget in held:
+                    done, planned = progress.get(budget, (0, 0))
+                    note = " (held out: each side at its predicted size" + (
+                        f"; {done} of {planned} runs done so far" if done < planned else "") + ")"
                 parts += [f"At {budget:.3g} FLOPs{note}:", "", table, ""]
     return "\n".join(parts).rstrip("\n")

@@ -209,5 +209,4 @@ def write_markdown(result: dict, path: str | Path, top: int = 30) -> Path:
     return path
 
 
-__all__ = ["bpe_chunks", "chunk_stats", "fit_bpe_on_text", "format_text", "learned_boundaries", "learned_chunks", "load_vocab_data",
-           "markdown", "metric_rows", "overlap_stats", "print_report", "vocab_report", "write_json", "write_markdown"]
+__all__ = ["format_text", "markdown", "metric_rows", "print_report", "write_json", "write_markdown"]
