@@ -413,6 +413,7 @@ def test_a_forecast_of_a_ladder_budget_is_fitted_below_it_and_scored_against_its
     assert score["family"] == "flat" and score["interior"] and score["within"] and score["size_within"]
     assert score["error"] == pytest.approx(score["l_star"] - p["l_star"]) and abs(score["error"]) < 0.01
     assert score["n_star"] == pytest.approx(law(3e8), rel=0.05) and "| salad | flat | C3e08 |" in captured.out
+    assert (out / "prediction_C3e08_score.png").stat().st_size > 0  # the forecast against the fit, plotted
     # the naive rival: a power law through the parabola L* at 3e7 and 1e8, which misses the law's floor
     true_l = lambda c: 1.5 + 40 * c ** -0.2  # noqa: E731
     b = math.log(true_l(3e7) / true_l(1e8)) / math.log(1e8 / 3e7)
@@ -1096,6 +1097,7 @@ def test_a_group_is_predicted_and_scored_as_its_best_member(tmp_path):
     assert rows["a", "b"]["difference"]["mean"] == pytest.approx(-0.1, abs=0.01)
     assert rows["best", "b"]["difference"]["mean"] == pytest.approx(rows["a", "b"]["difference"]["mean"])
     assert json.loads((out / "prediction_score.json").read_text())["paired"]["salad"] == paired["salad"]
+    assert (out / "prediction_score.png").stat().st_size > 0  # predicted against measured, per family
     # a member's diverged seed is counted against the group; a group whose members all diverged keeps its row
     from rltok.analysis.scaling_holdout import holdout_points, score_holdout
 
@@ -1251,3 +1253,19 @@ def test_a_held_out_pair_whose_one_side_all_diverged_keeps_a_row_that_says_so(tm
              "bpb": 2.5, "bpb_select": 2.5}))
     (row,) = holdout_paired(grid, folder)
     assert row["difference"]["mean"] == pytest.approx(-0.5) and row["difference"]["seeds"] == [0, 1]
+
+
+def test_the_prediction_plot_draws_what_a_score_has_and_nothing_without_a_prediction(tmp_path):
+    from rltok.analysis.scaling_plots import plot_prediction_scores
+
+    pytest.importorskip("matplotlib")
+    rows = [{"corpus": "a", "family": "f", "prediction": {"l_star": 2.0, "l_star_interval": [1.9, 2.2]},
+             "measured": 2.05, "measured_interval": [2.0, 2.1]},
+            {"corpus": "a", "family": "g", "prediction": {"l_star": 2.5, "l_star_interval": [None, None]},
+             "measured": None, "measured_interval": None},  # no interval, every seed diverged
+            {"corpus": "b", "family": "best", "member": "f", "prediction": {"l_star": 1.5, "l_star_interval": [1.4, 1.6]},
+             "measured": 1.7, "measured_interval": [1.6, 1.8]}]
+    path = plot_prediction_scores(rows, tmp_path / "p.png", "C1e09")
+    assert path == tmp_path / "p.png" and path.stat().st_size > 0
+    assert plot_prediction_scores([{"corpus": "a", "family": "f", "prediction": {"l_star": None}}],
+                                  tmp_path / "q.png") is None and not (tmp_path / "q.png").exists()

@@ -339,7 +339,23 @@ def run_holdout(grid: Grid, out: Path, log=print, runner=None) -> tuple[list[dic
     scores = score_holdout(grid, out, points, prediction)
     paired = {c: holdout_paired(grid, out / c) for c in grid.corpora if (out / c).is_dir()}
     _write_scores(out / SCORE, grid, prediction, scores, paired)
+    plot_scores(out / SCORE, log)
     return scores, paired
+
+
+def plot_scores(path: Path, log=print) -> Path | None:
+    """The score file's plot beside it (every corpus it holds, `scaling_plots.plot_prediction_scores`);
+    without matplotlib, a note instead."""
+    from rltok.analysis.scaling_plots import plot_prediction_scores
+
+    pred = json.loads(path.read_text())
+    budgets = sorted({float(s["budget"]) for s in pred["scores"]})
+    try:
+        return plot_prediction_scores(pred["scores"], path.with_suffix(".png"),
+                                      ", ".join(budget_tag(b) for b in budgets))
+    except RuntimeError as e:
+        log(f"note: no plot of {path.name}: {e}")
+        return None
 
 
 @contextlib.contextmanager
@@ -460,6 +476,7 @@ def run_forecast_score(grid: Grid, out: Path, at, log=print) -> list[dict]:
     if not scores:
         log(f"no family has an isoFLOP fit at {', '.join(f'{b:.3g}' for b in at)} yet: nothing scored")
     _write_scores(out / score_name(at), grid, prediction, scores)
+    plot_scores(out / score_name(at), log)
     return scores
 
 

@@ -184,3 +184,46 @@ def plot_gap_by_steps(cells: list[tuple[float, float, str, float]], path: Path, 
     ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
     ax.set(xlabel="optimizer steps of the run", ylabel="A − B (bpb), same shape, paired by seed", title=title)
     return _save(fig, ax, Path(path))
+
+
+def _interval_bars(values: list, intervals: list) -> tuple[np.ndarray, np.ndarray]:
+    """(values, [below, above] error-bar lengths) with NaN for a missing value and 0 for a missing
+    interval end."""
+    v = np.array([np.nan if x is None else float(x) for x in values])
+    lo = np.array([np.nan if not i or i[0] is None else float(i[0]) for i in intervals])
+    hi = np.array([np.nan if not i or i[1] is None else float(i[1]) for i in intervals])
+    return v, np.nan_to_num(np.vstack([v - lo, hi - v]), nan=0.0).clip(min=0.0)
+
+
+def plot_prediction_scores(scores: list[dict], path: Path, title: str = "") -> Path | None:
+    """A prediction against what came of it, one panel per corpus and one column per family (or
+    group, with the member that stood for it): the predicted L* with its interval beside the
+    outcome with its own, the held-out runs' mean (a held-out score's `measured`) or the budget's
+    isoFLOP fit (a forecast's `l_star`). None when no row has a prediction."""
+    rows = [s for s in scores if (s.get("prediction") or {}).get("l_star") is not None]
+    if not rows:
+        return None
+    held_out = any("measured" in s for s in rows)
+    outcome, outcome_interval = ("measured", "measured_interval") if held_out else ("l_star", "l_star_interval")
+    corpora = list(dict.fromkeys(s["corpus"] for s in rows))
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(corpora), figsize=(5.6 * len(corpora), 4.4), squeeze=False)
+    for ax, corpus in zip(axes[0], corpora):
+        mine = [s for s in rows if s["corpus"] == corpus]
+        x = np.arange(len(mine))
+        pred, pred_bars = _interval_bars([s["prediction"]["l_star"] for s in mine],
+                                         [s["prediction"].get("l_star_interval") for s in mine])
+        got, got_bars = _interval_bars([s.get(outcome) for s in mine], [s.get(outcome_interval) for s in mine])
+        ax.errorbar(x - 0.12, pred, yerr=pred_bars, fmt="o", color="tab:blue", capsize=3,
+                    label="predicted L* (95% interval)")
+        ax.errorbar(x + 0.12, got, yerr=got_bars, fmt="s", color="tab:red", capsize=3,
+                    label="held-out runs, mean of seeds" if held_out else "the budget's isoFLOP fit")
+        names = [s["family"] + (f" ({s['member']})" if s.get("member") else "") for s in mine]
+        ax.set_xticks(x, names, rotation=40, ha="right", fontsize=7)
+        ax.set(ylabel="bpb", title=f"{corpus}{': ' + title if title else ''}")
+        ax.legend(fontsize=7)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path
