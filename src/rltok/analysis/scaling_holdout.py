@@ -312,16 +312,13 @@ def holdout_paired(grid: Grid, folder: Path) -> list[dict]:
     rows = [{**to_plain(v), "verdict": v.difference.verdict if v.difference else None}
             for a, b in grid.crossovers for v in paired_verdicts(profiles, a, b, chosen)]
     # a side that ran there but whose every seed diverged: the pair keeps a row that says so
-    members = {name: set(grid.groups.get(name, (name,))) for pair in grid.crossovers for name in pair}
+    ran = {name: {float(r["budget_flops"]) for r in every if r["family"] in grid.groups.get(name, (name,))}
+           for pair in grid.crossovers for name in pair}
+    paired = {(r["a"], r["b"], r["budget"]) for r in rows}
     for a, b in grid.crossovers:
-        for budget in sorted(held):
-            if any(r["a"] == a and r["b"] == b and r["budget"] == budget for r in rows):
-                continue
-            lost = [n for n in (a, b) if any(r["family"] in members[n] and float(r["budget_flops"]) == budget
-                                             for r in every) and budget not in profiles.get(n, {})]
-            ran = all(any(r["family"] in members[n] and float(r["budget_flops"]) == budget for r in every)
-                      for n in (a, b))
-            if lost and ran:
+        for budget in sorted(held & ran[a] & ran[b]):
+            if (a, b, budget) not in paired:  # both ran, yet no pair: a side has no finished seed
+                lost = [n for n in (a, b) if budget not in profiles.get(n, {})]
                 rows.append({"a": a, "b": b, "budget": budget, "size_a": None, "size_b": None, "difference": None,
                              "reason": f"{', '.join(lost)}: every held-out seed diverged", "verdict": None})
     return rows
