@@ -169,10 +169,9 @@ def holdout_status(grid: Grid, out: Path) -> list[dict]:
                                    if folder.is_dir() else []) if r.get("point_kind") == "holdout"]
             seconds = [s for s in map(_run_seconds, records) if s]
             family_s = _family_seconds([r for r in records if r.get("bpb") is not None])
+            finished = [point_done(out, p) for p in mine]
             left, unknown = 0.0, False
-            for p in mine:
-                if point_done(out, p):
-                    continue
+            for p in (p for p, done in zip(mine, finished) if not done):
                 mean = family_s.get(p.family.name)
                 if mean is None and p.family.name in before:
                     below, below_s = before[p.family.name]
@@ -180,7 +179,7 @@ def holdout_status(grid: Grid, out: Path) -> list[dict]:
                 unknown |= mean is None
                 left += mean or 0.0
             rows.append({"corpus": corpus, "budget": budget, "planned": len(mine),
-                         "done": sum(point_done(out, p) for p in mine),
+                         "done": sum(finished),
                          "diverged": sum(1 for r in records if r.get("bpb") is None),
                          "mean_s": sum(seconds) / len(seconds) if seconds else None, "hours": sum(seconds) / 3600,
                          "left_hours": None if unknown else left / 3600})
@@ -195,6 +194,7 @@ def holdout_table(rows: list[dict]) -> str:
         left = "–" if r["done"] == r["planned"] else (number(r["left_hours"], ".1f") + " h")
         lines.append(f"| {r['corpus']} | {budget_tag(r['budget'])} | {r['done']}/{r['planned']} | {r['diverged']} "
                      f"| {number(r['mean_s'], '.0f')} | {r['hours']:.2f} | {left} |")
-    lines += ["", "The runs at each family's predicted size (prediction.json); time left per family: its held-out "
-              "runs' mean time, or its mean at the grid's largest budget times the budget ratio."]
+    lines += ["", "The runs at each family's predicted size (prediction.json); time left per family: its finished "
+              "held-out runs' mean time, or its mean at the largest budget of the grid it ran, times the budget "
+              "ratio."]
     return "\n".join(lines)
