@@ -292,3 +292,39 @@ def test_the_tables_wait_for_a_complete_budget(tmp_path):
     write_runs(out / "a", "flat", 3e9, {1e4: (2.8, 2.9), 4e4: (2.7, 2.8)})  # 3e9 complete
     subprocess.run([*cmd, "--doc", str(doc)], check=True, capture_output=True, cwd=REPO)
     assert "**3e+09 training FLOPs**" in readme.read_text() and "Provisional" not in doc.read_text()
+
+
+def test_the_heldout_profile_script_reads_extra_sizes_against_the_predicted_size(tmp_path):
+    """A held-out budget's extra sizes: the size chosen on val, its paired gain over the predicted
+    size, and the group's best against a family before and after the extra sizes."""
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps({"corpora": {"salad": "x"}, "budgets": [1e9], "preset": "test",
+                                "groups": {"tall": ["h1", "h2"]},
+                                "families": [{"name": n, "method": "flat", "sizes": [1e4]} for n in ("f", "h1", "h2")]}))
+
+    def run(folder, family, n, seed, test, val):
+        folder.mkdir(parents=True, exist_ok=True)
+        rec = {"family": family, "budget_flops": 1e10, "non_embedding_params": n, "seed": seed, "bpb": test,
+               "bpb_select": val, "width": "8/16", "depth": "1+1+1", "steps": 100}
+        (folder / f"C1e10__{family}__N{n}__s{seed}.json").write_text(json.dumps(rec))
+
+    study, extra = tmp_path / "study" / "salad", tmp_path / "extra" / "salad"
+    for s in (0, 1, 2):  # the held-out runs: 3 seeds at the predicted sizes
+        run(study, "f", 100, s, 2.00 + 0.01 * s, 2.0)
+        run(study, "h1", 900, s, 2.10 + 0.01 * s, 2.1)
+        run(study, "h2", 500, s, 2.20, 2.2)
+    for s in (0, 1):  # extra sizes of h1, seeds 0 and 1: 400 beats the predicted size on val
+        run(extra, "h1", 400, s, 2.05 + 0.02 * s, 2.05)
+        run(extra, "h1", 600, s, 2.12, 2.15)
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "scaling_heldout_profile.py"), "--grid", str(grid),
+                           "--study", str(tmp_path / "study"), "--profile", str(tmp_path / "extra"),
+                           "--budget", "1e10", "--group", "tall", "--against", "f"],
+                          check=True, capture_output=True, text=True, cwd=REPO)
+    out = proc.stdout
+    # seeds 0 and 1 only: h1 at 900 has test 2.105 over them; 400 gains -0.05 and -0.04
+    assert "| salad | h1 | 8/16 × 1+1+1 | 900 | 100 | 2.1000 | 2.1050 | (the predicted size) |" in out
+    assert "| salad | h1 | 8/16 × 1+1+1 | 400 | 100 | 2.0500 | 2.0600 | -0.045 [" in out
+    assert "**chosen on val**" in out.split("| 400 |")[1].splitlines()[0]
+    assert "| salad | held-out sizes only | h1 at 900 | +0.100 [" in out
+    assert "| salad | with the extra sizes | h1 at 400 | +0.055 [" in out
+    assert "| pooled | with the extra sizes | – | +0.055 [" in out
