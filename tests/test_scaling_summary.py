@@ -325,6 +325,12 @@ def test_the_heldout_profile_script_reads_extra_sizes_against_the_predicted_size
     assert "| salad | h1 | 8/16 × 1+1+1 | 900 | 100 | 2.1000 | 2.1050 | (the predicted size) |" in out
     assert "| salad | h1 | 8/16 × 1+1+1 | 400 | 100 | 2.0500 | 2.0600 | -0.045 [" in out
     assert "**chosen on val**" in out.split("| 400 |")[1].splitlines()[0]
-    assert "| salad | held-out sizes only | h1 at 900 | +0.100 [" in out
-    assert "| salad | with the extra sizes | h1 at 400 | +0.055 [" in out
-    assert "| pooled | with the extra sizes | – | +0.055 [" in out
+    assert "| salad | held-out sizes only | h1 at 900 | 100 | +0.100 [" in out
+    assert "| salad | with the extra sizes | h1 at 400 | 100 | +0.055 [" in out
+    assert "| pooled | with the extra sizes | – | – | +0.055 [" in out
+    # an extra size of the family compared with is chosen on val too: f at 50 is better on val
+    for s in (0, 1):
+        run(extra, "f", 50, s, 2.03, 1.9)
+    out = subprocess.run(proc.args, check=True, capture_output=True, text=True, cwd=REPO).stdout
+    assert "| salad | held-out sizes only | h1 at 900 | 100 | +0.100 [" in out
+    assert "| salad | with the extra sizes | h1 at 400 | 50 | +0.030 [" in out
