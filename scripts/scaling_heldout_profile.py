@@ -16,12 +16,14 @@ on val among their runs at that budget, before the extra sizes (held-out runs on
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 from collections import defaultdict
 from pathlib import Path
 
 from rltok.analysis.paired_stats import paired_difference
 from rltok.analysis.scaling import load_grid, read_records
+from rltok.analysis.scaling_summary import format_difference
 
 
 def by_size(records: list[dict], budget: float) -> dict:
@@ -47,21 +49,16 @@ def choose(cands: dict, seeds) -> tuple:
 
 
 def fmt(d) -> str:
-    lo = "–" if d.lo == float("-inf") else f"{d.lo:+.3f}"
-    hi = "–" if d.hi == float("inf") else f"{d.hi:+.3f}"
-    return f"{d.mean:+.3f} [{lo}, {hi}] ({len(d.seeds)})"
+    """A PairedDifference as the study's tables write one: `mean [lo, hi] (seeds)`."""
+    return format_difference(dataclasses.asdict(d))
 
 
-def tag(corpus: str, seed) -> tuple:
-    return corpus, seed  # pooled differences pair (corpus, seed), so corpora never mix
-
-
-def family_table(corpus: str, fam: str, held: dict, extra: dict, seeds) -> tuple[list[str], tuple]:
+def family_table(corpus: str, fam: str, held: dict, extra: dict, seeds) -> list[str]:
     """Markdown rows for one family: every size (held-out marked), the val choice, paired gains."""
     cands = {k: v for k, v in {**held, **extra}.items() if k[0] == fam}
     held_keys = [k for k in held if k[0] == fam]
     if not held_keys or not any(k[0] == fam for k in extra):
-        return [], None
+        return []
     base = held_keys[0]
     best = choose(cands, seeds)
     rows = []
@@ -78,7 +75,7 @@ def family_table(corpus: str, fam: str, held: dict, extra: dict, seeds) -> tuple
         steps = r0.get("steps", "–")
         rows.append(f"| {corpus} | {fam} | {shape} | {key[1]:,} | {steps} | {mean_of(runs, seeds, 'bpb_select'):.4f} | "
                     f"{mean_of(runs, seeds, 'bpb'):.4f} | {gain}{' **chosen on val**' if key == best else ''} |")
-    return rows, (base, best)
+    return rows
 
 
 def main(argv=None) -> None:
@@ -101,8 +98,7 @@ def main(argv=None) -> None:
             continue
         seeds = sorted({s for runs in extra.values() for s in runs})
         for fam in sorted({k[0] for k in extra}):
-            rows, _ = family_table(corpus, fam, held, extra, seeds)
-            family_rows += rows
+            family_rows += family_table(corpus, fam, held, extra, seeds)
         if not any(k[0] == args.against for k in held):
             raise SystemExit(f"{corpus}: {args.against} has no held-out run at {args.budget:g}")
         for label, pool, out in (("held-out sizes only", held, before), ("with the extra sizes", {**held, **extra}, after)):
@@ -110,7 +106,7 @@ def main(argv=None) -> None:
             other = choose({k: v for k, v in pool.items() if k[0] == args.against}, seeds)
             runs, base = pool[key], pool[other]
             d = paired_difference({s: runs[s]["bpb"] for s in seeds}, {s: base[s]["bpb"] for s in seeds})
-            out.update({tag(corpus, s): runs[s]["bpb"] - base[s]["bpb"] for s in seeds})
+            out.update({(corpus, s): runs[s]["bpb"] - base[s]["bpb"] for s in seeds})
             group_rows.append(f"| {corpus} | {label} | {key[0]} at {key[1]:,} | {other[1]:,} | {fmt(d)} |")
     if not family_rows:
         raise SystemExit(f"no run at {args.budget:g} in {args.profile}")
