@@ -88,9 +88,11 @@ def main(argv=None) -> None:
     ap.add_argument("--against", default="flat", help="the family the group is compared with")
     args = ap.parse_args(argv)
     grid = load_grid(args.grid)
+    if args.group not in grid.groups:
+        raise SystemExit(f"no group {args.group!r} in {args.grid}; its groups: {', '.join(grid.groups) or 'none'}")
     members = set(grid.groups[args.group])
-    family_rows, before, after = [], defaultdict(dict), defaultdict(dict)
-    group_rows = []
+    family_rows, group_rows = [], []
+    before, after = {}, {}  # (corpus, seed) -> group − family: the pooled rows' pairs
     for corpus in grid.corpora:
         held = by_size(read_records(Path(args.study) / corpus), args.budget)
         extra = by_size(read_records(Path(args.profile) / corpus), args.budget)
