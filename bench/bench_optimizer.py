@@ -5,7 +5,7 @@ own models, as ratios measured side by side in one run.
     python bench/bench_optimizer.py --quick         # ~40 s, indicative only
     python bench/bench_optimizer.py --json bench/results/optimizer.json
 
-For each family of the CPU grid (scripts/scaling_cpu_grid.toml) at one size of its 3e12 ladder,
+For each family of the CPU grid (lab/scripts/scaling_cpu_grid.toml) at one size of its 3e12 ladder,
 three Trainers are built from the same config and seed, one per kernel: "loop" (torch's CPU
 default: one tensor at a time), "foreach" (what `auto` takes on CPU) and "fused". Their full
 `Trainer.train_step`s (forward, loss, backward, clipping, AdamW) are timed interleaved, one

@@ -1,7 +1,7 @@
 """How closely objective.rate_control=lagrange holds a requested rate on a real corpus.
 
     .venv/bin/python bench/controller_check.py --data ~/data/code-py --target 0.1 \\
-        [--steps 250 --preset small] [--out docs/results/controller_code-py_0.1.json]
+        [--steps 250 --preset small] [--out lab/results/controller_code-py_0.1.json]
 
 Trains a short run with the Lagrange controller (no penalty) and reports the mean expected and
 sampled rate over the second half of training and the largest deviation of a logged record

@@ -16,4 +16,5 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
   fi
 fi
 .venv/bin/python -m pip install -q -e ".[dev,plot]"
+.venv/bin/python -m pip install -q --no-deps -e lab  # the studies' package, beside the library
 echo "rltok installed in .venv (torch $(.venv/bin/python -c 'import torch; print(torch.__version__)'))"

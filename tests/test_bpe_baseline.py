@@ -178,22 +178,6 @@ def test_table_states_depth_width_vocab_and_old_runs_show_dashes():
     assert all(len(line.split("|")) == len(table.splitlines()[0].split("|")) for line in table.splitlines())
 
 
-def test_report_renders_committed_runs_without_the_new_fields(tmp_path):
-    spec = importlib.util.spec_from_file_location("compare_report", REPO / "scripts" / "compare_report.py")
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
-    src = REPO / "docs" / "results" / "compare" / "code-py"
-    dest = tmp_path / "results" / "compare" / "code-py"
-    dest.mkdir(parents=True)
-    for name in ("bpe_token_s0.json", "bpe_token_s1.json"):
-        assert "depth" not in json.loads((src / name).read_text())
-        shutil.copy(src / name, dest / name)
-    md = "\n".join(report.render_corpus("compare", "code-py", tmp_path / "runs", True, None, "gap",
-                                        tmp_path / "results"))
-    row = table_row(md[md.index("| method |"):], "bpe_token")
-    assert (row["depth"], row["width"], row["vocab"]) == ("–", "–", "–")
-
-
 def test_run_one_reports_the_bpe_token_models_forward_flops_at_its_trained_rate(tmp_path):
     """The BPE-token model reports no chunks in evaluation; its forward FLOPs per byte are read at
     the tokens per byte it drew in training, not at the hierarchical models' target rate."""

@@ -157,7 +157,6 @@ def trained(tmp_path_factory):
 def test_unknown_split_is_refused_with_the_valid_ones(trained, capsys):
     run, data = trained
     assert_user_error(capsys, ["eval", "-c", run, "--split", "tset"], "unknown split 'tset'", "val", "all")
-    assert_user_error(capsys, ["vocab", str(run), "--split", "tset", "--no-bpe"], "unknown split 'tset'")
 
 
 def test_a_split_the_source_lacks_is_an_error_or_an_explicit_fallback(trained, capsys, tmp_path):

@@ -9,6 +9,7 @@ rltok module. Nothing inside the package imports the package root (`import rltok
 from __future__ import annotations
 
 import ast
+import re
 import importlib.util
 import subprocess
 import sys
@@ -252,3 +253,32 @@ def test_importing_any_module_runs_nothing():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "seen: []", done.stdout
+
+
+def test_the_library_never_imports_the_lab():
+    """The lab (lab/rltok_lab: the studies' instruments and steps) depends on rltok one way: no
+    module of the package names it, at run time or in a string it imports from later."""
+    bad = []
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "rltok_lab" for a in node.names):
+                bad.append(name)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "rltok_lab":
+                bad.append(name)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and re.fullmatch(r"rltok_lab(\.\w+)*:\w+", node.value):  # a registry target "rltok_lab.x:Y"
+                bad.append(name)
+    assert not bad, f"the library imports the lab: {sorted(set(bad))}"
+
+
+def test_importing_every_library_module_loads_no_lab_module():
+    import subprocess
+    import sys
+
+    code = ("import importlib, sys\n"
+            f"for m in {sorted(n for n in MODULES if n != 'rltok.cli.__main__')!r}: importlib.import_module(m)\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'rltok_lab'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"

@@ -64,7 +64,6 @@ def trained(tmp_path_factory):
 def commands(folder: Path, out: Path, is_run: bool) -> list[list[str]]:
     cmds = [["eval", "-c", folder, "--max-windows", "2"], ["generate", "-c", folder, "-n", "3", "hi"],
             ["segment", "-c", folder, "hello"], ["export", "-c", folder, "-o", out / "exported"],
-            ["vocab", folder, "--no-bpe", "--max-bytes", "300"],
             ["diagnose", "-c", folder, "--objective", "lexicon", "--batch", "2", "--estimates", "2",
              "--reference", "1", "--reference-group", "2"]]
     if is_run:

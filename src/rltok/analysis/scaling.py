@@ -2,7 +2,7 @@
 seed trained to its FLOPs budget (`rltok.analysis.compare.run_one`), one JSON per run, then the
 fits (`scaling_fit.fit_study`) and plots (`scaling_plots.plot_study`) per corpus.
 
-The grid (TOML or JSON; schema in docs/SCALING.md):
+The grid (TOML or JSON; schema in lab/reports/SCALING.md):
   corpora: {name: data folder} (or a list of folders, named by their last component);
   budgets: training FLOPs; seeds; split (the held-out split scored, "test" by default);
   preset; max_eval_windows; overrides (base config overrides of every run); n_boot;
@@ -572,6 +572,28 @@ def run_points(grid: Grid, points: list[Point], out: Path, splits: dict, log=pri
 def read_records(folder: Path, pattern: str = RESULTS_GLOB) -> list[dict]:
     """The run records in a corpus folder (those whose file names match `pattern`)."""
     return [json.loads(p.read_text()) for p in sorted(Path(folder).glob(pattern))]
+
+
+def merge_records(sources: list[Path], out: Path, log=print) -> int:
+    """Copy the run records of other results folders (shards run elsewhere) into `out`; the number
+    copied. A record already there is kept when identical, and a different one is an error: two
+    runs of one point must not be silently chosen between."""
+    copied = 0
+    for source in map(Path, sources):
+        if not source.is_dir():
+            raise ConfigError(f"--merge {source}: not a folder")
+        for path in sorted(source.glob(f"*/{RESULTS_GLOB}")):
+            target = out / path.parent.name / path.name
+            text = path.read_text()
+            if target.exists():
+                if target.read_text() != text:
+                    raise ConfigError(f"--merge: {path} differs from {target} (the same point run twice)")
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _write_json(target, json.loads(text))
+            copied += 1
+    log(f"merged {copied} records into {out}")
+    return copied
 
 
 def fit_corpus(folder: Path, n_boot: int = 1000, groups: dict | None = None, crossovers=(),

@@ -129,15 +129,29 @@ class Cell:
         return self._run([rung], extra, "optimum") + self._run([rung], verdict, "verdict")
 
 
-def run_grid(grid: Grid, out: Path, log=print, runner=None) -> dict:
+def shard_points(points: list[Point], shard: tuple[int, int]) -> list[Point]:
+    """Shard k of n (1-based): every k-th cell (corpus, budget, family) in the grid's order, with all
+    its points. A cell's later steps decide from its own records only, so shards never wait for each
+    other and together run exactly what one process runs."""
+    k, n = shard
+    cells: dict = {}
+    for p in points:
+        cells.setdefault((p.corpus, p.budget, p.family.name), len(cells))
+    return [p for p in points if cells[(p.corpus, p.budget, p.family.name)] % n == k - 1]
+
+
+def run_grid(grid: Grid, out: Path, log=print, runner=None, shard: tuple[int, int] | None = None) -> dict:
     """Every ladder point of the grid whose JSON does not exist yet, then per corpus, budget and
     family the extensions and the optimum's seeds (`adapt_grid`); returns {"points", "done",
-    "ran", "added"} (added: extension and optimum runs)."""
+    "ran", "added"} (added: extension and optimum runs). `shard` (k, n): only shard k's cells."""
     from rltok.analysis.compare import git_commit
 
     git_commit()  # the commit the study starts from, before any run can take long
     splits = {c: corpus_split(grid, c, log) for c in grid.corpora}
     points = grid_points(grid, log)
+    if shard is not None:
+        points = shard_points(points, shard)
+        log(f"shard {shard[0]}/{shard[1]}")
     done = sum(point_done(out, p) for p in points)
     log(f"{len(points)} points: {done} done already, {len(points) - done} to run")
     ran = run_points(grid, points, out, splits, log, runner)

@@ -27,8 +27,8 @@ Fits:
     replicate refits everything; intervals are
     percentiles; replicates without a convex parabola or a falling envelope are counted as failed.
     With two seeds per point a budget's L* interval runs narrow: how often each 95% interval holds
-    the truth on synthetic studies at a given design is measured by scripts/scaling_fit_coverage.py
-    (docs/SCALING.md has the numbers). More seeds, not wider percentiles, fix it.
+    the truth on synthetic studies at a given design is measured by lab/scripts/scaling_fit_coverage.py
+    (lab/reports/SCALING.md has the numbers). More seeds, not wider percentiles, fix it.
 
 Entry points: `fit_study(records)` (every family: `isofits` per budget and its `envelope`),
 `crossover(env_a, env_b, below=3e18)`, `predict(env, budget)` and `score_prediction(...)`,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rltok.cli.analysis_commands import cmd_compare, cmd_diagnose, cmd_scaling, cmd_vocab
+from rltok.cli.analysis_commands import cmd_compare, cmd_diagnose, cmd_scaling
 from rltok.cli.model_commands import cmd_eval, cmd_generate, cmd_lm_eval, cmd_segment
 from rltok.cli.run_commands import cmd_export, cmd_prepare, cmd_presets, cmd_train
 from rltok.config import PRESETS
@@ -43,6 +43,17 @@ def number(low: float, high: float, low_open: bool = False):
         return value
     parse.__name__ = "number"
     return parse
+
+
+def shard(text: str) -> tuple[int, int]:
+    """An argparse type: K/N with 1 <= K <= N."""
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expects K/N, e.g. 1/4, got {text!r}") from None
+    if not 1 <= k <= n <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"needs 1 <= K <= N, got {text}")
+    return k, n
 
 
 class Parser(argparse.ArgumentParser):
@@ -221,16 +232,6 @@ def _add_diagnose(sub: Subcommands) -> None:
                    help="the gradient estimated: of the LM loss (default), or of the segmentation's code length "
                         "under the checkpoint's lexicon (what the lexicon recipe's policy is trained on)")
     p.add_argument("--out", "--json", dest="out", help="write the result as JSON")
-    p.add_argument("--true-advantage", action="store_true",
-                   help="instead: how much a boundary at t changes the loss (D_t = L(b_t=0) - L(b_t=1)) per "
-                        "byte class, and each estimator's correlation with the true advantage")
-    p.add_argument("--per-class", type=count(1, 1 << 20), default=32, help="--true-advantage: positions per byte class")
-    p.add_argument("--horizon", type=count(0), default=None,
-                   help="--true-advantage: bytes after t whose loss counts (default: to the end of the window)")
-    p.add_argument("--variant-batch", type=count(1), default=32, help="--true-advantage: rows per forward pass")
-    p.add_argument("--lexicon-costs", action="store_true",
-                   help="instead (lexicon-trained checkpoints): per byte class, how often the policy cuts and "
-                        "what removing or adding one cut changes in the lexicon's code length")
     p.set_defaults(func=cmd_diagnose, default_mode="sample")
 
 
@@ -258,66 +259,18 @@ def _add_compare(sub: Subcommands) -> None:
 def _add_scaling(sub: Subcommands) -> None:
     p = sub.add_parser("scaling", help="the compute-optimal (isoFLOP) study of a grid file: resumable runs, "
                                        "fits and plots per corpus")
-    p.add_argument("--grid", required=True, help="grid file, TOML or JSON (docs/SCALING.md: Running a study)")
+    p.add_argument("--grid", required=True, help="grid file, TOML or JSON (lab/reports/SCALING.md: Running a study)")
     p.add_argument("--out", required=True, help="results folder: one subfolder per corpus with a JSON per run, "
                                                 "fits.json, report.md and the plots")
     p.add_argument("--corpus", help="only this corpus of the grid (run one process per corpus side by side)")
-    p.add_argument("--family", nargs="+", metavar="NAME",
-                   help="with --check-optimum: only these families of the grid (their rows of an earlier check "
-                        "are replaced, the others kept)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--fit-only", action="store_true", help="fit, plot and rewrite report.md from the runs already there; train nothing")
-    mode.add_argument("--status", action="store_true",
-                      help="where the study stands per corpus and budget: runs done, complete or not, seconds per "
-                           "run, the time left estimated; trains nothing")
-    mode.add_argument("--predict", action="store_true",
-                      help="fit without the grid's holdout_budgets and write OUT/prediction.json (once: an existing "
-                           "one is never overwritten); train nothing")
-    mode.add_argument("--holdout", action="store_true",
-                      help="run each family at the size OUT/prediction.json predicts for each holdout budget, then "
-                           "score the prediction into OUT/prediction_score.json")
-    mode.add_argument("--check-optimum", type=number(0, 1e30, low_open=True), metavar="BUDGET",
-                      help="at each family's best size of this budget (the study's runs there): the learning-rate "
-                           "rule against --lr-mults times its rate, and each --variant; runs under "
-                           "OUT/optimum_check/, table in OUT/optimum_check/C<budget>.md (e.g. C3e11.md)")
-    p.add_argument("--at", type=number(0, 1e30, low_open=True), nargs="+", metavar="BUDGET",
-                   help="with --predict / --holdout: a forecast of these budgets of the grid's own ladders, fitted "
-                        "on the budgets below them, into OUT/prediction_C<B>.json before any run at them; "
-                        "--holdout then scores it against their isoFLOP fits (trains nothing)")
-    p.add_argument("--lr-mults", type=number(0, 1e6, low_open=True), nargs="+", default=[0.5, 2.0],
-                   help="with --check-optimum: multiples of the rule's rate to run (default 0.5 2)")
-    p.add_argument("--variant", action="append", default=[], metavar="NAME=FAMILY[:OVERRIDES]",
-                   help="with --check-optimum: FAMILY's best size again with these comma-separated overrides in "
-                        "place of the family's own, e.g. flat_full=flat:model.flat_window=0 (repeatable)")
-    p.add_argument("--tolerance", type=number(0, 100), default=0.02,
-                   help="with --check-optimum: the rule holds within this many bpb of the best rate (default 0.02)")
+    mode.add_argument("--shard", type=shard, metavar="K/N",
+                      help="run only shard K of N (every N-th family-budget cell; e.g. a job array's index): "
+                           "its records, no fit")
+    mode.add_argument("--merge", nargs="+", metavar="FOLDER",
+                      help="copy the run records of these results folders (shards) into --out, then fit")
     p.set_defaults(func=cmd_scaling)
-
-
-def _add_vocab(sub: Subcommands) -> None:
-    p = sub.add_parser("vocab", help="the learned vocabulary of a checkpoint on a corpus, against a BPE of the same rate")
-    p.add_argument("checkpoint", help="checkpoint or run folder (newest checkpoint)")
-    p.add_argument("--data", help="corpus: a file, folder, glob, 'stdlib' or hf:name (default: the training source)")
-    p.add_argument("--split", default="test", help="test (default) or val of a split folder (else the validation "
-                                                   "part the data loader holds out: whole documents, or the tail "
-                                                   "of each when there are fewer than 20), or all (the whole source)")
-    p.add_argument("--max-bytes", type=count(0), default=200_000, help="analyse the first N bytes of the split (default 200k; 0 = all)")
-    p.add_argument("--mode", choices=("greedy", "sample"), default="sample",
-                   help="boundary decisions: sampled with --seed (default: how the model trains and is "
-                        "evaluated) or thresholded at p=0.5 (few boundaries where the policy is unsure)")
-    p.add_argument("--seed", type=count(0, MAX_SEED), default=0)
-    p.add_argument("--top", type=count(1), default=30, help="most frequent chunks to list (default 30)")
-    p.add_argument("--bpe-pretokenize", choices=("line", "gpt2"), default="line",
-                   help="BPE pre-tokenisation: line (tokens may span words; default) or gpt2 (within words)")
-    p.add_argument("--bpe-sample-bytes", type=count(1), default=4_000_000,
-                   help="bytes the BPE is trained on, random blocks of the train split (default 4M)")
-    p.add_argument("--no-bpe", action="store_true", help="skip the BPE comparison")
-    p.add_argument("--json", metavar="PATH", help="also write the full result as JSON")
-    p.add_argument("--markdown", metavar="PATH", help="also write a markdown report")
-    p.add_argument("--batch-size", type=count(1), default=16, help="windows per forward pass")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=count(0, MAX_THREADS), default=0)
-    p.set_defaults(func=cmd_vocab)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -334,5 +287,4 @@ def build_parser() -> argparse.ArgumentParser:
     _add_diagnose(sub)
     _add_compare(sub)
     _add_scaling(sub)
-    _add_vocab(sub)
     return parser

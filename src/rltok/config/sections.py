@@ -405,7 +405,7 @@ class ObjectiveConfig:
     # The policy learns until this share of the training compute is spent, then settles: from the
     # next step its decisions are thresholded (greedy) in training and after, and no policy, rate
     # or price term runs, so the main network trains on fixed cuts for the rest of the run (a
-    # moving segmentation costs the LM; see docs/BOUNDARY_LEARNING.md). 1 = learns to the end.
+    # moving segmentation costs the LM; see lab/notes/BOUNDARY_LEARNING.md). 1 = learns to the end.
     policy_until: float = 1.0
     # Where a settled policy cuts: "rate" (default) holds the rate it drew over its last learning
     # steps (the cut starts at the logit quantile making it on a fixed slice of the training bytes,

@@ -22,7 +22,7 @@ estimator (objective/flips_estimator.py) charges each flip with exactly that loc
 
 This is what training uses. Variants studied beside it (units one byte late, blank runs as one
 unit, a bigram base) and the instruments over whole segmentations (exact flip deltas, unit
-posteriors, the least-cost segmentation) are in rltok.analysis.lexicon_instruments.
+posteriors, the least-cost segmentation) are in rltok_lab.lexicon_instruments.
 
 Nothing here knows about models: inputs are byte ids and boundary masks. A chunk's row in the
 count table is the chunk vocabulary's content hash (model.chunk_vocab.span_hash), seeded apart.
@@ -126,7 +126,7 @@ class ChunkLexicon:
             raise ValueError("the checkpoint's lexicon is a bigram one (the removed objective.lexicon_context=bigram)")
         if "byte_pair_counts" in state:
             raise ValueError("the saved lexicon spells units with a bigram base, an instrument's option "
-                             "(rltok.analysis.lexicon_instruments.LabLexicon(base='bigram')); this one with the "
+                             "(rltok_lab.lexicon_instruments.LabLexicon(base='bigram')); this one with the "
                              "unigram base")
         if state["counts"].shape != self.counts.shape:
             raise ValueError(f"lexicon table of {state['counts'].numel()} rows in the checkpoint, "

@@ -1,0 +1,333 @@
+"""The lab's command line: the study's own steps of a scaling grid (status, the held-out prediction
+and its test, the optimum check) and the research instruments (a cut's true advantage, lexicon
+costs, the learned vocabulary). `python -m rltok_lab --help`. It uses rltok; rltok never uses it."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+from rltok.cli import user_errors
+from rltok.cli.analysis_commands import has_learned_rule
+from rltok.cli.model_commands import _load
+from rltok.cli.parser import MAX_SEED, MAX_THREADS, Parser, count, number
+from rltok.cli.streams import output_never_fails
+from rltok.config import ConfigError
+
+
+def cmd_study(args) -> int:
+    """A grid's study steps beyond its runs and fits (those are `rltok scaling`)."""
+    from rltok.analysis.scaling import load_grid
+    from rltok.cli.paths import check_output_folder
+
+    out = check_output_folder(args.out, "--out")
+    grid = load_grid(args.grid)
+    if args.corpus:
+        if args.predict:
+            raise ConfigError("--predict fits every corpus into one prediction file, written once: drop --corpus")
+        if args.corpus not in grid.corpora:
+            raise ConfigError(f"--corpus {args.corpus}: the grid's corpora are {', '.join(grid.corpora)}")
+        grid = dataclasses.replace(grid, corpora={args.corpus: grid.corpora[args.corpus]})
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr)
+
+    if args.status:
+        from rltok_lab.scaling_status import holdout_status, holdout_table, status_table, study_status
+
+        print(status_table(study_status(grid, out)))
+        held = holdout_status(grid, out)
+        if held:
+            print(f"\n{holdout_table(held)}")
+        return 0
+    if args.predict or args.holdout:
+        return _scaling_holdout(args, grid, out, log)
+    if args.at:
+        raise ConfigError("--at goes with --predict or --holdout")
+    if args.family and args.check_optimum is None:
+        raise ConfigError("--family goes with --check-optimum (a study's fits need every family)")
+    if args.family:
+        names = [f.name for f in grid.families]
+        unknown = [n for n in args.family if n not in names]
+        if unknown:
+            raise ConfigError(f"--family {', '.join(unknown)}: the grid's families are {', '.join(names)}")
+        grid = dataclasses.replace(grid, families=tuple(f for f in grid.families if f.name in args.family))
+    if args.check_optimum is not None:
+        from rltok_lab.scaling_check import check_markdown, parse_variant, run_optimum_check
+
+        variants = [parse_variant(v) for v in args.variant]
+        result = run_optimum_check(grid, out, args.check_optimum, tuple(args.lr_mults), variants, args.tolerance,
+                                   log, command=_scaling_command(args))
+        print(check_markdown(result))
+        return 0
+    if args.variant or args.lr_mults != [0.5, 2.0]:
+        raise ConfigError("--variant and --lr-mults go with --check-optimum")
+    if args.fit_only:
+        from rltok_lab.scaling_status import unfinished_budgets
+
+        for corpus, budget in unfinished_budgets(grid, out):
+            log(f"note: {corpus} {budget:.3g} is not complete: its fits in report.md are provisional "
+                "(a partial ladder fits its own parabola)")
+        return 0
+    raise ConfigError("name a step: --status, --predict, --holdout, --check-optimum or --fit-only")
+
+
+def _scaling_command(args) -> str:
+    """The command that regenerates the step's tables (written into them)."""
+    import shlex
+
+    words = ["python", "-m", "rltok_lab", "study", "--grid", str(args.grid), "--out", str(args.out),
+             *(["--corpus", args.corpus] if args.corpus else [])]
+    if getattr(args, "check_optimum", None) is not None:
+        words += ["--check-optimum", f"{args.check_optimum:g}", "--lr-mults", *(f"{m:g}" for m in args.lr_mults),
+                  *(w for v in args.variant for w in ("--variant", v)), "--tolerance", f"{args.tolerance:g}",
+                  *(["--family", *args.family] if getattr(args, "family", None) else [])]
+    return shlex.join(words)
+
+
+def _scaling_holdout(args, grid, out, log) -> int:
+    """`rltok scaling --predict` / `--holdout`: the prediction held out from the fit, and its test."""
+    from rltok_lab.scaling_holdout import (forecast_grid, forecast_table, prediction_name, run_forecast_score,
+                                                run_holdout, score_name, score_table, write_prediction)
+
+    if args.at:  # a forecast of the study's own budgets: fitted below them, scored against their ladders
+        fitted = forecast_grid(grid, args.at)
+        at = fitted.holdout_budgets
+        if args.predict:
+            print(f"forecast: {write_prediction(fitted, out, log, prediction_name(at))}")
+            return 0
+        scores = run_forecast_score(grid, out, at, log)
+        print(f"{forecast_table(scores)}\n\nscores: {out / score_name(at)}")
+        return 0
+    if args.predict:
+        print(f"prediction: {write_prediction(grid, out, log)}")
+        return 0
+    from rltok_lab.scaling_summary import paired_table
+
+    scores, paired = run_holdout(grid, out, log)
+    print(score_table(scores))
+    for budget in grid.holdout_budgets:
+        table = paired_table({c: {"paired": rows} for c, rows in paired.items()}, budget)
+        if table:
+            print(f"\nAt {budget:.3g} FLOPs, each side at its predicted size, paired by seed (test bpb, a − b, "
+                  f"mean [95% t interval] (seeds)):\n\n{table}")
+    print(f"\nscores: {out / 'prediction_score.json'}")
+    return 0
+
+
+def cmd_true_advantage(args) -> int:
+    """`true-advantage`: what a boundary at t does to the loss, per byte class,
+    and how well the estimators' advantages track it."""
+
+    from rltok.data.windows import eval_windows
+    from rltok.data.corpus import load_eval_bytes
+    from rltok_lab.true_advantage import format_true_advantage, true_advantage
+
+    if args.per_class < 1 or args.variant_batch < 1 or args.batch < 1:
+        raise ConfigError("--per-class, --variant-batch and --batch must be >= 1")
+    if args.horizon is not None and args.horizon < 0:
+        raise ConfigError("--horizon must be >= 0")
+    model, cfg, ckpt, device = _load(args)
+    if not getattr(model, "hierarchical", False):
+        raise ConfigError("--true-advantage needs a checkpoint of the hierarchical (hourglass) model")
+    if model.cfg.stages == 2:
+        raise ConfigError("--true-advantage does not support two-stage (model.stages=2) checkpoints")
+    spec = args.data or cfg.data.train
+    data = load_eval_bytes(spec, args.split, val_fraction=cfg.data.val_fraction)
+    x, y = eval_windows(data, args.seq_len or cfg.train.seq_len, args.batch)
+    if x.shape[1] < 3:
+        raise ConfigError("windows of at least 3 bytes are needed; raise --seq-len or give more data")
+    result = true_advantage(model, x.to(device), y.to(device), cfg.objective, n_per_class=args.per_class,
+                            horizon=args.horizon, batch_size=args.variant_batch, seed=args.seed)
+    result.update(checkpoint=str(ckpt), data=spec, split=args.split)
+    return _write_and_print(result, args.out, format_true_advantage)
+
+
+def _write_and_print(result: dict, out: str | None, render) -> int:
+    """An instrument's result: as JSON to `out` when given, as a table on stdout."""
+    if out:
+        from pathlib import Path
+
+        Path(out).write_text(json.dumps(result, indent=2))
+        print(f"wrote {out}", file=sys.stderr)
+    print(render(result))
+    return 0
+
+
+def cmd_lexicon_costs(args) -> int:
+    """`lexicon-costs`: where a lexicon-trained policy cuts and what flipping each
+    decision changes in the lexicon's code length, per byte class."""
+
+    from rltok.data.windows import eval_windows
+    from rltok.data.corpus import load_eval_bytes
+    from rltok.analysis.diagnose import checkpoint_lexicon
+    from rltok_lab.lexicon_costs import format_lexicon_costs, lexicon_costs_by_class
+
+    model, cfg, ckpt, device = _load(args)
+    if not has_learned_rule(model):
+        raise ConfigError("--lexicon-costs needs a checkpoint of the hierarchical model with a learned boundary "
+                          "policy (rl)")
+    lexicon = checkpoint_lexicon(ckpt, cfg, device)
+    spec = args.data or cfg.data.train
+    x, _ = eval_windows(load_eval_bytes(spec, args.split, val_fraction=cfg.data.val_fraction),
+                        args.seq_len or cfg.train.seq_len, args.batch)
+    result = lexicon_costs_by_class(model, lexicon, x.to(device), seed=args.seed)
+    result.update(checkpoint=str(ckpt), data=spec, split=args.split, windows=list(x.shape))
+    return _write_and_print(result, args.out, format_lexicon_costs)
+
+
+def cmd_vocab(args) -> int:
+    from rltok_lab.vocab import load_vocab_data, vocab_report
+    from rltok_lab.vocab_render import print_report, write_json, write_markdown
+
+    from rltok.cli.paths import check_output_file
+
+    if args.max_bytes < 0 or args.top < 1 or args.batch_size < 1 or args.bpe_sample_bytes < 1:
+        raise ConfigError("--top, --batch-size and --bpe-sample-bytes must be >= 1, --max-bytes >= 0")
+    for flag, out in (("--json", args.json), ("--markdown", args.markdown)):
+        if out:
+            check_output_file(out, flag)
+    model, cfg, ckpt, device = _load(args)
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr)
+
+    spec = args.data or cfg.data.train
+    # the BPE samples its training bytes from at most 25x its sample (and the run's own cap)
+    read_cap = min(cfg.data.max_bytes or 1 << 62, 25 * args.bpe_sample_bytes)
+    text, bpe_train = load_vocab_data(spec, args.split, args.max_bytes, cfg.data.val_fraction, read_cap, log=log)
+    result = vocab_report(model, text, cfg.train.seq_len, mode=args.mode, seed=args.seed, top=args.top,
+                          bpe=not args.no_bpe, bpe_data=bpe_train, bpe_pretokenize=args.bpe_pretokenize,
+                          bpe_sample_bytes=args.bpe_sample_bytes, device=device, batch_size=args.batch_size, log=log)
+    result.update(checkpoint=str(ckpt), data=spec, split=args.split)
+    # the files first: a reader that stops early (`| head`) must not cost them
+    if args.json:
+        log(f"wrote {write_json(result, args.json)}")
+    if args.markdown:
+        log(f"wrote {write_markdown(result, args.markdown, min(args.top, 30))}")
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")  # chunks may not be encodable on this terminal
+    try:
+        print_report(result)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+    return 0
+
+
+def _model_args(p) -> None:
+    p.add_argument("--checkpoint", "-c", default="runs/default", help="checkpoint or run folder (newest checkpoint)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=count(0, MAX_THREADS), default=0)
+    p.add_argument("--data", help="data for the fixed batch (default: the training source)")
+    p.add_argument("--split", default="val")
+    p.add_argument("--batch", type=count(1), default=8, help="sequences in the fixed batch")
+    p.add_argument("--seq-len", type=count(0, 1 << 20), default=0)
+    p.add_argument("--seed", type=count(0, MAX_SEED), default=0)
+    p.add_argument("--out", "--json", dest="out", help="write the result as JSON")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="python -m rltok_lab", description="The lab's study steps and research instruments.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("study", help="a scaling grid's study steps: status, the held-out prediction and its test, "
+                                     "the optimum check (its runs and fits are `rltok scaling`)")
+    p.add_argument("--grid", required=True, help="grid file, TOML or JSON")
+    p.add_argument("--out", required=True, help="the study's results folder (as given to `rltok scaling`)")
+    p.add_argument("--corpus", help="only this corpus of the grid")
+    p.add_argument("--family", nargs="+", metavar="NAME",
+                   help="with --check-optimum: only these families of the grid (their rows of an earlier check "
+                        "are replaced, the others kept)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--fit-only", action="store_true", help="say which budgets are not complete (their fits are provisional)")
+    mode.add_argument("--status", action="store_true",
+                      help="where the study stands per corpus and budget: runs done, complete or not, seconds per "
+                           "run, the time left estimated; trains nothing")
+    mode.add_argument("--predict", action="store_true",
+                      help="fit without the grid's holdout_budgets and write OUT/prediction.json (once: an existing "
+                           "one is never overwritten); train nothing")
+    mode.add_argument("--holdout", action="store_true",
+                      help="run each family at the size OUT/prediction.json predicts for each holdout budget, then "
+                           "score the prediction into OUT/prediction_score.json")
+    mode.add_argument("--check-optimum", type=number(0, 1e30, low_open=True), metavar="BUDGET",
+                      help="at each family's best size of this budget (the study's runs there): the learning-rate "
+                           "rule against --lr-mults times its rate, and each --variant; runs under "
+                           "OUT/optimum_check/, table in OUT/optimum_check/C<budget>.md (e.g. C3e11.md)")
+    p.add_argument("--at", type=number(0, 1e30, low_open=True), nargs="+", metavar="BUDGET",
+                   help="with --predict / --holdout: a forecast of these budgets of the grid's own ladders, fitted "
+                        "on the budgets below them, into OUT/prediction_C<B>.json before any run at them; "
+                        "--holdout then scores it against their isoFLOP fits (trains nothing)")
+    p.add_argument("--lr-mults", type=number(0, 1e6, low_open=True), nargs="+", default=[0.5, 2.0],
+                   help="with --check-optimum: multiples of the rule's rate to run (default 0.5 2)")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=FAMILY[:OVERRIDES]",
+                   help="with --check-optimum: FAMILY's best size again with these comma-separated overrides in "
+                        "place of the family's own, e.g. flat_full=flat:model.flat_window=0 (repeatable)")
+    p.add_argument("--tolerance", type=number(0, 100), default=0.02,
+                   help="with --check-optimum: the rule holds within this many bpb of the best rate (default 0.02)")
+    p.set_defaults(func=cmd_study)
+
+    p = sub.add_parser("true-advantage", help="how much a boundary at t changes the loss (D_t = L(b_t=0) - "
+                                              "L(b_t=1)) per byte class, and each estimator's correlation with it")
+    _model_args(p)
+    p.add_argument("--per-class", type=count(1, 1 << 20), default=32, help="positions per byte class")
+    p.add_argument("--horizon", type=count(0), default=None,
+                   help="bytes after t whose loss counts (default: to the end of the window)")
+    p.add_argument("--variant-batch", type=count(1), default=32, help="rows per forward pass")
+    p.set_defaults(func=cmd_true_advantage)
+
+    p = sub.add_parser("lexicon-costs", help="lexicon-trained checkpoints: per byte class, how often the policy "
+                                             "cuts and what one cut more or less changes in the code length")
+    _model_args(p)
+    p.set_defaults(func=cmd_lexicon_costs)
+
+    p = sub.add_parser("vocab", help="the learned vocabulary of a checkpoint on a corpus, against a BPE of the same rate")
+    p.add_argument("checkpoint", help="checkpoint or run folder (newest checkpoint)")
+    p.add_argument("--data", help="corpus: a file, folder, glob, 'stdlib' or hf:name (default: the training source)")
+    p.add_argument("--split", default="test", help="test (default) or val of a split folder (else the validation "
+                                                   "part the data loader holds out: whole documents, or the tail "
+                                                   "of each when there are fewer than 20), or all (the whole source)")
+    p.add_argument("--max-bytes", type=count(0), default=200_000, help="analyse the first N bytes of the split (default 200k; 0 = all)")
+    p.add_argument("--mode", choices=("greedy", "sample"), default="sample",
+                   help="boundary decisions: sampled with --seed (default: how the model trains and is "
+                        "evaluated) or thresholded at p=0.5 (few boundaries where the policy is unsure)")
+    p.add_argument("--seed", type=count(0, MAX_SEED), default=0)
+    p.add_argument("--top", type=count(1), default=30, help="most frequent chunks to list (default 30)")
+    p.add_argument("--bpe-pretokenize", choices=("line", "gpt2"), default="line",
+                   help="BPE pre-tokenisation: line (tokens may span words; default) or gpt2 (within words)")
+    p.add_argument("--bpe-sample-bytes", type=count(1), default=4_000_000,
+                   help="bytes the BPE is trained on, random blocks of the train split (default 4M)")
+    p.add_argument("--no-bpe", action="store_true", help="skip the BPE comparison")
+    p.add_argument("--json", metavar="PATH", help="also write the full result as JSON")
+    p.add_argument("--markdown", metavar="PATH", help="also write a markdown report")
+    p.add_argument("--batch-size", type=count(1), default=16, help="windows per forward pass")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=count(0, MAX_THREADS), default=0)
+    p.set_defaults(func=cmd_vocab)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:  # a bad flag is an exit status, also for in-process callers
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 2
+    if getattr(args, "mode", "unset") is None:
+        args.mode = "sample"
+    with output_never_fails():
+        try:
+            return args.func(args)
+        except BrokenPipeError:
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
+        except Exception as e:
+            if not isinstance(e, user_errors()):
+                raise
+            print(f"error: {e}", file=sys.stderr)
+            return 2

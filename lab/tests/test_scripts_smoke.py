@@ -1,0 +1,437 @@
+"""Smoke tests of the research scripts under lab/scripts/: each one runs at its smallest settings on a
+tiny corpus (or renders from the committed JSON), exits 0 and writes output of the expected shape,
+so a library change that breaks a script fails here. Nothing is written into the repository: every
+script's output options point into tmp_path. The shell sweeps are syntax-checked and run with a
+stand-in for `rltok` that records its arguments; the recorded command lines are then checked
+against the real CLI parser and method names (without training anything)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]  # the repository
+SCRIPTS = REPO / "lab" / "scripts"
+DOC_RESULTS = REPO / "lab" / "results"
+
+# the test preset's shape, as overrides for the scripts that build on the tiny preset
+TEST_SHAPE = ["model.d_byte=32", "model.d_chunk=64", "model.n_heads_byte=2", "model.n_heads_chunk=2",
+              "model.main_layers=1", "model.window=16", "train.seq_len=64", "train.batch_size=4",
+              "train.warmup_steps=1", "train.eval_batches=2", "train.log_every=1", "train.threads=1"]
+
+
+def run_script(name: str, *args, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python lab/scripts/<name> args...` from cwd (outside the repository), one thread; fails the
+    test with the script's output when it exits non-zero."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg",
+           "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO / "lab")])}
+    proc = subprocess.run([sys.executable, str(SCRIPTS / name), *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{name} exited {proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}\n" \
+                                 f"--- stderr\n{proc.stderr[-5000:]}"
+    return proc
+
+
+# ---------------------------------------------------------------------------------------------
+# tiny corpora
+
+
+def _code_text() -> str:
+    """Real Python: the package's own sources."""
+    return "".join(p.read_text() + "\n" for p in sorted((REPO / "src" / "rltok").rglob("*.py")))
+
+
+WORDS = ("the model learns where to cut a stream of bytes into chunks and each chunk is read by a "
+         "larger network while small networks read the bytes within it so that long words and common "
+         "phrases become single units we measure bits per byte on held out text and compare every rule "
+         "at equal training compute history of science river mountain city people language music").split()
+
+
+def _english_text(n: int, seed: int) -> str:
+    rng = random.Random(seed)
+    out, size = [], 0
+    while size < n:
+        words = [rng.choice(WORDS) for _ in range(rng.randint(6, 18))]
+        s = " ".join(words).capitalize() + rng.choice([". ", ". ", "? ", ".\n\n"])
+        out.append(s)
+        size += len(s)
+    return "".join(out)
+
+
+def _write_corpus(folder: Path, text: str, sizes=(24_000, 6_000, 6_000)) -> Path:
+    folder.mkdir(parents=True)
+    start = 0
+    for split, n in zip(("train", "val", "test"), sizes):
+        (folder / f"{split}.txt").write_text(text[start : start + n])
+        start += n
+    return folder
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("data")
+    code = _code_text()
+    assert len(code) > 40_000
+    _write_corpus(root / "code-py", code)
+    _write_corpus(root / "docs-en", _english_text(40_000, 0))
+    return root
+
+
+# ---------------------------------------------------------------------------------------------
+# analysis scripts on a corpus folder
+
+
+def test_lexicon_segmentation(data_root, tmp_path):
+    out = tmp_path / "lexseg.json"
+    run_script("lexicon_segmentation.py", data_root / "code-py", "--steps", 2, "--batch", 2, "--seq-len", 128,
+               "--code", "--unit-price", "-1", "--whole-blank-runs", "--out", out, cwd=tmp_path)
+    r = json.loads(out.read_text())
+    assert {"rate", "space_align", "sample", "priced", "command"} <= r.keys()
+    assert 0 <= r["rate"] <= 1
+    assert any("token" in k for k in r)  # --code: Python token-end precision
+    assert [p["whole_blank_runs"] for p in r["priced"]] == [False, True]
+
+
+def test_segmentation_code_length(data_root, tmp_path):
+    out = tmp_path / "codelen.json"
+    run_script("segmentation_code_length.py", data_root / "docs-en", "--bytes", 4096, "--seq-len", 128,
+               "--out", out, cwd=tmp_path)
+    r = json.loads(out.read_text())
+    assert r["bytes"] == 4096 and r["rules"]
+    for row in r["rules"].values():
+        assert {"rate", "unigram"} <= row.keys()
+
+
+def test_token_alignment_rules(data_root, tmp_path):
+    out = tmp_path / "nested" / "align.json"
+    run_script("token_alignment_rules.py", data_root / "code-py", "--windows", 4, "--seq-len", 128,
+               "--train-bytes", 20_000, "--bpe-bytes", 8_000, "--out", out, cwd=tmp_path)
+    r = json.loads(out.read_text())
+    assert r["windows"] == 4 and r["seq_len"] == 128
+    assert {"iid@0.2", "whitespace", "class_runs"} <= r["rules"].keys()
+    assert any(k.startswith("bpe_line@") for k in r["rules"])
+    assert any(k.startswith("low_pmi_k1@") for k in r["rules"])
+
+
+# ---------------------------------------------------------------------------------------------
+# training scripts
+
+
+def test_boundary_runs_config_table_loads():
+    """Every named run's overrides are valid config keys (no training): a renamed or removed key
+    fails here, not hours into a sweep."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO / "lab")])}
+    code = ("import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('boundary_runs', {str(SCRIPTS / 'boundary_runs.py')!r})\n"
+            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+            "from rltok.config import load_config\n"
+            "bad = []\n"
+            "for name, ov in m.RUNS.items():\n"
+            "    try:\n"
+            "        load_config('tiny', overrides=['objective.recipe=reference', *ov])\n"
+            "    except Exception as e:\n"
+            "        bad.append(f'{name}: {e}')\n"
+            "print('\\n'.join(bad)); sys.exit(1 if bad else 0)\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+
+
+def test_boundary_runs(data_root, tmp_path):
+    results, runs = tmp_path / "results", tmp_path / "runs"
+    args = [data_root / "docs-en", "reference", "--steps", 2, "--eval-every", 2,
+            "--results-dir", results, "--run-root", runs]
+    run_script("boundary_runs.py", *args, cwd=tmp_path)
+    r = json.loads((results / "docs-en" / "reference_s0.json").read_text())
+    assert r["name"] == "reference" and r["data"] == "docs-en" and r["steps"] == 2
+    assert r["curve"] and {"step", "val_bpb", "val_rate"} <= r["curve"][-1].keys()
+    assert (runs / "docs-en" / "reference_s0" / "metrics.jsonl").exists()
+    # --snapshot writes the partial curve of the run folder
+    run_script("boundary_runs.py", *args, "--snapshot", cwd=tmp_path)
+    partial = json.loads((results / "docs-en" / "reference_s0.partial.json").read_text())
+    assert partial["finished"] is False and partial["curve"]
+
+
+@pytest.fixture(scope="module")
+def core_run(data_root, tmp_path_factory):
+    """core_results.py trained on one corpus (2 steps, the test preset's shape): the results folder,
+    the report and the run folder (a checkpoint for estimator_report.py)."""
+    tmp = tmp_path_factory.mktemp("core")
+    results, runs, out = tmp / "results", tmp / "runs", tmp / "RESULTS.md"
+    run_script("core_results.py", "--data-root", data_root, "--corpora", "code-py", "--steps", 2,
+               "--results-dir", results, "--run-root", runs, "--out", out,
+               *TEST_SHAPE, "train.eval_every=2", "train.checkpoint_every=2", cwd=tmp)
+    return results, out, runs / "code-py"
+
+
+def test_core_results(core_run):
+    results, out, _ = core_run
+    r = json.loads((results / "core_code-py.json").read_text())
+    assert {"val_sample", "val_greedy", "curve", "segmented_sample", "chunk_length_hist", "params"} <= r.keys()
+    assert 0 < r["val_sample"]["bpb"] < 20
+    md = out.read_text()
+    assert md.startswith("# Results")
+    assert "| corpus | params | train bytes |" in md and "| code-py |" in md
+    assert "### code-py: validation over training" in md
+
+
+def test_core_results_render_only(tmp_path):
+    """Renders the committed lab/results/core_*.json into tmp_path."""
+    out = tmp_path / "RESULTS.md"
+    run_script("core_results.py", "--render-only", "--out", out, cwd=tmp_path)
+    md = out.read_text()
+    assert "| corpus | params | train bytes |" in md
+    for p in sorted(DOC_RESULTS.glob("core_*.json")):
+        assert f"| {json.loads(p.read_text())['corpus']} |" in md
+
+
+def test_estimator_report(core_run, tmp_path):
+    _, _, run_dir = core_run
+    results, out = tmp_path / "results", tmp_path / "ESTIMATORS.md"
+    run_script("estimator_report.py", "--run", f"smoke={run_dir}", "--estimates", 2, "--reference", 2,
+               "--reference-group", 2, "--batch", 4, "--results-dir", results, "--out", out, cwd=tmp_path)
+    r = json.loads((results / "estimators_smoke.json").read_text())
+    assert r["name"] == "smoke" and r["n_estimates"] == 2 and r["n_reference"] == 2
+    md = out.read_text()
+    assert md.startswith("# Gradient estimators") and "## smoke" in md
+    # the lexicon objective: the gradient of the checkpoint's lexicon code length
+    run_script("estimator_report.py", "--run", f"smoke-lexicon={run_dir}", "--objective", "lexicon", "--estimates", 2,
+               "--reference", 2, "--reference-group", 2, "--batch", 4, "--results-dir", results, "--out", out,
+               cwd=tmp_path)
+    assert json.loads((results / "estimators_smoke-lexicon.json").read_text())["objective"] == "lexicon"
+    assert "## smoke-lexicon" in out.read_text() and "lexicon's code length" in out.read_text()
+
+
+def test_estimator_report_render_only(tmp_path):
+    """Renders the committed estimator JSON and ablation tables into tmp_path."""
+    results = tmp_path / "results"
+    results.mkdir()
+    for p in DOC_RESULTS.glob("estimators_*.json"):
+        shutil.copy(p, results / p.name)
+    shutil.copytree(DOC_RESULTS / "ablation", results / "ablation")
+    out = tmp_path / "ESTIMATORS.md"
+    run_script("estimator_report.py", "--render-only", "--results-dir", results, "--out", out, cwd=tmp_path)
+    md = out.read_text()
+    for p in DOC_RESULTS.glob("estimators_*.json"):
+        assert f"## {json.loads(p.read_text())['name']}" in md
+    assert "## Training ablations at equal compute" in md
+    assert "| variant | seeds | test bpb |" in md
+
+
+# ---------------------------------------------------------------------------------------------
+# reports rendered from committed JSON
+
+
+def _render_comparison(tmp_path, sections, *extra) -> tuple[str, Path]:
+    results = tmp_path / "results"
+    for section in sections:
+        shutil.copytree(DOC_RESULTS / section, results / section)
+    out = tmp_path / "COMPARISON.md"
+    run_script("compare_report.py", "--from-docs", "--results-dir", results, "--out", out, *extra, cwd=tmp_path)
+    return out.read_text(), results
+
+
+def test_compare_report_from_docs(tmp_path):
+    """Two sections of the committed comparison (the rl verdict and the gap to BPE tokens), one corpus;
+    the sections not copied render as having no runs."""
+    md, results = _render_comparison(tmp_path, ["compare", "embedding/b1000000"], "--corpora", "code-py")
+    assert md.startswith("# Byte-level models at equal training compute")
+    assert "## Boundary rules" in md and "### code-py" in md and "### docs-en" not in md
+    assert "Verdict for `rl`" in md and "Gap to the BPE-token transformer" in md
+    assert "No finished runs." in md
+    assert "|---|" in md
+    assert list((results / "compare" / "code-py").glob("*.png")), "no plots written"
+
+
+@pytest.mark.slow
+def test_compare_report_from_docs_full(tmp_path):
+    md, results = _render_comparison(tmp_path, ["compare", "boundaries", "boundaries_vocab", "embedding"])
+    assert "### docs-en" in md and "No finished runs." not in md
+
+
+def test_compare_report_collects_runs(tmp_path):
+    """The collect path: per-run JSON under --runs is copied (slimmed) into --results-dir."""
+    runs = tmp_path / "runs" / "compare" / "code-py"
+    runs.mkdir(parents=True)
+    for p in sorted((DOC_RESULTS / "compare" / "code-py").glob("*_s*.json")):
+        shutil.copy(p, runs / p.name)
+    results, out = tmp_path / "results", tmp_path / "C.md"
+    run_script("compare_report.py", "--runs", tmp_path / "runs", "--corpora", "code-py", "--only", "rl", "bpe",
+               "--results-dir", results, "--out", out, "--title", "Smoke", cwd=tmp_path)
+    copied = sorted(p.name for p in (results / "compare" / "code-py").glob("*_s*.json"))
+    assert copied and copied == sorted(p.name for p in runs.glob("*_s*.json") if p.name.startswith(("rl_s", "bpe_s")))
+    assert "config" in json.loads((results / "compare" / "code-py" / copied[0]).read_text())
+    md = out.read_text()
+    assert md.startswith("# Smoke") and "### code-py" in md and "`rl`" in md
+    # sections that have no runs under --runs render as "No finished runs" from the empty results dir
+    assert "No finished runs." in md
+
+
+def test_frontier_report(tmp_path):
+    results = tmp_path / "frontier"
+    shutil.copytree(DOC_RESULTS / "frontier", results)
+    for png in results.rglob("*.png"):
+        png.unlink()
+    out = tmp_path / "SUPERTOKENS.md"
+    run_script("frontier_report.py", "--results-dir", results, "--out", out, cwd=tmp_path)
+    md = out.read_text()
+    assert md.startswith("# Supertokens")
+    assert "| rule | setting | seeds | test bpb |" in md
+    assert "rl fixed rate" in md
+    for corpus in (p for p in results.iterdir() if p.is_dir()):
+        assert f"## {corpus.name}" in md and (corpus / "frontier.png").exists()
+    if list((DOC_RESULTS / "vocab").glob("*.json")):
+        assert "## Learned vocabularies against BPE at the same rate" in md
+
+
+def test_frontier_report_collect(tmp_path):
+    runs = tmp_path / "runs" / "code-py"
+    runs.mkdir(parents=True)
+    for p in sorted((DOC_RESULTS / "frontier" / "code-py").glob("*_s*.json")):
+        shutil.copy(p, runs / p.name)
+    results, out = tmp_path / "frontier", tmp_path / "S.md"
+    run_script("frontier_report.py", "--collect", "--runs", tmp_path / "runs", "--results-dir", results,
+               "--out", out, cwd=tmp_path)
+    assert sorted(p.name for p in (results / "code-py").glob("*.json")) == sorted(p.name for p in runs.glob("*.json"))
+    assert "## code-py" in out.read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# shell sweeps: syntax, and the rltok command lines they would run
+
+SWEEPS = ["ablation_sweep.sh", "boundary_compare.sh", "bpe_baseline_sweep.sh", "compare_sweep.sh",
+          "embedding_sweep.sh", "frontier_sweep.sh", "vocab_report.sh"]
+
+
+@pytest.mark.parametrize("name", [*SWEEPS, "data_root.sh", "setup.sh"])
+def test_shell_syntax(name):
+    proc = subprocess.run(["bash", "-n", str(SCRIPTS / name)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_rltok_entry_point_exists():
+    """The sweeps call .venv/bin/rltok: the console script pyproject.toml installs."""
+    import tomllib
+
+    meta = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert meta["project"]["scripts"]["rltok"] == "rltok.cli:main"
+    for name in SWEEPS:
+        assert "RLTOK=${RLTOK:-.venv/bin/rltok}" in (SCRIPTS / name).read_text()
+
+
+@pytest.fixture(scope="module")
+def sweep_commands(tmp_path_factory, data_root) -> dict[str, list[list[str]]]:
+    """Each sweep run from a copy of lab/scripts/ (so its runs/ and docs/ folders land in tmp) with
+    RLTOK set to a stand-in that records its arguments: script -> the rltok command lines."""
+    tmp = tmp_path_factory.mktemp("sweeps")
+    copy = tmp / "repo"
+    shutil.copytree(SCRIPTS, copy / "scripts", ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    # a checkpoint folder for vocab_report.sh to find (the others are skipped)
+    (copy / "runs" / "frontier" / "code-py" / "runs" / "rl__model.target_rate-0.1_s0").mkdir(parents=True)
+    shim = tmp / "rltok"
+    shim.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                    "with open(os.environ['RLTOK_LOG'], 'a') as f:\n"
+                    "    f.write(json.dumps(sys.argv[1:]) + '\\n')\n")
+    shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
+    commands = {}
+    for name in SWEEPS:
+        log = tmp / f"{name}.jsonl"
+        env = {**os.environ, "RLTOK": str(shim), "RLTOK_LOG": str(log), "SEEDS": "0"}
+        proc = subprocess.run(["bash", str(copy / "scripts" / name), str(data_root), "1000"], env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, f"{name}: {proc.stdout}\n{proc.stderr}"
+        commands[name] = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return commands
+
+
+EXPECTED_CALLS = {"ablation_sweep.sh": 4, "boundary_compare.sh": 2, "bpe_baseline_sweep.sh": 2, "compare_sweep.sh": 2, "embedding_sweep.sh": 2,
+                  "frontier_sweep.sh": 8, "vocab_report.sh": 1}
+
+
+@pytest.mark.parametrize("name", SWEEPS)
+def test_sweep_commands_parse(name, sweep_commands, data_root):
+    """Every rltok command line a sweep runs parses with the real CLI, names existing methods and
+    config keys, and points at the corpora under DATA_ROOT."""
+    from rltok.analysis.compare import method_config
+    from rltok.cli import build_parser
+    from rltok.config import load_config
+
+    calls = sweep_commands[name]
+    assert len(calls) == EXPECTED_CALLS[name], calls
+    parser = build_parser()
+    for argv in calls:
+        args, extra = parser.parse_known_args(argv)
+        assert not any(a.startswith("-") for a in extra), f"unknown options {extra} in {argv}"
+        overrides = [*getattr(args, "overrides", []), *extra]
+        assert Path(args.data).parent == data_root and Path(args.data).is_dir(), argv
+        if args.command == "compare":
+            load_config(args.preset, overrides=overrides)
+            for method in args.methods:
+                method_config(method, overrides, args.data, Path(args.out), 0, args.preset)
+        else:
+            assert args.command == "vocab" and args.checkpoint.startswith("runs/frontier/"), argv
+
+
+def test_sweeps_reuse_committed_reference_runs():
+    """ablation_sweep.sh and frontier_sweep.sh seed their folders with the main comparison's runs."""
+    for c in ("code-py", "docs-en"):
+        for m in ("rl_s0", "rl_s1", "bpe_s0"):
+            assert (DOC_RESULTS / "compare" / c / f"{m}.json").exists()
+
+
+@pytest.mark.parametrize("name", ["ablation_sweep.sh", "bpe_baseline_sweep.sh", "embedding_sweep.sh",
+                                  "frontier_sweep.sh", "vocab_report.sh"])
+def test_sweep_rejects_missing_data_root(name, tmp_path):
+    proc = subprocess.run(["bash", str(SCRIPTS / name), str(tmp_path / "nope")], capture_output=True, text=True,
+                          env={**os.environ, "RLTOK": "false"}, timeout=30)
+    assert proc.returncode == 2 and "usage:" in proc.stderr
+
+
+def test_size_ladder_prints_a_row_per_family_and_size(tmp_path):
+    out = run_script("size_ladder.py", "--n-min", "2e4", "--n-max", "5e4", "--points", "2", cwd=tmp_path).stdout
+    rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| ") and "N target" not in line]
+    assert sorted(r[0].strip("| ") for r in rows) == ["bpe_token"] * 2 + ["flat"] * 2 + ["hourglass"] * 2
+    assert all(0.85 <= float(r[3]) <= 1.15 for r in rows)
+    flat = [r for r in rows if r[0] == "| flat"]
+    assert all(float(r[7].strip(" |")) < float(r[6]) for r in flat)  # the window saves FLOPs
+
+
+def test_scaling_fit_coverage_reports_a_share_per_quantity(tmp_path):
+    import json
+
+    out = run_script("scaling_fit_coverage.py", "--repeats", "3", "--boot", "30", cwd=tmp_path).stdout
+    result = json.loads(out)
+    shares = result["coverage_of_95pct_intervals"]
+    precision = {k: shares.pop(k) for k in ("prediction at 10x: median |error|", "prediction at 10x: median interval width")}
+    assert set(shares) == {"E", "alpha", "a", "L*(middle budget)", "prediction at 10x"}
+    assert all(v in (0.0, 1 / 3, 2 / 3, 1.0) for v in shares.values()) and result["design"]["repeats"] == 3
+    assert all(0 <= v < 1 for v in precision.values())
+    # the held-out factor and the true law are the caller's
+    out = run_script("scaling_fit_coverage.py", "--repeats", "2", "--boot", "20", "--budgets", "3e11", "1e12", "3e12",
+                     "--holdout-factor", "3.33", "--law", "0", "78.6", "0.12", cwd=tmp_path).stdout
+    result = json.loads(out)
+    assert "prediction at 3.33x" in result["coverage_of_95pct_intervals"] and result["design"]["law"] == [0, 78.6, 0.12]
+
+
+def test_scaling_lr_fit_finds_the_rate_each_size_wants(tmp_path):
+    """The LR-rule script on records of a known law: each size's best rate is lr* = 0.02 (N/1e4)^-0.5,
+    the loss a parabola in log lr around it; the fitted power law recovers the exponent."""
+    import json
+    import math
+
+    for n in (1e4, 4e4, 1.6e5):
+        best = 0.02 * (n / 1e4) ** -0.5
+        for lr in (0.0025, 0.005, 0.01, 0.02, 0.04):
+            rec = {"family": f"flat_lr{lr:g}", "non_embedding_params": int(n),
+                   "bpb": 3.0 + 0.1 * math.log(lr / best) ** 2}
+            (tmp_path / f"C3e11__flat_lr{lr:g}__N{int(n)}__s0.json").write_text(json.dumps(rec))
+    out = run_script("scaling_lr_fit.py", tmp_path, "--n-ref", "1e4", cwd=tmp_path).stdout
+    assert "| flat | 40,000 |" in out and "| yes |" in out
+    assert "lr*(N) = 0.02 * (N / 10000) ** 0.500" in out
