@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else 2
     if getattr(args, "mode", "unset") is None:
         args.mode = "sample"
-    with output_never_fails():
+    with output_never_fails(stdout=False):
         try:
             return args.func(args)
         except BrokenPipeError:

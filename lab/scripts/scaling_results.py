@@ -1,4 +1,4 @@
-"""Regenerate the compute-optimal study's tables in the README and in lab/reports/SCALING.md from its
+"""Regenerate the compute-optimal study's tables in the lab's README and in lab/reports/SCALING.md from its
 runs; never edit the lines between the markers by hand.
 
 - README, between `<!-- scaling-results:begin -->` and `<!-- scaling-results:end -->`: each family
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
                     help="the README table's budget (default: the largest of the grid's budgets complete on every corpus)")
     ap.add_argument("--allow-partial", action="store_true",
                     help="regenerate the SCALING.md block while a budget is under way (its fits are provisional)")
-    ap.add_argument("--readme", default="README.md")
+    ap.add_argument("--readme", default="lab/README.md")
     ap.add_argument("--doc", default="lab/reports/SCALING.md", help="its study block; '' leaves it alone")
     ap.add_argument("--results-root", help="where the machine-hours are summed (default: the parent of --out)")
     args = ap.parse_args(argv)

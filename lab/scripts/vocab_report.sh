@@ -7,7 +7,7 @@
 set -euo pipefail
 source "$(dirname "$0")/data_root.sh" "usage: lab/scripts/vocab_report.sh DATA_ROOT  (DATA_ROOT holds code-py/ and docs-en/)" "$@"
 cd "$(dirname "$0")/../.."
-RLTOK=${RLTOK:-.venv/bin/rltok}
+LAB=${LAB:-.venv/bin/python -m rltok_lab}  # the lab's command line
 OUT=lab/results/vocab
 mkdir -p "$OUT"
 for c in code-py docs-en; do
@@ -17,7 +17,7 @@ for c in code-py docs-en; do
     name=${c}__${run}
     [ -d "$ckpt" ] || { echo "skip $name (no checkpoint)"; continue; }
     [ -e "$OUT/$name.json" ] && { echo "$name: done already"; continue; }
-    $RLTOK vocab "$ckpt" --data "$ROOT/$c" --split test --threads 1 --json "$OUT/$name.json" --markdown "$OUT/$name.md" > /dev/null
+    $LAB vocab "$ckpt" --data "$ROOT/$c" --split test --threads 1 --json "$OUT/$name.json" --markdown "$OUT/$name.md" > /dev/null
     echo "$name: written"
   done
 done

@@ -45,7 +45,7 @@ def test_report_renders_committed_runs_without_the_new_fields(tmp_path):
     spec = importlib.util.spec_from_file_location("compare_report", REPO / "lab" / "scripts" / "compare_report.py")
     report = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(report)
-    src = REPO / "docs" / "results" / "compare" / "code-py"
+    src = REPO / "lab" / "results" / "compare" / "code-py"
     dest = tmp_path / "results" / "compare" / "code-py"
     dest.mkdir(parents=True)
     for name in ("bpe_token_s0.json", "bpe_token_s1.json"):

@@ -130,7 +130,7 @@ def test_a_check_of_some_families_keeps_the_rows_of_the_others(tmp_path, capsys)
     assert main([*args, "--check-optimum", "1e8", "--family", "zz"]) == 2 and "families are a" in capsys.readouterr().err
     from types import SimpleNamespace
 
-    from rltok.cli.analysis_commands import _scaling_command
+    from rltok_lab.cli import _scaling_command
     said = _scaling_command(SimpleNamespace(grid="g", out="o", corpus=None, check_optimum=1e8, lr_mults=[0.5],
                                             variant=[], tolerance=0.02, family=["a", "b"], fit_only=False))
     assert said.endswith("--family a b")  # the table's command reruns the same check

@@ -310,7 +310,7 @@ SWEEPS = ["ablation_sweep.sh", "boundary_compare.sh", "bpe_baseline_sweep.sh", "
           "embedding_sweep.sh", "frontier_sweep.sh", "vocab_report.sh"]
 
 
-@pytest.mark.parametrize("name", [*SWEEPS, "data_root.sh", "setup.sh"])
+@pytest.mark.parametrize("name", [*SWEEPS, "data_root.sh"])
 def test_shell_syntax(name):
     proc = subprocess.run(["bash", "-n", str(SCRIPTS / name)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -323,6 +323,9 @@ def test_rltok_entry_point_exists():
     meta = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert meta["project"]["scripts"]["rltok"] == "rltok.cli:main"
     for name in SWEEPS:
+        if name == "vocab_report.sh":  # the lab's own command
+            assert "LAB=${LAB:-.venv/bin/python -m rltok_lab}" in (SCRIPTS / name).read_text()
+            continue
         assert "RLTOK=${RLTOK:-.venv/bin/rltok}" in (SCRIPTS / name).read_text()
 
 
@@ -332,7 +335,7 @@ def sweep_commands(tmp_path_factory, data_root) -> dict[str, list[list[str]]]:
     RLTOK set to a stand-in that records its arguments: script -> the rltok command lines."""
     tmp = tmp_path_factory.mktemp("sweeps")
     copy = tmp / "repo"
-    shutil.copytree(SCRIPTS, copy / "scripts", ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    shutil.copytree(SCRIPTS, copy / "lab" / "scripts", ignore=shutil.ignore_patterns("*.py", "__pycache__"))
     # a checkpoint folder for vocab_report.sh to find (the others are skipped)
     (copy / "runs" / "frontier" / "code-py" / "runs" / "rl__model.target_rate-0.1_s0").mkdir(parents=True)
     shim = tmp / "rltok"
@@ -343,8 +346,8 @@ def sweep_commands(tmp_path_factory, data_root) -> dict[str, list[list[str]]]:
     commands = {}
     for name in SWEEPS:
         log = tmp / f"{name}.jsonl"
-        env = {**os.environ, "RLTOK": str(shim), "RLTOK_LOG": str(log), "SEEDS": "0"}
-        proc = subprocess.run(["bash", str(copy / "scripts" / name), str(data_root), "1000"], env=env,
+        env = {**os.environ, "RLTOK": str(shim), "LAB": str(shim), "RLTOK_LOG": str(log), "SEEDS": "0"}
+        proc = subprocess.run(["bash", str(copy / "lab" / "scripts" / name), str(data_root), "1000"], env=env,
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, f"{name}: {proc.stdout}\n{proc.stderr}"
         commands[name] = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
@@ -362,12 +365,13 @@ def test_sweep_commands_parse(name, sweep_commands, data_root):
     from rltok.analysis.compare import method_config
     from rltok.cli import build_parser
     from rltok.config import load_config
+    from rltok_lab.cli import build_parser as lab_parser
 
     calls = sweep_commands[name]
     assert len(calls) == EXPECTED_CALLS[name], calls
     parser = build_parser()
     for argv in calls:
-        args, extra = parser.parse_known_args(argv)
+        args, extra = (lab_parser() if argv[:1] == ["vocab"] else parser).parse_known_args(argv)
         assert not any(a.startswith("-") for a in extra), f"unknown options {extra} in {argv}"
         overrides = [*getattr(args, "overrides", []), *extra]
         assert Path(args.data).parent == data_root and Path(args.data).is_dir(), argv
