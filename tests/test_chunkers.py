@@ -180,3 +180,19 @@ def test_the_teacher_rule_gives_a_frozen_models_greedy_cuts_and_holds_none_of_it
     for bad, match in (("", "needs model.chunker.checkpoint"), (str(tmp_path / "nowhere"), "no model folder")):
         with pytest.raises(ConfigError, match=match):
             HourglassLM(tiny_model_config(chunker=TeacherChunkerSettings(checkpoint=bad)))
+
+
+def test_every_rule_is_importable_from_the_package_and_lives_in_its_kinds_module():
+    import importlib
+
+    import rltok.model.chunkers as package
+
+    homes = {"rl": "policy", "fixed": "fixed", "uniform": "fixed", "whitespace": "fixed", "entropy": "fixed",
+             "hnet": "straight_through", "gumbel": "straight_through", "bpe": "bpe"}
+    for kind, module in homes.items():
+        cls = CHUNKERS.component(kind)
+        assert cls.__module__ == f"rltok.model.chunkers.{module}", kind
+        assert getattr(package, cls.__name__) is cls
+    for name in package.__all__:
+        owner = getattr(package, name).__module__
+        assert getattr(importlib.import_module(owner), name) is getattr(package, name)

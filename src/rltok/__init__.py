@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING
 from rltok.version import __version__  # noqa: F401  (rltok.__version__)
 
 __all__ = ["Config", "DataConfig", "ModelConfig", "ObjectiveConfig", "TrainConfig", "load_config", "load_corpus",
-           "HourglassLM", "FlatByteLM", "compute_loss", "Trainer", "train", "evaluate", "load_checkpoint",
+           "HourglassLM", "FlatByteLM", "compute_loss", "Trainer", "train", "evaluate", "evaluate_run", "load_checkpoint",
            "save_checkpoint", "segment_bytes", "from_pretrained", "save_pretrained"]
 
 # Loaded on first use, so that `import rltok` (and `rltok --help`) loads no torch.
 _LAZY = {"load_checkpoint": "rltok.training.loading", "save_checkpoint": "rltok.training.checkpoint",
          "load_corpus": "rltok.data.corpus", "evaluate": "rltok.eval.evaluate",
+         "evaluate_run": "rltok.harness.run_eval",
          "from_pretrained": "rltok.training.loading", "save_pretrained": "rltok.model.pretrained",
          "compute_loss": "rltok.objective.loss", "segment_bytes": "rltok.model.segment",
          "Trainer": "rltok.training.trainer", "train": "rltok.training.trainer",
@@ -45,6 +46,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from rltok.data.corpus import load_corpus
     from rltok.eval.evaluate import evaluate
+    from rltok.harness.run_eval import evaluate_run
     from rltok.model.segment import segment_bytes
     from rltok.objective.loss import compute_loss
     from rltok.model.pretrained import save_pretrained

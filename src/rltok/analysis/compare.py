@@ -278,27 +278,21 @@ class _Evaluated:
 
 def _evaluate_run(out_dir: Path, data: str, eval_split: str, seq_len: int, max_eval_windows: int,
                   context: int = 1) -> _Evaluated:
-    from rltok.training.loading import load_checkpoint
-    from rltok.data.windows import eval_windows
-    from rltok.data.corpus import load_eval_bytes
-    from rltok.eval.evaluate import evaluate
+    from rltok.harness.run_eval import evaluate_run
 
-    model, cfg_loaded, _, _ = load_checkpoint(out_dir)
-    x, y = eval_windows(load_eval_bytes(data, eval_split), seq_len, max_eval_windows, context=context)
-    ev = evaluate(model, x, y, batch_size=16, mode="sample", seed=0, context=context)
-    greedy = None
-    rule = getattr(model, "chunker", None)
-    if rule is not None and rule.stochastic:
-        greedy = evaluate(model, x, y, batch_size=16, mode="greedy", seed=0, context=context)
+    run = evaluate_run(out_dir, data, eval_split, seq_len=seq_len, max_windows=max_eval_windows, context=context,
+                       batch_size=16, seed=0, code_metrics=False, greedy=True)
+    model, x, y = run.model, run.x, run.y
     estimator = None
+    rule = getattr(model, "chunker", None)
     if rule is not None and rule.learned:
         from rltok.analysis.diagnose import diagnose
 
         # SNR of the run's own gradient estimator at its final checkpoint, on 8 held-out windows
-        d = diagnose(model, x[:8], y[:8], cfg_loaded.objective, cfg_loaded.model.target_rate,
+        d = diagnose(model, x[:8], y[:8], run.config.objective, run.config.model.target_rate,
                      variants={"own": {}}, n_estimates=16, n_reference=16, log=lambda m: None)
         estimator = d["variants"]["own"]
-    return _Evaluated(model, cfg_loaded, ev, context, greedy, estimator)
+    return _Evaluated(model, run.config, run.result, context, run.greedy, estimator)
 
 
 def _run_record(method: str, seed: int, data: str, eval_split: str, budget_flops: float, t: _Trained,

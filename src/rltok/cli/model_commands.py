@@ -19,8 +19,8 @@ def cmd_lm_eval(args) -> int:
 def _load(args):
     import torch
 
-    from rltok.training.loading import load_checkpoint
     from rltok.training.device import resolve_device
+    from rltok.training.loading import load_checkpoint, refuse_non_finite
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -31,41 +31,21 @@ def _load(args):
     return model, cfg, ckpt, device
 
 
-def refuse_non_finite(model, ckpt) -> None:
-    """A model whose weights hold NaN or inf gives NaN for everything: an error, not a result."""
+def cmd_eval(args) -> int:
     import torch
 
-    from rltok.training.checkpoint import CheckpointError
+    from rltok.harness.run_eval import evaluate_run
+    from rltok.training.device import resolve_device
 
-    bad = [name for name, t in model.state_dict().items() if t.is_floating_point() and not torch.isfinite(t).all()]
-    if bad:
-        raise CheckpointError(f"the model in {ckpt} has non-finite weights (NaN or inf) in {len(bad)} tensor(s), "
-                              f"first {bad[0]}; it cannot be evaluated or used")
-
-
-def cmd_eval(args) -> int:
-    from rltok.data.windows import eval_windows
-    from rltok.data.corpus import load_eval_bytes, resolve_split
-    from rltok.eval.evaluate import evaluate
-    from rltok.data.python_tokens import looks_like_python
-
-    if args.data is not None:  # a wrong split fails before the model loads
-        resolve_split(args.data, args.split, args.fallback_to_val)
-    model, cfg, ckpt, device = _load(args)
-    spec = args.data or cfg.data.train
-    split = resolve_split(spec, args.split, args.fallback_to_val)
-    if split != args.split:
-        print(f"note: {spec} has no {args.split!r} split: evaluating on {split!r}", file=sys.stderr)
-    data = load_eval_bytes(spec, split, args.max_bytes, cfg.data.val_fraction)
-    seq_len = args.seq_len or cfg.train.seq_len
-    x, y = eval_windows(data, seq_len, args.max_windows, context=args.context)
-    code = args.code if args.code is not None else looks_like_python(spec)
-    result = evaluate(model, x, y, batch_size=args.batch_size, mode=args.mode, seed=args.seed, device=device,
-                      code_metrics=code, context=args.context, forced_split=args.forced_split)
-    result.update(checkpoint=str(ckpt), data=spec, split=split, seq_len=x.shape[1], mode=args.mode,
-                  context=args.context, forced_split=args.forced_split)
-    if split != args.split:
-        result["split_requested"] = args.split
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    run = evaluate_run(args.checkpoint, args.data, args.split, fallback_to_val=args.fallback_to_val,
+                       max_bytes=args.max_bytes, seq_len=args.seq_len or None, max_windows=args.max_windows,
+                       context=args.context, batch_size=args.batch_size, mode=args.mode, seed=args.seed,
+                       device=resolve_device(args.device), code_metrics=args.code, forced_split=args.forced_split)
+    if run.split != args.split:
+        print(f"note: {run.data} has no {args.split!r} split: evaluating on {run.split!r}", file=sys.stderr)
+    result = run.summary()
     if not args.hist:
         result.pop("chunk_length_hist", None)
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}, indent=2))

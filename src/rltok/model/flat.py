@@ -6,37 +6,27 @@ import torch
 import torch.nn as nn
 
 from rltok.config import VOCAB_SIZE, ModelConfig
-from rltok.model.cost import Level, linear_flops, module_flops
+from rltok.model.cost import Level, module_flops
 from rltok.model.decoding import FlatState, StepOutput
 from rltok.model.generate import Generation, generate
-from rltok.model.layers import Stack, init_weights, param_count
+from rltok.model.layers import param_count
 from rltok.model.ngram_embed import NgramEmbedding, byte_input
 from rltok.model.output import LMOutput
-from rltok.model.pretrained import PretrainedMixin
+from rltok.model.plain_lm import PlainLM
 
 
-class FlatByteLM(nn.Module, PretrainedMixin):
+class FlatByteLM(PlainLM):
     arch = "flat"
 
     def __init__(self, d_model: int, n_layers: int, n_heads: int, mlp_ratio: float = 4.0,
                  window: int | None = None, max_seq_len: int = 8192, rope_base: float = 10000.0,
                  ngram_sizes: tuple[int, ...] = (), ngram_vocab: int = 0):
-        super().__init__()
+        def ngrams() -> dict[str, nn.Module | None]:
+            # hashed byte n-gram embeddings, as on the hierarchical model (model.ngram_vocab)
+            return {"ngram_embed": NgramEmbedding(ngram_sizes, ngram_vocab, d_model) if ngram_vocab else None}
+
+        super().__init__(VOCAB_SIZE, d_model, n_layers, n_heads, mlp_ratio, rope_base, window, inputs=ngrams)
         self.max_seq_len = max_seq_len
-        self.embed = nn.Embedding(VOCAB_SIZE, d_model)
-        # hashed byte n-gram embeddings, as on the hierarchical model (model.ngram_vocab)
-        self.ngram_embed = NgramEmbedding(ngram_sizes, ngram_vocab, d_model) if ngram_vocab else None
-        self.body = Stack(n_layers, d_model, n_heads, mlp_ratio, rope_base, window)
-        self.head = nn.Linear(d_model, VOCAB_SIZE, bias=False)
-        init_weights(self.body, n_layers)
-        nn.init.normal_(self.head.weight, 0.0, 0.02)
-        nn.init.normal_(self.embed.weight, 0.0, 1.0)
-
-    hierarchical = False
-
-    @staticmethod
-    def fitted_to_data(cfg) -> bool:
-        return False
 
     def chunks_per_byte(self, x: torch.Tensor, generator=None) -> None:
         """A byte model with no chunks: nothing to plan with."""
@@ -45,7 +35,7 @@ class FlatByteLM(nn.Module, PretrainedMixin):
     def shape_facts(self) -> dict:
         """Depth, width and vocabulary rows, for result tables (see HourglassLM.shape_facts)."""
         ngram = self.ngram_embed
-        return {"depth": len(self.body.blocks), "width": self.embed.embedding_dim, "bpe_vocab": None,
+        return {**super().shape_facts(), "bpe_vocab": None,
                 "ngram_rows": ngram.table.num_embeddings if ngram is not None else 0, "chunk_vocab_rows": 0}
 
     @staticmethod
@@ -67,13 +57,9 @@ class FlatByteLM(nn.Module, PretrainedMixin):
         """Forward FLOPs per byte on windows of `seq_len` bytes, by component (as HourglassLM's;
         no chunks, so `rate` and `rate2` change nothing). `kernel`: attention as its kernel computes."""
         byte = Level(seq_len, 1.0, kernel)
-        out = {"ngram": module_flops(self.ngram_embed, byte), "body": self.body.linear_flops(byte),
-               "body_attn": self.body.attention_flops(byte), "head": linear_flops(self.head, byte)}
+        out = {"ngram": module_flops(self.ngram_embed, byte), **self.stack_flops(byte)}
         out["total"] = sum(out.values())
         return out
-
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
 
     def non_embedding_params(self) -> int:
         """Parameters outside the lookup tables (the size a scaling law counts): everything but
@@ -84,11 +70,13 @@ class FlatByteLM(nn.Module, PretrainedMixin):
     def forward(self, idx: torch.Tensor, **_: object) -> LMOutput:
         if idx.shape[1] > self.max_seq_len:
             raise ValueError(f"sequence of {idx.shape[1]} bytes exceeds max_seq_len={self.max_seq_len}")
-        pos = torch.arange(idx.shape[1], device=idx.device)
-        return LMOutput(self.head(self.body(self.embed_bytes(idx), pos)))
+        return LMOutput(self.token_logits(idx))
 
     def embed_bytes(self, idx: torch.Tensor) -> torch.Tensor:
         return byte_input(self.embed, self.ngram_embed, idx)
+
+    def input_vectors(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.embed_bytes(ids)
 
     # ---- cached decoding (see rltok.model.decoding) ------------------------------------------
 

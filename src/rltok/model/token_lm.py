@@ -17,37 +17,28 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 
 from rltok.config import ModelConfig
 from rltok.data.bpe import encode_rows, fit_bpe_to_rate, heldout_for, tokenizer_from_tensor, tokenizer_to_tensor
-from rltok.model.cost import Level, linear_flops
-from rltok.model.layers import Stack, init_weights, param_count
+from rltok.model.cost import Level
+from rltok.model.layers import param_count
 from rltok.model.output import LMOutput
-from rltok.model.pretrained import PretrainedMixin
+from rltok.model.plain_lm import PlainLM
 
 
-class BPETokenLM(nn.Module, PretrainedMixin):
+class BPETokenLM(PlainLM):
     arch = "bpe_token"
 
     def __init__(self, tokenizer: Tokenizer, d_model: int, n_layers: int, n_heads: int, mlp_ratio: float = 4.0,
                  max_tokens: int = 2048, rope_base: float = 10000.0, dropout: float = 0.0):
-        super().__init__()
+        super().__init__(tokenizer.get_vocab_size(), d_model, n_layers, n_heads, mlp_ratio, rope_base, None, dropout)
         self.max_tokens = max_tokens
         self.vocab_size = tokenizer.get_vocab_size()
         self.register_buffer("tokenizer_json", tokenizer_to_tensor(tokenizer), persistent=True)
         self.tokenizer = tokenizer
-        self.embed = nn.Embedding(self.vocab_size, d_model)
-        self.body = Stack(n_layers, d_model, n_heads, mlp_ratio, rope_base, None, dropout)
-        self.head = nn.Linear(d_model, self.vocab_size, bias=False)
-        init_weights(self.body, n_layers)
-        nn.init.normal_(self.head.weight, 0.0, 0.02)
-        nn.init.normal_(self.embed.weight, 0.0, 1.0)
-
-    hierarchical = False
 
     @staticmethod
     def fitted_to_data(cfg) -> bool:
@@ -63,8 +54,8 @@ class BPETokenLM(nn.Module, PretrainedMixin):
 
     def shape_facts(self) -> dict:
         """Depth, width and vocabulary, for result tables (see HourglassLM.shape_facts)."""
-        return {"depth": len(self.body.blocks), "width": self.embed.embedding_dim, "bpe_vocab": int(self.vocab_size),
-                "ngram_rows": None, "chunk_vocab_rows": None}
+        return {**super().shape_facts(), "bpe_vocab": int(self.vocab_size), "ngram_rows": None,
+                "chunk_vocab_rows": None}
 
     @staticmethod
     def card_facts(m: dict) -> tuple[str, list[tuple[str, str]], bool]:
@@ -110,8 +101,7 @@ class BPETokenLM(nn.Module, PretrainedMixin):
                 raise ValueError("pass the tokens per byte: this model has no config to take a target from")
             rate = self.model_config.target_rate
         tokens = Level(max(1, int(seq_len * rate)), 1.0, kernel)
-        per_token = {"body": self.body.linear_flops(tokens), "body_attn": self.body.attention_flops(tokens),
-                     "head": linear_flops(self.head, tokens)}
+        per_token = self.stack_flops(tokens)
         return {**{k: rate * v for k, v in per_token.items()}, "total": rate * sum(per_token.values())}
 
     def num_params(self, non_embedding: bool = False) -> int:
@@ -174,11 +164,6 @@ class BPETokenLM(nn.Module, PretrainedMixin):
             tok[r, : len(i)] = i
             end[r, : len(e)] = e
         return torch.from_numpy(tok).to(dev), torch.from_numpy(end).to(dev), torch.from_numpy(counts).to(dev)
-
-    def token_logits(self, tok: torch.Tensor) -> torch.Tensor:
-        """(B, N, V) next-token logits for token ids (B, N); position = token index."""
-        pos = torch.arange(tok.shape[1], device=tok.device)
-        return self.head(self.body(self.embed(tok), pos))
 
     def forward(self, idx: torch.Tensor, **_: object) -> LMOutput:
         bsz, length = idx.shape

@@ -26,7 +26,7 @@ from rltok.model.pretrained import (CONFIG, WEIGHTS, CheckpointError, Pretrained
 from rltok.model.pretrained import load_weights as load_model_weights
 from rltok.training.checkpoint import is_model_dir, read_trainer_state, resolve_checkpoint
 
-__all__ = ["Loaded", "from_pretrained", "load", "load_checkpoint", "load_weights"]
+__all__ = ["Loaded", "from_pretrained", "load", "load_checkpoint", "load_weights", "refuse_non_finite"]
 
 
 class Loaded(NamedTuple):
@@ -70,6 +70,14 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", with_t
     paths only; a model folder loads too, without trainer state)."""
     got = load(path, device=device, with_trainer_state=with_trainer_state)
     return got.model.train(), got.config, got.trainer_state, got.folder
+
+
+def refuse_non_finite(model: torch.nn.Module, folder) -> None:
+    """A model whose weights hold NaN or inf gives NaN for everything: an error, not a result."""
+    bad = [name for name, t in model.state_dict().items() if t.is_floating_point() and not torch.isfinite(t).all()]
+    if bad:
+        raise CheckpointError(f"the model in {folder} has non-finite weights (NaN or inf) in {len(bad)} tensor(s), "
+                              f"first {bad[0]}; it cannot be evaluated or used")
 
 
 def from_pretrained(name_or_path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,

@@ -1,0 +1,76 @@
+"""`evaluate_run`: a trained run (or an exported model) measured on held-out windows, the one
+path from a folder on disk to `rltok.eval.evaluate` that `rltok eval` and the compute-matched
+comparison share. It loads through rltok.training.loading, so it sits above training."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from rltok.config import Config
+from rltok.data.corpus import load_eval_bytes, resolve_split
+from rltok.data.python_tokens import looks_like_python
+from rltok.data.windows import eval_windows
+from rltok.eval.evaluate import evaluate
+from rltok.training.device import resolve_device
+from rltok.training.loading import load_checkpoint, refuse_non_finite
+
+
+@dataclass
+class RunEvaluation:
+    """What `evaluate_run` measured, and on what."""
+    result: dict  # `evaluate`'s result with the decisions of `mode`
+    greedy: dict | None  # the thresholded rule's, where asked for and the rule samples
+    model: torch.nn.Module  # in eval mode
+    config: Config  # the run's own
+    checkpoint: Path  # the folder the weights came from
+    data: str
+    split: str  # the split evaluated (val where fallback_to_val stood in for a missing one)
+    split_requested: str
+    mode: str
+    context: int
+    forced_split: bool
+    x: torch.Tensor  # the windows scored (N, T): inputs
+    y: torch.Tensor  # and next-byte targets
+
+    def summary(self) -> dict:
+        """The result with what it was measured on: what `rltok eval` prints (unrounded)."""
+        out = {**self.result, "checkpoint": str(self.checkpoint), "data": self.data, "split": self.split,
+               "seq_len": self.x.shape[1], "mode": self.mode, "context": self.context,
+               "forced_split": self.forced_split}
+        if self.split != self.split_requested:
+            out["split_requested"] = self.split_requested
+        return out
+
+
+def evaluate_run(path: str | Path, data: str | None = None, split: str = "test", *, fallback_to_val: bool = False,
+                 max_bytes: int = 0, seq_len: int | None = None, max_windows: int = 0, context: int = 1,
+                 batch_size: int = 8, mode: str = "sample", seed: int = 0, device: str | torch.device = "cpu",
+                 code_metrics: bool | None = None, forced_split: bool = True, greedy: bool = False) -> RunEvaluation:
+    """Evaluate the model in `path` (a run folder's newest valid checkpoint, a checkpoint or an
+    exported model folder) on `split` of `data` (default: the corpus the run trained on, held
+    out as its config says), in windows of `seq_len` bytes (default: its training length).
+    `fallback_to_val`: val where the data has no such split. `code_metrics`: the Python-token
+    alignment (default: where the data is Python source). `greedy`: also evaluate the thresholded
+    decisions where the rule samples. The rest are `evaluate`'s (rltok.eval.evaluate)."""
+    if data is not None:  # a wrong split fails before the model loads
+        resolve_split(data, split, fallback_to_val)
+    device = resolve_device(device)
+    model, cfg, _, ckpt = load_checkpoint(path, device=device)
+    refuse_non_finite(model, ckpt)
+    model.eval()
+    spec = data or cfg.data.train
+    used = resolve_split(spec, split, fallback_to_val)
+    x, y = eval_windows(load_eval_bytes(spec, used, max_bytes, cfg.data.val_fraction), seq_len or cfg.train.seq_len,
+                        max_windows, context=context)
+    code = code_metrics if code_metrics is not None else looks_like_python(spec)
+    options = dict(batch_size=batch_size, seed=seed, device=device, code_metrics=code, context=context,
+                   forced_split=forced_split)
+    result = evaluate(model, x, y, mode=mode, **options)
+    rule = getattr(model, "chunker", None)
+    thresholded = None
+    if greedy and rule is not None and rule.stochastic:
+        thresholded = evaluate(model, x, y, mode="greedy", **options)
+    return RunEvaluation(result, thresholded, model, cfg, ckpt, spec, used, split, mode, context, forced_split, x, y)

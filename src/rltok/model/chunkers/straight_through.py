@@ -1,0 +1,130 @@
+"""Rules trained straight-through, by the LM loss's gradient through a gate of value 1: H-Net's
+router and Gumbel-sigmoid dynamic pooling."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from rltok.model.chunkers.base import Boundaries, Chunker, fp32_linear
+from rltok.model.cost import Level
+from rltok.model.noise import uniform  # noise that data-parallel ranks can slice from the global batch
+
+
+class HNetRouter(Chunker):
+    """H-Net's dynamic chunking: p_t = (1 - cos(q_t, k_{t-1})) / 2 on projected encoder states,
+    boundary where p_t >= 0.5. Trained straight-through: the upsampled vector is scaled by the
+    confidence (p_t or 1 - p_t) with its value replaced by 1, chunk outputs are smoothed by an
+    EMA weighted by p, and a ratio loss pulls the rate towards the target."""
+
+    tracks_target = True
+
+    @classmethod
+    def from_settings(cls, settings, m, dim=None, rate=None):
+        return cls(dim or m.d_byte, rate or m.target_rate, settings.ratio_weight)
+
+    def __init__(self, dim: int, rate: float, ratio_weight: float = 0.03):
+        super().__init__()
+        self.q = nn.Linear(dim, dim, bias=False)
+        self.k = nn.Linear(dim, dim, bias=False)
+        nn.init.eye_(self.q.weight)  # start as plain cosine similarity of adjacent states
+        nn.init.eye_(self.k.weight)
+        self.rate = rate
+        self.ratio_weight = ratio_weight
+
+    def forward(self, h, forced, b=None, mode="sample", generator=None, **_) -> Boundaries:
+        q, k = fp32_linear(self.q, h), fp32_linear(self.k, h)
+        cos = F.cosine_similarity(q[:, 1:], k[:, :-1], dim=-1)
+        p = torch.cat([cos.new_ones(cos.shape[0], 1), ((1 - cos) / 2).clamp(0, 1)], dim=1)  # (a 1-byte window too)
+        p = torch.where(forced, torch.ones_like(p), p)
+        if b is None:
+            b = p >= 0.5
+        b = b.bool() | forced
+        c = torch.where(b, p, 1 - p)
+        confidence = c + (1 - c).detach()  # straight-through: forward 1, gradient of c
+        # ratio loss (H-Net): N/(N-1) * ((N-1) F G + (1-F)(1-G)), minimal at F = G = 1/N
+        n = 1.0 / self.rate
+        f_sel = b[~forced].float().mean()
+        g_prob = p[~forced].mean()
+        ratio = n / (n - 1) * ((n - 1) * f_sel * g_prob + (1 - f_sel) * (1 - g_prob))
+        return Boundaries(b=b, free=~forced, confidence=confidence, smooth=p, scores=p.detach(),
+                          aux_loss=self.ratio_weight * ratio)
+
+    def chunk_flops(self, level: Level, dim: int) -> float:
+        """The EMA over chunks (stage.ema_over_chunks): a dense (chunks x chunks) @ (chunks x dim)
+        product per sequence."""
+        return level.per_byte * 2.0 * level.items * dim
+
+    def start_state(self, h, b, idx=None, early_logits=None, offset: int = 0) -> dict[str, torch.Tensor]:
+        return {"key": fp32_linear(self.k, h[:, -1])}
+
+    def step(self, state, h, forced, b=None, mode="sample", generator=None, idx=None, early_logits=None,
+             noise=None) -> Boundaries:
+        q, k = fp32_linear(self.q, h), fp32_linear(self.k, h)
+        cos = F.cosine_similarity(q, state["key"], dim=-1)
+        state["key"] = k
+        p = torch.where(forced, torch.ones_like(cos), ((1 - cos) / 2).clamp(0, 1))
+        if b is None:
+            b = p >= 0.5
+        b = b.bool() | forced
+        c = torch.where(b, p, 1 - p)
+        return Boundaries(b=b, free=~forced, confidence=c + (1 - c), smooth=p, scores=p)
+
+
+class GumbelChunker(Chunker):
+    """Dynamic-pooling style: an MLP scores each byte, a hard Gumbel-sigmoid sample decides, and
+    a straight-through gate (value 1, gradient of the soft sample) multiplies the selected
+    vectors. A binomial prior on the boundary count holds the rate near the target."""
+
+    tracks_target = True
+    stochastic = True
+
+    @classmethod
+    def from_settings(cls, settings, m, dim=None, rate=None):
+        return cls(dim or m.d_byte, rate or m.target_rate, settings.temperature, settings.prior_weight)
+
+    def __init__(self, dim: int, rate: float, temperature: float = 1.0, prior_weight: float = 1.0):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(dim, dim), nn.GELU(), nn.Linear(dim, 1))
+        nn.init.zeros_(self.mlp[2].weight)
+        nn.init.constant_(self.mlp[2].bias, math.log(rate / (1 - rate)))
+        self.rate = rate
+        self.temperature = temperature
+        self.prior_weight = prior_weight
+
+    def soft(self, logits: torch.Tensor, mode: str, generator, noise: torch.Tensor | None = None) -> torch.Tensor:
+        # "sample" draws the hard Gumbel-sigmoid sample in training and evaluation alike (the rule
+        # the model trained with); "greedy" thresholds the noiseless probability at 0.5, an
+        # inference rule the model never trained with (with the bias at logit(0.2) it draws no
+        # free boundary at all until the scorer has learned confident boundaries)
+        if mode == "greedy":
+            return torch.sigmoid(logits)
+        u = (noise if noise is not None else uniform(logits.shape, logits.device, generator)).clamp(1e-6, 1 - 1e-6)
+        return torch.sigmoid((logits + torch.log(u) - torch.log1p(-u)) / self.temperature)
+
+    def forward(self, h, forced, b=None, mode="sample", generator=None, **_) -> Boundaries:
+        logits = fp32_linear(self.mlp, h).squeeze(-1)
+        soft = self.soft(logits, mode, generator)
+        if b is None:
+            b = soft > 0.5
+        b = b.bool() | forced
+        gate = soft + (b.float() - soft).detach()
+        free = ~forced
+        count = gate.masked_fill(forced, 0).sum(1)
+        n_free = free.sum(1).float()
+        prior = torch.distributions.Binomial(total_count=n_free, probs=torch.full_like(n_free, self.rate))
+        nll = -prior.log_prob(count.clamp(max=n_free)).mean() / n_free.mean()
+        return Boundaries(b=b, free=free, gate=gate, scores=torch.sigmoid(logits.detach()),
+                          aux_loss=self.prior_weight * nll)
+
+    def step(self, state, h, forced, b=None, mode="sample", generator=None, idx=None, early_logits=None,
+             noise=None) -> Boundaries:
+        logits = fp32_linear(self.mlp, h).squeeze(-1)
+        soft = self.soft(logits, mode, generator, noise)  # drawn as forward does, given b or not
+        if b is None:
+            b = soft > 0.5
+        b = b.bool() | forced
+        return Boundaries(b=b, free=~forced, gate=soft + (b.float() - soft), scores=torch.sigmoid(logits))

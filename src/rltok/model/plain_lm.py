@@ -1,0 +1,62 @@
+"""What the two non-hierarchical references share: an embedding, one transformer stack and an
+output layer over the same vocabulary, GPT-2 initialised, with no chunks. The flat byte model
+(rltok.model.flat) reads bytes, the BPE-token model (rltok.model.token_lm) tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn as nn
+
+from rltok.model.cost import Level, linear_flops
+from rltok.model.layers import Stack, init_weights
+from rltok.model.pretrained import PretrainedMixin
+
+
+class PlainLM(nn.Module, PretrainedMixin):
+    """embed -> body (a Stack) -> head. `inputs`: extra input layers by attribute name (the flat
+    model's hashed n-grams), made right after the embedding, so the initial weights draw from the
+    generator in the order they always did."""
+
+    hierarchical = False
+
+    def __init__(self, vocab_size: int, d_model: int, n_layers: int, n_heads: int, mlp_ratio: float = 4.0,
+                 rope_base: float = 10000.0, window: int | None = None, dropout: float = 0.0,
+                 inputs: Callable[[], dict[str, nn.Module | None]] | None = None):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, d_model)
+        for name, module in (inputs() if inputs is not None else {}).items():
+            setattr(self, name, module)
+        self.body = Stack(n_layers, d_model, n_heads, mlp_ratio, rope_base, window, dropout)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        init_weights(self.body, n_layers)
+        nn.init.normal_(self.head.weight, 0.0, 0.02)
+        nn.init.normal_(self.embed.weight, 0.0, 1.0)
+
+    @staticmethod
+    def fitted_to_data(cfg) -> bool:
+        """Whether building it fits parts to the training bytes (none here)."""
+        return False
+
+    def input_vectors(self, ids: torch.Tensor) -> torch.Tensor:
+        """(B, N, d) the stack's input for ids (B, N)."""
+        return self.embed(ids)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def token_logits(self, ids: torch.Tensor) -> torch.Tensor:
+        """(B, N, V) next-token logits for ids (B, N) (bytes, for the flat model); position = index."""
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        return self.head(self.body(self.input_vectors(ids), pos))
+
+    def stack_flops(self, level: Level) -> dict[str, float]:
+        """Forward FLOPs per byte of the stack and the output layer at `level`, by component."""
+        return {"body": self.body.linear_flops(level), "body_attn": self.body.attention_flops(level),
+                "head": linear_flops(self.head, level)}
+
+    def shape_facts(self) -> dict:
+        """Depth and width, for result tables (see HourglassLM.shape_facts); the vocabulary's rows
+        are the subclass's to add."""
+        return {"depth": len(self.body.blocks), "width": self.embed.embedding_dim}
