@@ -9,7 +9,7 @@ import dataclasses
 import json
 import sys
 
-from rltok.cli import user_errors
+from rltok.cli import run_command
 from rltok.cli.analysis_commands import has_learned_rule
 from rltok.cli.model_commands import _load
 from rltok.cli.parser import MAX_SEED, MAX_THREADS, Parser, count, number
@@ -19,7 +19,7 @@ from rltok.config import ConfigError
 
 def cmd_study(args) -> int:
     """A grid's study steps beyond its runs and fits (those are `rltok scaling`)."""
-    from rltok.analysis.scaling import load_grid
+    from rltok.analysis.scaling import load_grid, one_corpus
     from rltok.cli.paths import check_output_folder
 
     out = check_output_folder(args.out, "--out")
@@ -27,9 +27,7 @@ def cmd_study(args) -> int:
     if args.corpus:
         if args.predict:
             raise ConfigError("--predict fits every corpus into one prediction file, written once: drop --corpus")
-        if args.corpus not in grid.corpora:
-            raise ConfigError(f"--corpus {args.corpus}: the grid's corpora are {', '.join(grid.corpora)}")
-        grid = dataclasses.replace(grid, corpora={args.corpus: grid.corpora[args.corpus]})
+        grid = one_corpus(grid, args.corpus)
 
     def log(message: str) -> None:
         print(message, file=sys.stderr)
@@ -319,15 +317,4 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "mode", "unset") is None:
         args.mode = "sample"
     with output_never_fails(stdout=False):
-        try:
-            return args.func(args)
-        except BrokenPipeError:
-            import os
-
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 0
-        except Exception as e:
-            if not isinstance(e, user_errors()):
-                raise
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+        return run_command(args)  # rltok's own: one error line for a user's mistake

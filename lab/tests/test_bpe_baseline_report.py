@@ -19,26 +19,9 @@ from rltok.data.sources import Corpus
 from rltok.model.factory import build_model
 from rltok.model.flops import attention_flops, block_linear_flops, config_forward_flops_per_byte, train_flops_per_byte
 from rltok.training.trainer import Trainer
+from test_bpe_baseline import table_row  # the library tests' helpers
 
-REPO = Path(__file__).resolve().parents[2]
-TEXT = b"".join(b"def f%d(x):\n    return x * %d  # the quick brown fox jumps\n" % (i, i * 7) for i in range(1200))
-
-
-def train_bytes() -> torch.Tensor:
-    return torch.frombuffer(bytearray(TEXT), dtype=torch.uint8)
-
-
-def run(method, bpb, **extra):
-    r = {"method": method, "seed": 0, "bpb": bpb, "rate": 0.25, "bytes_per_chunk": 4.0, "space_align": None,
-         "train_flops_per_byte": 1e6, "train_flops": 1e12, "budget_flops": 1e12, "train_bytes": 1e6,
-         "train_bytes_per_s": 5e3, "params": 2_000_000, "state_mb": 30.0, "peak_mem_mb": 500.0}
-    return {**r, **extra}
-
-
-def table_row(table: str, method: str) -> list[str]:
-    header = table.splitlines()[0].split("|")[1:-1]
-    line = next(x for x in table.splitlines() if x.startswith(f"| {method} |"))
-    return dict(zip((h.strip() for h in header), (c.strip() for c in line.split("|")[1:-1])))
+REPO = Path(__file__).resolve().parents[2]  # the repository
 
 
 def test_report_renders_committed_runs_without_the_new_fields(tmp_path):

@@ -15,75 +15,10 @@ from conftest import corpus_folder
 from rltok.analysis.scaling import budget_tag, load_grid, parse_grid, read_records
 from lab_cli import lab_main, main
 from rltok.config import ConfigError, load_config
-
-GRID = """
-budgets = [1e8, 5e8]
-seeds = [0]
-split = "test"
-preset = "test"
-max_eval_windows = 2
-n_boot = 50
-
-[corpora]
-salad = "{data}"
-
-[[families]]
-method = "flat"
-n_min = 5e3
-n_max = 5e4
-points = 3
-
-[[families]]
-name = "uniform_w16"
-method = "uniform"
-overrides = ["model.window=16"]
-sizes = [2e4, 5e4, 1.2e5]
-"""
+from test_scaling_cli import _curve, known_loss_runner, synthetic_study  # the library's scaling tests' helpers
 
 
 # ---------------------------------------------------------------- the study's rules
-
-RULES = {"corpora": ["x"], "budgets": [1e8, 1e10], "size_rule": {"coef": 1.0, "exponent": 0.5, "span": 4, "points": 5},
-         "lr_rule": {"lr_ref": 1e-3, "n_ref": 1e4, "exponent": 0.5}, "warmup_frac": 0.1,
-         "families": [{"method": "flat"}, {"name": "uniform_x4", "method": "uniform", "size_coef": 4.0, "lr_mult": 0.5},
-                      {"name": "own", "method": "flat", "sizes": [1e3, 4e3, 1.6e4]}]}
-
-
-def known_loss_runner(n_star):
-    """A stand-in for run_point: bpb a parabola in ln N with its minimum at n_star(budget), a
-    small offset per seed; the record fields the study reads."""
-    import math
-
-    calls = []
-
-    def run(grid, p, folder, split):
-        calls.append(p.stem)
-        n = p.rung.achieved
-        bpb = 2.0 + 0.05 * math.log(n / n_star(p.budget)) ** 2 + 0.001 * p.seed
-        return {"family": p.family.name, "budget_flops": p.budget, "target_size": p.rung.target, "seed": p.seed,
-                "non_embedding_params": n, "bpb": bpb, "split": split, "wall_s": 0.0, "point_kind": p.kind}
-    return run, calls
-
-
-def synthetic_study(folder, budgets, sizes, seeds, n_star, split="test"):
-    """Records of a known law in a corpus folder: L = 1.5 + 40 C^-0.2 + 0.05 ln(N / N*(C))^2."""
-    import math
-
-    folder.mkdir(parents=True)
-    for c in budgets:
-        for n in sizes:
-            for s in seeds:
-                bpb = 1.5 + 40 * c ** -0.2 + 0.05 * math.log(n / n_star(c)) ** 2 + 0.002 * (s - 0.5)
-                rec = {"family": "flat", "budget_flops": c, "target_size": n, "non_embedding_params": n, "seed": s,
-                       "bpb": bpb, "split": split, "point_kind": "ladder"}
-                (folder / f"{budget_tag(c)}__flat__N{n}__s{s}.json").write_text(json.dumps(rec))
-
-
-def _curve(budget, values, shares=None):
-    """A record's val curve: one evaluation at each share of the run's FLOPs ((1 + k) / len(values)
-    unless `shares` says)."""
-    shares = shares or [(k + 1) / len(values) for k in range(len(values))]
-    return [{"step": 10 * (k + 1), "train_flops": budget * x, "val_bpb": v} for k, (x, v) in enumerate(zip(shares, values))]
 
 
 def test_a_prediction_is_written_once_then_tested_at_the_held_out_budget(tmp_path, capsys):

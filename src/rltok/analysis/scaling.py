@@ -313,6 +313,13 @@ def load_grid(path: str | Path) -> Grid:
 
 # ---------------------------------------------------------------- the points of the grid
 
+def one_corpus(grid: Grid, corpus: str) -> Grid:
+    """The grid with only `corpus` (one process per corpus runs a grid's corpora side by side)."""
+    if corpus not in grid.corpora:
+        raise ConfigError(f"--corpus {corpus}: the grid's corpora are {', '.join(grid.corpora)}")
+    return dataclasses.replace(grid, corpora={corpus: grid.corpora[corpus]})
+
+
 def budget_tag(budget: float) -> str:
     """A budget in a file name: 1e8 -> C1e08, 3.162e14 -> C3.162e14."""
     return "C" + f"{budget:.4g}".replace("e+", "e")

@@ -14,7 +14,7 @@ from rltok.cli.run_commands import PRESET_PARAMS, count_params
 from rltok.cli.streams import output_never_fails
 from rltok.config import ConfigError
 
-__all__ = ["PRESET_PARAMS", "build_parser", "count_params", "main", "user_errors"]
+__all__ = ["PRESET_PARAMS", "build_parser", "count_params", "main", "run_command", "user_errors"]
 
 # `rltok --help` and `rltok presets` load no torch: every module that needs it is imported by the
 # command that uses it. The user errors of modules not loaded cannot have been raised.
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     # a closed stderr never stops a command; for the long writers (train, prepare) not a closed
     # stdout either: their output is a by-product of the files they write
     with output_never_fails(stdout=args.command in ("train", "prepare")):
-        return _run(args)
+        return run_command(args)
 
 
 def _quiet_stdout() -> None:
@@ -75,7 +75,8 @@ def _quiet_stdout() -> None:
             pass
 
 
-def _run(args) -> int:
+def run_command(args) -> int:
+    """A parsed command's handler, its user errors as one `error:` line and exit status 2."""
     try:
         code = args.func(args)
         sys.stdout.flush()  # here, so that a closed pipe is handled below and not at exit

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 
@@ -57,16 +56,14 @@ def cmd_compare(args) -> int:
 
 def cmd_scaling(args) -> int:
     """The isoFLOP study of a grid file: the runs not done yet, then the fits and plots per corpus."""
-    from rltok.analysis.scaling import fit_corpus, load_grid, study_table
+    from rltok.analysis.scaling import fit_corpus, load_grid, one_corpus, study_table
     from rltok.analysis.scaling_adapt import run_grid
     from rltok.cli.paths import check_output_folder
 
     out = check_output_folder(args.out, "--out")
     grid = load_grid(args.grid)
-    if args.corpus:  # one corpus per process: two processes run a grid's corpora side by side
-        if args.corpus not in grid.corpora:
-            raise ConfigError(f"--corpus {args.corpus}: the grid's corpora are {', '.join(grid.corpora)}")
-        grid = dataclasses.replace(grid, corpora={args.corpus: grid.corpora[args.corpus]})
+    if args.corpus:
+        grid = one_corpus(grid, args.corpus)
 
     def log(message: str) -> None:
         print(message, file=sys.stderr)

@@ -1,13 +1,6 @@
 """Boundary rules: decide, byte by byte, where a chunk ends.
 
-Convention: b[:, t] = 1 means byte t is the *last* byte of a chunk. Position 0 is always a
-boundary (so every byte has a chunk ending at or before it); in training the last position is
-one too. Forced positions carry no gradient (`free` marks the ones that do).
-
-Every chunker returns a `Boundaries` record so the model and the objective never need to know
-which rule produced it. For cached decoding each causal rule also decides one new byte at a time
-(`Chunker.step`), from its running state (`Chunker.start_state`); its decisions are the ones its
-forward makes on the same inputs.
+The convention (what b[:, t] = 1 means, forced positions, cached decoding) is `base`'s.
 
 The rules live by kind: `base` (the interface, `Boundaries`, `build_chunker`), `policy` (the
 learned RL policy), `fixed` (rules without gradient), `straight_through` (H-Net, Gumbel) and
