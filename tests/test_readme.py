@@ -64,3 +64,14 @@ def test_every_name_the_python_example_imports_exists():
                 module = importlib.import_module(node.module)
                 for alias in node.names:
                     assert hasattr(module, alias.name), f"{node.module}.{alias.name}"
+
+
+def test_every_relative_link_of_the_docs_and_the_lab_resolves():
+    docs = [REPO / "README.md", *(REPO / "docs").rglob("*.md"), *(REPO / "lab").glob("*.md"),
+            *(REPO / "lab" / "notes").glob("*.md"), *(REPO / "lab" / "reports").glob("*.md")]
+    broken = []
+    for doc in docs:
+        for target in re.findall(r"\]\(([^)\s#]+)(?:#[^)\s]*)?\)", doc.read_text()):
+            if not re.match(r"^[a-z]+:", target) and not (doc.parent / target).exists():
+                broken.append(f"{doc.relative_to(REPO)} -> {target}")
+    assert not broken, broken
