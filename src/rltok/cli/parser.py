@@ -320,6 +320,14 @@ def _add_vocab(sub: Subcommands) -> None:
     p.set_defaults(func=cmd_vocab)
 
 
+def _add_plugin_arg(p: argparse.ArgumentParser) -> None:
+    """--plugin on every command: what a run or model needs must load wherever it is read."""
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE",
+                   help="load components (boundary rules, rewards, model families ...) from a module on "
+                        "sys.path (pkg.rules, pkg.rules:register) or a .py file first; repeatable. Installed "
+                        "plugins (entry points in the group rltok.plugins) load by themselves")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="rltok", description="Byte-level LMs that learn their own tokenization with RL.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -335,4 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compare(sub)
     _add_scaling(sub)
     _add_vocab(sub)
+    for name, command in sub.choices.items():
+        if name != "lm-eval":  # its arguments are lm_eval's (main takes --plugin out of them)
+            _add_plugin_arg(command)
     return parser

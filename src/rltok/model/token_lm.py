@@ -48,6 +48,7 @@ class BPETokenLM(nn.Module, PretrainedMixin):
         nn.init.normal_(self.embed.weight, 0.0, 1.0)
 
     hierarchical = False
+    reads_tokens = True  # a BPE tokenizer of its own (PretrainedMixin.reads_tokens)
 
     @staticmethod
     def fitted_to_data(cfg) -> bool:
