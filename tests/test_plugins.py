@@ -172,6 +172,8 @@ def test_a_plugin_that_fails_is_one_error_line(tmp_path, capsys, registries_rest
         assert code == 2 and err.count("\n") == 1 and said in err, err
     code, _, err = run_cli(capsys, "train", "--print-config", "plugins=no_such_plugin_module")
     assert code == 2 and "no_such_plugin_module" in err and err.count("\n") == 1, err
+    code, _, err = run_cli(capsys, "lm-eval", "--plugin", "no_such_plugin_module", "--tasks", "x")
+    assert code == 2 and "no_such_plugin_module" in err and err.count("\n") == 1, err
 
 
 def test_the_plugins_key_on_the_command_line(tmp_path, registries_restored):

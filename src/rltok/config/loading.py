@@ -68,7 +68,7 @@ class Config:
                               "segmentations are identical, computed and charged group_size times")
         if self.train.seq_len > m.max_seq_len:
             raise ConfigError("train.seq_len exceeds model.max_seq_len")
-        named = [_plugins.canonical(s) for s in self.plugins if _plugins.canonical(s)]
+        named = [_plugins.canonical(s) for s in _named_plugins(self.plugins)]
         self.plugins = tuple(dict.fromkeys([*named, *plugin_sources(self)]))
         return self
 
@@ -178,7 +178,7 @@ def _require_plugins(d: dict) -> None:
     install = f"install {' '.join(dists)} (its entry point loads by itself), or " if dists else ""
     raise _plugins.MissingPlugin(
         f"needs the plugin{'s' if len(needed) > 1 else ''} {named_plugins} for {kinds}, unknown without it: "
-        f"{install}load it with {' '.join('--plugin ' + s for s in needed)}")
+        f"{install}load it with {' '.join('--plugin ' + s for s in needed)} (in Python: rltok.config.load_plugin)")
 
 
 # the component sections of a Config (their dotted paths): `path=NAME` chooses a kind

@@ -20,6 +20,7 @@ entry-point plugins load by themselves; anything else is loaded by the user (`--
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -192,7 +193,12 @@ def load_entry_points() -> None:
 
 def distribution_of(module: str) -> str | None:
     """The installed distribution that provides a top-level module, if one does."""
+    names = _packages_distributions().get(module.partition(":")[0].split(".")[0], [])
+    return names[0] if names else None
+
+
+@functools.cache
+def _packages_distributions() -> dict[str, list[str]]:
     from importlib.metadata import packages_distributions
 
-    names = packages_distributions().get(module.partition(":")[0].split(".")[0], [])
-    return names[0] if names else None
+    return packages_distributions()  # reads every installed distribution's file list: once
