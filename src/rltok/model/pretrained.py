@@ -69,7 +69,7 @@ def _architecture(model: torch.nn.Module | None, arch: str) -> str:
     if model is None:
         return family_name(arch)
     for cls in type(model).__mro__:
-        if not cls.__module__.startswith("torch."):
+        if cls.__module__ != "builtins" and not cls.__module__.startswith("torch."):
             return cls.__name__
     return type(model).__name__
 
