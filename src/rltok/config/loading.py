@@ -168,17 +168,30 @@ def _require_plugins(d: dict) -> None:
             unknown_kinds[f"{registry.key}={kind}"] = f"{registry.key} kind {kind!r}"
     if not unknown_kinds:
         return
-    sources = d.get("plugin_sources") if isinstance(d.get("plugin_sources"), dict) else {}
-    provides = {s: set((sources.get(s) or {}).get("provides") or []) for s in missing}
-    needed = [s for s in missing if provides[s] & set(unknown_kinds)] or missing
-    dists = sorted({str((sources.get(s) or {}).get("distribution")) for s in needed
-                    if (sources.get(s) or {}).get("distribution")})
-    named_plugins = ", ".join(repr(s) for s in needed)
-    kinds = ", ".join(unknown_kinds.values())
-    install = f"install {' '.join(dists)} (its entry point loads by itself), or " if dists else ""
+    records = {s: _recorded(d.get("plugin_sources"), s) for s in missing}
+    needed = [s for s in missing if records[s][0] & set(unknown_kinds)] or missing
+    dists = sorted({records[s][1] for s in needed if records[s][1]})
+    install = f"install {' '.join(map(_shown, dists))} (its entry point loads by itself), or " if dists else ""
     raise _plugins.MissingPlugin(
-        f"needs the plugin{'s' if len(needed) > 1 else ''} {named_plugins} for {kinds}, unknown without it: "
-        f"{install}load it with {' '.join('--plugin ' + s for s in needed)} (in Python: rltok.config.load_plugin)")
+        f"needs the plugin{'s' if len(needed) > 1 else ''} {', '.join(repr(s) for s in needed)} for "
+        f"{', '.join(unknown_kinds.values())}, unknown without it: {install}load it with "
+        f"{' '.join('--plugin ' + _shown(s) for s in needed)} (in Python: rltok.config.load_plugin)")
+
+
+def _recorded(sources: Any, spec: str) -> tuple[set[str], str | None]:
+    """What a saved config's `plugin_sources` says of a plugin: the `path=kind`s it provides and its
+    distribution (nothing, where the record is not of that shape: it comes from a file)."""
+    record = sources.get(spec) if isinstance(sources, dict) else None
+    record = record if isinstance(record, dict) else {}
+    provides = record.get("provides")
+    dist = record.get("distribution")
+    return ({p for p in provides if isinstance(p, str)} if isinstance(provides, list) else set(),
+            dist if isinstance(dist, str) else None)
+
+
+def _shown(text: str) -> str:
+    """A name from a file, as one line can show it."""
+    return text if text.isprintable() else repr(text)
 
 
 # the component sections of a Config (their dotted paths): `path=NAME` chooses a kind
