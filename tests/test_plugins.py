@@ -253,3 +253,25 @@ def test_estimator_settings_are_read_from_whatever_kind_has_them(registries_rest
     assert returns_of(o).gamma == 0.5 and returns_of(o).batch_baseline  # its own gamma, the default baseline
     assert estimator_settings(o).flip_stride == 4
     assert returns_of(ObjectiveConfig()).gamma == 0.99
+
+
+def test_an_installed_callable_plugin_loads_once_when_a_name_is_unknown(tmp_path, monkeypatch, registries_restored):
+    """An entry point naming a function: called once, the first time a registry lacks a name."""
+    site = tmp_path / "site"
+    (site / "cb_rules-1.0.dist-info").mkdir(parents=True)
+    (site / "cb_rules-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: cb-rules\nVersion: 1.0\n")
+    (site / "cb_rules-1.0.dist-info" / "entry_points.txt").write_text("[rltok.plugins]\ncb = cb_rules:register\n")
+    (site / "cb_rules.py").write_text("calls = []\n\n\ndef register():\n    from rltok.config import REWARDS\n"
+                                      "    from rltok.objective.rewards import Final\n\n"
+                                      "    calls.append(1)\n    REWARDS.register('cb_final', Final)\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(plugin_state, "_entry_points_done", False)
+    monkeypatch.delitem(sys.modules, "cb_rules", raising=False)
+    cfg = load_config("test", overrides=["objective.reward=cb_final"])
+    assert cfg.plugins == ("cb_rules:register",)
+    assert cfg.to_dict()["plugin_sources"] == {"cb_rules:register": {"provides": ["objective.reward=cb_final"],
+                                                                      "distribution": "cb-rules"}}
+    with pytest.raises(ConfigError, match="did you mean"):
+        load_config("test", overrides=["objective.reward=cb_finl"])
+    assert sys.modules["cb_rules"].calls == [1]
+    monkeypatch.delitem(sys.modules, "cb_rules")
