@@ -239,7 +239,9 @@ def _add_compare(sub: Subcommands) -> None:
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="base config overrides for every method")
     p.add_argument("--data", required=True, help="training data (a folder with train/val/test files is best)")
     p.add_argument("--methods", nargs="+", default=["rl", "hnet", "gumbel", "entropy", "whitespace", "bpe", "fixed",
-                                                     "uniform", "flat", "bpe_token"])
+                                                     "uniform", "flat", "bpe_token"],
+                   help="named methods (rl_reference, bpe_line, ...) or any registered boundary rule or model family "
+                        "(a plugin's too), each optionally NAME+PIECE...@key=value,...")
     p.add_argument("--seeds", nargs="+", type=count(0, MAX_SEED), default=[0])
     p.add_argument("--budget-bytes", type=count(1, 1 << 50), default=1_000_000,
                    help="budget in bytes of the hierarchical model at the target rate; every method gets "
