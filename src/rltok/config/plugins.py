@@ -80,7 +80,12 @@ def canonical(spec: str) -> str:
     """A spec as it is recorded: a file by its absolute path (a run names it from any working
     folder), a module as given."""
     spec = spec.strip()
-    return str(Path(spec).expanduser().resolve()) if is_file_spec(spec) else spec
+    if not is_file_spec(spec):
+        return spec
+    try:
+        return str(Path(spec).expanduser().resolve())
+    except (OSError, ValueError, RuntimeError):  # a NUL byte, an unknown ~user: load_plugin says so
+        return spec
 
 
 def is_loaded(spec: str) -> bool:
@@ -146,8 +151,12 @@ def _load_module(spec: str, origin: Origin) -> None:
 
 
 def _load_file(path: Path, given: str, origin: Origin) -> None:
-    if not path.is_file():
-        raise PluginError(f"plugin file not found: {given}" if not path.exists() else f"plugin {given} is not a file")
+    try:
+        found, exists = path.is_file(), path.exists()
+    except (OSError, ValueError):
+        found = exists = False
+    if not found:
+        raise PluginError(f"plugin file not found: {given!r}" if not exists else f"plugin {given!r} is not a file")
     # a name of its own per path: two plugin files called rules.py do not replace each other
     name = f"rltok_plugin_{re.sub(r'[^0-9A-Za-z_]', '_', path.stem)}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
     module_spec = importlib.util.spec_from_file_location(name, path)
