@@ -216,7 +216,9 @@ def config_changes(saved: dict, cfg: Config) -> dict[str, tuple]:
     """Keys (section.key) whose value in `cfg` differs from the saved config, outside those a
     resume may change: key -> (saved value, new value)."""
     def settings(d: dict) -> dict:
-        return {k: v for k, v in d.items() if k != "plugin_sources"}  # a record of where plugins came from
+        # where the components' code comes from may change (an installed plugin, then its file);
+        # the components themselves are compared by their kinds and settings
+        return {k: v for k, v in d.items() if k not in ("plugins", "plugin_sources")}
 
     old, new = _flat(settings(saved)), _flat(settings(json.loads(json.dumps(cfg.to_dict()))))
     return {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new))
