@@ -143,6 +143,8 @@ def test_a_plugin_file_from_the_config_key_and_the_flag(installed, tmp_path):
     one_error_line(rltok("eval", "-c", run), str(plugin), "objective.reward kind 'early_gain'",
                    f"--plugin {plugin}")
     one_error_line(rltok("train", "--resume", "--out", run, "--steps", "3"), f"the run in {run}", str(plugin))
+    resumed = ok(rltok("train", "--plugin", plugin, "--resume", "--out", run, "--steps", "3"))
+    assert json.loads(resumed.stdout.splitlines()[-1])["step"] == 3
 
 
 @pytest.fixture
