@@ -44,7 +44,7 @@ def model_card(full: dict, results: dict, n_params: int, architecture: str, name
                           "together with the achieved boundary rate."]
     else:
         lines += ["No evaluation results were recorded with this export."]
-    train = {k: v for k, v in full.items() if k != "model"}
+    train = {k: v for k, v in full.items() if k not in ("model", "plugins", "plugin_sources")}
     lines += ["", "## Training configuration", ""]
     if train:
         data = full.get("data", {}).get("train")
