@@ -12,7 +12,7 @@ import sys
 from rltok.cli import run_command
 from rltok.cli.analysis_commands import has_learned_rule
 from rltok.cli.model_commands import _load
-from rltok.cli.parser import MAX_SEED, MAX_THREADS, Parser, count, number
+from rltok.cli.parser import MAX_SEED, MAX_THREADS, Parser, add_plugin_arg, count, number
 from rltok.cli.streams import output_never_fails
 from rltok.config import ConfigError
 
@@ -306,6 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=count(0, MAX_THREADS), default=0)
     p.set_defaults(func=cmd_vocab)
+    for command in sub.choices.values():  # a run trained with a plugin loads with it
+        add_plugin_arg(command)
     return parser
 
 

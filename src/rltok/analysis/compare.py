@@ -24,12 +24,13 @@ import subprocess
 import time
 from pathlib import Path
 
-from rltok.config import FAMILIES, Config, load_config
+from rltok.config import CHUNKERS, FAMILIES, Config, load_config
 from rltok.model.flops import flat_flops, hourglass_flops, train_flops_per_byte
 
 _REF = ["model.chunker=rl", "objective.recipe=reference"]
 
-# method -> config overrides on top of the base config
+# method -> config overrides on top of the base config; any other registered boundary rule or
+# model family (a plugin's too) is a method by its own name (method_base)
 METHODS: dict[str, list[str]] = {
     "rl": ["model.chunker=rl"],  # the preset's recipe (small: the lexicon recipe)
     "rl_reference": _REF,  # the published recipe
@@ -185,19 +186,30 @@ def training_rate(history: list[dict], key: str = "rate", last: int = 3) -> floa
     return sum(vals) / len(vals) if vals else None
 
 
+def method_base(name: str) -> list[str]:
+    """The overrides of a method NAME: its entry in METHODS, else the boundary rule (CHUNKERS) or
+    the model family (FAMILIES) registered under that name."""
+    if name in METHODS:
+        return METHODS[name]
+    if name in CHUNKERS:
+        return [f"model.chunker={name}"]
+    if name in FAMILIES:
+        return [f"model.arch={name}"]
+    raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)} or any boundary rule or model "
+                     "family registered (optionally NAME+PIECE...@key=value,...)")
+
+
 def method_overrides(method: str) -> list[str]:
     """A method's config overrides. `NAME+PIECE+...@key=value,key=value` is method NAME with the
     PIECES named and extra overrides, e.g. `rl+ngram`, `rl@model.target_rate=0.3` or
     `whitespace+ngram+cvocab@model.chunk_vocab=65536`."""
     spec, _, extra = method.partition("@")
     name, *pieces = spec.split("+")
-    if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)} "
-                         "(optionally NAME+PIECE...@key=value,...)")
+    base = method_base(name)
     for piece in pieces:
         if piece not in PIECES:
             raise ValueError(f"unknown piece {piece!r} in {method!r}; choose from {', '.join(PIECES)}")
-    return [*METHODS[name], *(o for piece in pieces for o in PIECES[piece]), *(e for e in extra.split(",") if e)]
+    return [*base, *(o for piece in pieces for o in PIECES[piece]), *(e for e in extra.split(",") if e)]
 
 
 def method_slug(method: str) -> str:
@@ -209,9 +221,9 @@ def method_config(method: str, base: list[str], data: str, out_dir: Path, seed: 
     cfg = load_config(preset, overrides=[*base, f"data.train={data}"])
     name = method.partition("@")[0].partition("+")[0]
     extra = method_overrides(method)
-    flat = not FAMILIES.component(load_config(preset, overrides=[*base, *METHODS[name]]).model.arch).hierarchical
+    flat = not FAMILIES.component(load_config(preset, overrides=[*base, *method_base(name)]).model.arch).hierarchical
     if flat:  # a reference at the hierarchy's parameters: matched depth first, so NAME@model.flat_layers=... wins
-        extra.insert(len(METHODS[name]), f"model.flat_layers={matched_flat_layers(cfg)}")
+        extra.insert(len(method_base(name)), f"model.flat_layers={matched_flat_layers(cfg)}")
     return load_config(preset, overrides=[*base, f"data.train={data}", *extra, f"train.seed={seed}",
                                           f"train.out_dir={out_dir}"])
 

@@ -35,10 +35,40 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _plugin_flags(args: list[str]) -> tuple[list[str], list[str]]:
+    """(the --plugin values, the other arguments) of an argument list that argparse does not read."""
+    specs, rest, i = [], [], 0
+    while i < len(args):
+        if args[i] == "--plugin" and i + 1 < len(args):
+            specs.append(args[i + 1])
+            i += 2
+            continue
+        if args[i].startswith("--plugin="):
+            specs.append(args[i].split("=", 1)[1])
+        else:
+            rest.append(args[i])
+        i += 1
+    return specs, rest
+
+
+def _load_plugins(specs: list[str]) -> int | None:
+    """Load the --plugin modules; an exit status when one fails (one `error:` line)."""
+    from rltok.config import load_plugins
+
+    try:
+        load_plugins(specs)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["lm-eval"]:  # everything after it belongs to lm_eval's own parser
-        return cmd_lm_eval(argparse.Namespace(lm_eval_args=argv[1:]))
+    if argv[:1] == ["lm-eval"]:  # everything after it belongs to lm_eval's own parser, but --plugin
+        specs, rest = _plugin_flags(argv[1:])
+        failed = _load_plugins(specs)
+        return failed if failed is not None else cmd_lm_eval(argparse.Namespace(lm_eval_args=rest))
     parser = build_parser()
     try:  # a bad flag is an exit status, also for in-process callers (argparse would raise SystemExit)
         args, extra = parser.parse_known_args(argv)
@@ -78,6 +108,9 @@ def _quiet_stdout() -> None:
 def run_command(args) -> int:
     """A parsed command's handler, its user errors as one `error:` line and exit status 2."""
     try:
+        failed = _load_plugins(getattr(args, "plugin", []))  # before any config is read
+        if failed is not None:
+            return failed
         code = args.func(args)
         sys.stdout.flush()  # here, so that a closed pipe is handled below and not at exit
         return code

@@ -240,7 +240,9 @@ def _add_compare(sub: Subcommands) -> None:
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="base config overrides for every method")
     p.add_argument("--data", required=True, help="training data (a folder with train/val/test files is best)")
     p.add_argument("--methods", nargs="+", default=["rl", "hnet", "gumbel", "entropy", "whitespace", "bpe", "fixed",
-                                                     "uniform", "flat", "bpe_token"])
+                                                     "uniform", "flat", "bpe_token"],
+                   help="named methods (rl_reference, bpe_line, ...) or any registered boundary rule or model family "
+                        "(a plugin's too), each optionally NAME+PIECE...@key=value,...")
     p.add_argument("--seeds", nargs="+", type=count(0, MAX_SEED), default=[0])
     p.add_argument("--budget-bytes", type=count(1, 1 << 50), default=1_000_000,
                    help="budget in bytes of the hierarchical model at the target rate; every method gets "
@@ -273,6 +275,14 @@ def _add_scaling(sub: Subcommands) -> None:
     p.set_defaults(func=cmd_scaling)
 
 
+def add_plugin_arg(p: argparse.ArgumentParser) -> None:
+    """--plugin on every command: what a run or model needs must load wherever it is read."""
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE",
+                   help="load components (boundary rules, rewards, model families ...) from a module on "
+                        "sys.path (pkg.rules, pkg.rules:register) or a .py file first; repeatable. Installed "
+                        "plugins (entry points in the group rltok.plugins) load by themselves")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="rltok", description="Byte-level LMs that learn their own tokenization with RL.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -287,4 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_diagnose(sub)
     _add_compare(sub)
     _add_scaling(sub)
+    for name, command in sub.choices.items():
+        if name != "lm-eval":  # its arguments are lm_eval's (main takes --plugin out of them)
+            add_plugin_arg(command)
     return parser

@@ -1,21 +1,25 @@
 """Typed configuration: a section per component (sections.py), the registries of the components
-chosen by kind (registry.py, filled in sections.py), named presets (presets.py), and the loader
+chosen by kind (registry.py, filled in sections.py), the plugins that add components from outside
+the package (plugins.py), named presets (presets.py), and the loader
 that applies a preset, a file and `key=value` overrides (loading.py)."""
 
 from rltok.config.loading import (LEGACY_KEYS, REMOVED_KEYS, Config, _read_config_file, apply_dict,
                                   apply_override, load_config, with_settings)
 from rltok.config.presets import PRESET_NOTES, PRESETS
+from rltok.config.plugins import ENTRY_POINT_GROUP, PluginError, load_plugin, load_plugins
 from rltok.config.registry import Registry, Section
-from rltok.config.sections import (BOS, CHUNKERS, CREDIT_PRICES, EOS, ESTIMATORS, FAMILIES, PAD, RATES, RECIPES,
-                                   REWARDS, VOCAB_SIZE, ConfigError, DataConfig, FixedChunkerSettings, FlipsSettings,
-                                   GumbelChunkerSettings, HNetChunkerSettings, LagrangeRateSettings, LexiconSettings,
-                                   ModelConfig, ObjectiveConfig, PenaltyRateSettings, RateSettings, RLChunkerSettings,
-                                   ScoreFunctionSettings, TargetPriceSettings, TeacherChunkerSettings, TrainConfig)
+from rltok.config.sections import (BOS, CHUNKERS, COST_ESTIMATORS, CREDIT_PRICES, EOS, ESTIMATORS, FAMILIES, PAD,
+                                   RATES, RECIPES, REWARDS, VOCAB_SIZE, ConfigError, DataConfig, FixedChunkerSettings,
+                                   FlipsSettings, GumbelChunkerSettings, HNetChunkerSettings, LagrangeRateSettings,
+                                   LexiconSettings, ModelConfig, ObjectiveConfig, PenaltyRateSettings, RateSettings,
+                                   RLChunkerSettings, ScoreFunctionSettings, TargetPriceSettings, TeacherChunkerSettings,
+                                   TrainConfig)
 
 __all__ = ["FixedChunkerSettings", "FlipsSettings", "GumbelChunkerSettings", "HNetChunkerSettings",
            "LagrangeRateSettings", "LexiconSettings", "PenaltyRateSettings", "RateSettings", "RLChunkerSettings",
            "ScoreFunctionSettings", "TargetPriceSettings", "TeacherChunkerSettings",
-           "BOS", "CHUNKERS", "CREDIT_PRICES", "Config", "ConfigError", "DataConfig", "EOS", "ESTIMATORS", "FAMILIES",
+           "BOS", "CHUNKERS", "COST_ESTIMATORS", "CREDIT_PRICES", "ENTRY_POINT_GROUP", "PluginError",
+           "load_plugin", "load_plugins", "Config", "ConfigError", "DataConfig", "EOS", "ESTIMATORS", "FAMILIES",
            "LEGACY_KEYS", "ModelConfig", "ObjectiveConfig", "PAD", "PRESETS", "PRESET_NOTES", "RATES", "RECIPES",
            "REMOVED_KEYS", "REWARDS", "Registry", "Section", "TrainConfig", "VOCAB_SIZE", "_read_config_file",
            "apply_dict", "apply_override", "load_config", "with_settings"]

@@ -1,7 +1,11 @@
 """The whole configuration and how it is built: defaults, then a preset, then a JSON/TOML file,
 then `section.key=value` overrides. Unknown keys are rejected with a suggestion, so a typo never
 silently falls back to a default; keys removed from the schema are ignored with a note when a saved
-config carries them."""
+config carries them.
+
+The plugins a config names (`plugins`) are loaded before any of its keys is read; a validated config
+also names the plugins its components come from, and its dict records where each came from
+(`plugin_sources`), so a saved run or model says what it needs."""
 
 from __future__ import annotations
 
@@ -13,10 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rltok.config import plugins as _plugins
 from rltok.config.presets import PRESETS
 from rltok.config.registry import Section
 from rltok.config.registry import unknown as _unknown
-from rltok.config.sections import RECIPES, ConfigError, DataConfig, ModelConfig, ObjectiveConfig, TrainConfig
+from rltok.config.sections import (RECIPES, REGISTRIES, ConfigError, DataConfig, ModelConfig, ObjectiveConfig,
+                                   TrainConfig)
 
 
 @dataclass
@@ -25,6 +31,9 @@ class Config:
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    # plugins to load before the config is read: module names (pkg.rules, pkg.rules:register) or
+    # .py files; validation adds those the chosen components come from
+    plugins: tuple[str, ...] = ()
 
     def validate(self) -> "Config":
         self.model.validate()
@@ -59,16 +68,130 @@ class Config:
                               "segmentations are identical, computed and charged group_size times")
         if self.train.seq_len > m.max_seq_len:
             raise ConfigError("train.seq_len exceeds model.max_seq_len")
+        named = [_plugins.canonical(s) for s in _named_plugins(self.plugins)]
+        self.plugins = tuple(dict.fromkeys([*named, *plugin_sources(self)]))
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The config as a mapping; `plugin_sources` (when a component comes from a plugin) is a
+        record of where, read by nothing but the message naming a plugin that is missing."""
+        d = dataclasses.asdict(self)
+        sources = plugin_sources(self)
+        if sources:
+            d["plugin_sources"] = sources
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Config":
         cfg = cls()
         apply_dict(cfg, d)
         return cfg
+
+
+def _kind_at(cfg: Any, path: str) -> str | None:
+    """The name a registry's config path holds in a Config (None where the chosen kinds have no such path)."""
+    obj = cfg
+    for part in path.split("."):
+        if not hasattr(obj, part):
+            return None
+        obj = getattr(obj, part)
+    return obj.kind if isinstance(obj, Section) else obj if isinstance(obj, str) else None
+
+
+def _raw_kind(d: dict, path: str) -> str | None:
+    """The same of a config's mapping (a saved config.json), before it is read."""
+    obj: Any = d
+    for part in path.split("."):
+        if not isinstance(obj, dict) or part not in obj:
+            return None
+        obj = obj[part]
+    return obj.get("kind") if isinstance(obj, dict) else obj if isinstance(obj, str) else None
+
+
+def plugin_sources(cfg: "Config") -> dict[str, dict]:
+    """The plugins (by the spec that loads them) that the config's components come from, each with
+    the components it provides (`path=kind`) and its installed distribution where known. A
+    component registered by code outside rltok, not as a plugin, names its module."""
+    out: dict[str, dict] = {}
+    for registry in REGISTRIES:
+        kind = _kind_at(cfg, registry.key)
+        entry = registry.entries.get(kind) if isinstance(kind, str) else None
+        if entry is None:
+            continue
+        origin = entry.origin
+        if origin is None:
+            module = entry.module()
+            if not module or module == "rltok" or module.startswith("rltok.") or module == "__main__":
+                continue  # built in, or a script's own (which no other process can import)
+            origin = _plugins.Origin(module, _plugins.distribution_of(module))
+        record = out.setdefault(origin.spec, {"provides": []})
+        if origin.distribution:
+            record["distribution"] = origin.distribution
+        record["provides"].append(f"{registry.key}={kind}")
+    return out
+
+
+def _named_plugins(value: Any, base: Path | None = None) -> list[str]:
+    """The plugin specs of a `plugins` value (a list, or `a,b` from the command line); a relative
+    .py path in a config file is relative to that file."""
+    if isinstance(value, str):
+        items: list[Any] = value.strip().strip("[]()").split(",")
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        raise ConfigError(f"config key 'plugins' expects a list of module names or .py files, got {value!r}")
+    specs = [str(i).strip().strip("'\"").strip() for i in items]
+    specs = [s for s in specs if s]
+    if base is not None:
+        specs = [str(base / s) if _plugins.is_file_spec(s) and not Path(s).expanduser().is_absolute() else s
+                 for s in specs]
+    return specs
+
+
+def _require_plugins(d: dict) -> None:
+    """A saved config whose components come from plugins not loaded here: one PluginError naming
+    the plugins and the kinds unknown without them. Nothing it names is imported (a folder from
+    elsewhere runs no code); installed entry-point plugins load when a registry is asked."""
+    named = d.get("plugins")
+    if not named:
+        return
+    try:
+        missing = [s for s in _named_plugins(named) if not _plugins.is_loaded(s)]
+    except ConfigError:
+        return  # a malformed value: reading the key says so
+    if not missing:
+        return
+    unknown_kinds = {}
+    for registry in REGISTRIES:
+        kind = _raw_kind(d, registry.key)
+        if isinstance(kind, str) and kind not in registry:
+            unknown_kinds[f"{registry.key}={kind}"] = f"{registry.key} kind {kind!r}"
+    if not unknown_kinds:
+        return
+    records = {s: _recorded(d.get("plugin_sources"), s) for s in missing}
+    needed = [s for s in missing if records[s][0] & set(unknown_kinds)] or missing
+    dists = sorted({records[s][1] for s in needed if records[s][1]})
+    install = f"install {' '.join(map(_shown, dists))} (its entry point loads by itself), or " if dists else ""
+    raise _plugins.MissingPlugin(
+        f"needs the plugin{'s' if len(needed) > 1 else ''} {', '.join(repr(s) for s in needed)} for "
+        f"{', '.join(unknown_kinds.values())}, unknown without it: {install}load it with "
+        f"{' '.join('--plugin ' + _shown(s) for s in needed)} (in Python: rltok.config.load_plugin)")
+
+
+def _recorded(sources: Any, spec: str) -> tuple[set[str], str | None]:
+    """What a saved config's `plugin_sources` says of a plugin: the `path=kind`s it provides and its
+    distribution (nothing, where the record is not of that shape: it comes from a file)."""
+    record = sources.get(spec) if isinstance(sources, dict) else None
+    record = record if isinstance(record, dict) else {}
+    provides = record.get("provides")
+    dist = record.get("distribution")
+    return ({p for p in provides if isinstance(p, str)} if isinstance(provides, list) else set(),
+            dist if isinstance(dist, str) else None)
+
+
+def _shown(text: str) -> str:
+    """A name from a file, as one line can show it."""
+    return text if text.isprintable() else repr(text)
 
 
 # the component sections of a Config (their dotted paths): `path=NAME` chooses a kind
@@ -232,6 +355,11 @@ def apply_dict(obj: Any, d: dict[str, Any], where: str = "", notes: list[str] | 
     included; a component section takes a mapping with a kind, or just its kind's name."""
     top = notes is None
     notes = [] if top else notes
+    if isinstance(obj, Config):
+        _require_plugins(d)
+        d = {k: v for k, v in d.items() if k != "plugin_sources"}  # a record, not a setting
+        if "plugins" in d:
+            d["plugins"] = _named_plugins(d["plugins"])
     if isinstance(obj, Section) and d.get("kind", obj.kind) != obj.kind:
         raise ConfigError(f"{where}kind is chosen where the section is set ({where.rstrip('.')}=NAME)")
     d = {k: v for k, v in d.items() if not (k == "kind" and isinstance(obj, Section))}
@@ -355,6 +483,10 @@ def apply_override(cfg: Config, assignment: str) -> None:
         if notes:
             warnings.warn(f"{dotted} is now {notes[0].split(' -> ')[1]}", stacklevel=2)
         return
+    if dotted == "plugins":  # named by the user: loaded now, before any kind they provide is read
+        cfg.plugins = tuple(_named_plugins(raw))
+        _plugins.load_plugins(cfg.plugins)
+        return
     parts = dotted.split(".")
     obj: Any = cfg
     for i, part in enumerate(parts):
@@ -404,6 +536,13 @@ def load_config(preset: str = "tiny", file: str | None = None, overrides: list[s
         raise _unknown(preset, list(PRESETS), "", what="preset")
     cfg = Config.from_dict(PRESETS[preset])
     data = _read_config_file(file) if file else None
+    # the plugins the file and the overrides name, first: the kinds they provide are read below
+    if data is not None and "plugins" in data:
+        data = {**data, "plugins": _named_plugins(data["plugins"], Path(file).parent)}
+        _plugins.load_plugins(data["plugins"])
+    for ov in overrides or []:
+        if ov.split("=", 1)[0].strip() == "plugins":
+            _plugins.load_plugins(_named_plugins(ov.split("=", 1)[1]))
     recipe = cfg.objective.recipe
     if data and isinstance(data.get("objective"), dict) and "recipe" in data["objective"]:
         recipe = str(data["objective"]["recipe"])

@@ -5,10 +5,12 @@ An entry ties a name to the settings dataclass its config section holds and to t
 that implements it. Built-in components are named as "module:attribute" strings and imported only
 when a model or objective is built, so reading a config never imports torch and the config layer
 never imports the layers above it. A new component is one class and one `register` call, from
-anywhere (a test file included):
+anywhere (a test file included, or a plugin: rltok.config.plugins, docs/EXTENDING.md):
 
     CHUNKERS.register("toy", ToyChunker)                     # no settings of its own
     CHUNKERS.register("toy", ToyChunker, settings=ToySettings)
+
+A name a registry does not hold first loads the installed plugins (once), then is looked up again.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
+from rltok.config import plugins
+from rltok.config.errors import ConfigError
 
-class ConfigError(ValueError):
-    """A user mistake in a configuration (unknown key, bad value)."""
+__all__ = ["ConfigError", "Entry", "Registry", "Section", "unknown"]
 
 
 @dataclass
@@ -38,6 +41,13 @@ class Entry:
     name: str
     settings: type[Section]
     target: Any  # the component class, or "module:attribute" resolved on first use
+    origin: plugins.Origin | None = None  # the plugin that registered it (None: rltok's own or user code)
+
+    def module(self) -> str:
+        """The module the component is defined in (without importing it)."""
+        if isinstance(self.target, str):
+            return self.target.partition(":")[0]
+        return getattr(self.target, "__module__", "") or ""
 
     def component(self) -> Any:
         if isinstance(self.target, str):
@@ -60,7 +70,7 @@ class Registry:
             settings = dataclasses.make_dataclass(f"{name.title().replace('_', '')}Settings", [], bases=(self.base,))
         if not (dataclasses.is_dataclass(settings) and issubclass(settings, self.base)):
             raise TypeError(f"settings of {self.key} {name!r} must be a dataclass subclassing {self.base.__name__}")
-        self.entries[name] = Entry(name, settings, target)
+        self.entries[name] = Entry(name, settings, target, plugins.current_origin())
         return self.entries[name]
 
     def unregister(self, name: str) -> None:
@@ -70,10 +80,12 @@ class Registry:
         return list(self.entries)
 
     def __contains__(self, name: str) -> bool:
+        if name not in self.entries:
+            plugins.load_entry_points()  # an installed plugin may provide it
         return name in self.entries
 
     def entry(self, name: str) -> Entry:
-        if name not in self.entries:
+        if name not in self:
             raise unknown(name, self.names(), "", what=self.key)
         return self.entries[name]
 

@@ -4,7 +4,8 @@ boundary rule, the estimator, the reward, the rate control, the flips' credit pr
 section whose `kind` names a registry entry and whose other keys are that kind's own settings:
 `model.chunker: {kind: rl, window: 1}`, `objective.estimator: {kind: flips, stride: 16,
 lexicon: {weight: 1.0}}`, `objective.rate: {kind: lagrange, lr: 0.2}`. The registries
-(CHUNKERS, FAMILIES, ESTIMATORS, REWARDS, RATES, CREDIT_PRICES) are at the end of this file."""
+(CHUNKERS, FAMILIES, ESTIMATORS, REWARDS, RATES, CREDIT_PRICES, COST_ESTIMATORS) are filled at
+the end of this file."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from typing import Any
 
 from rltok.config.registry import ConfigError, Registry, Section, unknown
 
-__all__ = ["BOS", "CHUNKERS", "CREDIT_PRICES", "ConfigError", "DataConfig", "ESTIMATORS", "EOS", "FAMILIES",
+__all__ = ["BOS", "CHUNKERS", "COST_ESTIMATORS", "CREDIT_PRICES", "ConfigError", "DataConfig", "ESTIMATORS", "EOS", "FAMILIES",
            "ModelConfig", "ObjectiveConfig", "PAD", "RATES", "RECIPES", "REWARDS", "Section", "TrainConfig",
-           "VOCAB_SIZE", "section_field"]
+           "REGISTRIES", "VOCAB_SIZE", "section_field"]
 
 # Vocabulary: the 256 byte values, then specials. Padded to a multiple of 8 for matmul tiles.
 BOS, EOS, PAD = 256, 257, 258
@@ -30,6 +31,8 @@ FAMILIES = Registry("model.arch")  # model families: the hierarchy and the flat 
 ESTIMATORS = Registry("objective.estimator")  # the boundary policy's gradient estimators
 REWARDS = Registry("objective.reward")  # per-position rewards of the boundary decisions
 CREDIT_PRICES = Registry("objective.estimator.price")  # what holds the rate inside the flips' credit
+# how a price per chunk reaches the policy: a plain setting of every rate control, named here
+COST_ESTIMATORS = Registry("objective.rate.cost_estimator")
 
 
 def section_field(registry: Registry, kind: str) -> Any:
@@ -338,8 +341,8 @@ class RateSettings(Section):
 
     def validate(self, where: str) -> None:
         check(finite(self.compute_price) and self.compute_price >= 0, f"{where}.compute_price", "a number >= 0")
-        if self.cost_estimator not in ("exact", "reward"):
-            raise unknown(self.cost_estimator, ["exact", "reward"], "", what=f"{where}.cost_estimator")
+        if self.cost_estimator not in COST_ESTIMATORS:
+            raise unknown(self.cost_estimator, COST_ESTIMATORS.names(), "", what=f"{where}.cost_estimator")
 
 
 @dataclass
@@ -368,6 +371,8 @@ class LagrangeRateSettings(RateSettings):
 
 
 RATES = Registry("objective.rate", base=RateSettings)  # what holds the boundary rate
+# every registry, each named by the config path that chooses one of its entries (Registry.key)
+REGISTRIES = (CHUNKERS, FAMILIES, ESTIMATORS, REWARDS, RATES, CREDIT_PRICES, COST_ESTIMATORS)
 
 
 @dataclass
@@ -662,3 +667,6 @@ RATES.register("none", "rltok.objective.rate:NoRateControl")
 CREDIT_PRICES.register("none", None)
 CREDIT_PRICES.register("target", "rltok.objective.credit_prices:TargetCreditPrice", TargetPriceSettings)
 CREDIT_PRICES.register("loss_slope", "rltok.objective.credit_prices:LossSlopeCreditPrice")
+
+COST_ESTIMATORS.register("exact", "rltok.objective.rate:ClosedFormChunkPrice")
+COST_ESTIMATORS.register("reward", "rltok.objective.rate:ChunkPriceInReward")

@@ -95,9 +95,7 @@ class RLTokLM(_LMBase):
         self.boundary_mode = boundary_mode
         self.seed = int(seed)
         self.max_gen_toks = int(max_gen_toks)
-        from rltok.model.token_lm import BPETokenLM
-
-        self.token_model = isinstance(self.model, BPETokenLM)
+        self.token_model = bool(getattr(self.model, "reads_tokens", False))  # the model says (any family)
         # right-padding a batch leaves earlier scores unchanged for causal byte models; a BPE rule
         # would tokenise the padding, so those models get batches of equal lengths only
         reads_ahead = getattr(getattr(self.model, "chunker", None), "noncausal", None) is not None
@@ -210,7 +208,7 @@ class RLTokLM(_LMBase):
         from rltok.model.generate import generate
 
         if self.token_model:
-            raise NotImplementedError("the BPE-token reference model does not generate; score it instead")
+            raise NotImplementedError(f"{type(self.model).__name__} reads tokens and does not generate; score it instead")
         out: list[str | None] = [None] * len(requests)
         batches: dict[tuple, list[int]] = defaultdict(list)
         parsed = []

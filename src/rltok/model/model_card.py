@@ -44,7 +44,7 @@ def model_card(full: dict, results: dict, n_params: int, architecture: str, name
                           "together with the achieved boundary rate."]
     else:
         lines += ["No evaluation results were recorded with this export."]
-    train = {k: v for k, v in full.items() if k != "model"}
+    train = {k: v for k, v in full.items() if k not in ("model", "plugins", "plugin_sources")}
     lines += ["", "## Training configuration", ""]
     if train:
         data = full.get("data", {}).get("train")
@@ -55,7 +55,15 @@ def model_card(full: dict, results: dict, n_params: int, architecture: str, name
                       f"dtype {t.get('dtype')}.", ""]
     else:
         lines += ["Only the model configuration was saved with this export.", ""]
-    lines += ["```json", json.dumps(full, indent=2), "```", "", "## Usage", "", "```python",
+    lines += ["```json", json.dumps(full, indent=2), "```", "", "## Usage", ""]
+    if full.get("plugins"):  # its components come from code outside rltok, which loading never imports
+        sources = full.get("plugin_sources") or {}
+        named = ", ".join(f"`{s}`" + (f" (pip package `{sources[s]['distribution']}`)"
+                                       if (sources.get(s) or {}).get("distribution") else "")
+                          for s in full["plugins"])
+        lines += [f"Needs the rltok plugin(s) {named}: install it, or load it first (`--plugin`, "
+                  "`rltok.config.load_plugin`; docs/EXTENDING.md).", ""]
+    lines += ["```python",
               "from rltok import from_pretrained", "",
               f'model = from_pretrained("{name}")  # a local folder or a Hub repo id',
               'print(model.generate("def main():", max_new_bytes=64, temperature=0.8).text)' if byte_level

@@ -4,12 +4,14 @@
         model.safetensors   weights (no pickle); BPE tokenizers travel inside as uint8 buffers
         config.json         {"model_type": "rltok", "rltok_version", "architecture", "num_parameters",
                              "results", "fit_facts" (what data-fitted parts were fitted on, when
-                             there are any), "model": {...}, "objective"/"data"/"train": {...} when known}
+                             there are any), "model": {...}, "objective"/"data"/"train": {...} when known,
+                             "plugins" and "plugin_sources" when a component comes from a plugin}
         README.md           model card (rltok.model.model_card)
 
-PretrainedMixin gives HourglassLM, FlatByteLM and BPETokenLM `save_pretrained`, `push_to_hub`
-and the classmethod `from_pretrained` (a model folder or a Hub repo id, fetched with
-`huggingface_hub.snapshot_download`; the folder must hold a model of that class). A training
+PretrainedMixin gives HourglassLM, FlatByteLM and BPETokenLM (and any family a plugin registers)
+`save_pretrained`, `push_to_hub` and the classmethod `from_pretrained` (a model folder or a Hub
+repo id, fetched with `huggingface_hub.snapshot_download`; the folder must hold a model of that
+class). model.arch names the class through the FAMILIES registry. A training
 checkpoint (rltok.training.checkpoint) is such a folder plus trainer.pt and a manifest; its
 run folders and verification, and rltok.training.loading (which loads any of them), build on the
 writer and readers here.
@@ -27,7 +29,9 @@ from typing import Any, Callable
 import torch
 from safetensors.torch import load_file, save_file
 
-from rltok.config import Config, ConfigError, ModelConfig
+from rltok.config import FAMILIES, Config, ConfigError, ModelConfig
+from rltok.config.loading import plugin_sources
+from rltok.config.plugins import MissingPlugin
 from rltok.model.model_card import model_card
 from rltok.version import __version__
 
@@ -36,7 +40,6 @@ CONFIG = "config.json"
 CARD = "README.md"
 MODEL_FILES = (WEIGHTS, CONFIG, CARD)  # a model folder; a checkpoint adds trainer.pt and manifest.json
 META_KEYS = ("model_type", "rltok_version", "architecture", "num_parameters", "results", "fit_facts")
-ARCHITECTURES = {"hourglass": "HourglassLM", "flat": "FlatByteLM", "bpe_token": "BPETokenLM"}  # model.arch -> class
 
 
 class CheckpointError(RuntimeError):
@@ -56,12 +59,17 @@ def model_config_of(model: torch.nn.Module) -> ModelConfig:
     return cfg
 
 
+def family_name(arch: str) -> str:
+    """The class name of the family model.arch names (FAMILIES)."""
+    return FAMILIES.component(arch).__name__
+
+
 def _architecture(model: torch.nn.Module | None, arch: str) -> str:
-    """The model's class name (FSDP2's dynamic `FSDP<Name>` subclass looked through)."""
+    """The model's class name (FSDP2's dynamic `FSDP<Name>` subclass, made in torch, looked through)."""
     if model is None:
-        return ARCHITECTURES.get(arch, "HourglassLM")
+        return family_name(arch)
     for cls in type(model).__mro__:
-        if cls.__module__.startswith("rltok."):
+        if cls.__module__ != "builtins" and not cls.__module__.startswith("torch."):
             return cls.__name__
     return type(model).__name__
 
@@ -95,7 +103,11 @@ def write_model_files(folder: Path, model: torch.nn.Module | None, config: Confi
     if isinstance(config, Config):
         full: dict[str, Any] = config.to_dict()
     else:
-        full = {"model": dataclasses.asdict(config if isinstance(config, ModelConfig) else model_config_of(model))}
+        model_cfg = config if isinstance(config, ModelConfig) else model_config_of(model)
+        full = {"model": dataclasses.asdict(model_cfg)}
+        sources = plugin_sources(Config(model=model_cfg))  # the plugins its components come from
+        if sources:
+            full.update(plugins=list(sources), plugin_sources=sources)
     weights = model.state_dict() if state_dict is None else state_dict
     state = {k: v.detach().contiguous().cpu() for k, v in weights.items()}
     if model is not None:  # DTensor parameters (FSDP) count their full size
@@ -181,10 +193,12 @@ def read_config(folder: Path) -> tuple[Config, dict]:
     meta = {k: data.pop(k) for k in META_KEYS if k in data}
     try:
         cfg = Config.from_dict(data)
-        if set(data) == {"model"}:
+        if set(data) - {"plugins", "plugin_sources"} == {"model"}:
             cfg.model.validate()
             return cfg, meta
         return cfg.validate(), meta
+    except MissingPlugin as e:  # not a bad file: this process lacks what it needs
+        raise CheckpointError(str(e.about(str(folder)))) from None
     except ConfigError as e:
         raise CheckpointError(f"checkpoint {folder}: bad {CONFIG} ({e})") from None
 
@@ -254,6 +268,9 @@ class PretrainedMixin:
     a subclass names its `arch` (ModelConfig.arch) and builds itself in `from_config`."""
 
     arch: str
+    # what the model reads: its own tokens of the bytes (True: a window's first token is context,
+    # scores come per token at its last byte, it does not generate) or the bytes themselves
+    reads_tokens = False
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, train_bytes: torch.Tensor | None = None,
@@ -264,7 +281,7 @@ class PretrainedMixin:
         checkpoint) provides them instead."""
         cfg.validate()
         if cfg.arch != cls.arch:
-            raise ValueError(f"model.arch={cfg.arch} builds a {ARCHITECTURES[cfg.arch]}, not a {cls.__name__}")
+            raise ValueError(f"model.arch={cfg.arch} builds a {family_name(cfg.arch)}, not a {cls.__name__}")
         model = cls._from_config(cfg, train_bytes, state_dict)
         model.model_config = cfg
         return model
@@ -310,7 +327,7 @@ class PretrainedMixin:
             folder = model_folder(name_or_path, revision, cache_dir, token, local_files_only)
             cfg, meta = read_config(folder)
             if cfg.model.arch != cls.arch:
-                raise PretrainedError(f"{name_or_path} holds a {ARCHITECTURES[cfg.model.arch]}, not a {cls.__name__}; "
+                raise PretrainedError(f"{name_or_path} holds a {family_name(cfg.model.arch)}, not a {cls.__name__}; "
                                       "use rltok.training.loading.from_pretrained to load whatever it holds")
             model = load_weights(folder, cfg, cls.from_config, meta.get("fit_facts"))
         except PretrainedError:

@@ -40,6 +40,8 @@ class BPETokenLM(PlainLM):
         self.register_buffer("tokenizer_json", tokenizer_to_tensor(tokenizer), persistent=True)
         self.tokenizer = tokenizer
 
+    reads_tokens = True  # a BPE tokenizer of its own (PretrainedMixin.reads_tokens)
+
     @staticmethod
     def fitted_to_data(cfg) -> bool:
         """Its BPE tokenizer is fitted to the training bytes."""

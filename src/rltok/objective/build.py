@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rltok.config import CHUNKERS, ESTIMATORS, FAMILIES, RATES, ObjectiveConfig
+from rltok.config import CHUNKERS, COST_ESTIMATORS, ESTIMATORS, FAMILIES, RATES, ObjectiveConfig
 from rltok.config import CREDIT_PRICES as CREDIT_PRICE_KINDS
 from rltok.config import FlipsSettings, ScoreFunctionSettings
 from rltok.objective.estimator import BoundaryEstimator, EstimatorSettings
 from rltok.objective.flips_estimator import Flips
 from rltok.objective.lm_terms import BoundaryRule, EarlyExitCE, FinalCE, PlainLM
-from rltok.objective.rate import (ChunkPrice, ChunkPriceInReward, ClosedFormChunkPrice, RateSettings,
-                                  compute_price)
+from rltok.objective.rate import ChunkPrice, ClosedFormChunkPrice, RateSettings, compute_price
 from rltok.objective.rewards import make_reward
 from rltok.objective.score_function import Returns
 from rltok.objective.supertokens import Supertokens
@@ -26,8 +25,8 @@ from rltok.objective.terms import ObjectiveTerms, PolicyTerms
 
 # The components come from the config's registries (rltok.config: ESTIMATORS, REWARDS, RATES,
 # CREDIT_PRICES), one per kind. How a chunk price reaches the policy is a setting of every rate
-# control (objective.rate.cost_estimator), not a component: this table is its meaning.
-COST_ESTIMATORS: dict[str, type] = {"exact": ClosedFormChunkPrice, "reward": ChunkPriceInReward}
+# control (objective.rate.cost_estimator), whose names COST_ESTIMATORS holds: a class built as
+# cls(ChunkPrice, pg_weight).
 
 LEXICON_CONCENTRATION = 100.0  # the Dirichlet process' weight of the base model (never tuned)
 
@@ -52,18 +51,27 @@ class BuiltObjective:
     named: dict = field(default_factory=dict)
 
 
+def _setting(section, name: str, defaults):
+    """A setting of the estimator's section, or where its kind has none, `defaults`' value: every
+    estimator reads the settings it has (a new kind's settings may have any of them), as
+    rate_settings does for rate controls."""
+    return getattr(section, name, getattr(defaults, name))
+
+
 def returns_of(o: ObjectiveConfig) -> Returns:
-    """The score function's returns settings of an objective config (its defaults under another
-    estimator: the instruments that compare estimators read them)."""
-    sf = o.estimator if isinstance(o.estimator, ScoreFunctionSettings) else ScoreFunctionSettings()
-    parts = sf.baseline_parts()
+    """The score function's returns settings of an objective config (their defaults where the
+    estimator's kind has none: the instruments that compare estimators read them)."""
+    sf, est = ScoreFunctionSettings(), o.estimator
+    parts = {p.strip() for p in str(_setting(est, "baseline", sf)).split("+") if p.strip()}
     return Returns(batch_baseline="batch" in parts, group_size=o.group_size, group_baseline="group" in parts,
-                   critic="value" in parts, gamma=sf.gamma, gae_lambda=sf.gae_lambda, normalize=sf.normalize_advantages)
+                   critic="value" in parts, gamma=_setting(est, "gamma", sf), gae_lambda=_setting(est, "gae_lambda", sf),
+                   normalize=_setting(est, "normalize_advantages", sf))
 
 
 def estimator_settings(o: ObjectiveConfig) -> EstimatorSettings:
-    fl = o.estimator if isinstance(o.estimator, FlipsSettings) else FlipsSettings()
-    return EstimatorSettings(o.pg_weight, returns_of(o), fl.stride, fl.model_pass, fl.lexicon.weight)
+    fl, est = FlipsSettings(), o.estimator
+    return EstimatorSettings(o.pg_weight, returns_of(o), _setting(est, "stride", fl), _setting(est, "model_pass", fl),
+                             _setting(est, "lexicon", fl).weight)
 
 
 def rate_settings(section, target: float, stage: int = 1, device=None, cost_slope=None) -> RateSettings:
@@ -138,7 +146,7 @@ def _policy_terms(cfg, device, cost_slope, cost=None) -> tuple[PolicyTerms, dict
             lexicon = build_lexicon(cfg, device)
     control = rate_control(o, m.target_rate, 1, device)
     price = make_chunk_price(m, o, cfg.train.seq_len, device, control, cost)
-    prices = [] if price is None else [COST_ESTIMATORS[o.rate.cost_estimator](price, o.pg_weight)]
+    prices = [] if price is None else [COST_ESTIMATORS.component(o.rate.cost_estimator)(price, o.pg_weight)]
     prices += [control] + ([] if credit_price is None else [credit_price])
     policy = PolicyTerms(build_estimator(o, lexicon, credit_price), prices)
     named = {"price": price, "flip_price": getattr(credit_price, "controller", None), "lexicon": lexicon}
@@ -161,7 +169,7 @@ def terms_of_objective(o: ObjectiveConfig, target_rate: float, hierarchical: boo
     lm = lm_terms(o.alpha, hierarchical)
     if not hierarchical:
         return ObjectiveTerms(lm)
-    prices = [] if price is None else [COST_ESTIMATORS[o.rate.cost_estimator](price, o.pg_weight)]
+    prices = [] if price is None else [COST_ESTIMATORS.component(o.rate.cost_estimator)(price, o.pg_weight)]
     prices.append(rate_control(o, target_rate))
     prices2 = [] if target_rate2 is None else [rate_control(o, target_rate2, 2)]
     estimator = build_estimator(o) if estimator is None else estimator

@@ -11,6 +11,7 @@ from typing import Callable
 
 from rltok.training.checkpoint import checkpoint_step, clean_stale, list_checkpoints
 from rltok.config import Config, ConfigError
+from rltok.config.plugins import MissingPlugin
 
 
 def refuse_other_run(run_dir: Path, resume: bool) -> None:
@@ -214,7 +215,12 @@ def _flat(d: dict, prefix: str = "") -> dict:
 def config_changes(saved: dict, cfg: Config) -> dict[str, tuple]:
     """Keys (section.key) whose value in `cfg` differs from the saved config, outside those a
     resume may change: key -> (saved value, new value)."""
-    old, new = _flat(saved), _flat(json.loads(json.dumps(cfg.to_dict())))
+    def settings(d: dict) -> dict:
+        # where the components' code comes from may change (an installed plugin, then its file);
+        # the components themselves are compared by their kinds and settings
+        return {k: v for k, v in d.items() if k not in ("plugins", "plugin_sources")}
+
+    old, new = _flat(settings(saved)), _flat(settings(json.loads(json.dumps(cfg.to_dict()))))
     return {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new))
             if k not in MAY_CHANGE_ON_RESUME and old.get(k) != new.get(k)}
 
@@ -252,7 +258,10 @@ def resume_config(run_dir: str | Path, saved: dict, preset: str | None, file: st
     if preset is not None:
         cfg = load_config(preset, file, overrides)
     else:
-        cfg = Config.from_dict(saved)
+        try:
+            cfg = Config.from_dict(saved)
+        except MissingPlugin as e:
+            raise e.about(f"the run in {run_dir}") from None
         if file:
             apply_dict(cfg, _read_config_file(file))
         for ov in overrides:
