@@ -20,6 +20,7 @@ import pytest
 from rltok.analysis import compare
 from rltok.config import load_config
 from rltok.model import sizing
+from rltok.model.flops import planned_cost
 
 sys.path.insert(0, str(Path(__file__).parent))
 from behaviour_cases import corpus  # noqa: E402
@@ -361,30 +362,21 @@ LADDERS = {'bpe_token': [(30000.0,
                  'model.decoder_layers=1'])]}
 
 
-# ---- how the code before the change is asked (replaced by its successor's calls) ----------------
-def planned_cost(cfg, vocab_size):
-    from rltok.model.flops import cost_of_config
-
-    return cost_of_config(cfg, vocab_size)
-
-
+# ---- how the numbers are asked of the code --------------------------------------------------------
 def reference_budget_per_byte(base, preset):
-    from rltok.model.flops import hourglass_flops, train_flops_per_byte
-
-    ref = compare.method_config("rl", base, "x", Path("/tmp/x"), 0, preset)
-    return train_flops_per_byte(hourglass_flops(ref.model, ref.train.seq_len))
+    return compare.reference_budget(compare.method_config("rl", base, "x", Path("/tmp/x"), 0, preset), 1)
 
 
 def objective_of(cfg):
     from rltok.objective.loss import BoundaryObjective
 
-    return BoundaryObjective(cfg)
+    return BoundaryObjective(cfg, planned_cost(cfg))
 
 
 def chunk_price_of(cfg):
     from rltok.objective.build import make_chunk_price
 
-    return make_chunk_price(cfg.model, cfg.objective, cfg.train.seq_len)
+    return make_chunk_price(cfg.model, cfg.objective, cfg.train.seq_len, cost=planned_cost(cfg))
 
 
 @pytest.mark.parametrize("case", list(COST_CASES))
@@ -419,7 +411,8 @@ def test_compare_budget_plans_are_unchanged(tmp_path, monkeypatch):
         cfg = compare.method_config(method, base, str(data), tmp_path / f"run{i}", 0, "test")
         t = compare._train_to_budget(cfg, budget, warmup_at)
         tc = t.trainer.cfg.train
-        got = {"planned_rate": t.planned_rate, "planned_fpb": t.planned_fpb, "bytes_per_step": t.bytes_per_step,
+        got = {"planned_rate": t.plan.rate, "planned_fpb": t.plan.train_flops_per_byte,
+               "bytes_per_step": t.plan.bytes_per_step,
                "max_steps": tc.max_steps, "flops_budget": tc.flops_budget, "warmup_steps": tc.warmup_steps,
                "eval_every": tc.eval_every, "checkpoint_every": tc.checkpoint_every}
         t.trainer.lock.release()

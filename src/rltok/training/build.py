@@ -21,11 +21,11 @@ from rltok.data.corpus import load_corpus
 from rltok.data.sources import Corpus
 from rltok.data.windows import WindowSampler, rank_eval_windows
 from rltok.model.factory import build_model
-from rltok.model.flops import ModelCost
+from rltok.model.flops import ModelCost, run_cost
 from rltok.objective.loss import BoundaryObjective, LocalMean
 from rltok.training import distributed as ddp
 
-__all__ = ["Built", "build", "load_data"]
+__all__ = ["Built", "build", "load_data", "seeded_model"]
 
 
 @dataclass
@@ -48,18 +48,16 @@ def load_data(cfg: Config) -> Corpus:
 
 
 def build(cfg: Config, corpus: Corpus | None = None, device: torch.device | str = "cpu",
-          dist: ddp.DistInfo | None = None) -> Built:
+          dist: ddp.DistInfo | None = None, model: torch.nn.Module | None = None) -> Built:
     """The data pipeline, the model and the objective of `cfg` (`corpus`: bytes already loaded;
-    `dist`: this process's place in data-parallel training, None for one process). Seeds the
-    global RNGs with train.seed before the model is made, so a config builds the same model."""
+    `dist`: this process's place in data-parallel training, None for one process). The model is
+    `seeded_model`'s, or `model` where a harness made it that way already to plan the run from it
+    (rltok.analysis.compare: the budget's steps come from its cost and rate)."""
     tc, device = cfg.train, torch.device(device)
     dist = dist or ddp.DistInfo()
     corpus = corpus or load_data(cfg)
-    torch.manual_seed(tc.seed)
-    random.seed(tc.seed)
-    np.random.seed(tc.seed)
-    model = fitted_model(cfg, corpus, dist).to(device)
-    cost = ModelCost(model, tc.seq_len, cfg.objective.group_size)
+    model = (model if model is not None else seeded_model(cfg, corpus, dist)).to(device)
+    cost = run_cost(model, cfg)
     # batch_size counts segmentations: with group_size K, K of them share each sequence
     k = cfg.objective.group_size if FAMILIES.component(cfg.model.arch).hierarchical else 1
     sampler = WindowSampler(corpus.train, tc.batch_size // k, tc.seq_len, seed=tc.seed, rank=dist.rank,
@@ -70,9 +68,18 @@ def build(cfg: Config, corpus: Corpus | None = None, device: torch.device | str 
                             dist.world_size)
     # the baseline and the rate loss' mean boundary probability are over the global batch
     vocab_size = getattr(model, "vocab_size", VOCAB_SIZE)  # a BPE-token model's is its own
-    objective = BoundaryObjective(cfg, device, vocab_size=vocab_size, cost=cost,
+    objective = BoundaryObjective(cfg, cost, device,
                                   reduce=ddp.GlobalBatchMean(dist) if dist.enabled else LocalMean())
     return Built(corpus, model, cost, objective, sampler, val, k, vocab_size)
+
+
+def seeded_model(cfg: Config, corpus: Corpus, dist: ddp.DistInfo | None = None) -> torch.nn.Module:
+    """The model of `cfg`, its data-fitted parts fitted on `corpus`. Seeds the global RNGs with
+    train.seed first, so a config builds the same model (and what follows draws the same numbers)."""
+    torch.manual_seed(cfg.train.seed)
+    random.seed(cfg.train.seed)
+    np.random.seed(cfg.train.seed)
+    return fitted_model(cfg, corpus, dist or ddp.DistInfo())
 
 
 def fitted_model(cfg: Config, corpus: Corpus, dist: ddp.DistInfo) -> torch.nn.Module:

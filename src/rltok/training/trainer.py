@@ -87,21 +87,27 @@ class TrainResult:
 class Trainer:
     max_bad_steps = 5  # consecutive non-finite steps before the run is declared diverged
 
-    def __init__(self, cfg: Config, corpus: Corpus | None = None, resume: bool = False, quiet: bool = False):
+    def __init__(self, cfg: Config, corpus: Corpus | None = None, resume: bool = False, quiet: bool = False,
+                 model: torch.nn.Module | None = None):
+        """`model`: the model rltok.training.build.seeded_model made of `cfg`, from which a harness
+        planned the run (rltok.analysis.compare.plan_budget); `cfg` then comes planned, its warm-up
+        already resolved against the steps planned (not train.max_steps, a cap there). One process."""
         self.cfg = cfg.validate()
-        cfg.train.warmup_steps = cfg.train.warmup_for(cfg.train.max_steps)
+        if model is None:
+            cfg.train.warmup_steps = cfg.train.warmup_for(cfg.train.max_steps)
         self.run_dir = Path(cfg.train.out_dir)
         # one live process per run folder (rank 0 holds the lock for every rank), until fit() ends
         self.lock = RunLock(self.run_dir)
         if os.environ.get("RANK", "0") == "0":
             self.lock.acquire()
         try:
-            self._init(cfg, corpus, resume, quiet)
+            self._init(cfg, corpus, resume, quiet, model)
         except BaseException:
             self.lock.abandon()
             raise
 
-    def _init(self, cfg: Config, corpus: Corpus | None, resume: bool, quiet: bool) -> None:
+    def _init(self, cfg: Config, corpus: Corpus | None, resume: bool, quiet: bool,
+              model: torch.nn.Module | None) -> None:
         tc = cfg.train
         run_folder.refuse_other_run(self.run_dir, resume)
         tracking.require(cfg)
@@ -115,8 +121,10 @@ class Trainer:
         self.quiet = quiet or not self.dist.is_main  # rank 0 alone reports
         self.report = Reporter(cfg, self.quiet)
         self.amp_dtype = resolve_dtype(tc.dtype, self.device)
+        if model is not None and self.dist.enabled:
+            raise ValueError("a model made before the trainer is one process's: under torchrun every rank builds its own")
         # the data pipeline, the model, its cost and the objective: everything the config describes
-        built = build(cfg, corpus, self.device, self.dist)
+        built = build(cfg, corpus, self.device, self.dist, model)
         self.corpus, self.model, self.cost, self.objective = built.corpus, built.model, built.cost, built.objective
         self.sampler, self.group_size, self.vocab_size = built.sampler, built.group_size, built.vocab_size
         self.val_x, self.val_y, self.val_shared = built.val
