@@ -20,7 +20,7 @@ import pytest
 from rltok.analysis import compare
 from rltok.config import load_config
 from rltok.model import sizing
-from rltok.model.flops import planned_cost
+from rltok.model.flops import run_cost
 
 sys.path.insert(0, str(Path(__file__).parent))
 from behaviour_cases import corpus  # noqa: E402
@@ -370,19 +370,19 @@ def reference_budget_per_byte(base, preset):
 def objective_of(cfg):
     from rltok.objective.loss import BoundaryObjective
 
-    return BoundaryObjective(cfg, planned_cost(cfg))
+    return BoundaryObjective(cfg, run_cost(cfg))
 
 
 def chunk_price_of(cfg):
     from rltok.objective.build import make_chunk_price
 
-    return make_chunk_price(cfg.model, cfg.objective, cfg.train.seq_len, cost=planned_cost(cfg))
+    return make_chunk_price(cfg.model, cfg.objective, cfg.train.seq_len, cost=run_cost(cfg))
 
 
 @pytest.mark.parametrize("case", list(COST_CASES))
 def test_the_cost_of_a_config_is_unchanged(case):
     cfg = config(COST_CASES[case])
-    assert cost_numbers(planned_cost(cfg, vocab(cfg)), cfg) == COSTS[case]
+    assert cost_numbers(run_cost(cfg, vocab_size=vocab(cfg)), cfg) == COSTS[case]
 
 
 @pytest.mark.parametrize("case", ["lexicon", "two_stage", "bpe", "rl_group4_value", "flat_ngram_window"])

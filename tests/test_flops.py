@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from rltok.config import VOCAB_SIZE, ModelConfig, load_config
 from rltok.model.cost import causal_keys
 from rltok.model.factory import planned_model
-from rltok.model.flops import ModelCost, model_flops, planned_cost, train_flops_per_byte
+from rltok.model.flops import ModelCost, model_flops, run_cost, train_flops_per_byte
 from rltok.model import FlatByteLM, HourglassLM
 from rltok.model.chunkers import Boundaries, Chunker
 from rltok.model.layers import Attention
@@ -333,14 +333,14 @@ def test_config_costs_equal_the_reference(overrides):
         for rate in (None, 0.05, 0.3):
             for rate2 in (None, 0.5):
                 for vocab in (VOCAB_SIZE, 300, 4096):
-                    cost = planned_cost(cfg, vocab)
+                    cost = run_cost(cfg, vocab_size=vocab)
                     assert cost.forward_per_byte(rate, rate2) == ref_config_forward_flops_per_byte(cfg, rate, vocab, rate2)
                     for cf in ((False, True) if hourglass else (False,)):
                         assert cost.step_train_per_byte(rate, rate2, cf) == \
                             ref_step_train_flops_per_byte(cfg, rate, rate2, vocab, cf)
         if hourglass:
-            assert planned_cost(cfg).tokenizer_phase_per_byte() == ref_tokenizer_phase_flops_per_byte(cfg)
-            assert planned_cost(cfg).counterfactual_per_byte(0.2) == ref_counterfactual_flops_per_byte(cfg, 0.2)
+            assert run_cost(cfg).tokenizer_phase_per_byte() == ref_tokenizer_phase_flops_per_byte(cfg)
+            assert run_cost(cfg).counterfactual_per_byte(0.2) == ref_counterfactual_flops_per_byte(cfg, 0.2)
 
 
 @pytest.mark.parametrize("window,tables", [(None, 0), (16, 0), (None, 3)])
@@ -385,7 +385,7 @@ def test_the_trainers_cost_is_its_models(tmp_path):
 def test_both_attention_counts_of_a_windowed_model(overrides):
     """What the kernel computes (the whole window's blocks, masked pairs included) is at least the
     causal pairs, and more for a windowed model; forward_per_byte charges the causal pairs."""
-    cost = planned_cost(load_config("test", overrides=overrides))
+    cost = run_cost(load_config("test", overrides=overrides))
     causal, kernel = cost.forward_per_byte(0.2), cost.forward_per_byte(0.2, attention="kernel")
     assert kernel > causal == cost.forward_per_byte(0.2, attention="causal")
     assert kernel == cost.forward(0.2, attention="kernel")["total"]
@@ -526,13 +526,13 @@ def test_an_unknown_model_is_costed_by_its_linear_layers():
 
 def test_cost_of_a_config_is_built_once_on_the_meta_device():
     cfg = load_config("small")
-    a, b = planned_cost(cfg), planned_cost(cfg)
+    a, b = run_cost(cfg), run_cost(cfg)
     assert a.model is b.model and next(a.model.parameters()).device.type == "meta"
     assert (a.seq_len, a.group_size) == (cfg.train.seq_len, 1)
 
 
 def test_the_flops_module_has_one_way_to_cost_a_config():
-    """The config-level functions are gone: a config is costed by building its model (planned_cost)."""
+    """The config-level functions are gone: a config is costed by building its model (run_cost)."""
     from rltok.model import flops
 
     for name in ("cost_of_config", "unfitted_model", "hourglass_flops", "flat_flops", "chunk_cost_flops",

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from rltok.config import FAMILIES, Config, load_config
-from rltok.model.flops import planned_cost, run_cost, train_flops_per_byte
+from rltok.model.flops import run_cost, train_flops_per_byte
 
 _REF = ["model.chunker=rl", "objective.recipe=reference"]
 
@@ -89,14 +89,14 @@ def hierarchy_forward_flops(cfg: Config) -> float:
     """Forward FLOPs per byte of the hierarchical model of `cfg`'s shape at its target rate (an
     hourglass whatever model.arch says: what the references are matched to)."""
     hourglass = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, arch="hourglass"))
-    return planned_cost(hourglass).forward()["total"]
+    return run_cost(hourglass).forward()["total"]
 
 
 def matched_flat_layers(cfg: Config) -> int:
     """Depth at which the flat byte model (width d_chunk) costs what the hourglass costs per byte."""
     # one full-attention layer without n-gram tables: the per-layer cost the depth is counted in
     one_layer = dataclasses.replace(cfg.model, arch="flat", flat_layers=1, flat_window=0, ngram_vocab=0)
-    per_layer = planned_cost(dataclasses.replace(cfg, model=one_layer)).forward()["total"]
+    per_layer = run_cost(dataclasses.replace(cfg, model=one_layer)).forward()["total"]
     head = 2.0 * cfg.model.d_chunk * 264
     return max(1, round((hierarchy_forward_flops(cfg) - head) / (per_layer - head)))
 
@@ -240,14 +240,15 @@ class BudgetPlan:
     config: Config  # the run's config with the budget, the step cap, the warm-up and the cadence set
 
 
-def plan_budget(cfg: Config, model, corpus, budget_flops: float, warmup_at: float | None = None) -> BudgetPlan:
-    """Plan a run of `cfg` to `budget_flops` with `model` (its model, as training builds it: the
-    rate of a data-fitted rule is measured on it) and `corpus`. `warmup_at`: run_one's."""
+def plan_budget(cfg: Config, costed, corpus, budget_flops: float, warmup_at: float | None = None) -> BudgetPlan:
+    """Plan a run of `cfg` to `budget_flops` from `costed` (rltok.training.build.costed_model: its
+    model as training builds it, on which a data-fitted rule's rate is measured, and its cost) and
+    `corpus`. `warmup_at`: run_one's."""
     # distinct bytes: with group_size K, batch_size counts segmentations of batch_size / K sequences
     k = cfg.objective.group_size if FAMILIES.component(cfg.model.arch).hierarchical else 1
     bytes_per_step = cfg.train.batch_size // k * cfg.train.grad_accum * cfg.train.seq_len
-    rate = probe_rate(model, corpus, cfg)
-    fpb = train_flops_per_byte({"total": run_cost(model, cfg).forward_per_byte(rate)})
+    rate = probe_rate(costed.model, corpus, cfg)
+    fpb = train_flops_per_byte({"total": costed.cost.forward_per_byte(rate)})
     steps = max(1, round(budget_flops / (fpb * bytes_per_step)))
     tc = cfg.train
     # a share of the planned steps (train.warmup_frac), else the preset's, at most a tenth of the run
@@ -277,11 +278,11 @@ class _Trained:
 def _train_to_budget(cfg: Config, budget_flops: float, warmup_at: float | None = None,
                      branch: Path | None = None) -> _Trained:
     """Train (or resume) one method until it has spent budget_flops; a stop request ends the sweep.
-    `warmup_at`, `branch`: run_one's `warmup_at` and its branch checkpoint. The model is built
-    first, the run planned from it, and the trainer built once around both."""
+    `warmup_at`, `branch`: run_one's `warmup_at` and its branch checkpoint. The model and its cost
+    are made first, the run planned from them, and the trainer built once around both."""
     import torch
 
-    from rltok.training.build import load_data, seeded_model
+    from rltok.training.build import costed_model, load_data
     from rltok.training.device import resolve_device
     from rltok.training.trainer import Trainer
 
@@ -291,9 +292,10 @@ def _train_to_budget(cfg: Config, budget_flops: float, warmup_at: float | None =
     if cfg.train.threads > 0:  # as the trainer sets them, before anything is built
         torch.set_num_threads(cfg.train.threads)
     corpus = load_data(cfg)
-    model = seeded_model(cfg, corpus).to(resolve_device(cfg.train.device))  # BPE: fits its tokenizer
-    plan = plan_budget(cfg, model, corpus, budget_flops, warmup_at)
-    trainer = Trainer(plan.config, corpus=corpus, resume=True, quiet=True, model=model)
+    costed = costed_model(cfg, corpus)  # BPE: fits its tokenizer
+    costed.model.to(resolve_device(cfg.train.device))  # the rate is probed where training runs
+    plan = plan_budget(cfg, costed, corpus, budget_flops, warmup_at)
+    trainer = Trainer(plan.config, corpus=corpus, resume=True, quiet=True, costed=costed)
     if branch is not None:
         _check_branch(trainer, branch, seeded)
     with memory:

@@ -11,8 +11,8 @@ keys is charged 256). Training costs about 3x the forward pass (backward = 2x).
 
 `ModelCost` is what training holds: the cost of a step, of the counterfactual pass and of the
 tokenizer phase, and the slope of the cost in the rate. There is no second way to cost a config:
-where only a config is at hand (sizing, budget planning), `planned_cost` builds its model once on
-the meta device (no memory) and asks that, as training asks the model it built (`run_cost`).
+`run_cost` asks the model training built, or, where only a config is at hand (sizing, budget
+planning), the config's model built once on the meta device (no memory).
 """
 
 from __future__ import annotations
@@ -107,20 +107,17 @@ class ModelCost:
         return (a + c * rate) / self.forward_per_byte(rate)
 
 
-def run_cost(model: torch.nn.Module, cfg) -> ModelCost:
-    """What a step of `model` costs when a full `Config` trains it: on train.seq_len windows, with
-    objective.group_size segmentations per sequence. The one place a config's training is costed:
-    the trainer's built model and a planned one (`planned_cost`) are both asked through it."""
+def run_cost(cfg, model: torch.nn.Module | None = None, vocab_size: int | None = None) -> ModelCost:
+    """What a step of training a full `Config` costs (train.seq_len windows, objective.group_size
+    segmentations per sequence), asked of its model: `model`, the one training built, or before
+    any training (sizing a model, planning a budget) the model `cfg` builds, made on the meta
+    device by rltok.model.factory.planned_model (`vocab_size`: a BPE-token model's tokens). The
+    one way a config is costed."""
+    if model is None:
+        from rltok.model.factory import planned_model
+
+        model = planned_model(cfg.model, vocab_size)
     return ModelCost(model, cfg.train.seq_len, cfg.objective.group_size)
-
-
-def planned_cost(cfg, vocab_size: int | None = None) -> ModelCost:
-    """What training the model of a full `Config` costs, asked before training (sizing a model,
-    planning a budget): the model as rltok.model.factory.planned_model builds it, on the meta
-    device, costed as training costs its built model. `vocab_size`: a BPE-token model's tokens."""
-    from rltok.model.factory import planned_model
-
-    return run_cost(planned_model(cfg.model, vocab_size), cfg)
 
 
 def train_flops_per_byte(forward: dict[str, float]) -> float:

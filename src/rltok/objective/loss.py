@@ -101,7 +101,7 @@ class BoundaryObjective:
 
     `reduce`: the batch-statistics protocol (LocalMean, or distributed.GlobalBatchMean).
     `cost`: what the model costs (rltok.model.flops.ModelCost): the trainer's built model's, or,
-    without a trainer, the planned model's (rltok.model.flops.planned_cost)."""
+    without a trainer, the config's model's on the meta device (rltok.model.flops.run_cost)."""
 
     def __init__(self, cfg, cost, device=None, reduce: LocalMean | None = None):
         self.cfg = cfg  # for the FLOPs counts
