@@ -47,7 +47,8 @@ COST_CASES = {
 }
 COMPARE_BASES = [("test", []), ("test", ["model.window=128"]), ("small", []), ("tiny", []),
                  ("small", ["model.d_chunk=256", "model.n_heads_chunk=4"]),
-                 ("test", ["model.main_layers=12", "model.d_byte=64", "model.encoder_layers=3", "model.decoder_layers=3"]),
+                 ("test", ["model.main_layers=12", "model.d_byte=64", "model.encoder_layers=3",
+                           "model.decoder_layers=3"]),
                  ("small", ["model.main_layers=10", "model.window=512", "train.seq_len=1024"])]
 # (method, base overrides, budget, warmup_at)
 PLAN_CASES = [("rl", [], 1e9, None), ("bpe", [], 1e9, None), ("whitespace", [], 3e9, None), ("flat", [], 1e9, None),

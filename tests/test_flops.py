@@ -334,7 +334,8 @@ def test_config_costs_equal_the_reference(overrides):
             for rate2 in (None, 0.5):
                 for vocab in (VOCAB_SIZE, 300, 4096):
                     cost = run_cost(cfg, vocab_size=vocab)
-                    assert cost.forward_per_byte(rate, rate2) == ref_config_forward_flops_per_byte(cfg, rate, vocab, rate2)
+                    want = ref_config_forward_flops_per_byte(cfg, rate, vocab, rate2)
+                    assert cost.forward_per_byte(rate, rate2) == want
                     for cf in ((False, True) if hourglass else (False,)):
                         assert cost.step_train_per_byte(rate, rate2, cf) == \
                             ref_step_train_flops_per_byte(cfg, rate, rate2, vocab, cf)

@@ -122,7 +122,8 @@ class Trainer:
         self.report = Reporter(cfg, self.quiet)
         self.amp_dtype = resolve_dtype(tc.dtype, self.device)
         if costed is not None and self.dist.enabled:
-            raise ValueError("a model made before the trainer is one process's: under torchrun every rank builds its own")
+            raise ValueError("a model made before the trainer is one process's: "
+                             "under torchrun every rank builds its own")
         # the data pipeline, the model, its cost and the objective: everything the config describes
         built = build(cfg, corpus, self.device, self.dist, costed)
         self.corpus, self.model, self.cost, self.objective = built.corpus, built.model, built.cost, built.objective
