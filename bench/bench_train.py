@@ -58,7 +58,8 @@ import torch
 from rltok.config import CHUNKERS, RECIPES, Config, ConfigError, ModelConfig, apply_dict
 from rltok.data.sources import Corpus
 from rltok.data.corpus import load_corpus
-from rltok.model.flops import flat_flops, model_flops, train_flops_per_byte, unfitted_model
+from rltok.model.factory import planned_model
+from rltok.model.flops import model_flops, train_flops_per_byte
 from rltok.model import FlatByteLM, HourglassLM
 from rltok.model.factory import build_model
 from rltok.training.trainer import Trainer
@@ -94,7 +95,8 @@ def flat_shape(n_params: int, seq_len: int, mlp_ratio: float = 4.0, head_dim: in
             p = p1 + (n - 1) * (p2 - p1)  # the count is affine in the number of layers
             if abs(p / n_params - 1) > tol:
                 continue
-            cost = flat_flops(d, n, seq_len, None, mlp_ratio)["total"]
+            with torch.device("meta"):
+                cost = model_flops(FlatByteLM(d, n, d // head_dim, mlp_ratio), seq_len)["total"]
             if best is None or cost < best[0]:
                 best = (cost, d, n)
     if best is None:
@@ -174,7 +176,7 @@ def n_params(spec: dict) -> int:
 
 def flops_of(spec: dict, seq_len: int, rate: float | None) -> dict[str, float]:
     """Forward FLOPs per byte by component, asked of the model the spec builds (on the meta device)."""
-    return model_flops(unfitted_model(spec["model"]), seq_len, rate)
+    return model_flops(planned_model(spec["model"]), seq_len, rate)
 
 
 def describe(spec: dict) -> str:

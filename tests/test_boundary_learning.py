@@ -8,7 +8,7 @@ import torch
 
 from rltok.config import ConfigError, load_config
 from rltok.data.sources import Corpus
-from rltok.model.flops import config_forward_flops_per_byte, counterfactual_flops_per_byte, train_flops_per_byte
+from rltok.model.flops import run_cost, train_flops_per_byte
 from rltok.objective.flips import boundary_values, draw_flips, flip_segment_sums, local_expectation_loss
 from rltok.training.trainer import Trainer
 from conftest import straight_and_resumed
@@ -141,9 +141,9 @@ def test_flips_training_counts_the_extra_pass_and_resumes_exactly(tmp_path):
     expected = 0.0
     for rec in full.history:
         cpb = rec["chunks_per_byte"]
-        step = train_flops_per_byte({"total": config_forward_flops_per_byte(cfg, cpb)})
+        step = train_flops_per_byte({"total": run_cost(cfg).forward_per_byte(cpb)})
         if rec["step"] > 2:  # the flipped pass runs once the policy trains
-            step += counterfactual_flops_per_byte(cfg, cpb)
+            step += run_cost(cfg).counterfactual_per_byte(cpb)
         expected += step * step_bytes
     assert full.flops_spent == pytest.approx(expected, rel=1e-6)
 
@@ -161,23 +161,23 @@ def test_boundary_objective_state_round_trip_and_legacy_keys():
     from rltok.objective.loss import BoundaryObjective
 
     cfg = load_config("test", overrides=["objective.rate_control=lagrange", "objective.estimator=flips"])
-    a = BoundaryObjective(cfg)
+    a = BoundaryObjective(cfg, run_cost(cfg))
     rates = {"expected_rate": 0.3, "chunks_per_byte": 0.25, "expected_rate2": None, "supertokens_per_chunk": None}
     a.after_step(0, rates, step_bytes=256, seq_len=64)
     torch.rand(3, generator=a.flip_gen)
-    b = BoundaryObjective(cfg)
+    b = BoundaryObjective(cfg, run_cost(cfg))
     b.load_state_dict(a.state_dict())
     assert b.flops_spent == a.flops_spent > 0
     assert b.price.lagrange.price.item() == a.price.lagrange.price.item() != 0
     assert torch.equal(torch.rand(4, generator=b.flip_gen), torch.rand(4, generator=a.flip_gen))
     # trainer states written before the component kept these keys at their top level
-    c = BoundaryObjective(cfg)
+    c = BoundaryObjective(cfg, run_cost(cfg))
     legacy = a.state_dict()
     c.load_state_dict({"flops_spent": legacy["flops_spent"], "lagrange": legacy["lagrange"]})
     assert c.flops_spent == a.flops_spent and c.price.lagrange.price.item() == a.price.lagrange.price.item()
     # the warm start: a frozen policy does not move the controller, but the FLOPs still count
-    w = BoundaryObjective(load_config("test", overrides=["objective.rate_control=lagrange",
-                                                         "objective.policy_start_step=5"]))
+    warm = load_config("test", overrides=["objective.rate_control=lagrange", "objective.policy_start_step=5"])
+    w = BoundaryObjective(warm, run_cost(warm))
     w.after_step(0, rates, step_bytes=256, seq_len=64)
     assert w.price.lagrange.price.item() == 0 and w.flops_spent > 0
 

@@ -18,7 +18,7 @@ from rltok.config import ConfigError, load_config
 from rltok.data.bpe import fit_bpe_to_rate, train_bpe, truncate_bpe
 from rltok.data.sources import Corpus
 from rltok.model.factory import build_model
-from rltok.model.flops import attention_flops, block_linear_flops, config_forward_flops_per_byte, train_flops_per_byte
+from rltok.model.flops import run_cost, train_flops_per_byte
 from rltok.training.trainer import Trainer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -116,9 +116,11 @@ def test_bpe_token_flops_count_every_layer_and_the_vocab_head(layers, vocab):
     cfg = load_config("test", overrides=["model.arch=bpe_token", f"model.flat_layers={layers}"])
     m, rate = cfg.model, 0.25
     n_tok = int(cfg.train.seq_len * rate)
-    per_token = layers * (block_linear_flops(m.d_chunk, m.mlp_ratio) + attention_flops(m.d_chunk, (n_tok + 1) / 2))
-    per_token += 2.0 * m.d_chunk * vocab  # the output layer, d x V per token
-    assert config_forward_flops_per_byte(cfg, rate, vocab) == pytest.approx(rate * per_token)
+    d, hidden = m.d_chunk, int(m.d_chunk * m.mlp_ratio)
+    block = 2.0 * (4 * d * d + 2 * d * hidden)  # q, k, v, out and the MLP's two layers
+    attention = 4.0 * d * (n_tok + 1) / 2  # QK^T and AV over the causal keys
+    per_token = layers * (block + attention) + 2.0 * d * vocab  # and the output layer, d x V per token
+    assert run_cost(cfg, vocab_size=vocab).forward_per_byte(rate) == pytest.approx(rate * per_token)
 
 
 def test_trainer_counts_a_tuned_bpe_token_model(tmp_path):
@@ -130,7 +132,7 @@ def test_trainer_counts_a_tuned_bpe_token_model(tmp_path):
     assert trainer.model.vocab_size == 300 and len(trainer.model.body.blocks) == 2
     trainer.fit()
     step_bytes = cfg.train.batch_size * cfg.train.seq_len
-    expected = sum(train_flops_per_byte({"total": config_forward_flops_per_byte(cfg, r["chunks_per_byte"], 300)})
+    expected = sum(train_flops_per_byte({"total": run_cost(cfg, vocab_size=300).forward_per_byte(r["chunks_per_byte"])})
                    * step_bytes for r in trainer.history)
     assert trainer.flops_spent == pytest.approx(expected, rel=1e-6)
     shape = model_shape(cfg, trainer.model)
@@ -196,7 +198,7 @@ def test_run_one_reports_the_bpe_token_models_forward_flops_at_its_trained_rate(
                                          "model.flat_layers=1"])
     assert res["train_chunks_per_byte"] > cfg.model.target_rate  # this text tokenises above 0.2
     assert res["forward_flops_per_byte"] == pytest.approx(
-        config_forward_flops_per_byte(cfg, res["train_chunks_per_byte"], 300), rel=1e-9)
+        run_cost(cfg, vocab_size=300).forward_per_byte(res["train_chunks_per_byte"]), rel=1e-9)
     assert res["attention_count"] == "causal"
     assert res["forward_flops_per_byte_kernel"] >= res["forward_flops_per_byte"]
     # scored: bytes 8.. of 4 windows, the same for every family; the tokenizer's sample beside the training bytes

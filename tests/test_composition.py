@@ -58,7 +58,7 @@ def vowel_rule():
 
 def test_a_toy_rule_trains_costs_compares_and_generates(vowel_rule, tmp_path):
     from rltok.analysis.compare import run_one
-    from rltok.model.flops import step_train_flops_per_byte
+    from rltok.model.flops import run_cost
     from rltok.training.loading import load_checkpoint
     from rltok.training.trainer import Trainer
 
@@ -71,8 +71,8 @@ def test_a_toy_rule_trains_costs_compares_and_generates(vowel_rule, tmp_path):
     model, loaded, _, _ = load_checkpoint(result.run_dir)
     assert isinstance(model.chunker, VowelChunker) and loaded.model.chunker == cfg.model.chunker
     # cost: the same count as the built-in rule without a policy at the same rate
-    assert step_train_flops_per_byte(loaded, chunks_per_byte=0.3) == pytest.approx(
-        step_train_flops_per_byte(load_config("test", overrides=["model.chunker=uniform"]), chunks_per_byte=0.3))
+    assert run_cost(loaded).step_train_per_byte(0.3) == pytest.approx(
+        run_cost(load_config("test", overrides=["model.chunker=uniform"])).step_train_per_byte(0.3))
     # generate: a causal rule decides one byte at a time
     gen = model.generate(b"the ", 24, temperature=1.0, seed=0)
     assert len(gen.output) == 24

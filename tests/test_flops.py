@@ -20,9 +20,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from rltok.config import VOCAB_SIZE, ModelConfig, load_config
-from rltok.model.flops import (ModelCost, chunk_cost_flops, config_forward_flops_per_byte, cost_of_config,
-                               counterfactual_flops_per_byte, flat_flops, hourglass_flops, mean_keys, model_flops,
-                               step_train_flops_per_byte, tokenizer_phase_flops_per_byte, train_flops_per_byte)
+from rltok.model.cost import causal_keys
+from rltok.model.factory import planned_model
+from rltok.model.flops import ModelCost, model_flops, run_cost, train_flops_per_byte
 from rltok.model import FlatByteLM, HourglassLM
 from rltok.model.chunkers import Boundaries, Chunker
 from rltok.model.layers import Attention
@@ -94,6 +94,18 @@ def brute_force_flops(model: nn.Module, run, monkeypatch) -> dict[str, float]:
     return counts
 
 
+def hourglass_flops(cfg: ModelConfig, seq_len: int, rate=None, rate2=None) -> dict[str, float]:
+    """The walk over the model `cfg` builds (on the meta device)."""
+    return model_flops(planned_model(cfg), seq_len, rate, rate2)
+
+
+def flat_flops(d_model, n_layers, seq_len, window=None, mlp_ratio=4.0, ngram_tables=0) -> dict[str, float]:
+    with torch.device("meta"):
+        model = FlatByteLM(d_model, n_layers, 1, mlp_ratio, window, ngram_sizes=tuple(range(1, ngram_tables + 1)),
+                           ngram_vocab=1 if ngram_tables else 0)
+    return model_flops(model, seq_len)
+
+
 TINY = dict(d_byte=32, d_chunk=48, n_heads_byte=2, n_heads_chunk=2, encoder_layers=1,
             main_layers=2, decoder_layers=2, mlp_ratio=3.0)
 
@@ -138,10 +150,10 @@ def test_flat_flops_match_brute_force(window, monkeypatch):
     assert est["total"] == pytest.approx(sum(counts.values()) / x.numel(), rel=1e-9)
 
 
-def test_mean_keys():
-    assert mean_keys(4, None) == pytest.approx((1 + 2 + 3 + 4) / 4)
-    assert mean_keys(5, 2) == pytest.approx((1 + 2 + 2 + 2 + 2) / 5)
-    assert mean_keys(3, 10) == mean_keys(3, None)
+def test_causal_keys():
+    assert causal_keys(4, None) == pytest.approx((1 + 2 + 3 + 4) / 4)
+    assert causal_keys(5, 2) == pytest.approx((1 + 2 + 2 + 2 + 2) / 5)
+    assert causal_keys(3, 10) == causal_keys(3, None)
 
 
 def test_chunk_level_scales_with_rate():
@@ -294,7 +306,7 @@ def test_walk_equals_the_reference_for_every_rule(chunker):
                 ref = ref_hourglass_flops(cfg, seq_len, rate)
                 assert model_flops(model, seq_len, rate) == ref  # same keys, same floats
                 assert hourglass_flops(cfg, seq_len, rate) == ref  # the config's model, built on meta
-            assert chunk_cost_flops(model, seq_len) == ref_chunk_cost_flops(cfg, seq_len)
+            assert ModelCost(model, seq_len).chunk_cost() == ref_chunk_cost_flops(cfg, seq_len)
 
 
 def test_walk_equals_the_reference_with_two_stages():
@@ -304,7 +316,7 @@ def test_walk_equals_the_reference_with_two_stages():
         for rate in RATES:
             for rate2 in (None, 0.0, 0.25, 0.61, 1.0):
                 assert model_flops(model, 256, rate, rate2) == ref_hourglass_flops(cfg, 256, rate, rate2)
-        assert chunk_cost_flops(model, 256) == ref_chunk_cost_flops(cfg, 256)
+        assert ModelCost(model, 256).chunk_cost() == ref_chunk_cost_flops(cfg, 256)
 
 
 @pytest.mark.parametrize("overrides", [
@@ -321,14 +333,15 @@ def test_config_costs_equal_the_reference(overrides):
         for rate in (None, 0.05, 0.3):
             for rate2 in (None, 0.5):
                 for vocab in (VOCAB_SIZE, 300, 4096):
+                    cost = run_cost(cfg, vocab_size=vocab)
                     want = ref_config_forward_flops_per_byte(cfg, rate, vocab, rate2)
-                    assert config_forward_flops_per_byte(cfg, rate, vocab, rate2) == want
+                    assert cost.forward_per_byte(rate, rate2) == want
                     for cf in ((False, True) if hourglass else (False,)):
-                        assert step_train_flops_per_byte(cfg, None, rate, rate2, vocab, cf) == \
+                        assert cost.step_train_per_byte(rate, rate2, cf) == \
                             ref_step_train_flops_per_byte(cfg, rate, rate2, vocab, cf)
         if hourglass:
-            assert tokenizer_phase_flops_per_byte(cfg) == ref_tokenizer_phase_flops_per_byte(cfg)
-            assert counterfactual_flops_per_byte(cfg, 0.2) == ref_counterfactual_flops_per_byte(cfg, 0.2)
+            assert run_cost(cfg).tokenizer_phase_per_byte() == ref_tokenizer_phase_flops_per_byte(cfg)
+            assert run_cost(cfg).counterfactual_per_byte(0.2) == ref_counterfactual_flops_per_byte(cfg, 0.2)
 
 
 @pytest.mark.parametrize("window,tables", [(None, 0), (16, 0), (None, 3)])
@@ -373,7 +386,7 @@ def test_the_trainers_cost_is_its_models(tmp_path):
 def test_both_attention_counts_of_a_windowed_model(overrides):
     """What the kernel computes (the whole window's blocks, masked pairs included) is at least the
     causal pairs, and more for a windowed model; forward_per_byte charges the causal pairs."""
-    cost = cost_of_config(load_config("test", overrides=overrides))
+    cost = run_cost(load_config("test", overrides=overrides))
     causal, kernel = cost.forward_per_byte(0.2), cost.forward_per_byte(0.2, attention="kernel")
     assert kernel > causal == cost.forward_per_byte(0.2, attention="causal")
     assert kernel == cost.forward(0.2, attention="kernel")["total"]
@@ -514,5 +527,16 @@ def test_an_unknown_model_is_costed_by_its_linear_layers():
 
 def test_cost_of_a_config_is_built_once_on_the_meta_device():
     cfg = load_config("small")
-    a, b = cost_of_config(cfg), cost_of_config(cfg)
+    a, b = run_cost(cfg), run_cost(cfg)
     assert a.model is b.model and next(a.model.parameters()).device.type == "meta"
+    assert (a.seq_len, a.group_size) == (cfg.train.seq_len, 1)
+
+
+def test_the_flops_module_has_one_way_to_cost_a_config():
+    """The config-level functions are gone: a config is costed by building its model (run_cost)."""
+    from rltok.model import flops
+
+    for name in ("cost_of_config", "unfitted_model", "hourglass_flops", "flat_flops", "chunk_cost_flops",
+                 "config_forward_flops_per_byte", "step_train_flops_per_byte", "counterfactual_flops_per_byte",
+                 "tokenizer_phase_flops_per_byte", "block_linear_flops", "attention_flops", "mean_keys"):
+        assert not hasattr(flops, name), name

@@ -13,7 +13,7 @@ from rltok.config import FixedChunkerSettings, LagrangeRateSettings, ObjectiveCo
 from rltok.data.sources import Corpus
 from rltok.data.windows import eval_windows
 from rltok.eval.evaluate import evaluate
-from rltok.model.flops import config_forward_flops_per_byte, train_flops_per_byte
+from rltok.model.flops import run_cost, train_flops_per_byte
 from rltok.model import HourglassLM
 from rltok.model.factory import build_model
 from rltok.objective.loss import boundary_rate, compute_loss
@@ -82,7 +82,7 @@ def test_train_flops_is_the_sum_of_each_steps_drawn_rate(tmp_path, method):
     step_bytes = cfg.train.batch_size * cfg.train.seq_len
     expected = 0.0
     for rec in trainer.history:  # one record per step (log_every=1)
-        fwd = config_forward_flops_per_byte(cfg, rec.get("chunks_per_byte"), vocab, rec.get("supertokens_per_chunk"))
+        fwd = run_cost(cfg, vocab_size=vocab).forward_per_byte(rec.get("chunks_per_byte"), rec.get("supertokens_per_chunk"))
         expected += train_flops_per_byte({"total": fwd}) * step_bytes
     assert len(trainer.history) == 6
     assert trainer.flops_spent == pytest.approx(expected, rel=1e-6)

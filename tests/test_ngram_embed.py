@@ -5,7 +5,7 @@ import torch
 
 from conftest import randomize_, tiny_model_config
 from rltok.config import ConfigError, load_config
-from rltok.model.flops import config_forward_flops_per_byte, hourglass_flops
+from rltok.model.flops import run_cost
 from rltok.training.loading import from_pretrained
 from rltok.model import HourglassLM
 from rltok.model.factory import build_model
@@ -58,11 +58,11 @@ def test_ngram_config_flops_and_round_trip(tmp_path):
     assert cfg.model.ngram_sizes == (3, 5)
     off = load_config("test")
     # a lookup is no matrix product: the n-gram term is the adds that sum the vectors
-    assert hourglass_flops(cfg.model, 64)["ngram"] == 2 * cfg.model.d_byte
-    assert config_forward_flops_per_byte(cfg) - config_forward_flops_per_byte(off) == 2 * cfg.model.d_byte
+    assert run_cost(cfg).forward()["ngram"] == 2 * cfg.model.d_byte
+    assert run_cost(cfg).forward_per_byte() - run_cost(off).forward_per_byte() == 2 * cfg.model.d_byte
     flat_on = load_config("test", overrides=["model.arch=flat", "model.ngram_vocab=64"])
     flat_off = load_config("test", overrides=["model.arch=flat"])
-    assert config_forward_flops_per_byte(flat_on) - config_forward_flops_per_byte(flat_off) == 4 * cfg.model.d_chunk
+    assert run_cost(flat_on).forward_per_byte() - run_cost(flat_off).forward_per_byte() == 4 * cfg.model.d_chunk
 
     model = randomize_(HourglassLM(tiny_model_config(ngram_vocab=64, ngram_sizes=(3, 5))), scale=0.3).eval()
     model.save_pretrained(tmp_path / "m")

@@ -12,6 +12,7 @@ import torch
 import rltok.objective
 from rltok.config import RATES, REWARDS, RateSettings, load_config
 from rltok.objective import build
+from rltok.model.flops import run_cost
 from rltok.objective.loss import BoundaryObjective, compute_loss
 from rltok.objective.policy_gradient import masked_mean
 from rltok.objective.rate import PriceTerm
@@ -78,7 +79,7 @@ def test_a_toy_reward_and_rate_control_train_through_the_objective(tmp_path, toy
     # the toy term owns its state: after_step reached it, and it travels with the objective's
     state = trainer.objective.state_dict()
     assert state["flat_tax_steps"] == 6
-    again = BoundaryObjective(cfg)
+    again = BoundaryObjective(cfg, run_cost(cfg))
     again.load_state_dict(state)
     assert [t.steps for t in again.terms.all() if isinstance(t, FlatTax)] == [6]
 

@@ -36,13 +36,13 @@ def test_the_slope_is_the_loss_fall_per_e_fold_of_compute():
 
 
 def test_cost_slope_is_the_relative_growth_of_flops_per_byte():
-    from rltok.model.flops import config_forward_flops_per_byte
+    from rltok.model.flops import run_cost
 
     cfg = load_config("small", overrides=["objective.estimator.price=loss_slope"])
-    obj = BoundaryObjective(cfg)
+    obj = BoundaryObjective(cfg, run_cost(cfg))
     h = 1e-4
-    numeric = (math.log(config_forward_flops_per_byte(cfg, 0.2 + h)) -
-               math.log(config_forward_flops_per_byte(cfg, 0.2 - h))) / (2 * h)
+    numeric = (math.log(run_cost(cfg).forward_per_byte(0.2 + h)) -
+               math.log(run_cost(cfg).forward_per_byte(0.2 - h))) / (2 * h)
     assert obj.cost_slope(0.2) == pytest.approx(numeric, rel=1e-4)
     assert isinstance(obj.flip_price, LossSlopePrice)
 

@@ -13,7 +13,7 @@ from conftest import randomize_, tiny_model_config
 from rltok.analysis.compare import method_config, method_overrides, method_slug
 from rltok.config import ConfigError, load_config
 from rltok.data.sources import Corpus
-from rltok.model.flops import chunk_cost_flops, config_forward_flops_per_byte, hourglass_flops
+from rltok.model.flops import run_cost
 from rltok.model import HourglassLM
 from rltok.objective.loss import ChunkPrice, compute_loss, make_chunk_price
 from rltok.objective import LagrangePrice
@@ -47,11 +47,11 @@ def late_mean(trainer, key, share=0.5):
 # ---- the price per chunk ---------------------------------------------------------------------
 
 def test_chunk_cost_is_the_derivative_of_chunk_level_flops():
-    cfg = load_config("small").model
-    a, c = chunk_cost_flops(cfg, 512)
+    cost = run_cost(load_config("small", overrides=["train.seq_len=512"]))
+    a, c = cost.chunk_cost()
     for r in (0.1, 0.2, 0.45):
         h = 1e-4
-        numeric = (hourglass_flops(cfg, 512, r + h)["chunk_level"] - hourglass_flops(cfg, 512, r - h)["chunk_level"]) / (2 * h)
+        numeric = (cost.forward(r + h)["chunk_level"] - cost.forward(r - h)["chunk_level"]) / (2 * h)
         assert a + c * r == pytest.approx(numeric, rel=1e-6)
     # attention over more chunks makes each extra chunk dearer
     assert a > 0 and c > 0
@@ -59,12 +59,13 @@ def test_chunk_cost_is_the_derivative_of_chunk_level_flops():
 
 def test_price_is_in_bits_per_mflop():
     cfg = load_config("small", overrides=["objective.compute_price=0.5", "objective.rate_control=none"])
-    price = make_chunk_price(cfg.model, cfg.objective, cfg.train.seq_len)
-    a, c = chunk_cost_flops(cfg.model, cfg.train.seq_len)
+    cost = run_cost(cfg)
+    price = make_chunk_price(cfg.model, cfg.objective, cfg.train.seq_len, cost=cost)
+    a, c = cost.chunk_cost()
     rate = torch.tensor(0.2)
     expected_nats = 0.5 * (a + c * 0.2) / 1e6 * torch.log(torch.tensor(2.0))
     assert price(rate).item() == pytest.approx(expected_nats.item(), rel=1e-5)
-    assert make_chunk_price(cfg.model, load_config("small").objective, 512) is None  # the reference: free chunks
+    assert make_chunk_price(cfg.model, load_config("small").objective, 512, cost=cost) is None  # the reference: free chunks
 
 
 @pytest.mark.parametrize("estimator", ["exact", "reward"])
@@ -136,7 +137,7 @@ def test_config_rejects_unknown_rate_control():
 
 def test_flops_budget_stops_training_and_drives_the_schedule(tmp_path, corpus):
     cfg = load_config("test")
-    per_step = config_forward_flops_per_byte(cfg) * 3 * cfg.train.batch_size * cfg.train.seq_len
+    per_step = run_cost(cfg).forward_per_byte() * 3 * cfg.train.batch_size * cfg.train.seq_len
     budget = 12.5 * per_step
     trainer = train_run(tmp_path, corpus, "budget", f"train.flops_budget={budget}", steps=1000)
     assert 10 <= trainer.step <= 16  # the achieved rate differs a little from the target
@@ -187,7 +188,7 @@ def test_compare_spends_the_budget_of_an_adaptive_rule(tmp_path):
     assert rc == 0
     res = json.loads((tmp_path / "cmp" / f"{method_slug(method)}_s0.json").read_text())
     cfg = load_config("test")
-    budget = 4000 * 3 * hourglass_flops(cfg.model, cfg.train.seq_len)["total"]
+    budget = 4000 * 3 * run_cost(cfg).forward()["total"]
     step = res["train_flops"] / res["steps"]
     assert budget <= res["train_flops"] < budget + 2 * step
     assert res["forward_flops_per_byte"] > 0
@@ -270,9 +271,9 @@ def test_two_stage_trains_and_holds_both_rates(tmp_path, corpus):
     assert abs(late_mean(trainer, "expected_rate2") - 0.4) <= 0.03
     first, last = trainer.history[0]["bpb"], late_mean(trainer, "bpb", 0.2)
     assert last < first - 0.5
-    f1 = hourglass_flops(trainer.cfg.model, 64)
+    f1 = run_cost(trainer.cfg).forward()
     assert f1["stage2"] > 0 and f1["main"] == pytest.approx(
-        0.25 * 0.4 * hourglass_flops(load_config("test", overrides=["model.target_rate=0.25"]).model, 64)["main"] / 0.25)
+        0.25 * 0.4 * run_cost(load_config("test", overrides=["model.target_rate=0.25"])).forward()["main"] / 0.25)
 
 
 def test_two_stage_model_generates_with_its_caches():
@@ -325,11 +326,11 @@ def test_matched_flat_depth_yields_to_explicit_overrides(tmp_path):
 
 def test_two_stage_flops_follow_the_achieved_supertoken_rate():
     cfg = load_config("test", overrides=["model.stages=2"])
-    lo = config_forward_flops_per_byte(cfg, 0.2, rate2=0.2)
-    hi = config_forward_flops_per_byte(cfg, 0.2, rate2=0.6)
+    cost = run_cost(cfg)
+    lo = cost.forward_per_byte(0.2, 0.2)
+    hi = cost.forward_per_byte(0.2, 0.6)
     assert hi > lo
-    assert config_forward_flops_per_byte(cfg, 0.2) == pytest.approx(
-        config_forward_flops_per_byte(cfg, 0.2, rate2=cfg.model.stage2_target_rate))
+    assert cost.forward_per_byte(0.2) == pytest.approx(cost.forward_per_byte(0.2, cfg.model.stage2_target_rate))
 
 
 def test_two_stage_parameter_names_and_order_are_the_checkpoint_format():

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rltok.config import ConfigError, load_config
-from rltok.model.flops import hourglass_flops, step_train_flops_per_byte, tokenizer_phase_flops_per_byte
+from rltok.model.flops import run_cost
 from rltok.training.trainer import Trainer
 from conftest import straight_and_resumed
 from test_boundary_learning import corpus
@@ -23,11 +23,11 @@ def cfg(out, *extra):
 
 def test_phase_flops_are_the_encoder_side_forward_and_backward():
     c = load_config("small", overrides=["objective.tokenizer_phase=0.15"])
-    f = hourglass_flops(c.model, c.train.seq_len)
+    f = run_cost(c).forward()
     expected = 3 * (f["encoder"] + f["encoder_attn"] + f["early_head"] + f["policy"])
-    assert tokenizer_phase_flops_per_byte(c) == pytest.approx(expected)
+    assert run_cost(c).tokenizer_phase_per_byte() == pytest.approx(expected)
     # about a quarter of a full step at the small preset: what makes the phase cheap
-    assert 0.2 < tokenizer_phase_flops_per_byte(c) / step_train_flops_per_byte(c) < 0.3
+    assert 0.2 < run_cost(c).tokenizer_phase_per_byte() / run_cost(c).step_train_per_byte() < 0.3
 
 
 def test_phase_steps_touch_only_the_encoder_side_then_all_trains(tmp_path):
@@ -42,7 +42,7 @@ def test_phase_steps_touch_only_the_encoder_side_then_all_trains(tmp_path):
         phase_steps += 1
         # counted at the encoder side's cost, not a full step's
         assert trainer.flops_spent - spent == pytest.approx(
-            tokenizer_phase_flops_per_byte(trainer.cfg) * trainer.step_bytes)
+            run_cost(trainer.cfg).tokenizer_phase_per_byte() * trainer.step_bytes)
     after = trainer.model.state_dict()
     moved = {k for k in before if not torch.equal(before[k], after[k])}
     assert any(k.startswith("encoder.") for k in moved) and "early_head.weight" in moved
@@ -83,11 +83,12 @@ def test_phase_settings_are_checked():
     # a fixed rule has no tokenizer to learn: its phase trains the encoder alone (the control)
     fixed = load_config("small", overrides=["model.chunker=uniform", "objective.recipe=reference",
                                             "objective.tokenizer_phase=0.1"])
-    assert BoundaryObjective(fixed).tokenizer_phase(4096, 512)
-    assert BoundaryObjective(load_config("small", overrides=["objective.tokenizer_phase=0.1"])).tokenizer_phase(4096, 512)
+    assert BoundaryObjective(fixed, run_cost(fixed)).tokenizer_phase(4096, 512)
+    small = load_config("small", overrides=["objective.tokenizer_phase=0.1"])
+    assert BoundaryObjective(small, run_cost(small)).tokenizer_phase(4096, 512)
     # models without an encoder: no phase
     flat = load_config("small", overrides=["model.arch=flat", "objective.tokenizer_phase=0.1"])
-    assert not BoundaryObjective(flat).tokenizer_phase(4096, 512)
+    assert not BoundaryObjective(flat, run_cost(flat)).tokenizer_phase(4096, 512)
 
 
 def test_a_fixed_rule_phase_trains_the_encoder_alone(tmp_path):

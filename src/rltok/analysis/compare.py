@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from rltok.config import CHUNKERS, FAMILIES, Config, load_config
-from rltok.model.flops import flat_flops, hourglass_flops, train_flops_per_byte
+from rltok.model.flops import run_cost, train_flops_per_byte
 
 _REF = ["model.chunker=rl", "objective.recipe=reference"]
 
@@ -86,12 +86,25 @@ def git_commit() -> str:
     return _head_commit()
 
 
+def hierarchy_forward_flops(cfg: Config) -> float:
+    """Forward FLOPs per byte of the hierarchical model of `cfg`'s shape at its target rate (an
+    hourglass whatever model.arch says: what the references are matched to)."""
+    hourglass = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, arch="hourglass"))
+    return run_cost(hourglass).forward()["total"]
+
+
 def matched_flat_layers(cfg: Config) -> int:
     """Depth at which the flat byte model (width d_chunk) costs what the hourglass costs per byte."""
-    target = hourglass_flops(cfg.model, cfg.train.seq_len)["total"]
-    per_layer = flat_flops(cfg.model.d_chunk, 1, cfg.train.seq_len, None, cfg.model.mlp_ratio)
+    # one full-attention layer without n-gram tables: the per-layer cost the depth is counted in
+    one_layer = dataclasses.replace(cfg.model, arch="flat", flat_layers=1, flat_window=0, ngram_vocab=0)
+    per_layer = run_cost(dataclasses.replace(cfg, model=one_layer)).forward()["total"]
     head = 2.0 * cfg.model.d_chunk * 264
-    return max(1, round((target - head) / (per_layer["total"] - head)))
+    return max(1, round((hierarchy_forward_flops(cfg) - head) / (per_layer - head)))
+
+
+def reference_budget(ref: Config, budget_bytes: int) -> float:
+    """The training FLOPs of `budget_bytes` bytes of the hierarchical model `ref` at its target rate."""
+    return budget_bytes * train_flops_per_byte({"total": hierarchy_forward_flops(ref)})
 
 
 BUDGET_TOLERANCE = 0.02  # a run whose spend misses the budget by more is flagged
@@ -163,21 +176,21 @@ def vocab_cell(r: dict) -> str:
     return f"{r.get('ngram_rows') or 0} / {r.get('chunk_vocab_rows') or 0}"
 
 
-def probe_rate(trainer) -> float | None:
+def probe_rate(model, corpus, cfg: Config) -> float | None:
     """The rate to plan the schedule with (warm-up, evaluation and checkpoint intervals; the run
     itself stops on the FLOPs it spends): the target for rules that learn or track their rate,
-    the chunks per byte measured on the start of the training split for rules fixed by the data
-    (BPE, whitespace) and for the BPE-token reference."""
+    the chunks per byte `model` draws on the start of the training split for rules fixed by the
+    data (BPE, whitespace) and for the BPE-token reference."""
     import torch
 
     from rltok.data.windows import eval_windows
 
-    rule = getattr(trainer.model, "chunker", None)
+    rule = getattr(model, "chunker", None)
     if rule is not None and rule.tracks_target:
-        return trainer.cfg.model.target_rate
-    x, _ = eval_windows(trainer.corpus.train[:400_000], trainer.cfg.train.seq_len, 16)
-    return trainer.model.chunks_per_byte(x.to(trainer.device),
-                                         generator=torch.Generator(device=trainer.device).manual_seed(0))
+        return cfg.model.target_rate
+    device = next(model.parameters()).device
+    x, _ = eval_windows(corpus.train[:400_000], cfg.train.seq_len, 16)
+    return model.chunks_per_byte(x.to(device), generator=torch.Generator(device=device).manual_seed(0))
 
 
 def training_rate(history: list[dict], key: str = "rate", last: int = 3) -> float | None:
@@ -228,53 +241,80 @@ def method_config(method: str, base: list[str], data: str, out_dir: Path, seed: 
                                           f"train.out_dir={out_dir}"])
 
 
+@dataclasses.dataclass(frozen=True)
+class BudgetPlan:
+    """A budget run as planned before its trainer is built: from its model's cost at the rate it
+    is expected to draw, the steps the budget buys, and the config that runs them."""
+    rate: float | None  # chunks (tokens) per byte planned with (probe_rate)
+    train_flops_per_byte: float  # training FLOPs per distinct byte at that rate
+    bytes_per_step: int  # distinct training bytes per step
+    steps: int
+    config: Config  # the run's config with the budget, the step cap, the warm-up and the cadence set
+
+
+def plan_budget(cfg: Config, costed, corpus, budget_flops: float, warmup_at: float | None = None) -> BudgetPlan:
+    """Plan a run of `cfg` to `budget_flops` from `costed` (rltok.training.build.costed_model: its
+    model as training builds it, on which a data-fitted rule's rate is measured, and its cost) and
+    `corpus`. `warmup_at`: run_one's."""
+    # distinct bytes: with group_size K, batch_size counts segmentations of batch_size / K sequences
+    k = cfg.objective.group_size if FAMILIES.component(cfg.model.arch).hierarchical else 1
+    bytes_per_step = cfg.train.batch_size // k * cfg.train.grad_accum * cfg.train.seq_len
+    rate = probe_rate(costed.model, corpus, cfg)
+    fpb = train_flops_per_byte({"total": costed.cost.forward_per_byte(rate)})
+    steps = max(1, round(budget_flops / (fpb * bytes_per_step)))
+    tc = cfg.train
+    # a share of the planned steps (train.warmup_frac), else the preset's, at most a tenth of the run
+    # (the steps warmup_at plans, when given); under "wsd" a warm-up in steps stays as given: one
+    # that followed the budget would keep a larger budget from branching from this run
+    warm = steps if warmup_at is None else max(1, round(warmup_at / (fpb * bytes_per_step)))
+    warmup = tc.warmup_steps
+    if tc.warmup_frac or not tc.constant_phase:
+        warmup = tc.warmup_for(warm) if tc.warmup_frac else min(tc.warmup_steps, max(1, warm // 10))
+    # every method stops on the FLOPs it spends (and the LR follows the share spent); the step
+    # cap only guards against a rule that spends far less than planned
+    planned = dataclasses.replace(
+        tc, eval_every=max(1, steps // 6), checkpoint_every=max(1, steps // 3), flops_budget=budget_flops,
+        max_steps=4 * steps, warmup_steps=warmup)
+    return BudgetPlan(rate, fpb, bytes_per_step, steps, dataclasses.replace(cfg, train=planned))
+
+
 @dataclasses.dataclass
 class _Trained:
     """A finished training run and what it was planned and measured at."""
     trainer: object
     memory: PeakMemory
-    planned_rate: float | None
-    planned_fpb: float  # training FLOPs per byte at planned_rate
-    bytes_per_step: int  # distinct training bytes per step
+    plan: BudgetPlan
     wall: float  # seconds, building the model included
 
 
 def _train_to_budget(cfg: Config, budget_flops: float, warmup_at: float | None = None,
                      branch: Path | None = None) -> _Trained:
     """Train (or resume) one method until it has spent budget_flops; a stop request ends the sweep.
-    `warmup_at`, `branch`: run_one's `warmup_at` and its branch checkpoint."""
+    `warmup_at`, `branch`: run_one's `warmup_at` and its branch checkpoint. The model and its cost
+    are made first, the run planned from them, and the trainer built once around both."""
+    import torch
+
+    from rltok.training.build import costed_model, load_data
+    from rltok.training.device import resolve_device
     from rltok.training.trainer import Trainer
 
-    # distinct bytes: with group_size K, batch_size counts segmentations of batch_size / K sequences
-    k = cfg.objective.group_size if FAMILIES.component(cfg.model.arch).hierarchical else 1
-    bytes_per_step = cfg.train.batch_size // k * cfg.train.grad_accum * cfg.train.seq_len
     t0 = time.time()
     memory = PeakMemory()
     seeded = branch is not None and _seed_branch(cfg, branch)
-    trainer = Trainer(cfg, resume=True, quiet=True)  # builds (and for BPE, fits) the model
-    planned_rate = probe_rate(trainer)
-    planned_fpb = train_flops_per_byte({"total": trainer.cost.forward_per_byte(planned_rate)})
-    steps = max(1, round(budget_flops / (planned_fpb * bytes_per_step)))
-    tc = trainer.cfg.train
-    tc.eval_every = max(1, steps // 6)
-    tc.checkpoint_every = max(1, steps // 3)
-    # a share of the planned steps (train.warmup_frac), else the preset's, at most a tenth of the run
-    # (the steps warmup_at plans, when given); under "wsd" a warm-up in steps stays as given: one
-    # that followed the budget would keep a larger budget from branching from this run
-    warm = steps if warmup_at is None else max(1, round(warmup_at / (planned_fpb * bytes_per_step)))
-    if tc.warmup_frac or not tc.constant_phase:
-        tc.warmup_steps = tc.warmup_for(warm) if tc.warmup_frac else min(tc.warmup_steps, max(1, warm // 10))
-    # every method stops on the FLOPs it spends (and the LR follows the share spent); the step
-    # cap only guards against a rule that spends far less than planned
-    tc.flops_budget = budget_flops
-    tc.max_steps = 4 * steps
+    if cfg.train.threads > 0:  # as the trainer sets them, before anything is built
+        torch.set_num_threads(cfg.train.threads)
+    corpus = load_data(cfg)
+    costed = costed_model(cfg, corpus)  # BPE: fits its tokenizer
+    costed.model.to(resolve_device(cfg.train.device))  # the rate is probed where training runs
+    plan = plan_budget(cfg, costed, corpus, budget_flops, warmup_at)
+    trainer = Trainer(plan.config, corpus=corpus, resume=True, quiet=True, costed=costed)
     if branch is not None:
         _check_branch(trainer, branch, seeded)
     with memory:
         trainer.fit()
     if trainer.stop_requested:  # SIGINT/SIGTERM: the run is checkpointed; stop the whole sweep
         raise KeyboardInterrupt
-    return _Trained(trainer, memory, planned_rate, planned_fpb, bytes_per_step, time.time() - t0)
+    return _Trained(trainer, memory, plan, time.time() - t0)
 
 
 @dataclasses.dataclass
@@ -315,7 +355,7 @@ def _run_record(method: str, seed: int, data: str, eval_split: str, budget_flops
     trainer, model, ev, greedy, estimator = t.trainer, e.model, e.ev, e.greedy, e.estimator
     records = trainer.history
     steps = trainer.step
-    train_bytes = steps * t.bytes_per_step
+    train_bytes = steps * t.plan.bytes_per_step
     spent = trainer.flops_spent
     supertokens = training_rate(records, "supertokens_per_chunk")
     bps = [r["bytes_per_s"] for r in records[1:]] or [r["bytes_per_s"] for r in records]
@@ -330,7 +370,7 @@ def _run_record(method: str, seed: int, data: str, eval_split: str, budget_flops
         # the training-split bytes a BPE tokenizer was fitted on (model.bpe_sample_bytes), besides
         # the ones trained on; None for models without one
         "tokenizer_fit_bytes": model.fit_facts().get("tokenizer_fit_bytes"),
-        "planned_rate": t.planned_rate, "planned_train_flops_per_byte": t.planned_fpb,
+        "planned_rate": t.plan.rate, "planned_train_flops_per_byte": t.plan.train_flops_per_byte,
         "budget_flops": budget_flops, "train_flops": spent, "budget_ratio": spent / budget_flops,
         "budget_flag": abs(spent / budget_flops - 1) > BUDGET_TOLERANCE,
         "train_flops_per_byte": spent / max(1, train_bytes),

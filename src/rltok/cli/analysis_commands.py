@@ -19,8 +19,7 @@ def cmd_compare(args) -> int:
     import shlex
     from pathlib import Path
 
-    from rltok.analysis.compare import method_config, run_sweep, write_report
-    from rltok.model.flops import hourglass_flops, train_flops_per_byte
+    from rltok.analysis.compare import method_config, reference_budget, run_sweep, write_report
 
     from rltok.cli.paths import check_output_folder
 
@@ -36,7 +35,7 @@ def cmd_compare(args) -> int:
     if split != args.split:
         print(f"note: {args.data} has no {args.split!r} split: evaluating on {split!r}", file=sys.stderr)
     ref = method_config("rl", args.overrides, args.data, out, 0, args.preset)
-    budget = args.budget_bytes * train_flops_per_byte(hourglass_flops(ref.model, ref.train.seq_len))
+    budget = reference_budget(ref, args.budget_bytes)
     print(f"budget: {budget:.3e} training FLOPs (= {args.budget_bytes:,} bytes of the hierarchical model "
           f"at rate {ref.model.target_rate})", file=sys.stderr)
     results = run_sweep(args.data, args.methods, args.seeds, out, budget, args.overrides, args.preset,

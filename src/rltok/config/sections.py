@@ -329,7 +329,7 @@ class FlipsSettings(Section):
 class RateSettings(Section):
     """What every rate control has: the compute-aware price and how a price reaches the policy."""
     # Every chunk costs compute_price bits per million forward FLOPs that one more chunk adds to the
-    # chunk-level network (rltok.model.flops.chunk_cost_flops); 0 = off.
+    # chunk-level network (rltok.model.flops.ModelCost.chunk_cost); 0 = off.
     compute_price: float = 0.0
     # How a price per chunk (compute_price, the Lagrange multiplier) reaches the policy: "exact"
     # (its expected cost is p_t x price, differentiated in closed form: no variance; the same

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rltok.config import FAMILIES, ModelConfig
+from rltok.config import FAMILIES, VOCAB_SIZE, ModelConfig
 
 
 def model_class(arch: str) -> type[torch.nn.Module]:
@@ -18,3 +18,25 @@ def build_model(cfg: ModelConfig, train_bytes: torch.Tensor | None = None,
     `state_dict` (from a checkpoint) provides them instead. The model keeps its config as
     `model.model_config` (what save_pretrained writes)."""
     return FAMILIES.component(cfg.arch).from_config(cfg, train_bytes, state_dict)
+
+
+_PLANNED: dict[tuple, torch.nn.Module] = {}
+
+
+def planned_model(cfg: ModelConfig, vocab_size: int | None = None) -> torch.nn.Module:
+    """The model `cfg` builds, before any data is seen: on the meta device (its shape, no memory),
+    its data-fitted parts left unfitted; a BPE-token model over `vocab_size` tokens (default
+    model.bpe_vocab, else the byte vocabulary), since a tokenizer's size is fitted, not configured.
+    What sizing and budget planning ask; built once per config, as a study asks the same shapes
+    for every budget and corpus."""
+    vocab_size = vocab_size or cfg.bpe_vocab or VOCAB_SIZE
+    key = (repr(cfg), vocab_size)
+    if key not in _PLANNED:
+        if len(_PLANNED) > 64:
+            _PLANNED.clear()
+        cfg.validate()
+        with torch.device("meta"):
+            model = model_class(cfg.arch).unfitted(cfg, vocab_size)
+        model.model_config = cfg
+        _PLANNED[key] = model
+    return _PLANNED[key]

@@ -10,16 +10,16 @@ its kernel computes, masked pairs and padding included (a windowed kernel that r
 keys is charged 256). Training costs about 3x the forward pass (backward = 2x).
 
 `ModelCost` is what training holds: the cost of a step, of the counterfactual pass and of the
-tokenizer phase, and the slope of the cost in the rate. Where only a config is at hand,
-`cost_of_config` builds its model once on the meta device (no memory) and asks that.
+tokenizer phase, and the slope of the cost in the rate. There is no second way to cost a config:
+`run_cost` asks the model training built, or, where only a config is at hand (sizing, budget
+planning), the config's model built once on the meta device (no memory).
 """
 
 from __future__ import annotations
 
 import torch
 
-from rltok.config import VOCAB_SIZE, ModelConfig
-from rltok.model.cost import Level, causal_keys, module_flops
+from rltok.model.cost import Level, module_flops
 
 ATTENTION = {"causal": False, "kernel": True}  # attention= -> count what the kernel computes
 
@@ -107,118 +107,19 @@ class ModelCost:
         return (a + c * rate) / self.forward_per_byte(rate)
 
 
-_META_MODELS: dict[tuple, torch.nn.Module] = {}
+def run_cost(cfg, model: torch.nn.Module | None = None, vocab_size: int | None = None) -> ModelCost:
+    """What a step of training a full `Config` costs (train.seq_len windows, objective.group_size
+    segmentations per sequence), asked of its model: `model`, the one training built, or before
+    any training (sizing a model, planning a budget) the model `cfg` builds, made on the meta
+    device by rltok.model.factory.planned_model (`vocab_size`: a BPE-token model's tokens). The
+    one way a config is costed."""
+    if model is None:
+        from rltok.model.factory import planned_model
 
-
-def _on_meta(key: tuple, build) -> torch.nn.Module:
-    """build() on the meta device (its shape only, no memory), once per key."""
-    if key not in _META_MODELS:
-        if len(_META_MODELS) > 64:
-            _META_MODELS.clear()
-        with torch.device("meta"):
-            _META_MODELS[key] = build()
-    return _META_MODELS[key]
-
-
-def unfitted_model(cfg: ModelConfig, vocab_size: int = VOCAB_SIZE) -> torch.nn.Module:
-    """The model `cfg` builds, on the meta device, built once per config. `vocab_size`: the
-    BPE-token model's vocabulary (its tokenizer is fitted to data, which a config does not hold)."""
-    def build():
-        from rltok.model.factory import model_class
-
-        cfg.validate()
-        model = model_class(cfg.arch).unfitted(cfg, vocab_size)
-        model.model_config = cfg
-        return model
-
-    return _on_meta(("model", repr(cfg), vocab_size), build)
-
-
-def cost_of_config(cfg, vocab_size: int = VOCAB_SIZE, seq_len: int | None = None) -> ModelCost:
-    """The cost of the model a full `Config` builds, on its train.seq_len windows (or `seq_len`)."""
-    return ModelCost(unfitted_model(cfg.model, vocab_size), seq_len or cfg.train.seq_len, cfg.objective.group_size)
-
-
-def _hourglass(cfg_or_model) -> torch.nn.Module:
-    """A built hourglass model as given, or HourglassLM(cfg) on the meta device (whatever
-    model.arch says: these functions always described that model)."""
-    if not isinstance(cfg_or_model, ModelConfig):
-        return cfg_or_model
-    from rltok.model.hourglass import HourglassLM
-
-    return _on_meta(("hourglass", repr(cfg_or_model)), lambda: HourglassLM.unfitted(cfg_or_model))
-
-
-# ---- the functions callers used before the walk, computed by it ---------------------------------
-
-def hourglass_flops(cfg: ModelConfig | torch.nn.Module, seq_len: int, rate: float | None = None,
-                    rate2: float | None = None, attention: str = "causal") -> dict[str, float]:
-    """Forward FLOPs per byte of `HourglassLM(cfg)` (or of a built hourglass model), by
-    component: see HourglassLM.forward_flops. K segmentations per sequence (group_size) are not
-    modelled here: ModelCost repeats everything after the encoder."""
-    return model_flops(_hourglass(cfg), seq_len, rate, rate2, attention)
-
-
-def flat_flops(d_model: int, n_layers: int, seq_len: int, window: int | None = None,
-               mlp_ratio: float = 4.0, ngram_tables: int = 0, attention: str = "causal") -> dict[str, float]:
-    """Forward FLOPs per byte of a `FlatByteLM` of that shape; `ngram_tables`: how many n-gram
-    embeddings are summed into each byte's input."""
-    from rltok.model.flat import FlatByteLM
-
-    with torch.device("meta"):
-        model = FlatByteLM(d_model, n_layers, 1, mlp_ratio, window, ngram_sizes=tuple(range(1, ngram_tables + 1)),
-                           ngram_vocab=1 if ngram_tables else 0)
-    return model_flops(model, seq_len, attention=attention)
-
-
-def block_linear_flops(dim: int, mlp_ratio: float) -> float:
-    """Forward FLOPs per token of the linear layers of one transformer block."""
-    hidden = int(dim * mlp_ratio)  # as in layers.MLP
-    return 2.0 * (3 * dim * dim + dim * dim + 2 * dim * hidden)  # qkv, out proj, MLP in and out
-
-
-def attention_flops(dim: int, keys: float) -> float:
-    """Forward FLOPs per query: QK^T and AV, each dim multiply-adds per key (all heads)."""
-    return 4.0 * dim * keys
-
-
-def mean_keys(seq_len: int, window: int | None) -> float:
-    """Average number of keys a query attends to: causal, optionally limited to a window."""
-    return causal_keys(seq_len, window) if seq_len > 0 else 0.0
-
-
-def chunk_cost_flops(cfg: ModelConfig | torch.nn.Module, seq_len: int) -> tuple[float, float]:
-    """(a, c) such that one more chunk per byte costs a + c * rate forward FLOPs per byte (see
-    ModelCost.chunk_cost), for `HourglassLM(cfg)` or a built hourglass model."""
-    return ModelCost(_hourglass(cfg), seq_len).chunk_cost()
-
-
-def config_forward_flops_per_byte(cfg, rate: float | None = None, vocab_size: int = VOCAB_SIZE,
-                                  rate2: float | None = None) -> float:
-    """Forward FLOPs per distinct training byte of the model a full `Config` builds, at `rate`
-    (default: the target). `rate2`: supertokens per chunk (stages=2)."""
-    return cost_of_config(cfg, vocab_size).forward_per_byte(rate, rate2)
-
-
-def counterfactual_flops_per_byte(cfg, rate: float | None = None, rate2: float | None = None) -> float:
-    """Forward FLOPs per distinct byte of the counterfactual pass (objective.estimator="flips")."""
-    return cost_of_config(cfg).counterfactual_per_byte(rate, rate2)
-
-
-def tokenizer_phase_flops_per_byte(cfg) -> float:
-    """Training FLOPs per distinct byte of one tokenizer-phase step (objective.tokenizer_phase)."""
-    return cost_of_config(cfg).tokenizer_phase_per_byte()
+        model = planned_model(cfg.model, vocab_size)
+    return ModelCost(model, cfg.train.seq_len, cfg.objective.group_size)
 
 
 def train_flops_per_byte(forward: dict[str, float]) -> float:
     """Forward + backward: the backward pass costs about twice the forward."""
     return 3.0 * forward["total"]
-
-
-def step_train_flops_per_byte(cfg, seq_len: int | None = None, chunks_per_byte: float | None = None,
-                              supertokens_per_chunk: float | None = None, vocab_size: int = VOCAB_SIZE,
-                              counterfactual: bool = False) -> float:
-    """Training FLOPs per distinct byte of one step of the model a full `Config` builds (see
-    ModelCost.step_train_per_byte), on windows of `seq_len` bytes (default train.seq_len)."""
-    return cost_of_config(cfg, vocab_size, seq_len).step_train_per_byte(chunks_per_byte, supertokens_per_chunk,
-                                                                        counterfactual)

@@ -302,7 +302,7 @@ class PretrainedMixin:
     @classmethod
     def unfitted(cls, cfg: ModelConfig, vocab_size: int | None = None):
         """The model of `cfg` without fitting anything to data: its shape, for costing a config
-        (rltok.model.flops.cost_of_config). `vocab_size`: a fitted tokenizer's, where it matters."""
+        (rltok.model.factory.planned_model). `vocab_size`: a fitted tokenizer's, where it matters."""
         return cls._from_config(cfg, None, None)
 
     def save_pretrained(self, save_directory: str | Path, config: Config | ModelConfig | None = None,

@@ -168,11 +168,9 @@ def shape_of(family: str, byte_ratio: float | None = None) -> FlatShape:
 def built_model(overrides: Sequence[str], preset: str = "tiny"):
     """The model `load_config(preset, overrides)` builds, on the meta device (its shape only;
     a BPE-token model over model.bpe_vocab tokens)."""
-    from rltok.config import VOCAB_SIZE
-    from rltok.model.flops import unfitted_model
+    from rltok.model.factory import planned_model
 
-    cfg = load_config(preset, overrides=list(overrides))
-    return unfitted_model(cfg.model, cfg.model.bpe_vocab or VOCAB_SIZE)
+    return planned_model(load_config(preset, overrides=list(overrides)).model)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -105,13 +105,11 @@ def make_chunk_price(model_cfg, o: ObjectiveConfig, seq_len: int, device=None, c
                      cost=None) -> ChunkPrice | None:
     """The price per chunk the config asks for: objective.rate.compute_price plus the multiplier of
     the rate control (`control`, or objective.rate's own); None when chunks are free. `cost`: what
-    the model costs (rltok.model.flops.ModelCost), by default the config's model's."""
+    the model costs (rltok.model.flops.ModelCost)."""
     control = rate_control(o, model_cfg.target_rate, device=device) if control is None else control
     if o.rate.compute_price == 0 and control.multiplier is None:
         return None
-    from rltok.model.flops import chunk_cost_flops
-
-    a, c = cost.at(seq_len).chunk_cost() if cost is not None else chunk_cost_flops(model_cfg, seq_len)
+    a, c = cost.at(seq_len).chunk_cost()
     return compute_price(a, c, o.rate.compute_price, control.multiplier)
 
 

@@ -100,18 +100,13 @@ class BoundaryObjective:
     `state_dict`/`load_state_dict` carry its state through checkpoints.
 
     `reduce`: the batch-statistics protocol (LocalMean, or distributed.GlobalBatchMean).
-    `cost`: what the model costs (rltok.model.flops.ModelCost; the trainer asks its built model),
-    by default the config's model's."""
+    `cost`: what the model costs (rltok.model.flops.ModelCost): the trainer's built model's, or,
+    without a trainer, the config's model's on the meta device (rltok.model.flops.run_cost)."""
 
-    def __init__(self, cfg, device=None, reduce: LocalMean | None = None, vocab_size: int | None = None,
-                 cost=None):
-        from rltok.config import VOCAB_SIZE
-        from rltok.model.flops import cost_of_config
-
+    def __init__(self, cfg, cost, device=None, reduce: LocalMean | None = None):
         self.cfg = cfg  # for the FLOPs counts
         self.reduce = reduce or LOCAL
-        self.vocab_size = vocab_size or VOCAB_SIZE
-        self.cost = cost or cost_of_config(cfg, self.vocab_size)
+        self.cost = cost
         built = build_objective(cfg, device, cost_slope=self.cost_slope, cost=self.cost)
         self.terms, self.schedule, self.named = built.terms, built.schedule, built.named
         self.learned = self.terms.policy is not None  # a boundary rule trained by an estimator
@@ -141,8 +136,7 @@ class BoundaryObjective:
 
     def planned_flops(self, step_bytes: int, seq_len: int) -> float:
         """The run's training compute: train.flops_budget, or (without one) what train.max_steps
-        full steps cost at the target rate. Read from the config when asked, not when built: a
-        harness (compare's budget runs) sets the budget on the trainer's config after building it."""
+        full steps cost at the target rate."""
         tc = self.cfg.train
         if tc.flops_budget > 0:
             return tc.flops_budget

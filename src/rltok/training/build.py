@@ -21,11 +21,20 @@ from rltok.data.corpus import load_corpus
 from rltok.data.sources import Corpus
 from rltok.data.windows import WindowSampler, rank_eval_windows
 from rltok.model.factory import build_model
-from rltok.model.flops import ModelCost
+from rltok.model.flops import ModelCost, run_cost
 from rltok.objective.loss import BoundaryObjective, LocalMean
 from rltok.training import distributed as ddp
 
-__all__ = ["Built", "build", "load_data"]
+__all__ = ["Built", "CostedModel", "build", "costed_model", "load_data"]
+
+
+@dataclass
+class CostedModel:
+    """The model of a config and what a step of it costs: made before anything else, so that a
+    harness can plan a run from it (rltok.analysis.compare.plan_budget) before the trainer exists."""
+
+    model: torch.nn.Module
+    cost: ModelCost  # asked of the model's modules (rltok.model.flops.run_cost)
 
 
 @dataclass
@@ -48,18 +57,16 @@ def load_data(cfg: Config) -> Corpus:
 
 
 def build(cfg: Config, corpus: Corpus | None = None, device: torch.device | str = "cpu",
-          dist: ddp.DistInfo | None = None) -> Built:
+          dist: ddp.DistInfo | None = None, costed: CostedModel | None = None) -> Built:
     """The data pipeline, the model and the objective of `cfg` (`corpus`: bytes already loaded;
-    `dist`: this process's place in data-parallel training, None for one process). Seeds the
-    global RNGs with train.seed before the model is made, so a config builds the same model."""
+    `dist`: this process's place in data-parallel training, None for one process). The model and
+    its cost are `costed_model`'s, or `costed` where a harness made them so already to plan the
+    run from them (rltok.analysis.compare: a budget's steps come from the cost and the rate)."""
     tc, device = cfg.train, torch.device(device)
     dist = dist or ddp.DistInfo()
     corpus = corpus or load_data(cfg)
-    torch.manual_seed(tc.seed)
-    random.seed(tc.seed)
-    np.random.seed(tc.seed)
-    model = fitted_model(cfg, corpus, dist).to(device)
-    cost = ModelCost(model, tc.seq_len, cfg.objective.group_size)
+    costed = costed or costed_model(cfg, corpus, dist)
+    model, cost = costed.model.to(device), costed.cost  # the cost asks the module, wherever it lives
     # batch_size counts segmentations: with group_size K, K of them share each sequence
     k = cfg.objective.group_size if FAMILIES.component(cfg.model.arch).hierarchical else 1
     sampler = WindowSampler(corpus.train, tc.batch_size // k, tc.seq_len, seed=tc.seed, rank=dist.rank,
@@ -70,9 +77,20 @@ def build(cfg: Config, corpus: Corpus | None = None, device: torch.device | str 
                             dist.world_size)
     # the baseline and the rate loss' mean boundary probability are over the global batch
     vocab_size = getattr(model, "vocab_size", VOCAB_SIZE)  # a BPE-token model's is its own
-    objective = BoundaryObjective(cfg, device, vocab_size=vocab_size, cost=cost,
+    objective = BoundaryObjective(cfg, cost, device,
                                   reduce=ddp.GlobalBatchMean(dist) if dist.enabled else LocalMean())
     return Built(corpus, model, cost, objective, sampler, val, k, vocab_size)
+
+
+def costed_model(cfg: Config, corpus: Corpus, dist: ddp.DistInfo | None = None) -> CostedModel:
+    """The model of `cfg` (its data-fitted parts fitted on `corpus`) and its cost. Seeds the global
+    RNGs with train.seed first, so a config builds the same model (and what follows draws the same
+    numbers)."""
+    torch.manual_seed(cfg.train.seed)
+    random.seed(cfg.train.seed)
+    np.random.seed(cfg.train.seed)
+    model = fitted_model(cfg, corpus, dist or ddp.DistInfo())
+    return CostedModel(model, run_cost(cfg, model))
 
 
 def fitted_model(cfg: Config, corpus: Corpus, dist: ddp.DistInfo) -> torch.nn.Module:

@@ -11,7 +11,6 @@ import torch
 from tqdm import tqdm
 
 from rltok.training import distributed as ddp
-from rltok.model.flops import cost_of_config
 from rltok.training.peak import PeakFlops
 
 # record keys that depend on wall-clock time (everything else is reproducible run to run)
@@ -23,11 +22,11 @@ class IntervalMeter:
     `sums`/`n` are part of the trainer state, so the first record after a resume averages the
     same steps as the uninterrupted run's."""
 
-    def __init__(self, cfg, dist: ddp.DistInfo, device: torch.device, seq_len: int, vocab_size: int, cost=None):
+    def __init__(self, cfg, dist: ddp.DistInfo, device: torch.device, seq_len: int, vocab_size: int, cost):
         self.cfg, self.dist, self.device = cfg, dist, device
         self.seq_len, self.vocab_size = seq_len, vocab_size
-        # what the model costs (rltok.model.flops.ModelCost), by default the config's model's
-        self.cost = (cost or cost_of_config(cfg, vocab_size)).at(seq_len)
+        # what the model costs (rltok.model.flops.ModelCost of the trainer's built model)
+        self.cost = cost.at(seq_len)
         self.sums: dict[str, torch.Tensor] = {}
         self.n = 0
         self.t_last = time.perf_counter()

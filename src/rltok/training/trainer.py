@@ -33,7 +33,7 @@ from rltok.model.noise import RowShard
 from rltok.objective.loss import BoundaryObjective
 from rltok.training.signals import StopRequest
 from rltok.training.peak import PeakFlops, device_peak
-from rltok.training.build import build
+from rltok.training.build import CostedModel, build
 
 
 def _one_line(e: BaseException) -> str:
@@ -87,21 +87,27 @@ class TrainResult:
 class Trainer:
     max_bad_steps = 5  # consecutive non-finite steps before the run is declared diverged
 
-    def __init__(self, cfg: Config, corpus: Corpus | None = None, resume: bool = False, quiet: bool = False):
+    def __init__(self, cfg: Config, corpus: Corpus | None = None, resume: bool = False, quiet: bool = False,
+                 costed: CostedModel | None = None):
+        """`costed`: the model and cost rltok.training.build.costed_model made of `cfg`, from which a
+        harness planned the run (rltok.analysis.compare.plan_budget); `cfg` then comes planned, its
+        warm-up already resolved against the steps planned (train.max_steps is a cap there). One process."""
         self.cfg = cfg.validate()
-        cfg.train.warmup_steps = cfg.train.warmup_for(cfg.train.max_steps)
+        if costed is None:
+            cfg.train.warmup_steps = cfg.train.warmup_for(cfg.train.max_steps)
         self.run_dir = Path(cfg.train.out_dir)
         # one live process per run folder (rank 0 holds the lock for every rank), until fit() ends
         self.lock = RunLock(self.run_dir)
         if os.environ.get("RANK", "0") == "0":
             self.lock.acquire()
         try:
-            self._init(cfg, corpus, resume, quiet)
+            self._init(cfg, corpus, resume, quiet, costed)
         except BaseException:
             self.lock.abandon()
             raise
 
-    def _init(self, cfg: Config, corpus: Corpus | None, resume: bool, quiet: bool) -> None:
+    def _init(self, cfg: Config, corpus: Corpus | None, resume: bool, quiet: bool,
+              costed: CostedModel | None) -> None:
         tc = cfg.train
         run_folder.refuse_other_run(self.run_dir, resume)
         tracking.require(cfg)
@@ -115,8 +121,11 @@ class Trainer:
         self.quiet = quiet or not self.dist.is_main  # rank 0 alone reports
         self.report = Reporter(cfg, self.quiet)
         self.amp_dtype = resolve_dtype(tc.dtype, self.device)
+        if costed is not None and self.dist.enabled:
+            raise ValueError("a model made before the trainer is one process's: "
+                             "under torchrun every rank builds its own")
         # the data pipeline, the model, its cost and the objective: everything the config describes
-        built = build(cfg, corpus, self.device, self.dist)
+        built = build(cfg, corpus, self.device, self.dist, costed)
         self.corpus, self.model, self.cost, self.objective = built.corpus, built.model, built.cost, built.objective
         self.sampler, self.group_size, self.vocab_size = built.sampler, built.group_size, built.vocab_size
         self.val_x, self.val_y, self.val_shared = built.val
