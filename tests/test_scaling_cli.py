@@ -473,22 +473,6 @@ def test_a_prediction_with_an_unknown_interval_is_neither_inside_nor_outside_it(
     assert in_interval(3.0, (0.5, 2.0)) is False
 
 
-def test_the_prediction_plot_draws_what_a_score_has_and_nothing_without_a_prediction(tmp_path):
-    from rltok.analysis.scaling_plots import plot_prediction_scores
-
-    pytest.importorskip("matplotlib")
-    rows = [{"corpus": "a", "family": "f", "prediction": {"l_star": 2.0, "l_star_interval": [1.9, 2.2]},
-             "measured": 2.05, "measured_interval": [2.0, 2.1]},
-            {"corpus": "a", "family": "g", "prediction": {"l_star": 2.5, "l_star_interval": [None, None]},
-             "measured": None, "measured_interval": None},  # no interval, every seed diverged
-            {"corpus": "b", "family": "best", "member": "f", "prediction": {"l_star": 1.5, "l_star_interval": [1.4, 1.6]},
-             "measured": 1.7, "measured_interval": [1.6, 1.8]}]
-    path = plot_prediction_scores(rows, tmp_path / "p.png", "C1e09")
-    assert path == tmp_path / "p.png" and path.stat().st_size > 0
-    assert plot_prediction_scores([{"corpus": "a", "family": "f", "prediction": {"l_star": None}}],
-                                  tmp_path / "q.png") is None and not (tmp_path / "q.png").exists()
-
-
 TIMING = {"wall_s", "point_wall_s", "bytes_per_s", "eval_wall_s", "train_wall_s", "commit", "date", "command",
           "created", "machine", "seconds", "interrupted_s", "threads", "peak_mem_mb"}
 

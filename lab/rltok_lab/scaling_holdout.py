@@ -341,9 +341,9 @@ def run_holdout(grid: Grid, out: Path, log=print, runner=None) -> tuple[list[dic
 
 
 def plot_scores(path: Path, log=print) -> Path | None:
-    """The score file's plot beside it (every corpus it holds, `scaling_plots.plot_prediction_scores`);
+    """The score file's plot beside it (every corpus it holds, `study_plots.plot_prediction_scores`);
     without matplotlib, a note instead."""
-    from rltok.analysis.scaling_plots import plot_prediction_scores
+    from rltok_lab.study_plots import plot_prediction_scores
 
     pred = json.loads(path.read_text())
     budgets = sorted({float(s["budget"]) for s in pred["scores"]})

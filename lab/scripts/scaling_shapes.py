@@ -183,7 +183,7 @@ def main(argv=None) -> None:
         cells = [c for c in step_cells(corpora, pairs, budgets, args.split) if c[0] > args.min_steps]
         print(steps_table(cells, args.bins))
         if args.plot and cells:
-            from rltok.analysis.scaling_plots import plot_gap_by_steps
+            from rltok_lab.study_plots import plot_gap_by_steps
 
             title = f"{', '.join(f'{a} − {b}' for a, b in pairs)} ({args.split})"
             print(f"\nplot: {plot_gap_by_steps(cells, args.plot, args.bins, title)}")

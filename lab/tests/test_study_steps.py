@@ -501,3 +501,18 @@ def test_a_held_out_pair_whose_one_side_all_diverged_keeps_a_row_that_says_so(tm
     (row,) = holdout_paired(grid, folder)
     assert row["difference"]["mean"] == pytest.approx(-0.5) and row["difference"]["seeds"] == [0, 1]
 
+
+def test_the_prediction_plot_draws_what_a_score_has_and_nothing_without_a_prediction(tmp_path):
+    from rltok_lab.study_plots import plot_prediction_scores
+
+    pytest.importorskip("matplotlib")
+    rows = [{"corpus": "a", "family": "f", "prediction": {"l_star": 2.0, "l_star_interval": [1.9, 2.2]},
+             "measured": 2.05, "measured_interval": [2.0, 2.1]},
+            {"corpus": "a", "family": "g", "prediction": {"l_star": 2.5, "l_star_interval": [None, None]},
+             "measured": None, "measured_interval": None},  # no interval, every seed diverged
+            {"corpus": "b", "family": "best", "member": "f", "prediction": {"l_star": 1.5, "l_star_interval": [1.4, 1.6]},
+             "measured": 1.7, "measured_interval": [1.6, 1.8]}]
+    path = plot_prediction_scores(rows, tmp_path / "p.png", "C1e09")
+    assert path == tmp_path / "p.png" and path.stat().st_size > 0
+    assert plot_prediction_scores([{"corpus": "a", "family": "f", "prediction": {"l_star": None}}],
+                                  tmp_path / "q.png") is None and not (tmp_path / "q.png").exists()
