@@ -18,6 +18,7 @@ prediction is committed before its runs, and that commit is its evidence.
     python -m rltok_lab.records pack [--root lab/results] [--from lab/.work/results] [--remove]
     python -m rltok_lab.records unpack DEST [--root lab/results]
     python -m rltok_lab.records check [--root lab/results]
+    python -m rltok_lab.records extract compare/code-py/rl_s0.json runs/ablation/code-py
 """
 
 from __future__ import annotations
@@ -262,6 +263,20 @@ def entries(study: str, corpus: str | None = None, root: Path = RESULTS) -> list
     return sorted(out, key=lambda e: e[0])
 
 
+def extract(study: str, file: str, dest: Path, root: Path = RESULTS) -> Path:
+    """Write one packed file of a study (`file` as packed, e.g. "code-py/rl_s0.json") into the
+    folder `dest`, under its own name; its path. A file that is not packed is a KeyError."""
+    folder = Path(root) / study
+    for rf in sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(SUFFIXES)):
+        for line in read_lines(rf):
+            if line["file"] == file:
+                target = Path(dest) / file.rsplit("/", 1)[-1]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text_of(line), encoding="utf-8")
+                return target
+    raise KeyError(f"{file} is not packed in {folder}")
+
+
 def load(study: str, corpus: str | None = None, pattern: str = "*.json", root: Path = RESULTS) -> list[dict]:
     """The records of a study (and corpus) whose file names match `pattern`, in file order; e.g.
     load("scaling", "docs-en", "C*__*__N*__s*.json") are the scaling study's run records there, as
@@ -357,8 +372,10 @@ def check(root: Path = RESULTS) -> list[str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("action", choices=["pack", "unpack", "check"])
-    ap.add_argument("dest", nargs="?", help="unpack: the folder that stands in for the results root")
+    ap.add_argument("action", choices=["pack", "unpack", "check", "extract"])
+    ap.add_argument("dest", nargs="?", help="unpack: the folder that stands in for the results root; "
+                    "extract: STUDY/FILE (e.g. compare/code-py/rl_s0.json)")
+    ap.add_argument("into", nargs="?", help="extract: the folder the file is written into")
     ap.add_argument("--root", default=str(RESULTS))
     ap.add_argument("--remove", action="store_true", help="pack: delete the JSON files once packed")
     ap.add_argument("--from", dest="source", help="pack: the JSON files of this tree (e.g. an unpacked copy where "
@@ -368,6 +385,15 @@ def main(argv=None) -> int:
         source = Path(args.source) if args.source else Path(args.root)
         for p in pack_all(source, args.remove, Path(args.root)):
             print(p)
+    elif args.action == "extract":
+        if not args.dest or not args.into or "/" not in args.dest:
+            ap.error("extract needs STUDY/FILE and a folder")
+        study, file = args.dest.split("/", 1)
+        try:
+            print(extract(study, file, Path(args.into), Path(args.root)))
+        except KeyError as e:
+            print(f"error: {e.args[0]}", file=sys.stderr)
+            return 1
     elif args.action == "unpack":
         if not args.dest:
             ap.error("unpack needs DEST")
