@@ -41,6 +41,16 @@ SCALING_FITS = [
     ("scaling_noise", "lab/scripts/scaling_noise_grid.toml"),
     ("scaling_shape_check", "lab/scripts/scaling_shape_check_grid.toml"),
 ]
+# refitted for their plots alone (no report.md is tracked there): (folder under lab/results, a grid of it)
+SCALING_PLOTS = [("scaling_lr", "lab/scripts/scaling_lr_grid_hier.toml")]
+# the studies whose plots `rltok compare` drew when it ran (no report script redraws them)
+COMPARE_PLOTS = ("ablation",)
+PLOT_RUNS = (
+    "import json, sys; from pathlib import Path; from rltok.analysis.compare import plot\n"
+    "for corpus in sorted(p for p in Path(sys.argv[1]).iterdir() if p.is_dir()):\n"
+    "    runs = [json.loads(f.read_text()) for f in sorted(corpus.glob('*_s*.json'))]\n"
+    "    if runs:\n"
+    "        plot(runs, corpus, f\"{corpus.name} ({runs[0]['split']} split)\")\n")
 # the variant tables of lab/scripts/scaling_variant.py (--table-only), folders under lab/results
 VARIANT_FOLDERS = ("scaling_bits", "scaling_frozen", "scaling_phase", "scaling_settle")
 
@@ -93,6 +103,11 @@ def steps(data: Path | None = None) -> list[Step]:
                                             "--out", str(wr / folder), "--fit-only"]],
                         [(wr / folder / c / "report.md", RESULTS_REL / folder / c / "report.md") for c in corpora]))
     # it reads the corpora (whether each budget is complete); without them it refuses
+    for folder, grid in SCALING_PLOTS:  # every family of the folder's records is fitted, whichever grid
+        out.append(Step(f"plots:{folder}", [[sys.executable, "-c", CLI, "scaling", "--grid", grid_for(grid, data),
+                                             "--out", str(wr / folder), "--fit-only"]], []))
+    for folder in COMPARE_PLOTS:
+        out.append(Step(f"plots:{folder}", [[sys.executable, "-c", PLOT_RUNS, str(wr / folder)]], []))
     out.append(Step("scaling_results", [py("scaling_results.py", "--grid", grid_for("lab/scripts/scaling_cpu_grid.toml", data),
                                            "--out", str(wr / "scaling"), "--readme", str(wd / "README.md"),
                                            "--doc", str(wd / "SCALING.md"))],
