@@ -12,8 +12,8 @@ Layout under the results root (lab/results):
 Each line is {"file": path relative to the study folder (or the root), "record": the parsed JSON},
 plus "indent"/"newline" where the writer's `json.dumps` settings differ from the common ones
 (indent 2, no final newline), or "text" (the raw text) where no setting reproduces the file; so
-`unpack` recreates every file byte for byte. Files named prediction*.json are never packed: a
-prediction is committed before its runs, and that commit is its evidence.
+`unpack` recreates every file byte for byte. Files named prediction*.json (the predictions and their
+scores) are never packed: a prediction is committed before its runs, and that commit is its evidence.
 
     python -m rltok_lab.records pack [--root lab/results] [--from lab/.work/results] [--remove]
     python -m rltok_lab.records unpack DEST [--root lab/results]
@@ -48,8 +48,9 @@ class RecordError(ValueError):
 # ------------------------------------------------------------------ what is packed where
 
 def is_kept_plain(path: Path) -> bool:
-    """Predictions stay plain files, byte for byte: their commit predates their runs."""
-    return path.name.startswith("prediction") and not path.name.endswith("_score.json")
+    """Predictions (and their scores beside them) stay plain files, byte for byte: a prediction's
+    commit predates its runs."""
+    return path.name.startswith("prediction")
 
 
 def corpus_of(rel: str) -> str | None:
@@ -152,7 +153,7 @@ def _pack_files(source: Path, files: list[Path], into: Path, group_of, study: st
     there before, each replaced by its file where that exists, and the files new to it."""
     old = [line for rf in sorted(into.iterdir()) if rf.is_file() and rf.name.endswith(SUFFIXES)
            for line in read_lines(rf)] if into.is_dir() else []
-    lines = {line["file"]: line for line in old}
+    lines = {line["file"]: line for line in old if not is_kept_plain(Path(line["file"]))}
     for p in files:
         rel = p.relative_to(source).as_posix()
         text = p.read_text(encoding="utf-8")
