@@ -60,7 +60,7 @@ def corpus_of(rel: str) -> str | None:
         if part in CORPORA:
             return part
     for c in CORPORA:
-        if parts[-1].startswith(c + "__") or parts[-1].startswith(c + "_"):
+        if parts[-1].startswith(c + "_"):  # vocab/code-py__rl_s0.json
             return c
     return None
 
@@ -81,7 +81,7 @@ def records_files(root: Path = RESULTS) -> list[Path]:
     return sorted(found)
 
 
-def study_folder(records_file: Path, root: Path = RESULTS) -> Path:
+def study_folder(records_file: Path) -> Path:
     """The folder a records file's paths are relative to: the study folder it lies in, or the root."""
     return Path(records_file).parent
 
@@ -241,7 +241,7 @@ def unpack_all(dest: Path, root: Path = RESULTS, plain: bool = True) -> int:
     root, dest = Path(root), Path(dest)
     n = 0
     for rf in records_files(root):
-        n += len(unpack(rf, dest / study_folder(rf, root).relative_to(root)))
+        n += len(unpack(rf, dest / study_folder(rf).relative_to(root)))
     if plain:
         for p in sorted(root.rglob("*")):
             if p.is_file() and not p.name.endswith(SUFFIXES):
@@ -361,7 +361,7 @@ def check(root: Path = RESULTS) -> list[str]:
     root = Path(root)
     problems = []
     for rf in records_files(root):
-        rel_folder = study_folder(rf, root).relative_to(root)
+        rel_folder = study_folder(rf).relative_to(root)
         study = rel_folder.parts[0] if rel_folder.parts else None
         for line in read_lines(rf):
             try:

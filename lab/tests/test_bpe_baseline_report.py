@@ -15,10 +15,10 @@ from rltok.analysis.compare import (markdown_table, matched_flat_layers, method_
 from rltok.config import ConfigError, load_config
 from rltok.data.bpe import fit_bpe_to_rate, train_bpe, truncate_bpe
 from rltok.data.sources import Corpus
-from rltok_lab import records
 from rltok.model.factory import build_model
 from rltok.model.flops import attention_flops, block_linear_flops, config_forward_flops_per_byte, train_flops_per_byte
 from rltok.training.trainer import Trainer
+from rltok_lab import records
 
 REPO = Path(__file__).resolve().parents[2]
 TEXT = b"".join(b"def f%d(x):\n    return x * %d  # the quick brown fox jumps\n" % (i, i * 7) for i in range(1200))

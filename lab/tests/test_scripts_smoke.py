@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from rltok_lab import records
+
 REPO = Path(__file__).resolve().parents[2]  # the repository
 SCRIPTS = REPO / "lab" / "scripts"
-
-from rltok_lab import records  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +30,7 @@ def doc_results(tmp_path_factory) -> Path:
     dest = tmp_path_factory.mktemp("doc_results")
     records.unpack_all(dest)
     return dest
+
 
 # the test preset's shape, as overrides for the scripts that build on the tiny preset
 TEST_SHAPE = ["model.d_byte=32", "model.d_chunk=64", "model.n_heads_byte=2", "model.n_heads_chunk=2",
