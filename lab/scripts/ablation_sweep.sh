@@ -10,11 +10,12 @@ source "$(dirname "$0")/data_root.sh" "usage: lab/scripts/ablation_sweep.sh DATA
 BUDGET=${2:-1000000}
 cd "$(dirname "$0")/../.."
 RLTOK=${RLTOK:-.venv/bin/rltok}
+PYTHON=${PYTHON:-.venv/bin/python}
 run() {  # corpus
   local c=$1 out=runs/ablation/$1
   mkdir -p "$out"
   for s in 0 1; do  # reuse the main comparison's reference runs
-    [ -e "$out/rl_s$s.json" ] || { [ -e "lab/results/compare/$c/rl_s$s.json" ] && cp "lab/results/compare/$c/rl_s$s.json" "$out/"; } || true
+    [ -e "$out/rl_s$s.json" ] || PYTHONPATH=lab "$PYTHON" -m rltok_lab.records extract "compare/$c/rl_s$s.json" "$out" || true
   done
   $RLTOK compare train.threads=1 --data "$ROOT/$c" --preset small --budget-bytes "$BUDGET" --out "$out" --split test \
     --seeds 0 --methods rl rl_group4 rl_value rl_gamma1 rl_no_batch rl_final_reward rl_w8 rl_no_rate rl_group4_value

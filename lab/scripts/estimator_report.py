@@ -85,7 +85,7 @@ def ablation_tables(results: Path = RESULTS) -> list[str]:
                 f"| {sum(r['train_flops_per_byte'] for r in rs) / len(rs) / 1e6:.2f}M "
                 f"| {sum(r['train_bytes'] for r in rs) / len(rs) / 1e6:.2f}M "
                 f"| {sum(r['train_bytes_per_s'] or 0 for r in rs) / len(rs) / 1e3:.1f}k |")
-        lines += ["", f"![{corpus.name} curves](results/ablation/{corpus.name}/bpb_vs_flops.png)", ""]
+        lines += ["", f"![{corpus.name} curves](../results/ablation/{corpus.name}/bpb_vs_flops.png)", ""]
     return lines
 
 

@@ -107,13 +107,14 @@ def shown_command(r: dict) -> str:
     return r["command"].replace(data, f"DATA_ROOT/{Path(data).name}") if data else r["command"]
 
 
-def controller_section() -> list[str]:
-    """The Lagrange controller holding requested rates (`bench/controller_check.py`)."""
-    paths = sorted((ROOT / "lab" / "results").glob("controller_*.json"))
+def controller_section(folder: Path) -> list[str]:
+    """The Lagrange controller holding requested rates (`bench/controller_check.py`), from the
+    controller_*.json in `folder` (the results root the frontier's folder lies in)."""
+    paths = sorted(folder.glob("controller_*.json"))
     if not paths:
         return []
     lines = ["## Holding a requested rate with the Lagrange controller", "",
-             "`objective.rate_control=lagrange` (no penalty weight), preset `small`; means over the second half",
+             "`objective.rate=lagrange` (no penalty weight), preset `small`; means over the second half",
              "of training. *Worst record*: the largest miss of one logged record (a 10-step average).", "",
              "| corpus | target | steps | expected rate | sampled rate | worst record | final price (nats/chunk) | command |",
              "|---|---|---|---|---|---|---|---|"]
@@ -125,9 +126,10 @@ def controller_section() -> list[str]:
     return lines + [""]
 
 
-def vocab_section() -> list[str]:
-    """Learned vocabularies against BPE at the same rate (`lab/scripts/vocab_report.sh`)."""
-    paths = sorted((ROOT / "lab" / "results" / "vocab").glob("*.json"))
+def vocab_section(folder: Path) -> list[str]:
+    """Learned vocabularies against BPE at the same rate (`lab/scripts/vocab_report.sh`), from the
+    JSON in `folder` (vocab/ beside the frontier's results)."""
+    paths = sorted(folder.glob("*.json"))
     if not paths:
         return []
     lines = ["## Learned vocabularies against BPE at the same rate", "",
@@ -148,7 +150,7 @@ def vocab_section() -> list[str]:
 
         def pct(x):
             return "–" if x is None else f"{100 * x:.1f}%"
-        lines.append(f"| {corpus} | [{run}](results/vocab/{p.stem}.md) | {le['rate']:.3f} ({bp.get('rate', float('nan')):.3f}) | {le['bytes_per_chunk']:.2f} "
+        lines.append(f"| {corpus} | [{run}](../results/vocab/{p.stem}.md) | {le['rate']:.3f} ({bp.get('rate', float('nan')):.3f}) | {le['bytes_per_chunk']:.2f} "
                      f"| {le['distinct']:,} | {pct(le['multi_word'])} ({pct(bp.get('multi_word'))}) "
                      f"| {pct(le['whole_word'])} ({pct(bp.get('whole_word'))}) "
                      f"| {pct(le['coverage_top_1k'])} ({pct(bp.get('coverage_top_1k'))}) "
@@ -165,7 +167,7 @@ def render(results: Path = RESULTS) -> str:
              "Every run trained at the same total training compute (3.48e12 FLOPs = 1M bytes of the rate-0.2",
              "model; preset `small`, seed 0 unless noted), evaluated on the test split. A rule that spends fewer",
              "FLOPs per byte sees more bytes. Compute-aware runs have no rate target: each chunk costs the policy",
-             "`objective.compute_price` bits per MFLOP of the chunk-level network it adds, and training stops when",
+             "`objective.rate.compute_price` bits per MFLOP of the chunk-level network it adds, and training stops when",
              "the FLOPs spent at the rates actually drawn reach the budget (`train.flops_budget`). x = forward",
              "FLOPs per byte at the achieved rate (the model's inference cost).", "",
              "Commands: `bash lab/scripts/frontier_sweep.sh DATA_ROOT && python lab/scripts/frontier_report.py --collect`",
@@ -189,10 +191,10 @@ def render(results: Path = RESULTS) -> str:
                          f"| {ref_s} | {delta_s} |")
         png = corpus / "frontier.png"
         plot(pts, png, f"{corpus.name}: test bpb vs inference FLOPs at equal training compute")
-        lines += ["", f"![{corpus.name} frontier](results/frontier/{corpus.name}/frontier.png)", "",
+        lines += ["", f"![{corpus.name} frontier](../results/frontier/{corpus.name}/frontier.png)", "",
                   f"Commits of the runs: {', '.join(f'`{c}`' for c in sorted({c for p in pts for c in p['commits']}))}.", ""]
-    lines += controller_section()
-    lines += vocab_section()
+    lines += controller_section(results.parent)
+    lines += vocab_section(results.parent / "vocab")
     notes = ROOT / "lab" / "notes" / "supertokens.md"
     if notes.exists():
         lines += ["## Notes", "", notes.read_text().strip(), ""]

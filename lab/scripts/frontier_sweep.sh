@@ -10,12 +10,13 @@ source "$(dirname "$0")/data_root.sh" "usage: lab/scripts/frontier_sweep.sh DATA
 BUDGET=${2:-1000000}
 cd "$(dirname "$0")/../.."
 RLTOK=${RLTOK:-.venv/bin/rltok}
+PYTHON=${PYTHON:-.venv/bin/python}
 PRICE="rl@objective.rate_control=none,objective.compute_price"
 run() {  # corpus
   local c=$1 out=runs/frontier/$1
   mkdir -p "$out"
   for m in rl_s0 rl_s1 bpe_s0 bpe_s1; do
-    [ -e "$out/$m.json" ] || cp "lab/results/compare/$c/$m.json" "$out/" 2>/dev/null || true
+    [ -e "$out/$m.json" ] || PYTHONPATH=lab "$PYTHON" -m rltok_lab.records extract "compare/$c/$m.json" "$out" 2>/dev/null || true
   done
   $RLTOK compare train.threads=1 --data "$ROOT/$c" --preset small --budget-bytes "$BUDGET" --out "$out" --split test \
     --seeds 0 --methods "$PRICE=0.003" "$PRICE=0.001" "$PRICE=0.01" \

@@ -5,12 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from rltok.analysis.scaling import budget_ladders, budget_tag, load_grid, read_records
+from rltok.analysis.scaling import RESULTS_GLOB, budget_ladders, budget_tag, load_grid
 from rltok.model.sizing import method_spec
+from rltok_lab import records
 
 REPO = Path(__file__).resolve().parents[2]  # the repository
 GRID = REPO / "lab" / "scripts" / "scaling_cpu_grid.toml"
-RECORDS = REPO / "lab" / "results" / "scaling"
+RECORDS = REPO / "lab" / "results" / "scaling"  # its packed records, one file per corpus
 
 
 @pytest.mark.skipif(not RECORDS.is_dir(), reason="the study's records are not in this checkout")
@@ -18,12 +19,12 @@ def test_the_cpu_grid_builds_the_ladders_its_records_ran():
     grid = load_grid(GRID)
     checked = 0
     for corpus in grid.corpora:
-        records = [r for r in read_records(RECORDS / corpus) if r.get("point_kind", "ladder") == "ladder"]
+        runs = [r for r in records.load("scaling", corpus, RESULTS_GLOB) if r.get("point_kind", "ladder") == "ladder"]
         for fam in grid.families:
             ladders = budget_ladders(grid, fam, grid.budgets, log=lambda message: None)
             for budget, rungs in ladders.items():
                 by_target = {rung.target: rung for rung in rungs}
-                for rec in records:
+                for rec in runs:
                     if rec["family"] != fam.name or rec["budget_flops"] != budget:
                         continue
                     where = f"{corpus} {budget_tag(budget)} {fam.name} N {rec['target_size']:.0f} s{rec['seed']}"

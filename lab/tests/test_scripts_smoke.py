@@ -18,9 +18,19 @@ from pathlib import Path
 
 import pytest
 
+from rltok_lab import records
+
 REPO = Path(__file__).resolve().parents[2]  # the repository
 SCRIPTS = REPO / "lab" / "scripts"
-DOC_RESULTS = REPO / "lab" / "results"
+
+
+@pytest.fixture(scope="module")
+def doc_results(tmp_path_factory) -> Path:
+    """The committed lab/results as files (its packed records unpacked), as the scripts read them."""
+    dest = tmp_path_factory.mktemp("doc_results")
+    records.unpack_all(dest)
+    return dest
+
 
 # the test preset's shape, as overrides for the scripts that build on the tiny preset
 TEST_SHAPE = ["model.d_byte=32", "model.d_chunk=64", "model.n_heads_byte=2", "model.n_heads_chunk=2",
@@ -182,13 +192,14 @@ def test_core_results(core_run):
     assert "### code-py: validation over training" in md
 
 
-def test_core_results_render_only(tmp_path):
-    """Renders the committed lab/results/core_*.json into tmp_path."""
+def test_core_results_render_only(doc_results, tmp_path):
+    """Renders the committed core_*.json records into tmp_path."""
     out = tmp_path / "RESULTS.md"
-    run_script("core_results.py", "--render-only", "--out", out, cwd=tmp_path)
+    run_script("core_results.py", "--render-only", "--results-dir", doc_results, "--out", out, cwd=tmp_path)
     md = out.read_text()
     assert "| corpus | params | train bytes |" in md
-    for p in sorted(DOC_RESULTS.glob("core_*.json")):
+    assert list(doc_results.glob("core_*.json"))
+    for p in sorted(doc_results.glob("core_*.json")):
         assert f"| {json.loads(p.read_text())['corpus']} |" in md
 
 
@@ -209,17 +220,17 @@ def test_estimator_report(core_run, tmp_path):
     assert "## smoke-lexicon" in out.read_text() and "lexicon's code length" in out.read_text()
 
 
-def test_estimator_report_render_only(tmp_path):
+def test_estimator_report_render_only(doc_results, tmp_path):
     """Renders the committed estimator JSON and ablation tables into tmp_path."""
     results = tmp_path / "results"
     results.mkdir()
-    for p in DOC_RESULTS.glob("estimators_*.json"):
+    for p in doc_results.glob("estimators_*.json"):
         shutil.copy(p, results / p.name)
-    shutil.copytree(DOC_RESULTS / "ablation", results / "ablation")
+    shutil.copytree(doc_results / "ablation", results / "ablation")
     out = tmp_path / "ESTIMATORS.md"
     run_script("estimator_report.py", "--render-only", "--results-dir", results, "--out", out, cwd=tmp_path)
     md = out.read_text()
-    for p in DOC_RESULTS.glob("estimators_*.json"):
+    for p in doc_results.glob("estimators_*.json"):
         assert f"## {json.loads(p.read_text())['name']}" in md
     assert "## Training ablations at equal compute" in md
     assert "| variant | seeds | test bpb |" in md
@@ -229,19 +240,19 @@ def test_estimator_report_render_only(tmp_path):
 # reports rendered from committed JSON
 
 
-def _render_comparison(tmp_path, sections, *extra) -> tuple[str, Path]:
+def _render_comparison(doc_results, tmp_path, sections, *extra) -> tuple[str, Path]:
     results = tmp_path / "results"
     for section in sections:
-        shutil.copytree(DOC_RESULTS / section, results / section)
+        shutil.copytree(doc_results / section, results / section)
     out = tmp_path / "COMPARISON.md"
     run_script("compare_report.py", "--from-docs", "--results-dir", results, "--out", out, *extra, cwd=tmp_path)
     return out.read_text(), results
 
 
-def test_compare_report_from_docs(tmp_path):
+def test_compare_report_from_docs(doc_results, tmp_path):
     """Two sections of the committed comparison (the rl verdict and the gap to BPE tokens), one corpus;
     the sections not copied render as having no runs."""
-    md, results = _render_comparison(tmp_path, ["compare", "embedding/b1000000"], "--corpora", "code-py")
+    md, results = _render_comparison(doc_results, tmp_path, ["compare", "embedding/b1000000"], "--corpora", "code-py")
     assert md.startswith("# Byte-level models at equal training compute")
     assert "## Boundary rules" in md and "### code-py" in md and "### docs-en" not in md
     assert "Verdict for `rl`" in md and "Gap to the BPE-token transformer" in md
@@ -251,16 +262,16 @@ def test_compare_report_from_docs(tmp_path):
 
 
 @pytest.mark.slow
-def test_compare_report_from_docs_full(tmp_path):
-    md, results = _render_comparison(tmp_path, ["compare", "boundaries", "boundaries_vocab", "embedding"])
+def test_compare_report_from_docs_full(doc_results, tmp_path):
+    md, results = _render_comparison(doc_results, tmp_path, ["compare", "boundaries", "boundaries_vocab", "embedding"])
     assert "### docs-en" in md and "No finished runs." not in md
 
 
-def test_compare_report_collects_runs(tmp_path):
+def test_compare_report_collects_runs(doc_results, tmp_path):
     """The collect path: per-run JSON under --runs is copied (slimmed) into --results-dir."""
     runs = tmp_path / "runs" / "compare" / "code-py"
     runs.mkdir(parents=True)
-    for p in sorted((DOC_RESULTS / "compare" / "code-py").glob("*_s*.json")):
+    for p in sorted((doc_results / "compare" / "code-py").glob("*_s*.json")):
         shutil.copy(p, runs / p.name)
     results, out = tmp_path / "results", tmp_path / "C.md"
     run_script("compare_report.py", "--runs", tmp_path / "runs", "--corpora", "code-py", "--only", "rl", "bpe",
@@ -274,9 +285,10 @@ def test_compare_report_collects_runs(tmp_path):
     assert "No finished runs." in md
 
 
-def test_frontier_report(tmp_path):
+def test_frontier_report(doc_results, tmp_path):
     results = tmp_path / "frontier"
-    shutil.copytree(DOC_RESULTS / "frontier", results)
+    shutil.copytree(doc_results / "frontier", results)
+    shutil.copytree(doc_results / "vocab", tmp_path / "vocab")  # read beside the frontier's folder
     for png in results.rglob("*.png"):
         png.unlink()
     out = tmp_path / "SUPERTOKENS.md"
@@ -287,14 +299,14 @@ def test_frontier_report(tmp_path):
     assert "rl fixed rate" in md
     for corpus in (p for p in results.iterdir() if p.is_dir()):
         assert f"## {corpus.name}" in md and (corpus / "frontier.png").exists()
-    if list((DOC_RESULTS / "vocab").glob("*.json")):
+    if list((doc_results / "vocab").glob("*.json")):
         assert "## Learned vocabularies against BPE at the same rate" in md
 
 
-def test_frontier_report_collect(tmp_path):
+def test_frontier_report_collect(doc_results, tmp_path):
     runs = tmp_path / "runs" / "code-py"
     runs.mkdir(parents=True)
-    for p in sorted((DOC_RESULTS / "frontier" / "code-py").glob("*_s*.json")):
+    for p in sorted((doc_results / "frontier" / "code-py").glob("*_s*.json")):
         shutil.copy(p, runs / p.name)
     results, out = tmp_path / "frontier", tmp_path / "S.md"
     run_script("frontier_report.py", "--collect", "--runs", tmp_path / "runs", "--results-dir", results,
@@ -331,7 +343,7 @@ def test_rltok_entry_point_exists():
 
 @pytest.fixture(scope="module")
 def sweep_commands(tmp_path_factory, data_root) -> dict[str, list[list[str]]]:
-    """Each sweep run from a copy of lab/scripts/ (so its runs/ and docs/ folders land in tmp) with
+    """Each sweep run from a copy of lab/scripts/ (so its runs/ and lab/ folders land in tmp) with
     RLTOK set to a stand-in that records its arguments: script -> the rltok command lines."""
     tmp = tmp_path_factory.mktemp("sweeps")
     copy = tmp / "repo"
@@ -383,11 +395,12 @@ def test_sweep_commands_parse(name, sweep_commands, data_root):
             assert args.command == "vocab" and args.checkpoint.startswith("runs/frontier/"), argv
 
 
-def test_sweeps_reuse_committed_reference_runs():
-    """ablation_sweep.sh and frontier_sweep.sh seed their folders with the main comparison's runs."""
+def test_sweeps_reuse_committed_reference_runs(tmp_path):
+    """ablation_sweep.sh and frontier_sweep.sh seed their folders with the main comparison's runs,
+    extracted from its records."""
     for c in ("code-py", "docs-en"):
         for m in ("rl_s0", "rl_s1", "bpe_s0"):
-            assert (DOC_RESULTS / "compare" / c / f"{m}.json").exists()
+            assert json.loads(records.extract("compare", f"{c}/{m}.json", tmp_path / c).read_text())["seed"] in (0, 1)
 
 
 @pytest.mark.parametrize("name", ["ablation_sweep.sh", "bpe_baseline_sweep.sh", "embedding_sweep.sh",
