@@ -213,8 +213,13 @@ def render_corpus(name: str, corpus: str, src: Path, from_docs: bool, only, kind
         v = gap_to_tokens(rows)
         if v:
             md += ["Gap to the BPE-token transformer (mean over seeds):", "", *v, ""]
-    # the report lives in lab/reports, its plots in lab/results
-    md += [f"![bpb vs FLOPs, {corpus}](../results/{name}/{corpus}/{p.name})" for p in plots] + [""]
+    # the report lives in lab/reports; it shows the main comparison's plots (tracked in lab/results),
+    # the other sections' are drawn again by `python -m rltok_lab.regenerate --only compare`
+    if name == "compare":
+        md += [f"![bpb vs FLOPs, {corpus}](../results/{name}/{corpus}/{p.name})" for p in plots] + [""]
+    elif plots:
+        md += [f"Plots ({', '.join(p.name for p in plots)}): drawn with the tables by "
+               "`python -m rltok_lab.regenerate --only compare`, into its unpacked results folder.", ""]
     return md
 
 
