@@ -109,9 +109,9 @@ def steps(data: Path | None = None) -> list[Step]:
     for folder in COMPARE_PLOTS:
         out.append(Step(f"plots:{folder}", [[sys.executable, "-c", PLOT_RUNS, str(wr / folder)]], []))
     out.append(Step("scaling_results", [py("scaling_results.py", "--grid", grid_for("lab/scripts/scaling_cpu_grid.toml", data),
-                                           "--out", str(wr / "scaling"), "--readme", str(wd / "README.md"),
+                                           "--out", str(wr / "scaling"), "--readme", str(wd / "LAB_README.md"),
                                            "--doc", str(wd / "SCALING.md"))],
-                    [(wd / "README.md", Path("README.md")), (wd / "SCALING.md", Path("lab/reports/SCALING.md"))]))
+                    [(wd / "LAB_README.md", Path("lab/README.md")), (wd / "SCALING.md", Path("lab/reports/SCALING.md"))]))
     out.append(Step("compare", [py("compare_report.py", "--from-docs", "--results-dir", str(wr),
                                    "--out", str(wd / "COMPARISON.md"))],
                     [(wd / "COMPARISON.md", Path("lab/reports/COMPARISON.md"))]))
@@ -170,7 +170,7 @@ def provenance_free(text: str) -> str:
 
 def publishable(text: str) -> str:
     """A regenerated text as the tracked file has it: the unpacked copy's folders named as lab/results."""
-    return text.replace(str(work_results()), str(RESULTS_REL)).replace(str(work_docs()) + "/README.md", "README.md") \
+    return text.replace(str(work_results()), str(RESULTS_REL)).replace(str(work_docs()) + "/LAB_README.md", "lab/README.md") \
         .replace(str(work_docs()) + "/", "lab/reports/").replace(str(WORK / "grids") + "/", "lab/scripts/")
 
 
@@ -220,7 +220,8 @@ def main(argv=None) -> int:
         shutil.rmtree(wr, ignore_errors=True)
         log(f"unpacked {records.unpack_all(wr)} files into {work_results()}")
     wd.mkdir(parents=True, exist_ok=True)
-    for doc in [ROOT / "README.md", *sorted((ROOT / "lab" / "reports").glob("*.md"))]:
+    shutil.copyfile(ROOT / "lab" / "README.md", wd / "LAB_README.md")  # the lab's front page holds the study's table
+    for doc in sorted((ROOT / "lab" / "reports").glob("*.md")):
         shutil.copyfile(doc, wd / doc.name)
     failed, changed, same = [], [], []
     for step in chosen:
