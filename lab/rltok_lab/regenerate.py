@@ -5,7 +5,7 @@
     python -m rltok_lab.regenerate --check    # write nothing tracked; exit 1 if a table would change
 
 It unpacks lab/results (rltok_lab.records) into lab/.work/results (git ignores lab/.work), copies the
-documents whose blocks are spliced (README.md, lab/reports/*.md) into lab/.work/docs, runs each
+documents whose blocks are spliced (lab/README.md, lab/reports/*.md) into lab/.work/docs, runs each
 study's own report script against those copies, and then, for every tracked output, compares the
 regenerated text with the tracked one. Provenance is left out of the comparison (the commands in
 backquotes, which name the folders they read, and commit hashes): a table whose numbers are the
@@ -168,8 +168,13 @@ def provenance_free(text: str) -> str:
     return _COMMIT.sub(r"\1\2C", _COMMAND.sub("`COMMAND`", text)).replace("docs/results", str(RESULTS_REL))
 
 
-def publishable(text: str) -> str:
-    """A regenerated text as the tracked file has it: the unpacked copy's folders named as lab/results."""
+def publishable(text: str, tracked: str | None = None) -> str:
+    """A regenerated text as the tracked file has it: the unpacked copy's folders named as lab/results.
+    Lines the tracked file already has stay as they are (prose may name lab/.work itself)."""
+    if tracked is not None:
+        kept = set(tracked.splitlines())
+        return "".join(line if line.rstrip("\n") in kept else publishable(line)
+                       for line in text.splitlines(keepends=True))
     return text.replace(str(work_results()), str(RESULTS_REL)).replace(str(work_docs()) + "/LAB_README.md", "lab/README.md") \
         .replace(str(work_docs()) + "/", "lab/reports/").replace(str(WORK / "grids") + "/", "lab/scripts/")
 
@@ -230,8 +235,8 @@ def main(argv=None) -> int:
             failed.append(step.name)
             continue
         for new, tracked in step.outputs:
-            text = publishable((ROOT / new).read_text())
             old = (ROOT / tracked).read_text() if (ROOT / tracked).exists() else None
+            text = publishable((ROOT / new).read_text(), old)
             if old is not None and provenance_free(old) == provenance_free(text):
                 same.append(str(tracked))
                 continue
