@@ -8,7 +8,6 @@ that trainer.pt holds (state).
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -93,7 +92,8 @@ class Trainer:
         self.run_dir = Path(cfg.train.out_dir)
         # one live process per run folder (rank 0 holds the lock for every rank), until fit() ends
         self.lock = RunLock(self.run_dir)
-        if os.environ.get("RANK", "0") == "0":
+        self.env_rank = ddp.env_ranks()[0]  # checked together: one process is rank 0 and always locks
+        if self.env_rank == 0:
             self.lock.acquire()
         try:
             self._init(cfg, corpus, resume, quiet)
@@ -437,7 +437,7 @@ class Trainer:
         tc = self.cfg.train
         end = tc.max_steps if stop_at is None else min(stop_at, tc.max_steps)
         trackers = None
-        if os.environ.get("RANK", "0") == "0" and not self.lock.held:  # a second fit() of this trainer
+        if self.env_rank == 0 and not self.lock.held:  # a second fit() of this trainer
             self.lock.acquire()
         try:
             if self.dist.is_main:  # rank 0 owns the run folder's files
