@@ -45,9 +45,11 @@ def cmd_compare(args) -> int:
     command = "rltok " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if args.command_line is None else args.command_line
     # the report covers every finished run in the folder (earlier invocations with other seeds too)
     names = {(r["method"], r["seed"]) for r in results}
+    from rltok.config.files import read_record
+
     for path in sorted(out.glob("*_s*.json")):
-        r = json.loads(path.read_text())
-        if (r["method"], r["seed"]) not in names:
+        r = read_record(path, "result")  # a damaged one is named and left out of the report
+        if r is not None and "method" in r and "seed" in r and (r["method"], r["seed"]) not in names:
             results.append(r)
     report = write_report(results, out, args.title or f"{Path(args.data).name} ({split} split)", command)
     print(report.read_text())
