@@ -115,8 +115,13 @@ class WandbSink:
         wandb = _wandb()
         config = {**cfg.to_dict(), "resumed_from_step": step}
         # mode: WANDB_MODE or wandb's own settings decide (offline keeps the run local)
-        self.run = wandb.init(project=cfg.train.wandb, dir=str(run_dir), name=run_dir.resolve().name,
-                              group=run_dir.resolve().name, config=config)
+        try:
+            self.run = wandb.init(project=cfg.train.wandb, dir=str(run_dir), name=run_dir.resolve().name,
+                                  group=run_dir.resolve().name, config=config)
+        except Exception as e:  # no login, no network, a bad project: wandb raises many types
+            raise ConfigError(f"train.wandb={cfg.train.wandb}: W&B could not start a run ({type(e).__name__}: "
+                              f"{' '.join(str(e).split())[:200]}); run `wandb login`, set WANDB_MODE=offline, or "
+                              "give train.wandb= (off) to train without it") from None
 
     def log(self, rec: dict) -> None:
         self.run.log(scalars(rec), step=rec["step"])

@@ -447,6 +447,9 @@ class Trainer:
         except OSError as e:
             self.lock.release()
             raise CheckpointError(f"cannot write to the run folder {self.run_dir}: {e}") from None
+        except BaseException:  # a sink that cannot start (W&B without a login): the folder is free again
+            self.lock.release()
+            raise
         ddp.barrier(self.dist)
         if self.peak is None:
             self.peak = device_peak(self.device, self.amp_dtype, self.model, tc.batch_size * self.sampler.seq_len)
