@@ -361,3 +361,53 @@ def test_resuming_a_run_whose_wandb_cannot_start_is_one_error_line(run, tmp_path
     assert code == 2 and len(errors) == 1 and "Traceback" not in err, err
     assert "train.wandb=someproject" in errors[0] and "wandb login" in errors[0]
     assert not (run / "checkpoints" / "step_0000003").exists()
+
+
+# ---- what an interrupt or a full disk says ---------------------------------------------------------------
+
+def test_a_short_write_at_the_final_checkpoint_says_the_disk_may_be_full(tmp_path, trained, capsys, monkeypatch):
+    import rltok.training.trainer as trainer_mod
+
+    def short_write(*a, **k):  # what torch.save raises when the disk fills under it
+        raise RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 55104 vs 55056")
+
+    monkeypatch.setattr(trainer_mod, "save_checkpoint", short_write)
+    code, _, err = run_cli(capsys, "train", *FAST, "--data", trained[1], "--out", tmp_path / "r", "--steps", "1")
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in err, err
+    assert "is the disk full?" in errors[0] and "bytes free there" in errors[0]
+    assert "unexpected pos" in errors[0]  # torch's own words stay, after the explanation
+
+
+def test_an_interrupt_at_a_checkpoint_step_says_it_was_interrupted(tmp_path, trained, capsys, monkeypatch):
+    import signal
+
+    from rltok.training.trainer import Trainer
+
+    real = Trainer.train_step
+
+    def step_then_signal(self):
+        out = real(self)
+        if self.step == 1:  # the step about to be counted as 2, a checkpoint step
+            self.stop.handle(signal.SIGINT, None)
+        return out
+
+    monkeypatch.setattr(Trainer, "train_step", step_then_signal)
+    argv = ["train", *FAST, "--data", trained[1], "--out", tmp_path / "r", "--steps", "4", "train.checkpoint_every=2"]
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 0, err
+    assert "interrupted: saved" in err and "step_0000002" in err
+
+
+def test_an_interrupted_study_says_what_is_kept_and_how_to_go_on(tmp_path, capsys, monkeypatch):
+    import rltok.analysis.scaling_adapt as adapt
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(adapt, "run_points", interrupted)
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps({**SCALING_GRID, "corpora": [str(corpus_folder(tmp_path, "salad"))]}))
+    code, _, err = run_cli(capsys, "scaling", "--grid", grid, "--out", tmp_path / "study")
+    assert code == 130
+    assert "interrupted: the records of the finished points stay in" in err and "run the same command again" in err

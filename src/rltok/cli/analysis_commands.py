@@ -75,7 +75,12 @@ def cmd_scaling(args) -> int:
 
         merge_records(args.merge, out, log)
     elif not args.fit_only:
-        run_grid(grid, out, log, shard=args.shard)
+        try:
+            run_grid(grid, out, log, shard=args.shard)
+        except KeyboardInterrupt:
+            log(f"interrupted: the records of the finished points stay in {out} and the point being run keeps its "
+                "checkpoints; run the same command again to go on from there")
+            return 130
     if args.shard:  # a shard holds part of the study: fit once every shard is merged
         log(f"shard {args.shard[0]}/{args.shard[1]} done; merge the shards (--merge) to fit")
         return 0

@@ -40,6 +40,21 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
 
 
+def _write_failure(e: BaseException, folder: Path) -> str:
+    """A failed checkpoint write in words: torch reports a full disk as a short write ("unexpected
+    pos N vs M"), so a write that stopped short says so, with the space left where it went."""
+    import errno
+
+    line = _one_line(e)
+    if getattr(e, "errno", None) == errno.ENOSPC or "unexpected pos" in line or "write failed" in line:
+        try:
+            free = f"{shutil.disk_usage(folder).free:,} bytes free there"
+        except OSError:
+            free = "free space unknown"
+        return f"a file could not be written whole: is the disk full? ({free}; {line})"
+    return line
+
+
 class TrainingDiverged(RuntimeError):
     """Too many consecutive non-finite steps; the last good checkpoint is left as it was."""
 
@@ -213,7 +228,7 @@ class Trainer:
                 path = save_checkpoint(root, self.step, self.model, self.cfg, state, keep_last=keep,
                                        state_dict=weights, results=results, staged=staged)
             except Exception as e:  # noqa: BLE001 - a full disk surfaces as OSError, a safetensors or a torch error
-                error = OSError(_one_line(e))
+                error = OSError(_write_failure(e, root))
         if self.dist.enabled:
             error, path = ddp.broadcast_object((None if error is None else OSError(str(error)), path), self.dist)
         if error is not None:
@@ -493,9 +508,11 @@ class Trainer:
                         self.meter.restart_clock()
                 if self.step != self.last_saved_step and (self.stop.requested or self.step == end):
                     with self.stop.saving_checkpoint():
-                        path = self.save()
-                    if self.stop.requested:
-                        self._log(f"interrupted: saved {path}; continue with --resume")
+                        self.save()
+                if self.stop.requested:  # also when the step it stopped at had just been checkpointed
+                    ckpts = list_checkpoints(self.run_dir)
+                    self._log(f"interrupted: saved {ckpts[-1]}; continue with --resume" if ckpts
+                              else f"interrupted: {self._resumes_from()}")
         except OSError as e:  # metrics.jsonl or another run-folder file could not be written
             raise CheckpointError(f"I/O error while training into {self.run_dir}: {e}") from None
         finally:
