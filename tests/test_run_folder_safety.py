@@ -411,3 +411,13 @@ def test_an_interrupted_study_says_what_is_kept_and_how_to_go_on(tmp_path, capsy
     code, _, err = run_cli(capsys, "scaling", "--grid", grid, "--out", tmp_path / "study")
     assert code == 130
     assert "interrupted: the records of the finished points stay in" in err and "run the same command again" in err
+
+
+def test_a_linked_spelling_of_the_same_data_is_no_change_on_resume(run, trained, tmp_path, capsys):
+    link = tmp_path / "same_data.txt"
+    link.symlink_to(trained[1])
+    code, _, err = run_cli(capsys, *resume(run), "--data", link)
+    assert code == 0, err
+    other = tmp_path / "other.txt"
+    other.write_bytes(TEXT[::-1])
+    assert_user_error(capsys, [*resume(run, 4), "--data", other], "data.train")

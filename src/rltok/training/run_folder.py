@@ -219,7 +219,17 @@ def config_changes(saved: dict, cfg: Config) -> dict[str, tuple]:
     resume may change: key -> (saved value, new value)."""
     old, new = _flat(saved), _flat(json.loads(json.dumps(cfg.to_dict())))
     return {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new))
-            if k not in MAY_CHANGE_ON_RESUME and old.get(k) != new.get(k)}
+            if k not in MAY_CHANGE_ON_RESUME and old.get(k) != new.get(k)
+            and not (k in ("data.train", "data.val") and _same_path(old.get(k), new.get(k)))}
+
+
+def _same_path(a, b) -> bool:
+    """Two spellings of one local data path (one through a link): the same data, not a change."""
+    def real(spec):
+        local = isinstance(spec, str) and spec and spec != "stdlib" and not spec.startswith(("hf:", "mix:"))
+        return os.path.realpath(spec) if local else spec
+
+    return real(a) == real(b)
 
 
 def _budget_growth(run_dir: str | Path, saved: dict, cfg: Config, changes: dict) -> str | None:
