@@ -421,3 +421,31 @@ def test_a_linked_spelling_of_the_same_data_is_no_change_on_resume(run, trained,
     other = tmp_path / "other.txt"
     other.write_bytes(TEXT[::-1])
     assert_user_error(capsys, [*resume(run, 4), "--data", other], "data.train")
+
+
+@pytest.mark.parametrize("damage", ["unknown merge", "not utf-8"])
+@pytest.mark.parametrize("command", ["segment", "eval"])
+def test_a_corrupt_tokenizer_inside_the_weights_is_one_error_line(families, tmp_path, capsys, damage, command):
+    import hashlib
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    run = tmp_path / "bpe"
+    shutil.copytree(families["bpe_token"], run)
+    ckpt = sorted((run / "checkpoints").iterdir())[-1]
+    state = load_file(ckpt / "model.safetensors")
+    text = state["tokenizer_json"].to(torch.uint8).numpy().tobytes()
+    if damage == "unknown merge":
+        tok = json.loads(text)
+        tok["model"]["merges"].append(["zz", "q"])  # a merge of tokens the vocabulary lacks
+        text = json.dumps(tok).encode()
+    else:
+        text = b"\xff\xfe" + text
+    state["tokenizer_json"] = torch.tensor(list(text), dtype=torch.uint8).to(state["tokenizer_json"].dtype)
+    save_file(state, ckpt / "model.safetensors")
+    manifest = json.loads((ckpt / "manifest.json").read_text())
+    manifest["files"]["model.safetensors"] = hashlib.sha256((ckpt / "model.safetensors").read_bytes()).hexdigest()
+    (ckpt / "manifest.json").write_text(json.dumps(manifest))
+    argv = ["segment", "-c", ckpt, "hello"] if command == "segment" else ["eval", "-c", ckpt, "--max-windows", "1"]
+    assert_user_error(capsys, argv, "tokenizer")
