@@ -449,3 +449,66 @@ def test_a_corrupt_tokenizer_inside_the_weights_is_one_error_line(families, tmp_
     (ckpt / "manifest.json").write_text(json.dumps(manifest))
     argv = ["segment", "-c", ckpt, "hello"] if command == "segment" else ["eval", "-c", ckpt, "--max-windows", "1"]
     assert_user_error(capsys, argv, "tokenizer")
+
+
+# ---- fuzz: any damage to any file of a run folder -----------------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+RUN_FILES = ["config.json", "metrics.jsonl", "CKPT/config.json", "CKPT/manifest.json", "CKPT/model.safetensors",
+             "CKPT/trainer.pt", "CKPT/README.md"]
+DAMAGE = ["truncate", "deep", "huge", "list", "string", "flip", "link", "empty"]
+
+
+def damage_file(path: Path, how: str, cut: float, victim: Path) -> None:
+    data = path.read_bytes()
+    if how == "link":
+        path.unlink()
+        path.symlink_to(victim)
+        return
+    new = {"truncate": data[: int(len(data) * cut)], "deep": DEEP_JSON.encode()[:200_001],
+           "huge": b'{"step": ' + HUGE_INT.encode() + b"}", "list": b"[]", "string": b'"x"', "empty": b"",
+           "flip": data[: int(len(data) * cut)] + bytes([data[int(len(data) * cut)] ^ 0xFF]) + data[int(len(data) * cut) + 1:]
+           if data else b"\xff"}[how]
+    path.write_bytes(new)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(RUN_FILES), how=st.sampled_from(DAMAGE), cut=st.floats(0, 0.99),
+       rehash=st.booleans())
+def test_any_damage_to_any_run_file_is_exit_0_or_one_error_line(trained, tmp_path_factory, name, how, cut, rehash):
+    import hashlib
+
+    from rltok.cli import main
+
+    tmp = tmp_path_factory.mktemp("fuzz")
+    run = tmp / "run"
+    shutil.copytree(trained[0], run)
+    victim = tmp / "victim.txt"
+    victim.write_text("outside the folder")
+    ckpt = sorted((run / "checkpoints").iterdir())[-1]
+    path = run / name.replace("CKPT", f"checkpoints/{ckpt.name}")
+    damage_file(path, how, cut, victim)
+    if rehash and name.startswith("CKPT/") and how != "link" and name != "CKPT/manifest.json":
+        manifest = json.loads((ckpt / "manifest.json").read_text())
+        manifest["files"][path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
+        (ckpt / "manifest.json").write_text(json.dumps(manifest))
+    before = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if not str(p.relative_to(tmp)).startswith("run"))
+    for argv in (["eval", "-c", run, "--max-windows", "1"], ["segment", "-c", run, "hello"],
+                 ["generate", "-c", run, "-n", "2", "hi"], ["export", "-c", run, "-o", run.parent / "exported"],
+                 ["train", "--resume", "--out", run, "--steps", "3"]):
+        import contextlib
+        import io
+
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = main([str(a) for a in argv])
+        lines = err.getvalue().strip().splitlines()
+        assert code in (0, 2), (argv, err.getvalue())
+        if code == 2:
+            assert lines and lines[-1].startswith("error: "), (argv, err.getvalue())
+        assert victim.read_text() == "outside the folder", argv
+    after = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*")
+                   if not str(p.relative_to(tmp)).startswith(("run", "exported")))
+    assert after == before  # nothing written beside the folder but what export was asked to write
