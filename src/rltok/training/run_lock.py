@@ -70,8 +70,11 @@ class RunLock:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            f.seek(0)
-            holder = _holder(f.read(4096))
+            try:
+                f.seek(0)
+                holder = _holder(f.read(4096))
+            except (OSError, ValueError):  # a record that is not text: the refusal still stands
+                holder = "another process"
             f.close()
             raise ConfigError(f"run folder {self.run_dir} is in use by {holder}; wait for that run to end, "
                               "or choose another --out / train.out_dir") from None
