@@ -222,7 +222,7 @@ def test_read_only_run_folder_is_one_error_line(tmp_path, data_file, capsys, mon
     def refuse(path, *a, **k):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(run_lock, "open", refuse, raising=False)
+    monkeypatch.setattr(run_lock, "open_own", refuse)
     assert_user_error(capsys, ["train", *FAST, "--data", data_file, "--out", tmp_path / "ro", "--steps", "1"],
                       "cannot use run folder", "Permission denied")
 

@@ -452,22 +452,23 @@ def _check_branch(trainer, branch: Path, seeded: bool) -> None:
 def run_sweep(data: str, methods: list[str], seeds: list[int], out: Path, budget_flops: float,
               base: list[str], preset: str = "tiny", eval_split: str = "test", max_eval_windows: int = 0,
               log=print, eval_context: int = 1) -> list[dict]:
+    from rltok.config.files import read_record, write_atomic
+
     git_commit()  # the commit the sweep starts from, before any run can take long
     out.mkdir(parents=True, exist_ok=True)
     results = []
     for seed in seeds:
         for method in methods:
             path = out / f"{method_slug(method)}_s{seed}.json"
-            if path.exists():
-                results.append(json.loads(path.read_text()))
+            done = read_record(path, "result", hint="running it again") if path.exists() else None
+            if done is not None:
+                results.append(done)
                 log(f"{method} seed {seed}: done already")
                 continue
             log(f"{method} seed {seed}: training ...")
             res = run_one(method, seed, data, out / "runs", budget_flops, base, preset, eval_split, max_eval_windows,
                           eval_context)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(res, indent=2))
-            tmp.rename(path)
+            write_atomic(path, json.dumps(res, indent=2))  # complete or absent, power loss or not
             log(f"{method} seed {seed}: bpb {res['bpb']:.4f} rate {res['rate'] or float('nan'):.3f} "
                 f"({res['wall_s']:.0f} s)")
             results.append(res)
@@ -601,8 +602,10 @@ def plot(results: list[dict], out: Path, title: str) -> list[Path]:
 
 
 def write_report(results: list[dict], out: Path, title: str, command: str) -> Path:
+    from rltok.config.files import write_atomic
+
     rows = summarize(results)
-    (out / "summary.json").write_text(json.dumps({"command": command, "commit": git_commit(), "rows": rows}, indent=2))
+    write_atomic(out / "summary.json", json.dumps({"command": command, "commit": git_commit(), "rows": rows}, indent=2))
     plots = plot(results, out, title)
     split = results[0].get("split", "test") if results else "test"
     md = [f"## {title}", "", f"Command: `{command}`  ", f"Commit: `{git_commit()}`", "", markdown_table(rows, split), ""]

@@ -42,6 +42,7 @@ FAMILY_KEYS = {"name", "method", "overrides", "n_min", "n_max", "points", "sizes
                "aspect", "byte_ratio"}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]*(_[A-Za-z0-9.+-]+)*")  # a file-name part without "__"
 RESULTS_GLOB = "C*__*__N*__s*.json"  # the run records of a corpus folder (not fits.json)
+RECORD_LIMIT = 16 << 20  # a run record is kilobytes (its curve included)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,10 +198,14 @@ def parse_grid(d: dict) -> Grid:
     corpora = d["corpora"]
     if not isinstance(corpora, dict):
         corpora = {Path(c).name: c for c in corpora}
+    from rltok.config.sections import MAX_FLOPS_BUDGET
+
     budgets = tuple(float(b) for b in d["budgets"])
     holdout = tuple(float(b) for b in d.get("holdout_budgets", ()))
-    if min(budgets + holdout) <= 0:
-        raise ConfigError("grid: budgets must be > 0")
+    bad = [b for b in budgets + holdout if not 0 < b <= MAX_FLOPS_BUDGET]  # nan and inf included
+    if bad:
+        raise ConfigError(f"grid: budgets must be FLOPs in (0, {MAX_FLOPS_BUDGET:.0e}] (more is beyond any run a "
+                          f"computer can finish), got {bad[0]}")
     if len({budget_tag(b) for b in budgets + holdout}) < len(budgets + holdout):
         raise ConfigError(f"grid: budgets and holdout_budgets must all differ in their first 4 digits: "
                           f"{list(budgets + holdout)}")
@@ -297,17 +302,15 @@ def _crossovers(pairs, names: list[str]) -> tuple[tuple[str, str], ...]:
 
 
 def load_grid(path: str | Path) -> Grid:
+    from rltok.config.files import read_json
+
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"grid {path}: not a file")
-    text = path.read_text()
+    data = read_json(path, "grid", limit=1 << 20, kind="toml" if path.suffix == ".toml" else "json")
     try:
-        if path.suffix == ".toml":
-            import tomllib
-
-            return parse_grid(tomllib.loads(text))
-        return parse_grid(json.loads(text))
-    except (ValueError, TypeError) as e:  # TOMLDecodeError and JSONDecodeError are ValueErrors
+        return parse_grid(data)
+    except (ValueError, TypeError) as e:
         raise ConfigError(f"grid {path}: {e}") from None
 
 
@@ -421,8 +424,9 @@ def run_point(grid: Grid, p: Point, folder: Path, split: str) -> dict:
 
 
 def _interrupted_s(run_root: Path) -> float:
-    path = run_root / ATTEMPTS
-    return float(json.loads(path.read_text())["seconds"]) if path.is_file() else 0.0
+    rec = read_record(run_root / ATTEMPTS, warn=False) if (run_root / ATTEMPTS).is_file() else None
+    seconds = (rec or {}).get("seconds", 0.0)  # a damaged note only loses the interrupted attempts' time
+    return float(seconds) if isinstance(seconds, (int, float)) and math.isfinite(seconds) else 0.0
 
 
 def point_base(grid: Grid, p: Point) -> list[str]:
@@ -464,8 +468,8 @@ def branch_source(folder: Path, p: Point, method: str) -> tuple[str, Path] | Non
 
     found = []
     for path in folder.glob(f"C*__{p.family.name}__N*__s{p.seed}.json"):
-        r = json.loads(path.read_text())
-        if (r.get("family"), r.get("method"), r.get("seed")) != (p.family.name, method, p.seed):
+        r = read_record(path, warn=False)
+        if r is None or (r.get("family"), r.get("method"), r.get("seed")) != (p.family.name, method, p.seed):
             continue
         run = folder / "runs" / path.stem / f"{method_slug(method)}_s{p.seed}"
         if r.get("budget_flops", math.inf) < p.budget and list_checkpoints(branch_root(run)):
@@ -523,9 +527,17 @@ def diverged_record(grid: Grid, p: Point, split: str, why: str, wall_s: float) -
 
 
 def _write_json(path: Path, obj) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=2))
-    tmp.rename(path)  # a JSON that exists is complete: a rerun skips it
+    from rltok.config.files import write_atomic
+
+    write_atomic(path, json.dumps(obj, indent=2))  # a JSON that exists is complete, power loss or not: a rerun skips it
+
+
+def read_record(path: Path, warn: bool = True) -> dict | None:
+    """The run record in `path`, or None when the file does not hold one (empty, truncated, `[]`,
+    nested too deeply): reported as a warning naming it (`warn`), never fatal to a study."""
+    from rltok.config import files
+
+    return files.read_record(path, "run record", RECORD_LIMIT, warn, "left out (`rltok scaling` without --fit-only runs that point again)")
 
 
 def corpus_split(grid: Grid, corpus: str, log=print) -> str:
@@ -543,7 +555,10 @@ def corpus_split(grid: Grid, corpus: str, log=print) -> str:
 
 
 def point_done(out: Path, p: Point) -> bool:
-    return (out / p.corpus / f"{p.stem}.json").exists()
+    """Whether the point's record is there; one that does not parse counts as not done, so that
+    the next run of the study replaces it."""
+    path = out / p.corpus / f"{p.stem}.json"
+    return path.exists() and read_record(path, warn=False) is not None
 
 
 def run_points(grid: Grid, points: list[Point], out: Path, splits: dict, log=print, runner=None) -> int:
@@ -578,7 +593,8 @@ def run_points(grid: Grid, points: list[Point], out: Path, splits: dict, log=pri
 
 def read_records(folder: Path, pattern: str = RESULTS_GLOB) -> list[dict]:
     """The run records in a corpus folder (those whose file names match `pattern`)."""
-    return [json.loads(p.read_text()) for p in sorted(Path(folder).glob(pattern))]
+    records = (read_record(p) for p in sorted(Path(folder).glob(pattern)))
+    return [r for r in records if r is not None]
 
 
 def merge_records(sources: list[Path], out: Path, log=print) -> int:
@@ -591,13 +607,16 @@ def merge_records(sources: list[Path], out: Path, log=print) -> int:
             raise ConfigError(f"--merge {source}: not a folder")
         for path in sorted(source.glob(f"*/{RESULTS_GLOB}")):
             target = out / path.parent.name / path.name
-            text = path.read_text()
-            if target.exists():
-                if target.read_text() != text:
+            rec = read_record(path)
+            if rec is None:
+                continue
+            old = read_record(target, warn=False) if target.exists() else None
+            if old is not None:  # (a damaged one is replaced)
+                if json.dumps(old, sort_keys=True) != json.dumps(rec, sort_keys=True):
                     raise ConfigError(f"--merge: {path} differs from {target} (the same point run twice)")
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
-            _write_json(target, json.loads(text))
+            _write_json(target, rec)
             copied += 1
     log(f"merged {copied} records into {out}")
     return copied

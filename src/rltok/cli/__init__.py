@@ -83,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if getattr(args, "mode", "unset") is None:
         args.mode = args.default_mode
+    if sys.stdout is None:  # closed before the command started (`>&-`): what it prints goes nowhere
+        import os
+
+        sys.stdout = open(os.open(os.devnull, os.O_WRONLY), "w", closefd=False)  # held to the end: never closed
     warnings.simplefilter("default")
     warnings.formatwarning = lambda msg, cat, *a, **k: f"warning: {msg}\n"
     # a closed stderr never stops a command; for the long writers (train, prepare) not a closed

@@ -44,9 +44,11 @@ def cmd_compare(args) -> int:
     command = "rltok " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if args.command_line is None else args.command_line
     # the report covers every finished run in the folder (earlier invocations with other seeds too)
     names = {(r["method"], r["seed"]) for r in results}
+    from rltok.config.files import read_record
+
     for path in sorted(out.glob("*_s*.json")):
-        r = json.loads(path.read_text())
-        if (r["method"], r["seed"]) not in names:
+        r = read_record(path, "result")  # a damaged one is named and left out of the report
+        if r is not None and "method" in r and "seed" in r and (r["method"], r["seed"]) not in names:
             results.append(r)
     report = write_report(results, out, args.title or f"{Path(args.data).name} ({split} split)", command)
     print(report.read_text())
@@ -72,7 +74,12 @@ def cmd_scaling(args) -> int:
 
         merge_records(args.merge, out, log)
     elif not args.fit_only:
-        run_grid(grid, out, log, shard=args.shard)
+        try:
+            run_grid(grid, out, log, shard=args.shard)
+        except KeyboardInterrupt:
+            log(f"interrupted: the records of the finished points stay in {out} and the point being run keeps its "
+                "checkpoints; run the same command again to go on from there")
+            return 130
     if args.shard:  # a shard holds part of the study: fit once every shard is merged
         log(f"shard {args.shard[0]}/{args.shard[1]} done; merge the shards (--merge) to fit")
         return 0

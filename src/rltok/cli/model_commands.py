@@ -70,7 +70,10 @@ def cmd_segment(args) -> int:
         from rltok.data.sources import DataError
 
         raise DataError("nothing to segment: the input is empty")
-    model, _, _, device = _load(args)
+    model, cfg, _, device = _load(args)
+    if not hasattr(model, "chunker") and getattr(model, "tokenizer", None) is None:
+        raise ConfigError(f"segment shows where a model ends its chunks; {args.checkpoint} is a {type(model).__name__} "
+                          f"(model.arch={cfg.model.arch}), which reads bytes one at a time and draws none")
     b, probs = segment_boundaries(model, data, mode=args.mode, seed=args.seed, device=device)
     chunks = split_chunks(data, b)
     use_color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
@@ -135,7 +138,11 @@ def cmd_generate(args) -> int:
         prompt = read_input(args.prompt_file, "prompt file")
     else:
         prompt = (args.text or "").encode("utf-8", errors="surrogateescape")
-    model, _, _, _ = _load(args)
+    model, cfg, _, _ = _load(args)
+    if not hasattr(model, "start_decoding"):
+        raise ConfigError(f"generate writes bytes one at a time; {args.checkpoint} is a {type(model).__name__} "
+                          f"(model.arch={cfg.model.arch}), which predicts tokens, not bytes: generate with a "
+                          "byte-level model (model.arch=hourglass or flat)")
     max_len = context_length(model)
     if not prompt:
         print("note: empty prompt, generating from a newline", file=sys.stderr)

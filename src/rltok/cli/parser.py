@@ -99,6 +99,9 @@ def _add_train(sub: Subcommands) -> None:
                         "device and tensorboard/wandb may be given again")
     p.add_argument("--allow-config-change", action="store_true",
                    help="with --resume: continue even though other config keys differ from the run's")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start a new run in an --out folder that already holds other files (its config.json "
+                        "and metrics.jsonl are replaced); a folder holding a run's checkpoints still needs --resume")
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     p.add_argument("--list-presets", action="store_true", help="list the named presets and exit")
     p.set_defaults(func=cmd_train)

@@ -56,13 +56,34 @@ def check_output_file(path: str | Path, flag: str) -> Path:
 
 
 def check_output_folder(path: str | Path, flag: str) -> Path:
-    """`path` can be a folder (existing or to be made)."""
+    """`path` can be a folder (existing or to be made); an empty name is refused rather than
+    taken for the current folder, whose files a command would then overwrite."""
+    if not str(path).strip():
+        raise ConfigError(f"{flag} is empty: give the folder to write")
     path = Path(path)
     _check_components(path, flag)
     _check_ancestors(path, flag)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{flag} {path} is a file, not a folder")
     return path
+
+
+def refuse_foreign_folder(out: str | Path, flag: str) -> None:
+    """A new run starts in a folder that does not exist, is empty, or already is a run folder
+    (what the rest of `train` checks); a folder of other files (a project, the current folder)
+    is refused: the run would replace its config.json and metrics.jsonl."""
+    from rltok.training.run_lock import LOCK
+
+    out = Path(out)
+    try:
+        names = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    except OSError as e:
+        raise ConfigError(f"{flag} {out}: cannot list the folder ({e.strerror or e})") from None
+    if not names or LOCK in names or "checkpoints" in names:  # a run's folder holds its lock from its start on
+        return
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    raise ConfigError(f"{flag} {out} already holds files that are not a run's ({shown}); a new run there would "
+                      "replace its config.json and metrics.jsonl: choose another folder, or pass --overwrite")
 
 
 def refuse_run_or_checkpoint(out: str | Path, flag: str) -> None:

@@ -42,6 +42,10 @@ def cmd_train(args) -> int:
     from rltok.training import distributed
 
     check_output_folder(cfg.train.out_dir, "cannot use run folder")
+    if not args.resume and not args.overwrite:
+        from rltok.cli.paths import refuse_foreign_folder
+
+        refuse_foreign_folder(cfg.train.out_dir, "--out")
 
     try:
         result = train(cfg, resume=args.resume)

@@ -10,7 +10,6 @@ also names the plugins its components come from, and its dict records where each
 from __future__ import annotations
 
 import dataclasses
-import json
 import typing
 import warnings
 from dataclasses import dataclass, field
@@ -576,18 +575,9 @@ def _read_config_file(file: str) -> dict:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read config file {file}: {e}") from None
-    if path.suffix == ".toml":
-        import tomllib
+    from rltok.config.files import parse  # depth and number bounds: one error, never a RecursionError
 
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"config file {file} is not valid TOML: {e}") from None
-    else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"config file {file} is not valid JSON: {e}") from None
+    data = parse(text, f"config file {file}", "toml" if path.suffix == ".toml" else "json")
     if not isinstance(data, dict):
         raise ConfigError(f"config file {file} must hold a mapping of sections, got {type(data).__name__}")
     return data

@@ -568,8 +568,9 @@ class TrainConfig:
             raise ConfigError(f"train.lr must be a positive number, got {self.lr}")
         if not 0 <= self.peak_flops < float("inf"):
             raise ConfigError("train.peak_flops must be >= 0 (0 = measure)")
-        if not 0 <= self.flops_budget < float("inf"):
-            raise ConfigError("train.flops_budget must be >= 0 (0 = off)")
+        if not 0 <= self.flops_budget <= MAX_FLOPS_BUDGET:  # also rejects nan
+            raise ConfigError(f"train.flops_budget must be in [0, {MAX_FLOPS_BUDGET:.0e}] (0 = off; more is beyond "
+                              f"any run a computer can finish), got {self.flops_budget}")
         if self.schedule_on_resume not in ("keep", "restart"):
             raise ConfigError(f"train.schedule_on_resume must be keep or restart, got {self.schedule_on_resume!r}")
         if self.optimizer_kernel not in OPTIMIZER_KERNELS:
@@ -623,6 +624,8 @@ _TRAIN_RANGES = {"seq_len": (1, 1 << 24), "batch_size": (1, 1 << 20), "grad_accu
                  "log_every": (1, _BIG), "checkpoint_every": (1, _BIG), "keep_checkpoints": (0, 1 << 20),
                  "seed": (0, (1 << 32) - 1), "threads": (0, 1024)}
 MAX_BATCH_BYTES = 1 << 32  # train.batch_size x train.seq_len: bytes of one micro-batch
+# training FLOPs: a hundred times the largest runs yet; a budget above it would train without end
+MAX_FLOPS_BUDGET = 1e27
 
 
 # Boundary-learning recipes (objective.recipe): the objective keys each one sets.

@@ -215,7 +215,16 @@ def tokenizer_to_tensor(tok: Tokenizer) -> torch.Tensor:
 
 
 def tokenizer_from_tensor(t: torch.Tensor) -> Tokenizer:
-    return Tokenizer.from_str(t.detach().cpu().to(torch.uint8).numpy().tobytes().decode("utf-8"))
+    """The tokenizer a model's buffer holds; a buffer that is not a working tokenizer (not UTF-8,
+    a merge of unknown tokens, a pre-tokenizer whose regex panics on its first text) is one ValueError."""
+    try:
+        tok = Tokenizer.from_str(t.detach().cpu().to(torch.uint8).numpy().tobytes().decode("utf-8"))
+        encode_rows(tok, torch.tensor([list(b"Probe: words, 123 and code() {}\n\t") + list(range(256))]))
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # noqa: BLE001 - the tokenizers library raises Exception and panics (BaseException)
+        raise ValueError(f"not a working tokenizer ({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
+    return tok
 
 
 @dataclass

@@ -193,8 +193,10 @@ def prepare(source: str, out: str | Path, *, val: str = "", val_fraction: float 
 
 def _run(source, out, parts, given, want, val, val_fraction, text_field, shard_bytes, num_proc, progress, log) -> Path:
     work = out / WORK_DIR
-    try:
-        state = json.loads((work / STATE).read_text())
+    from rltok.config.files import read_json
+
+    try:  # a damaged state (bounded read) starts the preparation over
+        state = read_json(work / STATE, "preparation state", limit=256 << 20)
     except (OSError, ValueError):
         state = None
     if isinstance(state, dict) and state.get("version") == STATE_VERSION and state.get("recipe") == want:

@@ -263,9 +263,11 @@ def read_manifest(path: str | Path) -> dict:
             raise DataError(f"{path}: its preparation did not finish (interrupted?); run the same "
                             "`rltok prepare SRC --out DIR` again to resume it")
         raise DataError(f"{path} is not a prepared corpus (no {MANIFEST})")
-    try:
-        manifest = json.loads(file.read_text())
-    except (OSError, ValueError) as e:
+    from rltok.config.files import read_json
+
+    try:  # bounded: a manifest nested thousands deep or holding a huge number is one error
+        manifest = read_json(file, MANIFEST, limit=256 << 20)
+    except ValueError as e:
         raise _fail(path, f"cannot read {MANIFEST} ({e})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise _fail(path, f"{MANIFEST} does not describe an rltok prepared corpus")

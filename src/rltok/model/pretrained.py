@@ -180,13 +180,13 @@ def read_config(folder: Path) -> tuple[Config, dict]:
     """(Config, metadata) from a folder's config.json: the metadata keys of save_pretrained (absent
     in checkpoints written before the shared format), and the config sections. A bare model
     export's other sections are defaults, not a run, and are not validated."""
+    from rltok.config.files import read_json
+
     path = folder / CONFIG
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{folder} has no {CONFIG}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"checkpoint {folder}: bad {CONFIG} (not valid JSON: {e})") from None
+    if not path.exists():
+        raise CheckpointError(f"{folder} has no {CONFIG}")
+    # bounded: a config.json nested thousands deep or holding a huge number is one error
+    data = read_json(path, "checkpoint config", limit=1 << 20, error=CheckpointError)
     ours = isinstance(data, dict) and data.get("model_type", "rltok") == "rltok"  # older checkpoints: no model_type
     if not ours or not isinstance(data.get("model"), dict):
         raise CheckpointError(f"{path} does not describe an rltok model")

@@ -23,6 +23,14 @@ def segment_boundaries(model: HourglassLM, data: bytes, mode: str = "greedy", se
     that is still open (its last byte is no boundary)."""
     if not data:
         return torch.zeros(0, dtype=torch.bool), torch.zeros(0)
+    if getattr(model, "tokenizer", None) is not None and not hasattr(model, "chunker"):
+        # the BPE-token model: its chunks are its tokenizer's tokens, decided without the network
+        from rltok.data.bpe import bpe_boundary_mask
+
+        b = torch.as_tensor(bpe_boundary_mask(model.tokenizer, torch.tensor(list(data)).unsqueeze(0))[0])
+        return b, b.float()
+    if not hasattr(model, "chunker"):
+        raise ValueError(f"a {type(model).__name__} reads bytes one at a time: it draws no chunk boundaries to show")
     model.eval()
     gen = torch.Generator(device=device).manual_seed(seed)
     step = model.cfg.max_seq_len

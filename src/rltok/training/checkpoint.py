@@ -95,16 +95,9 @@ def _writer_pid(name: str) -> int | None:
 def run_results(run_dir: str | Path, step: int) -> dict:
     """Results of a run at `step`, from its metrics.jsonl: the step, bytes seen and the last
     validation results logged up to it (with `val_step` when that was an earlier step)."""
-    records = []
-    path = Path(run_dir) / "metrics.jsonl"
-    if path.is_file():
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:  # a torn last line
-                continue
-            if isinstance(rec, dict) and rec.get("step", 0) <= step:
-                records.append(rec)
+    from rltok.training.tracking import read_metrics
+
+    records = read_metrics(Path(run_dir) / "metrics.jsonl", step)
     out: dict = {"step": step}
     if records:
         out["bytes"] = records[-1].get("bytes")
@@ -223,10 +216,10 @@ def verify_checkpoint(path: Path) -> None:
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():
         raise CheckpointError(f"checkpoint {path} has no manifest (partial write?)")
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise CheckpointError(f"checkpoint {path}: manifest is not valid JSON") from None
+    from rltok.config.files import read_json
+
+    # bounded: a manifest nested thousands deep is one error, and the fallback goes on past it
+    manifest = read_json(manifest_path, f"checkpoint {path}: manifest", limit=1 << 20, error=CheckpointError)
     files = manifest.get("files") if isinstance(manifest, dict) else None
     if not isinstance(files, dict) or any(name not in files for name in REQUIRED):
         raise CheckpointError(f"checkpoint {path}: manifest does not list {' and '.join(REQUIRED)}")

@@ -43,11 +43,40 @@ class DistInfo:
 SINGLE = DistInfo()
 
 
+def env_ranks() -> tuple[int, int, int]:
+    """(RANK, WORLD_SIZE, LOCAL_RANK) as torchrun sets them, checked together: one ConfigError
+    when they disagree, so that a stray RANK can neither skip the run folder's lock nor make a
+    single process wait for peers that never come. None of them set: one process, rank 0."""
+    from rltok.config import ConfigError
+
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+    given = {n: os.environ[n].strip() for n in names if os.environ.get(n, "").strip()}
+    values = {}
+    for name, text in given.items():
+        if not text.isdigit() or len(text) > 6:
+            raise ConfigError(f"{name}={text!r} in the environment is not a whole number >= 0 (torchrun sets it)")
+        values[name] = int(text)
+    world = values.get("WORLD_SIZE", 1)
+    rank, local = values.get("RANK", 0), values.get("LOCAL_RANK", 0)
+    shown = ", ".join(f"{n}={given[n]}" for n in names if n in given)
+    if world < 1:
+        raise ConfigError(f"WORLD_SIZE={world} in the environment: a run has at least one process")
+    if world == 1 and (rank or local):
+        raise ConfigError(f"the environment says {shown} without a WORLD_SIZE above 1: unset RANK and LOCAL_RANK "
+                          "for a single-process run, or start the ranks with torchrun")
+    if world > 1:
+        missing = [n for n in ("RANK", "MASTER_ADDR", "MASTER_PORT") if not os.environ.get(n, "").strip()]
+        if missing:
+            raise ConfigError(f"WORLD_SIZE={world} in the environment but {', '.join(missing)} "
+                              f"{'is' if len(missing) == 1 else 'are'} not set: start the ranks with torchrun, "
+                              "or unset WORLD_SIZE for a single-process run")
+        if rank >= world or local >= world:
+            raise ConfigError(f"the environment says {shown}: a rank must be below WORLD_SIZE")
+    return rank, world, local
+
+
 def env_world_size() -> int:
-    try:
-        return int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError:
-        return 1
+    return env_ranks()[1]
 
 
 def init_from_env(device_type: str, timeout_s: float = 1800.0) -> DistInfo:
@@ -57,12 +86,11 @@ def init_from_env(device_type: str, timeout_s: float = 1800.0) -> DistInfo:
     if dist.is_available() and dist.is_initialized():
         return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")),
                         dist.get_backend())
-    world = env_world_size()
+    _, world, local_rank = env_ranks()
     if world <= 1:
         return SINGLE
     if not dist.is_available():
         raise RuntimeError("WORLD_SIZE > 1 but this torch build has no torch.distributed")
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     backend = "nccl" if device_type == "cuda" else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(local_rank)  # before init, so NCCL binds each rank to its own GPU

@@ -31,8 +31,10 @@ def tidy_for_resume(run_dir: Path) -> None:
 
 def start(run_dir: Path, cfg: Config) -> None:
     """Create the folder and write the config the run trains with."""
+    from rltok.config.files import write_own
+
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    write_own(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2), "the run's config")
 
 
 def set_aside_after(run_dir: Path, resumed: Path, log: Callable[[str], None]) -> None:
@@ -142,7 +144,9 @@ def seed_from_branch(run_dir: str | Path, ckpt: Path) -> None:
     # <parent run>/branch/checkpoints/step_N, or a checkpoint of its own: <parent run>/checkpoints/step_N
     parent = ckpt.parents[2] if ckpt.parents[1].name == BRANCH else ckpt.parents[1]
     records = read_metrics(parent / "metrics.jsonl", checkpoint_step(ckpt))
-    (Path(run_dir) / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    from rltok.config.files import write_own
+
+    write_own(Path(run_dir) / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in records), "metrics file")
     os.rename(tmp, root / ckpt.name)
 
 
@@ -156,13 +160,12 @@ def unseed(run_dir: str | Path, ckpt: Path) -> None:
 
 def saved_config(run_dir: str | Path) -> dict | None:
     """The config a run folder's run was started with (its config.json), or None without one."""
+    from rltok.config.files import read_json
+
     path = Path(run_dir) / "config.json"
-    if not path.is_file():
+    if not path.is_file() and not path.is_symlink():
         return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"cannot read the run's config {path}: {e}") from None
+    data = read_json(path, "the run's config", limit=1 << 20, follow=False)
     if not isinstance(data, dict):
         raise ConfigError(f"{path} does not hold a config")
     return data
@@ -222,7 +225,17 @@ def config_changes(saved: dict, cfg: Config) -> dict[str, tuple]:
 
     old, new = _flat(settings(saved)), _flat(settings(json.loads(json.dumps(cfg.to_dict()))))
     return {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new))
-            if k not in MAY_CHANGE_ON_RESUME and old.get(k) != new.get(k)}
+            if k not in MAY_CHANGE_ON_RESUME and old.get(k) != new.get(k)
+            and not (k in ("data.train", "data.val") and _same_path(old.get(k), new.get(k)))}
+
+
+def _same_path(a, b) -> bool:
+    """Two spellings of one local data path (one through a link): the same data, not a change."""
+    def real(spec):
+        local = isinstance(spec, str) and spec and spec != "stdlib" and not spec.startswith(("hf:", "mix:"))
+        return os.path.realpath(spec) if local else spec
+
+    return real(a) == real(b)
 
 
 def _budget_growth(run_dir: str | Path, saved: dict, cfg: Config, changes: dict) -> str | None:

@@ -1,7 +1,10 @@
 """One live process per run folder: an advisory lock (fcntl.flock) on `<run>/.lock`, held for
 the run's life. The lock file records the holder (pid, host, start time) so that a refused
 second trainer can name it. The kernel drops a flock when its process dies, so a lock file
-left by a killed run never blocks the next one. Without fcntl (Windows) nothing is locked."""
+left by a killed run never blocks the next one. Without fcntl (Windows) nothing is locked.
+
+The run folder's own files and folders (OWN) are never links: a handed folder whose `.lock`,
+`config.json` or `checkpoints` points elsewhere would have training write there."""
 
 from __future__ import annotations
 
@@ -12,13 +15,31 @@ import time
 from pathlib import Path
 
 from rltok.config import ConfigError
+from rltok.config.files import open_own, refuse_link
 
 LOCK = ".lock"
+# what training writes into a run folder (tracking's sinks, checkpoints, the branch before a cool-down)
+OWN = (LOCK, "config.json", "metrics.jsonl", "metrics.jsonl.tmp", "checkpoints", "branch", "tensorboard", "wandb")
+
+
+def refuse_links(run_dir: str | Path) -> None:
+    """One ConfigError when one of the run folder's own files or folders, or a checkpoint in
+    it, is a link (or a FIFO, a device): training would write through it out of the folder."""
+    run_dir = Path(run_dir)
+    for name in OWN:
+        refuse_link(run_dir / name)
+    for root in (run_dir / "checkpoints", run_dir / "branch" / "checkpoints"):
+        refuse_link(root)
+        if root.is_dir():
+            for entry in sorted(root.iterdir()):
+                refuse_link(entry, "checkpoint")
 
 
 def _holder(text: str) -> str:
+    from rltok.config.files import parse
+
     try:
-        info = json.loads(text)
+        info = parse(text, "lock")
         return (f"pid {info['pid']} on {info['host']}, started "
                 f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(info['start']))}")
     except (ValueError, KeyError, TypeError):
@@ -39,22 +60,27 @@ class RunLock:
         except ImportError:  # pragma: no cover - no advisory locks on this platform
             return self
         self.created = not self.run_dir.exists()
+        if not self.created:
+            refuse_links(self.run_dir)
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            f = open(self.run_dir / LOCK, "a+")
+            f = open_own(self.run_dir / LOCK, "r+", "the run folder's lock")
         except OSError as e:
             raise ConfigError(f"cannot use run folder {self.run_dir}: {e.strerror or e}") from None
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            f.seek(0)
-            holder = _holder(f.read())
+            try:
+                f.seek(0)
+                holder = _holder(f.read(4096))
+            except (OSError, ValueError):  # a record that is not text: the refusal still stands
+                holder = "another process"
             f.close()
             raise ConfigError(f"run folder {self.run_dir} is in use by {holder}; wait for that run to end, "
                               "or choose another --out / train.out_dir") from None
         try:
             f.seek(0)
-            f.truncate()
+            f.truncate()  # the file itself, never a link's target (opened without following one)
             f.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "start": time.time()}))
             f.flush()
         except OSError:

@@ -13,27 +13,31 @@ from pathlib import Path
 from rltok.config import Config, ConfigError
 
 INSTALL_HINT = "pip install 'rltok[track]'"
+METRICS_LIMIT = 1 << 30  # a record per logged step: far more than the longest run logs
 
 
 def read_metrics(path: Path, up_to_step: int | None = None) -> list[dict]:
     """Records of a metrics.jsonl, optionally only those at or before `up_to_step`. A torn last
     line (the process died while writing it) is dropped."""
-    records = []
+    from rltok.config.files import parse_lines, read_text
+
     if not path.is_file():
-        return records
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict) and (up_to_step is None or rec.get("step", 0) <= up_to_step):
-            records.append(rec)
-    return records
+        return []
+    # a damaged line (torn, nested too deeply, a number too long) is skipped like a torn last one
+    lines = parse_lines(read_text(path, "metrics file", limit=METRICS_LIMIT, decode_errors="replace"))
+    return [rec for rec in lines if isinstance(rec, dict) and (up_to_step is None or _step(rec) <= up_to_step)]
+
+
+def _step(rec: dict) -> float:
+    step = rec.get("step", 0)
+    return step if isinstance(step, (int, float)) and not isinstance(step, bool) else float("inf")
 
 
 def _write_metrics(path: Path, records: list[dict]) -> None:
+    from rltok.config.files import write_own
+
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+    write_own(tmp, "".join(json.dumps(r) + "\n" for r in records), "metrics file")
     os.replace(tmp, path)
 
 
@@ -51,7 +55,9 @@ class JsonlSink:
         path = run_dir / "metrics.jsonl"
         self.history = read_metrics(path, step) if step else []
         _write_metrics(path, self.history)
-        self.file = open(path, "a")
+        from rltok.config.files import open_own
+
+        self.file = open_own(path, "a", "metrics file")
 
     def log(self, rec: dict) -> None:
         self.file.write(json.dumps(rec) + "\n")
@@ -109,8 +115,13 @@ class WandbSink:
         wandb = _wandb()
         config = {**cfg.to_dict(), "resumed_from_step": step}
         # mode: WANDB_MODE or wandb's own settings decide (offline keeps the run local)
-        self.run = wandb.init(project=cfg.train.wandb, dir=str(run_dir), name=run_dir.resolve().name,
-                              group=run_dir.resolve().name, config=config)
+        try:
+            self.run = wandb.init(project=cfg.train.wandb, dir=str(run_dir), name=run_dir.resolve().name,
+                                  group=run_dir.resolve().name, config=config)
+        except Exception as e:  # no login, no network, a bad project: wandb raises many types
+            raise ConfigError(f"train.wandb={cfg.train.wandb}: W&B could not start a run ({type(e).__name__}: "
+                              f"{' '.join(str(e).split())[:200]}); run `wandb login`, set WANDB_MODE=offline, or "
+                              "give train.wandb= (off) to train without it") from None
 
     def log(self, rec: dict) -> None:
         self.run.log(scalars(rec), step=rec["step"])

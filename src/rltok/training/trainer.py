@@ -8,7 +8,6 @@ that trainer.pt holds (state).
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -39,6 +38,21 @@ from rltok.training.build import CostedModel, build
 def _one_line(e: BaseException) -> str:
     """An exception as one short line: its type and its message, whitespace collapsed."""
     return f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+
+
+def _write_failure(e: BaseException, folder: Path) -> str:
+    """A failed checkpoint write in words: torch reports a full disk as a short write ("unexpected
+    pos N vs M"), so a write that stopped short says so, with the space left where it went."""
+    import errno
+
+    line = _one_line(e)
+    if getattr(e, "errno", None) == errno.ENOSPC or "unexpected pos" in line or "write failed" in line:
+        try:
+            free = f"{shutil.disk_usage(folder).free:,} bytes free there"
+        except OSError:
+            free = "free space unknown"
+        return f"a file could not be written whole: is the disk full? ({free}; {line})"
+    return line
 
 
 class TrainingDiverged(RuntimeError):
@@ -98,7 +112,8 @@ class Trainer:
         self.run_dir = Path(cfg.train.out_dir)
         # one live process per run folder (rank 0 holds the lock for every rank), until fit() ends
         self.lock = RunLock(self.run_dir)
-        if os.environ.get("RANK", "0") == "0":
+        self.env_rank = ddp.env_ranks()[0]  # checked together: one process is rank 0 and always locks
+        if self.env_rank == 0:
             self.lock.acquire()
         try:
             self._init(cfg, corpus, resume, quiet, costed)
@@ -222,7 +237,7 @@ class Trainer:
                 path = save_checkpoint(root, self.step, self.model, self.cfg, state, keep_last=keep,
                                        state_dict=weights, results=results, staged=staged)
             except Exception as e:  # noqa: BLE001 - a full disk surfaces as OSError, a safetensors or a torch error
-                error = OSError(_one_line(e))
+                error = OSError(_write_failure(e, root))
         if self.dist.enabled:
             error, path = ddp.broadcast_object((None if error is None else OSError(str(error)), path), self.dist)
         if error is not None:
@@ -446,7 +461,7 @@ class Trainer:
         tc = self.cfg.train
         end = tc.max_steps if stop_at is None else min(stop_at, tc.max_steps)
         trackers = None
-        if os.environ.get("RANK", "0") == "0" and not self.lock.held:  # a second fit() of this trainer
+        if self.env_rank == 0 and not self.lock.held:  # a second fit() of this trainer
             self.lock.acquire()
         try:
             if self.dist.is_main:  # rank 0 owns the run folder's files
@@ -456,6 +471,9 @@ class Trainer:
         except OSError as e:
             self.lock.release()
             raise CheckpointError(f"cannot write to the run folder {self.run_dir}: {e}") from None
+        except BaseException:  # a sink that cannot start (W&B without a login): the folder is free again
+            self.lock.release()
+            raise
         ddp.barrier(self.dist)
         if self.peak is None:
             self.peak = device_peak(self.device, self.amp_dtype, self.model, tc.batch_size * self.sampler.seq_len)
@@ -499,9 +517,11 @@ class Trainer:
                         self.meter.restart_clock()
                 if self.step != self.last_saved_step and (self.stop.requested or self.step == end):
                     with self.stop.saving_checkpoint():
-                        path = self.save()
-                    if self.stop.requested:
-                        self._log(f"interrupted: saved {path}; continue with --resume")
+                        self.save()
+                if self.stop.requested:  # also when the step it stopped at had just been checkpointed
+                    ckpts = list_checkpoints(self.run_dir)
+                    self._log(f"interrupted: saved {ckpts[-1]}; continue with --resume" if ckpts
+                              else f"interrupted: {self._resumes_from()}")
         except OSError as e:  # metrics.jsonl or another run-folder file could not be written
             raise CheckpointError(f"I/O error while training into {self.run_dir}: {e}") from None
         finally:
