@@ -9,18 +9,34 @@ from rltok.model import HourglassLM
 
 def segment_bytes(model: HourglassLM, data: bytes, mode: str = "greedy", seed: int = 0,
                   device: str | torch.device = "cpu") -> tuple[list[bytes], torch.Tensor]:
-    """Split `data` into the model's chunks. Long inputs are processed in windows of
-    model.cfg.max_seq_len bytes. Returns (chunks, per-byte boundary probabilities)."""
+    """Split `data` into the model's chunks (long inputs in windows: see segment_boundaries).
+    Returns (chunks, per-byte boundary probabilities)."""
     b, probs = segment_boundaries(model, data, mode, seed, device)
     return split_chunks(data, b), probs
 
 
+# Long inputs are read in windows of at most this many bytes (or max_seq_len, if smaller): the
+# forward pass holds about 1 KB of activations per byte, so one pass over a 16 MiB input would not fit.
+SEGMENT_WINDOW = 8192
+
+
 @torch.no_grad()
 def segment_boundaries(model: HourglassLM, data: bytes, mode: str = "greedy", seed: int = 0,
-                       device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-byte boundary decisions (bool) and boundary probabilities, in windows of
-    model.cfg.max_seq_len bytes. Unlike the chunk list, this keeps apart a trailing chunk
-    that is still open (its last byte is no boundary)."""
+                       device: str | torch.device = "cpu", window: int | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-byte boundary decisions (bool) and boundary probabilities (float32). Unlike the chunk
+    list, this keeps apart a trailing chunk that is still open (its last byte is no boundary).
+
+    An input of up to W = min(model.cfg.max_seq_len, `window` or SEGMENT_WINDOW) bytes is read in
+    one pass. A longer one is read in overlapping windows of W bytes, so memory stays bounded:
+    each window after the first re-reads the W // 4 bytes before the part it decides as context,
+    and each window but the last leaves its final W // 16 bytes to the next (a byte there is
+    decided again with what follows it). A window's first byte always closes a chunk, but that
+    byte is context whose decision is dropped. So each kept decision sees at least W // 4 bytes
+    of history: for a rule that reads only the encoder's sliding window (model.window x
+    encoder_layers bytes, less than W // 4) it is the decision of one pass over the whole input;
+    a rule that counts from the window's start (a fixed stride) restarts its count in each window.
+    Only the per-byte results are kept across windows, not activations."""
     if not data:
         return torch.zeros(0, dtype=torch.bool), torch.zeros(0)
     if getattr(model, "tokenizer", None) is not None and not hasattr(model, "chunker"):
@@ -33,15 +49,24 @@ def segment_boundaries(model: HourglassLM, data: bytes, mode: str = "greedy", se
         raise ValueError(f"a {type(model).__name__} reads bytes one at a time: it draws no chunk boundaries to show")
     model.eval()
     gen = torch.Generator(device=device).manual_seed(seed)
-    step = model.cfg.max_seq_len
-    all_b, all_p = [], []
-    for start in range(0, len(data), step):
-        piece = torch.tensor(list(data[start : start + step]), dtype=torch.long, device=device).unsqueeze(0)
-        out = model(piece, mode=mode, generator=gen, force_last=False)
-        all_b.append(out.boundaries.b[0].cpu())
-        probs = out.boundaries.probs
-        all_p.append(probs[0].float().cpu() if probs is not None else out.boundaries.b[0].float().cpu())
-    return torch.cat(all_b), torch.cat(all_p)
+    n, w = len(data), max(1, min(model.cfg.max_seq_len, window or SEGMENT_WINDOW))
+    context, margin = w // 4, w // 16
+    # filled in place: results kept as small per-window tensors would pin freed activations
+    all_b, all_p = torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.float32)
+    done = 0
+    while done < n:
+        lo = max(0, done - context)
+        hi = min(lo + w, n)
+        keep = hi if hi == n else hi - margin
+        piece = torch.frombuffer(bytearray(data[lo:hi]), dtype=torch.uint8).long().to(device).unsqueeze(0)
+        # encoder_only: the boundaries are decided before the chunk level and decoder run
+        bd = model(piece, mode=mode, generator=gen, force_last=False, encoder_only=True).boundaries
+        b = bd.b[0, done - lo : keep - lo]
+        p = bd.probs[0, done - lo : keep - lo] if bd.probs is not None else b
+        all_b[done:keep] = b.cpu()
+        all_p[done:keep] = p.float().cpu()
+        done = keep
+    return all_b, all_p
 
 
 def split_chunks(data: bytes, b: torch.Tensor) -> list[bytes]:
