@@ -24,6 +24,7 @@ from rltok.model.factory import build_model
 from rltok.model.flops import ModelCost, run_cost
 from rltok.objective.loss import BoundaryObjective, LocalMean
 from rltok.training import distributed as ddp
+from rltok.training.fits import refuse_what_cannot_fit
 
 __all__ = ["Built", "CostedModel", "build", "costed_model", "load_data"]
 
@@ -64,6 +65,8 @@ def build(cfg: Config, corpus: Corpus | None = None, device: torch.device | str 
     run from them (rltok.analysis.compare: a budget's steps come from the cost and the rate)."""
     tc, device = cfg.train, torch.device(device)
     dist = dist or ddp.DistInfo()
+    if costed is None:  # before the data or the model takes any memory
+        refuse_what_cannot_fit(cfg, device, dist.world_size)
     corpus = corpus or load_data(cfg)
     costed = costed or costed_model(cfg, corpus, dist)
     model, cost = costed.model.to(device), costed.cost  # the cost asks the module, wherever it lives
