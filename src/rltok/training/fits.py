@@ -25,12 +25,13 @@ def training_bytes(cfg: Config, world_size: int = 1) -> tuple[int, int]:
     if tc.fsdp:  # sharded across the ranks
         state //= max(1, world_size)
     positions = tc.batch_size * tc.seq_len
-    if FAMILIES.component(m.arch).hierarchical:
+    family = FAMILIES.component(m.arch)
+    if family.hierarchical:
         # encoder and decoder on every byte, the chunk level on ~target_rate of them; the
         # next-byte head and the early-exit head on every byte
         per_position = (2 * m.d_byte * (m.encoder_layers + m.decoder_layers)
                         + 2 * m.d_chunk * m.main_layers * m.target_rate + 2 * VOCAB_SIZE * 6)
-    elif m.arch == "bpe_token":  # one position per token, at least ~target_rate tokens per byte
+    elif getattr(family, "reads_tokens", False):  # one position per token, at least ~target_rate tokens per byte
         per_position = m.target_rate * (2 * m.d_chunk * m.flat_layers + (m.bpe_vocab or VOCAB_SIZE) * 6)
     else:
         per_position = 2 * m.d_chunk * m.flat_layers + VOCAB_SIZE * 6
