@@ -12,7 +12,7 @@ import sys
 from rltok.cli import run_command
 from rltok.cli.analysis_commands import has_learned_rule
 from rltok.cli.model_commands import _load
-from rltok.cli.parser import MAX_SEED, MAX_THREADS, Parser, add_plugin_arg, count, number
+from rltok.cli.parser import MAX_SEED, MAX_THREADS, Parser, add_model_args, add_plugin_arg, count, number
 from rltok.cli.streams import output_never_fails
 from rltok.config import ConfigError
 
@@ -218,14 +218,12 @@ def cmd_vocab(args) -> int:
 
 
 def _model_args(p) -> None:
-    p.add_argument("--checkpoint", "-c", default="runs/default", help="checkpoint or run folder (newest checkpoint)")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=count(0, MAX_THREADS), default=0)
+    """rltok's flags of a command that loads a model, and those of a fixed batch of windows."""
+    add_model_args(p)
     p.add_argument("--data", help="data for the fixed batch (default: the training source)")
     p.add_argument("--split", default="val")
     p.add_argument("--batch", type=count(1), default=8, help="sequences in the fixed batch")
     p.add_argument("--seq-len", type=count(0, 1 << 20), default=0)
-    p.add_argument("--seed", type=count(0, MAX_SEED), default=0)
     p.add_argument("--out", "--json", dest="out", help="write the result as JSON")
 
 

@@ -2,7 +2,7 @@
 seed trained to its FLOPs budget (`rltok.analysis.compare.run_one`), one JSON per run, then the
 fits (`scaling_fit.fit_study`) and plots (`scaling_plots.plot_study`) per corpus.
 
-The grid (TOML or JSON; schema in lab/reports/SCALING.md):
+The grid (TOML or JSON; schema in docs/SCALING.md):
   corpora: {name: data folder} (or a list of folders, named by their last component);
   budgets: training FLOPs; seeds; split (the held-out split scored, "test" by default);
   preset; max_eval_windows; overrides (base config overrides of every run); n_boot;
@@ -33,6 +33,7 @@ from pathlib import Path
 from rltok.analysis.scaling_grid import LRRule, SizeRule, family_sizes, point_lr, rules, run_base, unknown_keys
 from rltok.analysis.table_cells import number
 from rltok.config import ConfigError, load_config
+from rltok.config.sections import MAX_FLOPS_BUDGET
 
 GRID_KEYS = {"corpora", "budgets", "families", "seeds", "split", "preset", "max_eval_windows", "overrides",
              "n_boot", "size_rule", "extend", "lr_rule", "warmup_frac", "optimum_seeds", "holdout_budgets",
@@ -198,8 +199,6 @@ def parse_grid(d: dict) -> Grid:
     corpora = d["corpora"]
     if not isinstance(corpora, dict):
         corpora = {Path(c).name: c for c in corpora}
-    from rltok.config.sections import MAX_FLOPS_BUDGET
-
     budgets = tuple(float(b) for b in d["budgets"])
     holdout = tuple(float(b) for b in d.get("holdout_budgets", ()))
     bad = [b for b in budgets + holdout if not 0 < b <= MAX_FLOPS_BUDGET]  # nan and inf included

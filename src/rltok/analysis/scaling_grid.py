@@ -2,7 +2,7 @@
 ladder, or a window around a size rule N(C) = coef C^exponent), the step that extends a ladder,
 and the learning rate and warm-up every run trains with.
 
-Parsed from the grid file by `rltok.analysis.scaling.parse_grid` (schema in lab/reports/SCALING.md):
+Parsed from the grid file by `rltok.analysis.scaling.parse_grid` (schema in docs/SCALING.md):
   size_rule = {coef, exponent, span, points}: at budget C the targets are
       geometric_sizes(coef C^exponent / span, coef C^exponent * span, points)
       (a family's `size_coef` replaces coef: hierarchies' optima sit at larger N than flat models');

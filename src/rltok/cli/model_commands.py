@@ -71,7 +71,7 @@ def cmd_segment(args) -> int:
 
         raise DataError("nothing to segment: the input is empty")
     model, cfg, _, device = _load(args)
-    if not hasattr(model, "chunker") and getattr(model, "tokenizer", None) is None:
+    if not hasattr(model, "chunker") and not model.reads_tokens:
         raise ConfigError(f"segment shows where a model ends its chunks; {args.checkpoint} is a {type(model).__name__} "
                           f"(model.arch={cfg.model.arch}), which reads bytes one at a time and draws none")
     b, probs = segment_boundaries(model, data, mode=args.mode, seed=args.seed, device=device)

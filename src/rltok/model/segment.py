@@ -39,7 +39,7 @@ def segment_boundaries(model: HourglassLM, data: bytes, mode: str = "greedy", se
     Only the per-byte results are kept across windows, not activations."""
     if not data:
         return torch.zeros(0, dtype=torch.bool), torch.zeros(0)
-    if getattr(model, "tokenizer", None) is not None and not hasattr(model, "chunker"):
+    if model.reads_tokens:
         # the BPE-token model: its chunks are its tokenizer's tokens, decided without the network
         from rltok.data.bpe import bpe_boundary_mask
 
