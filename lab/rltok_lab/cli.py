@@ -227,6 +227,19 @@ def _model_args(p) -> None:
     p.add_argument("--out", "--json", dest="out", help="write the result as JSON")
 
 
+def cmd_audit(args) -> int:
+    from pathlib import Path
+
+    from rltok_lab.audit import report, splice
+
+    text = report()
+    if args.splice:
+        splice(Path(args.splice), text)
+    else:
+        print(text, end="")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="python -m rltok_lab", description="The lab's study steps and research instruments.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -304,6 +317,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=count(0, MAX_THREADS), default=0)
     p.set_defaults(func=cmd_vocab)
+    p = sub.add_parser("audit", help="the compute-optimal study read from its records: sizes chosen on val at every "
+                                     "budget, verdicts under both FLOP counts with Holm's correction, the steps "
+                                     "trend over shape-matched cells, bytes against BPE at equal parameters")
+    p.add_argument("--splice", metavar="MARKDOWN", help="write the tables between <!-- audit:begin --> and "
+                                                        "<!-- audit:end --> of this file instead of printing them")
+    p.set_defaults(func=cmd_audit)
     for command in sub.choices.values():  # a run trained with a plugin loads with it
         add_plugin_arg(command)
     return parser

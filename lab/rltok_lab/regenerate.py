@@ -124,6 +124,8 @@ def steps(data: Path | None = None) -> list[Step]:
     out.append(Step("frontier", [py("frontier_report.py", "--results-dir", str(wr / "frontier"),
                                     "--out", str(wd / "SUPERTOKENS.md"))],
                     [(wd / "SUPERTOKENS.md", Path("lab/reports/SUPERTOKENS.md"))]))
+    out.append(Step("audit", [[sys.executable, "-m", "rltok_lab", "audit", "--splice", str(wd / "AUDIT.md")]],
+                    [(wd / "AUDIT.md", Path("lab/reports/AUDIT.md"))]))
     for folder in VARIANT_FOLDERS:
         for md in sorted((ROOT / RESULTS_REL / folder).glob("*.md")):
             argv = _replayed(md, "scaling_variant.py")

@@ -1,0 +1,393 @@
+"""The compute-optimal study read the way an audit of its records asks, from the records alone:
+
+- one reading at every budget, held-out budget included: each family's size chosen on the
+  selection split (`best_by_choice`), its loss reported on the scored split;
+- verdicts paired by seed at those sizes, pooled over budgets or corpora from cell means (one value
+  per cell, a t interval over cells), never from pairs of cells that disagree as if one sample;
+- a family-wise correction (Holm) over the verdicts a table reports, named in the table;
+- FLOPs read twice: as the study charged them (causal pairs) and as the kernels compute them
+  (every run's training FLOPs scaled by its forward kernel/causal ratio, the other side's loss
+  interpolated in log FLOPs to that point);
+- total parameters and state memory beside N; runs made from uncommitted code marked.
+
+`python -m rltok_lab audit` prints the tables; lab/reports/AUDIT.md is generated from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from rltok.analysis.paired_stats import mean_interval, paired_difference, t_cdf, t_quantile
+from rltok.analysis.scaling_fit import best_by_choice, choice_loss, record_family, record_size
+from rltok.config import ConfigError
+from rltok_lab import records
+
+CORPORA = ("docs-en", "code-py")
+BUDGETS = (3e11, 6e11, 1e12, 3e12, 1e13)
+# 1e11's optima sit at the smallest shapes (the study leaves it out of its fits); its cells only
+# anchor the interpolation of the kernel-FLOPs reading at 3e11
+ANCHOR = 1e11
+HELD_OUT = 1e13
+# the base rate multiplier each family trained at in the study (the hierarchies at twice the rule)
+HIERARCHIES = ("uniform", "uniform_r0.1", "whitespace", "rl", "rl_r0.1")
+LEARNED_PAIRS = (("rl", "uniform"), ("rl_r0.1", "uniform_r0.1"))
+GROUPS = {"hierarchy": HIERARCHIES, "bytes": ("flat", "flat_ngram") + HIERARCHIES, "bpe": ("bpe1024", "bpe4096")}
+VERDICTS = (("rl", "uniform"), ("rl_r0.1", "uniform_r0.1"), ("hierarchy", "flat"), ("bytes", "bpe"))
+LEVEL = 0.95
+
+
+def is_dirty(r: dict) -> bool:
+    return str(r.get("commit", "")).endswith("+dirty") or not r.get("commit")
+
+
+def study_runs(corpus: str) -> list[dict]:
+    """The runs of the study's one reading: every ladder, extension, optimum and verdict run, the
+    held-out runs and the held-out profile's extra sizes, each at its family's own rate multiplier;
+    not the learning-rate checks, not diverged runs."""
+    main = records.load("scaling", corpus, "C*__*__N*__s*.json")
+    mult = {record_family(r): r["lr_mult"] for r in main if r.get("point_kind") == "ladder"}
+    extra = records.load("scaling_1e13_profile", corpus, "C*__*__N*__s*.json")
+    out = []
+    for r in main + extra:
+        if r.get("point_kind") == "check" or r.get("bpb") is None:
+            continue
+        if r.get("lr_mult") != mult.get(record_family(r)):
+            continue
+        out.append(r)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One family at its val-chosen size at one budget of one corpus."""
+    family: str
+    budget: float
+    size: float  # N: non-embedding parameters
+    test: dict  # {seed: scored bpb}
+    params: float  # total parameters
+    state_mb: float | None
+    steps: float
+    rate: float | None
+    space_align: float | None
+    kernel_ratio: float  # forward FLOPs as computed / as charged (causal pairs)
+    dirty: int  # runs of this cell made from uncommitted code
+    choice: float  # the selection split's mean over the ladder's seeds (0 and 1), which every size ran
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(list(self.test.values())))
+
+
+def _mean(rs: Sequence[dict], key: str) -> float | None:
+    vals = [float(r[key]) for r in rs if r.get(key) is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def chosen_cells(runs: Iterable[dict], budget: float) -> dict[str, Cell]:
+    """{family: its cell at the size chosen on the selection split} at `budget`."""
+    here = [r for r in runs if float(r["budget_flops"]) == budget]
+    out = {}
+    for family, size in best_by_choice(here).items():
+        rs = [r for r in here if record_family(r) == family and record_size(r) == size]
+        ratio = _mean([{"x": r["forward_flops_per_byte_kernel"] / r["forward_flops_per_byte"]} for r in rs
+                       if r.get("forward_flops_per_byte_kernel") and r.get("forward_flops_per_byte")], "x")
+        out[family] = Cell(family, budget, size, {int(r["seed"]): float(r["bpb"]) for r in rs},
+                           _mean(rs, "params"), _mean(rs, "state_mb"), _mean(rs, "steps"), _mean(rs, "rate"),
+                           _mean(rs, "space_align"), ratio or 1.0, sum(is_dirty(r) for r in rs),
+                           float(np.mean([choice_loss(r) for r in rs if int(r["seed"]) in (0, 1)]
+                                         or [choice_loss(r) for r in rs])))
+    return out
+
+
+def group_cell(cells: dict[str, Cell], name: str) -> Cell | None:
+    """A family's cell, or a group's best member by the selection loss."""
+    if name not in GROUPS:
+        return cells.get(name)
+    members = [cells[f] for f in GROUPS[name] if f in cells]
+    return min(members, key=lambda c: (c.choice, c.family)) if members else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    corpus: str
+    budget: float | str
+    a: str
+    b: str
+    n: int
+    mean: float
+    lo: float
+    hi: float
+    p: float
+    flops: str  # "charged" or "kernel"
+    note: str = ""
+    p_holm: float = math.nan
+
+    @property
+    def resolved(self) -> bool:
+        return self.p_holm < 1 - LEVEL
+
+
+def p_value(diffs: Sequence[float]) -> float:
+    """Two-sided p of a zero mean (one-sample t over `diffs`)."""
+    n = len(diffs)
+    if n < 2:
+        return 1.0
+    sd = float(np.std(diffs, ddof=1))
+    if sd == 0:
+        return 0.0 if np.mean(diffs) != 0 else 1.0
+    t = float(np.mean(diffs)) / (sd / math.sqrt(n))
+    return 2.0 * (1.0 - t_cdf(abs(t), n - 1))
+
+
+def paired(a: dict, b: dict) -> tuple[int, float, float, float, float] | None:
+    """(n, mean, lo, hi, p) of a - b over the seeds both have."""
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        return None
+    diffs = [a[s] - b[s] for s in seeds]
+    d = paired_difference({s: a[s] for s in seeds}, {s: b[s] for s in seeds}, LEVEL)
+    return len(seeds), d.mean, d.lo, d.hi, p_value(diffs)
+
+
+def interpolated(cells_by_budget: dict[float, Cell], x: float) -> dict | None:
+    """{seed: loss} of one family at kernel FLOPs `x`, linear in log FLOPs between the two budgets
+    whose kernel FLOPs bracket x (their shared seeds); None outside its budgets."""
+    pts = sorted(((c.budget * c.kernel_ratio, c) for c in cells_by_budget.values()), key=lambda p: p[0])
+    for (x0, c0), (x1, c1) in zip(pts, pts[1:]):
+        if x0 <= x <= x1:
+            w = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+            seeds = set(c0.test) & set(c1.test)
+            return {s: (1 - w) * c0.test[s] + w * c1.test[s] for s in seeds} or None
+    return None
+
+
+def holm(verdicts: list[Verdict]) -> list[Verdict]:
+    """Holm's step-down adjustment of the verdicts' p values (family-wise error at 1 - LEVEL)."""
+    order = sorted(range(len(verdicts)), key=lambda i: verdicts[i].p)
+    m = len(verdicts)
+    adjusted = [1.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * verdicts[i].p))
+        adjusted[i] = running
+    return [dataclasses.replace(v, p_holm=q) for v, q in zip(verdicts, adjusted)]
+
+
+@dataclasses.dataclass
+class Study:
+    """Every corpus's cells at every budget."""
+    cells: dict  # {corpus: {budget: {family: Cell}}}
+    runs: dict  # {corpus: [records]}
+
+
+def load_study(corpora: Sequence[str] = CORPORA, budgets: Sequence[float] = BUDGETS) -> Study:
+    cells, runs = {}, {}
+    for corpus in corpora:
+        rs = study_runs(corpus)
+        runs[corpus] = rs
+        cells[corpus] = {}
+        for b in (ANCHOR, *budgets):
+            cells[corpus][b] = chosen_cells(rs, b)
+    return Study(cells, runs)
+
+
+def budget_verdicts(study: Study, pairs=VERDICTS, budgets: Sequence[float] = BUDGETS) -> list[Verdict]:
+    """Each pair at each budget of each corpus, under charged and kernel FLOPs, plus each pair
+    pooled over the budgets 3e11-3e12 and over the corpora from cell means."""
+    out = []
+    for corpus, by_budget in study.cells.items():
+        for a_name, b_name in pairs:
+            means = []
+            for budget in budgets:
+                cells = by_budget.get(budget, {})
+                a, b = group_cell(cells, a_name), group_cell(cells, b_name)
+                if a is None or b is None:
+                    continue
+                r = paired(a.test, b.test)
+                if r is None:
+                    continue
+                note = f"{a.family} vs {b.family}" if (a_name in GROUPS or b_name in GROUPS) else ""
+                if a.dirty or b.dirty:
+                    note = (note + "; " if note else "") + f"{a.dirty + b.dirty} runs from uncommitted code"
+                out.append(Verdict(corpus, budget, a_name, b_name, *r, flops="charged", note=note))
+                if budget < HELD_OUT:
+                    means.append(r[1])
+                # kernel FLOPs: a at its own computed FLOPs, b interpolated there along its family's cells
+                b_cells = {bb: group_cell(by_budget[bb], b.family) for bb in by_budget if b.family in by_budget[bb]}
+                b_at = interpolated(b_cells, budget * a.kernel_ratio)
+                rk = paired(a.test, b_at) if b_at else None
+                x = f"{budget * a.kernel_ratio:.2e}".replace("e+", "e")
+                if rk is not None:
+                    out.append(Verdict(corpus, budget, a_name, b_name, *rk, flops="kernel", note=f"{b.family} at {x}"))
+                else:
+                    out.append(Verdict(corpus, budget, a_name, b_name, 0, math.nan, math.nan, math.nan, 1.0,
+                                       flops="kernel", note=f"{x} is outside {b.family}'s budgets: not read"))
+            if len(means) >= 2:
+                m, lo, hi = mean_interval(means, LEVEL)
+                out.append(Verdict(corpus, "3e11-3e12 (cell means)", a_name, b_name, len(means), m, lo, hi,
+                                   p_value(means), flops="charged"))
+    return out
+
+
+def verdicts_table(verdicts: list[Verdict]) -> str:
+    read = iter(holm([v for v in verdicts if v.n]))
+    verdicts = [next(read) if v.n else v for v in verdicts]  # the table's order, Holm over the rows read
+    m = sum(1 for v in verdicts if v.n)
+    head = (f"| corpus | budget | A − B | FLOPs | n | mean | {LEVEL:.0%} interval | p | p (Holm, m = {m}) | resolved | note |\n"
+            "|---|---|---|---|---:|---:|---|---:|---:|---|---|")
+    rows = []
+    for v in verdicts:
+        budget = v.budget if isinstance(v.budget, str) else f"{v.budget:.0e}".replace("e+", "e")
+        if not v.n:
+            rows.append(f"| {v.corpus} | {budget} | {v.a} − {v.b} | {v.flops} | 0 | — | — | — | — | — | {v.note} |")
+            continue
+        interval = f"[{v.lo:+.3f}, {v.hi:+.3f}]" if math.isfinite(v.lo) else "—"
+        rows.append(f"| {v.corpus} | {budget} | {v.a} − {v.b} | {v.flops} | {v.n} | {v.mean:+.3f} | {interval} | "
+                    f"{v.p:.3f} | {v.p_holm:.3f} | {'yes' if v.resolved else 'no'} | {v.note} |")
+    return "\n".join([head, *rows])
+
+
+def cells_table(study: Study, budgets: Sequence[float] = (3e12, HELD_OUT)) -> str:
+    head = ("| corpus | budget | family | N | total params | state MB | steps | test bpb (seeds) | rate | "
+            "whitespace alignment | kernel/charged FLOPs | uncommitted runs |\n"
+            "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+    rows = []
+    for corpus, by_budget in study.cells.items():
+        for budget in budgets:
+            for fam, c in sorted(by_budget.get(budget, {}).items(), key=lambda kv: kv[1].mean):
+                sd = float(np.std(list(c.test.values()), ddof=1)) if len(c.test) > 1 else float("nan")
+                rate = f"{c.rate:.3f}" if c.rate is not None else "—"
+                align = f"{c.space_align:.2f}" if c.space_align is not None else "—"
+                state = f"{c.state_mb:.1f}" if c.state_mb is not None else "—"
+                rows.append(f"| {corpus} | {budget:.0e} | {fam} | {c.size:,.0f} | {c.params:,.0f} | {state} | "
+                            f"{c.steps:,.0f} | {c.mean:.3f} ± {sd:.3f} ({len(c.test)}) | {rate} | {align} | "
+                            f"{c.kernel_ratio:.2f} | {c.dirty} |".replace("e+", "e"))
+    return "\n".join([head, *rows])
+
+
+# ------------------------------------------------------------------ the steps trend
+
+@dataclasses.dataclass(frozen=True)
+class Trend:
+    label: str
+    cells: int
+    slope: float  # bpb per decade of optimizer steps
+    se: float
+    mean_gap: float
+    lo: float
+    hi: float
+
+
+def matched_cells(runs: Sequence[dict], a: str, b: str, budgets: Sequence[float]) -> list[dict]:
+    """Cells (budget, size rung) where both families ran the same shape: the learned run's steps,
+    the mean gap a - b over their shared seeds, and whether the rung is its budget's largest."""
+    out = []
+    for budget in budgets:
+        here = [r for r in runs if float(r["budget_flops"]) == budget and r.get("point_kind") != "holdout"]
+        by = {}
+        for r in here:
+            if record_family(r) in (a, b):
+                by.setdefault((r["target_size"], r.get("width"), r.get("depth")), {}).setdefault(
+                    record_family(r), {})[int(r["seed"])] = r
+        rungs = sorted({k[0] for k in by})
+        for key, fams in by.items():
+            if a not in fams or b not in fams:
+                continue
+            seeds = sorted(set(fams[a]) & set(fams[b]))
+            gaps = [fams[a][s]["bpb"] - fams[b][s]["bpb"] for s in seeds]
+            steps = float(np.mean([fams[a][s]["steps"] for s in seeds]))
+            out.append({"budget": budget, "size": key[0], "gap": float(np.mean(gaps)), "steps": steps,
+                        "largest": key[0] == rungs[-1], "seeds": len(seeds)})
+    return out
+
+
+def trend(cells: Sequence[dict], label: str) -> Trend | None:
+    """Least-squares slope of the cell gaps against log10(steps), one point per cell."""
+    if len(cells) < 3:
+        return None
+    x = np.log10([c["steps"] for c in cells])
+    y = np.array([c["gap"] for c in cells])
+    xm = x - x.mean()
+    slope = float((xm * (y - y.mean())).sum() / (xm ** 2).sum())
+    resid = y - y.mean() - slope * xm
+    se = float(math.sqrt((resid ** 2).sum() / (len(x) - 2) / (xm ** 2).sum()))
+    half = t_quantile(0.5 + LEVEL / 2, len(x) - 2) * se
+    return Trend(label, len(cells), slope, se, float(y.mean()), slope - half, slope + half)
+
+
+def steps_trends(study: Study, budgets: Sequence[float] = (3e11, 6e11, 1e12, 3e12)) -> list[Trend]:
+    out = []
+    cells = []
+    for corpus, runs in study.runs.items():
+        for a, b in LEARNED_PAIRS:
+            cells += matched_cells(runs, a, b, budgets)
+    for label, subset in (("every matched cell", cells),
+                          ("without each budget's largest rung", [c for c in cells if not c["largest"]]),
+                          ("each budget's largest rung only", [c for c in cells if c["largest"]])):
+        t = trend(subset, label)
+        if t:
+            out.append(t)
+    return out
+
+
+def trends_table(trends: Sequence[Trend]) -> str:
+    head = ("| cells (learned − uniform, both rates, both corpora, 3e11-3e12) | n | mean gap | slope per decade "
+            f"of steps | {LEVEL:.0%} interval |\n|---|---:|---:|---:|---|")
+    return "\n".join([head, *(f"| {t.label} | {t.cells} | {t.mean_gap:+.3f} | {t.slope:+.3f} ± {t.se:.3f} | "
+                              f"[{t.lo:+.3f}, {t.hi:+.3f}] |" for t in trends)])
+
+
+# ------------------------------------------------------------------ bytes against BPE at equal parameters
+
+def equal_params_verdicts(study: Study, budgets: Sequence[float] = BUDGETS) -> list[Verdict]:
+    """The best byte model whose total parameters are at most the val-chosen BPE model's, against it."""
+    out = []
+    for corpus, by_budget in study.cells.items():
+        for budget in budgets:
+            bpe = group_cell(by_budget.get(budget, {}), "bpe")
+            if bpe is None:
+                continue
+            here = [r for r in study.runs[corpus] if float(r["budget_flops"]) == budget
+                    and record_family(r) in GROUPS["bytes"] and r["params"] <= bpe.params]
+            if not here:
+                out.append(Verdict(corpus, budget, "bytes (≤ BPE's params)", "bpe", 0, math.nan, math.nan, math.nan,
+                                   1.0, "charged", note="no byte run this small"))
+                continue
+            best = min(chosen_cells(here, budget).values(), key=lambda c: (c.choice, c.family))
+            r = paired(best.test, bpe.test)
+            if r:
+                out.append(Verdict(corpus, budget, "bytes (≤ BPE's params)", "bpe", *r, flops="charged",
+                                   note=f"{best.family} {best.params:,.0f} vs {bpe.family} {bpe.params:,.0f} params"))
+    return out
+
+
+def report() -> str:
+    study = load_study()
+    verdicts = budget_verdicts(study)
+    parts = ["## Each family at its val-chosen size", cells_table(study),
+             "## Verdicts at val-chosen sizes, FLOPs as charged (causal pairs)",
+             verdicts_table([v for v in verdicts if v.flops == "charged"]),
+             "## The same verdicts, FLOPs as the kernels compute them",
+             verdicts_table([v for v in verdicts if v.flops == "kernel"]),
+             "## Learned − uniform cuts against optimizer steps (shape-matched cells)", trends_table(steps_trends(study))]
+    equal = equal_params_verdicts(study)
+    parts += ["## Bytes against BPE tokens at equal total parameters", verdicts_table(equal)]
+    return "\n\n".join(parts) + "\n"
+
+
+BEGIN, END = "<!-- audit:begin -->", "<!-- audit:end -->"
+
+
+def splice(doc: Path, text: str) -> None:
+    """Replace what stands between the audit markers of `doc` with `text`."""
+    old = doc.read_text()
+    if BEGIN not in old or END not in old:
+        raise ConfigError(f"{doc}: no {BEGIN} ... {END} block to write the audit into")
+    head, rest = old.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    doc.write_text(f"{head}{BEGIN}\n\n{text}\n{END}{tail}")

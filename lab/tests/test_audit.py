@@ -1,0 +1,81 @@
+"""The audit's statistics on cases with known answers, and its reading of the tracked records."""
+
+import math
+
+import pytest
+
+from rltok_lab import audit
+from rltok_lab.audit import Cell, Verdict, holm, interpolated, p_value, trend
+
+
+def _verdict(p):
+    return Verdict("c", 1e12, "a", "b", 3, 0.1, 0.0, 0.2, p, "charged")
+
+
+def test_holm_matches_the_step_down_rule():
+    # sorted p: 0.01, 0.02, 0.03, 0.5 -> 4*0.01, 3*0.02, max(2*0.03, prev), max(1*0.5, prev)
+    out = holm([_verdict(p) for p in (0.03, 0.5, 0.01, 0.02)])
+    assert [round(v.p_holm, 6) for v in out] == [0.06, 0.5, 0.04, 0.06]
+    assert [v.resolved for v in out] == [False, False, True, False]
+
+
+def test_holm_is_monotone_and_capped_at_one():
+    out = holm([_verdict(p) for p in (0.4, 0.3, 0.9)])
+    assert all(v.p_holm <= 1.0 for v in out)
+    assert out[1].p_holm >= out[1].p
+
+
+def test_p_value_of_a_one_sample_t():
+    # mean 1, sd sqrt(2/3), n 4 -> t = sqrt(6) = 2.449, df 3: two-sided p = 0.0917
+    assert p_value([0.0, 1.0, 1.0, 2.0]) == pytest.approx(0.0917, abs=5e-4)
+    assert p_value([0.5]) == 1.0
+
+
+def _cell(budget, ratio, test):
+    return Cell("f", budget, 1.0, test, 1.0, 1.0, 100, None, None, ratio, 0, 0.0)
+
+
+def test_interpolation_is_linear_in_log_flops_on_shared_seeds():
+    cells = {1e12: _cell(1e12, 1.0, {0: 3.0, 1: 3.2, 2: 9.9}), 1e13: _cell(1e13, 1.0, {0: 2.0, 1: 2.2})}
+    at = interpolated(cells, math.sqrt(1e12 * 1e13))
+    assert at == pytest.approx({0: 2.5, 1: 2.7})
+    assert interpolated(cells, 2e13) is None and interpolated(cells, 5e11) is None
+    # the kernel ratio moves each point: at 1.5x, 1e12's point sits at 1.5e12
+    shifted = {b: _cell(b, 1.5, c.test) for b, c in cells.items()}
+    assert interpolated(shifted, 1.5e12) == pytest.approx({0: 3.0, 1: 3.2})
+
+
+def test_trend_recovers_a_known_slope():
+    cells = [{"steps": s, "gap": 0.5 - 0.1 * math.log10(s)} for s in (100, 300, 1000, 3000)]
+    t = trend(cells, "x")
+    assert t.slope == pytest.approx(-0.1) and t.se == pytest.approx(0.0, abs=1e-12)
+    assert trend(cells[:2], "x") is None
+
+
+def test_the_tracked_records_read_as_the_report_says():
+    study = audit.load_study()
+    # every corpus has every study family at 3e12 and the held-out budget
+    for corpus in audit.CORPORA:
+        assert {"rl", "uniform", "flat", "flat_ngram", "bpe4096"} <= set(study.cells[corpus][3e12])
+        assert {"rl", "uniform", "flat"} <= set(study.cells[corpus][1e13])
+    charged = holm([v for v in audit.budget_verdicts(study) if v.flops == "charged" and v.n])
+    learned = [v for v in charged if v.a in ("rl", "rl_r0.1")]
+    assert learned and not any(v.resolved for v in learned)
+    trends = {t.label: t for t in audit.steps_trends(study)}
+    rest = trends["without each budget's largest rung"]
+    assert rest.lo < 0 < rest.hi  # no trend once the largest rungs are apart
+    assert trends["every matched cell"].hi < 0
+    equal = [v for v in audit.equal_params_verdicts(study) if v.n]
+    assert equal and all(v.mean > 0 for v in equal)  # at equal parameters BPE tokens lead
+
+
+def test_splice_needs_its_markers(tmp_path):
+    from rltok.config import ConfigError
+
+    doc = tmp_path / "A.md"
+    doc.write_text("head\n<!-- audit:begin -->\nold\n<!-- audit:end -->\ntail\n")
+    audit.splice(doc, "new table\n")
+    assert doc.read_text() == "head\n<!-- audit:begin -->\n\nnew table\n\n<!-- audit:end -->\ntail\n"
+    doc.write_text("no markers")
+    with pytest.raises(ConfigError, match="audit:begin"):
+        audit.splice(doc, "x")
