@@ -77,6 +77,7 @@ class Cell:
     kernel_ratio: float  # forward FLOPs as computed / as charged (causal pairs)
     dirty: int  # runs of this cell made from uncommitted code
     choice: float  # the selection split's mean over the ladder's seeds (0 and 1), which every size ran
+    fitted_outside: float | None = None  # bytes a tokenizer was fitted on outside the budget
 
     @property
     def mean(self) -> float:
@@ -100,15 +101,15 @@ def chosen_cells(runs: Iterable[dict], budget: float) -> dict[str, Cell]:
                            _mean(rs, "params"), _mean(rs, "state_mb"), _mean(rs, "steps"), _mean(rs, "rate"),
                            _mean(rs, "space_align"), ratio or 1.0, sum(is_dirty(r) for r in rs),
                            float(np.mean([choice_loss(r) for r in rs if int(r["seed"]) in (0, 1)]
-                                         or [choice_loss(r) for r in rs])))
+                                         or [choice_loss(r) for r in rs])), _mean(rs, "tokenizer_fit_bytes"))
     return out
 
 
-def group_cell(cells: dict[str, Cell], name: str) -> Cell | None:
+def group_cell(cells: dict[str, Cell], name: str, groups: dict = GROUPS) -> Cell | None:
     """A family's cell, or a group's best member by the selection loss."""
-    if name not in GROUPS:
+    if name not in groups:
         return cells.get(name)
-    members = [cells[f] for f in GROUPS[name] if f in cells]
+    members = [cells[f] for f in groups[name] if f in cells]
     return min(members, key=lambda c: (c.choice, c.family)) if members else None
 
 
@@ -180,45 +181,63 @@ def holm(verdicts: list[Verdict]) -> list[Verdict]:
 
 @dataclasses.dataclass
 class Study:
-    """Every corpus's cells at every budget."""
+    """Every corpus's cells at every budget, and what the study compares."""
     cells: dict  # {corpus: {budget: {family: Cell}}}
     runs: dict  # {corpus: [records]}
+    budgets: tuple = BUDGETS  # read, in order
+    held_out: tuple = (HELD_OUT,)  # read, never pooled with the fitted budgets
+    groups: dict = dataclasses.field(default_factory=lambda: dict(GROUPS))
+    pairs: tuple = VERDICTS
 
 
 def load_study(corpora: Sequence[str] = CORPORA, budgets: Sequence[float] = BUDGETS) -> Study:
-    cells, runs = {}, {}
-    for corpus in corpora:
-        rs = study_runs(corpus)
-        runs[corpus] = rs
-        cells[corpus] = {}
-        for b in (ANCHOR, *budgets):
-            cells[corpus][b] = chosen_cells(rs, b)
-    return Study(cells, runs)
+    """The first compute-optimal study, from the lab's packed records."""
+    return _study({c: study_runs(c) for c in corpora}, budgets)
 
 
-def budget_verdicts(study: Study, pairs=VERDICTS, budgets: Sequence[float] = BUDGETS) -> list[Verdict]:
+def _study(runs: dict, budgets: Sequence[float], **kw) -> Study:
+    cells = {corpus: {b: chosen_cells(rs, b) for b in (ANCHOR, *budgets)} for corpus, rs in runs.items()}
+    return Study(cells, runs, tuple(budgets), **kw)
+
+
+def grid_study(grid, folder: Path) -> Study:
+    """A grid's study from its results folder (`rltok scaling --out`): its budgets and held-out
+    budgets, its groups, and its crossovers as the pairs; runs from uncommitted code and the
+    learning-rate checks are left out of every cell (and counted by `left_out`)."""
+    runs = {}
+    for corpus in grid.corpora:
+        rs = read_all(folder / corpus)
+        runs[corpus] = [r for r in rs if r.get("bpb") is not None and r.get("point_kind") != "check"
+                        and not is_dirty(r)]
+    budgets = tuple(sorted({*grid.budgets, *grid.holdout_budgets}))
+    return _study(runs, budgets, held_out=tuple(grid.holdout_budgets), groups={k: tuple(v) for k, v in grid.groups.items()},
+                  pairs=tuple(tuple(p) for p in grid.crossovers))
+
+
+def budget_verdicts(study: Study) -> list[Verdict]:
     """Each pair at each budget of each corpus, under charged and kernel FLOPs, plus each pair
-    pooled over the budgets 3e11-3e12 and over the corpora from cell means."""
+    pooled over the fitted budgets from cell means (one per budget)."""
     out = []
+    groups = study.groups
     for corpus, by_budget in study.cells.items():
-        for a_name, b_name in pairs:
+        for a_name, b_name in study.pairs:
             means = []
-            for budget in budgets:
+            for budget in study.budgets:
                 cells = by_budget.get(budget, {})
-                a, b = group_cell(cells, a_name), group_cell(cells, b_name)
+                a, b = group_cell(cells, a_name, groups), group_cell(cells, b_name, groups)
                 if a is None or b is None:
                     continue
                 r = paired(a.test, b.test)
                 if r is None:
                     continue
-                note = f"{a.family} vs {b.family}" if (a_name in GROUPS or b_name in GROUPS) else ""
+                note = f"{a.family} vs {b.family}" if (a_name in groups or b_name in groups) else ""
                 if a.dirty or b.dirty:
                     note = (note + "; " if note else "") + f"{a.dirty + b.dirty} runs from uncommitted code"
                 out.append(Verdict(corpus, budget, a_name, b_name, *r, flops="charged", note=note))
-                if budget < HELD_OUT:
+                if budget not in study.held_out:
                     means.append(r[1])
                 # kernel FLOPs: a at its own computed FLOPs, b interpolated there along its family's cells
-                b_cells = {bb: group_cell(by_budget[bb], b.family) for bb in by_budget if b.family in by_budget[bb]}
+                b_cells = {bb: by_budget[bb][b.family] for bb in by_budget if b.family in by_budget[bb]}
                 b_at = interpolated(b_cells, budget * a.kernel_ratio)
                 rk = paired(a.test, b_at) if b_at else None
                 x = f"{budget * a.kernel_ratio:.2e}".replace("e+", "e")
@@ -229,9 +248,14 @@ def budget_verdicts(study: Study, pairs=VERDICTS, budgets: Sequence[float] = BUD
                                        flops="kernel", note=f"{x} is outside {b.family}'s budgets: not read"))
             if len(means) >= 2:
                 m, lo, hi = mean_interval(means, LEVEL)
-                out.append(Verdict(corpus, "3e11-3e12 (cell means)", a_name, b_name, len(means), m, lo, hi,
-                                   p_value(means), flops="charged"))
+                fitted = [b for b in study.budgets if b not in study.held_out]
+                span = f"{_short(fitted[0])}-{_short(fitted[-1])} (cell means)"
+                out.append(Verdict(corpus, span, a_name, b_name, len(means), m, lo, hi, p_value(means), flops="charged"))
     return out
+
+
+def _short(budget: float) -> str:
+    return f"{budget:.0e}".replace("e+", "e")
 
 
 def verdicts_table(verdicts: list[Verdict]) -> str:
@@ -242,7 +266,7 @@ def verdicts_table(verdicts: list[Verdict]) -> str:
             "|---|---|---|---|---:|---:|---|---:|---:|---|---|")
     rows = []
     for v in verdicts:
-        budget = v.budget if isinstance(v.budget, str) else f"{v.budget:.0e}".replace("e+", "e")
+        budget = v.budget if isinstance(v.budget, str) else _short(v.budget)
         if not v.n:
             rows.append(f"| {v.corpus} | {budget} | {v.a} − {v.b} | {v.flops} | 0 | — | — | — | — | — | {v.note} |")
             continue
@@ -254,20 +278,24 @@ def verdicts_table(verdicts: list[Verdict]) -> str:
 
 def cells_table(study: Study, budgets: Sequence[float] = (3e12, HELD_OUT)) -> str:
     head = ("| corpus | budget | family | N | total params | state MB | steps | test bpb (seeds) | rate | "
-            "whitespace alignment | kernel/charged FLOPs | uncommitted runs |\n"
-            "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+            "whitespace alignment | kernel/charged FLOPs | tokenizer fitted outside the budget | uncommitted runs |\n"
+            "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|---:|")
     rows = []
     for corpus, by_budget in study.cells.items():
         for budget in budgets:
             for fam, c in sorted(by_budget.get(budget, {}).items(), key=lambda kv: kv[1].mean):
-                sd = float(np.std(list(c.test.values()), ddof=1)) if len(c.test) > 1 else float("nan")
+                sd = f" ± {np.std(list(c.test.values()), ddof=1):.3f}" if len(c.test) > 1 else ""
                 rate = f"{c.rate:.3f}" if c.rate is not None else "—"
                 align = f"{c.space_align:.2f}" if c.space_align is not None else "—"
                 state = f"{c.state_mb:.1f}" if c.state_mb is not None else "—"
                 rows.append(f"| {corpus} | {budget:.0e} | {fam} | {c.size:,.0f} | {c.params:,.0f} | {state} | "
-                            f"{c.steps:,.0f} | {c.mean:.3f} ± {sd:.3f} ({len(c.test)}) | {rate} | {align} | "
-                            f"{c.kernel_ratio:.2f} | {c.dirty} |".replace("e+", "e"))
+                            f"{c.steps:,.0f} | {c.mean:.3f}{sd} ({len(c.test)}) | {rate} | {align} | "
+                            f"{c.kernel_ratio:.2f} | {_fitted(c)} | {c.dirty} |".replace("e+", "e"))
     return "\n".join([head, *rows])
+
+
+def _fitted(c: Cell) -> str:
+    return f"yes, on {c.fitted_outside / 1e6:.1f}M bytes" if c.fitted_outside else "no"
 
 
 # ------------------------------------------------------------------ the steps trend
@@ -378,6 +406,30 @@ def report() -> str:
     equal = equal_params_verdicts(study)
     parts += ["## Bytes against BPE tokens at equal total parameters", verdicts_table(equal)]
     return "\n\n".join(parts) + "\n"
+
+
+def grid_report(grid, folder: Path) -> str:
+    """A grid's study in the reference's form: each family at its val-chosen size at the largest
+    fitted budget with runs and at the held-out budgets, then its crossovers as paired verdicts
+    under both FLOP counts, each table corrected with Holm over its own verdicts."""
+    study = grid_study(grid, folder)
+    left = {c: sum(1 for r in (read_all(folder / c)) if is_dirty(r)) for c in grid.corpora}
+    read = [b for b in study.budgets if any(study.cells[c].get(b) for c in study.cells)]
+    fitted = [b for b in read if b not in study.held_out]
+    shown = tuple(([fitted[-1]] if fitted else []) + [b for b in read if b in study.held_out])
+    verdicts = budget_verdicts(study)
+    parts = [f"Runs from uncommitted code left out: {', '.join(f'{c} {n}' for c, n in left.items())}.",
+             "## Each family at its val-chosen size", cells_table(study, shown),
+             "## Paired verdicts, FLOPs as charged (causal pairs)", verdicts_table([v for v in verdicts if v.flops == "charged"]),
+             "## The same verdicts, FLOPs as the kernels compute them",
+             verdicts_table([v for v in verdicts if v.flops == "kernel"])]
+    return "\n\n".join(parts) + "\n"
+
+
+def read_all(folder: Path) -> list[dict]:
+    from rltok.analysis.scaling import read_records
+
+    return read_records(folder) if folder.is_dir() else []
 
 
 BEGIN, END = "<!-- audit:begin -->", "<!-- audit:end -->"

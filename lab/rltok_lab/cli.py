@@ -230,9 +230,16 @@ def _model_args(p) -> None:
 def cmd_audit(args) -> int:
     from pathlib import Path
 
-    from rltok_lab.audit import report, splice
+    from rltok_lab.audit import grid_report, report, splice
 
-    text = report()
+    if bool(args.grid) != bool(args.out):
+        raise ConfigError("--grid and --out go together (a study's grid and its results folder)")
+    if args.grid:
+        from rltok.analysis.scaling import load_grid
+
+        text = grid_report(load_grid(args.grid), Path(args.out))
+    else:
+        text = report()
     if args.splice:
         splice(Path(args.splice), text)
     else:
@@ -320,6 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("audit", help="the compute-optimal study read from its records: sizes chosen on val at every "
                                      "budget, verdicts under both FLOP counts with Holm's correction, the steps "
                                      "trend over shape-matched cells, bytes against BPE at equal parameters")
+    p.add_argument("--grid", help="read this grid's study (with --out, its results folder) instead of the first study's records")
+    p.add_argument("--out", help="the grid's results folder (as given to `rltok scaling`)")
     p.add_argument("--splice", metavar="MARKDOWN", help="write the tables between <!-- audit:begin --> and "
                                                         "<!-- audit:end --> of this file instead of printing them")
     p.set_defaults(func=cmd_audit)

@@ -79,3 +79,37 @@ def test_splice_needs_its_markers(tmp_path):
     doc.write_text("no markers")
     with pytest.raises(ConfigError, match="audit:begin"):
         audit.splice(doc, "x")
+
+
+def test_a_grid_study_reads_its_folder_and_leaves_out_uncommitted_runs(tmp_path):
+    import json
+
+    from rltok.analysis.scaling import load_grid
+
+    grid_file = tmp_path / "grid.toml"
+    grid_file.write_text('budgets = [1e10]\nseeds = [0, 1]\npreset = "tiny"\nsplit = "test"\nsize_rule = {coef = 0.02, exponent = 0.5, span = 2.5, points = 3}\n'
+                         'groups = {g = ["a"]}\ncrossovers = [["a", "b"], ["g", "b"]]\n'
+                         '[corpora]\nc = "data/c"\n[[families]]\nname = "a"\nmethod = "uniform"\n'
+                         '[[families]]\nname = "b"\nmethod = "flat"\n')
+    grid = load_grid(grid_file)
+    folder = tmp_path / "out" / "c"
+    folder.mkdir(parents=True)
+    base = {"budget_flops": 1e10, "split": "test", "params": 10, "state_mb": 1.0, "steps": 5,
+            "forward_flops_per_byte": 1.0, "forward_flops_per_byte_kernel": 1.2, "point_kind": "ladder"}
+    losses = {("a", 0): 2.0, ("a", 1): 2.1, ("b", 0): 2.5, ("b", 1): 2.4}
+    for (fam, seed), bpb in losses.items():
+        rec = {**base, "family": fam, "method": fam, "seed": seed, "bpb": bpb, "bpb_select": bpb,
+               "non_embedding_params": 100, "commit": "abc1234"}
+        (folder / f"C1e10__{fam}__N100__s{seed}.json").write_text(json.dumps(rec))
+    # a run from a dirty tree would make a's mean far lower: it must not count
+    dirty = {**base, "family": "a", "method": "a", "seed": 2, "bpb": 0.1, "bpb_select": 0.1,
+             "non_embedding_params": 100, "commit": "abc1234+dirty"}
+    (folder / "C1e10__a__N100__s2.json").write_text(json.dumps(dirty))
+    study = audit.grid_study(grid, tmp_path / "out")
+    cell = study.cells["c"][1e10]["a"]
+    assert cell.test == {0: 2.0, 1: 2.1} and cell.kernel_ratio == pytest.approx(1.2)
+    charged = [v for v in audit.budget_verdicts(study) if v.flops == "charged"]
+    assert [(v.a, v.b, v.n) for v in charged] == [("a", "b", 2), ("g", "b", 2)]
+    assert charged[0].mean == pytest.approx(-0.4)
+    text = audit.grid_report(grid, tmp_path / "out")
+    assert "Runs from uncommitted code left out: c 1." in text and "| c | 1e10 | a |" in text
