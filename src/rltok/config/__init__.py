@@ -12,12 +12,12 @@ from rltok.config.sections import (BOS, CHUNKERS, COST_ESTIMATORS, CREDIT_PRICES
                                    RATES, RECIPES, REWARDS, VOCAB_SIZE, ConfigError, DataConfig, FixedChunkerSettings,
                                    FlipsSettings, GumbelChunkerSettings, HNetChunkerSettings, LagrangeRateSettings,
                                    LexiconSettings, ModelConfig, ObjectiveConfig, PenaltyRateSettings, RateSettings,
-                                   RLChunkerSettings, ScoreFunctionSettings, TargetPriceSettings, TeacherChunkerSettings,
+                                   RLChunkerSettings, ScoreFunctionSettings, TargetPriceSettings,
                                    TrainConfig)
 
 __all__ = ["FixedChunkerSettings", "FlipsSettings", "GumbelChunkerSettings", "HNetChunkerSettings",
            "LagrangeRateSettings", "LexiconSettings", "PenaltyRateSettings", "RateSettings", "RLChunkerSettings",
-           "ScoreFunctionSettings", "TargetPriceSettings", "TeacherChunkerSettings",
+           "ScoreFunctionSettings", "TargetPriceSettings",
            "BOS", "CHUNKERS", "COST_ESTIMATORS", "CREDIT_PRICES", "ENTRY_POINT_GROUP", "PluginError",
            "load_plugin", "load_plugins", "Config", "ConfigError", "DataConfig", "EOS", "ESTIMATORS", "FAMILIES",
            "LEGACY_KEYS", "ModelConfig", "ObjectiveConfig", "PAD", "PRESETS", "PRESET_NOTES", "RATES", "RECIPES",

@@ -73,13 +73,6 @@ class RLChunkerSettings(Section):
 
 
 @dataclass
-class TeacherChunkerSettings(Section):
-    """Another trained hierarchy's rule, frozen and greedy (rltok.model.teacher.TeacherChunker)."""
-    kind: str = "teacher"
-    checkpoint: str = ""  # its model folder or training checkpoint (required when the rule is built)
-
-
-@dataclass
 class FixedChunkerSettings(Section):
     kind: str = "fixed"
     stride: int = 5  # a chunk every `stride` bytes
@@ -304,10 +297,8 @@ class FlipsSettings(Section):
     # quarter of a training step's FLOPs)
     model_pass: bool = True
     lexicon: LexiconSettings = field(default_factory=LexiconSettings)
-    # what holds the rate inside the credit (CREDIT_PRICES): "none"; "target" (dual ascent towards
-    # model.target_rate); "loss_slope" (no rate target: a price in nats per boundary read from the
-    # run, the slope of its training loss against ln FLOPs spent times d ln(FLOPs per byte)/d rate:
-    # what the compute a boundary costs would buy as more data; the credits are then not centred)
+    # what holds the rate inside the credit (CREDIT_PRICES): "none" or "target" (dual ascent
+    # towards model.target_rate)
     price: Section = section_field(CREDIT_PRICES, "none")
 
     def __post_init__(self) -> None:
@@ -331,12 +322,9 @@ class RateSettings(Section):
     # Every chunk costs compute_price bits per million forward FLOPs that one more chunk adds to the
     # chunk-level network (rltok.model.flops.ModelCost.chunk_cost); 0 = off.
     compute_price: float = 0.0
-    # How a price per chunk (compute_price, the Lagrange multiplier) reaches the policy: "exact"
-    # (its expected cost is p_t x price, differentiated in closed form: no variance; the same
-    # expected gradient as "reward" for a window-1 policy, while for w > 1 it leaves out how b_t
-    # changes the later decisions' costs) or "reward" (subtracted from the sampled reward at each
-    # boundary and estimated by the score function, with the other rewards' baseline/discount).
-    # The supertoken policy of stages=2 (w = 1) always uses "exact".
+    # How a price per chunk (compute_price, the Lagrange multiplier) reaches the policy
+    # (COST_ESTIMATORS): "exact", its expected cost p_t x price differentiated in closed form (no
+    # variance). The supertoken policy of stages=2 always uses "exact".
     cost_estimator: str = "exact"
 
     def validate(self, where: str) -> None:
@@ -386,9 +374,7 @@ class ObjectiveConfig:
     alpha: float = 0.1  # weight of the early-exit CE: L = (1-a) CE_final + a CE_early + ...
     pg_weight: float = 0.01  # lambda_PG: the policy terms' weight (estimator and closed-form prices)
     group_size: int = 1  # K segmentations sampled per sequence, sharing one encoder pass
-    # the per-position reward (REWARDS): "early_exit" (CE_early - CE_final) | "final" (-CE_final) |
-    # plumbing checks with a synthetic reward: "whitespace_probe" (cut on whitespace),
-    # "token_probe" (cut where a Python token starts)
+    # the per-position reward (REWARDS): "early_exit" (CE_early - CE_final) | "final" (-CE_final)
     reward: Section = section_field(REWARDS, "early_exit")
     # how the boundary policy's gradient is estimated (ESTIMATORS): "score_function" | "flips"
     estimator: Section = section_field(ESTIMATORS, "score_function")
@@ -648,7 +634,6 @@ CHUNKERS.register("entropy", _C + "EntropyChunker")
 CHUNKERS.register("hnet", _C + "HNetRouter", HNetChunkerSettings)
 CHUNKERS.register("gumbel", _C + "GumbelChunker", GumbelChunkerSettings)
 CHUNKERS.register("bpe", _C + "BPEChunker")
-CHUNKERS.register("teacher", "rltok.model.teacher:TeacherChunker", TeacherChunkerSettings)
 
 FAMILIES.register("hourglass", "rltok.model.hourglass:HourglassLM")
 FAMILIES.register("flat", "rltok.model.flat:FlatByteLM")
@@ -660,8 +645,6 @@ ESTIMATORS.register("flips", "rltok.objective.flips_estimator:Flips", FlipsSetti
 _R = "rltok.objective.rewards:"
 REWARDS.register("early_exit", _R + "EarlyExit")
 REWARDS.register("final", _R + "Final")
-REWARDS.register("whitespace_probe", _R + "WhitespaceProbe")
-REWARDS.register("token_probe", _R + "TokenProbe")
 
 RATES.register("penalty", "rltok.objective.rate:RatePenalty", PenaltyRateSettings)
 RATES.register("lagrange", "rltok.objective.rate:LagrangeRate", LagrangeRateSettings)
@@ -669,7 +652,5 @@ RATES.register("none", "rltok.objective.rate:NoRateControl")
 
 CREDIT_PRICES.register("none", None)
 CREDIT_PRICES.register("target", "rltok.objective.credit_prices:TargetCreditPrice", TargetPriceSettings)
-CREDIT_PRICES.register("loss_slope", "rltok.objective.credit_prices:LossSlopeCreditPrice")
 
 COST_ESTIMATORS.register("exact", "rltok.objective.rate:ClosedFormChunkPrice")
-COST_ESTIMATORS.register("reward", "rltok.objective.rate:ChunkPriceInReward")

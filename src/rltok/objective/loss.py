@@ -26,7 +26,7 @@ from rltok.objective.build import (ESTIMATORS, build_estimator, build_lexicon, b
 from rltok.objective.flips_estimator import Flips, with_lexicon_costs
 from rltok.objective.lm_terms import frozen_policy_metrics, policy_metrics
 from rltok.objective.rate import ChunkPrice, Stage
-from rltok.objective.rewards import boundary_reward, probe_reward, probe_sign
+from rltok.objective.rewards import boundary_reward
 from rltok.objective.score_function import ScoreFunction, boundary_advantages
 from rltok.objective.terms import ObjectiveTerms, StepEnd, Total
 
@@ -34,7 +34,7 @@ from rltok.objective.terms import ObjectiveTerms, StepEnd, Total
 __all__ = ["BoundaryObjective", "ChunkPrice", "Counterfactual", "ESTIMATORS", "Flips", "LocalMean", "LOCAL",
            "MicroBatch", "ObjectiveTerms", "ScoreFunction", "boundary_advantages", "boundary_rate", "boundary_reward",
            "build_estimator", "build_lexicon", "compute_loss", "counterfactual_pass", "expected_rate",
-           "make_chunk_price", "per_segmentation", "probe_reward", "probe_sign", "returns_of", "token_nll",
+           "make_chunk_price", "per_segmentation", "returns_of", "token_nll",
            "with_lexicon_costs"]
 
 
