@@ -39,7 +39,6 @@ one per 32 bytes or more is read as the inside of a docstring that spans it: one
 inside. On 512-byte windows of standard-library files this lexer's E differs from tokenize's
 (on the whole file) at about 1% of the interior positions (4% if every window were read from
 code level), most of it in windows that start inside a docstring and were read otherwise.
-`tokenize_ends` computes E with `tokenize` itself for a whole file: the reference.
 
 Metric over free positions (the rule's own decisions; position 0 and the last one of a window
 are excluded in any case: the first is forced and the last one's E status depends on the byte
@@ -64,7 +63,6 @@ evaluation can be summed), `token_alignment` the three ratios.
 
 from __future__ import annotations
 
-import io
 import keyword
 import re
 import token as token_mod
@@ -191,62 +189,6 @@ def token_ends(data: bytes, start: str | None = None) -> torch.Tensor:
     ends = [e - 1 for _, e, _ in token_units(data, start)]
     if ends:
         mask[torch.tensor(ends)] = True
-    return mask
-
-
-# ---------------------------------------------------------------------------------------------
-# the reference: Python's own tokenizer on a whole file
-
-
-def tokenize_ends(source: bytes) -> torch.Tensor:
-    """E for a whole, tokenizable source file, computed with `tokenize`: the last byte of every
-    token with bytes and of every gap (whitespace, continuations) between tokens. An f-string is
-    one unit (its FSTRING_START..FSTRING_END tokens merged, as the lexer reads it). Raises
-    tokenize.TokenError / SyntaxError where `tokenize` does."""
-    lines = io.BytesIO(source).readlines()
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line))
-    toks = list(tokenize.tokenize(io.BytesIO(source).readline))
-    encoding = toks[0].string if toks and toks[0].type == tokenize.ENCODING else "utf-8"
-    decoded: dict[int, str] = {}
-
-    def offset(row: int, col: int) -> int:
-        # tokenize counts columns in characters of the decoded line: convert through the encoding
-        if row > len(lines):
-            return len(source)
-        if row not in decoded:
-            decoded[row] = lines[row - 1].decode(encoding)
-        return starts[row - 1] + len(decoded[row][:col].encode(encoding))
-
-    fstring = {getattr(tokenize, n) for n in ("FSTRING_START", "FSTRING_MIDDLE", "FSTRING_END") if hasattr(tokenize, n)}
-    spans: list[tuple[int, int]] = []
-    depth = 0
-    for tok in toks:
-        if tok.type in (tokenize.ENCODING, tokenize.ENDMARKER, tokenize.DEDENT):
-            continue
-        a, b = offset(*tok.start), offset(*tok.end)
-        if fstring and tok.type == getattr(tokenize, "FSTRING_START", None):
-            depth += 1
-            if depth == 1:
-                spans.append((a, b))
-            continue
-        if depth:
-            if tok.type == getattr(tokenize, "FSTRING_END", None):
-                depth -= 1
-            spans[-1] = (spans[-1][0], b)
-            continue
-        if b > a:
-            spans.append((a, b))
-    mask = torch.zeros(len(source), dtype=torch.bool)
-    pos = 0
-    for a, b in spans:
-        if a > pos:  # a gap between tokens: one whitespace unit
-            mask[a - 1] = True
-        mask[b - 1] = True
-        pos = max(pos, b)
-    if pos < len(source):
-        mask[-1] = True
     return mask
 
 
