@@ -184,32 +184,18 @@ class ModelConfig:
         if self.bpe_vocab != 0 and self.bpe_vocab < 256:
             raise ConfigError(f"model.bpe_vocab must be 0 (fit to model.target_rate) or >= 256 (the byte alphabet), "
                               f"got {self.bpe_vocab}")
-        if not 0 < self.target_rate <= 1:
-            raise ConfigError("model.target_rate must be in (0, 1]")
-        if self.stages not in (1, 2):
-            raise ConfigError(f"model.stages must be 1 or 2, got {self.stages}")
+        check(0 < self.target_rate <= 1, "model.target_rate", "in (0, 1]")
+        check(self.stages in (1, 2), "model.stages", f"1 or 2, got {self.stages}")
         if self.stages == 2 and (self.arch != "hourglass" or self.chunker.kind != "rl"):
             raise ConfigError("model.stages=2 needs model.arch=hourglass and model.chunker=rl")
-        if not 0 < self.stage2_target_rate <= 1 or self.stage2_layers < 0:
-            raise ConfigError("model.stage2_target_rate must be in (0, 1] and model.stage2_layers >= 0")
-        if self.chunk_vocab < 0 or self.chunk_vocab_max_len < 1:
-            raise ConfigError("model.chunk_vocab must be >= 0 (0 = off) and model.chunk_vocab_max_len >= 1")
-        if self.ngram_vocab < 0 or (self.ngram_vocab and (not self.ngram_sizes or min(self.ngram_sizes) < 1
-                                                          or max(self.ngram_sizes) > 16)):
+        check(0 < self.stage2_target_rate <= 1, "model.stage2_target_rate", "in (0, 1] and model.stage2_layers >= 0")
+        if self.ngram_vocab and not self.ngram_sizes:  # (the numbers' ranges are checked above)
             raise ConfigError("model.ngram_vocab must be >= 0 (0 = off) and model.ngram_sizes between 1 and 16")
         if self.chunk_vocab and self.arch != "hourglass":
             raise ConfigError("model.chunk_vocab needs chunks: it is for model.arch=hourglass")
         if self.ngram_vocab and self.arch == "bpe_token":
             raise ConfigError("model.ngram_vocab is for byte models (hourglass, flat); bpe_token has a vocabulary")
-        if self.window < 1:
-            raise ConfigError("model.window must be >= 1")
-        for name in ("encoder_layers", "main_layers", "decoder_layers"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"model.{name} must be >= 0")
-        if not 0 <= self.dropout < 1:
-            raise ConfigError("model.dropout must be in [0, 1)")
-        if self.mlp_ratio <= 0:
-            raise ConfigError("model.mlp_ratio must be > 0")
+        check(0 <= self.dropout < 1, "model.dropout", "in [0, 1)")
 
 
 def validate_section(section: Section, registry: Registry, where: str | None = None) -> None:
@@ -448,10 +434,7 @@ class DataConfig:
 
     def validate(self) -> None:
         _check_numbers(self, 'data', _DATA_RANGES)
-        if not 0 < self.val_fraction < 0.5:
-            raise ConfigError("data.val_fraction must be in (0, 0.5)")
-        if self.prepare_above < 0:
-            raise ConfigError("data.prepare_above must be >= 0 (0 = never prepare into the cache)")
+        check(0 < self.val_fraction < 0.5, "data.val_fraction", "in (0, 0.5)")
 
 
 LR_SCHEDULES = ("cosine", "wsd")  # train.lr_schedule (rltok.training.schedule.lr_at)
@@ -529,43 +512,26 @@ class TrainConfig:
         return max(1, round(self.warmup_frac * steps)) if self.warmup_frac else self.warmup_steps
 
     def validate(self) -> None:
-        _check_numbers(self, 'train', _TRAIN_RANGES)
-        for name in ("seq_len", "batch_size", "grad_accum", "max_steps", "eval_batches", "log_every",
-                     "eval_every", "checkpoint_every"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"train.{name} must be >= 1")
-        for name in ("warmup_steps", "keep_checkpoints", "threads", "weight_decay"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"train.{name} must be >= 0")
-        if not 0 <= self.min_lr_ratio <= 1:
-            raise ConfigError("train.min_lr_ratio must be in [0, 1]")
-        if not 0 <= self.warmup_frac < 1:  # also rejects nan
-            raise ConfigError(f"train.warmup_frac must be in [0, 1), got {self.warmup_frac}")
-        if self.grad_clip <= 0:
-            raise ConfigError("train.grad_clip must be > 0")
+        _check_numbers(self, 'train', _TRAIN_RANGES)  # (the counts' ranges too; no number is nan or inf)
+        check(0 <= self.min_lr_ratio <= 1, "train.min_lr_ratio", "in [0, 1]")
+        check(0 <= self.warmup_frac < 1, "train.warmup_frac", f"in [0, 1), got {self.warmup_frac}")
         if self.batch_size * self.seq_len > MAX_BATCH_BYTES:
             raise ConfigError(f"train.batch_size x train.seq_len = {self.batch_size * self.seq_len:,} bytes per "
                               f"micro-batch, more than {MAX_BATCH_BYTES:,} would fit in memory; lower one of them")
         if not self.out_dir.strip():
             raise ConfigError("train.out_dir must not be empty")
-        if self.dtype not in ("auto", "fp32", "bf16"):
-            raise ConfigError(f"train.dtype must be auto, fp32 or bf16, got {self.dtype!r}")
-        if not 0 < self.lr < float("inf"):  # also rejects nan
-            raise ConfigError(f"train.lr must be a positive number, got {self.lr}")
-        if not 0 <= self.peak_flops < float("inf"):
-            raise ConfigError("train.peak_flops must be >= 0 (0 = measure)")
-        if not 0 <= self.flops_budget <= MAX_FLOPS_BUDGET:  # also rejects nan
-            raise ConfigError(f"train.flops_budget must be in [0, {MAX_FLOPS_BUDGET:.0e}] (0 = off; more is beyond "
-                              f"any run a computer can finish), got {self.flops_budget}")
-        if self.schedule_on_resume not in ("keep", "restart"):
-            raise ConfigError(f"train.schedule_on_resume must be keep or restart, got {self.schedule_on_resume!r}")
-        if self.optimizer_kernel not in OPTIMIZER_KERNELS:
-            raise ConfigError(f"train.optimizer_kernel must be one of {', '.join(OPTIMIZER_KERNELS)}, "
-                              f"got {self.optimizer_kernel!r}")
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ConfigError(f"train.lr_schedule must be {' or '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
-        if not 0 < self.cooldown_frac <= 1:  # also rejects nan
-            raise ConfigError(f"train.cooldown_frac must be in (0, 1], got {self.cooldown_frac}")
+        check(self.dtype in ("auto", "fp32", "bf16"), "train.dtype", f"auto, fp32 or bf16, got {self.dtype!r}")
+        check(self.lr > 0, "train.lr", f"a positive number, got {self.lr}")
+        check(self.peak_flops >= 0, "train.peak_flops", ">= 0 (0 = measure)")
+        check(0 <= self.flops_budget <= MAX_FLOPS_BUDGET, "train.flops_budget", f"in [0, {MAX_FLOPS_BUDGET:.0e}] (0 = "
+              f"off; more is beyond any run a computer can finish), got {self.flops_budget}")
+        check(self.schedule_on_resume in ("keep", "restart"), "train.schedule_on_resume",
+              f"keep or restart, got {self.schedule_on_resume!r}")
+        check(self.optimizer_kernel in OPTIMIZER_KERNELS, "train.optimizer_kernel",
+              f"one of {', '.join(OPTIMIZER_KERNELS)}, got {self.optimizer_kernel!r}")
+        check(self.lr_schedule in LR_SCHEDULES, "train.lr_schedule",
+              f"{' or '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
+        check(0 < self.cooldown_frac <= 1, "train.cooldown_frac", f"in (0, 1], got {self.cooldown_frac}")
 
 
 def _check_numbers(section: Any, name: str, ranges: dict[str, tuple[float, float]]) -> None:
