@@ -1,32 +1,14 @@
 """The hierarchical byte LM: encoder -> boundaries -> chunk-level main network -> decoder.
 
-    bytes -> embed -> encoder (local attention) -+-> early-exit head (next byte)
-                                                 +-> chunker -> b_t
-    downsample: the encoder vector at each boundary byte is its chunk's vector
-    main network over chunks (full causal attention, RoPE at the chunks' byte positions; the
-    batch's chunks run packed end to end, attention alone padded per sequence: pack_chunks)
-    upsample: byte t receives the main output of the latest chunk ending at or before t,
-    added to the encoder output (skip) -> decoder (local attention) -> head (next byte)
-
-HourglassLM is the byte-level Stage (stage.py, where down -> main -> up is written, once for the
-parallel pass and once for the cached step, for every level); here is what only bytes have:
-the embedding, the early-exit, value and next-byte heads, the projections between byte and
-chunk width (with the chunk vocabulary) - and the public API. Its main network is a Stack, or
-a stage over chunks (ChunkStage; model.stages=2, saved as `stage2`: chunk encoder -> a second
-policy that closes supertokens -> main network over supertokens -> chunk decoder), which may
-nest further: the levels below the bytes are a list of LevelSpec (levels.py).
-
-The forward is split by purpose, each returning an HourglassOutput:
-  - forward(idx, generator, group_size, encoder_only): the rules draw the segmentation (training,
-    evaluation; K segmentations per sequence; the tokenizer phase stops after the byte rule);
-  - score(idx, boundaries, below): a fixed segmentation (comparisons, analyses, tests);
-  - rerun(idx, out, boundaries): a counterfactual segmentation, reusing `out`'s encoder pass;
-  - prefill / step: cached decoding.
-
-Cached decoding (start_decoding / prefill / step, below the forward) runs the same modules: a
-context is read by this forward pass given a cache, then each new byte goes through the encoder
-against its caches, the boundary rule's one-byte decision (Chunker.step), the chunk level only
-when that byte closes a chunk, the decoder and the head. Causality is what makes the two agree.
+HourglassLM is the byte-level Stage (stage.py writes down -> main -> up once for the parallel
+pass and once for the cached step, for every level); here is what only bytes have: the
+embedding, the early-exit, value and next-byte heads, the projections between byte and chunk
+width (with the chunk vocabulary), and the public API. Its main network is a Stack, or a
+ChunkStage over its chunks (model.stages=2, saved as `stage2`), which may nest further: the
+levels below the bytes are a list of LevelSpec (levels.py). The passes, each returning an
+HourglassOutput: `forward` (the rules draw the segmentation), `score` (a fixed one), `rerun` (a
+counterfactual one reusing an encoder pass), and `prefill` / `step` (cached decoding, which runs
+the same modules one byte at a time: causality makes the two agree).
 """
 
 from __future__ import annotations

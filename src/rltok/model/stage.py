@@ -8,21 +8,11 @@ A Stage reads a sequence of items (the bytes, or the chunks of the stage above) 
     up: item j receives the main output of the latest chunk ending at or before j, added to its
     encoder state (skip) -> decoder
 
-HourglassLM (hourglass.py) is the byte-level stage: it adds the byte embedding, the heads and the
-projections between byte and chunk width (to_chunks / from_chunks). Its main network (`main`)
-is a Stack, or a ChunkStage over its chunks (model.stages=2: its rule groups them into
-supertokens), whose own main network is a Stack or the next ChunkStage, to any depth. Each
-chunk level is built from a LevelSpec (levels.py): width, layers and a boundary rule of any kind.
-
-Causality: the chunk ending at item s only sees items <= s and decisions <= s, and item t only
-receives chunks that end at or before t, so, level by level, the prediction for byte t+1
-depends on bytes <= t.
-
-down -> main -> up is written once for each pass and runs at every level:
-  - `hourglass`, the parallel pass (training; with `cache=`, reading a context for decoding);
-  - `hourglass_step`, one new item per row against the caches (decoding): only the rows whose
-    item closes a chunk go down a level, the others keep adding their latest chunk's output.
-Causality is what makes the two agree.
+HourglassLM (hourglass.py) is the byte-level stage; each chunk level below it is a ChunkStage
+built from a LevelSpec (levels.py). down -> main -> up is written once for the parallel pass
+(`hourglass`) and once for one new item per row against the caches (`hourglass_step`, decoding:
+only the rows whose item closes a chunk go down a level). The chunk ending at item s sees only
+items and decisions <= s, and item t receives only chunks ending at or before t, so the two agree.
 """
 
 from __future__ import annotations
