@@ -1,15 +1,9 @@
-"""What cached decoding keeps between bytes, for a batch of rows.
-
-The computing is done by the models themselves, next to their forward passes: HourglassLM and
-FlatByteLM have start_decoding() (-> a state from here), prefill(state, row, ids, ...) (read one
-row's context with the parallel forward, which fills the caches) and step(state, ids, ...) (one
-new byte per row, through the same modules). A state holds
-  - one KVCache per layer stack: sliding-window rings for the byte-level stacks, growing caches
-    for the chunk-level ones, filled by a forward pass given `prefill_cache(row)` as `cache=`;
-  - per row: the position of its next byte, its last bytes (n-gram embeddings and the chunk
-    vocabulary read them), where its open chunk started, the latest chunk's output and the
-    boundary rules' own running state.
-Every row keeps its own positions, so a batch may mix context lengths.
+"""What cached decoding keeps between bytes, for a batch of rows: one KVCache per layer stack
+(sliding-window rings for the byte-level stacks, growing caches for the chunk-level ones, filled
+by a forward pass given `prefill_cache(row)` as `cache=`) and, per row, the position of its next
+byte, its last bytes (the n-gram embeddings and the chunk vocabulary read them), where its open
+chunk started, each level's latest chunk output and the boundary rules' running state. The
+models do the computing (start_decoding, prefill, step). Rows keep their own positions.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Matmul FLOPs per byte, for compute-matched comparisons, asked of the built model.
 
 Every model answers `forward_flops(seq_len, rate, rate2, kernel)`: forward FLOPs per byte by
-component, each of its modules asked for its own (model/cost.py: a module's `flops(level)`, or
-its linear layers where it has none). FLOPs per byte = byte-level FLOPs + chunk-level FLOPs x
-rate, attention included. One multiply-add counts as 2 FLOPs; only matrix products count.
-Attention counts the (query, key) pairs the model actually uses, a causal window
-(attention="causal", the default: what runs are matched on), or with attention="kernel" what
-its kernel computes, masked pairs and padding included (a windowed kernel that reads 2 x 128
-keys is charged 256). Training costs about 3x the forward pass (backward = 2x).
-
-`ModelCost` is what training holds: the cost of a step, of the counterfactual pass and of the
-tokenizer phase, and the slope of the cost in the rate. There is no second way to cost a config:
-`run_cost` asks the model training built, or, where only a config is at hand (sizing, budget
-planning), the config's model built once on the meta device (no memory).
+component, each module asked for its own (model/cost.py), chunk-level parts scaled by the rate.
+Attention counts the (query, key) pairs the model uses (attention="causal", what runs are matched
+on) or, with attention="kernel", what its kernel computes, masked pairs and padding included.
+Training costs about 3x the forward pass. `ModelCost` is what training holds; `run_cost` is the
+one way to cost a config: its built model asked, or its model built on the meta device.
 """
 
 from __future__ import annotations
