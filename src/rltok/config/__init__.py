@@ -1,7 +1,5 @@
-"""Typed configuration: a section per component (sections.py), the registries of the components
-chosen by kind (registry.py, filled in sections.py), the plugins that add components from outside
-the package (plugins.py), named presets (presets.py), and the loader
-that applies a preset, a file and `key=value` overrides (loading.py)."""
+"""Typed configuration: the sections (sections.py), the registries of components chosen by kind
+(registry.py), plugins (plugins.py), presets (presets.py), and the loader (loading.py)."""
 
 from rltok.config.loading import (LEGACY_KEYS, REMOVED_KEYS, Config, _read_config_file, apply_dict,
                                   apply_override, load_config, with_settings)

@@ -1,11 +1,7 @@
-"""Files from folders a user hands over (a run, a checkpoint, a model, a study's records, a config
-or grid file), read within bounds, and a run folder's own files, written without following links.
-
-A handed file may be anything: too large, nested thousands of levels deep, holding a number of a
-hundred thousand digits, not text at all. Each of those is one error that names the file (a
-ConfigError unless the caller names another class), never a RecursionError or a ValueError from
-inside the parser. A link where a run folder's own file belongs is refused: following it would
-write outside the folder."""
+"""Files a user hands over (a run, a checkpoint, a model, a config or grid file), read within
+bounds: too large, nested too deep, a number too long, not text at all is each one error naming
+the file, never a RecursionError; and a run folder's own files, written without following links.
+"""
 
 from __future__ import annotations
 

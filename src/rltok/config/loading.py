@@ -1,11 +1,8 @@
 """The whole configuration and how it is built: defaults, then a preset, then a JSON/TOML file,
-then `section.key=value` overrides. Unknown keys are rejected with a suggestion, so a typo never
-silently falls back to a default; keys removed from the schema are ignored with a note when a saved
-config carries them.
-
-The plugins a config names (`plugins`) are loaded before any of its keys is read; a validated config
-also names the plugins its components come from, and its dict records where each came from
-(`plugin_sources`), so a saved run or model says what it needs."""
+then `section.key=value` overrides. Unknown keys are refused with a suggestion; keys removed from
+the schema are ignored with a note when a saved config carries them, and the older flat layout's
+keys are read where they now live. The plugins a config names are loaded before its keys are read.
+"""
 
 from __future__ import annotations
 
@@ -88,23 +85,17 @@ class Config:
 
 
 def _kind_at(cfg: Any, path: str) -> str | None:
-    """The name a registry's config path holds in a Config (None where the chosen kinds have no such path)."""
+    """The name a registry's config path holds in a Config, or in a config's mapping (a saved
+    config.json, before it is read); None where the chosen kinds have no such path."""
     obj = cfg
     for part in path.split("."):
-        if not hasattr(obj, part):
+        obj = obj.get(part) if isinstance(obj, dict) else (getattr(obj, part, None)
+                                                           if dataclasses.is_dataclass(obj) else None)
+        if obj is None:
             return None
-        obj = getattr(obj, part)
+    if isinstance(obj, dict):
+        return obj.get("kind")
     return obj.kind if isinstance(obj, Section) else obj if isinstance(obj, str) else None
-
-
-def _raw_kind(d: dict, path: str) -> str | None:
-    """The same of a config's mapping (a saved config.json), before it is read."""
-    obj: Any = d
-    for part in path.split("."):
-        if not isinstance(obj, dict) or part not in obj:
-            return None
-        obj = obj[part]
-    return obj.get("kind") if isinstance(obj, dict) else obj if isinstance(obj, str) else None
 
 
 def plugin_sources(cfg: "Config") -> dict[str, dict]:
@@ -162,7 +153,7 @@ def _require_plugins(d: dict) -> None:
         return
     unknown_kinds = {}
     for registry in REGISTRIES:
-        kind = _raw_kind(d, registry.key)
+        kind = _kind_at(d, registry.key)
         if isinstance(kind, str) and kind not in registry:
             unknown_kinds[f"{registry.key}={kind}"] = f"{registry.key} kind {kind!r}"
     if not unknown_kinds:
