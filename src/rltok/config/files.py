@@ -6,6 +6,7 @@ the file, never a RecursionError; and a run folder's own files, written without 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import stat
@@ -100,6 +101,15 @@ def read_record(path: str | Path, what: str = "run record", limit: int = 16 << 2
             warnings.warn(f"{e}; {hint}", stacklevel=2)
         return None
     return rec
+
+
+def sha256_file(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes, read in blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
 
 
 def parse_lines(text: str) -> list:

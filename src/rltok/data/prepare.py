@@ -33,8 +33,9 @@ import numpy as np
 from tqdm import tqdm
 
 from rltok.data.sources import DOC_SEP, HUB_FILE_BUILDERS, DataError, corpus_cuts, expand_paths, named_split
+from rltok.config.files import sha256_file
 from rltok.data.shards import (FORMAT, FORMAT_VERSION, HEADER_BYTES, MANIFEST, SPLITS, WORK_DIR, ShardWriter,
-                     file_sha256, is_prepared, open_prepared, read_manifest)
+                               is_prepared, open_prepared, read_manifest)
 from rltok.data.ingest import Ingest, _atomic_write, _log, copy_pieces, open_source
 from rltok.version import __version__
 
@@ -304,7 +305,7 @@ def _finish(out, source, val, want, corpus_id, shard_bytes, rule, val_fraction, 
         os.replace(tmp, index)
         splits[name] = {"bytes": writer.pos, "docs": len(lengths), "crc32": writer.crc, "shards": writer.shards,
                         "index": {"file": f"{name}/docs.npy", "bytes": index.stat().st_size,
-                                  "sha256": file_sha256(index)}}
+                                  "sha256": sha256_file(index)}}
         # shards of an abandoned earlier attempt beyond this split's end
         listed = {Path(s["file"]).name for s in writer.shards} | {"docs.npy"}
         for stray in (out / name).iterdir():

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rltok.config.files import sha256_file
 from rltok.data.sources import DOC_SEP, Corpus, DataError
 
 FORMAT = "rltok-shards"
@@ -370,15 +371,6 @@ def open_prepared(path: str | Path) -> Prepared:
     return Prepared(path, manifest)
 
 
-def file_sha256(path: Path, skip: int = 0) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        f.seek(skip)
-        while block := f.read(READ_BLOCK):
-            h.update(block)
-    return h.hexdigest()
-
-
 def verify_prepared(path: str | Path, log=None) -> dict:
     """Read every shard and index of a prepared folder and check them against the manifest's
     SHA-256 and CRC-32; DataError on the first mismatch. Returns bytes and shards checked."""
@@ -401,7 +393,7 @@ def verify_prepared(path: str | Path, log=None) -> dict:
         if crc != info["crc32"]:
             raise DataError(f"the {split} stream of {prepared.path} does not match its CRC-32 in the manifest")
         index = prepared.path / info["index"]["file"]
-        if file_sha256(index) != info["index"]["sha256"]:
+        if sha256_file(index) != info["index"]["sha256"]:
             raise DataError(f"document index {index} does not match its checksum in the manifest")
         if log:
             log(f"{split}: {info['bytes']:,} bytes in {len(info['shards'])} shard(s) verified")

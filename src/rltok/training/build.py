@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rltok.config import FAMILIES, VOCAB_SIZE, Config
+from rltok.config import FAMILIES, Config
 from rltok.data.corpus import load_corpus
 from rltok.data.sources import Corpus
 from rltok.data.windows import WindowSampler, rank_eval_windows
@@ -47,7 +47,6 @@ class Built:
     sampler: WindowSampler  # training windows; its generator is the data position
     val: tuple[torch.Tensor, torch.Tensor, bool]  # this rank's validation windows (x, y, shared)
     group_size: int  # segmentations drawn per sequence (1 for a model that draws none)
-    vocab_size: int  # the model's output vocabulary (a BPE-token model's is its own)
 
 
 def load_data(cfg: Config) -> Corpus:
@@ -79,10 +78,9 @@ def build(cfg: Config, corpus: Corpus | None = None, device: torch.device | str 
     val = rank_eval_windows(corpus.val, tc.seq_len, tc.eval_batches * tc.batch_size * dist.world_size, dist.rank,
                             dist.world_size)
     # the baseline and the rate loss' mean boundary probability are over the global batch
-    vocab_size = getattr(model, "vocab_size", VOCAB_SIZE)  # a BPE-token model's is its own
     objective = BoundaryObjective(cfg, cost, device,
                                   reduce=ddp.GlobalBatchMean(dist) if dist.enabled else LocalMean())
-    return Built(corpus, model, cost, objective, sampler, val, k, vocab_size)
+    return Built(corpus, model, cost, objective, sampler, val, k)
 
 
 def costed_model(cfg: Config, corpus: Corpus, dist: ddp.DistInfo | None = None) -> CostedModel:

@@ -1,28 +1,19 @@
-"""Training checkpoints and run folders: writing them, and finding and checking the folder to load.
-
-A model folder (model.safetensors, config.json, README.md: what `save_pretrained` writes) is
-the model layer's format, rltok.model.pretrained. A training checkpoint is such a folder plus
-the trainer state and a manifest, written under a temporary name and renamed into place
-(atomic on POSIX):
+"""Training checkpoints: writing them, and finding and checking the folder to load. A checkpoint is
+a model folder (rltok.model.pretrained) plus the trainer state and a manifest, written under a
+temporary name and renamed into place (atomic on POSIX):
 
     <run>/checkpoints/step_0000600/
         model.safetensors, config.json, README.md   exactly what save_pretrained writes
         trainer.pt          optimiser state keyed by parameter name, every RNG stream, data position, step
         dcp/                under FSDP only: every rank's shards of the model and optimiser state
-                            (torch.distributed.checkpoint, keyed by parameter name); trainer.pt
-                            then holds no optimiser state
         manifest.json       file (dcp/ files by relative path) -> sha256, written last
 
-`resolve_checkpoint` finds the folder a path stands for (a run folder: its newest valid checkpoint)
-and checks the manifest where there is one; rltok.training.loading (`load`, `load_checkpoint`,
-`from_pretrained`, every command that takes `-c`) builds the model from it. Checkpoints written
-before this format (config.json without the metadata keys, no README.md, optimiser state keyed by
-integer ids) load the same.
+`resolve_checkpoint` finds the folder a path stands for (a run folder: its newest valid
+checkpoint); rltok.training.loading builds the model from it. Older checkpoints load the same.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
@@ -34,6 +25,7 @@ from pathlib import Path
 import torch
 
 from rltok.config import Config
+from rltok.config.files import sha256_file
 # the model folder's format; names kept here for callers
 from rltok.model.pretrained import (CARD, CONFIG, META_KEYS, MODEL_FILES, WEIGHTS, CheckpointError,  # noqa: F401
                                     PretrainedError, clean_results, model_config_of, write_model_files)
@@ -44,14 +36,6 @@ MANIFEST = "manifest.json"
 SHARDED = "dcp"  # FSDP's sharded model and optimiser state, a folder inside the checkpoint
 REQUIRED = (WEIGHTS, CONFIG)  # what a manifest must list
 _STEP_DIR = re.compile(r"step_\d+")
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _fsync_dir(path: Path) -> None:
@@ -165,7 +149,7 @@ def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module | Non
         if trainer_state is not None:
             torch.save(trainer_state, tmp / TRAINER)
         files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
-        manifest = {"step": step, "files": {name: _sha256(tmp / name) for name in files}}
+        manifest = {"step": step, "files": {name: sha256_file(tmp / name) for name in files}}
         for name in files:
             with open(tmp / name, "rb+") as f:
                 os.fsync(f.fileno())
@@ -227,7 +211,7 @@ def verify_checkpoint(path: Path) -> None:
         f = path / name
         if not f.is_file():
             raise CheckpointError(f"checkpoint {path}: {name} is missing")
-        if _sha256(f) != digest:
+        if sha256_file(f) != digest:
             raise CheckpointError(f"checkpoint {path}: {name} is corrupt (checksum mismatch)")
 
 

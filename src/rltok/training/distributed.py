@@ -1,12 +1,7 @@
-"""Data-parallel plumbing for `torchrun`: process-group set-up from its environment variables,
-global means across ranks, and sharding helpers.
-
-Nothing here does anything in a plain single process (WORLD_SIZE unset or 1): every helper
-then returns its input unchanged, so single-process training stays bit-identical.
-
-The invariant the trainer relies on: an N-rank run with per-rank batch B/N sees exactly the
-batch (windows and boundary noise) of a 1-process run with batch B. Every rank draws the same
-global random numbers from identically seeded generators and keeps its own slice of rows.
+"""Data-parallel plumbing for `torchrun`: process-group set-up from its environment, global means
+across ranks, sharding helpers. In one process every helper returns its input unchanged. The
+invariant: an N-rank run with per-rank batch B/N sees exactly the windows and boundary noise of a
+1-process run with batch B (every rank draws the global random numbers and keeps its rows).
 """
 
 from __future__ import annotations
@@ -73,10 +68,6 @@ def env_ranks() -> tuple[int, int, int]:
         if rank >= world or local >= world:
             raise ConfigError(f"the environment says {shown}: a rank must be below WORLD_SIZE")
     return rank, world, local
-
-
-def env_world_size() -> int:
-    return env_ranks()[1]
 
 
 def init_from_env(device_type: str, timeout_s: float = 1800.0) -> DistInfo:
@@ -157,13 +148,9 @@ def mean_of_sums(values: dict[str, torch.Tensor | float], info: DistInfo, device
 
 
 class GlobalBatchMean:
-    """The per-position batch mean over the *global* batch, for `compute_loss(batch_mean=...)`.
-
-    Called on a (B_local, T) tensor it all-reduces the per-position sums and the row count
-    (one collective of T+1 numbers), so the batch-relative baseline is the same one a
-    single process would compute over all B rows. `masked_mean(x, mask)` is the global
-    scalar counterpart (the rate loss' stop-gradient mean boundary probability). Inputs are
-    detached quantities; the collectives carry no gradient."""
+    """The per-position batch mean over the *global* batch (one collective of T+1 numbers), for
+    `compute_loss(batch_mean=...)`, and `masked_mean(x, mask)`, its global scalar counterpart. Of
+    detached quantities: the collectives carry no gradient."""
 
     def __init__(self, info: DistInfo):
         self.info = info

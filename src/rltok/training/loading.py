@@ -1,16 +1,9 @@
-"""The one place that loads a trained model, from whatever holds it:
-
-- a model folder (what `save_pretrained` writes: model.safetensors, config.json, README.md),
-- a training checkpoint folder (the same files plus trainer.pt and a manifest, checked against it),
-- a run folder (its newest valid checkpoint, older ones with a warning when the newest is corrupt),
-- or a Hugging Face Hub repo id (`hub=True`, when no such local path exists).
-
-`load` returns everything (`Loaded`); `load_checkpoint` is its shape for training and evaluation,
-`from_pretrained` its shape for people who use models (eval mode, `PretrainedError`). The command
-line, the analysis instruments and the lm-eval adapter all load through here. The files'
-formats stay where they are written: the model folder in rltok.model.pretrained, the checkpoint
-(manifest, trainer.pt, which folder of a run to use) in rltok.training.checkpoint. A model class's
-own `from_pretrained` (HourglassLM.from_pretrained) reads a model folder of that class only.
+"""The one place that loads a trained model, from whatever holds it: a model folder (what
+`save_pretrained` writes), a training checkpoint (the same plus trainer.pt and a manifest, checked
+against it), a run folder (its newest valid checkpoint) or a Hugging Face Hub repo id. `load`
+returns everything; `load_checkpoint` is its shape for training and evaluation, `from_pretrained`
+its shape for people who use models. The formats stay where they are written
+(rltok.model.pretrained, rltok.training.checkpoint).
 """
 
 from __future__ import annotations

@@ -22,11 +22,9 @@ class IntervalMeter:
     `sums`/`n` are part of the trainer state, so the first record after a resume averages the
     same steps as the uninterrupted run's."""
 
-    def __init__(self, cfg, dist: ddp.DistInfo, device: torch.device, seq_len: int, vocab_size: int, cost):
-        self.cfg, self.dist, self.device = cfg, dist, device
-        self.seq_len, self.vocab_size = seq_len, vocab_size
-        # what the model costs (rltok.model.flops.ModelCost of the trainer's built model)
-        self.cost = cost.at(seq_len)
+    def __init__(self, dist: ddp.DistInfo, device: torch.device, seq_len: int, cost):
+        self.dist, self.device = dist, device
+        self.cost = cost.at(seq_len)  # what the model costs (the trainer's ModelCost)
         self.sums: dict[str, torch.Tensor] = {}
         self.n = 0
         self.t_last = time.perf_counter()

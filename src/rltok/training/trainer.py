@@ -21,8 +21,8 @@ from rltok.training.run_lock import RunLock
 from rltok.training.schedule import anchored_progress, cooldown_left, lr_at  # noqa: F401 - lr_at: re-exported
 from rltok.training.state import TrainState, check_resumable
 from rltok.training.loading import load_checkpoint
-from rltok.training.checkpoint import (SHARDED, CheckpointError, checkpoint_step, list_checkpoints, run_results,
-                                      save_checkpoint, stage_checkpoint)
+from rltok.training.checkpoint import (SHARDED, CheckpointError, checkpoint_step, clean_stale, list_checkpoints,
+                                      run_results, save_checkpoint, stage_checkpoint)
 from rltok.config import Config
 from rltok.data.sources import Corpus
 from rltok.training.device import resolve_device, resolve_dtype
@@ -142,7 +142,7 @@ class Trainer:
         # the data pipeline, the model, its cost and the objective: everything the config describes
         built = build(cfg, corpus, self.device, self.dist, costed)
         self.corpus, self.model, self.cost, self.objective = built.corpus, built.model, built.cost, built.objective
-        self.sampler, self.group_size, self.vocab_size = built.sampler, built.group_size, built.vocab_size
+        self.sampler, self.group_size = built.sampler, built.group_size
         self.val_x, self.val_y, self.val_shared = built.val
         # identifies the training bytes, so a resume can tell when the data changed under it
         self.data_id = self.corpus.fingerprint()
@@ -165,7 +165,7 @@ class Trainer:
         self.noise = RowShard(self.boundary_gen, self.dist.rank, self.dist.world_size) if self.dist.enabled \
             else self.boundary_gen
         self.peak_flops = tc.peak_flops or None  # found when fit() starts if not given (rltok.training.peak)
-        self.meter = IntervalMeter(cfg, self.dist, self.device, self.sampler.seq_len, self.vocab_size, self.cost)
+        self.meter = IntervalMeter(self.dist, self.device, self.sampler.seq_len, self.cost)
         self.stop = StopRequest(self._log, across_ranks=self.dist.enabled)
         self.state = TrainState(self.model, self.opt, self.sampler, self.boundary_gen, self.objective, self.meter,
                                 self.report, self.device, self.dist, self.data_id)
@@ -197,7 +197,7 @@ class Trainer:
 
     def _resume(self) -> None:
         if self.dist.is_main:
-            run_folder.tidy_for_resume(self.run_dir)
+            clean_stale(self.run_dir)  # what killed checkpoint writers left, before the newest is chosen
         ddp.barrier(self.dist)
         if not list_checkpoints(self.run_dir):
             self._log(f"no checkpoint in {self.run_dir}: starting from scratch")
