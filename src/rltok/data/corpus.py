@@ -106,22 +106,15 @@ def resolve_split(spec: str, split: str, fallback: bool = False) -> str:
 
 def load_eval_bytes(spec: str, split: str = "val", max_bytes: int = 0, val_fraction: float = 0.02,
                     *, prepare_above: int | None = None, cache_dir: str = "", fallback: bool = False) -> torch.Tensor:
-    """Bytes to evaluate on: the named split of a split folder or of a prepared folder, else
-    exactly the val bytes `load_corpus` holds out (split="val": whole documents or document
-    tails, see `split_documents`) or the whole source (split="all"); documents separated by
-    DOC_SEP. From a prepared folder the result is a byte stream read on demand. A split the
-    source does not have is an error (`resolve_split`; with `fallback`, val is used instead)."""
+    """Bytes to evaluate on: the named split of a split or prepared folder, else exactly the val
+    bytes `load_corpus` holds out, or the whole source (split="all"). A split the source does not
+    have is an error (`resolve_split`; with `fallback`, val instead)."""
     split = resolve_split(spec, split, fallback)
-    if spec.startswith("mix:"):
-        if split != "val":
-            raise DataError(f"a mix: source has only its sources' val splits, not {split!r}")
+    if spec.startswith("mix:"):  # (resolve_split leaves only its val split)
         return load_corpus(spec, val_fraction=val_fraction).val
     from rltok.data.shards import is_prepared, open_prepared
 
-    if is_prepared(spec):
-        if split == "all":
-            raise DataError(f"{spec} is a prepared corpus: its splits are kept, not the whole source; "
-                            "evaluate on --split train, val or test")
+    if is_prepared(spec):  # (resolve_split leaves only its own splits)
         stream = open_prepared(spec).stream(split)
         return stream.prefix(max_bytes) if max_bytes else stream
     named = named_split(spec, split)

@@ -255,10 +255,9 @@ def _stream_len(lengths: np.ndarray) -> int:
 
 
 def split_cuts(keys, lengths, val_fraction: float) -> tuple[np.ndarray, str]:
-    """The rule of `split_documents` on the documents' keys (`doc_key`) and lengths alone, so that
-    a corpus prepared on disk splits exactly as one read into memory: for each document, how
-    many of its first bytes go to train (the rest is held out), and the rule ("documents" or
-    "tails")."""
+    """The rule of `split_documents` on the documents' keys (`doc_key`) and lengths alone (so a
+    prepared corpus splits exactly as one in memory): how many of each document's first bytes go to
+    train, and the rule ("documents" or "tails")."""
     lengths = np.asarray(lengths, dtype=np.int64)
     keys = np.asarray(keys, dtype=np.uint64)
     total = int(lengths.sum())
@@ -296,15 +295,10 @@ def corpus_cuts(keys, lengths, val_fraction: float) -> tuple[np.ndarray, str]:
 
 def split_documents(docs: list[bytes], val_fraction: float) -> tuple[list[bytes], list[bytes], str]:
     """(train documents, val documents, rule) for a source without an explicit val split.
-
-    "documents": with at least MIN_DOCS_FOR_DOC_SPLIT non-empty documents, whole documents are
-    held out. They are taken in the order of a hash of their bytes (so neither file order nor
-    file names matter, and identical documents always land on the same side), skipping any
-    that would take the held-out bytes past twice val_fraction, until val_fraction of the
-    bytes is held out. Train and val then share no document.
-    "tails": otherwise (too few documents, none small enough, or nothing left to train on) the
-    last val_fraction of every document is held out, as in enwik8-style splits.
-    Both keep the documents in their original order on each side."""
+    "documents": with at least MIN_DOCS_FOR_DOC_SPLIT documents, whole documents are held out, in
+    the order of a hash of their bytes (identical ones land on the same side), skipping any that
+    would pass twice val_fraction, until val_fraction of the bytes is. "tails": otherwise the last
+    val_fraction of every document. Both keep the documents' order on each side."""
     docs = [d for d in docs if d]
     cuts, rule = split_cuts([doc_key(d) for d in docs], [len(d) for d in docs], val_fraction)
     train = [d[:c] for d, c in zip(docs, cuts.tolist())]
@@ -337,9 +331,8 @@ class Corpus:
         return f"{self.source}{where}: {len(self.train):,} train bytes, {len(self.val):,} val bytes{skipped}{rule}"
 
     def fingerprint(self) -> dict:
-        """Identifies the training bytes, so a resume can tell when the data changed under it. A
-        prepared stream's CRC-32 comes from its manifest (nothing is read); it equals the CRC of
-        the same bytes loaded into memory, so the two are interchangeable."""
+        """Identifies the training bytes, so a resume can tell when the data changed under it (a
+        prepared stream's CRC-32 comes from its manifest and equals the in-memory one)."""
         crc = self.train.crc32() if hasattr(self.train, "crc32") else zlib.crc32(self.train.contiguous().numpy())
         return {"train_bytes": len(self.train), "crc32": crc}
 

@@ -16,14 +16,10 @@ def take_windows(data, starts: torch.Tensor, length: int) -> torch.Tensor:
 
 
 class WindowSampler:
-    """Random (x, y) windows of seq_len+1 bytes; its RNG state is the data position.
-
-    Data-parallel sharding: with `world_size` N every rank draws the starts of the whole global
-    batch (batch_size * N windows) from the same seeded generator and keeps its own block of
-    batch_size rows, so N ranks together see exactly the batch one process with batch_size * N
-    would, and the generator state stays identical on every rank. Each rank reads only its own
-    windows. `data` is a uint8 tensor or a byte stream (rltok.data.shards); a stream that draws its
-    own starts (a weighted mixture of sources) is asked for them."""
+    """Random (x, y) windows of seq_len+1 bytes; its RNG state is the data position. With
+    `world_size` N every rank draws the starts of the whole global batch from the same generator
+    and reads only its own block of rows (the batch one process with batch_size * N would see).
+    `data` is a uint8 tensor or a byte stream; a mixture of sources draws its own starts."""
 
     def __init__(self, data: torch.Tensor, batch_size: int, seq_len: int, seed: int = 0,
                  rank: int = 0, world_size: int = 1):
