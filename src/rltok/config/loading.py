@@ -253,45 +253,34 @@ REMOVED_KEYS: dict[str, str] = {f"objective.{k}": why for k, why in {
 # lines), and where each now lives: a component's settings moved into its own section. A saved
 # config still loads (one note says it was read in the old layout); a key that belongs to another
 # kind than the one chosen is dropped when it holds its old default and noted otherwise.
-LEGACY_KEYS: dict[str, tuple[str, ...]] = {
-    "model.policy_window": ("model.chunker.window",),
-    "model.policy_detach": ("model.chunker.detach",),
-    "model.fixed_stride": ("model.chunker.stride",),
-    "model.hnet_ratio_weight": ("model.chunker.ratio_weight",),
-    "model.gumbel_temperature": ("model.chunker.temperature",),
-    "model.gumbel_prior_weight": ("model.chunker.prior_weight",),
-    "objective.gamma": ("objective.estimator.gamma",),
-    "objective.baseline": ("objective.estimator.baseline",),
-    "objective.gae_lambda": ("objective.estimator.gae_lambda",),
-    "objective.normalize_advantages": ("objective.estimator.normalize_advantages",),
-    "objective.flip_stride": ("objective.estimator.stride",),
-    "objective.flip_model_pass": ("objective.estimator.model_pass",),
-    "objective.lexicon_weight": ("objective.estimator.lexicon.weight",),
-    "objective.lexicon_size": ("objective.estimator.lexicon.size",),
-    "objective.lexicon_decay": ("objective.estimator.lexicon.decay",),
-    "objective.rate_control": ("objective.rate.kind",),
-    "objective.rate_weight": ("objective.rate.weight",),
-    "objective.lagrange_lr": ("objective.rate.lr", "objective.estimator.price.lr"),
-    "objective.lagrange_gain": ("objective.rate.gain", "objective.estimator.price.gain"),
-    "objective.compute_price": ("objective.rate.compute_price",),
-    "objective.cost_estimator": ("objective.rate.cost_estimator",),
+LEGACY_KEYS: dict[str, tuple[tuple[str, ...], Any]] = {  # old key -> (where it lives now, its old default)
+    "model.policy_window": (("model.chunker.window",), 1),
+    "model.policy_detach": (("model.chunker.detach",), False),
+    "model.fixed_stride": (("model.chunker.stride",), 5),
+    "model.hnet_ratio_weight": (("model.chunker.ratio_weight",), 0.03),
+    "model.gumbel_temperature": (("model.chunker.temperature",), 1.0),
+    "model.gumbel_prior_weight": (("model.chunker.prior_weight",), 1.0),
+    "objective.gamma": (("objective.estimator.gamma",), 0.99),
+    "objective.baseline": (("objective.estimator.baseline",), "batch"),
+    "objective.gae_lambda": (("objective.estimator.gae_lambda",), 0.95),
+    "objective.normalize_advantages": (("objective.estimator.normalize_advantages",), False),
+    "objective.flip_stride": (("objective.estimator.stride",), 16),
+    "objective.flip_model_pass": (("objective.estimator.model_pass",), True),
+    "objective.lexicon_weight": (("objective.estimator.lexicon.weight",), 0.0),
+    "objective.lexicon_size": (("objective.estimator.lexicon.size",), 1 << 20),
+    "objective.lexicon_decay": (("objective.estimator.lexicon.decay",), 0.995),
+    "objective.rate_control": (("objective.rate.kind",), "penalty"),
+    "objective.rate_weight": (("objective.rate.weight",), 0.01),
+    "objective.lagrange_lr": (("objective.rate.lr", "objective.estimator.price.lr"), 0.2),
+    "objective.lagrange_gain": (("objective.rate.gain", "objective.estimator.price.gain"), 5.0),
+    "objective.compute_price": (("objective.rate.compute_price",), 0.0),
+    "objective.cost_estimator": (("objective.rate.cost_estimator",), "exact"),
     # the flips' credit price was a switch and a mode: now one section with a kind
-    "objective.flip_rate_control": ("objective.estimator.price.kind",),
-    "objective.rate_price": ("objective.estimator.price.kind",),
+    "objective.flip_rate_control": (("objective.estimator.price.kind",), False),
+    "objective.rate_price": (("objective.estimator.price.kind",), "target"),
 }
 # the old keys that choose a kind: applied before the settings that kind may own
-LEGACY_KIND_KEYS = frozenset(k for k, paths in LEGACY_KEYS.items() if paths[0].endswith(".kind"))
-# the old keys' defaults: a saved config carries every key, most of them at these
-LEGACY_DEFAULTS: dict[str, Any] = {
-    "model.policy_window": 1, "model.policy_detach": False, "model.fixed_stride": 5,
-    "model.hnet_ratio_weight": 0.03, "model.gumbel_temperature": 1.0, "model.gumbel_prior_weight": 1.0,
-    "objective.gamma": 0.99, "objective.baseline": "batch", "objective.gae_lambda": 0.95,
-    "objective.normalize_advantages": False, "objective.flip_stride": 16, "objective.flip_model_pass": True,
-    "objective.lexicon_weight": 0.0, "objective.lexicon_size": 1 << 20, "objective.lexicon_decay": 0.995,
-    "objective.rate_control": "penalty", "objective.rate_weight": 0.01, "objective.lagrange_lr": 0.2,
-    "objective.lagrange_gain": 5.0, "objective.compute_price": 0.0, "objective.cost_estimator": "exact",
-    "objective.flip_rate_control": False, "objective.rate_price": "target",
-}
+LEGACY_KIND_KEYS = frozenset(k for k, (paths, _) in LEGACY_KEYS.items() if paths[0].endswith(".kind"))
 
 
 def _legacy_value(key: str, value: Any) -> Any:
@@ -414,12 +403,12 @@ def _apply_legacy(root: Any, key: str, value: Any, notes: list[str]) -> None:
     given, value = value, _legacy_value(key, value)
     if value is None or (value == "target" and _price_kind(root) not in (None, "none")):
         return  # the old switch turns a price on; it never overrides the mode chosen with it
-    applied = [path for path in LEGACY_KEYS[key] if _set_path(root, path, value)]
+    applied = [path for path in LEGACY_KEYS[key][0] if _set_path(root, path, value)]
     if applied:
         notes.append(f"{key} -> {applied[0]}")
         return
-    here = " or ".join(LEGACY_KEYS[key])
-    if given != LEGACY_DEFAULTS.get(key):
+    here = " or ".join(LEGACY_KEYS[key][0])
+    if given != LEGACY_KEYS[key][1]:
         warnings.warn(f"{key}={given!r} ignored: it is now {here}, which the chosen kind does not have", stacklevel=3)
 
 
