@@ -271,11 +271,9 @@ class TargetPriceSettings(Section):
 
 @dataclass
 class FlipsSettings(Section):
-    """Counterfactual flips: one extra pass without gradients through the chunk level and decoder
-    with every `stride`-th free decision flipped; each flipped decision gets the loss change up to
-    the next flip as its own credit (a truncated local-expectation gradient), centred and scaled
-    over the flips. Exact in expectation for a window-1 policy when a decision's effect ends
-    within `stride` bytes."""
+    """Counterfactual flips: every `stride`-th free decision flipped in one extra no-grad pass after
+    the encoder, each credited with the loss change up to the next flip (a truncated
+    local-expectation gradient), centred and scaled over the flips."""
     kind: str = "flips"
     stride: int = 16
     # False: no counterfactual model pass, the credit is the lexicon's alone (a decision moves the

@@ -1,8 +1,6 @@
-"""The training loop: build the model, optimiser and objective; step (AdamW, warm-up then cosine or
-"wsd", clipping, accumulation); validate; checkpoint (and under "wsd" the state before the cool-down). Around it, each in a module of its own: the run
-folder's rules (run_folder), stopping on a signal (signals), what a record holds and what the
-user sees (metrics), where records go (tracking: JSONL, TensorBoard, W&B), and the TrainState
-that trainer.pt holds (state).
+"""The training loop: build the model, optimiser and objective; step (AdamW, the learning-rate
+schedule, clipping, accumulation); validate; checkpoint. Around it, each in a module of its own:
+the run folder's rules (run_folder), signals, metrics, tracking and the saved state (state).
 """
 
 from __future__ import annotations
@@ -176,10 +174,6 @@ class Trainer:
             self._resume()
 
     # ---- checkpoints ---------------------------------------------------------------------------
-    def trainer_state(self) -> dict:
-        """Everything besides the weights that the next step depends on (rltok.training.state)."""
-        return self.state.state_dict()
-
     # the counters live in the train state, which is saved and restored whole
     step = _state_counter("step")
     bytes_seen = _state_counter("bytes_seen")
@@ -224,7 +218,7 @@ class Trainer:
             raise TrainingDiverged(f"parameters are not finite at step {self.step}; refusing to overwrite "
                                    f"good checkpoints in {self.run_dir / 'checkpoints'}. Try a lower train.lr.")
         weights = ddp.full_model_state(self.model, self.dist) if ddp.is_fsdp(self.model) else None
-        state = self.trainer_state()
+        state = self.state.state_dict()  # everything besides the weights the next step depends on
         root, keep, results = self.run_dir, self.cfg.train.keep_checkpoints, None
         if branch:  # marked, so that a branch can tell it from a checkpoint taken inside the cool-down
             state["branch_point"] = True
