@@ -83,10 +83,6 @@ def is_loaded(spec: str) -> bool:
     return spec in _loaded or (not is_file_spec(spec) and ":" not in spec and spec in sys.modules)
 
 
-def loaded() -> dict[str, Origin]:
-    return dict(_loaded)
-
-
 @contextmanager
 def _registering(origin: Origin) -> Iterator[None]:
     _loading.append(origin)

@@ -3,7 +3,7 @@ train/validation split rule shared by the in-memory loader and `rltok prepare`.
 
 Everything is read as raw bytes: any byte string is valid input, no decoding ever happens.
 Documents (files, hub records) are joined into one stream with DOC_SEP between them.
-Splits are deterministic (see `split_documents`): a folder holding `train*` and `val*` (and
+Splits are deterministic (see `split_cuts`): a folder holding `train*` and `val*` (and
 `test*`) files uses them as given; otherwise a source of at least MIN_DOCS_FOR_DOC_SPLIT
 documents holds out whole documents, chosen by a hash of their bytes, so train and val share
 no document; a smaller source holds out the last `val_fraction` of every document.
@@ -255,9 +255,12 @@ def _stream_len(lengths: np.ndarray) -> int:
 
 
 def split_cuts(keys, lengths, val_fraction: float) -> tuple[np.ndarray, str]:
-    """The rule of `split_documents` on the documents' keys (`doc_key`) and lengths alone (so a
-    prepared corpus splits exactly as one in memory): how many of each document's first bytes go to
-    train, and the rule ("documents" or "tails")."""
+    """How many of each document's first bytes go to train, and the rule, from the documents' keys
+    (`doc_key`) and lengths alone (so a prepared corpus splits exactly as one in memory).
+    "documents": with at least MIN_DOCS_FOR_DOC_SPLIT documents, whole documents are held out, in
+    the order of their hash (identical ones land on the same side), skipping any that would pass
+    twice val_fraction, until val_fraction of the bytes is. "tails": otherwise the last
+    val_fraction of every document."""
     lengths = np.asarray(lengths, dtype=np.int64)
     keys = np.asarray(keys, dtype=np.uint64)
     total = int(lengths.sum())
@@ -293,21 +296,6 @@ def corpus_cuts(keys, lengths, val_fraction: float) -> tuple[np.ndarray, str]:
     return np.clip(cut - seen, 0, lengths), "stream"
 
 
-def split_documents(docs: list[bytes], val_fraction: float) -> tuple[list[bytes], list[bytes], str]:
-    """(train documents, val documents, rule) for a source without an explicit val split.
-    "documents": with at least MIN_DOCS_FOR_DOC_SPLIT documents, whole documents are held out, in
-    the order of a hash of their bytes (identical ones land on the same side), skipping any that
-    would pass twice val_fraction, until val_fraction of the bytes is. "tails": otherwise the last
-    val_fraction of every document. Both keep the documents' order on each side."""
-    docs = [d for d in docs if d]
-    cuts, rule = split_cuts([doc_key(d) for d in docs], [len(d) for d in docs], val_fraction)
-    train = [d[:c] for d, c in zip(docs, cuts.tolist())]
-    val = [d[c:] for d, c in zip(docs, cuts.tolist())]
-    if rule == "documents":
-        return [d for d in train if d], [v for v in val if v], rule
-    return train, [v for v in val if v], rule
-
-
 @dataclass
 class Corpus:
     # uint8 tensors, or byte streams read from a prepared folder without loading it
@@ -318,7 +306,7 @@ class Corpus:
     skipped_files: int = 0  # unreadable or empty files left out while reading
     # how val was made: "given" (an explicit val source or train.*/val.* files), "documents"
     # (whole held-out documents), "tails" (the end of every document), "stream" (the end of a
-    # tiny corpus); see split_documents
+    # tiny corpus); see split_cuts
     split: str = ""
     prepared: str = ""  # the prepared folder the streams are read from, if any
 
