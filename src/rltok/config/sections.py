@@ -1,11 +1,7 @@
-"""The configuration's sections: one typed dataclass per component (model, objective, data,
-train), each declaring, commenting and validating its own keys. A component chosen by kind (the
-boundary rule, the estimator, the reward, the rate control, the flips' credit price) is a nested
-section whose `kind` names a registry entry and whose other keys are that kind's own settings:
-`model.chunker: {kind: rl, window: 1}`, `objective.estimator: {kind: flips, stride: 16,
-lexicon: {weight: 1.0}}`, `objective.rate: {kind: lagrange, lr: 0.2}`. The registries
-(CHUNKERS, FAMILIES, ESTIMATORS, REWARDS, RATES, CREDIT_PRICES, COST_ESTIMATORS) are filled at
-the end of this file."""
+"""The configuration's sections: one typed dataclass per section (model, objective, data, train),
+each declaring, commenting and validating its own keys. A component chosen by kind is a nested
+section whose `kind` names a registry entry and whose other keys are that kind's own settings
+(`model.chunker: {kind: rl, window: 1}`). The registries' built-in entries are at the end."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
-"""The one place the objective is read from the config: the registries (one entry per kind) and
-the functions that turn a config into the list of terms (build_objective) and, for tests and
-tools holding a bare ObjectiveConfig, into the same terms without a trainer (terms_of_objective).
-
-Adding an estimator, a reward or a rate control is one class and one entry here: an estimator is
-built as `cls(reward, EstimatorSettings, lexicon, credit_price)`, a reward as `cls()`, a rate
-control as `cls(RateSettings)` (a rate.PriceTerm; its `multiplier`, if any, joins the chunk price).
+"""The one place the objective is read from the config: the config's registries turned into the
+list of terms (build_objective) and, for tests and tools holding a bare ObjectiveConfig, the same
+terms without a trainer (terms_of_objective). An estimator is built as `cls(reward,
+EstimatorSettings, lexicon, credit_price)`, a reward as `cls()`, a rate control as
+`cls(RateSettings)`, a cost estimator (objective.rate.cost_estimator) as `cls(ChunkPrice, pg_weight)`.
 """
 
 from __future__ import annotations
@@ -22,11 +20,6 @@ from rltok.objective.rewards import make_reward
 from rltok.objective.score_function import Returns
 from rltok.objective.supertokens import Supertokens
 from rltok.objective.terms import ObjectiveTerms, PolicyTerms
-
-# The components come from the config's registries (rltok.config: ESTIMATORS, REWARDS, RATES,
-# CREDIT_PRICES), one per kind. How a chunk price reaches the policy is a setting of every rate
-# control (objective.rate.cost_estimator), whose names COST_ESTIMATORS holds: a class built as
-# cls(ChunkPrice, pg_weight).
 
 LEXICON_CONCENTRATION = 100.0  # the Dirichlet process' weight of the base model (never tuned)
 

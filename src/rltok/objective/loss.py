@@ -1,14 +1,10 @@
-"""The training objective of the hierarchical LM: an explicit, ordered list of terms.
+"""The training objective of the hierarchical LM: an explicit, ordered list of terms,
 
     L = (1 - alpha) CE_final + alpha CE_early + [the rule's own loss]
-        + [the boundary estimator's terms] + [each price or penalty on the rate] + [supertokens]
+        + [the boundary estimator's terms] + [each price or penalty on the rate] + [supertokens],
 
-`compute_loss` adds up the terms built once from the config (build.py): the LM terms
-(lm_terms.py), the boundary estimator with its reward (score_function.py, flips_estimator.py),
-the prices and penalties on the rate (rate.py, credit_prices.py), and a two-stage model's
-supertoken terms (supertokens.py). What one term computes for another is passed on explicitly:
-the estimator's reward (which a price may reshape first), the returns the supertoken policy is
-credited with. It never branches on which estimator, reward or rate control runs.
+built once from the config (build.py) and added up by `compute_loss`, which never branches on
+which estimator, reward or rate control runs (docs/ARCHITECTURE.md, one training step).
 `BoundaryObjective` is what the trainer holds: those terms, the warm start, the flips' random
 stream and the FLOPs meter.
 """

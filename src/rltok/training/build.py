@@ -1,11 +1,7 @@
-"""Everything a config describes, built once, in the order training reads it: the data (the corpus,
-the sampler of training windows, the validation windows), the model (with its data-fitted parts
-the same on every rank) and what a step of it costs, and the objective (its list of terms).
-
-After `build` nothing reads a component's kind from the config: the model, its boundary rule and
-the objective answer for themselves (`model.hierarchical`, `model.chunker.learned`, `cost`, ...).
-The trainer adds only what belongs to the run: the device wrappers, the optimiser, the noise
-streams, the meters and the saved state.
+"""Everything a config describes, built once, in the order training reads it: the data, the model
+(its data-fitted parts the same on every rank) with what a step of it costs, and the objective.
+After `build` nothing reads a component's kind from the config; the trainer adds only what belongs
+to the run (docs/ARCHITECTURE.md, built once).
 """
 
 from __future__ import annotations
