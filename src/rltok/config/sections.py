@@ -132,13 +132,10 @@ class ModelConfig:
     # go below ~0.24 tokens/byte on our corpora) or "line" (tokens may span words, not lines)
     bpe_pretokenize: str = "gpt2"
     # BPE vocabulary for arch=bpe_token and chunker=bpe: 0 = sized so its tokens per byte come
-    # closest to target_rate (rltok.data.bpe.fit_bpe_to_rate; with gpt2 pre-tokenisation 0.2 is out
-    # of reach, so the largest vocabulary the 4 MB sample supports), otherwise exactly this many
-    # tokens (>= 256, the byte alphabet), trained on the same sample; target_rate is then unused.
+    # closest to target_rate (rltok.data.bpe.fit_bpe_to_rate), otherwise exactly this many (>= 256)
     bpe_vocab: int = 0
-    # bytes of the training split the BPE (arch=bpe_token, chunker=bpe) learns its merges on: a
-    # random sample of blocks (and, to size a vocabulary to target_rate, a held-out quarter of
-    # this, at most 1 MB). The model records what it read as `tokenizer_fit_bytes`.
+    # bytes of the training split (random blocks) the BPE learns its merges on; sizing a vocabulary
+    # to target_rate also reads a held-out quarter of this, at most 1 MB
     bpe_sample_bytes: int = 4_000_000
     # stages=2: chunks of chunks. A chunk-level encoder (stage2_layers, full causal attention),
     # a second RL policy that groups chunks into supertokens at stage2_target_rate supertokens
@@ -146,16 +143,12 @@ class ModelConfig:
     stages: int = 1
     stage2_layers: int = 1
     stage2_target_rate: float = 0.33
-    # A learned vocabulary of chunks: the content of each chunk (its last chunk_vocab_max_len
-    # bytes and its length) is hashed into chunk_vocab embeddings added to the chunk vector before
-    # the main network (0 = off). Parameters and memory, no FLOPs: recurring chunks get their own
-    # vector, so where the boundaries fall starts to matter (rltok.model.chunk_vocab).
+    # A learned vocabulary of chunks: each chunk's content (its last chunk_vocab_max_len bytes and its
+    # length) hashed into chunk_vocab embeddings added before the main network (0 = off; model.chunk_vocab)
     chunk_vocab: int = 0
     chunk_vocab_max_len: int = 16
-    # Hashed byte n-gram embeddings (Byte Latent Transformer): for each byte, the n-grams ending at
-    # it (n in ngram_sizes) are hashed into ngram_vocab rows per n, and their vectors are added to
-    # the byte embedding (0 = off). On the hourglass and on the flat byte model; a lookup, no
-    # matrix product (rltok.model.ngram_embed).
+    # Hashed byte n-gram embeddings (Byte Latent Transformer): the n-grams ending at each byte (n in
+    # ngram_sizes) hashed into ngram_vocab rows per n, added to its embedding (0 = off; model.ngram_embed)
     ngram_vocab: int = 0
     ngram_sizes: tuple[int, ...] = (3, 4, 5, 6)
     # Run the chunk-level layers on the batch's real chunks only, packed end to end (attention
@@ -345,11 +338,9 @@ REGISTRIES = (CHUNKERS, FAMILIES, ESTIMATORS, REWARDS, RATES, CREDIT_PRICES, COS
 
 @dataclass
 class ObjectiveConfig:
-    # Which boundary-learning recipe the keys below start from (RECIPES): "reference" (the
-    # published one: score function on the early-exit reward, discount, batch baseline, rate
-    # penalty) or "lexicon" (flips credited by the lexicon prior alone, no extra model pass, the
-    # rate held inside the credit: the one that learns word boundaries at CPU scale). Keys set
-    # explicitly win.
+    # Which boundary-learning recipe the keys below start from (RECIPES): "reference" (the published
+    # score-function recipe) or "lexicon" (flips credited by the lexicon prior, the rate held inside
+    # the credit). Keys set explicitly win.
     recipe: str = "reference"
     alpha: float = 0.1  # weight of the early-exit CE: L = (1-a) CE_final + a CE_early + ...
     pg_weight: float = 0.01  # lambda_PG: the policy terms' weight (estimator and closed-form prices)
@@ -365,23 +356,15 @@ class ObjectiveConfig:
     # so an RL policy draws its initial i.i.d. boundaries at the target rate while the
     # chunk-level path learns to use chunks; then it learns where to cut.
     policy_start_step: int = 0
-    # Tokenizer phase: the first share of the training compute (of train.flops_budget, or of the
-    # FLOPs max_steps full steps cost at the target rate) runs only the encoder, the early-exit
-    # head and the boundary rule: the policy learns from the lexicon's credit and the encoder from
-    # the early-exit loss, at about a quarter of a full step's FLOPs per byte (counted in the
-    # budget). Then everything trains together on the rule found. A learned rule (chunker rl)
-    # needs a credit that does not read the full model (the lexicon recipe); under a fixed rule
-    # the phase trains the encoder alone (the control for what the cheap steps give). 0 = off.
+    # Tokenizer phase: the first share of the training compute runs only the encoder, the early-exit
+    # head and the boundary rule (about a quarter of a full step's FLOPs); then everything trains on
+    # the rule found. A learned rule needs the lexicon recipe's credit. 0 = off (docs/CONFIG.md).
     tokenizer_phase: float = 0.0
-    # The policy learns until this share of the training compute is spent, then settles: from the
-    # next step its decisions are thresholded (greedy) in training and after, and no policy, rate
-    # or price term runs, so the main network trains on fixed cuts for the rest of the run (a
-    # moving segmentation costs the LM; see lab/notes/BOUNDARY_LEARNING.md). 1 = learns to the end.
+    # The policy learns until this share of the training compute is spent, then settles: its
+    # decisions are thresholded from then on and no policy, rate or price term runs. 1 = never.
     policy_until: float = 1.0
-    # Where a settled policy cuts: "rate" (default) holds the rate it drew over its last learning
-    # steps (the cut starts at the logit quantile making it on a fixed slice of the training bytes,
-    # then follows the global rate); "half" where p > 0.5, holding nothing, which lets an uncertain
-    # policy's rate jump (what the first settling runs used).
+    # Where a settled policy cuts: "rate" holds the rate it drew over its last learning steps;
+    # "half" cuts where p > 0.5, holding nothing (what the first settling runs used)
     settle_threshold: str = "rate"
     policy_lr_mult: float = 1.0  # the boundary policy's learning rate as a multiple of train.lr
 
@@ -481,17 +464,13 @@ class TrainConfig:
     # value it had and decays to the minimum by the new max_steps: no jump) or "restart" (the
     # cosine decay starts again from train.lr).
     schedule_on_resume: str = "keep"
-    # The learning rate after warm-up: "cosine" (decay to min_lr_ratio x lr over the rest of the
-    # run) or "wsd" (constant at lr, then a linear decay to min_lr_ratio x lr over the last
-    # cooldown_frac of the run's progress: the share of flops_budget spent, else of max_steps).
-    # Under "wsd" with a budget the run keeps its state from just before the cool-down
-    # (<out_dir>/branch), from which a longer budget can go on (rltok.analysis.compare.run_one).
+    # The learning rate after warm-up: "cosine" (decay to min_lr_ratio x lr) or "wsd" (constant, then
+    # a linear decay over the last cooldown_frac of the run; with a budget the state before the
+    # cool-down is kept in <out_dir>/branch, for a longer budget to go on from)
     lr_schedule: str = "cosine"
     cooldown_frac: float = 0.2
-    # How AdamW runs its update: "auto" (fused on CUDA, else foreach: on CPU foreach computes the
-    # same numbers as torch's per-tensor loop, as fast), "loop", "foreach", or "fused" (one kernel
-    # per group on any device: the fastest on CPU too, but it rounds differently, so its runs match
-    # "auto" runs only to the last bits). bench/bench_optimizer.py measures them.
+    # How AdamW runs its update: "auto" (fused on CUDA, else foreach: the numbers of torch's loop),
+    # "loop", "foreach", or "fused" (fastest on CPU too, but it rounds differently)
     optimizer_kernel: str = "auto"
 
     @property
