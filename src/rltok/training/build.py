@@ -55,9 +55,8 @@ def load_data(cfg: Config) -> Corpus:
 def build(cfg: Config, corpus: Corpus | None = None, device: torch.device | str = "cpu",
           dist: ddp.DistInfo | None = None, costed: CostedModel | None = None) -> Built:
     """The data pipeline, the model and the objective of `cfg` (`corpus`: bytes already loaded;
-    `dist`: this process's place in data-parallel training, None for one process). The model and
-    its cost are `costed_model`'s, or `costed` where a harness made them so already to plan the
-    run from them (rltok.analysis.compare: a budget's steps come from the cost and the rate)."""
+    `dist`: this process's place in data parallelism). The model and its cost are `costed_model`'s,
+    or `costed`, where a harness planned the run from them already."""
     tc, device = cfg.train, torch.device(device)
     dist = dist or ddp.DistInfo()
     if costed is None:  # before the data or the model takes any memory

@@ -95,9 +95,8 @@ def run_results(run_dir: str | Path, step: int) -> dict:
 
 
 def clean_stale(run_dir: str | Path) -> None:
-    """Tidy up after writers that were killed: delete their half-written `.tmp_step_*` folders
-    and put back a `.old_step_*` folder whose replacement never arrived (killed between the two
-    renames of a re-save). Folders of live writers are left alone."""
+    """Tidy up after killed writers: delete their half-written `.tmp_step_*` folders and put back a
+    `.old_step_*` whose replacement never arrived. Folders of live writers are left alone."""
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return
@@ -133,12 +132,10 @@ def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module | Non
                     trainer_state: dict | None = None, keep_last: int = 3,
                     state_dict: dict[str, torch.Tensor] | None = None, results: dict | None = None,
                     staged: Path | None = None) -> Path:
-    """Write `<run_dir>/checkpoints/step_<step>` atomically and prune to the newest `keep_last`
-    (0 keeps all). A crash at any point leaves either the complete new checkpoint or none, and
-    the older ones untouched. The folder holds what save_pretrained writes (the card with
-    `results`, by default the run's own from its metrics.jsonl), plus trainer.pt and the
-    manifest. `state_dict` replaces `model.state_dict()` (a sharded model's weights gathered
-    beforehand). `staged`: the folder stage_checkpoint made, already holding the sharded state."""
+    """Write `<run_dir>/checkpoints/step_<step>` atomically (a crash leaves the complete new
+    checkpoint or none) and prune to the newest `keep_last` (0 keeps all). `results` for the card
+    (default: the run's own metrics.jsonl); `state_dict` replaces `model.state_dict()` (a sharded
+    model's, gathered); `staged`: stage_checkpoint's folder, already holding the sharded state."""
     ckpt_root = Path(run_dir) / "checkpoints"
     final = ckpt_root / f"step_{step:07d}"
     tmp = stage_checkpoint(run_dir, step) if staged is None else staged

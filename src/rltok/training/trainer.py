@@ -74,10 +74,8 @@ def make_optimizer(model: torch.nn.Module, cfg, device: torch.device, policy_lr_
 
 
 def optimizer_kernel_args(kernel: str, device: torch.device) -> dict:
-    """AdamW's keyword for `train.optimizer_kernel`. torch's own default on CPU is the per-tensor
-    loop; "auto" takes foreach there: the same arithmetic in the same order, so the same numbers,
-    and as fast. "fused" is the fast one on CPU where a model has large tables
-    (bench/bench_optimizer.py)."""
+    """AdamW's keyword for `train.optimizer_kernel` ("auto": foreach on CPU, the same numbers as
+    torch's own per-tensor loop, as fast; fused on CUDA)."""
     if kernel == "auto":
         kernel = "fused" if device.type == "cuda" else "foreach"
     return {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[kernel]
