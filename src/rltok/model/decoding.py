@@ -127,10 +127,8 @@ class HourglassState(DecodingState):
         self.chunk_start = torch.zeros(batch, dtype=torch.long, device=p.device)  # first byte of the open chunk
 
     def chunk_window(self, rows) -> tuple[torch.Tensor, torch.Tensor]:
-        """For rows whose newest byte closes a chunk: their last bytes (n, L) and the chunk
-        positions (n, 2) within them of the previous chunk's end and this chunk's end, which is
-        all ChunkVocab reads (a chunk starts after the previous one ends; its length counts from
-        there even when it started before the window; bytes before the context are never read)."""
+        """For rows whose newest byte closes a chunk: their last bytes (n, L) and the positions
+        (n, 2) in them of the previous chunk's end and this one's, all ChunkVocab reads."""
         window = self.recent[rows]
         first = self.pos[rows] - (window.shape[1] - 1)  # context position of window[:, 0]
         end = torch.full_like(first, window.shape[1] - 1)

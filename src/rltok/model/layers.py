@@ -283,13 +283,9 @@ class Stack(nn.Module):
 
 
 class KVCache:
-    """Keys and values of every layer of a Stack, for decoding one position per row at a time.
-
-    window=None keeps every entry, up to `size` (the chunk-level network); otherwise a ring
-    buffer of the last `window` entries, which is all a sliding-window layer can see: entry p
-    of a row lives in slot p % window. Attention ignores key order, so slots need no sorting.
-    Row lengths are kept on the host: the caller syncs once per step anyway (sampling).
-    """
+    """Keys and values of every layer of a Stack, for decoding one position per row at a time:
+    every entry up to `size` (window=None), or a ring buffer of the last `window` entries (entry p
+    in slot p % window; attention ignores key order). Row lengths are kept on the host."""
 
     def __init__(self, n_layers: int, batch: int, n_heads: int, head_dim: int, size: int,
                  window: int | None, device, dtype=torch.float32):

@@ -263,10 +263,8 @@ class PretrainedMixin:
     @classmethod
     def from_config(cls, cfg: ModelConfig, train_bytes: torch.Tensor | None = None,
                     state_dict: dict[str, torch.Tensor] | None = None):
-        """A fresh model of `cfg` (rltok.model.factory.build_model picks the class), keeping its
-        config as `model.model_config` (what save_pretrained writes). `train_bytes` fits
-        data-dependent parts (BPE tokenizers) on the training split; `state_dict` (from a
-        checkpoint) provides them instead."""
+        """A fresh model of `cfg`, keeping its config as `model.model_config`. `train_bytes` fits
+        data-dependent parts (BPE tokenizers); `state_dict` (from a checkpoint) provides them."""
         cfg.validate()
         if cfg.arch != cls.arch:
             raise ValueError(f"model.arch={cfg.arch} builds a {family_name(cfg.arch)}, not a {cls.__name__}")

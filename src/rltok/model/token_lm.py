@@ -99,9 +99,8 @@ class BPETokenLM(PlainLM):
         return {**{k: rate * v for k, v in per_token.items()}, "total": rate * sum(per_token.values())}
 
     def non_embedding_params(self) -> int:
-        """Parameters outside the vocabulary (the size a scaling law counts): everything but the
-        token embedding and the output layer over the vocabulary, both of which grow with
-        model.bpe_vocab, so models of one shape count the same at any vocabulary."""
+        """Parameters outside the vocabulary (the size a scaling law counts): everything but the token
+        embedding and the output layer, so models of one shape count the same at any vocabulary."""
         return param_count(self) - param_count(self.embed, self.head)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
@@ -161,13 +160,10 @@ class BPETokenLM(PlainLM):
         return self._scored_tokens(tok, end, counts, torch.ones_like(counts), idx.shape[1], shift=0)
 
     def score_window(self, w: torch.Tensor, context: int, split: bool = True) -> LMOutput:
-        """Evaluation (training's forward is `forward`): the loss on bytes `context`.. of whole
-        windows w (B, T+1), attributed to the (B, T) next-byte targets w[:, 1:] as the byte models'
-        are. `split`: a token boundary is forced before byte `context` (encode_split), so every
-        token from there on, the window's last byte included, is scored and exactly the bytes
-        w[context:] count, as for a byte model; without it the window is tokenised whole and
-        scoring starts at its first natural token boundary at or after `context` (what the forced
-        split costs is the difference)."""
+        """Evaluation: the loss on bytes `context`.. of whole windows w (B, T+1), attributed to the
+        (B, T) targets w[:, 1:]. `split`: a token boundary is forced before byte `context`, so
+        exactly the bytes w[context:] count, as for a byte model; without it the window is tokenised
+        whole and scoring starts at its first token boundary at or after `context`."""
         if not 1 <= context < w.shape[1]:
             raise ValueError(f"context must be 1..{w.shape[1] - 1} for windows of {w.shape[1]} bytes, got {context}")
         if split:
