@@ -11,6 +11,7 @@ import typing
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from rltok.config import plugins as _plugins
@@ -385,16 +386,9 @@ def _what(obj: Any, where: str) -> str:
 
 def _root_of(obj: Any, where: str) -> Any:
     """`obj` is the section at `where` ("model." / "objective."): legacy keys are paths from the
-    Config, so they are applied from a stand-in whose attribute is `obj`."""
+    Config, so they are applied from a stand-in for it whose one attribute is `obj`."""
     name = where.rstrip(".")
-    return _Holder(name, obj) if "." not in name else obj
-
-
-class _Holder:
-    """A one-attribute stand-in for the Config: `holder.model` is the section being filled."""
-
-    def __init__(self, name: str, section: Any):
-        setattr(self, name, section)
+    return SimpleNamespace(**{name: obj}) if "." not in name else obj
 
 
 def _apply_legacy(root: Any, key: str, value: Any, notes: list[str]) -> None:
