@@ -230,10 +230,8 @@ class ScoreFunctionSettings(Section):
 
 @dataclass
 class LexiconSettings:
-    """The lexicon prior: the flips' credits also count the code length of the segmentation under
-    a unigram model of chunk contents learned from the policy's own recent chunks, times `weight`
-    (nats of lexicon code per nat of LM loss; 0 = off). It rewards cutting the same strings the
-    same way: minimum description length."""
+    """The lexicon prior (rltok.objective.lexicon): the flips' credits also count the segmentation's
+    code length under a unigram model of the policy's own recent chunks, times `weight` (0 = off)."""
     weight: float = 0.0
     size: int = 1 << 20  # hash-table rows of chunk counts
     decay: float = 0.995  # counts decay by this per training step (old segmentations fade)

@@ -29,10 +29,8 @@ def _prepared_source(spec: str, val: str, val_fraction: float, max_bytes: int, t
 
 def load_corpus(train: str = "stdlib", val: str = "", val_fraction: float = 0.02, max_bytes: int = 0,
                 text_field: str = "text", *, prepare_above: int | None = None, cache_dir: str = "") -> Corpus:
-    """The train and val streams of a source (see the module docstring). A prepared folder is
-    read from its shards (`max_bytes` then keeps the first bytes of its train split); a source
-    larger than `prepare_above` bytes (default data.prepare_above; 0 = never) is prepared into
-    `cache_dir` first, with a message."""
+    """The train and val streams of a source (module docstring); a source larger than
+    `prepare_above` bytes (default data.prepare_above; 0 = never) is prepared into `cache_dir` first."""
     if train.startswith("mix:"):
         from rltok.data.shards import open_mixture
 

@@ -171,11 +171,9 @@ def read_documents(spec: str, max_bytes: int = 0, text_field: str = "text") -> t
 
 
 def open_hub_dataset(spec: str):
-    """The records of `name[:config][@split]` (split "train" by default), through `datasets`:
-    a Hub dataset streamed (network), a folder written by `save_to_disk`, local data files of a
-    packaged builder (`json:PATH`, `parquet:PATH`, `csv:PATH`, `text:PATH`, `arrow:PATH`; globs
-    allowed) or a local folder of such files. Streamed where the source allows: nothing is
-    downloaded or converted as a whole first."""
+    """The records of `name[:config][@split]` (split "train" by default), through `datasets`: a
+    Hub dataset, a `save_to_disk` folder, or local files of a builder in HUB_FILE_BUILDERS
+    (`json:PATH`, globs allowed); streamed where the source allows."""
     try:
         import datasets
     except ImportError:

@@ -40,10 +40,8 @@ def load(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtyp
          with_trainer_state: bool = False, hub: bool = False, revision: str | None = None,
          cache_dir: str | None = None, token: str | None = None, local_files_only: bool = False) -> Loaded:
     """The one loader. `path`: a run folder (its newest valid checkpoint), a checkpoint folder, a
-    model folder, or with `hub=True` a Hub repo id (when no such local path exists). The manifest
-    is checked where there is one; the model is built from config.json and its weights loaded
-    strictly (CheckpointError naming missing or unexpected keys), then moved to `device` (and
-    `dtype`). The model is left in the mode a fresh module has (training)."""
+    model folder, or with `hub=True` a Hub repo id (when no such local path exists). The model is
+    built from config.json, its weights loaded strictly, and left in training mode."""
     local = Path(path).expanduser()
     if hub and not local.exists():
         folder = fetch_from_hub(str(path), revision, cache_dir, token, local_files_only)
@@ -76,10 +74,8 @@ def refuse_non_finite(model: torch.nn.Module, folder) -> None:
 def from_pretrained(name_or_path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
                     revision: str | None = None, cache_dir: str | None = None, token: str | None = None,
                     local_files_only: bool = False, return_config: bool = False):
-    """The model saved in a model folder, a checkpoint folder, a run folder (its newest valid
-    checkpoint) or a Hub repo, in eval mode on `device` (optionally cast to `dtype`): the
-    hierarchical HourglassLM with any boundary rule, FlatByteLM or BPETokenLM, whichever it holds.
-    With return_config, (model, Config, metadata). Raises PretrainedError."""
+    """The model saved in a model folder, a checkpoint, a run folder or a Hub repo, whichever family
+    it is, in eval mode on `device`; with return_config, (model, Config, metadata)."""
     try:
         got = load(name_or_path, device=device, dtype=dtype, hub=True, revision=revision, cache_dir=cache_dir,
                    token=token, local_files_only=local_files_only)
