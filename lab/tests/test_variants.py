@@ -71,7 +71,9 @@ def test_the_token_probe_lexes_each_step_once_and_rewards_as_before(tmp_path, mo
     """The counterfactual carries the sampled decisions' probe reward, from the same lexing as the
     flipped ones': each row's bytes are lexed once per step, and the reward is boundary_reward's."""
     import rltok.data.python_tokens as ta
-    from rltok.objective.loss import boundary_reward, compute_loss, counterfactual_pass
+    from rltok.objective.build import estimator_settings
+    from rltok.objective.loss import Flips, boundary_reward, compute_loss
+    from rltok.objective.rewards import make_reward
 
     cfg = load_config("test", overrides=[f"train.out_dir={tmp_path}", "train.threads=1", "objective.estimator=flips",
                                          "objective.reward=token_probe"])
@@ -83,7 +85,8 @@ def test_the_token_probe_lexes_each_step_once_and_rewards_as_before(tmp_path, mo
     lexed = []
     ends = ta.token_ends
     monkeypatch.setattr(ta, "token_ends", lambda data, *a: lexed.append(data) or ends(data, *a))
-    cf = counterfactual_pass(trainer.model, x, y, out, cfg.objective)
+    o = cfg.objective  # the flips' counterfactual of its settings, without a lexicon
+    cf = Flips(make_reward(o.reward.kind), estimator_settings(o)).counterfactual(trainer.model, x, y, out)
     assert len(lexed) == x.shape[0]
     want = boundary_reward(None, None, "token_probe", out.boundaries.b, out.rows_targets(y))
     assert torch.equal(cf.reward, want)

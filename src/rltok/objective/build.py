@@ -13,7 +13,6 @@ from rltok.config import CHUNKERS, COST_ESTIMATORS, ESTIMATORS, FAMILIES, RATES,
 from rltok.config import CREDIT_PRICES as CREDIT_PRICE_KINDS
 from rltok.config import FlipsSettings, ScoreFunctionSettings
 from rltok.objective.estimator import BoundaryEstimator, EstimatorSettings
-from rltok.objective.flips_estimator import Flips
 from rltok.objective.lm_terms import BoundaryRule, EarlyExitCE, FinalCE, PlainLM
 from rltok.objective.rate import ChunkPrice, ClosedFormChunkPrice, RateSettings, compute_price
 from rltok.objective.rewards import make_reward
@@ -165,8 +164,3 @@ def terms_of_objective(o: ObjectiveConfig, target_rate: float, hierarchical: boo
     prices2 = [] if target_rate2 is None else [rate_control(o, target_rate2, 2)]
     estimator = build_estimator(o) if estimator is None else estimator
     return ObjectiveTerms(lm, PolicyTerms(estimator, prices, [Supertokens(o.pg_weight, prices2)]))
-
-
-def counterfactual_pass(model, idx, targets, out, o: ObjectiveConfig, generator=None):
-    """The flips' counterfactual of `o`'s settings on one batch, without a lexicon."""
-    return Flips(make_reward(o.reward.kind), estimator_settings(o)).counterfactual(model, idx, targets, out, generator)

@@ -17,7 +17,7 @@ from rltok.model.chunkers import learned_rules
 from rltok.model.output import ModelOutput, token_nll
 from rltok.objective.batch import (LOCAL, Counterfactual, LocalMean, MicroBatch, boundary_rate, expected_rate,
                                    per_segmentation)
-from rltok.objective.build import (ESTIMATORS, build_estimator, build_lexicon, build_objective, counterfactual_pass,
+from rltok.objective.build import (ESTIMATORS, build_estimator, build_lexicon, build_objective,
                                    make_chunk_price, returns_of, terms_of_objective)
 from rltok.objective.flips_estimator import Flips, with_lexicon_costs
 from rltok.objective.lm_terms import frozen_policy_metrics, policy_metrics
@@ -29,7 +29,7 @@ from rltok.objective.terms import ObjectiveTerms, StepEnd, Total
 # the names other layers and tests import from here
 __all__ = ["BoundaryObjective", "ChunkPrice", "Counterfactual", "ESTIMATORS", "Flips", "LocalMean", "LOCAL",
            "MicroBatch", "ObjectiveTerms", "ScoreFunction", "boundary_advantages", "boundary_rate", "boundary_reward",
-           "build_estimator", "build_lexicon", "compute_loss", "counterfactual_pass", "expected_rate",
+           "build_estimator", "build_lexicon", "compute_loss", "expected_rate",
            "make_chunk_price", "per_segmentation", "returns_of", "token_nll",
            "with_lexicon_costs"]
 
