@@ -51,11 +51,13 @@ CASES: dict[str, list[str]] = {
     # rate controls and the other estimator settings the presets and recipes reach
     "reference_lagrange": [*_REF, "objective.rate_control=lagrange"],
     "reference_compute_price": [*_REF, "objective.rate_control=none", "objective.compute_price=0.5"],
-    "reference_price_as_reward": [*_REF, "objective.rate_control=lagrange", "objective.cost_estimator=reward"],
+    # the lab's variants (rltok_lab.variants, a plugin)
+    "reference_price_as_reward": [*_REF, "plugins=rltok_lab.variants", "objective.rate_control=lagrange",
+                                  "objective.cost_estimator=reward"],
     "flips_model_pass": ["objective.estimator=flips", "objective.flip_stride=4"],
     "lexicon_start_late": ["objective.recipe=lexicon", "objective.policy_start_step=5",
                            "objective.policy_lr_mult=2.0"],
-    "whitespace_probe": [*_REF, "objective.reward=whitespace_probe"],
+    "whitespace_probe": [*_REF, "plugins=rltok_lab.variants", "objective.reward=whitespace_probe"],
     "unpacked": [*_REF, "model.pack_chunks=false"],
 }
 

@@ -1,5 +1,6 @@
-"""Boundary learning: the counterfactual-flips estimator, the warm start, and the plumbing check
-(a synthetic reward the policy must learn through the real estimator path)."""
+"""Boundary learning: the counterfactual-flips estimator and the warm start (the plumbing check, a
+synthetic reward the policy must learn through the real estimator path, is the lab's:
+lab/tests/test_variants.py)."""
 
 import itertools
 
@@ -106,17 +107,6 @@ def test_local_expectation_loss_centres_and_normalises():
     assert g[0] < 0 < g[1]  # the larger value gets its boundary probability raised (descent)
 
 
-@pytest.mark.parametrize("estimator", ["score_function", "flips"])
-def test_policy_learns_the_synthetic_whitespace_reward(tmp_path, estimator):
-    """Plumbing check: +1 for a boundary on whitespace, -1 elsewhere, through the real estimator
-    path (sampling, baseline, discount or flips, optimiser). Chance is ~0.2."""
-    cfg = load_config("test", overrides=[f"train.out_dir={tmp_path}", "train.max_steps=300", "train.threads=1",
-                                         "train.eval_every=300", "train.log_every=50", "train.checkpoint_every=1000",
-                                         "objective.reward=whitespace_probe", f"objective.estimator={estimator}"])
-    result = Trainer(cfg, corpus=corpus(), quiet=True).fit()
-    assert result.val["space_end"] > (0.9 if estimator == "flips" else 0.5), result.val
-
-
 def test_warm_start_leaves_the_policy_alone_then_trains_it(tmp_path):
     cfg = load_config("test", overrides=[f"train.out_dir={tmp_path}", "train.max_steps=12", "train.threads=1",
                                          "objective.policy_start_step=8", "objective.estimator=flips",
@@ -200,64 +190,3 @@ def test_diagnose_compares_flips_with_the_score_function_whatever_the_checkpoint
     assert rows["flips/16"]["train_flops_per_byte"] > rows["reference"]["train_flops_per_byte"]
     assert rows["flips/16"]["snr_per_flop_vs_reference"] is None or \
         rows["flips/16"]["snr_per_flop_vs_reference"] < rows["flips/16"]["snr_vs_reference"]
-
-
-def test_token_probe_rewards_cuts_where_a_python_token_starts():
-    """objective.reward=token_probe: +1 for a boundary on the first byte of a lexical unit, -1 for
-    one elsewhere, 0 at byte 1 (its predecessor, byte 0, is not among the targets)."""
-    from rltok.objective.loss import boundary_reward
-
-    text = b"self.value  = 10\n"  # units: self . value "  " = " " 10 \n
-    targets = torch.tensor([list(text[1:]) + [32]])  # byte t is targets[t - 1]
-    r = boundary_reward(None, None, "token_probe", torch.ones_like(targets, dtype=torch.bool), targets)
-    starts = {4, 5, 10, 12, 13, 14, 16}
-    assert r[0, :2].tolist() == [0.0, 0.0]
-    assert r[0, 2:].tolist() == [1.0 if t in starts else -1.0 for t in range(2, len(text))]
-    b = torch.zeros_like(targets, dtype=torch.bool)
-    assert (boundary_reward(None, None, "token_probe", b, targets) == 0).all()  # no boundary, no reward
-
-
-def test_the_token_probe_lexes_each_step_once_and_rewards_as_before(tmp_path, monkeypatch):
-    """The counterfactual carries the sampled decisions' probe reward, from the same lexing as the
-    flipped ones': each row's bytes are lexed once per step, and the reward is boundary_reward's."""
-    import rltok.data.python_tokens as ta
-    from rltok.objective.loss import boundary_reward, compute_loss, counterfactual_pass
-
-    cfg = load_config("test", overrides=[f"train.out_dir={tmp_path}", "train.threads=1", "objective.estimator=flips",
-                                         "objective.reward=token_probe"])
-    trainer = Trainer(cfg, corpus=corpus(), quiet=True)
-    src = (b"def f(self, x):\n    return self.value + x  # add\n" * 8)[:129]
-    data = torch.tensor([list(src), list(src[::-1])])
-    x, y = data[:, :-1], data[:, 1:]
-    out = trainer.model(x)
-    lexed = []
-    ends = ta.token_ends
-    monkeypatch.setattr(ta, "token_ends", lambda data, *a: lexed.append(data) or ends(data, *a))
-    cf = counterfactual_pass(trainer.model, x, y, out, cfg.objective)
-    assert len(lexed) == x.shape[0]
-    want = boundary_reward(None, None, "token_probe", out.boundaries.b, out.rows_targets(y))
-    assert torch.equal(cf.reward, want)
-    lexed.clear()
-    compute_loss(out, y, cfg.objective, cfg.model.target_rate, counterfactual=cf)
-    assert lexed == []  # the loss reuses the counterfactual's reward
-
-
-def test_a_probe_runs_no_model_pass_and_counts_no_extra_flops(tmp_path):
-    """The probes' credit is a function of the decisions alone: no counterfactual model pass is run
-    or charged, so a probe run spends the FLOPs of a fixed rule's step."""
-    def run(name, *extra):
-        cfg = load_config("test", overrides=[f"train.out_dir={tmp_path / name}", "train.max_steps=3", "train.threads=1",
-                                             "train.eval_every=1000", "train.checkpoint_every=1000", *extra])
-        trainer = Trainer(cfg, corpus=corpus(), quiet=True)
-        calls = []  # per model pass: whether it re-ran a counterfactual segmentation
-        forward, rerun = trainer.model.forward, trainer.model.rerun
-        trainer.model.forward = lambda *a, **k: calls.append(False) or forward(*a, **k)
-        trainer.model.rerun = lambda *a, **k: calls.append(True) or rerun(*a, **k)
-        trainer.fit()
-        return trainer, calls
-
-    probe, calls = run("probe", "objective.estimator=flips", "objective.reward=token_probe")
-    assert calls and not any(calls)
-    lm, lm_calls = run("lm", "objective.estimator=flips")
-    assert any(lm_calls)
-    assert probe.flops_spent < 0.9 * lm.flops_spent

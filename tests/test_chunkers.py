@@ -160,28 +160,6 @@ def test_bpe_rule_uses_the_tokenizer_token_ends_and_travels_in_checkpoints(tmp_p
     assert torch.equal(loaded(x, force_last=False).boundaries.b, b)
 
 
-def test_the_teacher_rule_gives_a_frozen_models_greedy_cuts_and_holds_none_of_it(tmp_path):
-    from rltok.config import ConfigError, TeacherChunkerSettings
-
-    teacher = randomize_(HourglassLM(tiny_model_config(chunker="rl")), scale=0.5).eval()
-    teacher.save_pretrained(tmp_path / "teacher")
-    settings = TeacherChunkerSettings(checkpoint=str(tmp_path / "teacher"))
-    student = HourglassLM(tiny_model_config(chunker=settings))
-    x = text_batch()
-    out = student(x, generator=torch.Generator().manual_seed(0), force_last=False)
-    want = teacher(x, mode="greedy", force_last=False).boundaries.b
-    assert torch.equal(out.boundaries.b, want) and 0 < want.float().mean() < 1
-    # nothing of the teacher is the student's: parameters, state, FLOPs; and it stays frozen
-    assert not any("chunker" in k for k in student.state_dict())
-    assert sum(p.numel() for p in student.chunker.parameters()) == 0
-    loss, _ = compute_loss(out, x.roll(-1, 1), ObjectiveConfig(), 0.2)
-    loss.backward()
-    assert all(p.grad is None for p in student.chunker.teacher("cpu").parameters())
-    for bad, match in (("", "needs model.chunker.checkpoint"), (str(tmp_path / "nowhere"), "no model folder")):
-        with pytest.raises(ConfigError, match=match):
-            HourglassLM(tiny_model_config(chunker=TeacherChunkerSettings(checkpoint=bad)))
-
-
 def test_every_rule_is_importable_from_the_package_and_lives_in_its_kinds_module():
     import importlib
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import corpus_folder
-from rltok.config import CHUNKERS, REWARDS, Config, ConfigError, Section, load_config
+from rltok.config import CHUNKERS, REWARDS, Config, ConfigError, Section, load_config, load_plugin
 from rltok.model.chunkers import Boundaries, Chunker
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "rltok"
@@ -119,6 +119,7 @@ def test_old_flat_keys_load_with_a_note_or_fail_naming_their_place():
         load_config("test", overrides=["model.fixed_stride=4"])  # the rl rule has no stride: as unused as before
     with pytest.raises(ConfigError, match="for kind 'rl'"):
         load_config("test", overrides=["model.chunker.stride=4"])  # a new key of another kind is a mistake
+    load_plugin("rltok_lab.variants")  # the loss-slope price is the lab's
     old = {"model": {"chunker": "fixed", "fixed_stride": 7, "policy_window": 1},
            "objective": {"estimator": "flips", "flip_stride": 8, "lexicon_weight": 1.0, "flip_model_pass": False,
                          "flip_rate_control": True, "rate_price": "loss_slope", "gamma": 0.99,

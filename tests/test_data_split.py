@@ -5,7 +5,7 @@ import random
 import pytest
 import torch
 
-from rltok.data.sources import DOC_SEP, MIN_DOCS_FOR_DOC_SPLIT, DataError, split_documents, to_tensor
+from rltok.data.sources import DOC_SEP, MIN_DOCS_FOR_DOC_SPLIT, DataError, doc_key, split_cuts, to_tensor
 from rltok.data.corpus import load_corpus, load_eval_bytes
 
 
@@ -65,6 +65,13 @@ def test_twenty_documents_and_a_larger_val_fraction(tmp_path):
     assert corpus.split == "documents" and len(va) >= 1 and set(tr).isdisjoint(va)
     assert sorted(tr + va) == sorted(docs)
     assert 0.1 <= sum(map(len, va)) / sum(map(len, docs)) <= 0.2
+
+
+def split_documents(docs: list[bytes], val_fraction: float) -> tuple[list[bytes], list[bytes], str]:
+    """(train parts, val parts, rule): split_cuts applied to the documents, as load_corpus does."""
+    cuts, rule = split_cuts([doc_key(d) for d in docs], [len(d) for d in docs], val_fraction)
+    parts = [(d[:c], d[c:]) for d, c in zip(docs, cuts.tolist())]
+    return [t for t, _ in parts if t], [v for _, v in parts if v], rule
 
 
 def test_identical_documents_stay_on_one_side():

@@ -135,7 +135,7 @@ def interval(meter: IntervalMeter, step: int, bytes_per_s: float, peak: PeakFlop
 
 @pytest.fixture
 def meter():
-    m = IntervalMeter(None, ddp.DistInfo(), torch.device("cpu"), 64, 256, cost=FixedCost(1000.0))
+    m = IntervalMeter(ddp.DistInfo(), torch.device("cpu"), 64, cost=FixedCost(1000.0))
     m.restart_clock(0)
     return m
 

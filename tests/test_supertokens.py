@@ -75,7 +75,9 @@ def test_price_pushes_the_policy_towards_fewer_boundaries(estimator):
     torch.manual_seed(0)
     model = randomize_(HourglassLM(tiny_model_config()), scale=0.1)
     x = torch.randint(0, 256, (64, 48))
-    cfg = load_config("test", overrides=[f"objective.cost_estimator={estimator}", "objective.rate_control=none"]).objective
+    lab = ["plugins=rltok_lab.variants"] if estimator == "reward" else []  # the price in the reward is the lab's
+    cfg = load_config("test", overrides=[*lab, f"objective.cost_estimator={estimator}",
+                                         "objective.rate_control=none"]).objective
 
     def bias_grad(price):
         model.zero_grad()

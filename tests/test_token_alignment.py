@@ -1,6 +1,8 @@
 """Code-structure metric: chunk ends at Python token ends (rltok.data.python_tokens) and its hook
 in the evaluation."""
 
+import io
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,61 @@ from rltok.config import load_config
 from rltok.eval.evaluate import evaluate, evaluate_sums
 from rltok.model.factory import build_model
 from rltok.data.python_tokens import (looks_like_python, token_alignment, token_alignment_counts, token_ends,
-                                   token_units, tokenize_ends)
+                                   token_units)
+
+
+# the reference: Python's own tokenizer on a whole file
+def tokenize_ends(source: bytes) -> torch.Tensor:
+    """E for a whole, tokenizable source file, computed with `tokenize`: the last byte of every
+    token with bytes and of every gap (whitespace, continuations) between tokens. An f-string is
+    one unit (its FSTRING_START..FSTRING_END tokens merged, as the lexer reads it). Raises
+    tokenize.TokenError / SyntaxError where `tokenize` does."""
+    lines = io.BytesIO(source).readlines()
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    toks = list(tokenize.tokenize(io.BytesIO(source).readline))
+    encoding = toks[0].string if toks and toks[0].type == tokenize.ENCODING else "utf-8"
+    decoded: dict[int, str] = {}
+
+    def offset(row: int, col: int) -> int:
+        # tokenize counts columns in characters of the decoded line: convert through the encoding
+        if row > len(lines):
+            return len(source)
+        if row not in decoded:
+            decoded[row] = lines[row - 1].decode(encoding)
+        return starts[row - 1] + len(decoded[row][:col].encode(encoding))
+
+    fstring = {getattr(tokenize, n) for n in ("FSTRING_START", "FSTRING_MIDDLE", "FSTRING_END") if hasattr(tokenize, n)}
+    spans: list[tuple[int, int]] = []
+    depth = 0
+    for tok in toks:
+        if tok.type in (tokenize.ENCODING, tokenize.ENDMARKER, tokenize.DEDENT):
+            continue
+        a, b = offset(*tok.start), offset(*tok.end)
+        if fstring and tok.type == getattr(tokenize, "FSTRING_START", None):
+            depth += 1
+            if depth == 1:
+                spans.append((a, b))
+            continue
+        if depth:
+            if tok.type == getattr(tokenize, "FSTRING_END", None):
+                depth -= 1
+            spans[-1] = (spans[-1][0], b)
+            continue
+        if b > a:
+            spans.append((a, b))
+    mask = torch.zeros(len(source), dtype=torch.bool)
+    pos = 0
+    for a, b in spans:
+        if a > pos:  # a gap between tokens: one whitespace unit
+            mask[a - 1] = True
+        mask[b - 1] = True
+        pos = max(pos, b)
+    if pos < len(source):
+        mask[-1] = True
+    return mask
+
 
 SNIPPET = b"def forward(self, x):\n    return x + 1\n"
 # last bytes of: def, ' ', forward, (, self, ',', ' ', x, ), :, \n, 4 spaces, return, ' ', x, ' ', +, ' ', 1, \n

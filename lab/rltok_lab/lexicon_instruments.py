@@ -41,9 +41,14 @@ import math
 
 import torch
 
-from rltok.data.bytes_classes import is_blank_byte
 from rltok.model.chunk_vocab import span_hash
 from rltok.objective.lexicon import HASHED_LEN, ChunkLexicon
+
+
+def is_blank_byte(x: torch.Tensor) -> torch.Tensor:
+    """Which byte ids are blanks (space or tab): the bytes that indent a line and space its tokens,
+    whose runs the instruments treat as one thing (form feed is too rare in code to matter)."""
+    return (x == 32) | (x == 9)
 
 BASES = ("unigram", "bigram")  # how the base distribution spells a unit's bytes
 

@@ -35,13 +35,14 @@ from typing import Callable
 
 import torch
 
-from rltok.data.bytes_classes import TEXT_WHITESPACE
+from rltok.data.bytes_classes import ASCII_WHITESPACE
 from rltok.config import ObjectiveConfig
 from rltok.objective.loss import boundary_advantages, boundary_reward, returns_of, token_nll
 
 CLASSES = ("indentation", "whitespace", "before_whitespace", "after_whitespace", "punctuation", "mid_word",
            "other")
-WHITESPACE = TEXT_WHITESPACE  # space, tab, LF, CR
+# space, tab, LF, CR: vertical tab and form feed are too rare in text to be whitespace here
+WHITESPACE = ASCII_WHITESPACE - frozenset(b"\x0b\x0c")
 NEWLINES = frozenset(b"\n\r")
 PUNCTUATION = frozenset(string.punctuation.encode())
 

@@ -234,7 +234,7 @@ def load_vocab_data(spec: str, split: str = "test", max_bytes: int = 200_000, va
     `<split>.*` files and, for the BPE, its `train.*` files. split="all" analyses the whole
     source with no separate BPE data. Otherwise the text is what `load_corpus` holds out for
     validation (whole documents when the source has at least MIN_DOCS_FOR_DOC_SPLIT = 20 of them,
-    else the tail of every document; see rltok.data.corpus.split_documents) and the BPE learns from
+    else the tail of every document; see rltok.data.sources.split_cuts) and the BPE learns from
     the rest, as in training (split="train": the training part, with no separate BPE data).
     `read_cap` caps the bytes read for training data (0 = no cap), e.g. for hub datasets."""
     from rltok.data.corpus import EVAL_SPLITS

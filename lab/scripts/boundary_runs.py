@@ -20,8 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "lab")]
 
 from rltok.analysis.compare import git_commit  # noqa: E402
-from rltok.config import load_config  # noqa: E402
+from rltok.config import load_config, load_plugin  # noqa: E402
 from rltok.training.trainer import Trainer  # noqa: E402
+
+load_plugin("rltok_lab.variants")  # the probes are the lab's
 
 # name -> overrides on the default (tiny) config with the published recipe (objective.recipe=reference).
 # The runs of keys since removed because they changed nothing (objective.flip_weight, lexicon_lag,

@@ -30,7 +30,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "lab")]
 
-from rltok.data.bytes_classes import is_blank_byte  # noqa: E402
+from rltok_lab.lexicon_instruments import is_blank_byte  # noqa: E402
 from rltok.data.corpus import load_eval_bytes  # noqa: E402
 from rltok.eval.evaluate import whitespace_alignment  # noqa: E402
 from rltok_lab.lexicon_instruments import LabLexicon  # noqa: E402

@@ -31,6 +31,9 @@ from rltok.analysis.scaling import Point, budget_tag, corpus_split, family_rungs
 from rltok_lab.scaling_check import best_sizes
 from rltok_lab.scaling_summary import format_difference, pool_differences
 from rltok.training.checkpoint import resolve_checkpoint
+from rltok.config import load_plugin
+
+load_plugin("rltok_lab.variants")  # the teacher rule is the lab's
 
 
 def teacher_checkpoint(out: Path, corpus: str, budget: float, fam, target: float, seed: int) -> Path:

@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "lab")]
 
 from rltok.data.bpe import bpe_boundary_mask, fit_bpe_sized_on  # noqa: E402
-from rltok.data.bytes_classes import is_blank_byte  # noqa: E402
+from rltok_lab.lexicon_instruments import is_blank_byte  # noqa: E402
 from rltok.data.corpus import load_eval_bytes  # noqa: E402
 from rltok.model.chunkers import WhitespaceChunker, spacelike  # noqa: E402
 from rltok.data.python_tokens import token_alignment, token_units  # noqa: E402

@@ -26,15 +26,6 @@ def user_errors() -> tuple[type[Exception], ...]:
     return (ConfigError, *(getattr(sys.modules[m], n) for m, n in _ERROR_CLASSES if m in sys.modules))
 
 
-def __getattr__(name: str):
-    if name == "USER_ERRORS":  # the full tuple, for callers that want it (loads its modules)
-        from rltok.data.sources import DataError
-        from rltok.training.checkpoint import CheckpointError
-
-        return (ConfigError, DataError, CheckpointError)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def _plugin_flags(args: list[str]) -> tuple[list[str], list[str]]:
     """(the --plugin values, the other arguments) of an argument list that argparse does not read."""
     specs, rest, i = [], [], 0

@@ -1,7 +1,5 @@
-"""Typed configuration: a section per component (sections.py), the registries of the components
-chosen by kind (registry.py, filled in sections.py), the plugins that add components from outside
-the package (plugins.py), named presets (presets.py), and the loader
-that applies a preset, a file and `key=value` overrides (loading.py)."""
+"""Typed configuration: the sections (sections.py), the registries of components chosen by kind
+(registry.py), plugins (plugins.py), presets (presets.py), and the loader (loading.py)."""
 
 from rltok.config.loading import (LEGACY_KEYS, REMOVED_KEYS, Config, _read_config_file, apply_dict,
                                   apply_override, load_config, with_settings)
@@ -12,12 +10,12 @@ from rltok.config.sections import (BOS, CHUNKERS, COST_ESTIMATORS, CREDIT_PRICES
                                    RATES, RECIPES, REWARDS, VOCAB_SIZE, ConfigError, DataConfig, FixedChunkerSettings,
                                    FlipsSettings, GumbelChunkerSettings, HNetChunkerSettings, LagrangeRateSettings,
                                    LexiconSettings, ModelConfig, ObjectiveConfig, PenaltyRateSettings, RateSettings,
-                                   RLChunkerSettings, ScoreFunctionSettings, TargetPriceSettings, TeacherChunkerSettings,
+                                   RLChunkerSettings, ScoreFunctionSettings, TargetPriceSettings,
                                    TrainConfig)
 
 __all__ = ["FixedChunkerSettings", "FlipsSettings", "GumbelChunkerSettings", "HNetChunkerSettings",
            "LagrangeRateSettings", "LexiconSettings", "PenaltyRateSettings", "RateSettings", "RLChunkerSettings",
-           "ScoreFunctionSettings", "TargetPriceSettings", "TeacherChunkerSettings",
+           "ScoreFunctionSettings", "TargetPriceSettings",
            "BOS", "CHUNKERS", "COST_ESTIMATORS", "CREDIT_PRICES", "ENTRY_POINT_GROUP", "PluginError",
            "load_plugin", "load_plugins", "Config", "ConfigError", "DataConfig", "EOS", "ESTIMATORS", "FAMILIES",
            "LEGACY_KEYS", "ModelConfig", "ObjectiveConfig", "PAD", "PRESETS", "PRESET_NOTES", "RATES", "RECIPES",

@@ -1,15 +1,12 @@
-"""Files from folders a user hands over (a run, a checkpoint, a model, a study's records, a config
-or grid file), read within bounds, and a run folder's own files, written without following links.
-
-A handed file may be anything: too large, nested thousands of levels deep, holding a number of a
-hundred thousand digits, not text at all. Each of those is one error that names the file (a
-ConfigError unless the caller names another class), never a RecursionError or a ValueError from
-inside the parser. A link where a run folder's own file belongs is refused: following it would
-write outside the folder."""
+"""Files a user hands over (a run, a checkpoint, a model, a config or grid file), read within
+bounds: too large, nested too deep, a number too long, not text at all is each one error naming
+the file, never a RecursionError; and a run folder's own files, written without following links.
+"""
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import stat
@@ -104,6 +101,15 @@ def read_record(path: str | Path, what: str = "run record", limit: int = 16 << 2
             warnings.warn(f"{e}; {hint}", stacklevel=2)
         return None
     return rec
+
+
+def sha256_file(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes, read in blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
 
 
 def parse_lines(text: str) -> list:

@@ -1,11 +1,8 @@
 """The whole configuration and how it is built: defaults, then a preset, then a JSON/TOML file,
-then `section.key=value` overrides. Unknown keys are rejected with a suggestion, so a typo never
-silently falls back to a default; keys removed from the schema are ignored with a note when a saved
-config carries them.
-
-The plugins a config names (`plugins`) are loaded before any of its keys is read; a validated config
-also names the plugins its components come from, and its dict records where each came from
-(`plugin_sources`), so a saved run or model says what it needs."""
+then `section.key=value` overrides. Unknown keys are refused with a suggestion; keys removed from
+the schema are ignored with a note when a saved config carries them, and the older flat layout's
+keys are read where they now live. The plugins a config names are loaded before its keys are read.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +11,7 @@ import typing
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from rltok.config import plugins as _plugins
@@ -88,23 +86,17 @@ class Config:
 
 
 def _kind_at(cfg: Any, path: str) -> str | None:
-    """The name a registry's config path holds in a Config (None where the chosen kinds have no such path)."""
+    """The name a registry's config path holds in a Config, or in a config's mapping (a saved
+    config.json, before it is read); None where the chosen kinds have no such path."""
     obj = cfg
     for part in path.split("."):
-        if not hasattr(obj, part):
+        obj = obj.get(part) if isinstance(obj, dict) else (getattr(obj, part, None)
+                                                           if dataclasses.is_dataclass(obj) else None)
+        if obj is None:
             return None
-        obj = getattr(obj, part)
+    if isinstance(obj, dict):
+        return obj.get("kind")
     return obj.kind if isinstance(obj, Section) else obj if isinstance(obj, str) else None
-
-
-def _raw_kind(d: dict, path: str) -> str | None:
-    """The same of a config's mapping (a saved config.json), before it is read."""
-    obj: Any = d
-    for part in path.split("."):
-        if not isinstance(obj, dict) or part not in obj:
-            return None
-        obj = obj[part]
-    return obj.get("kind") if isinstance(obj, dict) else obj if isinstance(obj, str) else None
 
 
 def plugin_sources(cfg: "Config") -> dict[str, dict]:
@@ -162,7 +154,7 @@ def _require_plugins(d: dict) -> None:
         return
     unknown_kinds = {}
     for registry in REGISTRIES:
-        kind = _raw_kind(d, registry.key)
+        kind = _kind_at(d, registry.key)
         if isinstance(kind, str) and kind not in registry:
             unknown_kinds[f"{registry.key}={kind}"] = f"{registry.key} kind {kind!r}"
     if not unknown_kinds:
@@ -262,45 +254,34 @@ REMOVED_KEYS: dict[str, str] = {f"objective.{k}": why for k, why in {
 # lines), and where each now lives: a component's settings moved into its own section. A saved
 # config still loads (one note says it was read in the old layout); a key that belongs to another
 # kind than the one chosen is dropped when it holds its old default and noted otherwise.
-LEGACY_KEYS: dict[str, tuple[str, ...]] = {
-    "model.policy_window": ("model.chunker.window",),
-    "model.policy_detach": ("model.chunker.detach",),
-    "model.fixed_stride": ("model.chunker.stride",),
-    "model.hnet_ratio_weight": ("model.chunker.ratio_weight",),
-    "model.gumbel_temperature": ("model.chunker.temperature",),
-    "model.gumbel_prior_weight": ("model.chunker.prior_weight",),
-    "objective.gamma": ("objective.estimator.gamma",),
-    "objective.baseline": ("objective.estimator.baseline",),
-    "objective.gae_lambda": ("objective.estimator.gae_lambda",),
-    "objective.normalize_advantages": ("objective.estimator.normalize_advantages",),
-    "objective.flip_stride": ("objective.estimator.stride",),
-    "objective.flip_model_pass": ("objective.estimator.model_pass",),
-    "objective.lexicon_weight": ("objective.estimator.lexicon.weight",),
-    "objective.lexicon_size": ("objective.estimator.lexicon.size",),
-    "objective.lexicon_decay": ("objective.estimator.lexicon.decay",),
-    "objective.rate_control": ("objective.rate.kind",),
-    "objective.rate_weight": ("objective.rate.weight",),
-    "objective.lagrange_lr": ("objective.rate.lr", "objective.estimator.price.lr"),
-    "objective.lagrange_gain": ("objective.rate.gain", "objective.estimator.price.gain"),
-    "objective.compute_price": ("objective.rate.compute_price",),
-    "objective.cost_estimator": ("objective.rate.cost_estimator",),
+LEGACY_KEYS: dict[str, tuple[tuple[str, ...], Any]] = {  # old key -> (where it lives now, its old default)
+    "model.policy_window": (("model.chunker.window",), 1),
+    "model.policy_detach": (("model.chunker.detach",), False),
+    "model.fixed_stride": (("model.chunker.stride",), 5),
+    "model.hnet_ratio_weight": (("model.chunker.ratio_weight",), 0.03),
+    "model.gumbel_temperature": (("model.chunker.temperature",), 1.0),
+    "model.gumbel_prior_weight": (("model.chunker.prior_weight",), 1.0),
+    "objective.gamma": (("objective.estimator.gamma",), 0.99),
+    "objective.baseline": (("objective.estimator.baseline",), "batch"),
+    "objective.gae_lambda": (("objective.estimator.gae_lambda",), 0.95),
+    "objective.normalize_advantages": (("objective.estimator.normalize_advantages",), False),
+    "objective.flip_stride": (("objective.estimator.stride",), 16),
+    "objective.flip_model_pass": (("objective.estimator.model_pass",), True),
+    "objective.lexicon_weight": (("objective.estimator.lexicon.weight",), 0.0),
+    "objective.lexicon_size": (("objective.estimator.lexicon.size",), 1 << 20),
+    "objective.lexicon_decay": (("objective.estimator.lexicon.decay",), 0.995),
+    "objective.rate_control": (("objective.rate.kind",), "penalty"),
+    "objective.rate_weight": (("objective.rate.weight",), 0.01),
+    "objective.lagrange_lr": (("objective.rate.lr", "objective.estimator.price.lr"), 0.2),
+    "objective.lagrange_gain": (("objective.rate.gain", "objective.estimator.price.gain"), 5.0),
+    "objective.compute_price": (("objective.rate.compute_price",), 0.0),
+    "objective.cost_estimator": (("objective.rate.cost_estimator",), "exact"),
     # the flips' credit price was a switch and a mode: now one section with a kind
-    "objective.flip_rate_control": ("objective.estimator.price.kind",),
-    "objective.rate_price": ("objective.estimator.price.kind",),
+    "objective.flip_rate_control": (("objective.estimator.price.kind",), False),
+    "objective.rate_price": (("objective.estimator.price.kind",), "target"),
 }
 # the old keys that choose a kind: applied before the settings that kind may own
-LEGACY_KIND_KEYS = frozenset(k for k, paths in LEGACY_KEYS.items() if paths[0].endswith(".kind"))
-# the old keys' defaults: a saved config carries every key, most of them at these
-LEGACY_DEFAULTS: dict[str, Any] = {
-    "model.policy_window": 1, "model.policy_detach": False, "model.fixed_stride": 5,
-    "model.hnet_ratio_weight": 0.03, "model.gumbel_temperature": 1.0, "model.gumbel_prior_weight": 1.0,
-    "objective.gamma": 0.99, "objective.baseline": "batch", "objective.gae_lambda": 0.95,
-    "objective.normalize_advantages": False, "objective.flip_stride": 16, "objective.flip_model_pass": True,
-    "objective.lexicon_weight": 0.0, "objective.lexicon_size": 1 << 20, "objective.lexicon_decay": 0.995,
-    "objective.rate_control": "penalty", "objective.rate_weight": 0.01, "objective.lagrange_lr": 0.2,
-    "objective.lagrange_gain": 5.0, "objective.compute_price": 0.0, "objective.cost_estimator": "exact",
-    "objective.flip_rate_control": False, "objective.rate_price": "target",
-}
+LEGACY_KIND_KEYS = frozenset(k for k, (paths, _) in LEGACY_KEYS.items() if paths[0].endswith(".kind"))
 
 
 def _legacy_value(key: str, value: Any) -> Any:
@@ -405,16 +386,9 @@ def _what(obj: Any, where: str) -> str:
 
 def _root_of(obj: Any, where: str) -> Any:
     """`obj` is the section at `where` ("model." / "objective."): legacy keys are paths from the
-    Config, so they are applied from a stand-in whose attribute is `obj`."""
+    Config, so they are applied from a stand-in for it whose one attribute is `obj`."""
     name = where.rstrip(".")
-    return _Holder(name, obj) if "." not in name else obj
-
-
-class _Holder:
-    """A one-attribute stand-in for the Config: `holder.model` is the section being filled."""
-
-    def __init__(self, name: str, section: Any):
-        setattr(self, name, section)
+    return SimpleNamespace(**{name: obj}) if "." not in name else obj
 
 
 def _apply_legacy(root: Any, key: str, value: Any, notes: list[str]) -> None:
@@ -423,12 +397,12 @@ def _apply_legacy(root: Any, key: str, value: Any, notes: list[str]) -> None:
     given, value = value, _legacy_value(key, value)
     if value is None or (value == "target" and _price_kind(root) not in (None, "none")):
         return  # the old switch turns a price on; it never overrides the mode chosen with it
-    applied = [path for path in LEGACY_KEYS[key] if _set_path(root, path, value)]
+    applied = [path for path in LEGACY_KEYS[key][0] if _set_path(root, path, value)]
     if applied:
         notes.append(f"{key} -> {applied[0]}")
         return
-    here = " or ".join(LEGACY_KEYS[key])
-    if given != LEGACY_DEFAULTS.get(key):
+    here = " or ".join(LEGACY_KEYS[key][0])
+    if given != LEGACY_KEYS[key][1]:
         warnings.warn(f"{key}={given!r} ignored: it is now {here}, which the chosen kind does not have", stacklevel=3)
 
 

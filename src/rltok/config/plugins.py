@@ -1,21 +1,10 @@
-"""Components from outside the package: plugins. A plugin is code that registers components
-(boundary rules, model families, estimators, rewards, rate controls, credit prices) when it is
-imported, named in one of three ways:
-
-- an entry point in the group `rltok.plugins` of an installed distribution: a module, or a
-  callable (`pkg.mod:register`) called once. Installed plugins load the first time a registry is
-  asked for a name it does not hold, so nothing is imported while every name is built in;
-- `--plugin SPEC` on the command line, any command;
-- the config key `plugins = ["SPEC", ...]` (a config file, or `plugins=SPEC,SPEC` as an override).
-
-A SPEC is a module name importable on sys.path (`pkg.rules`), a module and a callable in it
-(`pkg.rules:register`), or the path of a .py file. Each is loaded once per process. A failure to
-load is one PluginError naming the plugin.
-
-Every entry records the plugin that registered it (`origin`), so a config can say which plugins
-its components come from (rltok.config.loading records them with a run and a model). A saved
-config never imports what it names: a folder from elsewhere runs no code. Only installed
-entry-point plugins load by themselves; anything else is loaded by the user (`--plugin`).
+"""Components from outside the package: plugins, code that registers components when imported.
+A plugin is named by an installed entry point of the group `rltok.plugins` (loaded the first time
+a registry is asked for a name it does not hold), by `--plugin SPEC` on any command, or by the
+config key `plugins`; a SPEC is a module (`pkg.rules`), a module and a callable in it
+(`pkg.rules:register`) or a .py file, each loaded once per process (docs/EXTENDING.md). Every
+entry records the plugin that registered it (`origin`), so a run and a model say what they need.
+A saved config never imports what it names: a folder from elsewhere runs no code.
 """
 
 from __future__ import annotations
@@ -92,10 +81,6 @@ def is_loaded(spec: str) -> bool:
     """Whether a plugin was loaded in this process, or (a module) imported by other code."""
     spec = canonical(spec)
     return spec in _loaded or (not is_file_spec(spec) and ":" not in spec and spec in sys.modules)
-
-
-def loaded() -> dict[str, Origin]:
-    return dict(_loaded)
 
 
 @contextmanager

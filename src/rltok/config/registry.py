@@ -1,16 +1,9 @@
-"""Registries of the components a config names by kind: one per kind of component (boundary rule,
-model family, estimator, reward, rate control, the flips' credit price).
-
-An entry ties a name to the settings dataclass its config section holds and to the component
-that implements it. Built-in components are named as "module:attribute" strings and imported only
-when a model or objective is built, so reading a config never imports torch and the config layer
-never imports the layers above it. A new component is one class and one `register` call, from
-anywhere (a test file included, or a plugin: rltok.config.plugins, docs/EXTENDING.md):
-
-    CHUNKERS.register("toy", ToyChunker)                     # no settings of its own
-    CHUNKERS.register("toy", ToyChunker, settings=ToySettings)
-
-A name a registry does not hold first loads the installed plugins (once), then is looked up again.
+"""Registries of the components a config names by kind (boundary rule, model family, estimator,
+reward, rate control, credit price): an entry ties a name to the settings dataclass its config
+section holds and to the component. Built-in components are named as "module:attribute" strings,
+imported only when built, so reading a config never imports torch. A new component is one class
+and one `register` call, from anywhere (`CHUNKERS.register("toy", Toy, settings=ToySettings)`); a
+name a registry does not hold first loads the installed plugins, once.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""The configuration's sections: one typed dataclass per component (model, objective, data,
-train), each declaring, commenting and validating its own keys. A component chosen by kind (the
-boundary rule, the estimator, the reward, the rate control, the flips' credit price) is a nested
-section whose `kind` names a registry entry and whose other keys are that kind's own settings:
-`model.chunker: {kind: rl, window: 1}`, `objective.estimator: {kind: flips, stride: 16,
-lexicon: {weight: 1.0}}`, `objective.rate: {kind: lagrange, lr: 0.2}`. The registries
-(CHUNKERS, FAMILIES, ESTIMATORS, REWARDS, RATES, CREDIT_PRICES, COST_ESTIMATORS) are filled at
-the end of this file."""
+"""The configuration's sections: one typed dataclass per section (model, objective, data, train),
+each declaring, commenting and validating its own keys. A component chosen by kind is a nested
+section whose `kind` names a registry entry and whose other keys are that kind's own settings
+(`model.chunker: {kind: rl, window: 1}`). The registries' built-in entries are at the end."""
 
 from __future__ import annotations
 
@@ -73,13 +69,6 @@ class RLChunkerSettings(Section):
 
 
 @dataclass
-class TeacherChunkerSettings(Section):
-    """Another trained hierarchy's rule, frozen and greedy (rltok.model.teacher.TeacherChunker)."""
-    kind: str = "teacher"
-    checkpoint: str = ""  # its model folder or training checkpoint (required when the rule is built)
-
-
-@dataclass
 class FixedChunkerSettings(Section):
     kind: str = "fixed"
     stride: int = 5  # a chunk every `stride` bytes
@@ -143,13 +132,10 @@ class ModelConfig:
     # go below ~0.24 tokens/byte on our corpora) or "line" (tokens may span words, not lines)
     bpe_pretokenize: str = "gpt2"
     # BPE vocabulary for arch=bpe_token and chunker=bpe: 0 = sized so its tokens per byte come
-    # closest to target_rate (rltok.data.bpe.fit_bpe_to_rate; with gpt2 pre-tokenisation 0.2 is out
-    # of reach, so the largest vocabulary the 4 MB sample supports), otherwise exactly this many
-    # tokens (>= 256, the byte alphabet), trained on the same sample; target_rate is then unused.
+    # closest to target_rate (rltok.data.bpe.fit_bpe_to_rate), otherwise exactly this many (>= 256)
     bpe_vocab: int = 0
-    # bytes of the training split the BPE (arch=bpe_token, chunker=bpe) learns its merges on: a
-    # random sample of blocks (and, to size a vocabulary to target_rate, a held-out quarter of
-    # this, at most 1 MB). The model records what it read as `tokenizer_fit_bytes`.
+    # bytes of the training split (random blocks) the BPE learns its merges on; sizing a vocabulary
+    # to target_rate also reads a held-out quarter of this, at most 1 MB
     bpe_sample_bytes: int = 4_000_000
     # stages=2: chunks of chunks. A chunk-level encoder (stage2_layers, full causal attention),
     # a second RL policy that groups chunks into supertokens at stage2_target_rate supertokens
@@ -157,16 +143,12 @@ class ModelConfig:
     stages: int = 1
     stage2_layers: int = 1
     stage2_target_rate: float = 0.33
-    # A learned vocabulary of chunks: the content of each chunk (its last chunk_vocab_max_len
-    # bytes and its length) is hashed into chunk_vocab embeddings added to the chunk vector before
-    # the main network (0 = off). Parameters and memory, no FLOPs: recurring chunks get their own
-    # vector, so where the boundaries fall starts to matter (rltok.model.chunk_vocab).
+    # A learned vocabulary of chunks: each chunk's content (its last chunk_vocab_max_len bytes and its
+    # length) hashed into chunk_vocab embeddings added before the main network (0 = off; model.chunk_vocab)
     chunk_vocab: int = 0
     chunk_vocab_max_len: int = 16
-    # Hashed byte n-gram embeddings (Byte Latent Transformer): for each byte, the n-grams ending at
-    # it (n in ngram_sizes) are hashed into ngram_vocab rows per n, and their vectors are added to
-    # the byte embedding (0 = off). On the hourglass and on the flat byte model; a lookup, no
-    # matrix product (rltok.model.ngram_embed).
+    # Hashed byte n-gram embeddings (Byte Latent Transformer): the n-grams ending at each byte (n in
+    # ngram_sizes) hashed into ngram_vocab rows per n, added to its embedding (0 = off; model.ngram_embed)
     ngram_vocab: int = 0
     ngram_sizes: tuple[int, ...] = (3, 4, 5, 6)
     # Run the chunk-level layers on the batch's real chunks only, packed end to end (attention
@@ -191,32 +173,18 @@ class ModelConfig:
         if self.bpe_vocab != 0 and self.bpe_vocab < 256:
             raise ConfigError(f"model.bpe_vocab must be 0 (fit to model.target_rate) or >= 256 (the byte alphabet), "
                               f"got {self.bpe_vocab}")
-        if not 0 < self.target_rate <= 1:
-            raise ConfigError("model.target_rate must be in (0, 1]")
-        if self.stages not in (1, 2):
-            raise ConfigError(f"model.stages must be 1 or 2, got {self.stages}")
+        check(0 < self.target_rate <= 1, "model.target_rate", "in (0, 1]")
+        check(self.stages in (1, 2), "model.stages", f"1 or 2, got {self.stages}")
         if self.stages == 2 and (self.arch != "hourglass" or self.chunker.kind != "rl"):
             raise ConfigError("model.stages=2 needs model.arch=hourglass and model.chunker=rl")
-        if not 0 < self.stage2_target_rate <= 1 or self.stage2_layers < 0:
-            raise ConfigError("model.stage2_target_rate must be in (0, 1] and model.stage2_layers >= 0")
-        if self.chunk_vocab < 0 or self.chunk_vocab_max_len < 1:
-            raise ConfigError("model.chunk_vocab must be >= 0 (0 = off) and model.chunk_vocab_max_len >= 1")
-        if self.ngram_vocab < 0 or (self.ngram_vocab and (not self.ngram_sizes or min(self.ngram_sizes) < 1
-                                                          or max(self.ngram_sizes) > 16)):
+        check(0 < self.stage2_target_rate <= 1, "model.stage2_target_rate", "in (0, 1] and model.stage2_layers >= 0")
+        if self.ngram_vocab and not self.ngram_sizes:  # (the numbers' ranges are checked above)
             raise ConfigError("model.ngram_vocab must be >= 0 (0 = off) and model.ngram_sizes between 1 and 16")
         if self.chunk_vocab and self.arch != "hourglass":
             raise ConfigError("model.chunk_vocab needs chunks: it is for model.arch=hourglass")
         if self.ngram_vocab and self.arch == "bpe_token":
             raise ConfigError("model.ngram_vocab is for byte models (hourglass, flat); bpe_token has a vocabulary")
-        if self.window < 1:
-            raise ConfigError("model.window must be >= 1")
-        for name in ("encoder_layers", "main_layers", "decoder_layers"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"model.{name} must be >= 0")
-        if not 0 <= self.dropout < 1:
-            raise ConfigError("model.dropout must be in [0, 1)")
-        if self.mlp_ratio <= 0:
-            raise ConfigError("model.mlp_ratio must be > 0")
+        check(0 <= self.dropout < 1, "model.dropout", "in [0, 1)")
 
 
 def validate_section(section: Section, registry: Registry, where: str | None = None) -> None:
@@ -262,10 +230,8 @@ class ScoreFunctionSettings(Section):
 
 @dataclass
 class LexiconSettings:
-    """The lexicon prior: the flips' credits also count the code length of the segmentation under
-    a unigram model of chunk contents learned from the policy's own recent chunks, times `weight`
-    (nats of lexicon code per nat of LM loss; 0 = off). It rewards cutting the same strings the
-    same way: minimum description length."""
+    """The lexicon prior (rltok.objective.lexicon): the flips' credits also count the segmentation's
+    code length under a unigram model of the policy's own recent chunks, times `weight` (0 = off)."""
     weight: float = 0.0
     size: int = 1 << 20  # hash-table rows of chunk counts
     decay: float = 0.995  # counts decay by this per training step (old segmentations fade)
@@ -292,11 +258,9 @@ class TargetPriceSettings(Section):
 
 @dataclass
 class FlipsSettings(Section):
-    """Counterfactual flips: one extra pass without gradients through the chunk level and decoder
-    with every `stride`-th free decision flipped; each flipped decision gets the loss change up to
-    the next flip as its own credit (a truncated local-expectation gradient), centred and scaled
-    over the flips. Exact in expectation for a window-1 policy when a decision's effect ends
-    within `stride` bytes."""
+    """Counterfactual flips: every `stride`-th free decision flipped in one extra no-grad pass after
+    the encoder, each credited with the loss change up to the next flip (a truncated
+    local-expectation gradient), centred and scaled over the flips."""
     kind: str = "flips"
     stride: int = 16
     # False: no counterfactual model pass, the credit is the lexicon's alone (a decision moves the
@@ -304,10 +268,8 @@ class FlipsSettings(Section):
     # quarter of a training step's FLOPs)
     model_pass: bool = True
     lexicon: LexiconSettings = field(default_factory=LexiconSettings)
-    # what holds the rate inside the credit (CREDIT_PRICES): "none"; "target" (dual ascent towards
-    # model.target_rate); "loss_slope" (no rate target: a price in nats per boundary read from the
-    # run, the slope of its training loss against ln FLOPs spent times d ln(FLOPs per byte)/d rate:
-    # what the compute a boundary costs would buy as more data; the credits are then not centred)
+    # what holds the rate inside the credit (CREDIT_PRICES): "none" or "target" (dual ascent
+    # towards model.target_rate)
     price: Section = section_field(CREDIT_PRICES, "none")
 
     def __post_init__(self) -> None:
@@ -331,12 +293,9 @@ class RateSettings(Section):
     # Every chunk costs compute_price bits per million forward FLOPs that one more chunk adds to the
     # chunk-level network (rltok.model.flops.ModelCost.chunk_cost); 0 = off.
     compute_price: float = 0.0
-    # How a price per chunk (compute_price, the Lagrange multiplier) reaches the policy: "exact"
-    # (its expected cost is p_t x price, differentiated in closed form: no variance; the same
-    # expected gradient as "reward" for a window-1 policy, while for w > 1 it leaves out how b_t
-    # changes the later decisions' costs) or "reward" (subtracted from the sampled reward at each
-    # boundary and estimated by the score function, with the other rewards' baseline/discount).
-    # The supertoken policy of stages=2 (w = 1) always uses "exact".
+    # How a price per chunk (compute_price, the Lagrange multiplier) reaches the policy
+    # (COST_ESTIMATORS): "exact", its expected cost p_t x price differentiated in closed form (no
+    # variance). The supertoken policy of stages=2 always uses "exact".
     cost_estimator: str = "exact"
 
     def validate(self, where: str) -> None:
@@ -377,18 +336,14 @@ REGISTRIES = (CHUNKERS, FAMILIES, ESTIMATORS, REWARDS, RATES, CREDIT_PRICES, COS
 
 @dataclass
 class ObjectiveConfig:
-    # Which boundary-learning recipe the keys below start from (RECIPES): "reference" (the
-    # published one: score function on the early-exit reward, discount, batch baseline, rate
-    # penalty) or "lexicon" (flips credited by the lexicon prior alone, no extra model pass, the
-    # rate held inside the credit: the one that learns word boundaries at CPU scale). Keys set
-    # explicitly win.
+    # Which boundary-learning recipe the keys below start from (RECIPES): "reference" (the published
+    # score-function recipe) or "lexicon" (flips credited by the lexicon prior, the rate held inside
+    # the credit). Keys set explicitly win.
     recipe: str = "reference"
     alpha: float = 0.1  # weight of the early-exit CE: L = (1-a) CE_final + a CE_early + ...
     pg_weight: float = 0.01  # lambda_PG: the policy terms' weight (estimator and closed-form prices)
     group_size: int = 1  # K segmentations sampled per sequence, sharing one encoder pass
-    # the per-position reward (REWARDS): "early_exit" (CE_early - CE_final) | "final" (-CE_final) |
-    # plumbing checks with a synthetic reward: "whitespace_probe" (cut on whitespace),
-    # "token_probe" (cut where a Python token starts)
+    # the per-position reward (REWARDS): "early_exit" (CE_early - CE_final) | "final" (-CE_final)
     reward: Section = section_field(REWARDS, "early_exit")
     # how the boundary policy's gradient is estimated (ESTIMATORS): "score_function" | "flips"
     estimator: Section = section_field(ESTIMATORS, "score_function")
@@ -399,23 +354,15 @@ class ObjectiveConfig:
     # so an RL policy draws its initial i.i.d. boundaries at the target rate while the
     # chunk-level path learns to use chunks; then it learns where to cut.
     policy_start_step: int = 0
-    # Tokenizer phase: the first share of the training compute (of train.flops_budget, or of the
-    # FLOPs max_steps full steps cost at the target rate) runs only the encoder, the early-exit
-    # head and the boundary rule: the policy learns from the lexicon's credit and the encoder from
-    # the early-exit loss, at about a quarter of a full step's FLOPs per byte (counted in the
-    # budget). Then everything trains together on the rule found. A learned rule (chunker rl)
-    # needs a credit that does not read the full model (the lexicon recipe); under a fixed rule
-    # the phase trains the encoder alone (the control for what the cheap steps give). 0 = off.
+    # Tokenizer phase: the first share of the training compute runs only the encoder, the early-exit
+    # head and the boundary rule (about a quarter of a full step's FLOPs); then everything trains on
+    # the rule found. A learned rule needs the lexicon recipe's credit. 0 = off (docs/CONFIG.md).
     tokenizer_phase: float = 0.0
-    # The policy learns until this share of the training compute is spent, then settles: from the
-    # next step its decisions are thresholded (greedy) in training and after, and no policy, rate
-    # or price term runs, so the main network trains on fixed cuts for the rest of the run (a
-    # moving segmentation costs the LM; see lab/notes/BOUNDARY_LEARNING.md). 1 = learns to the end.
+    # The policy learns until this share of the training compute is spent, then settles: its
+    # decisions are thresholded from then on and no policy, rate or price term runs. 1 = never.
     policy_until: float = 1.0
-    # Where a settled policy cuts: "rate" (default) holds the rate it drew over its last learning
-    # steps (the cut starts at the logit quantile making it on a fixed slice of the training bytes,
-    # then follows the global rate); "half" where p > 0.5, holding nothing, which lets an uncertain
-    # policy's rate jump (what the first settling runs used).
+    # Where a settled policy cuts: "rate" holds the rate it drew over its last learning steps;
+    # "half" cuts where p > 0.5, holding nothing (what the first settling runs used)
     settle_threshold: str = "rate"
     policy_lr_mult: float = 1.0  # the boundary policy's learning rate as a multiple of train.lr
 
@@ -462,10 +409,7 @@ class DataConfig:
 
     def validate(self) -> None:
         _check_numbers(self, 'data', _DATA_RANGES)
-        if not 0 < self.val_fraction < 0.5:
-            raise ConfigError("data.val_fraction must be in (0, 0.5)")
-        if self.prepare_above < 0:
-            raise ConfigError("data.prepare_above must be >= 0 (0 = never prepare into the cache)")
+        check(0 < self.val_fraction < 0.5, "data.val_fraction", "in (0, 0.5)")
 
 
 LR_SCHEDULES = ("cosine", "wsd")  # train.lr_schedule (rltok.training.schedule.lr_at)
@@ -518,17 +462,13 @@ class TrainConfig:
     # value it had and decays to the minimum by the new max_steps: no jump) or "restart" (the
     # cosine decay starts again from train.lr).
     schedule_on_resume: str = "keep"
-    # The learning rate after warm-up: "cosine" (decay to min_lr_ratio x lr over the rest of the
-    # run) or "wsd" (constant at lr, then a linear decay to min_lr_ratio x lr over the last
-    # cooldown_frac of the run's progress: the share of flops_budget spent, else of max_steps).
-    # Under "wsd" with a budget the run keeps its state from just before the cool-down
-    # (<out_dir>/branch), from which a longer budget can go on (rltok.analysis.compare.run_one).
+    # The learning rate after warm-up: "cosine" (decay to min_lr_ratio x lr) or "wsd" (constant, then
+    # a linear decay over the last cooldown_frac of the run; with a budget the state before the
+    # cool-down is kept in <out_dir>/branch, for a longer budget to go on from)
     lr_schedule: str = "cosine"
     cooldown_frac: float = 0.2
-    # How AdamW runs its update: "auto" (fused on CUDA, else foreach: on CPU foreach computes the
-    # same numbers as torch's per-tensor loop, as fast), "loop", "foreach", or "fused" (one kernel
-    # per group on any device: the fastest on CPU too, but it rounds differently, so its runs match
-    # "auto" runs only to the last bits). bench/bench_optimizer.py measures them.
+    # How AdamW runs its update: "auto" (fused on CUDA, else foreach: the numbers of torch's loop),
+    # "loop", "foreach", or "fused" (fastest on CPU too, but it rounds differently)
     optimizer_kernel: str = "auto"
 
     @property
@@ -543,43 +483,26 @@ class TrainConfig:
         return max(1, round(self.warmup_frac * steps)) if self.warmup_frac else self.warmup_steps
 
     def validate(self) -> None:
-        _check_numbers(self, 'train', _TRAIN_RANGES)
-        for name in ("seq_len", "batch_size", "grad_accum", "max_steps", "eval_batches", "log_every",
-                     "eval_every", "checkpoint_every"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"train.{name} must be >= 1")
-        for name in ("warmup_steps", "keep_checkpoints", "threads", "weight_decay"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"train.{name} must be >= 0")
-        if not 0 <= self.min_lr_ratio <= 1:
-            raise ConfigError("train.min_lr_ratio must be in [0, 1]")
-        if not 0 <= self.warmup_frac < 1:  # also rejects nan
-            raise ConfigError(f"train.warmup_frac must be in [0, 1), got {self.warmup_frac}")
-        if self.grad_clip <= 0:
-            raise ConfigError("train.grad_clip must be > 0")
+        _check_numbers(self, 'train', _TRAIN_RANGES)  # (the counts' ranges too; no number is nan or inf)
+        check(0 <= self.min_lr_ratio <= 1, "train.min_lr_ratio", "in [0, 1]")
+        check(0 <= self.warmup_frac < 1, "train.warmup_frac", f"in [0, 1), got {self.warmup_frac}")
         if self.batch_size * self.seq_len > MAX_BATCH_BYTES:
             raise ConfigError(f"train.batch_size x train.seq_len = {self.batch_size * self.seq_len:,} bytes per "
                               f"micro-batch, more than {MAX_BATCH_BYTES:,} would fit in memory; lower one of them")
         if not self.out_dir.strip():
             raise ConfigError("train.out_dir must not be empty")
-        if self.dtype not in ("auto", "fp32", "bf16"):
-            raise ConfigError(f"train.dtype must be auto, fp32 or bf16, got {self.dtype!r}")
-        if not 0 < self.lr < float("inf"):  # also rejects nan
-            raise ConfigError(f"train.lr must be a positive number, got {self.lr}")
-        if not 0 <= self.peak_flops < float("inf"):
-            raise ConfigError("train.peak_flops must be >= 0 (0 = measure)")
-        if not 0 <= self.flops_budget <= MAX_FLOPS_BUDGET:  # also rejects nan
-            raise ConfigError(f"train.flops_budget must be in [0, {MAX_FLOPS_BUDGET:.0e}] (0 = off; more is beyond "
-                              f"any run a computer can finish), got {self.flops_budget}")
-        if self.schedule_on_resume not in ("keep", "restart"):
-            raise ConfigError(f"train.schedule_on_resume must be keep or restart, got {self.schedule_on_resume!r}")
-        if self.optimizer_kernel not in OPTIMIZER_KERNELS:
-            raise ConfigError(f"train.optimizer_kernel must be one of {', '.join(OPTIMIZER_KERNELS)}, "
-                              f"got {self.optimizer_kernel!r}")
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ConfigError(f"train.lr_schedule must be {' or '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
-        if not 0 < self.cooldown_frac <= 1:  # also rejects nan
-            raise ConfigError(f"train.cooldown_frac must be in (0, 1], got {self.cooldown_frac}")
+        check(self.dtype in ("auto", "fp32", "bf16"), "train.dtype", f"auto, fp32 or bf16, got {self.dtype!r}")
+        check(self.lr > 0, "train.lr", f"a positive number, got {self.lr}")
+        check(self.peak_flops >= 0, "train.peak_flops", ">= 0 (0 = measure)")
+        check(0 <= self.flops_budget <= MAX_FLOPS_BUDGET, "train.flops_budget", f"in [0, {MAX_FLOPS_BUDGET:.0e}] (0 = "
+              f"off; more is beyond any run a computer can finish), got {self.flops_budget}")
+        check(self.schedule_on_resume in ("keep", "restart"), "train.schedule_on_resume",
+              f"keep or restart, got {self.schedule_on_resume!r}")
+        check(self.optimizer_kernel in OPTIMIZER_KERNELS, "train.optimizer_kernel",
+              f"one of {', '.join(OPTIMIZER_KERNELS)}, got {self.optimizer_kernel!r}")
+        check(self.lr_schedule in LR_SCHEDULES, "train.lr_schedule",
+              f"{' or '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
+        check(0 < self.cooldown_frac <= 1, "train.cooldown_frac", f"in (0, 1], got {self.cooldown_frac}")
 
 
 def _check_numbers(section: Any, name: str, ranges: dict[str, tuple[float, float]]) -> None:
@@ -648,7 +571,6 @@ CHUNKERS.register("entropy", _C + "EntropyChunker")
 CHUNKERS.register("hnet", _C + "HNetRouter", HNetChunkerSettings)
 CHUNKERS.register("gumbel", _C + "GumbelChunker", GumbelChunkerSettings)
 CHUNKERS.register("bpe", _C + "BPEChunker")
-CHUNKERS.register("teacher", "rltok.model.teacher:TeacherChunker", TeacherChunkerSettings)
 
 FAMILIES.register("hourglass", "rltok.model.hourglass:HourglassLM")
 FAMILIES.register("flat", "rltok.model.flat:FlatByteLM")
@@ -660,8 +582,6 @@ ESTIMATORS.register("flips", "rltok.objective.flips_estimator:Flips", FlipsSetti
 _R = "rltok.objective.rewards:"
 REWARDS.register("early_exit", _R + "EarlyExit")
 REWARDS.register("final", _R + "Final")
-REWARDS.register("whitespace_probe", _R + "WhitespaceProbe")
-REWARDS.register("token_probe", _R + "TokenProbe")
 
 RATES.register("penalty", "rltok.objective.rate:RatePenalty", PenaltyRateSettings)
 RATES.register("lagrange", "rltok.objective.rate:LagrangeRate", LagrangeRateSettings)
@@ -669,7 +589,5 @@ RATES.register("none", "rltok.objective.rate:NoRateControl")
 
 CREDIT_PRICES.register("none", None)
 CREDIT_PRICES.register("target", "rltok.objective.credit_prices:TargetCreditPrice", TargetPriceSettings)
-CREDIT_PRICES.register("loss_slope", "rltok.objective.credit_prices:LossSlopeCreditPrice")
 
 COST_ESTIMATORS.register("exact", "rltok.objective.rate:ClosedFormChunkPrice")
-COST_ESTIMATORS.register("reward", "rltok.objective.rate:ChunkPriceInReward")

@@ -1,22 +1,12 @@
 """Byte-exact BPE with HF `tokenizers`: training, sizing to a target rate, boundary masks.
 
 Every byte is mapped 1:1 to the character with the same code point (a latin-1 view), so any byte
-string - invalid UTF-8, NULs, binary - is valid text, a character offset *is* a byte offset, and
-a token's length in characters is its length in bytes. The BPE alphabet is all 256 characters
-(no unknown token, no byte fallback) and there is no normaliser, so decoding returns the input
-exactly.
-
-Pre-tokenisation decides which bytes a token may span:
-  "gpt2"  GPT-2's split (contractions, letter runs, digit runs, punctuation runs, whitespace
-          runs, a leading space attached to the next word). Bytes 0x80-0xFE count as letters, so
-          a UTF-8 character stays inside its word (the latin-1 view would otherwise scatter its
-          bytes over letter and symbol classes). Tokens never cross words, as in real BPE, which
-          bounds bytes per token: on Python code and English prose ~4.2 bytes per pre-token,
-          ~3.8 per token once the merges of a 4 MB sample run out (rate ~0.26).
-  "line"  tokens may span words but not lines ("superword" BPE): rates down to ~0.18 there.
-In both, the document separator 0xFF (rltok.data.corpus.DOC_SEP, which never occurs in UTF-8) is a
-pre-token of its own, so no token holds 0xFF together with other bytes and no token spans two
-documents of a corpus stream. (In the latin-1 view 0xFF is the character U+00FF, "ÿ".)
+string is valid text and a character offset is a byte offset. The alphabet is all 256 characters
+(no unknown token, no normaliser), so decoding returns the input exactly. Pre-tokenisation decides
+which bytes a token may span: "gpt2" (GPT-2's split, bytes 0x80-0xFE counted as letters so a UTF-8
+character stays in its word; ~0.26 tokens per byte at least on our corpora) or "line" (tokens may
+span words but not lines: down to ~0.18). In both the document separator 0xFF is a pre-token of its
+own, so no token spans two documents.
 """
 
 from __future__ import annotations
@@ -289,17 +279,11 @@ def fit_bpe_to_rate(data: bytes | Sequence[bytes], target_rate: float, sample_by
                     seed: int = 0, pretokenize: str = "gpt2", heldout_bytes: int = 1_000_000,
                     max_vocab: int = 65536, min_frequency: int = 2, vocab_tol: float = 0.005,
                     vocab_size: int = 0) -> BPEFit:
-    """A BPE whose tokens per byte on held-out bytes of `data` is closest to `target_rate`.
-
-    Trains once, at `max_vocab`, on `sample_bytes` of random blocks of `data` and sizes the
-    vocabulary on `heldout_bytes` of other blocks (fit_bpe_sized_on). Deterministic for a given
-    seed. If the target is out of reach, the closest vocabulary comes back with
-    `reachable=False`, the reason in `note`, and a warning.
-
-    `vocab_size` > 0 skips the sizing: a BPE of exactly that many tokens, trained on the same
-    sample (its rate measured on the same held-out bytes; `target_rate` is ignored). A sample
-    too small to supply that many merges is an error.
-    """
+    """A BPE whose tokens per byte on held-out bytes of `data` is closest to `target_rate`:
+    trained on `sample_bytes` of random blocks of `data`, sized on `heldout_bytes` of other blocks
+    (fit_bpe_sized_on); deterministic for a seed. Out of reach: the closest one, `reachable=False`,
+    the reason in `note` and a warning. `vocab_size` > 0: exactly that many tokens, on the same
+    sample (`target_rate` ignored)."""
     start = time.perf_counter()
     docs = [bytes(data)] if isinstance(data, (bytes, bytearray, memoryview)) else [bytes(d) for d in data if len(d)]
     if not docs or not any(docs):
@@ -325,18 +309,11 @@ def fit_bpe_to_rate(data: bytes | Sequence[bytes], target_rate: float, sample_by
 def fit_bpe_sized_on(train: Sequence[bytes], heldout: Sequence[bytes], target_rate: float,
                      pretokenize: str = "gpt2", max_vocab: int = 65536, min_frequency: int = 2,
                      vocab_tol: float = 0.005, vocab_size: int = 0) -> BPEFit:
-    """A BPE trained on the pieces `train` whose tokens per byte on the pieces `heldout` is
-    closest to `target_rate`; reachable means min_rate <= target_rate <= 1 (no note, no warning:
-    the caller words them).
-
-    Trains once, at `max_vocab`; a smaller vocabulary is a prefix of that one (see truncate_bpe),
-    so the bisection over vocab size only re-encodes the held-out bytes - as counts of distinct
-    pre-tokens, which BPE encodes one by one. The bisection stops once its bracket is narrower
-    than `vocab_tol` of the vocab size (such neighbours differ by ~1e-4 in rate).
-
-    `vocab_size` > 0: no sizing; trains at exactly that size (the same tokenizer as training at
-    `max_vocab` and truncating, which the prefix property guarantees, only faster), reports its
-    rate, and is `reachable` by definition (its `target_rate` is the rate it gets)."""
+    """A BPE trained on the pieces `train` whose tokens per byte on the pieces `heldout` is closest
+    to `target_rate` (reachable: min_rate <= target_rate <= 1). Trains once, at `max_vocab`: a
+    smaller vocabulary is a prefix of it (truncate_bpe), so the bisection over vocab size (to within
+    `vocab_tol`) only re-encodes the held-out distinct pre-tokens. `vocab_size` > 0: exactly that
+    size, reachable by definition (its target is the rate it gets)."""
     start = time.perf_counter()
     if vocab_size:
         if vocab_size < 256:

@@ -4,7 +4,7 @@ Whitespace is ASCII whitespace, what bytes.isspace() / bytes.split() / bytes.str
 whitespace: space, tab, LF, vertical tab, form feed, CR. Nothing >= 0x80: 0x85 and 0xA0 are
 UTF-8 continuation bytes in our byte view, not spaces. (The SpaceByte chunker's "spacelike"
 rule in rltok.model.chunkers is a different, wider class.) Modules that draw the line elsewhere
-on purpose use a named subset of it, defined here with the reason.
+on purpose use a named subset of it, with the reason.
 """
 
 from __future__ import annotations
@@ -12,13 +12,8 @@ from __future__ import annotations
 import torch
 
 ASCII_WHITESPACE = frozenset(b" \t\n\x0b\x0c\r")
-# true_advantage's byte classes: vertical tab and form feed are too rare in text to be whitespace there
-TEXT_WHITESPACE = ASCII_WHITESPACE - frozenset(b"\x0b\x0c")
 # token_alignment's Python lexer: Python separates the tokens of a line with space, tab and form feed
 PYTHON_BLANKS = ASCII_WHITESPACE - frozenset(b"\n\r\x0b")
-# the bytes that indent a line and space its tokens, whose runs the lexicon prior and the code
-# instruments treat as one thing (indentation depth); form feed is too rare in code to matter
-BLANKS = frozenset(b" \t")
 
 
 def _is_in(x: torch.Tensor, values: frozenset[int]) -> torch.Tensor:
@@ -33,7 +28,3 @@ def is_whitespace_byte(x: torch.Tensor) -> torch.Tensor:
     whitespace: a bool tensor of x's shape."""
     return _is_in(x, ASCII_WHITESPACE)
 
-
-def is_blank_byte(x: torch.Tensor) -> torch.Tensor:
-    """Which entries of a tensor of byte ids are BLANKS (space or tab): a bool tensor of x's shape."""
-    return _is_in(x, BLANKS)

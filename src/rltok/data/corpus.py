@@ -29,10 +29,8 @@ def _prepared_source(spec: str, val: str, val_fraction: float, max_bytes: int, t
 
 def load_corpus(train: str = "stdlib", val: str = "", val_fraction: float = 0.02, max_bytes: int = 0,
                 text_field: str = "text", *, prepare_above: int | None = None, cache_dir: str = "") -> Corpus:
-    """The train and val streams of a source (see the module docstring). A prepared folder is
-    read from its shards (`max_bytes` then keeps the first bytes of its train split); a source
-    larger than `prepare_above` bytes (default data.prepare_above; 0 = never) is prepared into
-    `cache_dir` first, with a message."""
+    """The train and val streams of a source (module docstring); a source larger than
+    `prepare_above` bytes (default data.prepare_above; 0 = never) is prepared into `cache_dir` first."""
     if train.startswith("mix:"):
         from rltok.data.shards import open_mixture
 
@@ -106,22 +104,15 @@ def resolve_split(spec: str, split: str, fallback: bool = False) -> str:
 
 def load_eval_bytes(spec: str, split: str = "val", max_bytes: int = 0, val_fraction: float = 0.02,
                     *, prepare_above: int | None = None, cache_dir: str = "", fallback: bool = False) -> torch.Tensor:
-    """Bytes to evaluate on: the named split of a split folder or of a prepared folder, else
-    exactly the val bytes `load_corpus` holds out (split="val": whole documents or document
-    tails, see `split_documents`) or the whole source (split="all"); documents separated by
-    DOC_SEP. From a prepared folder the result is a byte stream read on demand. A split the
-    source does not have is an error (`resolve_split`; with `fallback`, val is used instead)."""
+    """Bytes to evaluate on: the named split of a split or prepared folder, else exactly the val
+    bytes `load_corpus` holds out, or the whole source (split="all"). A split the source does not
+    have is an error (`resolve_split`; with `fallback`, val instead)."""
     split = resolve_split(spec, split, fallback)
-    if spec.startswith("mix:"):
-        if split != "val":
-            raise DataError(f"a mix: source has only its sources' val splits, not {split!r}")
+    if spec.startswith("mix:"):  # (resolve_split leaves only its val split)
         return load_corpus(spec, val_fraction=val_fraction).val
     from rltok.data.shards import is_prepared, open_prepared
 
-    if is_prepared(spec):
-        if split == "all":
-            raise DataError(f"{spec} is a prepared corpus: its splits are kept, not the whole source; "
-                            "evaluate on --split train, val or test")
+    if is_prepared(spec):  # (resolve_split leaves only its own splits)
         stream = open_prepared(spec).stream(split)
         return stream.prefix(max_bytes) if max_bytes else stream
     named = named_split(spec, split)

@@ -213,12 +213,9 @@ def _guarded(chunks: Iterator[bytes]) -> Iterator[bytes]:
 
 
 class Ingest:
-    """One source into one stream, resumable at every shard.
-
-    The saved position: `item` (the first source item not wholly in the stream), `offset` (how
-    many of its bytes are), `doc_start` (where its document starts in the stream, None if not
-    yet begun: its separator is then not written either). Documents finished since the last
-    shard are saved with the next one."""
+    """One source into one stream, resumable at every shard. The saved position: `item` (the first
+    source item not wholly in the stream), `offset` (how many of its bytes are) and `doc_start`
+    (where its document starts, None if not begun)."""
 
     def __init__(self, source, writer: ShardWriter, state: dict, limit: int, keyed: bool, docs_path, save):
         self.source, self.writer, self.limit, self.keyed = source, writer, limit, keyed

@@ -1,19 +1,11 @@
-"""`rltok prepare SRC --out DIR`: a source written once as byte shards (format: rltok.data.shards).
-
-Any source rltok reads works: files, folders, globs, archives (.gz/.xz/.bz2/.zst), 'stdlib' and
-`hf:` datasets (streamed). The result holds exactly the train/val(/test) streams that
-rltok.data.corpus.load_corpus builds in memory from the same source, so a run trains on the same bytes
-either way.
-
-Two phases, each resumable at every shard:
-1. ingest: documents, in source order, into shards. Named splits (train.*/val.*/test.* files,
-   or an explicit val source) go straight to their split. A single source goes to a staging
-   stream with each document's hash and length first, because which documents are held out
-   depends on all of them (rltok.data.corpus.split_cuts).
-2. split: the staging stream copied into train and val by that rule; then the staging is deleted.
-Progress is saved atomically after every shard with the exact position in the source (item and
-byte offset in it), so a killed run continues where its last shard ended, repeating and skipping
-nothing. Re-running a finished preparation is a no-op.
+"""`rltok prepare SRC --out DIR`: a source written once as byte shards (format: rltok.data.shards),
+holding exactly the train/val(/test) streams load_corpus builds in memory from it. Two phases,
+each resumable at every shard (progress saved atomically with the exact position in the source):
+1. ingest: documents, in source order, into shards; named splits go straight to their split, a
+   single source to a staging stream with each document's hash and length (which documents are
+   held out depends on all of them: rltok.data.sources.corpus_cuts);
+2. split: the staging stream copied into train and val by that rule, then deleted.
+Re-running a finished preparation is a no-op.
 """
 
 from __future__ import annotations
@@ -32,9 +24,11 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from rltok.data.sources import DOC_SEP, HUB_FILE_BUILDERS, DataError, corpus_cuts, expand_paths, named_split
+from rltok.data.sources import (DOC_SEP, HUB_FILE_BUILDERS, DataError, ReadReport, corpus_cuts, expand_paths,
+                                named_split)
+from rltok.config.files import sha256_file
 from rltok.data.shards import (FORMAT, FORMAT_VERSION, HEADER_BYTES, MANIFEST, SPLITS, WORK_DIR, ShardWriter,
-                     file_sha256, is_prepared, open_prepared, read_manifest)
+                               is_prepared, open_prepared, read_manifest)
 from rltok.data.ingest import Ingest, _atomic_write, _log, copy_pieces, open_source
 from rltok.version import __version__
 
@@ -257,12 +251,8 @@ def _report_read(spec: str, ingest: Ingest, limit: int) -> None:
             if ingest.skipped else ""
         raise DataError(f"data source {spec!r} holds no bytes to train on: {ingest.read} item(s) read{skipped}")
     if ingest.skipped or ingest.empty:
-        parts = []
-        if ingest.skipped:
-            parts.append(f"{len(ingest.skipped)} unreadable (first: {ingest.skipped[0][0]}: {ingest.skipped[0][1]})")
-        if ingest.empty:
-            parts.append(f"{len(ingest.empty)} empty (first: {ingest.empty[0]})")
-        warnings.warn(f"{spec}: skipped {', '.join(parts)}; read {ingest.read - len(ingest.empty)} item(s), "
+        left_out = ReadReport(skipped=ingest.skipped, empty=ingest.empty).summary()
+        warnings.warn(f"{spec}: skipped {left_out}; read {ingest.read - len(ingest.empty)} item(s), "
                       f"{ingest.doc_bytes:,} bytes", stacklevel=3)
 
 
@@ -304,7 +294,7 @@ def _finish(out, source, val, want, corpus_id, shard_bytes, rule, val_fraction, 
         os.replace(tmp, index)
         splits[name] = {"bytes": writer.pos, "docs": len(lengths), "crc32": writer.crc, "shards": writer.shards,
                         "index": {"file": f"{name}/docs.npy", "bytes": index.stat().st_size,
-                                  "sha256": file_sha256(index)}}
+                                  "sha256": sha256_file(index)}}
         # shards of an abandoned earlier attempt beyond this split's end
         listed = {Path(s["file"]).name for s in writer.shards} | {"docs.npy"}
         for stray in (out / name).iterdir():

@@ -3,68 +3,37 @@
 The set E of a byte window holds every position whose *next* byte starts a new lexical unit.
 The units tile the window:
 
-* Python tokens: names (keywords included), numbers, strings (a whole string literal is one
-  unit, prefix and quotes included, so a triple-quoted docstring is one unit however many lines
-  it spans; an f-string is one unit too, as `tokenize` reads it up to Python 3.11), operators
-  (longest match of Python's operator set, `token.EXACT_TOKEN_TYPES`), comments (`#` to the end
-  of the line), and newlines (``\\n``, ``\\r\\n`` or ``\\r``: one unit, logical or blank line alike);
-* whitespace runs between tokens: a maximal run of spaces, tabs and form feeds, backslash line
-  continuations included, is one unit. So the indentation at the start of a line (tokenize's
-  INDENT, or no token at all on a line that keeps the indentation) ends at its last byte, and
-  the space after `def` ends at the space: a chunk end on the `f` of `def` or on the space
-  after it is in E, a chunk end on the `e` is not. A chunk end on a byte *inside* a run of
-  several spaces is not in E;
-* everything else is a one-byte unit: a byte that is not part of valid UTF-8 (stray
-  continuation bytes where the window cuts a character, the document separator 0xFF), and at
-  code level a character Python has no token for (``$``, ``?``, a backtick, a lone quote that
-  opens no string on its line). Valid multi-byte UTF-8 characters at code level belong to names,
-  as Python's non-ASCII identifiers do. Strings and comments never extend over 0xFF.
+* Python tokens: names (keywords included), numbers, strings (a whole literal with its prefix and
+  quotes, a triple-quoted docstring or an f-string included), operators (longest match of
+  `token.EXACT_TOKEN_TYPES`), comments (`#` to the end of the line) and newlines (``\\n``,
+  ``\\r\\n`` or ``\\r``);
+* whitespace runs between tokens (spaces, tabs, form feeds, backslash continuations): one unit
+  each, so an indentation ends at its last byte, and a chunk end inside a run of spaces is not in E;
+* one-byte units for everything else: bytes that are not valid UTF-8 (0xFF, a character cut by
+  the window) and, at code level, characters Python has no token for.
 
-DEDENT and ENDMARKER have no bytes and add nothing. E = {last byte of each unit}.
+E = {last byte of each unit}.
 
-Lexing. The windows are arbitrary slices of source files (512 bytes, say): they start and end
-mid-token, mid-line, and often inside a docstring, so `tokenize` (which needs a whole file and
-raises on an unterminated string or a bad dedent) cannot read them. `token_units` is a regular-
-expression lexer on bytes that mimics `tokenize` and never fails; on a whole file it gives
-exactly tokenize's E (tested on this package's sources; on 300 standard-library files, 4.5 MB,
-not one byte differs). It knows nothing of what came before the window, so it tries starting
-states in turn: code level; inside a one-line string that the first " (or ') of the first line
-closes; inside a comment that the first line end closes; inside a triple-quoted string that
-the first \"\"\" (or \'\'\') closes. Each is scored by how implausible the rest of the window
-is as code: ASCII error units (lone quotes, characters Python has no token for) plus the plain
-names that follow a plain name across spaces (neither one a keyword or soft keyword: "the value",
-what prose lexed as code is full of and Python code almost never has). The lowest score wins,
-the earlier state on a tie. A window with no triple quote and no 0xFF whose best score is still
-one per 32 bytes or more is read as the inside of a docstring that spans it: one unit, no E
-inside. On 512-byte windows of standard-library files this lexer's E differs from tokenize's
-(on the whole file) at about 1% of the interior positions (4% if every window were read from
-code level), most of it in windows that start inside a docstring and were read otherwise.
-`tokenize_ends` computes E with `tokenize` itself for a whole file: the reference.
+Lexing. Windows are arbitrary slices of source files, starting mid-token or inside a docstring,
+which `tokenize` cannot read. `token_units` is a regular-expression lexer on bytes that mimics
+it and never fails: on a whole file it gives exactly tokenize's E (tests/test_token_alignment.py).
+It tries the starting states in turn (code level; inside a one-line string, a comment or a
+triple-quoted string that the window closes) and keeps the one under which the rest reads most
+plausibly as code: fewest ASCII error units plus plain names following a plain name across spaces
+("the value": prose lexed as code). A window with no triple quote and no 0xFF whose best score is
+still one per 32 bytes or more is read as the inside of a docstring: one unit. On 512-byte windows
+of standard-library files its E differs from tokenize's at about 1% of interior positions.
 
-Metric over free positions (the rule's own decisions; position 0 and the last one of a window
-are excluded in any case: the first is forced and the last one's E status depends on the byte
-after the window):
-
-* token_end_precision = |chunk ends in E| / |chunk ends|;
-* token_end_chance = |E| / |positions|: the precision boundaries placed independently of the
-  bytes (i.i.d. at any rate) would score, so precision is read against it;
-* token_end_recall = |chunk ends in E| / |E|.
-
-The same three one byte late (token_start_*): a chunk end at t counts when t - 1 is in E, i.e.
-byte t is the first byte of a lexical unit. A causal rule deciding at byte t sees that byte,
-so it can tell that a unit has just ended (the `.` after `self`, the first byte after an
-indentation run) where it cannot tell that the unit it is inside ends here; its chunk then holds
-the rest of the unit and the first byte of the next, and the chunk-level network runs once the
-unit before it is complete (as the whitespace rule's chunk runs at the space after a word).
-Chance is the share of positions that start a unit.
-
-`token_alignment_counts` returns the four additive counts behind them (so that shards of an
-evaluation can be summed), `token_alignment` the three ratios.
+Metric over free positions (the first and last position of a window excluded):
+token_end_precision = |chunk ends in E| / |chunk ends|, token_end_chance = |E| / |positions| (the
+precision of boundaries placed independently of the bytes), token_end_recall = |chunk ends in E| /
+|E|; and the same one byte late (token_start_*: byte t starts a unit), which a causal rule that
+sees byte t can tell. `token_alignment_counts` returns the additive counts (shards of an
+evaluation sum them), `token_alignment` the ratios.
 """
 
 from __future__ import annotations
 
-import io
 import keyword
 import re
 import token as token_mod
@@ -191,62 +160,6 @@ def token_ends(data: bytes, start: str | None = None) -> torch.Tensor:
     ends = [e - 1 for _, e, _ in token_units(data, start)]
     if ends:
         mask[torch.tensor(ends)] = True
-    return mask
-
-
-# ---------------------------------------------------------------------------------------------
-# the reference: Python's own tokenizer on a whole file
-
-
-def tokenize_ends(source: bytes) -> torch.Tensor:
-    """E for a whole, tokenizable source file, computed with `tokenize`: the last byte of every
-    token with bytes and of every gap (whitespace, continuations) between tokens. An f-string is
-    one unit (its FSTRING_START..FSTRING_END tokens merged, as the lexer reads it). Raises
-    tokenize.TokenError / SyntaxError where `tokenize` does."""
-    lines = io.BytesIO(source).readlines()
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line))
-    toks = list(tokenize.tokenize(io.BytesIO(source).readline))
-    encoding = toks[0].string if toks and toks[0].type == tokenize.ENCODING else "utf-8"
-    decoded: dict[int, str] = {}
-
-    def offset(row: int, col: int) -> int:
-        # tokenize counts columns in characters of the decoded line: convert through the encoding
-        if row > len(lines):
-            return len(source)
-        if row not in decoded:
-            decoded[row] = lines[row - 1].decode(encoding)
-        return starts[row - 1] + len(decoded[row][:col].encode(encoding))
-
-    fstring = {getattr(tokenize, n) for n in ("FSTRING_START", "FSTRING_MIDDLE", "FSTRING_END") if hasattr(tokenize, n)}
-    spans: list[tuple[int, int]] = []
-    depth = 0
-    for tok in toks:
-        if tok.type in (tokenize.ENCODING, tokenize.ENDMARKER, tokenize.DEDENT):
-            continue
-        a, b = offset(*tok.start), offset(*tok.end)
-        if fstring and tok.type == getattr(tokenize, "FSTRING_START", None):
-            depth += 1
-            if depth == 1:
-                spans.append((a, b))
-            continue
-        if depth:
-            if tok.type == getattr(tokenize, "FSTRING_END", None):
-                depth -= 1
-            spans[-1] = (spans[-1][0], b)
-            continue
-        if b > a:
-            spans.append((a, b))
-    mask = torch.zeros(len(source), dtype=torch.bool)
-    pos = 0
-    for a, b in spans:
-        if a > pos:  # a gap between tokens: one whitespace unit
-            mask[a - 1] = True
-        mask[b - 1] = True
-        pos = max(pos, b)
-    if pos < len(source):
-        mask[-1] = True
     return mask
 
 

@@ -1,24 +1,14 @@
 """Prepared corpora on disk: the shard format, its writer and a reader that loads nothing.
 
-A folder written by `rltok prepare` (rltok.data.prepare):
-
     rltok-shards.json     the manifest: format version, source, split rule, and for every split
                           its size, CRC-32, document count, shards (size, SHA-256) and index
-    train/00000.bin ...   the split's byte stream, exactly the stream rltok.data.corpus builds in memory
-                          (documents joined with DOC_SEP), cut into shards of `shard_bytes` (the
-                          last one shorter). Each file: a 64-byte header, then the bytes.
+    train/00000.bin ...   the split's byte stream (documents joined with DOC_SEP, as in memory)
+                          in shards of `shard_bytes`, each a 64-byte header, then the bytes
     train/docs.npy        int64 (documents, 2): start and length of every document in the stream
-    val/..., test/...
 
-The header names the format version, the shard's split and index, its length and the id of the
-preparation that wrote it, so a truncated shard, a shard of another corpus or of another format
-version is refused with a clear error instead of being read.
-
-Streams are read with positional reads (os.preadv) straight into the batch, not through mmap:
-a memory-mapped file counts every page it touches in the process' RSS, and with the large
-folios of today's page cache one 513-byte window maps up to 2 MB, so RSS would grow with the
-windows drawn (measured: 800 random windows of a cached 512 MB shard mapped all of it). Reading
-only the windows keeps a training process' memory independent of the corpus size.
+The header names the format version, split, index, length and preparation id, so a truncated or
+foreign shard is refused. Streams are read with positional reads (os.preadv), not mmap: mapped
+pages count in the process' RSS, which would then grow with the windows drawn.
 """
 
 from __future__ import annotations
@@ -36,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rltok.config.files import sha256_file
 from rltok.data.sources import DOC_SEP, Corpus, DataError
 
 FORMAT = "rltok-shards"
@@ -121,11 +112,8 @@ class _Array:
 
 
 class ByteStream:
-    """A read-only uint8 sequence made of pieces (shard payloads), read on demand.
-
-    Stands in for the uint8 tensor of an in-memory corpus where rltok reads training data:
-    len(), `gather` (the windows a sampler draws), slices (a torch tensor of those bytes),
-    numpy() (everything, for the few users that need all of it) and `crc32()`."""
+    """A read-only uint8 sequence made of pieces (shard payloads), read on demand: it stands in for
+    an in-memory corpus's tensor (len(), `gather`, slices, numpy(), `crc32()`)."""
 
     def __init__(self, pieces: list, name: str = "", crc: int | None = None):
         self.pieces = [p for p in pieces if p.length > 0]
@@ -330,10 +318,6 @@ class Prepared:
         pieces = [_File(self.path / s["file"], HEADER_BYTES, s["bytes"]) for s in info["shards"]]
         return ByteStream(pieces, f"{self.path}:{split}", crc=info["crc32"])
 
-    def documents(self, split: str) -> np.ndarray:
-        """int64 (documents, 2): start and length of each document of the split's stream."""
-        return np.load(self.path / self.manifest["splits"][split]["index"]["file"], mmap_mode="r")
-
     def corpus(self, source: str = "") -> Corpus:
         m = self.manifest
         return Corpus(self.stream("train"), self.stream("val") if "val" in m["splits"] else ByteStream([]),
@@ -370,15 +354,6 @@ def open_prepared(path: str | Path) -> Prepared:
     return Prepared(path, manifest)
 
 
-def file_sha256(path: Path, skip: int = 0) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        f.seek(skip)
-        while block := f.read(READ_BLOCK):
-            h.update(block)
-    return h.hexdigest()
-
-
 def verify_prepared(path: str | Path, log=None) -> dict:
     """Read every shard and index of a prepared folder and check them against the manifest's
     SHA-256 and CRC-32; DataError on the first mismatch. Returns bytes and shards checked."""
@@ -401,7 +376,7 @@ def verify_prepared(path: str | Path, log=None) -> dict:
         if crc != info["crc32"]:
             raise DataError(f"the {split} stream of {prepared.path} does not match its CRC-32 in the manifest")
         index = prepared.path / info["index"]["file"]
-        if file_sha256(index) != info["index"]["sha256"]:
+        if sha256_file(index) != info["index"]["sha256"]:
             raise DataError(f"document index {index} does not match its checksum in the manifest")
         if log:
             log(f"{split}: {info['bytes']:,} bytes in {len(info['shards'])} shard(s) verified")
@@ -437,12 +412,10 @@ def open_mixture(spec: str) -> Corpus:
 # ---- writing ------------------------------------------------------------------------------------
 
 class ShardWriter:
-    """Appends one split's stream as shards of exactly `shard_bytes` (the last one shorter).
-
-    The shard being filled is a temporary file; when full (or at the end) it gets its header and
-    is renamed into place, so a shard file under its final name is always complete. The caller
-    writes at most `room()` bytes at a time and, after each `commit()`, saves `state()` with its
-    own position in the source: a writer made from that state continues exactly there."""
+    """Appends one split's stream as shards of exactly `shard_bytes` (the last one shorter). The
+    shard being filled is a temporary file, renamed into place with its header when full, so a
+    shard under its final name is complete. The caller writes at most `room()` bytes at a time and
+    saves `state()` after each `commit()`: a writer made from that state continues exactly there."""
 
     def __init__(self, root: Path, folder: str, split: str, corpus_id: bytes, shard_bytes: int,
                  state: dict | None = None, checksums: bool = True):

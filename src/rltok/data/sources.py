@@ -3,7 +3,7 @@ train/validation split rule shared by the in-memory loader and `rltok prepare`.
 
 Everything is read as raw bytes: any byte string is valid input, no decoding ever happens.
 Documents (files, hub records) are joined into one stream with DOC_SEP between them.
-Splits are deterministic (see `split_documents`): a folder holding `train*` and `val*` (and
+Splits are deterministic (see `split_cuts`): a folder holding `train*` and `val*` (and
 `test*`) files uses them as given; otherwise a source of at least MIN_DOCS_FOR_DOC_SPLIT
 documents holds out whole documents, chosen by a hash of their bytes, so train and val share
 no document; a smaller source holds out the last `val_fraction` of every document.
@@ -171,11 +171,9 @@ def read_documents(spec: str, max_bytes: int = 0, text_field: str = "text") -> t
 
 
 def open_hub_dataset(spec: str):
-    """The records of `name[:config][@split]` (split "train" by default), through `datasets`:
-    a Hub dataset streamed (network), a folder written by `save_to_disk`, local data files of a
-    packaged builder (`json:PATH`, `parquet:PATH`, `csv:PATH`, `text:PATH`, `arrow:PATH`; globs
-    allowed) or a local folder of such files. Streamed where the source allows: nothing is
-    downloaded or converted as a whole first."""
+    """The records of `name[:config][@split]` (split "train" by default), through `datasets`: a
+    Hub dataset, a `save_to_disk` folder, or local files of a builder in HUB_FILE_BUILDERS
+    (`json:PATH`, globs allowed); streamed where the source allows."""
     try:
         import datasets
     except ImportError:
@@ -255,10 +253,12 @@ def _stream_len(lengths: np.ndarray) -> int:
 
 
 def split_cuts(keys, lengths, val_fraction: float) -> tuple[np.ndarray, str]:
-    """The rule of `split_documents` on the documents' keys (`doc_key`) and lengths alone, so that
-    a corpus prepared on disk splits exactly as one read into memory: for each document, how
-    many of its first bytes go to train (the rest is held out), and the rule ("documents" or
-    "tails")."""
+    """How many of each document's first bytes go to train, and the rule, from the documents' keys
+    (`doc_key`) and lengths alone (so a prepared corpus splits exactly as one in memory).
+    "documents": with at least MIN_DOCS_FOR_DOC_SPLIT documents, whole documents are held out, in
+    the order of their hash (identical ones land on the same side), skipping any that would pass
+    twice val_fraction, until val_fraction of the bytes is. "tails": otherwise the last
+    val_fraction of every document."""
     lengths = np.asarray(lengths, dtype=np.int64)
     keys = np.asarray(keys, dtype=np.uint64)
     total = int(lengths.sum())
@@ -294,26 +294,6 @@ def corpus_cuts(keys, lengths, val_fraction: float) -> tuple[np.ndarray, str]:
     return np.clip(cut - seen, 0, lengths), "stream"
 
 
-def split_documents(docs: list[bytes], val_fraction: float) -> tuple[list[bytes], list[bytes], str]:
-    """(train documents, val documents, rule) for a source without an explicit val split.
-
-    "documents": with at least MIN_DOCS_FOR_DOC_SPLIT non-empty documents, whole documents are
-    held out. They are taken in the order of a hash of their bytes (so neither file order nor
-    file names matter, and identical documents always land on the same side), skipping any
-    that would take the held-out bytes past twice val_fraction, until val_fraction of the
-    bytes is held out. Train and val then share no document.
-    "tails": otherwise (too few documents, none small enough, or nothing left to train on) the
-    last val_fraction of every document is held out, as in enwik8-style splits.
-    Both keep the documents in their original order on each side."""
-    docs = [d for d in docs if d]
-    cuts, rule = split_cuts([doc_key(d) for d in docs], [len(d) for d in docs], val_fraction)
-    train = [d[:c] for d, c in zip(docs, cuts.tolist())]
-    val = [d[c:] for d, c in zip(docs, cuts.tolist())]
-    if rule == "documents":
-        return [d for d in train if d], [v for v in val if v], rule
-    return train, [v for v in val if v], rule
-
-
 @dataclass
 class Corpus:
     # uint8 tensors, or byte streams read from a prepared folder without loading it
@@ -324,7 +304,7 @@ class Corpus:
     skipped_files: int = 0  # unreadable or empty files left out while reading
     # how val was made: "given" (an explicit val source or train.*/val.* files), "documents"
     # (whole held-out documents), "tails" (the end of every document), "stream" (the end of a
-    # tiny corpus); see split_documents
+    # tiny corpus); see split_cuts
     split: str = ""
     prepared: str = ""  # the prepared folder the streams are read from, if any
 
@@ -337,9 +317,8 @@ class Corpus:
         return f"{self.source}{where}: {len(self.train):,} train bytes, {len(self.val):,} val bytes{skipped}{rule}"
 
     def fingerprint(self) -> dict:
-        """Identifies the training bytes, so a resume can tell when the data changed under it. A
-        prepared stream's CRC-32 comes from its manifest (nothing is read); it equals the CRC of
-        the same bytes loaded into memory, so the two are interchangeable."""
+        """Identifies the training bytes, so a resume can tell when the data changed under it (a
+        prepared stream's CRC-32 comes from its manifest and equals the in-memory one)."""
         crc = self.train.crc32() if hasattr(self.train, "crc32") else zlib.crc32(self.train.contiguous().numpy())
         return {"train_bytes": len(self.train), "crc32": crc}
 

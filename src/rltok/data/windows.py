@@ -16,14 +16,10 @@ def take_windows(data, starts: torch.Tensor, length: int) -> torch.Tensor:
 
 
 class WindowSampler:
-    """Random (x, y) windows of seq_len+1 bytes; its RNG state is the data position.
-
-    Data-parallel sharding: with `world_size` N every rank draws the starts of the whole global
-    batch (batch_size * N windows) from the same seeded generator and keeps its own block of
-    batch_size rows, so N ranks together see exactly the batch one process with batch_size * N
-    would, and the generator state stays identical on every rank. Each rank reads only its own
-    windows. `data` is a uint8 tensor or a byte stream (rltok.data.shards); a stream that draws its
-    own starts (a weighted mixture of sources) is asked for them."""
+    """Random (x, y) windows of seq_len+1 bytes; its RNG state is the data position. With
+    `world_size` N every rank draws the starts of the whole global batch from the same generator
+    and reads only its own block of rows (the batch one process with batch_size * N would see).
+    `data` is a uint8 tensor or a byte stream; a mixture of sources draws its own starts."""
 
     def __init__(self, data: torch.Tensor, batch_size: int, seq_len: int, seed: int = 0,
                  rank: int = 0, world_size: int = 1):
@@ -70,10 +66,8 @@ def _eval_starts(n: int, seq_len: int, max_windows: int, context: int = 1) -> tu
 
 def eval_windows(data: torch.Tensor, seq_len: int, max_windows: int = 0,
                  context: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x, y) windows tiling `data` in order, the same on every call; with `max_windows`, an
-    evenly spaced subset of them. Returns (N, T) long tensors. `context`: the windows overlap by
-    that many bytes, so that scoring bytes `context..T` of each window (evaluate(context=)) scores
-    every byte after the split's first `context` once (1: non-overlapping windows)."""
+    """(x, y) windows (N, T) tiling `data` in order (with `max_windows`, an evenly spaced subset),
+    overlapping by `context` bytes, so that evaluate(context=) scores every byte once."""
     starts, seq_len = _eval_starts(len(data), seq_len, max_windows, context)
     win = take_windows(data, starts, seq_len + 1).long()
     return win[:, :-1], win[:, 1:]
@@ -81,10 +75,9 @@ def eval_windows(data: torch.Tensor, seq_len: int, max_windows: int = 0,
 
 def rank_eval_windows(data: torch.Tensor, seq_len: int, max_windows: int, rank: int = 0,
                       world_size: int = 1) -> tuple[torch.Tensor, torch.Tensor, bool]:
-    """A data-parallel rank's share of `eval_windows(data, seq_len, max_windows)`, reading only
-    those windows: ranks take equal consecutive blocks (FSDP needs the same number of forwards on
-    every rank; a remainder is left out). With fewer windows than ranks every rank takes all of
-    them, and `shared` (the third value) says so: their sums are then averaged, not added."""
+    """A data-parallel rank's share of `eval_windows(data, seq_len, max_windows)`: equal consecutive
+    blocks (a remainder left out); with fewer windows than ranks every rank takes all of them and
+    `shared` (the third value) says so."""
     starts, seq_len = _eval_starts(len(data), seq_len, max_windows)
     shared = len(starts) < world_size
     if not shared and world_size > 1:

@@ -1,13 +1,8 @@
-"""Held-out measurements: bpb, boundary rate, bytes per chunk, whitespace alignment.
-
-bpb = total nats over the scored bytes / (bytes * ln 2). A model's bpb should always be read with
-its achieved rate and a boundary-quality measure (whitespace alignment, chunk lengths).
-
-Every family scores the same bytes: with `context` c, of each window w (x = w[:-1], y = w[1:])
-exactly the bytes w[c:] (the targets y[c-1:]). A byte model predicts every target and the ones
-before c - 1 are left out; a model with an evaluation path of its own (`score_window`, the
-BPE-token model) is handed the whole window and scores those bytes itself. `context=None` is what
-training validates with: each model's training forward and the bytes it scores.
+"""Held-out measurements: bpb, boundary rate, bytes per chunk, whitespace alignment. bpb = total
+nats over the scored bytes / (bytes * ln 2); read it with the achieved rate. Every family scores
+the same bytes: with `context` c, of each window w exactly w[c:] (a model with an evaluation path of
+its own, `score_window`, is handed the whole window). `context=None` is what training validates
+with: each model's training forward and the bytes it scores.
 """
 
 from __future__ import annotations
@@ -22,11 +17,8 @@ from rltok.data.python_tokens import summarize_counts, token_alignment_counts
 
 
 def whitespace_alignment(x: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
-    """Share of whitespace bytes that carry a boundary.
-
-    space_end: the whitespace byte closes a chunk ("word |"); space_start: the chunk before it
-    closed, so the whitespace opens a chunk ("word| next"); space_align: either.
-    """
+    """Share of whitespace bytes that close a chunk (space_end: "word |"), that open one
+    (space_start: "word| next"), or either (space_align)."""
     ws = is_whitespace_byte(x)
     prev = torch.zeros_like(b)
     prev[:, 1:] = b[:, :-1]
@@ -52,14 +44,10 @@ def chunk_lengths(b: torch.Tensor) -> torch.Tensor:
 def evaluate(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, mode: str = "sample",
              seed: int = 1234, device: str | torch.device = "cpu", autocast_dtype=None,
              code_metrics: bool = False, context: int | None = 1, forced_split: bool = True) -> dict[str, float]:
-    """Evaluate on fixed windows (N, T). Boundary sampling uses its own seeded generator, so
-    the numbers are reproducible and the training RNG is untouched. code_metrics: also
-    token_end_* and token_start_* precision/chance/recall (Python sources, see rltok.data.python_tokens).
-    context: score the bytes w[context:] of every window w (see the module's doc; windows from
-    eval_windows(..., context=) then score every byte once); `bytes` in the result counts them.
-    forced_split=False: a model that tokenises (score_window) reads each window whole and scores
-    from its first token boundary at or after `context` instead (fewer bytes: what the forced
-    boundary costs it is the difference)."""
+    """Evaluate on fixed windows (N, T), sampling boundaries from a seeded generator of its own.
+    code_metrics: also the Python-token alignment (rltok.data.python_tokens). context: score the
+    bytes w[context:] of every window w (module docstring). forced_split=False: a model that
+    tokenises reads each window whole and scores from its first token boundary at or after it."""
     return summarize(evaluate_sums(model, x, y, batch_size, mode, seed, device, autocast_dtype, code_metrics,
                                    context, forced_split))
 

@@ -1,32 +1,16 @@
 """lm-evaluation-harness adapter: score any rltok model with `lm_eval` (0.4.x).
 
-    pip install 'rltok[eval]'
     rltok lm-eval --model_args pretrained=runs/x --tasks hellaswag,arc_easy --device cuda
-    # or from Python
     import lm_eval, rltok.harness.lm_eval_adapter  # registers the model name "rltok"
-    lm_eval.simple_evaluate(model="rltok", model_args="pretrained=runs/x", tasks=["wikitext"])
 
-Everything is over UTF-8 bytes: a request's text is encoded, scored byte by byte and decoded
-back, so no tokenizer is involved. `pretrained` is a run folder, a checkpoint, a
-save_pretrained folder or a Hub repo id.
-
-- loglikelihood(context, continuation): sum of the continuation's byte log-probabilities (nats)
-  and whether greedy decoding would have produced it.
-- loglikelihood_rolling(text): the log-probability of every byte of the text (a newline is the
-  context of its first byte, as in generation), in windows of max_length bytes that each keep
-  the most context they can.
-- generate_until(context, gen_kwargs): cached incremental decoding, stopped at the `until`
-  strings or after max_gen_toks bytes.
-- Gold-continuation bpb, the number the reference reports: `gold_bpb_task(docs)` builds an
-  in-memory task whose metric is bits_per_byte = -sum(ll) / (sum(bytes) ln 2) over the gold
-  continuations; `RLTokLM.bpb(requests)` gives the same without lm_eval.
-
-Boundary decisions are greedy by default (p >= 0.5): then a score depends only on its own
-bytes, never on the other requests in its batch. With boundary_mode=sample they are drawn with a
-seeded generator instead.
-
-lm_eval is optional: without it this module still imports, and RLTokLM's methods take any
-objects with an `.args` tuple (lm_eval's Instance) or plain tuples.
+Everything is over UTF-8 bytes: no tokenizer is involved. `pretrained` is a run folder, a
+checkpoint, a save_pretrained folder or a Hub repo id. Besides lm_eval's loglikelihood,
+loglikelihood_rolling (a newline is the context of a text's first byte, as in generation) and
+generate_until, `RLTokLM.bpb(requests)` gives the gold-continuation bpb the reference reports,
+and `gold_bpb_task` / `rolling_bpb_task` build in-memory tasks (docs/DISTRIBUTED.md). Boundary
+decisions are greedy by default, so a score depends only on its own bytes, never on its batch.
+lm_eval is optional: without it this module still imports, and RLTokLM's methods take any objects
+with an `.args` tuple (lm_eval's Instance) or plain tuples.
 """
 
 from __future__ import annotations
@@ -82,8 +66,10 @@ class RLTokLM(_LMBase):
             warnings.warn(f"device {device} requested but CUDA is not available; using the CPU", stacklevel=2)
             device = "cpu"
         self._dev = resolve_device(device)
-        if model is None:
-            model = load_any(str(pretrained), self._dev)
+        if model is None:  # a run folder, a checkpoint, a save_pretrained folder or a Hub repo id
+            from rltok.training.loading import from_pretrained
+
+            model = from_pretrained(str(pretrained), device=self._dev)
         self.model = model.to(self._dev).eval()
         self.amp = torch.bfloat16 if str(dtype) in ("bf16", "bfloat16") else None
         # batch_size "auto" (an lm_eval option) falls back to a fixed size: no memory probing here
@@ -165,10 +151,7 @@ class RLTokLM(_LMBase):
 
     def _score_batch(self, jobs, gen) -> list[tuple[float, bool]]:
         width = max(len(w) for _, w, _, _ in jobs)
-        rows = []
-        for _, w, _, _ in jobs:
-            ids = list(w) + [w[-1]] * (width - len(w))  # padding: repeats of the last byte
-            rows.append(ids)
+        rows = [list(w) + [w[-1]] * (width - len(w)) for _, w, _, _ in jobs]  # padding: repeats of the last byte
         x = torch.tensor(rows, dtype=torch.long, device=self._dev)
         with torch.autocast(self._dev.type, dtype=self.amp, enabled=self.amp is not None):
             if self.token_model:  # nats of each token at its last byte, over the window itself
@@ -232,13 +215,6 @@ class RLTokLM(_LMBase):
                 for i, g in zip(chunk, gens):
                     out[i] = g.output.decode("utf-8", errors="replace")
         return out  # type: ignore[return-value]
-
-
-def load_any(spec: str, device) -> torch.nn.Module:
-    """A run folder (newest valid checkpoint), a checkpoint, a save_pretrained folder or a Hub repo id."""
-    from rltok.training.loading import from_pretrained
-
-    return from_pretrained(spec, device=device)
 
 
 # ---- in-memory tasks (no download) -------------------------------------------------------------

@@ -1,13 +1,7 @@
-"""A learned vocabulary at the chunk level: each chunk's bytes select an embedding.
-
-The content of a chunk (its bytes, the last `max_len` of them for longer chunks, and its length)
-is hashed into a table of `size` learned vectors, added to the chunk's vector before the main
-network. A chunk the boundary rule produces often ("the ", "self.") then has an embedding of its
-own, like a token in a vocabulary, and a rule that cuts the same strings the same way gets more
-out of the table than one that cuts them at random: where to cut starts to matter.
-
-Causal: the chunk ending at byte e hashes bytes <= e only. The lookup is not a matrix product
-and costs no FLOPs (`flops`; only the table's memory).
+"""A learned vocabulary at the chunk level: a chunk's content (its last `max_len` bytes and its
+length) is hashed into a table of `size` learned vectors, added to the chunk's vector before the
+main network. A chunk the rule produces often gets an embedding of its own, so where to cut starts
+to matter. Causal (the chunk ending at byte e reads bytes <= e); a lookup, no FLOPs.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
-"""What a module costs: the question every module that does matrix products answers.
-
-`module.flops(level)` is the module's forward FLOPs per byte when it runs at `level`: that many
-of its items per sequence, that many items per byte. A module without the method is costed by
-`module_flops`, which walks its children and counts every nn.Linear it finds, so an unknown
+"""What a module costs: `module.flops(level)`, its forward FLOPs per byte when it runs at `level`
+(that many of its items per sequence, that many items per byte). A module without the method is
+costed by `module_flops`, which walks its children and counts every nn.Linear, so an unknown
 module is never silently free. One multiply-add counts as 2 FLOPs; only matrix products count
-(norms, RoPE, activations and the loss are elementwise and ignored, as is usual); lookups
-(embeddings) are free.
-
-The products are written in the order the numbers were always computed in (rate first, then
-the layer count, then the per-layer count), so that the FLOPs meter that stops training and
-sets its learning rate adds up the same floats, bit for bit.
+(norms, RoPE, activations, the loss and lookups are free). The products are written in the order
+the numbers were always computed in, so the FLOPs meter adds up the same floats, bit for bit.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
-"""What cached decoding keeps between bytes, for a batch of rows.
-
-The computing is done by the models themselves, next to their forward passes: HourglassLM and
-FlatByteLM have start_decoding() (-> a state from here), prefill(state, row, ids, ...) (read one
-row's context with the parallel forward, which fills the caches) and step(state, ids, ...) (one
-new byte per row, through the same modules). A state holds
-  - one KVCache per layer stack: sliding-window rings for the byte-level stacks, growing caches
-    for the chunk-level ones, filled by a forward pass given `prefill_cache(row)` as `cache=`;
-  - per row: the position of its next byte, its last bytes (n-gram embeddings and the chunk
-    vocabulary read them), where its open chunk started, the latest chunk's output and the
-    boundary rules' own running state.
-Every row keeps its own positions, so a batch may mix context lengths.
+"""What cached decoding keeps between bytes, for a batch of rows: one KVCache per layer stack
+(sliding-window rings for the byte-level stacks, growing caches for the chunk-level ones, filled
+by a forward pass given `prefill_cache(row)` as `cache=`) and, per row, the position of its next
+byte, its last bytes (the n-gram embeddings and the chunk vocabulary read them), where its open
+chunk started, each level's latest chunk output and the boundary rules' running state. The
+models do the computing (start_decoding, prefill, step). Rows keep their own positions.
 """
 
 from __future__ import annotations
@@ -133,10 +127,8 @@ class HourglassState(DecodingState):
         self.chunk_start = torch.zeros(batch, dtype=torch.long, device=p.device)  # first byte of the open chunk
 
     def chunk_window(self, rows) -> tuple[torch.Tensor, torch.Tensor]:
-        """For rows whose newest byte closes a chunk: their last bytes (n, L) and the chunk
-        positions (n, 2) within them of the previous chunk's end and this chunk's end, which is
-        all ChunkVocab reads (a chunk starts after the previous one ends; its length counts from
-        there even when it started before the window; bytes before the context are never read)."""
+        """For rows whose newest byte closes a chunk: their last bytes (n, L) and the positions
+        (n, 2) in them of the previous chunk's end and this one's, all ChunkVocab reads."""
         window = self.recent[rows]
         first = self.pos[rows] - (window.shape[1] - 1)  # context position of window[:, 0]
         end = torch.full_like(first, window.shape[1] - 1)

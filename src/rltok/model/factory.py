@@ -7,11 +7,6 @@ import torch
 from rltok.config import FAMILIES, VOCAB_SIZE, ModelConfig
 
 
-def model_class(arch: str) -> type[torch.nn.Module]:
-    """The class that model.arch names (the FAMILIES registry: HourglassLM, FlatByteLM, BPETokenLM)."""
-    return FAMILIES.component(arch)
-
-
 def build_model(cfg: ModelConfig, train_bytes: torch.Tensor | None = None,
                 state_dict: dict[str, torch.Tensor] | None = None) -> torch.nn.Module:
     """`train_bytes` fits data-dependent parts (BPE tokenizers) on the training split;
@@ -25,10 +20,8 @@ _PLANNED: dict[tuple, torch.nn.Module] = {}
 
 def planned_model(cfg: ModelConfig, vocab_size: int | None = None) -> torch.nn.Module:
     """The model `cfg` builds, before any data is seen: on the meta device (its shape, no memory),
-    its data-fitted parts left unfitted; a BPE-token model over `vocab_size` tokens (default
-    model.bpe_vocab, else the byte vocabulary), since a tokenizer's size is fitted, not configured.
-    What sizing and budget planning ask; built once per config, as a study asks the same shapes
-    for every budget and corpus."""
+    unfitted; a BPE-token model over `vocab_size` tokens (default model.bpe_vocab, else the byte
+    vocabulary). What sizing and budget planning ask; built once per config."""
     vocab_size = vocab_size or cfg.bpe_vocab or VOCAB_SIZE
     key = (repr(cfg), vocab_size)
     if key not in _PLANNED:
@@ -36,7 +29,7 @@ def planned_model(cfg: ModelConfig, vocab_size: int | None = None) -> torch.nn.M
             _PLANNED.clear()
         cfg.validate()
         with torch.device("meta"):
-            model = model_class(cfg.arch).unfitted(cfg, vocab_size)
+            model = FAMILIES.component(cfg.arch).unfitted(cfg, vocab_size)
         model.model_config = cfg
         _PLANNED[key] = model
     return _PLANNED[key]

@@ -1,18 +1,11 @@
 """Matmul FLOPs per byte, for compute-matched comparisons, asked of the built model.
 
 Every model answers `forward_flops(seq_len, rate, rate2, kernel)`: forward FLOPs per byte by
-component, each of its modules asked for its own (model/cost.py: a module's `flops(level)`, or
-its linear layers where it has none). FLOPs per byte = byte-level FLOPs + chunk-level FLOPs x
-rate, attention included. One multiply-add counts as 2 FLOPs; only matrix products count.
-Attention counts the (query, key) pairs the model actually uses, a causal window
-(attention="causal", the default: what runs are matched on), or with attention="kernel" what
-its kernel computes, masked pairs and padding included (a windowed kernel that reads 2 x 128
-keys is charged 256). Training costs about 3x the forward pass (backward = 2x).
-
-`ModelCost` is what training holds: the cost of a step, of the counterfactual pass and of the
-tokenizer phase, and the slope of the cost in the rate. There is no second way to cost a config:
-`run_cost` asks the model training built, or, where only a config is at hand (sizing, budget
-planning), the config's model built once on the meta device (no memory).
+component, each module asked for its own (model/cost.py), chunk-level parts scaled by the rate.
+Attention counts the (query, key) pairs the model uses (attention="causal", what runs are matched
+on) or, with attention="kernel", what its kernel computes, masked pairs and padding included.
+Training costs about 3x the forward pass. `ModelCost` is what training holds; `run_cost` is the
+one way to cost a config: its built model asked, or its model built on the meta device.
 """
 
 from __future__ import annotations
@@ -27,9 +20,8 @@ ATTENTION = {"causal": False, "kernel": True}  # attention= -> count what the ke
 def model_flops(model: torch.nn.Module, seq_len: int, rate: float | None = None, rate2: float | None = None,
                 attention: str = "causal") -> dict[str, float]:
     """Forward FLOPs per byte of a built model on windows of `seq_len` bytes, by component, with
-    `total` (and, for the hourglass, `byte_level` and `chunk_level`). `rate`: chunks (tokens) per
-    byte, `rate2`: supertokens per chunk (defaults: the model's targets). A model that cannot say
-    is walked module by module (model/cost.py: each its own answer, or its linear layers), once per byte."""
+    `total`. `rate`: chunks (tokens) per byte, `rate2`: supertokens per chunk (defaults: the
+    model's targets). A model that cannot say is walked module by module (model/cost.py)."""
     if attention not in ATTENTION:
         raise ValueError(f"attention={attention!r}: choose one of {', '.join(ATTENTION)}")
     own = getattr(model, "forward_flops", None)
@@ -88,10 +80,8 @@ class ModelCost:
         return total
 
     def chunk_cost(self) -> tuple[float, float]:
-        """(a, c) such that one more chunk per byte costs a + c * rate forward FLOPs per byte: the
-        derivative of the chunk-level FLOPs per byte in the rate. Those are quadratic in the rate
-        (attention over the chunks), so the central differences below are exact. (Worked out
-        once: the loss-slope price asks every step.)"""
+        """(a, c) such that one more chunk per byte costs a + c * rate forward FLOPs per byte (exact:
+        the chunk-level FLOPs are quadratic in the rate). Worked out once."""
         def slope(r: float, h: float = 1e-3) -> float:
             return (self.forward(r + h)["chunk_level"] - self.forward(r - h)["chunk_level"]) / (2 * h)
 
@@ -108,11 +98,9 @@ class ModelCost:
 
 
 def run_cost(cfg, model: torch.nn.Module | None = None, vocab_size: int | None = None) -> ModelCost:
-    """What a step of training a full `Config` costs (train.seq_len windows, objective.group_size
-    segmentations per sequence), asked of its model: `model`, the one training built, or before
-    any training (sizing a model, planning a budget) the model `cfg` builds, made on the meta
-    device by rltok.model.factory.planned_model (`vocab_size`: a BPE-token model's tokens). The
-    one way a config is costed."""
+    """What a step of training a full `Config` costs, asked of its model: `model` (the one training
+    built), or the model `cfg` builds on the meta device (planned_model; `vocab_size`: a BPE-token
+    model's tokens). The one way a config is costed."""
     if model is None:
         from rltok.model.factory import planned_model
 

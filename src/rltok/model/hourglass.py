@@ -1,32 +1,14 @@
 """The hierarchical byte LM: encoder -> boundaries -> chunk-level main network -> decoder.
 
-    bytes -> embed -> encoder (local attention) -+-> early-exit head (next byte)
-                                                 +-> chunker -> b_t
-    downsample: the encoder vector at each boundary byte is its chunk's vector
-    main network over chunks (full causal attention, RoPE at the chunks' byte positions; the
-    batch's chunks run packed end to end, attention alone padded per sequence: pack_chunks)
-    upsample: byte t receives the main output of the latest chunk ending at or before t,
-    added to the encoder output (skip) -> decoder (local attention) -> head (next byte)
-
-HourglassLM is the byte-level Stage (stage.py, where down -> main -> up is written, once for the
-parallel pass and once for the cached step, for every level); here is what only bytes have:
-the embedding, the early-exit, value and next-byte heads, the projections between byte and
-chunk width (with the chunk vocabulary) - and the public API. Its main network is a Stack, or
-a stage over chunks (ChunkStage; model.stages=2, saved as `stage2`: chunk encoder -> a second
-policy that closes supertokens -> main network over supertokens -> chunk decoder), which may
-nest further: the levels below the bytes are a list of LevelSpec (levels.py).
-
-The forward is split by purpose, each returning an HourglassOutput:
-  - forward(idx, generator, group_size, encoder_only): the rules draw the segmentation (training,
-    evaluation; K segmentations per sequence; the tokenizer phase stops after the byte rule);
-  - score(idx, boundaries, below): a fixed segmentation (comparisons, analyses, tests);
-  - rerun(idx, out, boundaries): a counterfactual segmentation, reusing `out`'s encoder pass;
-  - prefill / step: cached decoding.
-
-Cached decoding (start_decoding / prefill / step, below the forward) runs the same modules: a
-context is read by this forward pass given a cache, then each new byte goes through the encoder
-against its caches, the boundary rule's one-byte decision (Chunker.step), the chunk level only
-when that byte closes a chunk, the decoder and the head. Causality is what makes the two agree.
+HourglassLM is the byte-level Stage (stage.py writes down -> main -> up once for the parallel
+pass and once for the cached step, for every level); here is what only bytes have: the
+embedding, the early-exit, value and next-byte heads, the projections between byte and chunk
+width (with the chunk vocabulary), and the public API. Its main network is a Stack, or a
+ChunkStage over its chunks (model.stages=2, saved as `stage2`), which may nest further: the
+levels below the bytes are a list of LevelSpec (levels.py). The passes, each returning an
+HourglassOutput: `forward` (the rules draw the segmentation), `score` (a fixed one), `rerun` (a
+counterfactual one reusing an encoder pass), and `prefill` / `step` (cached decoding, which runs
+the same modules one byte at a time: causality makes the two agree).
 """
 
 from __future__ import annotations
@@ -212,10 +194,8 @@ class HourglassLM(Stage, PretrainedMixin):
         return sum(p.numel() for p in self.parameters())
 
     def non_embedding_params(self) -> int:
-        """Parameters outside the lookup tables (the size a scaling law counts): everything but
-        the byte embedding, the hashed n-gram tables and the chunk-vocabulary table. The byte-level
-        heads (next byte, early exit, value), the projections between levels and the boundary
-        rule's own layers are counted."""
+        """Parameters outside the lookup tables (the size a scaling law counts): everything but the
+        byte embedding, the hashed n-gram tables and the chunk-vocabulary table."""
         return param_count(self) - param_count(self.embed, self.ngram_embed, self.chunk_vocab)
 
     def chunk_input(self, z: torch.Tensor, idx: torch.Tensor, chunk_pos: torch.Tensor,
@@ -255,13 +235,11 @@ class HourglassLM(Stage, PretrainedMixin):
     def forward(self, idx: torch.Tensor, generator: torch.Generator | None = None, group_size: int = 1,
                 encoder_only: bool = False, *, mode: str = "sample", force_last: bool | None = None
                 ) -> HourglassOutput:
-        """Training and evaluation: idx (B, T) byte ids, segmented by the boundary rules of every
-        level (`mode` "sample" or "greedy", drawing from `generator`). With group_size K > 1, K
-        segmentations of every sequence share one encoder pass and the outputs have B*K rows
-        (row b*K + k). `encoder_only`: the tokenizer phase of training: stop after the byte
-        level's rule; the early-exit logits stand in for the model's, and no chunk level or
-        decoder runs (a flag, not a method of its own: data-parallel wrappers call forward).
-        `force_last`: whether the last byte closes a chunk (default model.force_last_boundary)."""
+        """Training and evaluation: idx (B, T) byte ids, segmented by the rules of every level
+        (`mode` "sample" or "greedy"). group_size K > 1: K segmentations per sequence share one
+        encoder pass (row b*K + k). `encoder_only` (the tokenizer phase; a flag, as data-parallel
+        wrappers call forward): stop after the byte rule, the early-exit logits standing in for the
+        model's. `force_last`: whether the last byte closes a chunk (default: the config's)."""
         h = self.encode(idx)
         early_logits = self.early_head(h)
         if group_size > 1:
@@ -324,13 +302,10 @@ class HourglassLM(Stage, PretrainedMixin):
     @torch.inference_mode()
     def prefill(self, state: HourglassState, row: int, ids: torch.Tensor, boundaries: torch.Tensor | None = None,
                 start: int = 0, boundaries2=None) -> StepOutput:
-        """Read one row's context ids (T,) with the parallel pass, replacing whatever the row held.
-        boundaries (T,) fix its decisions (byte 0 always closes a chunk; the last one is not
-        forced); boundaries2 the bytes that close an item of the levels below (with boundaries):
-        (T,) for the first (two stages: supertokens), or a sequence of (T,), one per level, top
-        down. `start`: the row's byte index of ids[0] (after a slide, which passes the decisions
-        it keeps), from which a fixed stride goes on counting in the steps. Returns the last
-        byte's next-byte logits and the per-byte decisions."""
+        """Read one row's context ids (T,) with the parallel pass, replacing whatever it held.
+        boundaries (T,) fix its decisions (the last byte is not forced); boundaries2 those of the
+        levels below, (T,) or one (T,) per level, top down. `start`: the row's byte index of ids[0]
+        (after a slide). Returns the last byte's logits and the per-byte decisions."""
         x = ids.view(1, -1).to(state.device)
         given = None if boundaries is None else boundaries.view(1, -1).to(state.device).bool()
         below = [b.view(1, -1).to(state.device).bool() for b in as_levels(boundaries2)]

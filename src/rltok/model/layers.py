@@ -1,14 +1,9 @@
-"""Transformer building blocks: RMSNorm, rotary embeddings, (local) causal attention, MLP,
-and the KV caches used by incremental decoding (a forward pass given `cache=` seeds them, `step`
-extends them by one position).
-
-Attention always goes through `F.scaled_dot_product_attention` so GPUs use fused kernels.
-Positions are explicit tensors: byte layers use byte indices, the chunk-level network uses the
-byte index of each chunk's boundary, so both levels share one notion of position.
-
-Rows of different lengths (the chunks of each sequence) can run packed end to end (`Packing`):
-every per-position layer then works on the real items only, and attention alone sees them
-padded per row, where causality keeps the padding after each row's items unseen.
+"""Transformer building blocks: RMSNorm, rotary embeddings, (local) causal attention, MLP, and the
+KV caches of incremental decoding (a forward pass given `cache=` seeds them, `step` extends them).
+Attention always goes through `F.scaled_dot_product_attention` (fused kernels). Positions are
+explicit tensors: the byte index of each byte, and of each chunk's last byte. Rows of different
+lengths can run packed end to end (`Packing`): per-position layers work on the real items only,
+and attention alone sees them padded per row.
 """
 
 from __future__ import annotations
@@ -288,13 +283,9 @@ class Stack(nn.Module):
 
 
 class KVCache:
-    """Keys and values of every layer of a Stack, for decoding one position per row at a time.
-
-    window=None keeps every entry, up to `size` (the chunk-level network); otherwise a ring
-    buffer of the last `window` entries, which is all a sliding-window layer can see: entry p
-    of a row lives in slot p % window. Attention ignores key order, so slots need no sorting.
-    Row lengths are kept on the host: the caller syncs once per step anyway (sampling).
-    """
+    """Keys and values of every layer of a Stack, for decoding one position per row at a time:
+    every entry up to `size` (window=None), or a ring buffer of the last `window` entries (entry p
+    in slot p % window; attention ignores key order). Row lengths are kept on the host."""
 
     def __init__(self, n_layers: int, batch: int, n_heads: int, head_dim: int, size: int,
                  window: int | None, device, dtype=torch.float32):

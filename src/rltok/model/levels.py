@@ -1,10 +1,7 @@
-"""The levels below the bytes, described once: what HourglassLM builds its chunk stages from.
-
-A hierarchical model is the byte level (HourglassLM, set by the model config's byte-level keys)
-over a list of chunk levels, top down, over a main network. Each chunk level is a `LevelSpec`:
-its width, heads and layers, and a factory for its boundary rule, so any rule can run at any
-level. `chunk_levels(cfg)` is the one place that turns the config into that list; a model of
-any depth is built by passing a list directly (`HourglassLM(cfg, levels=[...])`).
+"""The levels below the bytes, described once: each chunk level is a `LevelSpec` (width, heads,
+layers and a factory for its boundary rule, so any rule can run at any level). `chunk_levels(cfg)`
+is the one place that turns the config into that list; a model of any depth is built by passing a
+list directly (`HourglassLM(cfg, levels=[...])`).
 """
 
 from __future__ import annotations

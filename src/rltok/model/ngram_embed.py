@@ -1,13 +1,8 @@
-"""Hashed byte n-gram embeddings (as in the Byte Latent Transformer's encoder).
-
-For each byte, the n-grams ending at it (one per n in `sizes`) are hashed into tables of `rows`
-learned vectors each; their sum is added to the byte's own embedding. A byte model then has a
-vocabulary's memory: "def ", "self", "tion" get vectors of their own, at the cost of parameters
-and memory but almost no compute (a lookup, not a matrix product).
-
-Causal: the n-gram ending at byte t hashes bytes t-n+1..t only. Positions before the start of the
-sequence hash as "no byte" (distinct from byte 0), so cached generation, which sees the same
-prefix, computes the same vectors.
+"""Hashed byte n-gram embeddings (as in the Byte Latent Transformer's encoder): for each byte, the
+n-grams ending at it (one per n in `sizes`) are hashed into tables of `rows` learned vectors each,
+whose sum is added to the byte's embedding: a vocabulary's memory ("def ", "self") for a lookup's
+compute. Causal; positions before the sequence hash as "no byte" (not byte 0), so cached
+generation computes the same vectors.
 """
 
 from __future__ import annotations

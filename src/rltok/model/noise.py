@@ -1,10 +1,6 @@
-"""Random numbers for boundary rules that stay the same under data parallelism.
-
-A chunker draws its noise with `uniform(shape, device, generator)`. Given a plain
-`torch.Generator` that is exactly `torch.rand(shape, generator=...)`. Given a `RowShard`
-(what the data-parallel trainer passes), every rank draws the noise of the whole global batch
-from its identically seeded generator and keeps its own rows, so an N-rank run samples the
-same boundaries as one process holding all the rows.
+"""Random numbers for boundary rules that stay the same under data parallelism: `uniform(shape,
+device, generator)` is `torch.rand` for a plain generator; given a `RowShard` every rank draws the
+noise of the whole global batch from its identically seeded generator and keeps its own rows.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""What the models' forward passes return: a typed output per model kind.
-
-`LMOutput`: a plain LM (FlatByteLM, BPETokenLM): next-byte logits, or a token model's loss
-attributed to bytes. `HourglassOutput`: a hierarchical model (HourglassLM): also the early-exit
-logits, the boundary decisions of every level, the critic's values and the encoder state.
-`out.hierarchical` says which, so the objective asks the output instead of guessing from which
-fields are empty. What one kind lacks reads None on it, so code that only reads
-(`out.boundaries is not None`) works on both.
+"""What the models' forward passes return: `LMOutput` (a plain LM: next-byte logits, or a token
+model's loss attributed to bytes) and `HourglassOutput` (also the early-exit logits, the decisions
+of every level, the critic's values and the encoder state). `out.hierarchical` says which; what one
+kind lacks reads None on it.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """The model folder, rltok's one on-disk format for a model, in the Hugging Face Hub layout:
-
-    <folder>/
-        model.safetensors   weights (no pickle); BPE tokenizers travel inside as uint8 buffers
-        config.json         {"model_type": "rltok", "rltok_version", "architecture", "num_parameters",
-                             "results", "fit_facts" (what data-fitted parts were fitted on, when
-                             there are any), "model": {...}, "objective"/"data"/"train": {...} when known,
-                             "plugins" and "plugin_sources" when a component comes from a plugin}
-        README.md           model card (rltok.model.model_card)
-
-PretrainedMixin gives HourglassLM, FlatByteLM and BPETokenLM (and any family a plugin registers)
-`save_pretrained`, `push_to_hub` and the classmethod `from_pretrained` (a model folder or a Hub
-repo id, fetched with `huggingface_hub.snapshot_download`; the folder must hold a model of that
-class). model.arch names the class through the FAMILIES registry. A training
-checkpoint (rltok.training.checkpoint) is such a folder plus trainer.pt and a manifest; its
-run folders and verification, and rltok.training.loading (which loads any of them), build on the
-writer and readers here.
+model.safetensors (weights, no pickle; BPE tokenizers travel inside as uint8 buffers), config.json
+(the metadata keys META_KEYS, the config's sections, and the plugins its components come from)
+and README.md (the model card). PretrainedMixin gives every family `save_pretrained`,
+`push_to_hub` and `from_pretrained` (a model folder or a Hub repo id); model.arch names the class
+through the FAMILIES registry. A training checkpoint (rltok.training.checkpoint) is such a folder
+plus trainer.pt and a manifest.
 """
 
 from __future__ import annotations
@@ -96,10 +86,9 @@ def _as_umask_allows(path: Path) -> None:
 def write_model_files(folder: Path, model: torch.nn.Module | None, config: Config | ModelConfig | None = None,
                       results: dict | None = None, name: str | None = None,
                       state_dict: dict[str, torch.Tensor] | None = None) -> list[str]:
-    """The model part of every folder: model.safetensors, config.json and README.md in `folder`
-    (which must exist). `config`: the full training Config or just a ModelConfig (default: the
-    model's own); `state_dict` replaces `model.state_dict()` (a sharded model's weights gathered
-    beforehand). Returns the names written."""
+    """model.safetensors, config.json and README.md in `folder` (which must exist). `config`: the
+    full training Config or just a ModelConfig (default: the model's own); `results` e.g.
+    {"val_bpb": 1.28}; `state_dict` replaces `model.state_dict()` (a sharded model's, gathered)."""
     if isinstance(config, Config):
         full: dict[str, Any] = config.to_dict()
     else:
@@ -131,9 +120,8 @@ def write_model_files(folder: Path, model: torch.nn.Module | None, config: Confi
 
 def save_pretrained(model: torch.nn.Module, save_directory: str | Path, config: Config | ModelConfig | None = None,
                     results: dict | None = None, name: str | None = None) -> Path:
-    """Write weights, config.json and a model card to `save_directory` (created if needed).
-    `config` is the full training Config (its sections go into config.json and the card) or
-    just a ModelConfig (default: the model's own); `results` e.g. {"val_bpb": 1.28, "val_rate": 0.2}."""
+    """Write weights, config.json and a model card to `save_directory` (created if needed); the
+    arguments are write_model_files'."""
     out = Path(save_directory)
     out.mkdir(parents=True, exist_ok=True)
     write_model_files(out, model, config, results, name=name or out.name)
@@ -275,10 +263,8 @@ class PretrainedMixin:
     @classmethod
     def from_config(cls, cfg: ModelConfig, train_bytes: torch.Tensor | None = None,
                     state_dict: dict[str, torch.Tensor] | None = None):
-        """A fresh model of `cfg` (rltok.model.factory.build_model picks the class), keeping its
-        config as `model.model_config` (what save_pretrained writes). `train_bytes` fits
-        data-dependent parts (BPE tokenizers) on the training split; `state_dict` (from a
-        checkpoint) provides them instead."""
+        """A fresh model of `cfg`, keeping its config as `model.model_config`. `train_bytes` fits
+        data-dependent parts (BPE tokenizers); `state_dict` (from a checkpoint) provides them."""
         cfg.validate()
         if cfg.arch != cls.arch:
             raise ValueError(f"model.arch={cfg.arch} builds a {family_name(cfg.arch)}, not a {cls.__name__}")
@@ -291,9 +277,8 @@ class PretrainedMixin:
         raise NotImplementedError
 
     def fit_facts(self) -> dict:
-        """What the model's data-fitted parts were fitted on, e.g. {"tokenizer_fit_bytes": n}
-        ({} for none, or when loaded from a folder written before this was recorded). Not a
-        buffer, so the weights stay as they are: save_pretrained keeps it in config.json."""
+        """What the model's data-fitted parts were fitted on, e.g. {"tokenizer_fit_bytes": n} ({}
+        for none); kept in config.json, not in the weights."""
         return dict(self.__dict__.get("_fit_facts") or {})
 
     def set_fit_facts(self, facts: dict) -> None:
@@ -307,9 +292,7 @@ class PretrainedMixin:
 
     def save_pretrained(self, save_directory: str | Path, config: Config | ModelConfig | None = None,
                         results: dict | None = None, name: str | None = None) -> Path:
-        """Weights, config.json and a model card in `save_directory` (created if needed). `config`:
-        the full training Config or just a ModelConfig (default: the model's own); `results` e.g.
-        {"val_bpb": 1.28, "val_rate": 0.2}."""
+        """Weights, config.json and a model card in `save_directory` (see write_model_files)."""
         return save_pretrained(self, save_directory, config, results, name)
 
     def push_to_hub(self, repo_id: str, **kwargs) -> str:

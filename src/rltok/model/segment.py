@@ -24,19 +24,13 @@ SEGMENT_WINDOW = 8192
 def segment_boundaries(model: HourglassLM, data: bytes, mode: str = "greedy", seed: int = 0,
                        device: str | torch.device = "cpu", window: int | None = None
                        ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-byte boundary decisions (bool) and boundary probabilities (float32). Unlike the chunk
-    list, this keeps apart a trailing chunk that is still open (its last byte is no boundary).
-
-    An input of up to W = min(model.cfg.max_seq_len, `window` or SEGMENT_WINDOW) bytes is read in
-    one pass. A longer one is read in overlapping windows of W bytes, so memory stays bounded:
-    each window after the first re-reads the W // 4 bytes before the part it decides as context,
-    and each window but the last leaves its final W // 16 bytes to the next (a byte there is
-    decided again with what follows it). A window's first byte always closes a chunk, but that
-    byte is context whose decision is dropped. So each kept decision sees at least W // 4 bytes
-    of history: for a rule that reads only the encoder's sliding window (model.window x
-    encoder_layers bytes, less than W // 4) it is the decision of one pass over the whole input;
-    a rule that counts from the window's start (a fixed stride) restarts its count in each window.
-    Only the per-byte results are kept across windows, not activations."""
+    """Per-byte boundary decisions (bool) and probabilities (float32); unlike the chunk list, this
+    tells a trailing chunk that is still open. An input longer than W = min(max_seq_len, `window`
+    or SEGMENT_WINDOW) bytes is read in overlapping windows of W bytes (memory stays bounded): each
+    re-reads the W // 4 bytes before the part it decides as context (whose decisions are dropped)
+    and leaves its last W // 16 to the next. So every kept decision sees at least W // 4 bytes of
+    history: for a rule reading only the encoder's sliding window it is the one-pass decision; a
+    fixed stride restarts its count in each window."""
     if not data:
         return torch.zeros(0, dtype=torch.bool), torch.zeros(0)
     if model.reads_tokens:

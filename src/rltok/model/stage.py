@@ -8,21 +8,11 @@ A Stage reads a sequence of items (the bytes, or the chunks of the stage above) 
     up: item j receives the main output of the latest chunk ending at or before j, added to its
     encoder state (skip) -> decoder
 
-HourglassLM (hourglass.py) is the byte-level stage: it adds the byte embedding, the heads and the
-projections between byte and chunk width (to_chunks / from_chunks). Its main network (`main`)
-is a Stack, or a ChunkStage over its chunks (model.stages=2: its rule groups them into
-supertokens), whose own main network is a Stack or the next ChunkStage, to any depth. Each
-chunk level is built from a LevelSpec (levels.py): width, layers and a boundary rule of any kind.
-
-Causality: the chunk ending at item s only sees items <= s and decisions <= s, and item t only
-receives chunks that end at or before t, so, level by level, the prediction for byte t+1
-depends on bytes <= t.
-
-down -> main -> up is written once for each pass and runs at every level:
-  - `hourglass`, the parallel pass (training; with `cache=`, reading a context for decoding);
-  - `hourglass_step`, one new item per row against the caches (decoding): only the rows whose
-    item closes a chunk go down a level, the others keep adding their latest chunk's output.
-Causality is what makes the two agree.
+HourglassLM (hourglass.py) is the byte-level stage; each chunk level below it is a ChunkStage
+built from a LevelSpec (levels.py). down -> main -> up is written once for the parallel pass
+(`hourglass`) and once for one new item per row against the caches (`hourglass_step`, decoding:
+only the rows whose item closes a chunk go down a level). The chunk ending at item s sees only
+items and decisions <= s, and item t receives only chunks ending at or before t, so the two agree.
 """
 
 from __future__ import annotations
@@ -68,12 +58,8 @@ def boundary_positions(b: torch.Tensor, n_max: int) -> torch.Tensor:
 
 
 def ema_over_chunks(z: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """zbar_j = p_j z_j + (1 - p_j) zbar_{j-1}: a confident boundary keeps its own chunk, an
-    unsure one leans on the previous chunk (H-Net's smoothing; gives p a gradient).
-
-    Unrolled as zbar_j = sum_{i<=j} p_i prod_{i<k<=j} (1 - p_k) z_i: one (M x M) weight matrix
-    from cumulative log(1 - p), so there is no loop over chunks; exponents are <= 0 (stable).
-    """
+    """zbar_j = p_j z_j + (1 - p_j) zbar_{j-1} (H-Net's smoothing; gives p a gradient), unrolled as
+    one (M x M) weight matrix from cumulative log(1 - p): no loop over chunks, exponents <= 0."""
     p = p.float().clamp(0.0, 1.0)
     log_keep = torch.cumsum(torch.log1p(-p.clamp(max=1 - 1e-6)), dim=1)  # (B, M)
     expo = log_keep.unsqueeze(2) - log_keep.unsqueeze(1)  # [b, j, i] = L_j - L_i
@@ -199,12 +185,10 @@ class Stage(nn.Module):
     def hourglass_step(self, state: HourglassState, h: torch.Tensor, bd: Boundaries, pos: torch.Tensor,
                        rows: list[int] | None, given: tuple, noise: torch.Tensor | None
                        ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """hourglass for one new item in each of the rows `rows` (None: all), h (n, d) their
-        encoder states at byte positions pos (n,), bd (n,) their decisions. The rows whose item
-        closed a chunk run it down through the main network and replace their latest chunk
-        output; then every row adds its own and runs the decoder. given / noise: each lower
-        level's fixed decisions (n,) and uniform draws (n, levels) for these rows. Returns the
-        decoder output (n, d) and each lower level's decisions (n,) (False where nothing closed)."""
+        """hourglass for one new item in each of the rows `rows` (None: all): h (n, d) at byte
+        positions pos (n,), decisions bd (n,). Rows whose item closed a chunk run it down the main
+        network; every row then adds its latest chunk output and runs the decoder. given / noise:
+        the lower levels' fixed decisions and uniform draws. Returns (n, d) and their decisions."""
         level = state.levels[self.depth]
         below = [torch.zeros_like(bd.b) for _ in self.stages()[1:]]
         close = torch.nonzero(bd.b).flatten().tolist()  # host sync: which rows go down a level
@@ -237,17 +221,10 @@ class Stage(nn.Module):
 
 
 class ChunkStage(Stage):
-    """A stage over the chunks of the stage above, as its main network (model.stages=2: chunks
-    of chunks, supertokens; deeper models nest more of them). Built from a LevelSpec: its own
-    width, layers and boundary rule; the levels below it, or at the bottom a main Stack of
-    `main_layers`, are its main network.
-
-    Its items arrive as the (B, M) chunk vectors, or with `packing` the real ones packed (1, N),
-    and its output leaves the same way. Its rule decides per item whether it closes a chunk of
-    this level, on the padded layout. The noise is drawn per byte and read at the item's last
-    byte, so a decision never depends on how many items the future holds (sampling stays
-    causal); a rule that reads bytes reads each item's last byte.
-    """
+    """A stage over the chunks of the stage above, as its main network (model.stages=2:
+    supertokens), built from a LevelSpec; its main network is the levels below it or a Stack of
+    `main_layers`. Its items arrive as (B, M) chunk vectors (or packed (1, N)) and leave the same
+    way. The noise is drawn per byte and read at each item's last byte, so sampling stays causal."""
 
     def __init__(self, spec: LevelSpec, below: Sequence[LevelSpec], main_layers: int, n_layers: int,
                  depth: int, pack: bool, kw: dict):

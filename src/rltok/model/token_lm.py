@@ -1,16 +1,10 @@
 """A BPE-token transformer: the non-hierarchical reference that reads tokens instead of bytes.
 
-Each row of bytes is tokenised on its own (rltok.data.bpe), padded, and run through a causal
-transformer over tokens (RoPE at token indices). Token j >= 1 is predicted from tokens < j; its
-nats are reported at its last byte, and the bytes of tokens 1..N-1 are the ones counted, so
-bpb = total nats / bytes covered, as for the byte models. Token 0 has no context and is not scored.
-That is training (`forward`). Evaluation (`score_window`, which rltok.eval.evaluate calls) scores
-exactly the bytes a byte model scores: it is handed the whole window w, a token boundary is forced
-before byte `context` (the two sides tokenised on their own), and every token of w[context:], the
-window's last byte included, is scored.
-
-The tokenizer lives in the state_dict as a uint8 buffer of its JSON, so a safetensors checkpoint
-carries everything needed to tokenise like the model was trained.
+Each row of bytes is tokenised on its own (rltok.data.bpe) and run through a causal transformer
+over tokens (RoPE at token indices). Token j >= 1 is predicted from tokens < j and its nats are
+reported at its last byte; token 0 has no context and is not scored. In evaluation
+(`score_window`) a token boundary is forced before byte `context`, so exactly the bytes a byte
+model scores are scored. The tokenizer lives in the state_dict as a uint8 buffer of its JSON.
 """
 
 from __future__ import annotations
@@ -49,8 +43,6 @@ class BPETokenLM(PlainLM):
 
     def chunks_per_byte(self, x: torch.Tensor, generator=None) -> float:
         """Tokens per byte of windows x (B, T) under its tokenizer."""
-        from rltok.data.bpe import encode_rows
-
         ids, _ = encode_rows(self.tokenizer, x)
         return sum(len(r) for r in ids) / x.numel()
 
@@ -106,14 +98,9 @@ class BPETokenLM(PlainLM):
         per_token = self.stack_flops(tokens)
         return {**{k: rate * v for k, v in per_token.items()}, "total": rate * sum(per_token.values())}
 
-    def num_params(self, non_embedding: bool = False) -> int:
-        n = sum(p.numel() for p in self.parameters())
-        return n - self.embed.weight.numel() if non_embedding else n
-
     def non_embedding_params(self) -> int:
-        """Parameters outside the vocabulary (the size a scaling law counts): everything but the
-        token embedding and the output layer over the vocabulary, both of which grow with
-        model.bpe_vocab, so models of one shape count the same at any vocabulary."""
+        """Parameters outside the vocabulary (the size a scaling law counts): everything but the token
+        embedding and the output layer, so models of one shape count the same at any vocabulary."""
         return param_count(self) - param_count(self.embed, self.head)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
@@ -168,27 +155,15 @@ class BPETokenLM(PlainLM):
         return torch.from_numpy(tok).to(dev), torch.from_numpy(end).to(dev), torch.from_numpy(counts).to(dev)
 
     def forward(self, idx: torch.Tensor, **_: object) -> LMOutput:
-        bsz, length = idx.shape
+        """Training: tokens 1..N-1 of each row scored at their last byte (token 0 has no context)."""
         tok, end, counts = self.encode(idx)
-        n = tok.shape[1]
-        logits = self.token_logits(tok[:, :-1]) if n > 1 else self.head(self.embed(tok[:, :0]))
-        nll = F.cross_entropy(logits.float().flatten(0, 1), tok[:, 1:].flatten(), reduction="none").view(bsz, n - 1)
-        scored = torch.arange(1, n, device=idx.device) < counts.unsqueeze(1)  # real tokens 1..N-1
-        nll = torch.where(scored, nll, torch.zeros_like(nll))
-        # padding adds 0 at byte 0, which never ends a scored token, so every slot gets one value
-        byte_nll = torch.zeros(bsz, length, dtype=nll.dtype, device=idx.device).scatter_add(
-            1, torch.where(scored, end[:, 1:], 0), nll)
-        byte_mask = torch.arange(length, device=idx.device) > end[:, :1]  # after token 0
-        return LMOutput(None, n_chunks=counts, byte_nll=byte_nll, byte_mask=byte_mask)
+        return self._scored_tokens(tok, end, counts, torch.ones_like(counts), idx.shape[1], shift=0)
 
     def score_window(self, w: torch.Tensor, context: int, split: bool = True) -> LMOutput:
-        """Evaluation (training's forward is `forward`): the loss on bytes `context`.. of whole
-        windows w (B, T+1), attributed to the (B, T) next-byte targets w[:, 1:] as the byte models'
-        are. `split`: a token boundary is forced before byte `context` (encode_split), so every
-        token from there on, the window's last byte included, is scored and exactly the bytes
-        w[context:] count, as for a byte model; without it the window is tokenised whole and
-        scoring starts at its first natural token boundary at or after `context` (what the forced
-        split costs is the difference)."""
+        """Evaluation: the loss on bytes `context`.. of whole windows w (B, T+1), attributed to the
+        (B, T) targets w[:, 1:]. `split`: a token boundary is forced before byte `context`, so
+        exactly the bytes w[context:] count, as for a byte model; without it the window is tokenised
+        whole and scoring starts at its first token boundary at or after `context`."""
         if not 1 <= context < w.shape[1]:
             raise ValueError(f"context must be 1..{w.shape[1] - 1} for windows of {w.shape[1]} bytes, got {context}")
         if split:
@@ -200,9 +175,9 @@ class BPETokenLM(PlainLM):
             first = first.sum(1) + 1
         return self._scored_tokens(tok, end, counts, first, w.shape[1] - 1)
 
-    def _scored_tokens(self, tok, end, counts, first, length: int) -> LMOutput:
-        """Tokens first..count-1 of each row scored (each predicted from the tokens before it),
-        their nats put at their last byte in the targets' positions (a window byte k is target k - 1)."""
+    def _scored_tokens(self, tok, end, counts, first, length: int, shift: int = 1) -> LMOutput:
+        """Tokens first..count-1 of each row scored (each predicted from the tokens before it), their
+        nats put at their last byte, `shift` positions earlier (1: a window byte k is target k - 1)."""
         bsz, n = tok.shape
         logits = self.token_logits(tok[:, :-1]) if n > 1 else self.head(self.embed(tok[:, :0]))
         nll = F.cross_entropy(logits.float().flatten(0, 1), tok[:, 1:].flatten(), reduction="none").view(bsz, n - 1)
@@ -210,7 +185,7 @@ class BPETokenLM(PlainLM):
         scored = (j >= first.unsqueeze(1)) & (j < counts.unsqueeze(1))
         nll = torch.where(scored, nll, torch.zeros_like(nll))
         byte_nll = torch.zeros(bsz, length, dtype=nll.dtype, device=tok.device).scatter_add(
-            1, torch.where(scored, end[:, 1:] - 1, 0), nll)
-        start = end.gather(1, (first - 1).clamp(max=n - 1).unsqueeze(1))  # target index of the first scored byte
+            1, torch.where(scored, end[:, 1:] - shift, 0), nll)  # padding adds 0 at position 0
+        start = end.gather(1, (first - 1).clamp(max=n - 1).unsqueeze(1)) + 1 - shift  # the first scored byte
         byte_mask = (torch.arange(length, device=tok.device) >= start) & (first < counts).unsqueeze(1)
         return LMOutput(None, n_chunks=counts, byte_nll=byte_nll, byte_mask=byte_mask)

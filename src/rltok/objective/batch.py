@@ -12,10 +12,8 @@ from rltok.objective.policy_gradient import masked_mean
 
 
 class LocalMean:
-    """Batch statistics within one process. The reduction protocol the objective uses:
-    `reduce(x)` is the per-position mean over the batch rows of a (B, T) tensor, and
-    `reduce.masked_mean(x, mask)` a scalar mean over a mask; both of detached quantities.
-    Data-parallel training passes the global implementation (distributed.GlobalBatchMean)."""
+    """Batch statistics within one process (data parallel: distributed.GlobalBatchMean): `reduce(x)`
+    the per-position mean over a (B, T) tensor's rows, `reduce.masked_mean(x, mask)` a scalar mean."""
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return x.detach().mean(0, keepdim=True)

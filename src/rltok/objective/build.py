@@ -1,10 +1,8 @@
-"""The one place the objective is read from the config: the registries (one entry per kind) and
-the functions that turn a config into the list of terms (build_objective) and, for tests and
-tools holding a bare ObjectiveConfig, into the same terms without a trainer (terms_of_objective).
-
-Adding an estimator, a reward or a rate control is one class and one entry here: an estimator is
-built as `cls(reward, EstimatorSettings, lexicon, credit_price)`, a reward as `cls()`, a rate
-control as `cls(RateSettings)` (a rate.PriceTerm; its `multiplier`, if any, joins the chunk price).
+"""The one place the objective is read from the config: the config's registries turned into the
+list of terms (build_objective) and, for tests and tools holding a bare ObjectiveConfig, the same
+terms without a trainer (terms_of_objective). An estimator is built as `cls(reward,
+EstimatorSettings, lexicon, credit_price)`, a reward as `cls()`, a rate control as
+`cls(RateSettings)`, a cost estimator (objective.rate.cost_estimator) as `cls(ChunkPrice, pg_weight)`.
 """
 
 from __future__ import annotations
@@ -15,18 +13,12 @@ from rltok.config import CHUNKERS, COST_ESTIMATORS, ESTIMATORS, FAMILIES, RATES,
 from rltok.config import CREDIT_PRICES as CREDIT_PRICE_KINDS
 from rltok.config import FlipsSettings, ScoreFunctionSettings
 from rltok.objective.estimator import BoundaryEstimator, EstimatorSettings
-from rltok.objective.flips_estimator import Flips
 from rltok.objective.lm_terms import BoundaryRule, EarlyExitCE, FinalCE, PlainLM
 from rltok.objective.rate import ChunkPrice, ClosedFormChunkPrice, RateSettings, compute_price
 from rltok.objective.rewards import make_reward
 from rltok.objective.score_function import Returns
 from rltok.objective.supertokens import Supertokens
 from rltok.objective.terms import ObjectiveTerms, PolicyTerms
-
-# The components come from the config's registries (rltok.config: ESTIMATORS, REWARDS, RATES,
-# CREDIT_PRICES), one per kind. How a chunk price reaches the policy is a setting of every rate
-# control (objective.rate.cost_estimator), whose names COST_ESTIMATORS holds: a class built as
-# cls(ChunkPrice, pg_weight).
 
 LEXICON_CONCENTRATION = 100.0  # the Dirichlet process' weight of the base model (never tuned)
 
@@ -172,8 +164,3 @@ def terms_of_objective(o: ObjectiveConfig, target_rate: float, hierarchical: boo
     prices2 = [] if target_rate2 is None else [rate_control(o, target_rate2, 2)]
     estimator = build_estimator(o) if estimator is None else estimator
     return ObjectiveTerms(lm, PolicyTerms(estimator, prices, [Supertokens(o.pg_weight, prices2)]))
-
-
-def counterfactual_pass(model, idx, targets, out, o: ObjectiveConfig, generator=None):
-    """The flips' counterfactual of `o`'s settings on one batch, without a lexicon."""
-    return Flips(make_reward(o.reward.kind), estimator_settings(o)).counterfactual(model, idx, targets, out, generator)

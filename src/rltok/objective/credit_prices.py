@@ -4,16 +4,15 @@ term with `price_credit(Credit) -> Credit`, which the flips estimator is given. 
 
 from __future__ import annotations
 
-import torch
-
-from rltok.objective.controller import LagrangePrice, LossSlopePrice
+from rltok.objective.controller import LagrangePrice
 from rltok.objective.flips_estimator import Credit
 from rltok.objective.rate import PriceTerm, RateSettings
 from rltok.objective.terms import StepEnd
 
 
-class _CreditPrice(PriceTerm):
-    controller = None  # the price's own state (what `flip_price` names in the objective's state)
+class CreditPrice(PriceTerm):
+    """A price whose state is a controller with `.price` (what `flip_price` names in the objective's state)."""
+    controller = None
 
     def __call__(self, stage):
         return None, {"flip_price": self.controller.price.detach()}
@@ -26,7 +25,7 @@ class _CreditPrice(PriceTerm):
             self.controller.load_state_dict(state["flip_price"])
 
 
-class TargetCreditPrice(_CreditPrice):
+class TargetCreditPrice(CreditPrice):
     """objective.estimator.price=target: a price in normalised credit units, raised by dual ascent
     while the expected rate is above model.target_rate."""
 
@@ -39,25 +38,3 @@ class TargetCreditPrice(_CreditPrice):
     def after_step(self, end: StepEnd) -> None:
         if end.rates["expected_rate"] is not None:
             self.controller.update(end.rates["expected_rate"])
-
-
-class LossSlopeCreditPrice(_CreditPrice):
-    """objective.estimator.price=loss_slope: a price in nats per boundary read from the run (what the
-    compute one more boundary costs would buy as more data; controller.LossSlopePrice), set
-    against the credits as they are: not centred, so the rate is where the credit of one more
-    boundary meets its price. `settings.cost_slope(rate)`: d ln(FLOPs per byte) / d rate."""
-
-    def __init__(self, settings: RateSettings):
-        self.controller = LossSlopePrice(device=settings.device)
-        self.cost_slope = settings.cost_slope
-
-    def price_credit(self, credit: Credit) -> Credit:
-        values = torch.where(credit.flips, credit.values - self.controller.price, credit.values)
-        return Credit(values, credit.flips, center=False)
-
-    def after_step(self, end: StepEnd) -> None:
-        if end.phase_ended:
-            self.controller.restart()  # the full model's loss from the next step on
-        else:
-            slope = self.cost_slope(end.rates["chunks_per_byte"])
-            self.controller.update(end.rates["ce_final"], end.flops_spent, slope)

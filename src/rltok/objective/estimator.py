@@ -1,12 +1,8 @@
-"""The interface every boundary-gradient estimator implements (see build.ESTIMATORS).
-
-An estimator is a term of the objective that owns its reward. Per micro-batch the objective calls
-`counterfactual` (any extra pass it learns from; after the model's forward) and `observe` (state
-it keeps from the sampled decisions, e.g. the lexicon's counts); then `reward`, which the rate
-terms may reshape (a price in the reward), and `__call__(mb, reward)`, which returns its weighted
-loss terms, its metrics and the per-decision returns later terms are credited with (None if it
-has none). `policy_loss(mb, reward)` is the unweighted surrogate alone (what diagnostics
-differentiate), with what it computed on the way.
+"""The interface every boundary-gradient estimator implements: a term of the objective that owns
+its reward. Per micro-batch the objective calls `counterfactual` (an extra pass it learns from)
+and `observe` (state kept from the sampled decisions), then `reward` (which prices may reshape) and
+`__call__(mb, reward)` -> (weighted loss parts, metrics, per-decision returns or None);
+`policy_loss(mb, reward)` is the unweighted surrogate alone (what diagnostics differentiate).
 """
 
 from __future__ import annotations

@@ -52,14 +52,10 @@ def boundary_values(loss_base: torch.Tensor, loss_flipped: torch.Tensor, flips: 
 def local_expectation_loss(logits: torch.Tensor, values: torch.Tensor, flips: torch.Tensor,
                            center: bool = True, normalize: bool = True, mean=None,
                            price: torch.Tensor | float = 0.0) -> torch.Tensor:
-    """Surrogate whose gradient w.r.t. each flipped logit is -p(1-p) D_f / n_flips (descending it
-    raises p where a boundary helps). `center` subtracts the mean D over the flips (the rate is
-    then left to the rate control); `normalize` divides by their standard deviation, so the
-    surrogate's scale does not depend on how much a boundary is worth yet. `price` is then
-    subtracted from every credit: a cost per boundary in the credits' own (normalised) units,
-    which a rate controller raises while the policy cuts too often (a strong credit, such as the
-    lexicon's, overpowers a separate rate penalty). `mean(x, mask)` may replace the local masked
-    mean (data parallel: global statistics)."""
+    """Surrogate whose gradient w.r.t. each flipped logit is -p(1-p) D_f / n_flips. `center`
+    subtracts the mean D over the flips, `normalize` divides by their standard deviation; then
+    `price`, a cost per boundary in those units, is subtracted from every credit. `mean(x, mask)`
+    may replace the local masked mean (data parallel: global statistics)."""
     mm = masked_mean if mean is None else mean
     v = values.detach().float()
     if center:

@@ -1,31 +1,15 @@
-"""A lexicon prior for the boundary policy: the code length of a segmentation under a unigram
-model of chunk contents, learned from the policy's own chunks.
+"""A lexicon prior for the boundary policy: the code length of a segmentation under a unigram model
+of chunk contents, learned from the policy's own chunks (minimum description length, as in
+Bayesian word segmentation: it prefers recurring units, on English words with their spaces). A
+single cut barely changes a small model's loss; a segmentation that cuts the same strings the
+same way is short to write down as chunks drawn from a lexicon.
 
-Why: a single cut barely changes a small byte model's loss (its value to the model is built up
-by *training* on a consistent segmentation, which a per-decision credit on the current model
-cannot see). A segmentation that cuts the same strings the same way is also one under which the
-text is short to write down as a sequence of chunks drawn from a lexicon. That is the
-minimum-description-length principle of unsupervised word segmentation (a Dirichlet-process
-unigram model of words, as in Bayesian word segmentation): it prefers recurring units, and on
-English those are words with their spaces.
-
-The model: a chunk w (its bytes) has probability
-
-    p(w) = (n_w + a * P0(w)) / (N + a)
-
-where n_w counts w among the recent chunks (hashed into a table, decayed every update so old
-segmentations fade), N is their sum, a the concentration, and P0 a base distribution over
-strings: a geometric length (mean 1 / rate) times a unigram model of the bytes (also counted).
-The cost of a segmentation is -log p(w) in nats at each chunk's last byte, the last byte of the
-window closing a chunk too, so changing one decision changes costs only near it: the flips
-estimator (objective/flips_estimator.py) charges each flip with exactly that local change.
-
-This is what training uses. Variants studied beside it (units one byte late, blank runs as one
-unit, a bigram base) and the instruments over whole segmentations (exact flip deltas, unit
-posteriors, the least-cost segmentation) are in rltok_lab.lexicon_instruments.
-
-Nothing here knows about models: inputs are byte ids and boundary masks. A chunk's row in the
-count table is the chunk vocabulary's content hash (model.chunk_vocab.span_hash), seeded apart.
+A chunk w has probability p(w) = (n_w + a * P0(w)) / (N + a): n_w counts w among the recent chunks
+(hashed, decayed every update), N is their sum, a the concentration, and P0 a geometric length
+(mean 1 / rate) times a unigram model of the bytes. The cost of a segmentation is -log p(w) at each
+chunk's last byte (the window's last byte closes one too), so one decision changes costs only near
+it: the flips estimator charges each flip that local change. This is what training uses; the
+instruments and variants studied beside it are in rltok_lab.lexicon_instruments.
 """
 
 from __future__ import annotations

@@ -42,11 +42,8 @@ class FinalCE(Term):
         return self.weight * mb.ce_final.mean(), {"ce_final": mb.ce_final.mean().detach(), "bpb": _bpb(mb.ce_final, mb)}
 
 
-class EarlyExitCE(Term):
+class EarlyExitCE(FinalCE):
     """alpha CE_early: the encoder-only head's loss (it also trains the encoder the rule reads)."""
-
-    def __init__(self, weight: float):
-        self.weight = weight
 
     def __call__(self, mb: MicroBatch):
         ce = mb.ce_early

@@ -1,14 +1,10 @@
-"""The training objective of the hierarchical LM: an explicit, ordered list of terms.
+"""The training objective of the hierarchical LM: an explicit, ordered list of terms,
 
     L = (1 - alpha) CE_final + alpha CE_early + [the rule's own loss]
-        + [the boundary estimator's terms] + [each price or penalty on the rate] + [supertokens]
+        + [the boundary estimator's terms] + [each price or penalty on the rate] + [supertokens],
 
-`compute_loss` adds up the terms built once from the config (build.py): the LM terms
-(lm_terms.py), the boundary estimator with its reward (score_function.py, flips_estimator.py),
-the prices and penalties on the rate (rate.py, credit_prices.py), and a two-stage model's
-supertoken terms (supertokens.py). What one term computes for another is passed on explicitly:
-the estimator's reward (which a price may reshape first), the returns the supertoken policy is
-credited with. It never branches on which estimator, reward or rate control runs.
+built once from the config (build.py) and added up by `compute_loss`, which never branches on
+which estimator, reward or rate control runs (docs/ARCHITECTURE.md, one training step).
 `BoundaryObjective` is what the trainer holds: those terms, the warm start, the flips' random
 stream and the FLOPs meter.
 """
@@ -21,20 +17,20 @@ from rltok.model.chunkers import learned_rules
 from rltok.model.output import ModelOutput, token_nll
 from rltok.objective.batch import (LOCAL, Counterfactual, LocalMean, MicroBatch, boundary_rate, expected_rate,
                                    per_segmentation)
-from rltok.objective.build import (ESTIMATORS, build_estimator, build_lexicon, build_objective, counterfactual_pass,
+from rltok.objective.build import (ESTIMATORS, build_estimator, build_lexicon, build_objective,
                                    make_chunk_price, returns_of, terms_of_objective)
 from rltok.objective.flips_estimator import Flips, with_lexicon_costs
 from rltok.objective.lm_terms import frozen_policy_metrics, policy_metrics
 from rltok.objective.rate import ChunkPrice, Stage
-from rltok.objective.rewards import boundary_reward, probe_reward, probe_sign
+from rltok.objective.rewards import boundary_reward
 from rltok.objective.score_function import ScoreFunction, boundary_advantages
 from rltok.objective.terms import ObjectiveTerms, StepEnd, Total
 
 # the names other layers and tests import from here
 __all__ = ["BoundaryObjective", "ChunkPrice", "Counterfactual", "ESTIMATORS", "Flips", "LocalMean", "LOCAL",
            "MicroBatch", "ObjectiveTerms", "ScoreFunction", "boundary_advantages", "boundary_rate", "boundary_reward",
-           "build_estimator", "build_lexicon", "compute_loss", "counterfactual_pass", "expected_rate",
-           "make_chunk_price", "per_segmentation", "probe_reward", "probe_sign", "returns_of", "token_nll",
+           "build_estimator", "build_lexicon", "compute_loss", "expected_rate",
+           "make_chunk_price", "per_segmentation", "returns_of", "token_nll",
            "with_lexicon_costs"]
 
 
@@ -72,10 +68,8 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, terms, target_rate: fl
 
 @torch.no_grad()
 def rate_keeping_cut(model, x: torch.Tensor, hold: float | None = None) -> tuple[float, float]:
-    """The logit above which the byte-level rule's thresholded cuts on the windows x (N, T) make
-    `hold` chunks per byte (forced boundaries included; None: the rate its policy draws there, the
-    mean boundary probability over the free positions): a quantile of its free positions'
-    logits. Returns (cut, the chunks per byte held). Eval mode (no dropout), a fixed generator."""
+    """(cut, held): the logit quantile above which the byte-level rule's thresholded cuts on the
+    windows x (N, T) make `hold` chunks per byte (None: the rate its policy draws there)."""
     was_training = model.training
     model.eval()
     try:
@@ -93,15 +87,10 @@ def rate_keeping_cut(model, x: torch.Tensor, hold: float | None = None) -> tuple
 
 
 class BoundaryObjective:
-    """Everything about the boundary decisions' part of training, in one place: the terms (and
-    their state: the rate controllers, the lexicon), the flips' random stream, the warm start,
-    and the meter of training FLOPs spent. The trainer calls `counterfactual` and `loss` for
-    every micro-batch and `after_step` once per optimiser step with the step's global rates;
-    `state_dict`/`load_state_dict` carry its state through checkpoints.
-
-    `reduce`: the batch-statistics protocol (LocalMean, or distributed.GlobalBatchMean).
-    `cost`: what the model costs (rltok.model.flops.ModelCost): the trainer's built model's, or,
-    without a trainer, the config's model's on the meta device (rltok.model.flops.run_cost)."""
+    """The boundary decisions' part of training: the terms (and their state), the flips' random
+    stream, the warm start and the meter of training FLOPs spent. The trainer calls
+    `counterfactual` and `loss` per micro-batch and `after_step` per optimiser step. `reduce`: the
+    batch-statistics protocol; `cost`: what the model costs (rltok.model.flops.ModelCost)."""
 
     def __init__(self, cfg, cost, device=None, reduce: LocalMean | None = None):
         self.cfg = cfg  # for the FLOPs counts
@@ -125,10 +114,8 @@ class BoundaryObjective:
     estimator = property(lambda self: self.terms.policy.estimator if self.learned else None)
 
     def tokenizer_phase(self, step_bytes: int, seq_len: int) -> bool:
-        """Whether the next step belongs to the tokenizer phase (objective.tokenizer_phase): only
-        the encoder, the early-exit head and the boundary rule run, until that share of the
-        training compute is spent. Under a fixed rule the same phase is an encoder warm-up at the
-        same cost: the control that tells the rule found from the cheap byte-level training."""
+        """Whether the next step belongs to the tokenizer phase (objective.tokenizer_phase): the
+        encoder, the early-exit head and the rule alone, until that share of the compute is spent."""
         share = self.schedule.tokenizer_phase
         if not (self.schedule.has_encoder_phase and share > 0):
             return False
@@ -147,13 +134,10 @@ class BoundaryObjective:
         return step >= self.schedule.policy_start_step and not self.settled
 
     def begin_step(self, model, step: int, step_bytes: int, seq_len: int, windows=None) -> bool:
-        """Called at each step's start, before the forward. Once objective.policy_until of the
-        training compute is spent, settle the model's learned rules (their decisions thresholded
-        from then on; with settle_threshold=rate the byte-level rule's cut keeps the rate it drew
-        on `windows()`, (N, T) training bytes the same on every rank) and stop the policy's terms.
-        Derived from the FLOPs meter, so a resume settles at the same step, and sticky once
-        settled. Tell each rule whether it is trained this step (not in the warm start, not once
-        settled), so that otherwise it decides without a graph. True when a rule settled now."""
+        """At each step's start: once objective.policy_until of the compute is spent (by the FLOPs
+        meter, so a resume settles at the same step), settle the learned rules for good (with
+        settle_threshold=rate the byte rule's cut keeps the rate it drew on `windows()`), and tell
+        each rule whether it is trained this step. True when a rule settled now."""
         if self._rules is None:  # the model's learned rules: its modules do not change after building
             self._rules = [rule for _, rule in learned_rules(model)]
         rules, newly = self._rules, False

@@ -2,8 +2,8 @@
 two-stage model's supertokens: `Stage`):
 
 - a price per chunk (ChunkPrice: the compute one more chunk costs, plus a rate control's
-  multiplier), charged in closed form (ClosedFormChunkPrice) or in the sampled reward
-  (ChunkPriceInReward);
+  multiplier), charged in closed form (ClosedFormChunkPrice; a PriceTerm's `shape_reward` may
+  charge it in the sampled reward instead);
 - the rate controls (the config's RATES registry): the rate penalty (RatePenalty), the Lagrange
   multiplier (LagrangeRate, charged through the stage's chunk price), none.
 
@@ -86,18 +86,6 @@ class ClosedFormChunkPrice(PriceTerm):
         price, bd = self.price(stage.density()), stage.bd
         loss = self.pg_weight * price * masked_mean(torch.sigmoid(bd.logits.float()), bd.free)
         return loss, {f"chunk_price{stage.suffix}": price.detach()}
-
-
-class ChunkPriceInReward(ClosedFormChunkPrice):
-    """objective.rate.cost_estimator=reward: the price is subtracted from the sampled reward at each
-    boundary the rule drew (a sampled cost, estimated by the score function)."""
-
-    def shape_reward(self, stage: Stage, reward: torch.Tensor) -> tuple[torch.Tensor, dict]:
-        price, bd = self.price(stage.density()), stage.bd
-        return reward - price * (bd.b & bd.free).to(reward.dtype), {f"chunk_price{stage.suffix}": price.detach()}
-
-    def __call__(self, stage: Stage):
-        return None, {}
 
 
 @dataclass(frozen=True)

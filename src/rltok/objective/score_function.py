@@ -31,13 +31,9 @@ class Returns:
 def boundary_advantages(reward: torch.Tensor, free: torch.Tensor, settings: Returns,
                         values: torch.Tensor | None = None, batch_mean: LocalMean = LOCAL
                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-decision advantages from per-position rewards (B, T), and the critic's loss.
-
-    Baseline first (batch: per-position mean over the batch; group: leave-one-out mean over
-    the K segmentations of the same sequence), then either the discounted return
-    sum_k gamma^(k-t) A_k, or with the critic GAE(gamma, lambda) on it, whose regression
-    target is that discounted return.
-    """
+    """Per-decision advantages from per-position rewards (B, T), and the critic's loss: the
+    baseline first (batch or group), then the discounted return sum_k gamma^(k-t) A_k, or with the
+    critic GAE(gamma, lambda) on it (the critic regresses on that discounted return)."""
     s = settings
     if s.batch_baseline:
         reward = batch_relative(reward, mean=batch_mean(reward))

@@ -11,12 +11,10 @@ from rltok.objective.terms import StepEnd, Term
 
 
 class Supertokens(Term):
-    """Policy-gradient, price and rate terms of the supertoken policy, summed among themselves
-    first. Its decision at chunk j first changes the prediction made at chunk j's last byte, so
-    it is credited with the stage-1 `returns` from that byte on (same reward, baseline and
-    discount: the estimator's). `prices`: its stage's price terms (rate.PriceTerm), in order.
-    Under data parallelism the means over chunks are per rank (ranks hold different numbers of
-    chunks), except the rate loss' mean probability, which is global."""
+    """Policy-gradient, price and rate terms of the supertoken policy. Its decision at chunk j first
+    changes the prediction at chunk j's last byte, so it is credited with the stage-1 `returns`
+    from that byte on. `prices`: its stage's price terms, in order. Under data parallelism the
+    means over chunks are per rank, except the rate loss' mean probability."""
 
     def __init__(self, pg_weight: float, prices: list):
         self.pg_weight, self.prices = pg_weight, prices

@@ -1,11 +1,7 @@
-"""Everything a config describes, built once, in the order training reads it: the data (the corpus,
-the sampler of training windows, the validation windows), the model (with its data-fitted parts
-the same on every rank) and what a step of it costs, and the objective (its list of terms).
-
-After `build` nothing reads a component's kind from the config: the model, its boundary rule and
-the objective answer for themselves (`model.hierarchical`, `model.chunker.learned`, `cost`, ...).
-The trainer adds only what belongs to the run: the device wrappers, the optimiser, the noise
-streams, the meters and the saved state.
+"""Everything a config describes, built once, in the order training reads it: the data, the model
+(its data-fitted parts the same on every rank) with what a step of it costs, and the objective.
+After `build` nothing reads a component's kind from the config; the trainer adds only what belongs
+to the run (docs/ARCHITECTURE.md, built once).
 """
 
 from __future__ import annotations
@@ -16,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rltok.config import FAMILIES, VOCAB_SIZE, Config
+from rltok.config import FAMILIES, Config
 from rltok.data.corpus import load_corpus
 from rltok.data.sources import Corpus
 from rltok.data.windows import WindowSampler, rank_eval_windows
@@ -47,7 +43,6 @@ class Built:
     sampler: WindowSampler  # training windows; its generator is the data position
     val: tuple[torch.Tensor, torch.Tensor, bool]  # this rank's validation windows (x, y, shared)
     group_size: int  # segmentations drawn per sequence (1 for a model that draws none)
-    vocab_size: int  # the model's output vocabulary (a BPE-token model's is its own)
 
 
 def load_data(cfg: Config) -> Corpus:
@@ -60,9 +55,8 @@ def load_data(cfg: Config) -> Corpus:
 def build(cfg: Config, corpus: Corpus | None = None, device: torch.device | str = "cpu",
           dist: ddp.DistInfo | None = None, costed: CostedModel | None = None) -> Built:
     """The data pipeline, the model and the objective of `cfg` (`corpus`: bytes already loaded;
-    `dist`: this process's place in data-parallel training, None for one process). The model and
-    its cost are `costed_model`'s, or `costed` where a harness made them so already to plan the
-    run from them (rltok.analysis.compare: a budget's steps come from the cost and the rate)."""
+    `dist`: this process's place in data parallelism). The model and its cost are `costed_model`'s,
+    or `costed`, where a harness planned the run from them already."""
     tc, device = cfg.train, torch.device(device)
     dist = dist or ddp.DistInfo()
     if costed is None:  # before the data or the model takes any memory
@@ -79,10 +73,9 @@ def build(cfg: Config, corpus: Corpus | None = None, device: torch.device | str 
     val = rank_eval_windows(corpus.val, tc.seq_len, tc.eval_batches * tc.batch_size * dist.world_size, dist.rank,
                             dist.world_size)
     # the baseline and the rate loss' mean boundary probability are over the global batch
-    vocab_size = getattr(model, "vocab_size", VOCAB_SIZE)  # a BPE-token model's is its own
     objective = BoundaryObjective(cfg, cost, device,
                                   reduce=ddp.GlobalBatchMean(dist) if dist.enabled else LocalMean())
-    return Built(corpus, model, cost, objective, sampler, val, k, vocab_size)
+    return Built(corpus, model, cost, objective, sampler, val, k)
 
 
 def costed_model(cfg: Config, corpus: Corpus, dist: ddp.DistInfo | None = None) -> CostedModel:

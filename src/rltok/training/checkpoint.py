@@ -1,28 +1,19 @@
-"""Training checkpoints and run folders: writing them, and finding and checking the folder to load.
-
-A model folder (model.safetensors, config.json, README.md: what `save_pretrained` writes) is
-the model layer's format, rltok.model.pretrained. A training checkpoint is such a folder plus
-the trainer state and a manifest, written under a temporary name and renamed into place
-(atomic on POSIX):
+"""Training checkpoints: writing them, and finding and checking the folder to load. A checkpoint is
+a model folder (rltok.model.pretrained) plus the trainer state and a manifest, written under a
+temporary name and renamed into place (atomic on POSIX):
 
     <run>/checkpoints/step_0000600/
         model.safetensors, config.json, README.md   exactly what save_pretrained writes
         trainer.pt          optimiser state keyed by parameter name, every RNG stream, data position, step
         dcp/                under FSDP only: every rank's shards of the model and optimiser state
-                            (torch.distributed.checkpoint, keyed by parameter name); trainer.pt
-                            then holds no optimiser state
         manifest.json       file (dcp/ files by relative path) -> sha256, written last
 
-`resolve_checkpoint` finds the folder a path stands for (a run folder: its newest valid checkpoint)
-and checks the manifest where there is one; rltok.training.loading (`load`, `load_checkpoint`,
-`from_pretrained`, every command that takes `-c`) builds the model from it. Checkpoints written
-before this format (config.json without the metadata keys, no README.md, optimiser state keyed by
-integer ids) load the same.
+`resolve_checkpoint` finds the folder a path stands for (a run folder: its newest valid
+checkpoint); rltok.training.loading builds the model from it. Older checkpoints load the same.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
@@ -34,6 +25,7 @@ from pathlib import Path
 import torch
 
 from rltok.config import Config
+from rltok.config.files import sha256_file
 # the model folder's format; names kept here for callers
 from rltok.model.pretrained import (CARD, CONFIG, META_KEYS, MODEL_FILES, WEIGHTS, CheckpointError,  # noqa: F401
                                     PretrainedError, clean_results, model_config_of, write_model_files)
@@ -44,14 +36,6 @@ MANIFEST = "manifest.json"
 SHARDED = "dcp"  # FSDP's sharded model and optimiser state, a folder inside the checkpoint
 REQUIRED = (WEIGHTS, CONFIG)  # what a manifest must list
 _STEP_DIR = re.compile(r"step_\d+")
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _fsync_dir(path: Path) -> None:
@@ -111,9 +95,8 @@ def run_results(run_dir: str | Path, step: int) -> dict:
 
 
 def clean_stale(run_dir: str | Path) -> None:
-    """Tidy up after writers that were killed: delete their half-written `.tmp_step_*` folders
-    and put back a `.old_step_*` folder whose replacement never arrived (killed between the two
-    renames of a re-save). Folders of live writers are left alone."""
+    """Tidy up after killed writers: delete their half-written `.tmp_step_*` folders and put back a
+    `.old_step_*` whose replacement never arrived. Folders of live writers are left alone."""
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return
@@ -149,12 +132,10 @@ def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module | Non
                     trainer_state: dict | None = None, keep_last: int = 3,
                     state_dict: dict[str, torch.Tensor] | None = None, results: dict | None = None,
                     staged: Path | None = None) -> Path:
-    """Write `<run_dir>/checkpoints/step_<step>` atomically and prune to the newest `keep_last`
-    (0 keeps all). A crash at any point leaves either the complete new checkpoint or none, and
-    the older ones untouched. The folder holds what save_pretrained writes (the card with
-    `results`, by default the run's own from its metrics.jsonl), plus trainer.pt and the
-    manifest. `state_dict` replaces `model.state_dict()` (a sharded model's weights gathered
-    beforehand). `staged`: the folder stage_checkpoint made, already holding the sharded state."""
+    """Write `<run_dir>/checkpoints/step_<step>` atomically (a crash leaves the complete new
+    checkpoint or none) and prune to the newest `keep_last` (0 keeps all). `results` for the card
+    (default: the run's own metrics.jsonl); `state_dict` replaces `model.state_dict()` (a sharded
+    model's, gathered); `staged`: stage_checkpoint's folder, already holding the sharded state."""
     ckpt_root = Path(run_dir) / "checkpoints"
     final = ckpt_root / f"step_{step:07d}"
     tmp = stage_checkpoint(run_dir, step) if staged is None else staged
@@ -165,7 +146,7 @@ def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module | Non
         if trainer_state is not None:
             torch.save(trainer_state, tmp / TRAINER)
         files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
-        manifest = {"step": step, "files": {name: _sha256(tmp / name) for name in files}}
+        manifest = {"step": step, "files": {name: sha256_file(tmp / name) for name in files}}
         for name in files:
             with open(tmp / name, "rb+") as f:
                 os.fsync(f.fileno())
@@ -227,7 +208,7 @@ def verify_checkpoint(path: Path) -> None:
         f = path / name
         if not f.is_file():
             raise CheckpointError(f"checkpoint {path}: {name} is missing")
-        if _sha256(f) != digest:
+        if sha256_file(f) != digest:
             raise CheckpointError(f"checkpoint {path}: {name} is corrupt (checksum mismatch)")
 
 

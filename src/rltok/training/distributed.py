@@ -1,12 +1,7 @@
-"""Data-parallel plumbing for `torchrun`: process-group set-up from its environment variables,
-global means across ranks, and sharding helpers.
-
-Nothing here does anything in a plain single process (WORLD_SIZE unset or 1): every helper
-then returns its input unchanged, so single-process training stays bit-identical.
-
-The invariant the trainer relies on: an N-rank run with per-rank batch B/N sees exactly the
-batch (windows and boundary noise) of a 1-process run with batch B. Every rank draws the same
-global random numbers from identically seeded generators and keeps its own slice of rows.
+"""Data-parallel plumbing for `torchrun`: process-group set-up from its environment, global means
+across ranks, sharding helpers. In one process every helper returns its input unchanged. The
+invariant: an N-rank run with per-rank batch B/N sees exactly the windows and boundary noise of a
+1-process run with batch B (every rank draws the global random numbers and keeps its rows).
 """
 
 from __future__ import annotations
@@ -44,9 +39,8 @@ SINGLE = DistInfo()
 
 
 def env_ranks() -> tuple[int, int, int]:
-    """(RANK, WORLD_SIZE, LOCAL_RANK) as torchrun sets them, checked together: one ConfigError
-    when they disagree, so that a stray RANK can neither skip the run folder's lock nor make a
-    single process wait for peers that never come. None of them set: one process, rank 0."""
+    """(RANK, WORLD_SIZE, LOCAL_RANK) as torchrun sets them, checked together (a stray RANK must
+    neither skip the run folder's lock nor wait for peers): one ConfigError when they disagree."""
     from rltok.config import ConfigError
 
     names = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
@@ -73,10 +67,6 @@ def env_ranks() -> tuple[int, int, int]:
         if rank >= world or local >= world:
             raise ConfigError(f"the environment says {shown}: a rank must be below WORLD_SIZE")
     return rank, world, local
-
-
-def env_world_size() -> int:
-    return env_ranks()[1]
 
 
 def init_from_env(device_type: str, timeout_s: float = 1800.0) -> DistInfo:
@@ -144,9 +134,7 @@ def all_gather_object(obj, info: DistInfo) -> list:
 
 
 def mean_of_sums(values: dict[str, torch.Tensor | float], info: DistInfo, device) -> dict[str, float]:
-    """Average a dict of per-rank scalar sums over ranks, in one all-reduce (keys must match on
-    every rank). Each rank's value is a mean over an equally sized shard, so the average over
-    ranks is the global mean."""
+    """Average a dict of per-rank scalars (means over equal shards) over ranks, in one all-reduce."""
     keys = sorted(values)
     if not info.enabled or not keys:
         return {k: float(values[k]) for k in keys}
@@ -157,13 +145,9 @@ def mean_of_sums(values: dict[str, torch.Tensor | float], info: DistInfo, device
 
 
 class GlobalBatchMean:
-    """The per-position batch mean over the *global* batch, for `compute_loss(batch_mean=...)`.
-
-    Called on a (B_local, T) tensor it all-reduces the per-position sums and the row count
-    (one collective of T+1 numbers), so the batch-relative baseline is the same one a
-    single process would compute over all B rows. `masked_mean(x, mask)` is the global
-    scalar counterpart (the rate loss' stop-gradient mean boundary probability). Inputs are
-    detached quantities; the collectives carry no gradient."""
+    """The per-position batch mean over the *global* batch (one collective of T+1 numbers), for
+    `compute_loss(batch_mean=...)`, and `masked_mean(x, mask)`, its global scalar counterpart. Of
+    detached quantities: the collectives carry no gradient."""
 
     def __init__(self, info: DistInfo):
         self.info = info
@@ -185,10 +169,8 @@ class GlobalBatchMean:
 # ---- wrapping the model ---------------------------------------------------------------------
 def wrap_model(model: torch.nn.Module, info: DistInfo, device: torch.device, fsdp: bool = False,
                find_unused: bool = False) -> torch.nn.Module:
-    """The module the training forward/backward goes through: `model` itself in one process,
-    a DistributedDataParallel around it, or (fsdp=True) `model` sharded in place with FSDP2's
-    `fully_shard`, one unit per transformer block plus the root (parameters become DTensors;
-    `model` is then the module to call)."""
+    """The module the training forward/backward goes through: `model` in one process, a DDP around
+    it, or (fsdp=True) `model` sharded in place with FSDP2's `fully_shard`, one unit per block."""
     if not info.enabled:
         return model
     if fsdp:
@@ -313,9 +295,8 @@ def load_full_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor]
 
 
 def save_sharded_state(model: torch.nn.Module, opt: torch.optim.Optimizer, path: Path) -> None:
-    """Every rank writes its own shards of the model and optimiser state into the folder `path`
-    with torch.distributed.checkpoint: {"model": ..., "optim": ...} as `get_state_dict` gives
-    them, keyed by parameter name. A collective under FSDP: every rank calls it."""
+    """Every rank writes its shards of the model and optimiser state into the folder `path`
+    (torch.distributed.checkpoint, keyed by parameter name). Every rank calls it."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -324,9 +305,8 @@ def save_sharded_state(model: torch.nn.Module, opt: torch.optim.Optimizer, path:
 
 
 def load_sharded_state(model: torch.nn.Module, opt: torch.optim.Optimizer, path: Path) -> None:
-    """Read what save_sharded_state wrote into `model` and `opt`, whatever their layout now
-    (FSDP over any number of ranks, DDP, one process): the state is matched by parameter name
-    and resharded. Every rank calls it."""
+    """Read what save_sharded_state wrote into `model` and `opt`, whatever their layout now (matched
+    by parameter name and resharded). Every rank calls it."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
@@ -358,9 +338,8 @@ def load_sharded_state(model: torch.nn.Module, opt: torch.optim.Optimizer, path:
 
 
 def load_full_optimizer_state(model: torch.nn.Module, opt: torch.optim.Optimizer, state: dict) -> None:
-    """Load a full optimiser state keyed by parameter name (or by the integer ids of older
-    checkpoints) into `opt`, matching parameters by name; FSDP shards it (every rank calls):
-    a checkpoint of one process or DDP resumed under FSDP."""
+    """Load a full optimiser state keyed by parameter name (or by older checkpoints' integer ids)
+    into `opt`, matching parameters by name; under FSDP every rank calls it and it is sharded."""
     names = _param_names(model, opt)
     state = _checked_by_name(state, names, opt)
     if is_fsdp(model):

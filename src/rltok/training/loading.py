@@ -1,16 +1,9 @@
-"""The one place that loads a trained model, from whatever holds it:
-
-- a model folder (what `save_pretrained` writes: model.safetensors, config.json, README.md),
-- a training checkpoint folder (the same files plus trainer.pt and a manifest, checked against it),
-- a run folder (its newest valid checkpoint, older ones with a warning when the newest is corrupt),
-- or a Hugging Face Hub repo id (`hub=True`, when no such local path exists).
-
-`load` returns everything (`Loaded`); `load_checkpoint` is its shape for training and evaluation,
-`from_pretrained` its shape for people who use models (eval mode, `PretrainedError`). The command
-line, the analysis instruments and the lm-eval adapter all load through here. The files'
-formats stay where they are written: the model folder in rltok.model.pretrained, the checkpoint
-(manifest, trainer.pt, which folder of a run to use) in rltok.training.checkpoint. A model class's
-own `from_pretrained` (HourglassLM.from_pretrained) reads a model folder of that class only.
+"""The one place that loads a trained model, from whatever holds it: a model folder (what
+`save_pretrained` writes), a training checkpoint (the same plus trainer.pt and a manifest, checked
+against it), a run folder (its newest valid checkpoint) or a Hugging Face Hub repo id. `load`
+returns everything; `load_checkpoint` is its shape for training and evaluation, `from_pretrained`
+its shape for people who use models. The formats stay where they are written
+(rltok.model.pretrained, rltok.training.checkpoint).
 """
 
 from __future__ import annotations
@@ -47,10 +40,8 @@ def load(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtyp
          with_trainer_state: bool = False, hub: bool = False, revision: str | None = None,
          cache_dir: str | None = None, token: str | None = None, local_files_only: bool = False) -> Loaded:
     """The one loader. `path`: a run folder (its newest valid checkpoint), a checkpoint folder, a
-    model folder, or with `hub=True` a Hub repo id (when no such local path exists). The manifest
-    is checked where there is one; the model is built from config.json and its weights loaded
-    strictly (CheckpointError naming missing or unexpected keys), then moved to `device` (and
-    `dtype`). The model is left in the mode a fresh module has (training)."""
+    model folder, or with `hub=True` a Hub repo id (when no such local path exists). The model is
+    built from config.json, its weights loaded strictly, and left in training mode."""
     local = Path(path).expanduser()
     if hub and not local.exists():
         folder = fetch_from_hub(str(path), revision, cache_dir, token, local_files_only)
@@ -83,10 +74,8 @@ def refuse_non_finite(model: torch.nn.Module, folder) -> None:
 def from_pretrained(name_or_path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
                     revision: str | None = None, cache_dir: str | None = None, token: str | None = None,
                     local_files_only: bool = False, return_config: bool = False):
-    """The model saved in a model folder, a checkpoint folder, a run folder (its newest valid
-    checkpoint) or a Hub repo, in eval mode on `device` (optionally cast to `dtype`): the
-    hierarchical HourglassLM with any boundary rule, FlatByteLM or BPETokenLM, whichever it holds.
-    With return_config, (model, Config, metadata). Raises PretrainedError."""
+    """The model saved in a model folder, a checkpoint, a run folder or a Hub repo, whichever family
+    it is, in eval mode on `device`; with return_config, (model, Config, metadata)."""
     try:
         got = load(name_or_path, device=device, dtype=dtype, hub=True, revision=revision, cache_dir=cache_dir,
                    token=token, local_files_only=local_files_only)

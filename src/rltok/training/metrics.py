@@ -18,15 +18,12 @@ TIMING_KEYS = ("bytes_per_s", "flops_per_s", "mfu", "peak_flops", "mfu_note")
 
 
 class IntervalMeter:
-    """Sums of the per-step metrics since the last record, and the clock and byte count at it.
-    `sums`/`n` are part of the trainer state, so the first record after a resume averages the
-    same steps as the uninterrupted run's."""
+    """Sums of the per-step metrics since the last record (saved with the trainer state), and the
+    clock and byte count at it."""
 
-    def __init__(self, cfg, dist: ddp.DistInfo, device: torch.device, seq_len: int, vocab_size: int, cost):
-        self.cfg, self.dist, self.device = cfg, dist, device
-        self.seq_len, self.vocab_size = seq_len, vocab_size
-        # what the model costs (rltok.model.flops.ModelCost of the trainer's built model)
-        self.cost = cost.at(seq_len)
+    def __init__(self, dist: ddp.DistInfo, device: torch.device, seq_len: int, cost):
+        self.dist, self.device = dist, device
+        self.cost = cost.at(seq_len)  # what the model costs (the trainer's ModelCost)
         self.sums: dict[str, torch.Tensor] = {}
         self.n = 0
         self.t_last = time.perf_counter()
@@ -44,9 +41,8 @@ class IntervalMeter:
             self.bytes_last = bytes_seen
 
     def record(self, step: int, bytes_seen: int, lr: float, train_flops: float, peak: PeakFlops) -> dict:
-        """The interval's record (global means under data parallelism: one all-reduce of the
-        sums), then a new interval starts. `mfu` is None where the peak is not trusted (see
-        rltok.training.peak); `mfu_note` says why, on the record where that happened."""
+        """The interval's record (global means under data parallelism), then a new interval
+        starts; `mfu` is None where the peak is not trusted, `mfu_note` says why, once."""
         now = time.perf_counter()
         if self.dist.enabled:
             rec = {k: v / self.n for k, v in ddp.mean_of_sums(self.sums, self.dist, self.device).items()}

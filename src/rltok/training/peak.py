@@ -1,15 +1,9 @@
-"""The peak FLOP/s that MFU divides by, and what happens when an interval beats it.
-
-Where the peak comes from, first that applies (`PeakFlops.source`, in every log record as
-`peak_source`):
-  - "config":    train.peak_flops (or `Trainer.peak_flops` set by hand);
-  - "datasheet": a CUDA device in KNOWN_PEAKS: MFU is defined against the hardware peak;
-  - "measured":  the best of several timings of matmuls of the model's own largest layer shape and
-                 of a square one, in fp32 and the autocast dtype where used, on the run's device.
-A measurement taken while other work runs reads low, and MFU against it reads above 100%. So
-an interval that beats its peak makes a measured peak re-measure once (keeping the best of old
-and new); a peak that is still beaten, or one that is not measured, is not trusted again: MFU
-is logged as missing (None) from then on, with a one-time note. MFU is never above 1.
+"""The peak FLOP/s that MFU divides by (`PeakFlops.source`, logged as `peak_source`): "config"
+(train.peak_flops), "datasheet" (a CUDA device in KNOWN_PEAKS), or "measured" (the best of several
+matmul timings of the model's largest layer shape and a square one, in fp32 and the autocast
+dtype). A measurement taken while other work runs reads low; so an interval that beats a measured
+peak re-measures it once, and a peak still beaten (or not measured) is not trusted again: MFU is
+logged as None from then on, with a one-time note. MFU is never above 1.
 """
 
 from __future__ import annotations
@@ -21,19 +15,9 @@ from typing import Callable
 import torch
 from torch import nn
 
-# Dense (no structured sparsity) peak FLOP/s per device: bf16 tensor core; tf32 tensor core
-# (fp32 matmuls when torch allows TF32); fp32 without tensor cores. Datasheets quote the sparse
-# tensor numbers, twice the dense ones: the dense ones are halved from there.
-#   H100 SXM / H200 / GH200: NVIDIA H100 datasheet (SXM column) and H200 datasheet: BF16 1,979,
-#     TF32 989 TFLOPS with sparsity; FP32 67 TFLOPS (GH200: the same GPU, GH200 datasheet).
-#   H100 PCIe: NVIDIA H100 datasheet (PCIe column): BF16 1,513, TF32 756 with sparsity; FP32 51.
-#   H100 NVL / H200 NVL: NVIDIA H100 NVL and H200 datasheets (NVL column): BF16 1,671, TF32 835
-#     with sparsity; FP32 60.
-#   A100 (SXM4 and PCIe, 40 and 80 GB): NVIDIA A100 datasheet: BF16 312, TF32 156 dense; FP32 19.5.
-#   L40S: NVIDIA L40S datasheet: BF16 733, TF32 366 with sparsity; FP32 91.6.
-#   L4: NVIDIA L4 datasheet: BF16 242, TF32 120 with sparsity; FP32 30.3.
-#   GeForce RTX 4090: NVIDIA Ada Lovelace architecture whitepaper, appendix table: BF16 tensor
-#     with FP32 accumulate (what torch uses) 165.2 dense, TF32 82.6 dense, FP32 82.6.
+# Dense peak FLOP/s per device (bf16 and tf32 tensor core, fp32 without tensor cores) from NVIDIA's
+# datasheets (H100 SXM/PCIe/NVL, H200, GH200, A100, L40S, L4; the sparse figures they quote
+# halved) and the Ada Lovelace whitepaper (RTX 4090: bf16 with fp32 accumulate, what torch uses).
 # Patterns are matched against torch.cuda.get_device_name, first match wins.
 KNOWN_PEAKS: list[tuple[str, dict[str, float]]] = [
     (r"\bH100\b.*\bPCIe\b", {"bf16": 756.5e12, "tf32": 378e12, "fp32": 51e12}),

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from rltok.training.checkpoint import checkpoint_step, clean_stale, list_checkpoints
+from rltok.training.checkpoint import checkpoint_step, list_checkpoints
 from rltok.config import Config, ConfigError
 from rltok.config.plugins import MissingPlugin
 
@@ -22,11 +22,6 @@ def refuse_other_run(run_dir: Path, resume: bool) -> None:
         # the new run's checkpoints in favour of the old run's higher steps
         raise ConfigError(f"{run_dir} already holds a run (newest checkpoint: {existing[-1].name}); "
                           "pass --resume to continue it, or choose another --out / train.out_dir")
-
-
-def tidy_for_resume(run_dir: Path) -> None:
-    """Remove what killed checkpoint writers left behind, before the newest checkpoint is chosen."""
-    clean_stale(run_dir)
 
 
 def start(run_dir: Path, cfg: Config) -> None:
@@ -84,11 +79,8 @@ def branch_checkpoint(path: str | Path) -> Path:
 
 def branch_refusal(saved: Config, state: dict | None, cfg: Config) -> str | None:
     """Why a run with config `cfg` may not go on from a checkpoint (config `saved`, trainer state
-    `state`) to its own budget as if it had trained from scratch; None when it may. It may when
-    both use the "wsd" schedule, the checkpoint was taken at or before its cool-down (every step
-    so far at the constant rate), the budget does not shrink, the warm-up is a fixed number of
-    steps, nothing in the objective follows the budget, and no other key differs beyond those
-    a resume may change."""
+    `state`) to its own budget as if it had trained from scratch; None when it may (the checks
+    below: "wsd" before its cool-down, a budget that grows, nothing else that follows it)."""
     from rltok.training.schedule import cooldown_left
 
     st, nt = saved.train, cfg.train
@@ -239,10 +231,8 @@ def _same_path(a, b) -> bool:
 
 
 def _budget_growth(run_dir: str | Path, saved: dict, cfg: Config, changes: dict) -> str | None:
-    """Whether a resume may give the run a larger train.flops_budget: None when it may (the run
-    uses "wsd", the checkpoint it resumes is at or before its cool-down and nothing else differs
-    beyond what a resume may change: branch_refusal), else why not ("" when the budget is
-    unchanged)."""
+    """Whether a resume may give the run a larger train.flops_budget: None when it may
+    (branch_refusal), else why not ("" when the budget is unchanged)."""
     if "train.flops_budget" not in changes:
         return ""
     from rltok.training.checkpoint import CheckpointError, read_trainer_state, resolve_checkpoint

@@ -1,12 +1,7 @@
-"""Reading the pickled files of a run folder without running code from them.
-
-Run folders are shared and downloaded like models, and a checksum kept beside a file in the same
-folder protects nothing, so nothing read from one may name a function to call. `trainer.pt` is
-read with `torch.load(weights_only=True)`: tensors, numbers, strings and containers only, plus
-the NumPy array reconstructors that trainer states written before the NumPy RNG was saved as a
-list need (an array of uint32 is data, not code). The sharded (FSDP) state's `.metadata`, a
-plain pickle that torch.distributed.checkpoint would unpickle, is read with an unpickler that
-admits only the metadata classes torch writes there.
+"""Reading the pickled files of a run folder without running code from them: a shared run folder
+must not name a function to call. `trainer.pt` is read with `torch.load(weights_only=True)` (plus
+the NumPy array reconstructors older trainer states need); the sharded (FSDP) state's `.metadata`
+with an unpickler that admits only the metadata classes torch writes there.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The learning-rate schedule: linear warm-up, then cosine decay or "wsd" (constant, then a linear
-cool-down over the last train.cooldown_frac). Pure functions of the step and the share of the run
-spent, so a resumed run needs no scheduler state and a branch can tell where a run's cool-down
-begins (rltok.training.run_folder)."""
+"""The learning-rate schedule: pure functions of the step and the share of the run spent, so a
+resumed run needs no scheduler state and a branch can tell where a run's cool-down begins."""
 
 from __future__ import annotations
 
@@ -10,9 +8,8 @@ import math
 
 def lr_at(step: int, cfg, progress: float | None = None) -> float:
     """Linear warm-up, then (train.lr_schedule) cosine decay to min_lr_ratio * lr, or "wsd": lr
-    until the last cooldown_frac of the run, then a linear decay to min_lr_ratio * lr. A function
-    of the step (or, under a FLOPs budget, of the share of it spent) alone, so a resumed run needs
-    no scheduler state."""
+    until the last cooldown_frac of the run, then a linear decay to min_lr_ratio * lr. `progress`:
+    the share of the run spent (under a FLOPs budget)."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
     if cfg.constant_phase:

@@ -12,12 +12,9 @@ from typing import Callable
 
 
 class StopRequest:
-    """Whether training should stop after the current step.
-
-    `received`: a signal arrived at this process. `requested`: the loop acts on it. In one
-    process they go together; under data parallelism only `received` is set by the handler,
-    and the trainer sets `requested` on every rank in the same step (one all-reduce), so that
-    all ranks stop together."""
+    """Whether training should stop after the current step: `received` (a signal arrived here) and
+    `requested` (the loop acts on it; under data parallelism the trainer sets it on every rank in
+    the same step, so that all ranks stop together)."""
 
     def __init__(self, log: Callable[[str], None], across_ranks: bool = False):
         self.log = log

@@ -1,7 +1,5 @@
-"""trainer.pt: everything besides the weights that the next step depends on (optimiser, data
-position, every RNG stream, the objective's prices and controllers, counters, the metric sums
-of the current logging interval), written with each checkpoint and read back on resume, so a
-resumed run continues bit for bit."""
+"""trainer.pt: everything besides the weights that the next step depends on, written with each
+checkpoint and read back on resume, so a resumed run continues bit for bit."""
 
 from __future__ import annotations
 
@@ -54,10 +52,9 @@ def set_numpy_rng_state(state: tuple) -> None:
 
 @dataclass
 class TrainState:
-    """Everything besides the weights that the next step depends on: the counters below and the
-    stateful parts the trainer steps (optimiser, data sampler, boundary-noise generator, the
-    objective's prices and controllers, the logging interval's sums). The trainer holds one, and
-    it is saved and restored whole."""
+    """The counters below and the stateful parts the trainer steps (optimiser, data sampler,
+    boundary-noise generator, the objective's state, the logging interval's sums), saved and
+    restored whole."""
 
     model: torch.nn.Module
     opt: torch.optim.Optimizer

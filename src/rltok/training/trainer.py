@@ -1,8 +1,6 @@
-"""The training loop: build the model, optimiser and objective; step (AdamW, warm-up then cosine or
-"wsd", clipping, accumulation); validate; checkpoint (and under "wsd" the state before the cool-down). Around it, each in a module of its own: the run
-folder's rules (run_folder), stopping on a signal (signals), what a record holds and what the
-user sees (metrics), where records go (tracking: JSONL, TensorBoard, W&B), and the TrainState
-that trainer.pt holds (state).
+"""The training loop: build the model, optimiser and objective; step (AdamW, the learning-rate
+schedule, clipping, accumulation); validate; checkpoint. Around it, each in a module of its own:
+the run folder's rules (run_folder), signals, metrics, tracking and the saved state (state).
 """
 
 from __future__ import annotations
@@ -21,8 +19,8 @@ from rltok.training.run_lock import RunLock
 from rltok.training.schedule import anchored_progress, cooldown_left, lr_at  # noqa: F401 - lr_at: re-exported
 from rltok.training.state import TrainState, check_resumable
 from rltok.training.loading import load_checkpoint
-from rltok.training.checkpoint import (SHARDED, CheckpointError, checkpoint_step, list_checkpoints, run_results,
-                                      save_checkpoint, stage_checkpoint)
+from rltok.training.checkpoint import (SHARDED, CheckpointError, checkpoint_step, clean_stale, list_checkpoints,
+                                      run_results, save_checkpoint, stage_checkpoint)
 from rltok.config import Config
 from rltok.data.sources import Corpus
 from rltok.training.device import resolve_device, resolve_dtype
@@ -76,10 +74,8 @@ def make_optimizer(model: torch.nn.Module, cfg, device: torch.device, policy_lr_
 
 
 def optimizer_kernel_args(kernel: str, device: torch.device) -> dict:
-    """AdamW's keyword for `train.optimizer_kernel`. torch's own default on CPU is the per-tensor
-    loop; "auto" takes foreach there: the same arithmetic in the same order, so the same numbers,
-    and as fast. "fused" is the fast one on CPU where a model has large tables
-    (bench/bench_optimizer.py)."""
+    """AdamW's keyword for `train.optimizer_kernel` ("auto": foreach on CPU, the same numbers as
+    torch's own per-tensor loop, as fast; fused on CUDA)."""
     if kernel == "auto":
         kernel = "fused" if device.type == "cuda" else "foreach"
     return {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[kernel]
@@ -142,7 +138,7 @@ class Trainer:
         # the data pipeline, the model, its cost and the objective: everything the config describes
         built = build(cfg, corpus, self.device, self.dist, costed)
         self.corpus, self.model, self.cost, self.objective = built.corpus, built.model, built.cost, built.objective
-        self.sampler, self.group_size, self.vocab_size = built.sampler, built.group_size, built.vocab_size
+        self.sampler, self.group_size = built.sampler, built.group_size
         self.val_x, self.val_y, self.val_shared = built.val
         # identifies the training bytes, so a resume can tell when the data changed under it
         self.data_id = self.corpus.fingerprint()
@@ -165,7 +161,7 @@ class Trainer:
         self.noise = RowShard(self.boundary_gen, self.dist.rank, self.dist.world_size) if self.dist.enabled \
             else self.boundary_gen
         self.peak_flops = tc.peak_flops or None  # found when fit() starts if not given (rltok.training.peak)
-        self.meter = IntervalMeter(cfg, self.dist, self.device, self.sampler.seq_len, self.vocab_size, self.cost)
+        self.meter = IntervalMeter(self.dist, self.device, self.sampler.seq_len, self.cost)
         self.stop = StopRequest(self._log, across_ranks=self.dist.enabled)
         self.state = TrainState(self.model, self.opt, self.sampler, self.boundary_gen, self.objective, self.meter,
                                 self.report, self.device, self.dist, self.data_id)
@@ -176,10 +172,6 @@ class Trainer:
             self._resume()
 
     # ---- checkpoints ---------------------------------------------------------------------------
-    def trainer_state(self) -> dict:
-        """Everything besides the weights that the next step depends on (rltok.training.state)."""
-        return self.state.state_dict()
-
     # the counters live in the train state, which is saved and restored whole
     step = _state_counter("step")
     bytes_seen = _state_counter("bytes_seen")
@@ -197,7 +189,7 @@ class Trainer:
 
     def _resume(self) -> None:
         if self.dist.is_main:
-            run_folder.tidy_for_resume(self.run_dir)
+            clean_stale(self.run_dir)  # what killed checkpoint writers left, before the newest is chosen
         ddp.barrier(self.dist)
         if not list_checkpoints(self.run_dir):
             self._log(f"no checkpoint in {self.run_dir}: starting from scratch")
@@ -224,7 +216,7 @@ class Trainer:
             raise TrainingDiverged(f"parameters are not finite at step {self.step}; refusing to overwrite "
                                    f"good checkpoints in {self.run_dir / 'checkpoints'}. Try a lower train.lr.")
         weights = ddp.full_model_state(self.model, self.dist) if ddp.is_fsdp(self.model) else None
-        state = self.trainer_state()
+        state = self.state.state_dict()  # everything besides the weights the next step depends on
         root, keep, results = self.run_dir, self.cfg.train.keep_checkpoints, None
         if branch:  # marked, so that a branch can tell it from a checkpoint taken inside the cool-down
             state["branch_point"] = True

@@ -1,10 +1,6 @@
-"""Boundary rules: decide, byte by byte, where a chunk ends.
-
-The convention (what b[:, t] = 1 means, forced positions, cached decoding) is `base`'s.
-
-The rules live by kind: `base` (the interface, `Boundaries`, `build_chunker`), `policy` (the
-learned RL policy), `fixed` (rules without gradient), `straight_through` (H-Net, Gumbel) and
-`bpe`; every name is importable from here, as the registry's targets are.
+"""Boundary rules, by kind: `base` (the interface and its convention, `Boundaries`,
+`build_chunker`), `policy` (the learned RL policy), `fixed` (rules without gradient),
+`straight_through` (H-Net, Gumbel) and `bpe`; every name is importable from here.
 """
 
 from rltok.model.chunkers.base import (Boundaries, Chunker, NonCausalRule, bernoulli_logp, build_chunker,

@@ -1,13 +1,10 @@
 """The boundary-rule interface: what every rule returns and answers, and helpers they share.
 
 Convention: b[:, t] = 1 means byte t is the *last* byte of a chunk. Position 0 is always a
-boundary (so every byte has a chunk ending at or before it); in training the last position is
-one too. Forced positions carry no gradient (`free` marks the ones that do).
-
-Every chunker returns a `Boundaries` record so the model and the objective never need to know
-which rule produced it. For cached decoding each causal rule also decides one new byte at a time
-(`Chunker.step`), from its running state (`Chunker.start_state`); its decisions are the ones its
-forward makes on the same inputs.
+boundary (every byte has a chunk ending at or before it); in training the last position is one
+too. Forced positions carry no gradient (`free` marks the ones that do). Every rule returns a
+`Boundaries` record; a causal rule also decides one new byte at a time (`Chunker.step`) exactly as
+its forward does on the same inputs.
 """
 
 from __future__ import annotations
@@ -73,10 +70,8 @@ class Chunker(nn.Module):
         return {}
 
     def flops(self, level: Level) -> float:
-        """Forward FLOPs per byte of the rule's own layers at `level` (the items it decides on).
-        Here: its linear layers, wherever they sit (RLPolicy's head, Gumbel's MLP, H-Net's q and
-        k); a rule with none (fixed, uniform, whitespace, BPE; entropy reads the early-exit
-        logits the model computes anyway) costs nothing. A rule computing other products says so."""
+        """Forward FLOPs per byte of the rule's own layers at `level` (the items it decides on): its
+        linear layers, wherever they sit; a rule with none costs nothing."""
         return linear_layers_flops(self, level)
 
     def chunk_flops(self, level: Level, dim: int) -> float:

@@ -105,17 +105,12 @@ class WhitespaceChunker(Chunker):
 
 
 class EntropyChunker(Chunker):
-    """BLT-style: a chunk ends at byte t when the early-exit head's entropy over byte t+1 spikes
-    (rises by more than a threshold over the entropy at t-1), i.e. the next byte is surprising.
-
-    The threshold is a running estimate of the score quantile that gives the target rate, fed by
-    training batches *after* they are segmented, so a batch is cut with a threshold learned from
-    earlier batches only (a batch's own quantile would let every boundary depend on the bytes
-    after it). The estimate is a running mean of batch quantiles for the first `1/(1-momentum)`
-    batches, then an EMA; under data parallelism the ranks average their quantiles, so every
-    rank holds the same threshold. Before the first training batch there is no threshold and
-    the rule draws no free boundary. Stored as buffers, so evaluation and resumes reuse it. No
-    gradient reaches the rule."""
+    """BLT-style: a chunk ends at byte t when the early-exit head's entropy over byte t+1 rises by
+    more than a threshold over the entropy at t-1 (the next byte is surprising). The threshold
+    is a running estimate (a mean, then an EMA; averaged over data-parallel ranks) of the score
+    quantile that gives the target rate, fed by training batches *after* they are cut, so a batch's
+    boundaries never depend on its later bytes. Before the first training batch no free boundary
+    is drawn. Kept in buffers, so evaluation and resumes reuse it."""
 
     tracks_target = True
 
@@ -123,10 +118,9 @@ class EntropyChunker(Chunker):
     def from_settings(cls, settings, m, dim=None, rate=None):
         return cls(rate or m.target_rate)
 
-    def __init__(self, rate: float, mode: str = "spike", momentum: float = 0.99):
+    def __init__(self, rate: float, momentum: float = 0.99):
         super().__init__()
         self.rate = rate
-        self.mode = mode
         self.momentum = momentum
         self.register_buffer("threshold", torch.tensor(float("nan")))
         self.register_buffer("updates", torch.tensor(0, dtype=torch.long))
@@ -146,8 +140,6 @@ class EntropyChunker(Chunker):
 
     def score(self, early_logits: torch.Tensor) -> torch.Tensor:
         ent = self.entropy(early_logits)
-        if self.mode == "global":
-            return ent
         prev = torch.zeros_like(ent)
         prev[:, 1:] = ent[:, :-1]
         return ent - prev
@@ -178,7 +170,7 @@ class EntropyChunker(Chunker):
              noise=None) -> Boundaries:
         # decoding reads the threshold and never moves it: that is training's business
         ent = self.entropy(early_logits)
-        s = ent if self.mode == "global" else ent - state["entropy"]
+        s = ent - state["entropy"]
         state["entropy"] = ent
         if b is None:
             b = s > self.threshold if not torch.isnan(self.threshold) else torch.zeros_like(forced)

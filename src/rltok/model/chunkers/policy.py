@@ -14,19 +14,12 @@ from rltok.model.noise import uniform  # noise that data-parallel ranks can slic
 
 
 class RLPolicy(Chunker):
-    """Autoregressive Bernoulli boundary policy.
-
-    logit_t = w . h_t + c + table[pattern_t], where pattern_t encodes the policy's previous
-    `window - 1` decisions (window=1: decisions independent given the encoder, fully parallel).
-    A table over all 2^(window-1) histories is the most general additive function of them.
-
-    Given the decisions, all log-probabilities are computed in parallel (teacher forcing); only
-    sampling with window > 1 needs a loop over positions, which runs on the device with no
-    host synchronisation.
-    """
+    """Autoregressive Bernoulli boundary policy: logit_t = w . h_t + c + table[pattern_t], where
+    pattern_t encodes its previous `window - 1` decisions (window=1: independent given the
+    encoder). Given the decisions, every log-probability is computed in parallel (teacher forcing);
+    only sampling with window > 1 loops over positions, on the device, with no host sync."""
 
     learned = True
-
     tracks_target = True
     stochastic = True
 
