@@ -180,6 +180,29 @@ def test_a_stray_rank_never_skips_the_lock(run, capsys, monkeypatch):
         holder.release()
 
 
+def test_a_trainer_never_fit_lets_go_of_its_lock_when_dropped(tmp_path):
+    """A Trainer holds its run folder's lock from its construction; dropped without fit(), its lock
+    file is closed and the folder free, with no ResourceWarning about an unclosed file."""
+    import gc
+    import warnings
+
+    from rltok.config import load_config
+    from rltok.training.run_lock import RunLock
+    from rltok.training.trainer import Trainer
+
+    (tmp_path / "data.txt").write_bytes(TEXT)
+    cfg = load_config("test", overrides=[f"data.train={tmp_path / 'data.txt'}", f"train.out_dir={tmp_path / 'run'}",
+                                         "train.device=cpu", "train.threads=1"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = Trainer(cfg, quiet=True)
+        assert trainer.lock.held
+        del trainer
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], [str(w.message) for w in caught]
+    RunLock(tmp_path / "run").acquire().release()  # free again
+
+
 # ---- handed files are read within bounds ---------------------------------------------------------------
 
 @pytest.mark.parametrize("suffix, text", [(".json", DEEP_JSON), (".toml", DEEP_TOML),
