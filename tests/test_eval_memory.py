@@ -65,7 +65,8 @@ def test_eval_memory_does_not_grow_with_the_input(tmp_path):
     (tmp_path / "big.txt").write_bytes(text)
     (tmp_path / "small.txt").write_bytes(text[:1_000_000])
     done = subprocess.run([sys.executable, "-c", MEASURE, tmp_path / "run", tmp_path / "small.txt",
-                           tmp_path / "big.txt"], capture_output=True, env={**os.environ, "PYTHONPATH": SRC}, timeout=300)
+                           tmp_path / "big.txt"], capture_output=True, env={**os.environ, "PYTHONPATH": SRC},
+                          timeout=300)
     err = done.stderr.decode()
     assert done.returncode == 0, err[-4000:]
     before, after = map(int, next(line for line in err.splitlines() if line.startswith("rss ")).split()[1:])
