@@ -220,7 +220,8 @@ def tokenizer_from_tensor(t: torch.Tensor) -> Tokenizer:
     a merge of unknown tokens, a pre-tokenizer whose regex panics on its first text) is one ValueError."""
     try:
         tok = Tokenizer.from_str(t.detach().cpu().to(torch.uint8).numpy().tobytes().decode("utf-8"))
-        encode_rows(tok, torch.tensor([list(b"Probe: words, 123 and code() {}\n\t") + list(range(256))]))
+        # on the CPU whatever the default device (a model is costed on the meta device first)
+        encode_rows(tok, torch.tensor([list(b"Probe: words, 123 and code() {}\n\t") + list(range(256))], device="cpu"))
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as e:  # noqa: BLE001 - the tokenizers library raises Exception and panics (BaseException)
