@@ -6,6 +6,7 @@ records, end in one error line or a warning, never a traceback."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -178,6 +179,29 @@ def test_a_stray_rank_never_skips_the_lock(run, capsys, monkeypatch):
             assert code == 2 and err.count("\n") == 1 and err.startswith("error: "), err
     finally:
         holder.release()
+
+
+def test_a_trainer_never_fit_lets_go_of_its_lock_when_dropped(tmp_path):
+    """A Trainer holds its run folder's lock from its construction; dropped without fit(), its lock
+    file is closed and the folder free, with no ResourceWarning about an unclosed file."""
+    import gc
+    import warnings
+
+    from rltok.config import load_config
+    from rltok.training.run_lock import RunLock
+    from rltok.training.trainer import Trainer
+
+    (tmp_path / "data.txt").write_bytes(TEXT)
+    cfg = load_config("test", overrides=[f"data.train={tmp_path / 'data.txt'}", f"train.out_dir={tmp_path / 'run'}",
+                                         "train.device=cpu", "train.threads=1"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = Trainer(cfg, quiet=True)
+        assert trainer.lock.held
+        del trainer
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], [str(w.message) for w in caught]
+    RunLock(tmp_path / "run").acquire().release()  # free again
 
 
 # ---- handed files are read within bounds ---------------------------------------------------------------
@@ -461,17 +485,20 @@ RUN_FILES = ["config.json", "metrics.jsonl", "CKPT/config.json", "CKPT/manifest.
 DAMAGE = ["truncate", "deep", "huge", "list", "string", "flip", "link", "empty"]
 
 
+def damaged_bytes(data: bytes, how: str, cut: float) -> bytes:
+    return {"truncate": data[: int(len(data) * cut)], "deep": DEEP_JSON.encode()[:200_001],
+            "huge": b'{"step": ' + HUGE_INT.encode() + b"}", "list": b"[]", "string": b'"x"', "empty": b"",
+            "flip": data[: int(len(data) * cut)] + bytes([data[int(len(data) * cut)] ^ 0xFF]) + data[int(len(data) * cut) + 1:]
+            if data else b"\xff"}[how]
+
+
 def damage_file(path: Path, how: str, cut: float, victim: Path) -> None:
     data = path.read_bytes()
     if how == "link":
         path.unlink()
         path.symlink_to(victim)
         return
-    new = {"truncate": data[: int(len(data) * cut)], "deep": DEEP_JSON.encode()[:200_001],
-           "huge": b'{"step": ' + HUGE_INT.encode() + b"}", "list": b"[]", "string": b'"x"', "empty": b"",
-           "flip": data[: int(len(data) * cut)] + bytes([data[int(len(data) * cut)] ^ 0xFF]) + data[int(len(data) * cut) + 1:]
-           if data else b"\xff"}[how]
-    path.write_bytes(new)
+    path.write_bytes(damaged_bytes(data, how, cut))
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -512,3 +539,171 @@ def test_any_damage_to_any_run_file_is_exit_0_or_one_error_line(trained, tmp_pat
     after = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*")
                    if not str(p.relative_to(tmp)).startswith(("run", "exported")))
     assert after == before  # nothing written beside the folder but what export was asked to write
+
+
+# ---- fuzz: any damage to an exported model folder -----------------------------------------------------------
+
+EXPORT_FILES = ["config.json", "model.safetensors", "README.md", "manifest.json", "tokenizer"]
+# wide: sizes within every setting's range (or a token id) that would take all of memory to build
+EXPORT_DAMAGE = [*DAMAGE, "wide"]
+
+
+@pytest.fixture(scope="module")
+def exported(trained, families, tmp_path_factory):
+    """`rltok export` of an hourglass run and of a BPE-token run (its tokenizer inside the weights)."""
+    from rltok.cli import main
+
+    root = tmp_path_factory.mktemp("exported")
+    folders = {}
+    for family, run in (("hourglass", trained[0]), ("bpe_token", families["bpe_token"])):
+        folders[family] = root / family
+        assert main(["export", "-c", str(run), "-o", str(folders[family])]) == 0
+    return folders
+
+
+def write_manifest(folder: Path) -> None:
+    """A checkpoint's manifest over the folder's files (an export has none; a handed folder may)."""
+    import hashlib
+
+    files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())
+             if p.is_file() and p.name != "manifest.json"}
+    (folder / "manifest.json").write_text(json.dumps({"step": 1, "files": files}))
+
+
+def damage_tokenizer(folder: Path, how: str, cut: float) -> None:
+    """The BPE tokenizer's JSON inside model.safetensors, damaged."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(folder / "model.safetensors")
+    text = state["tokenizer_json"].to(torch.uint8).numpy().tobytes()
+    tok = json.loads(text)
+    if how == "wide":  # a token id of a billion: a vocabulary (and an embedding) of a billion rows
+        tok["model"]["vocab"]["zz"] = 10**9
+        text = json.dumps(tok).encode()
+    elif how == "link":  # a merge of tokens the vocabulary lacks
+        tok["model"]["merges"].append(["zz", "q"])
+        text = json.dumps(tok).encode()
+    else:
+        text = damaged_bytes(text, how, cut)
+    state["tokenizer_json"] = torch.tensor(list(text), dtype=torch.uint8)
+    save_file(state, folder / "model.safetensors")
+
+
+def widen_config(path: Path) -> None:
+    cfg = json.loads(path.read_text())
+    cfg["model"].update(d_chunk=4096, main_layers=64, flat_layers=64)  # ~13e9 parameters, 52 GB to build
+    path.write_text(json.dumps(cfg))
+
+
+@contextlib.contextmanager
+def address_space_cap(extra: int = 4 << 30):
+    """This process's address space capped a few GB above what it uses while hostile sizes are
+    read: a loader that built such a model before checking would fail to allocate, not take the
+    machine's memory. (Linux: elsewhere no cap.)"""
+    import resource
+
+    try:
+        with open("/proc/self/status") as f:
+            used = int(next(line for line in f if line.startswith("VmSize:")).split()[1]) * 1024
+    except (OSError, StopIteration, ValueError):
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = used + extra if hard == resource.RLIM_INFINITY else min(used + extra, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def fuzz_exported(exported, tmp_path_factory, family, name, how, cut, manifest) -> None:
+    import io
+
+    from rltok.cli import main, user_errors
+    from rltok.model.hourglass import HourglassLM
+    from rltok.model.token_lm import BPETokenLM
+    from rltok.training.loading import from_pretrained
+
+    if name == "tokenizer":
+        family = "bpe_token"
+    elif how == "wide" and name != "config.json":
+        how = "huge"
+    tmp = tmp_path_factory.mktemp("fuzz_export")
+    model = tmp / "model"
+    shutil.copytree(exported[family], model)
+    victim = tmp / "victim.txt"
+    victim.write_text("outside the folder")
+    if name == "manifest.json" or manifest == "before":  # before the damage: its checksums no longer match
+        write_manifest(model)
+    if name == "tokenizer":
+        damage_tokenizer(model, how, cut)
+    elif how == "wide":
+        widen_config(model / name)
+    else:
+        damage_file(model / name, how, cut, victim)
+    if manifest == "after" and name != "manifest.json":  # after it: the damage reaches the readers
+        write_manifest(model)
+    before = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*"))
+    for argv in (["eval", "-c", model, "--max-windows", "1"], ["segment", "-c", model, "hello"],
+                 ["generate", "-c", model, "-n", "2", "hi"]):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), \
+                address_space_cap() if how == "wide" else contextlib.nullcontext():
+            code = main([str(a) for a in argv])
+        lines = err.getvalue().strip().splitlines()
+        assert code in (0, 2), (argv, err.getvalue())
+        assert "Traceback" not in err.getvalue(), (argv, err.getvalue())
+        if code == 2:
+            assert lines and lines[-1].startswith("error: "), (argv, err.getvalue())
+    for load in (from_pretrained, {"hourglass": HourglassLM, "bpe_token": BPETokenLM}[family].from_pretrained):
+        try:
+            with address_space_cap() if how == "wide" else contextlib.nullcontext():
+                load(model)
+        except user_errors():  # what the command line shows as one error line
+            pass
+    assert victim.read_text() == "outside the folder"
+    assert sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*")) == before  # nothing written, in it or beside it
+
+
+def test_a_model_folder_whose_config_outgrows_its_weights_is_refused_before_building(exported, tmp_path):
+    """config.json sizes within every range, ~13e9 parameters, beside weights of 1e5: each matrix
+    fits memory on its own, all of them do not, so building the model first would take the
+    machine's memory; it is refused from the meta-device model's count. In a child process whose
+    address space is capped, so that a regression fails the test and not the machine."""
+    import resource
+    import subprocess
+    import sys
+
+    model = tmp_path / "model"
+    shutil.copytree(exported["hourglass"], model)
+    widen_config(model / "config.json")
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+
+    done = subprocess.run([sys.executable, "-m", "rltok.cli", "eval", "-c", str(model), "--max-windows", "1"],
+                          capture_output=True, text=True, preexec_fn=cap, timeout=300)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "describes a model of 12," in done.stderr and "more than the 103,585 values" in done.stderr, done.stderr
+
+
+EXPORT_CASES = dict(family=st.sampled_from(["hourglass", "bpe_token"]), name=st.sampled_from(EXPORT_FILES),
+                    how=st.sampled_from(EXPORT_DAMAGE), cut=st.floats(0, 0.99),
+                    manifest=st.sampled_from(["none", "before", "after"]))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(**EXPORT_CASES)
+def test_any_damage_to_an_exported_model_folder_is_exit_0_or_one_error_line(exported, tmp_path_factory, family, name,
+                                                                           how, cut, manifest):
+    fuzz_exported(exported, tmp_path_factory, family, name, how, cut, manifest)
+
+
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(**EXPORT_CASES)
+def test_any_damage_to_an_exported_model_folder_at_length(exported, tmp_path_factory, family, name, how, cut,
+                                                          manifest):
+    fuzz_exported(exported, tmp_path_factory, family, name, how, cut, manifest)

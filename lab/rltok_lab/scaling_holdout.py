@@ -30,8 +30,8 @@ import json
 import math
 from pathlib import Path
 
-from rltok.analysis.scaling import (Grid, Point, _write_json, budget_tag, corpus_split, family_rungs, read_records,
-                                    run_points)
+from rltok.analysis.scaling import (Grid, Point, _write_json, budget_tag, corpus_split, family_rungs, grid_points,
+                                    point_done, read_records, run_points)
 from rltok.analysis.table_cells import estimate, number
 from rltok.config import ConfigError
 
@@ -76,12 +76,20 @@ class _Pending(Exception):
 def pending_point(grid: Grid, out: Path) -> Point | None:
     """The first point `rltok scaling` would still run for the grid's budgets (a ladder point, an
     extension, a seed at an optimum or for a verdict), or None when they are complete: a dry run
-    of the study whose runner stops at the first point it is handed."""
+    of the study whose runner stops at the first point it is handed. Read-only: the study makes a
+    corpus's folder before handing its runner the first point, so a ladder point not done is
+    found here first, as the study would find it, and the dry run is left the adaptive steps,
+    whose ladders (and so their folders) exist."""
     from rltok.analysis.scaling_adapt import run_grid
 
     def stop(grid_, point, folder, split):
         raise _Pending(point)
 
+    for corpus in grid.corpora:  # a corpus whose data cannot be read fails as the study would
+        corpus_split(grid, corpus, log=lambda message: None)
+    first = next((p for p in grid_points(grid, log=lambda message: None) if not point_done(out, p)), None)
+    if first is not None:
+        return first
     try:
         run_grid(grid, out, log=lambda message: None, runner=stop)
     except _Pending as pending:

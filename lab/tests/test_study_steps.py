@@ -295,6 +295,22 @@ def test_status_counts_runs_per_budget_and_estimates_the_time_left(tmp_path, cap
     assert len(list((out / "salad").glob("*.json"))) == n
 
 
+def test_status_creates_no_folder(tmp_path, capsys):
+    """`study --status` only reads: no results folder, no corpus folder, whether --out exists or not."""
+    data = corpus_folder(tmp_path, "salad")
+    gfile = tmp_path / "grid.json"
+    gfile.write_text(json.dumps({"corpora": [str(data)], "budgets": [1e8, 3e8], "seeds": [0], "preset": "test",
+                                 "families": [{"method": "flat", "sizes": [5e3, 2e4]}], "holdout_budgets": [1e9]}))
+    out = tmp_path / "study"
+    for exists in (False, True):
+        if exists:
+            out.mkdir()
+        before = sorted(tmp_path.rglob("*"))
+        assert lab_main(["study", "--grid", str(gfile), "--out", str(out), "--status"]) == 0
+        assert "| salad | C1e08 | 0/2 | 0 | 0 | 0 | no |" in capsys.readouterr().out
+        assert sorted(tmp_path.rglob("*")) == before
+
+
 def test_status_counts_the_held_out_runs_once_the_prediction_exists(tmp_path, capsys):
     from rltok_lab.scaling_holdout import holdout_points
     from rltok_lab.scaling_status import holdout_status, holdout_table

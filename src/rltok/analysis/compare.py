@@ -296,8 +296,10 @@ def _train_to_budget(cfg: Config, budget_flops: float, warmup_at: float | None =
 
     from rltok.training.build import costed_model, load_data
     from rltok.training.device import resolve_device
+    from rltok.training.fits import refuse_what_cannot_fit
     from rltok.training.trainer import Trainer
 
+    refuse_what_cannot_fit(cfg, resolve_device(cfg.train.device))  # as `train` does, before data or model
     t0 = time.time()
     memory = PeakMemory()
     seeded = branch is not None and _seed_branch(cfg, branch)

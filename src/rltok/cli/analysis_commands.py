@@ -23,12 +23,16 @@ def cmd_compare(args) -> int:
 
     from rltok.cli.paths import check_output_folder
 
+    from rltok.training.device import resolve_device
+    from rltok.training.fits import refuse_what_cannot_fit
+
     out = check_output_folder(args.out, "--out")
     for m in args.methods:  # every method and its NAME@key=value overrides are checked before any run
         try:
-            method_config(m, args.overrides, args.data, out, 0, args.preset)
+            cfg = method_config(m, args.overrides, args.data, out, 0, args.preset)
         except ValueError as e:
             raise ConfigError(str(e)) from None
+        refuse_what_cannot_fit(cfg, resolve_device(cfg.train.device))  # not after the methods before it trained
     from rltok.data.corpus import resolve_split
 
     split = resolve_split(args.data, args.split, fallback=True)  # the split every number is really on

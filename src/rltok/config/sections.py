@@ -173,6 +173,13 @@ class ModelConfig:
         if self.bpe_vocab != 0 and self.bpe_vocab < 256:
             raise ConfigError(f"model.bpe_vocab must be 0 (fit to model.target_rate) or >= 256 (the byte alphabet), "
                               f"got {self.bpe_vocab}")
+        # a BPE learns at most one merge per byte of its sample, which is model.bpe_sample_bytes
+        # rounded up to whole blocks of at most 64 KiB (rltok.data.bpe): refused before any data is read
+        most = 256 + self.bpe_sample_bytes + (1 << 16) - 2
+        if self.bpe_vocab > most:
+            raise ConfigError(f"model.bpe_vocab={self.bpe_vocab} is more tokens than a BPE can learn from "
+                              f"model.bpe_sample_bytes={self.bpe_sample_bytes} (one merge per sample byte at most: "
+                              f"{most} tokens): lower model.bpe_vocab or raise model.bpe_sample_bytes")
         check(0 < self.target_rate <= 1, "model.target_rate", "in (0, 1]")
         check(self.stages in (1, 2), "model.stages", f"1 or 2, got {self.stages}")
         if self.stages == 2 and (self.arch != "hourglass" or self.chunker.kind != "rl"):

@@ -25,6 +25,7 @@ import tokenizers
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from rltok.data.bytes_classes import ASCII_WHITESPACE
+from rltok.data.sources import DataError
 
 # Before 0.20 merges were serialised as "a b" strings, which breaks for tokens holding spaces.
 if tuple(int(p) for p in tokenizers.__version__.split(".")[:2]) < (0, 20):
@@ -209,7 +210,8 @@ def tokenizer_from_tensor(t: torch.Tensor) -> Tokenizer:
     a merge of unknown tokens, a pre-tokenizer whose regex panics on its first text) is one ValueError."""
     try:
         tok = Tokenizer.from_str(t.detach().cpu().to(torch.uint8).numpy().tobytes().decode("utf-8"))
-        encode_rows(tok, torch.tensor([list(b"Probe: words, 123 and code() {}\n\t") + list(range(256))]))
+        # on the CPU whatever the default device (a model is costed on the meta device first)
+        encode_rows(tok, torch.tensor([list(b"Probe: words, 123 and code() {}\n\t") + list(range(256))], device="cpu"))
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as e:  # noqa: BLE001 - the tokenizers library raises Exception and panics (BaseException)
@@ -319,12 +321,18 @@ def fit_bpe_sized_on(train: Sequence[bytes], heldout: Sequence[bytes], target_ra
         if vocab_size < 256:
             raise ValueError(f"vocab_size must be >= 256 (the byte alphabet), got {vocab_size}")
         max_vocab = vocab_size
+        # each merge joins at least one pair of the sample's tokens into one: at most one per byte
+        if vocab_size - 256 >= sum(map(len, train)):
+            raise DataError(f"a BPE of {vocab_size} tokens needs more merges than the sample supplies: "
+                            f"{vocab_size - 256:,} merges, and a sample of {sum(map(len, train)):,} bytes has at "
+                            "most one per byte; ask for fewer tokens (model.bpe_vocab) or give more training bytes")
     full = train_bpe(train, max_vocab, pretokenize, min_frequency)
     id_to_token, merges = _vocab_merges(full)
     if vocab_size and len(id_to_token) != vocab_size:
-        raise ValueError(f"a BPE of {vocab_size} tokens needs more merges than the sample supplies: training on "
-                         f"{sum(map(len, train)):,} bytes stopped at {len(id_to_token)} tokens "
-                         f"(min_frequency={min_frequency})")
+        raise DataError(f"a BPE of {vocab_size} tokens needs more merges than the sample supplies: training on "
+                        f"{sum(map(len, train)):,} bytes stopped at {len(id_to_token)} tokens "
+                        f"(min_frequency={min_frequency}); ask for fewer tokens (model.bpe_vocab) or give more "
+                        "training bytes")
 
     pre = _pre_tokenizer(pretokenize)
     counts: Counter[str] = Counter()

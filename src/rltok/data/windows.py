@@ -64,13 +64,34 @@ def _eval_starts(n: int, seq_len: int, max_windows: int, context: int = 1) -> tu
     return torch.from_numpy(idx * stride), seq_len
 
 
+class EvalWindows:
+    """The windows of `eval_windows`, read from `data` only when asked for: a batch at a time
+    holds one batch's windows (8 bytes per position as long tensors), not the whole split's."""
+
+    def __init__(self, data, seq_len: int, max_windows: int = 0, context: int = 1):
+        self.data = data
+        self.starts, self.seq_len = _eval_starts(len(data), seq_len, max_windows, context)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def take(self, lo: int = 0, hi: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x, y) of windows lo..hi, (n, T) long tensors."""
+        win = take_windows(self.data, self.starts[lo:hi], self.seq_len + 1).long()
+        return win[:, :-1], win[:, 1:]
+
+    def batches(self, batch_size: int):
+        """(x, y) of `batch_size` windows at a time, in order."""
+        for i in range(0, len(self), batch_size):
+            yield self.take(i, i + batch_size)
+
+
 def eval_windows(data: torch.Tensor, seq_len: int, max_windows: int = 0,
                  context: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """(x, y) windows (N, T) tiling `data` in order (with `max_windows`, an evenly spaced subset),
-    overlapping by `context` bytes, so that evaluate(context=) scores every byte once."""
-    starts, seq_len = _eval_starts(len(data), seq_len, max_windows, context)
-    win = take_windows(data, starts, seq_len + 1).long()
-    return win[:, :-1], win[:, 1:]
+    overlapping by `context` bytes, so that evaluate(context=) scores every byte once; `EvalWindows`
+    gives the same windows a batch at a time."""
+    return EvalWindows(data, seq_len, max_windows, context).take()
 
 
 def rank_eval_windows(data: torch.Tensor, seq_len: int, max_windows: int, rank: int = 0,

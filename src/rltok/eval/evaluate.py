@@ -8,6 +8,7 @@ with: each model's training forward and the bytes it scores.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import torch
 
@@ -60,8 +61,24 @@ def evaluate_sums(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, 
     """The additive counts behind `evaluate` (nats, bytes, boundaries, positions, whitespace,
     chunk-length histogram) as one float64 vector per key, so that shards of an evaluation
     (data-parallel ranks) can be summed before `summarize`."""
-    if context is not None and not 1 <= context <= x.shape[1]:
-        raise ValueError(f"context must be 1..{x.shape[1]} for windows of {x.shape[1] + 1} bytes, got {context}")
+    _check_context(context, x.shape[1])
+    batches = ((x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(x), batch_size))
+    return batch_sums(model, batches, mode, seed, device, autocast_dtype, code_metrics, context, forced_split)
+
+
+def _check_context(context: int | None, length: int) -> None:
+    if context is not None and not 1 <= context <= length:
+        raise ValueError(f"context must be 1..{length} for windows of {length + 1} bytes, got {context}")
+
+
+@torch.no_grad()
+def batch_sums(model, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], mode: str = "sample",
+               seed: int = 1234, device: str | torch.device = "cpu", autocast_dtype=None,
+               code_metrics: bool = False, context: int | None = 1,
+               forced_split: bool = True) -> dict[str, torch.Tensor]:
+    """`evaluate_sums` over batches of windows (x, y) handed one at a time (e.g.
+    rltok.data.windows.EvalWindows.batches), so that only one batch is in memory: the same sums
+    as `evaluate_sums` of the windows they add up to, in batches of the same size."""
     was_training = model.training
     model.eval()
     device = torch.device(device)
@@ -76,8 +93,9 @@ def evaluate_sums(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, 
     n_ws = 0
     hist = torch.zeros(65, dtype=torch.long)
     token_align = torch.zeros(len(TOKEN_COUNTS), dtype=torch.float64)  # code_metrics: rltok.data.python_tokens counts
-    for i in range(0, len(x), batch_size):
-        xb, yb = x[i : i + batch_size].to(device), y[i : i + batch_size].to(device)
+    for xb, yb in batches:
+        _check_context(context, xb.shape[1])
+        xb, yb = xb.to(device), yb.to(device)
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             out, nll, mask = scored_bytes(model, xb, yb, context, mode, gen, forced_split)
         nats += nll[mask].sum().item()

@@ -12,8 +12,8 @@ import torch
 from rltok.config import Config
 from rltok.data.corpus import load_eval_bytes, resolve_split
 from rltok.data.python_tokens import looks_like_python
-from rltok.data.windows import eval_windows
-from rltok.eval.evaluate import evaluate
+from rltok.data.windows import EvalWindows
+from rltok.eval.evaluate import batch_sums, summarize
 from rltok.training.device import resolve_device
 from rltok.training.loading import load_checkpoint, refuse_non_finite
 
@@ -32,13 +32,22 @@ class RunEvaluation:
     mode: str
     context: int
     forced_split: bool
-    x: torch.Tensor  # the windows scored (N, T): inputs
-    y: torch.Tensor  # and next-byte targets
+    windows: EvalWindows  # the windows scored, read from the split's bytes when asked for
+
+    @property
+    def x(self) -> torch.Tensor:
+        """The windows scored (N, T), all at once: inputs."""
+        return self.windows.take()[0]
+
+    @property
+    def y(self) -> torch.Tensor:
+        """And their next-byte targets (N, T)."""
+        return self.windows.take()[1]
 
     def summary(self) -> dict:
         """The result with what it was measured on: what `rltok eval` prints (unrounded)."""
         out = {**self.result, "checkpoint": str(self.checkpoint), "data": self.data, "split": self.split,
-               "seq_len": self.x.shape[1], "mode": self.mode, "context": self.context,
+               "seq_len": self.windows.seq_len, "mode": self.mode, "context": self.context,
                "forced_split": self.forced_split}
         if self.split != self.split_requested:
             out["split_requested"] = self.split_requested
@@ -63,14 +72,15 @@ def evaluate_run(path: str | Path, data: str | None = None, split: str = "test",
     model.eval()
     spec = data or cfg.data.train
     used = resolve_split(spec, split, fallback_to_val)
-    x, y = eval_windows(load_eval_bytes(spec, used, max_bytes, cfg.data.val_fraction), seq_len or cfg.train.seq_len,
-                        max_windows, context=context)
+    # a batch of windows at a time: memory for the split's bytes and one batch, whatever its length
+    windows = EvalWindows(load_eval_bytes(spec, used, max_bytes, cfg.data.val_fraction), seq_len or cfg.train.seq_len,
+                          max_windows, context=context)
     code = code_metrics if code_metrics is not None else looks_like_python(spec)
-    options = dict(batch_size=batch_size, seed=seed, device=device, code_metrics=code, context=context,
-                   forced_split=forced_split)
-    result = evaluate(model, x, y, mode=mode, **options)
+    options = dict(seed=seed, device=device, code_metrics=code, context=context, forced_split=forced_split)
+    result = summarize(batch_sums(model, windows.batches(batch_size), mode=mode, **options))
     rule = getattr(model, "chunker", None)
     thresholded = None
     if greedy and rule is not None and rule.stochastic:
-        thresholded = evaluate(model, x, y, mode="greedy", **options)
-    return RunEvaluation(result, thresholded, model, cfg, ckpt, spec, used, split, mode, context, forced_split, x, y)
+        thresholded = summarize(batch_sums(model, windows.batches(batch_size), mode="greedy", **options))
+    return RunEvaluation(result, thresholded, model, cfg, ckpt, spec, used, split, mode, context, forced_split,
+                         windows)

@@ -207,6 +207,25 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     return load_file(path)
 
 
+def _refuse_more_than_the_weights(folder: Path, cfg: Config, build: Build,
+                                  state: dict[str, torch.Tensor]) -> None:
+    """A config.json (or a tokenizer's vocabulary) describing far more parameters than the weights
+    file holds can never load strictly: refused before the model is built, since building it
+    would allocate them all (a handed folder's sizes could ask for all of memory). Up to twice
+    the weights (and a million) the strict load names the missing keys instead. The model is
+    first built on the meta device (shapes only); where that fails, the real build says why."""
+    try:
+        with torch.device("meta"):
+            planned = build(cfg.model, state_dict=state)
+    except Exception:  # noqa: BLE001 - reported by the build that follows
+        return
+    need = sum(p.numel() for p in planned.parameters())
+    have = sum(t.numel() for t in state.values())
+    if need > 2 * have + (1 << 20):
+        raise CheckpointError(f"checkpoint {folder}: its {CONFIG} describes a model of {need:,} parameters, more "
+                              f"than the {have:,} values its {WEIGHTS} holds")
+
+
 def load_weights(folder: Path, cfg: Config, build: Build, fit_facts: dict | None = None) -> torch.nn.Module:
     """The model config.json describes, made by `build`, with the folder's weights loaded strictly (on CPU),
     and its `fit_facts` (config.json's, read_config's metadata) restored."""
@@ -214,6 +233,7 @@ def load_weights(folder: Path, cfg: Config, build: Build, fit_facts: dict | None
         state = _read_safetensors(folder / WEIGHTS)
     except Exception as e:  # safetensors raises its own error types for truncated files
         raise CheckpointError(f"checkpoint {folder}: cannot read {WEIGHTS} ({' '.join(str(e).split())[:300]})") from None
+    _refuse_more_than_the_weights(folder, cfg, build, state)
     try:
         model = build(cfg.model, state_dict=state)
     except (ValueError, KeyError, RuntimeError) as e:  # e.g. a tokenizer buffer that does not parse

@@ -27,10 +27,13 @@ class BPETokenLM(PlainLM):
     arch = "bpe_token"
 
     def __init__(self, tokenizer: Tokenizer, d_model: int, n_layers: int, n_heads: int, mlp_ratio: float = 4.0,
-                 max_tokens: int = 2048, rope_base: float = 10000.0, dropout: float = 0.0):
-        super().__init__(tokenizer.get_vocab_size(), d_model, n_layers, n_heads, mlp_ratio, rope_base, None, dropout)
+                 max_tokens: int = 2048, rope_base: float = 10000.0, dropout: float = 0.0,
+                 vocab_size: int | None = None):
+        # vocab_size: `unfitted`'s shape without a placeholder tokenizer of that many tokens
+        vocab_size = vocab_size or tokenizer.get_vocab_size()
+        super().__init__(vocab_size, d_model, n_layers, n_heads, mlp_ratio, rope_base, None, dropout)
         self.max_tokens = max_tokens
-        self.vocab_size = tokenizer.get_vocab_size()
+        self.vocab_size = vocab_size
         self.register_buffer("tokenizer_json", tokenizer_to_tensor(tokenizer), persistent=True)
         self.tokenizer = tokenizer
 
@@ -78,12 +81,14 @@ class BPETokenLM(PlainLM):
     @classmethod
     def unfitted(cls, cfg: ModelConfig, vocab_size: int | None = None) -> BPETokenLM:
         """The model of `cfg` over a vocabulary of `vocab_size` tokens (default model.bpe_vocab)
-        with a placeholder tokenizer: its shape, all that costing it needs before a tokenizer is fitted."""
+        with a one-token placeholder tokenizer: its shape, all that costing it needs before a
+        tokenizer is fitted (a placeholder of every token took seconds and gigabytes for millions)."""
         size = vocab_size or cfg.bpe_vocab
         if not size:
             raise ValueError("a BPE-token model's shape needs its vocabulary size (model.bpe_vocab or vocab_size)")
-        tok = Tokenizer(WordLevel({f"t{i}": i for i in range(size)}, unk_token="t0"))
-        return cls(tok, cfg.d_chunk, cfg.flat_layers, cfg.n_heads_chunk, cfg.mlp_ratio, max_tokens=cfg.max_seq_len)
+        tok = Tokenizer(WordLevel({"t0": 0}, unk_token="t0"))
+        return cls(tok, cfg.d_chunk, cfg.flat_layers, cfg.n_heads_chunk, cfg.mlp_ratio, max_tokens=cfg.max_seq_len,
+                   vocab_size=size)
 
     def forward_flops(self, seq_len: int, rate: float | None = None, rate2: float | None = None,
                       kernel: bool = False) -> dict[str, float]:

@@ -112,3 +112,13 @@ class RunLock:
     @property
     def held(self) -> bool:
         return self.file is not None
+
+    def __del__(self) -> None:
+        # a lock dropped while held (a Trainer built and never fit) lets go of its folder and
+        # closes its file, rather than leaving the file for the collector to warn about
+        if getattr(self, "file", None) is not None:
+            try:
+                self.release()
+            except Exception:  # noqa: BLE001 - at interpreter exit fcntl may be gone; closing still unlocks
+                if self.file is not None:
+                    self.file.close()

@@ -1,7 +1,7 @@
 """Stopping on a signal: SIGINT/SIGTERM ask training to finish the current step, checkpoint and
-stop. A second SIGINT aborts the step at once, but not a checkpoint being written: that one is
-finished first, so an interrupt never leaves a half-written run (the command line then says which
-step `--resume` starts from)."""
+stop. A second one (SIGINT or SIGTERM: a step of many micro-batches may never end soon) aborts
+the step at once, but not a checkpoint being written: that one is finished first, so an interrupt
+never leaves a half-written run (the command line then says which step `--resume` starts from)."""
 
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ class StopRequest:
         self.across_ranks = across_ranks
         self.received = False
         self.requested = False
-        self.saving = False  # a checkpoint is being written: a second SIGINT waits for it
+        self.saving = False  # a checkpoint is being written: a second signal waits for it
 
     def handle(self, signum, frame) -> None:
-        if self.received and signum == signal.SIGINT:
+        if self.received:
             if self.saving:
                 self.log("still writing the checkpoint: it finishes in a moment, then training stops")
                 return
