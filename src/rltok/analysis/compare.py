@@ -338,12 +338,10 @@ def _evaluate_run(out_dir: Path, data: str, eval_split: str, seq_len: int, max_e
     estimator = None
     rule = getattr(model, "chunker", None)
     if rule is not None and rule.learned:
-        from rltok.analysis.diagnose import diagnose
+        from rltok.analysis.estimator_snr import own_estimator
 
         # SNR of the run's own gradient estimator at its final checkpoint, on 8 held-out windows
-        d = diagnose(model, x[:8], y[:8], run.config.objective, run.config.model.target_rate,
-                     variants={"own": {}}, n_estimates=16, n_reference=16, log=lambda m: None)
-        estimator = d["variants"]["own"]
+        estimator = own_estimator(model, x[:8], y[:8], run.config.objective, n_estimates=16, n_reference=16)
     return _Evaluated(model, run.config, run.result, context, run.greedy, estimator)
 
 
