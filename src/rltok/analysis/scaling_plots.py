@@ -72,7 +72,7 @@ def plot_envelopes(envelopes: list[Envelope], folder: Path, extend_to: float | N
         line, = ax.plot(c[inside], env.loss(c[inside]), label=env.family)
         ax.plot(c[~inside], env.loss(c[~inside]), ls="--", color=line.get_color())
         if len(np.atleast_1d(env.boot.e)):
-            lo, hi = env.loss_band(c)
+            lo, hi = env.band(env.boot.loss(c))
             ax.fill_between(c, lo, hi, color=line.get_color(), alpha=0.15, lw=0)
         ax.scatter(env.budgets, env.l_star, color=line.get_color(), s=16)
     for x in crossings:
@@ -90,7 +90,7 @@ def plot_sizes(envelopes: list[Envelope], folder: Path, extend_to: float | None 
     for env in envelopes:
         line, = ax.plot(c, env.size(c), label=env.family)
         if len(np.atleast_1d(env.boot.e)):
-            lo, hi = env.size_band(c)
+            lo, hi = env.band(env.boot.size(c))
             ax.fill_between(c, lo, hi, color=line.get_color(), alpha=0.15, lw=0)
         ax.scatter(env.budgets, env.n_star, color=line.get_color(), s=16)
     ax.set_xscale("log")
