@@ -1,6 +1,7 @@
 """Faults a user meets at the command line, each refused with one `error:` line (exit 2) or
 handled quietly: a run folder in use by another process, resuming a run from its own config,
-unknown or missing evaluation splits, an unwritable run folder, and the prompt's rough edges (--help without torch, a closed pipe, option spellings)."""
+unknown or missing evaluation splits, an unwritable run folder, and the prompt's rough edges
+(--help without torch, a closed pipe, option spellings)."""
 
 from __future__ import annotations
 

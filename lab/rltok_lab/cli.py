@@ -1,6 +1,7 @@
 """The lab's command line: the study's own steps of a scaling grid (status, the held-out prediction
 and its test, the optimum check) and the research instruments (the gradient estimators' noise, a
-cut's true advantage, lexicon costs, the learned vocabulary). `python -m rltok_lab --help`. It uses rltok; rltok never uses it."""
+cut's true advantage, lexicon costs, the learned vocabulary). `python -m rltok_lab --help`. It
+uses rltok; rltok never uses it."""
 
 from __future__ import annotations
 

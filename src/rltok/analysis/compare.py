@@ -24,6 +24,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from rltok.analysis.table_cells import table
 from rltok.config import CHUNKERS, FAMILIES, Config, load_config
 from rltok.model.flops import run_cost, train_flops_per_byte
 
@@ -483,9 +484,7 @@ def markdown_table(rows: list[dict], split: str = "test") -> str:
     chunks they drew); `spend/budget` its range over seeds, flagged (!) beyond the tolerance.
     `depth`, `width`, `vocab`: the model's `shape_facts` and vocab_cell (– for runs recorded before them).
     `state MB`: weights, gradients and AdamW moments; `peak mem MB`: see PeakMemory."""
-    lines = [f"| method | seeds | {split} bpb | rate (eval) | rate (train) | bytes/chunk | space align "
-             "| greedy bpb | greedy rate | train FLOPs/byte | train FLOPs | spend/budget | train bytes "
-             "| train bytes/s | depth | width | vocab | params | state MB | peak mem MB |", "|---" * 20 + "|"]
+    lines = []
     for r in rows:
         if r["budget_ratio_min"] is None:
             spend = "– (!)"
@@ -501,7 +500,9 @@ def markdown_table(rows: list[dict], split: str = "test") -> str:
                      f"| {'–' if depth is None else depth} | {'–' if width is None else width} "
                      f"| {r.get('vocab') or '–'} | {r['params'] / 1e6:.2f}M "
                      f"| {'–' if state is None else f'{state:.0f}'} | {'–' if peak is None else f'{peak:.0f}'} |")
-    return "\n".join(lines)
+    return table(["method", "seeds", f"{split} bpb", "rate (eval)", "rate (train)", "bytes/chunk", "space align",
+                  "greedy bpb", "greedy rate", "train FLOPs/byte", "train FLOPs", "spend/budget", "train bytes",
+                  "train bytes/s", "depth", "width", "vocab", "params", "state MB", "peak mem MB"], lines)
 
 
 def plot(results: list[dict], out: Path, title: str) -> list[Path]:

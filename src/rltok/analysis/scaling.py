@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from rltok.analysis.scaling_grid import LRRule, SizeRule, family_sizes, point_lr, rules, run_base, unknown_keys
-from rltok.analysis.table_cells import number
+from rltok.analysis.table_cells import number, table
 from rltok.config import ConfigError, load_config
 from rltok.config.sections import MAX_FLOPS_BUDGET
 
@@ -632,12 +632,11 @@ def fit_corpus(folder: Path, n_boot: int = 1000, groups: dict | None = None, cro
 def study_table(study: dict) -> str:
     """Per family and budget: the best measured size and its loss, the fitted N*, and whether the
     optimum is interior or which side of the ladder to extend."""
-    lines = ["| family | budget | best N | best bpb | fitted N* | optimum |", "|---|---|---|---|---|---|"]
+    rows = []
     for family, fit in study.items():
-        for budget, iso in sorted(fit.isofits.items()):
-            where = "interior" if iso.interior else f"extend {iso.extend}"
-            lines.append(f"| {family} | {budget:.3g} | {iso.best_size:,.0f} | {iso.best_loss:.4f} "
-                         f"| {number(iso.n_star)} | {where} |")
+        rows += [f"| {family} | {budget:.3g} | {iso.best_size:,.0f} | {iso.best_loss:.4f} | {number(iso.n_star)} "
+                 f"| {'interior' if iso.interior else f'extend {iso.extend}'} |"
+                 for budget, iso in sorted(fit.isofits.items())]
         if not fit.isofits:
-            lines.append(f"| {family} | – | – | – | – | fewer than 3 sizes at every budget |")
-    return "\n".join(lines)
+            rows.append(f"| {family} | – | – | – | – | fewer than 3 sizes at every budget |")
+    return table(["family", "budget", "best N", "best bpb", "fitted N*", "optimum"], rows)

@@ -320,7 +320,8 @@ def fit_isoflop(profile: IsoProfile, n_boot: int = 1000, seed: int = 0, level: f
     residual_sd = float(math.sqrt(np.sum((profile.means - parabola(profile.sizes)) ** 2) / (m - 3))) if m > 3 else None
     best = best_size_index(chooser)
     return IsoFit(profile.budget, profile.sizes, profile.means, profile.counts, parabola, n_star, l_star,
-                  residual_sd, pooled_within_sd(profile.losses), float(profile.sizes[best]), float(profile.means[best]), side is None, side,
+                  residual_sd, pooled_within_sd(profile.losses), float(profile.sizes[best]), float(profile.means[best]),
+                  side is None, side,
                   _percentile_interval(optima[valid, 0], level), _percentile_interval(optima[valid, 1], level),
                   level, mode, float(valid.mean()) if n_boot else math.nan)
 
