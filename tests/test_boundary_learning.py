@@ -172,21 +172,3 @@ def test_boundary_objective_state_round_trip_and_legacy_keys():
     assert w.price.lagrange.price.item() == 0 and w.flops_spent > 0
 
 
-def test_diagnose_compares_flips_with_the_score_function_whatever_the_checkpoint_trained_with():
-    """A checkpoint trained with flips: the "reference" row and the reference gradient must still
-    be the score function, and the flips rows pay for their extra pass."""
-    from rltok.config import ObjectiveConfig
-    from rltok.analysis.diagnose import VARIANTS, diagnose
-    from rltok.model.factory import build_model
-
-    assert all("estimator" in spec for spec in VARIANTS.values())
-    cfg = load_config("test")
-    model = build_model(cfg.model)
-    x = DATA[:8 * 65].long().view(8, 65)
-    base = ObjectiveConfig(estimator="flips")
-    res = diagnose(model, x[:, :-1], x[:, 1:], base, 0.2, variants=["reference", "flips/16"], n_estimates=3,
-                   n_reference=2, log=lambda m: None)
-    rows = res["variants"]
-    assert rows["flips/16"]["train_flops_per_byte"] > rows["reference"]["train_flops_per_byte"]
-    assert rows["flips/16"]["snr_per_flop_vs_reference"] is None or \
-        rows["flips/16"]["snr_per_flop_vs_reference"] < rows["flips/16"]["snr_vs_reference"]

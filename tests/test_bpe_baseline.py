@@ -12,8 +12,7 @@ import pytest
 import torch
 
 from conftest import tiny_model_config
-from rltok.analysis.compare import (markdown_table, matched_flat_layers, method_config, method_overrides,
-                                    model_shape, summarize)
+from rltok.analysis.compare import markdown_table, matched_flat_layers, method_config, method_overrides, summarize
 from rltok.config import ConfigError, load_config
 from rltok.data.bpe import fit_bpe_to_rate, train_bpe, truncate_bpe
 from rltok.data.sources import Corpus
@@ -135,19 +134,19 @@ def test_trainer_counts_a_tuned_bpe_token_model(tmp_path):
     expected = sum(train_flops_per_byte({"total": run_cost(cfg, vocab_size=300).forward_per_byte(r["chunks_per_byte"])})
                    * step_bytes for r in trainer.history)
     assert trainer.flops_spent == pytest.approx(expected, rel=1e-6)
-    shape = model_shape(cfg, trainer.model)
+    shape = trainer.model.shape_facts()
     assert shape == {"depth": 2, "width": cfg.model.d_chunk, "bpe_vocab": 300, "ngram_rows": None,
                      "chunk_vocab_rows": None}
 
 
 def test_model_shape_of_byte_models():
     cfg = load_config("test", overrides=["model.ngram_vocab=64", "model.chunk_vocab=128"])
-    shape = model_shape(cfg, build_model(cfg.model))
+    shape = build_model(cfg.model).shape_facts()
     assert shape == {"depth": "1+1+1", "width": f"{cfg.model.d_byte}/{cfg.model.d_chunk}", "bpe_vocab": None,
                      "ngram_rows": 64 * len(cfg.model.ngram_sizes), "chunk_vocab_rows": 128}
     flat = load_config("test", overrides=["model.arch=flat", "model.flat_layers=4"])
-    assert model_shape(flat, build_model(flat.model)) == {"depth": 4, "width": flat.model.d_chunk, "bpe_vocab": None,
-                                       "ngram_rows": 0, "chunk_vocab_rows": 0}
+    assert build_model(flat.model).shape_facts() == {"depth": 4, "width": flat.model.d_chunk, "bpe_vocab": None,
+                                                     "ngram_rows": 0, "chunk_vocab_rows": 0}
 
 
 def run(method, bpb, **extra):

@@ -1,7 +1,7 @@
 """Faults a user meets at the command line, each refused with one `error:` line (exit 2) or
 handled quietly: a run folder in use by another process, resuming a run from its own config,
-unknown or missing evaluation splits, an unwritable run folder, diagnose's small batches, and
-the prompt's rough edges (--help without torch, a closed pipe, option spellings)."""
+unknown or missing evaluation splits, an unwritable run folder, and the prompt's rough edges
+(--help without torch, a closed pipe, option spellings)."""
 
 from __future__ import annotations
 
@@ -264,30 +264,6 @@ def test_a_full_disk_at_checkpoint_write_leaves_the_valid_checkpoint(tmp_path, d
     assert snapshot(run / "checkpoints") == before  # nothing partial next to or in place of step 2
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_0000002"]
     checkpoint.verify_checkpoint(run / "checkpoints" / "step_0000002")
-
-
-# ---- 5. diagnose with small batches and reference groups ----------------------------------------
-
-@pytest.mark.parametrize("argv", [["--batch", "2"], ["--batch", "4", "--reference-group", "2"],
-                                  ["--batch", "3", "--reference-group", "3"]])
-def test_diagnose_small_batches_run(trained, capsys, tmp_path, argv):
-    run, data = trained
-    code, out, err = run_cli(capsys, "diagnose", "-c", run, "--data", data, "--seq-len", "32", "--estimates", "2",
-                             "--reference", "1", "--out", tmp_path / "d.json", *argv)
-    assert code == 0, err
-    result = json.loads((tmp_path / "d.json").read_text())
-    batch = int(argv[1])
-    assert result["batch"][0] == batch and "reference" in result["variants"]
-    if batch % 4:
-        assert "group K=4" in result["skipped"] and "skipping 'group K=4'" in err
-    assert "| reference |" in out
-
-
-def test_diagnose_refuses_a_named_variant_that_does_not_fit_the_batch(trained, capsys):
-    run, data = trained
-    assert_user_error(capsys, ["diagnose", "-c", run, "--batch", "2", "--variants", "group K=4"],
-                      "multiple of its group size 4")
-    assert_user_error(capsys, ["diagnose", "-c", run, "--reference-group", "1"], "--reference-group must be >= 2")
 
 
 # ---- 6. the prompt's rough edges -----------------------------------------------------------------

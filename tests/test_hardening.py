@@ -266,7 +266,6 @@ def test_eval_of_a_model_with_non_finite_weights_is_an_error(trained, tmp_path, 
     (["eval", "--threads", "-2"], "--threads"), (["eval", "--threads", "100000"], "--threads"),
     (["eval", "--seed", "-1"], "--seed"), (["generate", "--top-p", "nan", "hi"], "--top-p"),
     (["generate", "-t", "inf", "hi"], "--temperature"), (["prepare", "x", "--val-fraction", "0.7"], "--val-fraction"),
-    (["diagnose", "--estimates", "1"], "--estimates"),
     (["compare", "--data", "x", "--out", "o", "--budget-bytes", "0"], "--budget-bytes"),
     (["train", "--steps", "0"], "train.max_steps must be >= 1"), (["eval", "--batch-size", "many"], "--batch-size"),
     (["generate", "-n", "99999999999", "hi"], "--max-bytes"),
@@ -322,15 +321,6 @@ def test_export_into_a_run_or_a_checkpoint_is_refused(trained, capsys, tmp_path)
     shutil.copytree(ckpt, alone)
     assert_user_error(capsys, ["export", "-c", alone, "-o", alone], "is inside a checkpoint")
     assert before == {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
-
-
-def test_diagnose_checks_its_output_before_computing(trained, capsys, tmp_path, monkeypatch):
-    import rltok.cli.model_commands as model_commands
-
-    (tmp_path / "afile").write_text("x")
-    monkeypatch.setattr(model_commands, "load_checkpoint", None, raising=False)  # nothing may be loaded
-    assert_user_error(capsys, ["diagnose", "-c", trained[0], "--out", tmp_path / "afile" / "d.json"], "is a file")
-    assert_user_error(capsys, ["diagnose", "-c", trained[0], "--out", tmp_path], "is a folder")
 
 
 LONG = "x" * 300

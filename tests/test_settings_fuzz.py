@@ -126,7 +126,7 @@ NUMERIC_FLAGS = numeric_flags()
 # its first read (one error line) after its flags were checked
 REQUIRED = {"train": ["--print-config", "--preset", "test"], "eval": ["-c", "{nowhere}"],
             "segment": ["-c", "{nowhere}", "hello"], "generate": ["-c", "{nowhere}", "hi"],
-            "diagnose": ["-c", "{nowhere}"], "export": ["-c", "{nowhere}"],
+            "export": ["-c", "{nowhere}"],
             "prepare": ["{nowhere}", "--out", "{out}"],
             "compare": ["--data", "{nowhere}", "--out", "{out}", "--methods", "fixed"],
             "scaling": ["--grid", "{nowhere}", "--out", "{out}"]}

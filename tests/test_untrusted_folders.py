@@ -63,9 +63,7 @@ def trained(tmp_path_factory):
 
 def commands(folder: Path, out: Path, is_run: bool) -> list[list[str]]:
     cmds = [["eval", "-c", folder, "--max-windows", "2"], ["generate", "-c", folder, "-n", "3", "hi"],
-            ["segment", "-c", folder, "hello"], ["export", "-c", folder, "-o", out / "exported"],
-            ["diagnose", "-c", folder, "--objective", "lexicon", "--batch", "2", "--estimates", "2",
-             "--reference", "1", "--reference-group", "2"]]
+            ["segment", "-c", folder, "hello"], ["export", "-c", folder, "-o", out / "exported"]]
     if is_run:
         cmds.append(["train", "--resume", "--out", folder, "--steps", "3"])
     return [[str(a) for a in c] for c in cmds]

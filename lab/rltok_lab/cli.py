@@ -1,6 +1,7 @@
 """The lab's command line: the study's own steps of a scaling grid (status, the held-out prediction
-and its test, the optimum check) and the research instruments (a cut's true advantage, lexicon
-costs, the learned vocabulary). `python -m rltok_lab --help`. It uses rltok; rltok never uses it."""
+and its test, the optimum check) and the research instruments (the gradient estimators' noise, a
+cut's true advantage, lexicon costs, the learned vocabulary). `python -m rltok_lab --help`. It
+uses rltok; rltok never uses it."""
 
 from __future__ import annotations
 
@@ -10,11 +11,16 @@ import json
 import sys
 
 from rltok.cli import run_command
-from rltok.cli.analysis_commands import has_learned_rule
 from rltok.cli.model_commands import _load
 from rltok.cli.parser import MAX_SEED, MAX_THREADS, Parser, add_model_args, add_plugin_arg, count, number
 from rltok.cli.streams import output_never_fails
 from rltok.config import ConfigError
+
+
+def has_learned_rule(model) -> bool:
+    """Whether the model draws its boundaries with a policy the objective trains."""
+    rule = getattr(model, "chunker", None)
+    return rule is not None and rule.learned
 
 
 def cmd_study(args) -> int:
@@ -115,6 +121,47 @@ def _scaling_holdout(args, grid, out, log) -> int:
     return 0
 
 
+def cmd_diagnose(args) -> int:
+    """`diagnose`: variance, SNR and alignment of the boundary-policy gradient per variant."""
+    from pathlib import Path
+
+    from rltok.data.corpus import load_eval_bytes
+    from rltok.data.windows import eval_windows
+    from rltok_lab.diagnose import VARIANTS, checkpoint_lexicon, diagnose, markdown
+
+    if args.out:  # before hours of computing, not after
+        from rltok.cli.paths import check_output_file
+
+        check_output_file(args.out, "--out")
+    for v in args.variants or []:
+        if v not in VARIANTS:
+            raise ConfigError(f"unknown variant {v!r}; choose from {', '.join(VARIANTS)}")
+        k = VARIANTS[v].get("group_size", 1)
+        if args.batch % k:
+            raise ConfigError(f"variant {v!r} needs --batch a multiple of its group size {k}")
+    if args.batch < 1 or args.estimates < 2 or args.reference < 1:
+        raise ConfigError("--batch and --reference must be >= 1, --estimates >= 2")
+    if args.reference_group < 2:
+        raise ConfigError("--reference-group must be >= 2 (segmentations per sequence in the reference)")
+    model, cfg, ckpt, device = _load(args)
+    if not has_learned_rule(model):
+        raise ConfigError("diagnose needs a checkpoint of the hierarchical model with a learned boundary policy (rl)")
+    lexicon = checkpoint_lexicon(ckpt, cfg, device) if args.objective == "lexicon" else None
+    data = load_eval_bytes(args.data or cfg.data.train, args.split, val_fraction=cfg.data.val_fraction)
+    x, y = eval_windows(data, args.seq_len or cfg.train.seq_len, args.batch)
+    if len(x) < args.batch:
+        raise ConfigError(f"only {len(x)} windows of evaluation data; lower --batch or --seq-len")
+    result = diagnose(model, x.to(device), y.to(device), cfg.objective, cfg.model.target_rate,
+                      variants=args.variants, n_estimates=args.estimates, n_reference=args.reference,
+                      reference_group=args.reference_group, seed=args.seed,
+                      log=lambda m: print(m, file=sys.stderr), lexicon=lexicon)
+    result.update(checkpoint=str(ckpt), data=args.data or cfg.data.train, split=args.split)
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2))
+    print(markdown(result))
+    return 0
+
+
 def cmd_true_advantage(args) -> int:
     """`true-advantage`: what a boundary at t does to the loss, per byte class,
     and how well the estimators' advantages track it."""
@@ -160,7 +207,7 @@ def cmd_lexicon_costs(args) -> int:
 
     from rltok.data.windows import eval_windows
     from rltok.data.corpus import load_eval_bytes
-    from rltok.analysis.diagnose import checkpoint_lexicon
+    from rltok_lab.diagnose import checkpoint_lexicon
     from rltok_lab.lexicon_costs import format_lexicon_costs, lexicon_costs_by_class
 
     model, cfg, ckpt, device = _load(args)
@@ -286,6 +333,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tolerance", type=number(0, 100), default=0.02,
                    help="with --check-optimum: the rule holds within this many bpb of the best rate (default 0.02)")
     p.set_defaults(func=cmd_study)
+
+    p = sub.add_parser("diagnose", help="variance, SNR and alignment of the boundary-policy gradient per variance "
+                                        "reducer")
+    _model_args(p)
+    p.add_argument("--estimates", type=count(0, 1 << 20), default=32, help="independent estimates per variant")
+    p.add_argument("--reference", type=count(1, 1 << 20), default=64, help="estimates averaged into the reference gradient")
+    p.add_argument("--reference-group", type=count(0, 1 << 16), default=8, help="segmentations per sequence in the reference")
+    p.add_argument("--variants", nargs="+", help="subset of variants (default: all; with --objective lexicon, "
+                                                 "those that apply)")
+    p.add_argument("--objective", choices=["lm", "lexicon"], default="lm",
+                   help="the gradient estimated: of the LM loss (default), or of the segmentation's code length "
+                        "under the checkpoint's lexicon (what the lexicon recipe's policy is trained on)")
+    p.set_defaults(func=cmd_diagnose)
 
     p = sub.add_parser("true-advantage", help="how much a boundary at t changes the loss (D_t = L(b_t=0) - "
                                               "L(b_t=1)) per byte class, and each estimator's correlation with it")

@@ -169,12 +169,11 @@ def test_loss_slope_settings_are_checked():
 def test_the_compare_harness_diagnoses_a_run_that_sets_its_own_price(tmp_path):
     """`rltok compare` measures each rl run's own estimator at its final checkpoint; the diagnostic
     drops the price from the credit, which must not trip the check that the price needs one."""
-    from rltok.analysis.diagnose import diagnose
+    from rltok.analysis.estimator_snr import own_estimator
 
     cfg = load_config("test", overrides=[f"train.out_dir={tmp_path}", "train.threads=1", "objective.recipe=lexicon",
                                          "objective.estimator.price=loss_slope", "objective.estimator.lexicon.size=4096"])
     model = Trainer(cfg, corpus=corpus(), quiet=True).model
     x = torch.randint(0, 256, (4, 32))
-    d = diagnose(model, x, x, cfg.objective, cfg.model.target_rate, variants={"own": {}}, n_estimates=2,
-                 n_reference=2, log=lambda m: None)
-    assert math.isfinite(d["variants"]["own"]["snr"])
+    d = own_estimator(model, x, x, cfg.objective, n_estimates=2, n_reference=2)
+    assert math.isfinite(d["snr"])

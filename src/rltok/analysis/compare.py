@@ -24,6 +24,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from rltok.analysis.table_cells import table
 from rltok.config import CHUNKERS, FAMILIES, Config, load_config
 from rltok.model.flops import run_cost, train_flops_per_byte
 
@@ -65,8 +66,11 @@ PIECES: dict[str, list[str]] = {
 }
 
 
-def _head_commit() -> str:
-    """HEAD's short hash, with "+dirty" when tracked files differ from it."""
+@functools.cache
+def git_commit() -> str:
+    """HEAD's short hash ("+dirty" when tracked files under src/ differ from it) of the code this
+    process runs: read once, on the first call, and kept. A long sweep calls it when it starts, so
+    it records the code it runs, not whatever HEAD has moved to by the time a run finishes."""
     root = Path(__file__).resolve().parents[3]  # the repository (src/rltok/analysis/compare.py)
     try:
         head = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
@@ -76,14 +80,6 @@ def _head_commit() -> str:
         return head + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-
-
-@functools.cache
-def git_commit() -> str:
-    """The commit of the code this process runs: read once, on the first call, and kept. A long
-    sweep calls it when it starts, so it records the code it runs, not whatever HEAD has moved to
-    by the time a run finishes (importing this module runs nothing)."""
-    return _head_commit()
 
 
 def hierarchy_forward_flops(cfg: Config) -> float:
@@ -110,20 +106,14 @@ def reference_budget(ref: Config, budget_bytes: int) -> float:
 BUDGET_TOLERANCE = 0.02  # a run whose spend misses the budget by more is flagged
 
 
-def train_state_mb(model) -> float:
-    """Weights, gradients and AdamW's two moments in fp32: what the parameters cost in memory."""
-    return 4 * 4 * sum(p.numel() for p in model.parameters()) / 2 ** 20
-
-
 class PeakMemory:
     """Peak memory while training: the CUDA allocator's peak on a GPU; on a CPU the largest
     resident set size sampled every 20 ms (the process's, so it includes the data and Python)."""
+    peak_mb: float | None = None
+    kind = "cpu_rss"
 
-    def __init__(self):
-        self.peak_mb: float | None = None
-        self.kind = "cpu_rss"
-
-    def _rss_mb(self) -> float:
+    @staticmethod
+    def _rss_mb() -> float:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
 
@@ -147,7 +137,7 @@ class PeakMemory:
             self.kind = "unavailable"
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *_):
         if self._cuda:
             import torch
 
@@ -157,13 +147,6 @@ class PeakMemory:
             self._thread.join()
             self.peak_mb = max(self.peak_mb, self._rss_mb())
         return False
-
-
-def model_shape(cfg, model) -> dict:
-    """Depth, width and vocabulary of the model a run trained, for the tables (the model's own
-    `shape_facts`): `depth` in layers, `width` d_model (the hourglass: byte/chunk width),
-    `bpe_vocab` (None for byte models), `ngram_rows` and `chunk_vocab_rows` (0 where off)."""
-    return model.shape_facts()
 
 
 def vocab_cell(r: dict) -> str:
@@ -299,10 +282,17 @@ def _train_to_budget(cfg: Config, budget_flops: float, warmup_at: float | None =
     from rltok.training.fits import refuse_what_cannot_fit
     from rltok.training.trainer import Trainer
 
+    from rltok.training import run_folder
+    from rltok.training.checkpoint import list_checkpoints
+
     refuse_what_cannot_fit(cfg, resolve_device(cfg.train.device))  # as `train` does, before data or model
     t0 = time.time()
     memory = PeakMemory()
-    seeded = branch is not None and _seed_branch(cfg, branch)
+    # a branch starts the run folder at its checkpoint, unless the folder holds checkpoints already
+    # (an interrupted branch resumes)
+    seeded = branch is not None and not list_checkpoints(cfg.train.out_dir)
+    if seeded:
+        run_folder.seed_from_branch(cfg.train.out_dir, branch)
     if cfg.train.threads > 0:  # as the trainer sets them, before anything is built
         torch.set_num_threads(cfg.train.threads)
     corpus = load_data(cfg)
@@ -310,8 +300,14 @@ def _train_to_budget(cfg: Config, budget_flops: float, warmup_at: float | None =
     costed.model.to(resolve_device(cfg.train.device))  # the rate is probed where training runs
     plan = plan_budget(cfg, costed, corpus, budget_flops, warmup_at)
     trainer = Trainer(plan.config, corpus=corpus, resume=True, quiet=True, costed=costed)
-    if branch is not None:
-        _check_branch(trainer, branch, seeded)
+    if branch is not None:  # refused when its run would not end where one from scratch ends: the folder as it was
+        try:
+            run_folder.check_branch(branch, trainer.cfg)
+        except Exception:
+            trainer.lock.release()
+            if seeded:
+                run_folder.unseed(trainer.run_dir, branch)
+            raise
     with memory:
         trainer.fit()
     if trainer.stop_requested:  # SIGINT/SIGTERM: the run is checkpointed; stop the whole sweep
@@ -319,42 +315,27 @@ def _train_to_budget(cfg: Config, budget_flops: float, warmup_at: float | None =
     return _Trained(trainer, memory, plan, time.time() - t0)
 
 
-@dataclasses.dataclass
-class _Evaluated:
-    """The final checkpoint and its evaluation on the held-out split."""
-    model: object
-    cfg: Config  # the checkpoint's own config
-    ev: dict  # with the rule it trained with (sampled where it samples)
-    context: int  # each window's bytes before this one are context, not scored (the same for every family)
-    greedy: dict | None  # thresholded, for stochastic rules
-    estimator: dict | None  # its own gradient estimator's diagnostics, for learned rules
-
-
-def _evaluate_run(out_dir: Path, data: str, eval_split: str, seq_len: int, max_eval_windows: int,
-                  context: int = 1) -> _Evaluated:
-    from rltok.harness.run_eval import evaluate_run
-
-    run = evaluate_run(out_dir, data, eval_split, seq_len=seq_len, max_windows=max_eval_windows, context=context,
-                       batch_size=16, seed=0, code_metrics=False, greedy=True)
-    model, x, y = run.model, run.x, run.y
-    estimator = None
-    rule = getattr(model, "chunker", None)
-    if rule is not None and rule.learned:
-        from rltok.analysis.diagnose import diagnose
-
-        # SNR of the run's own gradient estimator at its final checkpoint, on 8 held-out windows
-        d = diagnose(model, x[:8], y[:8], run.config.objective, run.config.model.target_rate,
-                     variants={"own": {}}, n_estimates=16, n_reference=16, log=lambda m: None)
-        estimator = d["variants"]["own"]
-    return _Evaluated(model, run.config, run.result, context, run.greedy, estimator)
-
-
 def _run_record(method: str, seed: int, data: str, eval_split: str, budget_flops: float, t: _Trained,
-                e: _Evaluated) -> dict:
-    """The JSON record of one run: what was trained, at what cost, and how it evaluates."""
+                max_eval_windows: int, context: int) -> dict:
+    """The JSON record of one run: what was trained, at what cost, and how its final checkpoint
+    evaluates on the held-out split (each window's bytes before `context` are context, not scored:
+    the same for every family): with the rule it trained with (sampled where it samples), and
+    thresholded for stochastic rules; a learned rule's own gradient estimator is measured too."""
     import torch
 
-    trainer, model, ev, greedy, estimator = t.trainer, e.model, e.ev, e.greedy, e.estimator
+    from rltok.harness.run_eval import evaluate_run
+
+    trainer = t.trainer
+    run = evaluate_run(Path(trainer.cfg.train.out_dir), data, eval_split, seq_len=trainer.cfg.train.seq_len,
+                       max_windows=max_eval_windows, context=context, batch_size=16, seed=0, code_metrics=False,
+                       greedy=True)
+    model, ev, greedy, estimator = run.model, run.result, run.greedy, None
+    rule = getattr(model, "chunker", None)
+    if rule is not None and rule.learned:
+        from rltok.analysis.estimator_snr import own_estimator
+
+        # SNR of the run's own gradient estimator at its final checkpoint, on 8 held-out windows
+        estimator = own_estimator(model, run.x[:8], run.y[:8], run.config.objective, n_estimates=16, n_reference=16)
     records = trainer.history
     steps = trainer.step
     train_bytes = steps * t.plan.bytes_per_step
@@ -366,8 +347,10 @@ def _run_record(method: str, seed: int, data: str, eval_split: str, budget_flops
               "val_rate": r.get("val_rate")} for r in records if "val_bpb" in r]
     return {
         "method": method, "seed": seed, "data": data, "split": eval_split, "commit": git_commit(),
-        **model_shape(e.cfg, model),
-        "params": model.num_params(), "state_mb": train_state_mb(model), "peak_mem_mb": t.memory.peak_mb,
+        **model.shape_facts(),  # depth, width, bpe_vocab, ngram_rows, chunk_vocab_rows
+        # weights, gradients and AdamW's two moments in fp32: what the parameters cost in memory
+        "params": model.num_params(), "state_mb": 4 * 4 * sum(p.numel() for p in model.parameters()) / 2 ** 20,
+        "peak_mem_mb": t.memory.peak_mb,
         "peak_mem_kind": t.memory.kind, "steps": steps, "train_bytes": train_bytes,
         # the training-split bytes a BPE tokenizer was fitted on (model.bpe_sample_bytes), besides
         # the ones trained on; None for models without one
@@ -384,7 +367,7 @@ def _run_record(method: str, seed: int, data: str, eval_split: str, budget_flops
         "forward_flops_per_byte_kernel": trainer.cost.forward_per_byte(eval_rate, supertokens, attention="kernel"),
         "train_rate": training_rate(records), "train_chunks_per_byte": training_rate(records, "chunks_per_byte"),
         "rate2": training_rate(records, "rate2"), "supertokens_per_chunk": supertokens,
-        "bpb": ev["bpb"], "eval_context": e.context, "eval_bytes": ev["bytes"], "rate": ev.get("rate"), "chunks_per_byte": ev.get("chunks_per_byte"),
+        "bpb": ev["bpb"], "eval_context": context, "eval_bytes": ev["bytes"], "rate": ev.get("rate"), "chunks_per_byte": ev.get("chunks_per_byte"),
         "bytes_per_chunk": ev.get("bytes_per_chunk"),
         "space_align": ev.get("space_align"), "space_end": ev.get("space_end"),
         "chunk_length_hist": ev.get("chunk_length_hist"),
@@ -393,7 +376,7 @@ def _run_record(method: str, seed: int, data: str, eval_split: str, budget_flops
         "grad_snr": estimator["snr"] if estimator else None,
         "grad_cos_ref": estimator["cos_ref"] if estimator else None,
         "train_bytes_per_s": statistics.median(bps) if bps else None, "wall_s": t.wall,
-        "threads": torch.get_num_threads(), "curve": curve, "config": e.cfg.to_dict(),
+        "threads": torch.get_num_threads(), "curve": curve, "config": run.config.to_dict(),
         # what bit-level results depend on: two records agree to the last bit only where these match
         "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
@@ -417,38 +400,11 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
     cfg = method_config(method, base, data, out_dir, seed, preset)
     branch = None if branch_from is None else run_folder.branch_checkpoint(branch_from)
     trained = _train_to_budget(cfg, budget_flops, warmup_at, branch)
-    evaluated = _evaluate_run(out_dir, data, eval_split, cfg.train.seq_len, max_eval_windows, eval_context)
-    rec = _run_record(method, seed, data, eval_split, budget_flops, trained, evaluated)
+    rec = _run_record(method, seed, data, eval_split, budget_flops, trained, max_eval_windows, eval_context)
     if branch is not None:
         spent = read_trainer_state(branch)["objective"]["flops_spent"]
         rec.update(branch_checkpoint=str(branch), own_flops=rec["train_flops"] - spent)
     return rec
-
-
-def _seed_branch(cfg: Config, branch: Path) -> bool:
-    """Start the run folder at the branch checkpoint, unless it holds checkpoints already (an
-    interrupted branch resumes); whether it was started here."""
-    from rltok.training import run_folder
-    from rltok.training.checkpoint import list_checkpoints
-
-    if list_checkpoints(cfg.train.out_dir):
-        return False
-    run_folder.seed_from_branch(cfg.train.out_dir, branch)
-    return True
-
-
-def _check_branch(trainer, branch: Path, seeded: bool) -> None:
-    """Refuse (ConfigError) a branch whose run, as planned, would not end where a run from scratch
-    ends; the run folder is then left as it was (no checkpoint, no lock)."""
-    from rltok.training import run_folder
-
-    try:
-        run_folder.check_branch(branch, trainer.cfg)
-    except Exception:
-        trainer.lock.release()
-        if seeded:
-            run_folder.unseed(trainer.run_dir, branch)
-        raise
 
 
 def run_sweep(data: str, methods: list[str], seeds: list[int], out: Path, budget_flops: float,
@@ -486,35 +442,39 @@ def mean_sd(values: list[float], digits: int = 3) -> str:
     return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
-def summarize(results: list[dict]) -> list[dict]:
-    by_method: dict[str, list[dict]] = {}
+def _by_method(results: list[dict]) -> dict[str, list[dict]]:
+    by: dict[str, list[dict]] = {}
     for r in results:
-        by_method.setdefault(r["method"], []).append(r)
+        by.setdefault(r["method"], []).append(r)
+    return by
+
+
+def summarize(results: list[dict]) -> list[dict]:
     rows = []
-    for method, rs in by_method.items():
+    for method, rs in _by_method(results).items():
         ratios = [r["train_flops"] / r["budget_flops"] for r in rs if r.get("budget_flops")]
+        bpb = [r["bpb"] for r in rs]
+
+        def cell(key: str, digits: int = 3) -> str:
+            return mean_sd([r.get(key) for r in rs], digits)
+
+        def mean(key: str) -> float:
+            return statistics.mean(r[key] for r in rs)
+
         rows.append({
-            "method": method, "seeds": len(rs),
-            "bpb_mean": statistics.mean(r["bpb"] for r in rs),
-            "bpb_std": statistics.stdev([r["bpb"] for r in rs]) if len(rs) > 1 else None,
-            "bpb": mean_sd([r["bpb"] for r in rs], 4),
+            "method": method, "seeds": len(rs), "bpb_mean": statistics.mean(bpb),
+            "bpb_std": statistics.stdev(bpb) if len(rs) > 1 else None, "bpb": mean_sd(bpb, 4),
             "bpb_by_seed": {r["seed"]: r["bpb"] for r in rs},  # for differences paired by seed
-            "bpb_greedy": mean_sd([r.get("bpb_greedy") for r in rs], 4),
-            "rate": mean_sd([r["rate"] for r in rs]),
-            "train_rate": mean_sd([r.get("train_rate") for r in rs]),
-            "rate_greedy": mean_sd([r.get("rate_greedy") for r in rs]),
-            "bytes_per_chunk": mean_sd([r["bytes_per_chunk"] for r in rs], 2),
-            "space_align": mean_sd([r["space_align"] for r in rs]),
-            "train_flops_per_byte": statistics.mean(r["train_flops_per_byte"] for r in rs),
-            "train_flops": statistics.mean(r["train_flops"] for r in rs),
-            "budget_ratio_min": min(ratios) if ratios else None,
+            "bpb_greedy": cell("bpb_greedy", 4), "rate": cell("rate"), "train_rate": cell("train_rate"),
+            "rate_greedy": cell("rate_greedy"), "bytes_per_chunk": cell("bytes_per_chunk", 2),
+            "space_align": cell("space_align"), "train_flops_per_byte": mean("train_flops_per_byte"),
+            "train_flops": mean("train_flops"), "budget_ratio_min": min(ratios) if ratios else None,
             "budget_ratio_max": max(ratios) if ratios else None,
             "budget_flag": any(abs(x - 1) > BUDGET_TOLERANCE for x in ratios) or len(ratios) < len(rs),
-            "train_bytes": statistics.mean(r["train_bytes"] for r in rs),
+            "train_bytes": mean("train_bytes"),
             "train_bytes_per_s": statistics.mean(r["train_bytes_per_s"] or 0 for r in rs),
             "depth": rs[0].get("depth"), "width": rs[0].get("width"), "vocab": vocab_cell(rs[0]),
-            "params": rs[0]["params"],
-            "state_mb": rs[0].get("state_mb"),
+            "params": rs[0]["params"], "state_mb": rs[0].get("state_mb"),
             "peak_mem_mb": max((r.get("peak_mem_mb") or 0.0) for r in rs) or None,
         })
     rows.sort(key=lambda r: r["bpb_mean"])
@@ -524,12 +484,9 @@ def summarize(results: list[dict]) -> list[dict]:
 def markdown_table(rows: list[dict], split: str = "test") -> str:
     """One row per method. `train FLOPs` is what the runs spent (counted step by step at the
     chunks they drew); `spend/budget` its range over seeds, flagged (!) beyond the tolerance.
-    `depth`, `width`, `vocab`: see model_shape and vocab_cell (– for runs recorded before them).
+    `depth`, `width`, `vocab`: the model's `shape_facts` and vocab_cell (– for runs recorded before them).
     `state MB`: weights, gradients and AdamW moments; `peak mem MB`: see PeakMemory."""
-    lines = [f"| method | seeds | {split} bpb | rate (eval) | rate (train) | bytes/chunk | space align "
-             "| greedy bpb | greedy rate | train FLOPs/byte | train FLOPs | spend/budget | train bytes "
-             "| train bytes/s | depth | width | vocab | params | state MB | peak mem MB |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = []
     for r in rows:
         if r["budget_ratio_min"] is None:
             spend = "– (!)"
@@ -537,69 +494,55 @@ def markdown_table(rows: list[dict], split: str = "test") -> str:
             lo, hi = r["budget_ratio_min"], r["budget_ratio_max"]
             spend = f"{lo:.3f}" if abs(hi - lo) < 5e-4 else f"{lo:.3f}–{hi:.3f}"
             spend += " (!)" if r["budget_flag"] else ""
+        depth, width, state, peak = (r.get(k) for k in ("depth", "width", "state_mb", "peak_mem_mb"))
         lines.append(f"| {r['method']} | {r['seeds']} | {r['bpb']} | {r['rate']} | {r['train_rate']} "
                      f"| {r['bytes_per_chunk']} | {r['space_align']} | {r['bpb_greedy']} | {r['rate_greedy']} "
                      f"| {r['train_flops_per_byte'] / 1e6:.2f}M | {r['train_flops']:.3e} | {spend} "
                      f"| {r['train_bytes'] / 1e6:.2f}M | {r['train_bytes_per_s'] / 1e3:.1f}k "
-                     f"| {_cell(r.get('depth'))} | {_cell(r.get('width'))} | {r.get('vocab') or '–'} | {r['params'] / 1e6:.2f}M "
-                     f"| {_mb(r.get('state_mb'))} | {_mb(r.get('peak_mem_mb'))} |")
-    return "\n".join(lines)
-
-
-def _cell(value) -> str:
-    return "–" if value is None else str(value)
-
-
-def _mb(value: float | None) -> str:
-    return "–" if value is None else f"{value:.0f}"
+                     f"| {'–' if depth is None else depth} | {'–' if width is None else width} "
+                     f"| {r.get('vocab') or '–'} | {r['params'] / 1e6:.2f}M "
+                     f"| {'–' if state is None else f'{state:.0f}'} | {'–' if peak is None else f'{peak:.0f}'} |")
+    return table(["method", "seeds", f"{split} bpb", "rate (eval)", "rate (train)", "bytes/chunk", "space align",
+                  "greedy bpb", "greedy rate", "train FLOPs/byte", "train FLOPs", "spend/budget", "train bytes",
+                  "train bytes/s", "depth", "width", "vocab", "params", "state MB", "peak mem MB"], lines)
 
 
 def plot(results: list[dict], out: Path, title: str) -> list[Path]:
+    """Every seed's validation curve against training FLOPs, per method; and the chunk lengths of
+    the methods whose records have them."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    paths = []
+    def save(fig, name: str) -> Path:
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=120)
+        plt.close(fig)
+        return out / name
+
+    by_method = _by_method(results)
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    by_method: dict[str, list[dict]] = {}
-    for r in results:
-        by_method.setdefault(r["method"], []).append(r)
     for i, (method, rs) in enumerate(sorted(by_method.items())):
-        color = f"C{i % 10}"
         for j, r in enumerate(sorted(rs, key=lambda r: r["seed"])):  # every seed's whole curve
-            xs = [c["train_flops"] for c in r["curve"]]
-            ys = [c["val_bpb"] for c in r["curve"]]
-            ax.plot(xs, ys, marker="o", ms=3, color=color, alpha=0.9 if j == 0 else 0.45,
-                    label=method if j == 0 else None, ls="-" if i < 10 else "--")
-    ax.set_xlabel("training FLOPs")
-    ax.set_ylabel("validation bpb")
-    ax.set_xscale("log")
-    ax.set_title(title)
+            ax.plot([c["train_flops"] for c in r["curve"]], [c["val_bpb"] for c in r["curve"]], marker="o", ms=3,
+                    color=f"C{i % 10}", alpha=0.9 if j == 0 else 0.45, label=method if j == 0 else None,
+                    ls="-" if i < 10 else "--")
+    ax.set(xlabel="training FLOPs", ylabel="validation bpb", xscale="log", title=title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    p = out / "bpb_vs_flops.png"
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    paths.append(p)
-
+    paths = [save(fig, "bpb_vs_flops.png")]
     hier = [m for m in sorted(by_method) if by_method[m][0].get("chunk_length_hist")]
     if hier:
         fig, axes = plt.subplots(1, len(hier), figsize=(2.2 * len(hier), 2.6), sharey=True)
         axes = [axes] if len(hier) == 1 else axes
         for ax, method in zip(axes, hier):
-            hist = by_method[method][0]["chunk_length_hist"][:24]
-            total = max(1, sum(by_method[method][0]["chunk_length_hist"]))
-            ax.bar(range(1, len(hist) + 1), [h / total for h in hist])
+            hist = by_method[method][0]["chunk_length_hist"]
+            ax.bar(range(1, len(hist[:24]) + 1), [h / max(1, sum(hist)) for h in hist[:24]])
             ax.set_title(method, fontsize=9)
             ax.set_xlabel("chunk length (bytes)", fontsize=7)
         axes[0].set_ylabel("share of chunks")
-        fig.tight_layout()
-        p = out / "chunk_lengths.png"
-        fig.savefig(p, dpi=120)
-        plt.close(fig)
-        paths.append(p)
+        paths.append(save(fig, "chunk_lengths.png"))
     return paths
 
 

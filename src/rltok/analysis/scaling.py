@@ -1,24 +1,13 @@
-"""The compute-optimal (isoFLOP) study from a grid file: every corpus x budget x family x size x
-seed trained to its FLOPs budget (`rltok.analysis.compare.run_one`), one JSON per run, then the
-fits (`scaling_fit.fit_study`) and plots (`scaling_plots.plot_study`) per corpus.
-
-The grid (TOML or JSON; schema in docs/SCALING.md):
-  corpora: {name: data folder} (or a list of folders, named by their last component);
-  budgets: training FLOPs; seeds; split (the held-out split scored, "test" by default);
-  preset; max_eval_windows; overrides (base config overrides of every run); n_boot;
-  families: a list of {name, method, overrides, n_min, n_max, points | sizes | size_coef, lr_mult}:
-  `method` an `rltok compare` method (NAME or NAME+PIECE...), `overrides` this family's base
-  overrides, and the size ladder in non-embedding parameters (`rltok.model.sizing`);
-  the study's rules (`scaling_grid`): size_rule (a size window per budget), lr_rule, warmup_frac;
-  the steps that follow the results (`scaling_adapt`): extend, optimum_seeds, verdict_seeds;
-  the prediction held out from the fit (`scaling_holdout`): holdout_budgets, holdout_seeds;
-  select_split (the split the choices read); groups: {name: [family, ...]} and crossovers:
-  [[a, b], ...], the report's groups and pairs (`rltok.analysis.scaling_report`).
+"""The compute-optimal (isoFLOP) study from a grid file (its schema: docs/SCALING.md): every corpus
+x budget x family x size x seed trained to its FLOPs budget (`rltok.analysis.compare.run_one`), one
+JSON per run, then the fits (`scaling_fit.fit_study`), report (`scaling_report`) and plots
+(`scaling_plots`) per corpus. The grid's rules are `scaling_grid`'s, the steps that follow the
+results (extensions, more seeds at the optimum) `scaling_adapt`'s.
 
 Layout: `OUT/<corpus>/<budget>__<family>__N<target>__s<seed>.json` per run (written as soon as it
 exists; a point whose JSON exists is skipped, an interrupted one resumes from its checkpoint under
-`OUT/<corpus>/runs/`), `OUT/<corpus>/fits.json`, `report.md` and the PNGs from the fit (holdout
-budgets left out), `OUT/prediction.json` and `OUT/prediction_score.json`.
+`OUT/<corpus>/runs/`), and `OUT/<corpus>/fits.json`, `report.md` and the PNGs from the fit
+(holdout budgets left out).
 """
 
 from __future__ import annotations
@@ -31,7 +20,7 @@ import time
 from pathlib import Path
 
 from rltok.analysis.scaling_grid import LRRule, SizeRule, family_sizes, point_lr, rules, run_base, unknown_keys
-from rltok.analysis.table_cells import number
+from rltok.analysis.table_cells import number, table
 from rltok.config import ConfigError, load_config
 from rltok.config.sections import MAX_FLOPS_BUDGET
 
@@ -345,11 +334,6 @@ class Point:
         return f"{budget_tag(self.budget)}__{self.family.name}__N{round(self.rung.target)}__s{self.seed}"
 
 
-def family_overrides(grid: Grid, fam: FamilySpec) -> list[str]:
-    """The base overrides a family's runs train with (`run_one`'s `base`; `scaling_grid.run_base`)."""
-    return run_base(grid, fam)
-
-
 def family_rungs(grid: Grid, fam: FamilySpec, targets) -> dict[int, object]:
     """round(target) -> its rung (rltok.model.sizing.ladder, the architecture asked of the
     family's config), for every target at once: the ladder's shape search runs once."""
@@ -358,7 +342,7 @@ def family_rungs(grid: Grid, fam: FamilySpec, targets) -> dict[int, object]:
 
     try:
         method = method_overrides(fam.method)
-        base = [*family_overrides(grid, fam), *method]  # as method_config orders them
+        base = [*run_base(grid, fam), *method]  # as method_config orders them
         arch = load_config(grid.preset, overrides=base).model.arch
         shape = {k: v for k, v in (("aspect", fam.aspect), ("byte_ratio", fam.byte_ratio)) if v is not None}
         rungs = ladder(arch, sorted({float(t) for t in targets}), base, grid.preset, **shape)
@@ -432,7 +416,7 @@ def point_base(grid: Grid, p: Point) -> list[str]:
     """The base overrides a point trains with: its family's, its size's learning rate, and for a
     held-out point the grid's `holdout_overrides`, last."""
     lr = point_lr(grid, p.family, p.rung.achieved)
-    return [*family_overrides(grid, p.family), *([] if lr is None else [f"train.lr={lr!r}"]),
+    return [*run_base(grid, p.family), *([] if lr is None else [f"train.lr={lr!r}"]),
             *(grid.holdout_overrides if p.kind == "holdout" else ())]
 
 
@@ -648,12 +632,11 @@ def fit_corpus(folder: Path, n_boot: int = 1000, groups: dict | None = None, cro
 def study_table(study: dict) -> str:
     """Per family and budget: the best measured size and its loss, the fitted N*, and whether the
     optimum is interior or which side of the ladder to extend."""
-    lines = ["| family | budget | best N | best bpb | fitted N* | optimum |", "|---|---|---|---|---|---|"]
+    rows = []
     for family, fit in study.items():
-        for budget, iso in sorted(fit.isofits.items()):
-            where = "interior" if iso.interior else f"extend {iso.extend}"
-            lines.append(f"| {family} | {budget:.3g} | {iso.best_size:,.0f} | {iso.best_loss:.4f} "
-                         f"| {number(iso.n_star)} | {where} |")
+        rows += [f"| {family} | {budget:.3g} | {iso.best_size:,.0f} | {iso.best_loss:.4f} | {number(iso.n_star)} "
+                 f"| {'interior' if iso.interior else f'extend {iso.extend}'} |"
+                 for budget, iso in sorted(fit.isofits.items())]
         if not fit.isofits:
-            lines.append(f"| {family} | – | – | – | – | fewer than 3 sizes at every budget |")
-    return "\n".join(lines)
+            rows.append(f"| {family} | – | – | – | – | fewer than 3 sizes at every budget |")
+    return table(["family", "budget", "best N", "best bpb", "fitted N*", "optimum"], rows)

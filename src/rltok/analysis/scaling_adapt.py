@@ -1,13 +1,8 @@
-"""Running a grid (`run_grid`): its ladder points, then the steps of the study that depend on
-its results, per corpus, budget and family, once the ladder's points there are done:
-  1. extend until interior: fit the isoFLOP parabola (`scaling_fit.fit_isoflop`); while its
-     optimum is not interior, add one size beyond that edge (the ladder's step ratio) and run it
-     with the grid's seeds, at most `extend` times;
-  2. more seeds at the optimum: the best measured size (mean over the grid's seeds) also runs
-     `optimum_seeds`, and for the families (and budgets) `verdict_seeds` names, those seeds too.
-Both decide from the records of the grid's seeds only (the optimum's extra seeds never move a
-decision), so a rerun makes the same decisions: the sizes added before are found again from the
-records (`point_kind` "extension"), and every point whose JSON exists is skipped.
+"""Running a grid (`run_grid`): its ladder points, then per corpus, budget and family the steps
+that depend on their results (docs/SCALING.md: "Extend until interior", "More seeds at the
+optimum"): sizes beyond the edge until the optimum is interior, then more seeds at the best size.
+Both decide from the records of the grid's seeds only, so a rerun makes the same decisions: the
+sizes added before are found again from the records, and every point whose JSON exists is skipped.
 """
 
 from __future__ import annotations

@@ -1,34 +1,7 @@
-"""Fits of the compute-optimal (isoFLOP) study: per-budget parabolas, per-family envelopes,
-crossovers between families and predictions at a held-out budget, each with a seeded bootstrap.
-numpy only.
-
-Input: run records as `rltok compare` writes them (one dict per run). Read here:
-  - `family` (str; falls back to `method`): the model family the point belongs to;
-  - `non_embedding_params` (int; falls back to `params`): the size N;
-  - `budget_flops` (float): the training compute C;
-  - `seed` (int); `bpb` (float): the loss;
-  - `split` (str): records of one split are fitted together; mixing splits is an error.
-A (family, budget, size, seed) that occurs twice is an error.
-
-Fits:
-  - isoFLOP, per family and budget: loss = c0 + c1 x + c2 x^2 with x = ln N, weighted least
-    squares on the seed means (weight: the number of seeds); N* = exp(argmin), L* its value.
-    Interior: the smallest and the largest size both worse than the best, and N* inside the range;
-    decided, like every choice, on the choice split's losses (`bpb_select`) where records have them.
-  - envelope, per family: L*(C) = E + A C^-alpha on the budgets' fitted optima (least squares,
-    E >= 0; alpha by a grid refined by golden section, E and A solved exactly for each alpha);
-    with few budgets E is weakly determined: `fix_E` (usually 0) fixes it and the result says so.
-    N*(C) = k C^a by a straight line in log-log.
-  - bootstrap: every point's seeds are resampled with replacement, their deviations from the
-    point's mean widened by sqrt(n / (n - 1)) so the mean's variance is not understated (the
-    sizes are the design and stay); in a budget where some point has a single seed, that budget's
-    parabola residuals are resampled instead (scaled by sqrt(m / (m - 3))), or with three sizes the
-    single seed is drawn from the budget's pooled seed sd (`resample_mode`, per budget). Every
-    replicate refits everything; intervals are
-    percentiles; replicates without a convex parabola or a falling envelope are counted as failed.
-    With two seeds per point a budget's L* interval runs narrow: how often each 95% interval holds
-    the truth on synthetic studies at a given design is measured by lab/scripts/scaling_fit_coverage.py
-    (lab/reports/SCALING.md has the numbers). More seeds, not wider percentiles, fix it.
+"""Fits of the compute-optimal (isoFLOP) study, numpy only: per-budget parabolas, per-family
+envelopes, crossovers between families and predictions at a held-out budget, each with a seeded
+bootstrap (the method: docs/SCALING.md, "The fits"). Input: run records as `rltok compare` and
+`rltok scaling` write them.
 
 Entry points: `fit_study(records)` (every family: `isofits` per budget and its `envelope`),
 `crossover(env_a, env_b, below=3e18)`, `predict(env, budget)` and `score_prediction(...)`,
@@ -320,28 +293,14 @@ def pooled_within_sd(groups: Iterable[Sequence[float]]) -> float | None:
     return math.sqrt(ss / dof) if dof > 0 else None
 
 
-def _sds(profile: IsoProfile, parabola: Parabola) -> tuple[float | None, float | None]:
-    m = len(profile.sizes)
-    resid = profile.means - parabola(profile.sizes)
-    residual_sd = float(math.sqrt(np.sum(resid ** 2) / (m - 3))) if m > 3 else None
-    return residual_sd, pooled_within_sd(profile.losses)
-
-
-def _chooser(profile: IsoProfile, chosen: IsoProfile | None) -> IsoProfile:
-    """The profile a choice reads: `chosen` (the choice split's) where given and measured at the
-    same sizes, else the profile itself."""
+def _choice(profile: IsoProfile, parabola: Parabola, chosen: IsoProfile | None) -> tuple[IsoProfile, str | None]:
+    """The profile a choice reads (`chosen`, the choice split's, where given: measured at the same
+    sizes) and `extend_side` read on its own parabola (`parabola`, the reported one's, without it)."""
     if chosen is None:
-        return profile
+        return profile, extend_side(profile, parabola)
     if not np.array_equal(chosen.sizes, profile.sizes):
         raise ValueError(f"the choice profile at budget {profile.budget:g} has other sizes than the reported one")
-    return chosen
-
-
-def _choice_side(chooser: IsoProfile, profile: IsoProfile, parabola: Parabola) -> str | None:
-    """`extend_side` read on the chooser's own parabola (the reported one's where they are one)."""
-    if chooser is not profile:
-        parabola = fit_parabola(chooser.sizes, chooser.means, chooser.counts)
-    return extend_side(chooser, parabola)
+    return chosen, extend_side(chosen, fit_parabola(chosen.sizes, chosen.means, chosen.counts))
 
 
 def fit_isoflop(profile: IsoProfile, n_boot: int = 1000, seed: int = 0, level: float = 0.95,
@@ -352,16 +311,17 @@ def fit_isoflop(profile: IsoProfile, n_boot: int = 1000, seed: int = 0, level: f
     reported split only reports)."""
     parabola = fit_parabola(profile.sizes, profile.means, profile.counts)
     n_star, l_star = parabola.optimum
-    chooser = _chooser(profile, chosen)
-    side = _choice_side(chooser, profile, parabola)
+    chooser, side = _choice(profile, parabola, chosen)
     mode = mode or resample_mode(profile)
     draws = _Resampler(profile, parabola, mode).draw(np.random.default_rng(seed), n_boot)
     optima = parabola_optima(profile.sizes, draws, profile.counts) if n_boot else np.zeros((0, 2))
     valid = np.isfinite(optima[:, 0])
-    residual_sd, seed_sd = _sds(profile, parabola)
+    m = len(profile.sizes)
+    residual_sd = float(math.sqrt(np.sum((profile.means - parabola(profile.sizes)) ** 2) / (m - 3))) if m > 3 else None
     best = best_size_index(chooser)
     return IsoFit(profile.budget, profile.sizes, profile.means, profile.counts, parabola, n_star, l_star,
-                  residual_sd, seed_sd, float(profile.sizes[best]), float(profile.means[best]), side is None, side,
+                  residual_sd, pooled_within_sd(profile.losses), float(profile.sizes[best]), float(profile.means[best]),
+                  side is None, side,
                   _percentile_interval(optima[valid, 0], level), _percentile_interval(optima[valid, 1], level),
                   level, mode, float(valid.mean()) if n_boot else math.nan)
 
@@ -444,6 +404,11 @@ class PowerParams:
         lc, (log_k, a) = self._shaped(c, self.log_k, self.a)
         return np.exp(log_k + a * lc)
 
+    def map(self, fn) -> PowerParams:
+        """The law with `fn` applied to each field as an array (a slice of the replicates, a reshape)."""
+        return PowerParams(*(fn(np.asarray(v, dtype=float)) for v in (self.e, self.log_a, self.alpha, self.log_k,
+                                                                          self.a)))
+
 
 def fit_power_params(budgets: np.ndarray, l_star: np.ndarray, n_star: np.ndarray,
                      fix_e: float | None) -> tuple[PowerParams, bool]:
@@ -499,12 +464,9 @@ class Envelope:
     def size(self, c) -> np.ndarray:
         return self.params.size(c)
 
-    def loss_band(self, c) -> tuple[np.ndarray, np.ndarray]:
-        """Pointwise percentile band of L*(c) over the bootstrap replicates."""
-        return tuple(np.percentile(self.boot.loss(c), [50 * (1 - self.level), 50 * (1 + self.level)], axis=0))
-
-    def size_band(self, c) -> tuple[np.ndarray, np.ndarray]:
-        return tuple(np.percentile(self.boot.size(c), [50 * (1 - self.level), 50 * (1 + self.level)], axis=0))
+    def band(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Pointwise percentile band of the replicates' values (`self.boot.loss(c)`, `.size(c)`)."""
+        return tuple(np.percentile(values, [50 * (1 - self.level), 50 * (1 + self.level)], axis=0))
 
 
 def _replicates(profiles: list[IsoProfile], parabolas: list[Parabola], n_boot: int, rng: np.random.Generator,
@@ -548,7 +510,7 @@ def fit_envelope(family: str, profiles: dict[float, IsoProfile], n_boot: int = 1
             excluded.append(budget)
             continue
         q = fit_parabola(p.sizes, p.means, p.counts)
-        interior = _choice_side(_chooser(p, (chosen or {}).get(budget)), p, q) is None
+        interior = _choice(p, q, (chosen or {}).get(budget))[1] is None
         if not q.convex or (interior_only and not interior):
             excluded.append(budget)
             continue
@@ -592,7 +554,8 @@ def _bisect(pa: PowerParams, pb: PowerParams, left: np.ndarray, right: np.ndarra
 def _sign_changes(pa: PowerParams, pb: PowerParams, lo: float, hi: float, n_grid: int) -> tuple[np.ndarray, np.ndarray]:
     """The log-C grid on [lo, hi] and where L_a - L_b changes sign between neighbours (rows: replicates)."""
     grid = np.linspace(math.log(lo), math.log(hi), n_grid)
-    diff = _loss_at(_as_column(pa), grid) - _loss_at(_as_column(pb), grid)  # (replicates, grid)
+    pa, pb = (p.map(lambda v: v.reshape(-1, 1)) for p in (pa, pb))
+    diff = _loss_at(pa, grid) - _loss_at(pb, grid)  # (replicates, grid)
     change = (np.sign(diff[:, :-1]) != np.sign(diff[:, 1:])) & (diff[:, :-1] != 0)
     return grid, change
 
@@ -603,7 +566,7 @@ def first_crossings(pa: PowerParams, pb: PowerParams, lo: float, hi: float, n_gr
     grid, change = _sign_changes(pa, pb, lo, hi, n_grid)
     has = change.any(axis=1)
     j = np.argmax(change, axis=1)
-    c = _bisect(_broadcast(pa, len(j)), _broadcast(pb, len(j)), grid[j], grid[j + 1])
+    c = _bisect(*(p.map(lambda v: np.broadcast_to(v, (len(j),))) for p in (pa, pb)), grid[j], grid[j + 1])
     return np.where(has, c, np.nan)
 
 
@@ -612,24 +575,6 @@ def all_crossings(pa: PowerParams, pb: PowerParams, lo: float, hi: float, n_grid
     grid, change = _sign_changes(pa, pb, lo, hi, n_grid)
     j = np.flatnonzero(change[0])
     return tuple(float(c) for c in _bisect(pa, pb, grid[j], grid[j + 1]))
-
-
-def _fields(p: PowerParams) -> list:
-    return [p.e, p.log_a, p.alpha, p.log_k, p.a]
-
-
-def _as_column(p: PowerParams) -> PowerParams:
-    return PowerParams(*(np.asarray(v, dtype=float).reshape(-1, 1) for v in _fields(p)))
-
-
-def _broadcast(p: PowerParams, n: int) -> PowerParams:
-    return PowerParams(*(np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v in _fields(p)))
-
-
-def _paired_boot(a: Envelope, b: Envelope) -> tuple[PowerParams, PowerParams]:
-    """The two families' replicates side by side (independent draws; the shorter count wins)."""
-    m = min(len(np.atleast_1d(a.boot.e)), len(np.atleast_1d(b.boot.e)))
-    return tuple(PowerParams(*(np.asarray(v)[:m] for v in _fields(p))) for p in (a.boot, b.boot))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -686,7 +631,9 @@ def crossover(a: Envelope, b: Envelope, below: float | None = None, level: float
     hi = min(a.fitted_range[1], b.fitted_range[1])
     if lo >= hi:
         raise ValueError(f"{a.family} and {b.family} share no fitted range of budgets")
-    ra, rb = _paired_boot(a, b)
+    # the two families' replicates side by side (independent draws; the shorter count wins)
+    m = min(len(np.atleast_1d(a.boot.e)), len(np.atleast_1d(b.boot.e)))
+    ra, rb = (env.boot.map(lambda v: v[:m]) for env in (a, b))
 
     def search(start: float, top: float) -> tuple[tuple, tuple[float, float], float]:
         crossings = all_crossings(a.params, b.params, start, top)

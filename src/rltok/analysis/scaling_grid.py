@@ -1,17 +1,9 @@
-"""The grid's rules for the compute-optimal study: which sizes a family runs at a budget (its own
-ladder, or a window around a size rule N(C) = coef C^exponent), the step that extends a ladder,
-and the learning rate and warm-up every run trains with.
-
-Parsed from the grid file by `rltok.analysis.scaling.parse_grid` (schema in docs/SCALING.md):
-  size_rule = {coef, exponent, span, points}: at budget C the targets are
-      geometric_sizes(coef C^exponent / span, coef C^exponent * span, points)
-      (a family's `size_coef` replaces coef: hierarchies' optima sit at larger N than flat models');
-  lr_rule = {lr_ref, n_ref, exponent}: train.lr = lr_ref (N / n_ref)^-exponent, times the family's
-      `lr_mult`, N the rung's non-embedding parameters;
-  warmup_frac: train.warmup_frac of every run (before the base overrides, which may set it too);
-  lr_schedule ("cosine" or "wsd") and cooldown_frac: train.lr_schedule and train.cooldown_frac of
-      every run; under "wsd" a run goes on from the same model's run at a smaller budget
-      (`rltok.analysis.scaling.run_point`).
+"""The grid's rules for the compute-optimal study, parsed from the grid file by
+`rltok.analysis.scaling.parse_grid` (docs/SCALING.md: "Sizes per budget", "Learning rate and
+warm-up"): which sizes a family runs at a budget (its own ladder, or a window around a size rule
+N(C) = coef C^exponent), the step that extends a ladder, and the learning rate, warm-up and
+schedule every run trains with (under "wsd" a run goes on from the same model's run at a smaller
+budget: `rltok.analysis.scaling.run_point`).
 """
 
 from __future__ import annotations

@@ -54,49 +54,34 @@ def plot_isoflops(fit: FamilyFit, folder: Path) -> Path:
     return _save(fig, ax, Path(folder) / f"isoflop_{_slug(fit.family)}.png")
 
 
-def _range(envelopes: list[Envelope], extend_to: float | None) -> np.ndarray:
-    lo = min(e.fitted_range[0] for e in envelopes)
-    hi = max([e.fitted_range[1] for e in envelopes] + ([extend_to] if extend_to else []))
-    return np.geomspace(lo, hi, 200)
-
-
 def plot_envelopes(envelopes: list[Envelope], folder: Path, extend_to: float | None = None,
-                   crossings: list[float] = ()) -> Path:
+                   crossings: list[float] = (), size: bool = False) -> Path:
     """L*(C) of every family: the per-budget optima, the fitted curve (dashed beyond the fitted
-    range), its bootstrap band, and the given crossover computes as vertical lines."""
+    range), its bootstrap band, and the given crossover computes as vertical lines; `size`: N*(C)
+    in log-log, its optima, line and band."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    c = _range(envelopes, extend_to)
+    top = max([e.fitted_range[1] for e in envelopes] + ([extend_to] if extend_to else []))
+    c = np.geomspace(min(e.fitted_range[0] for e in envelopes), top, 200)
     for env in envelopes:
-        inside = (c >= env.fitted_range[0]) & (c <= env.fitted_range[1])
-        line, = ax.plot(c[inside], env.loss(c[inside]), label=env.family)
-        ax.plot(c[~inside], env.loss(c[~inside]), ls="--", color=line.get_color())
+        law, boot, optima = (env.size, env.boot.size, env.n_star) if size else (env.loss, env.boot.loss, env.l_star)
+        inside = np.full(c.shape, True) if size else (c >= env.fitted_range[0]) & (c <= env.fitted_range[1])
+        line, = ax.plot(c[inside], law(c[inside]), label=env.family)
+        if not size:
+            ax.plot(c[~inside], law(c[~inside]), ls="--", color=line.get_color())
         if len(np.atleast_1d(env.boot.e)):
-            lo, hi = env.loss_band(c)
+            lo, hi = env.band(boot(c))
             ax.fill_between(c, lo, hi, color=line.get_color(), alpha=0.15, lw=0)
-        ax.scatter(env.budgets, env.l_star, color=line.get_color(), s=16)
+        ax.scatter(env.budgets, optima, color=line.get_color(), s=16)
     for x in crossings:
         ax.axvline(x, color="grey", lw=0.8, ls=":")
     ax.set_xscale("log")
+    if size:
+        ax.set_yscale("log")
+        ax.set(xlabel="training FLOPs C", ylabel="optimal non-embedding parameters N*", title="optimal size")
+        return _save(fig, ax, Path(folder) / "optimal_sizes.png")
     ax.set(xlabel="training FLOPs C", ylabel="compute-optimal bpb L*", title="envelopes")
     return _save(fig, ax, Path(folder) / "envelopes.png")
-
-
-def plot_sizes(envelopes: list[Envelope], folder: Path, extend_to: float | None = None) -> Path:
-    """N*(C) of every family: the per-budget optima, the log-log line and its bootstrap band."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    c = _range(envelopes, extend_to)
-    for env in envelopes:
-        line, = ax.plot(c, env.size(c), label=env.family)
-        if len(np.atleast_1d(env.boot.e)):
-            lo, hi = env.size_band(c)
-            ax.fill_between(c, lo, hi, color=line.get_color(), alpha=0.15, lw=0)
-        ax.scatter(env.budgets, env.n_star, color=line.get_color(), s=16)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set(xlabel="training FLOPs C", ylabel="optimal non-embedding parameters N*", title="optimal size")
-    return _save(fig, ax, Path(folder) / "optimal_sizes.png")
 
 
 def plot_study(study: dict[str, FamilyFit], folder: Path, extend_to: float | None = None,
@@ -106,7 +91,8 @@ def plot_study(study: dict[str, FamilyFit], folder: Path, extend_to: float | Non
     paths = [plot_isoflops(fit, folder) for fit in study.values() if fit.isofits]
     envelopes = [fit.envelope for fit in study.values() if fit.envelope is not None]
     if envelopes:
-        paths += [plot_envelopes(envelopes, folder, extend_to, crossings), plot_sizes(envelopes, folder, extend_to)]
+        paths += [plot_envelopes(envelopes, folder, extend_to, crossings),
+                  plot_envelopes(envelopes, folder, extend_to, size=True)]
     return paths
 
 

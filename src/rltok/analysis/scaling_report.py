@@ -1,13 +1,9 @@
 """The compute-optimal study's report for one corpus, from its run records: groups of families
 (fitted like a family whose runs at each budget are its best member's), crossovers between
-families or groups (within the fitted range, and searched in the extrapolated curves up to the
-reference's scale), verdicts paired by seed per budget, what the fits imply at the reference's
-scale, and the machine time the runs took.
-
-`build_report(records, groups, pairs)` computes it (a `StudyReport`), `report_plain` is its
-fits.json and `report_markdown` its report.md; `rltok.analysis.scaling.fit_corpus` writes both
-(and the plots, `scaling_plots.plot_inference` among them), so `rltok scaling --fit-only`
-regenerates them: report.md is never edited by hand.
+families or groups (within the fitted range, and extrapolated up to the reference's scale),
+verdicts paired by seed per budget, what the fits imply at the reference's scale, and the machine
+time the runs took. `build_report` computes it, `report_plain` is its fits.json and
+`report_markdown` its report.md, which `rltok scaling --fit-only` regenerates (`scaling.fit_corpus`).
 """
 
 from __future__ import annotations
@@ -19,11 +15,11 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from rltok.analysis.paired_stats import PairedDifference, paired_difference
-from rltok.analysis.scaling_fit import (Crossover, FamilyFit, IsoProfile, Prediction, best_size_index, choice_records,
+from rltok.analysis.scaling_fit import (Crossover, FamilyFit, IsoProfile, best_size_index, choice_records,
                                         crossover, fit_study, predict, profiles_from_records, record_family,
                                         record_shape, record_size, shared_seed_means, to_plain)
 from rltok.analysis.scaling_plots import inference_runs
-from rltok.analysis.table_cells import interval, number
+from rltok.analysis.table_cells import interval, number, table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,30 +45,22 @@ class GroupChoice:
     basis: str  # "fitted L*" (every member's optimum interior there) or "best measured"
 
 
-def _choose(group: str, budget: float, members: list[str],
-            profiles: Mapping[str, Mapping[float, IsoProfile]]) -> GroupChoice:
-    """The member whose best measured size has the lowest seed mean at the budget (over the seeds
-    the members' best sizes all ran; ties go to the alphabetically first name): the study's one rule for "the best", on `profiles`, the choice losses' (the
+def choose_members(profiles: Mapping[str, Mapping[float, IsoProfile]],
+                   groups: Mapping[str, Sequence[str]]) -> list[GroupChoice]:
+    """Per group and budget (any budget where a member has runs), the member that stands for it:
+    the one whose best measured size has the lowest mean loss over the seeds the members' best
+    sizes all ran (ties to the alphabetically first), on `profiles`, the choice losses' (the
     selection split's where the records have one). Not the parabolas' fitted L*: a profile its
     parabola fits badly gets an optimum far below every run it has (at 3e11 on docs-en the
     learned-cut model's fitted L* was the lowest of five hierarchies while each of its sizes
     measured the highest)."""
-    best = [_best_size(profiles[m][budget])[1] for m in members]  # {seed: loss} at each member's best size
-    losses = shared_seed_means(best)  # on the seeds they all ran
-    loss, member = min(zip(losses, members))
-    return GroupChoice(group, budget, member, float(loss), "best measured")
-
-
-def choose_members(profiles: Mapping[str, Mapping[float, IsoProfile]],
-                   groups: Mapping[str, Sequence[str]]) -> list[GroupChoice]:
-    """Per group and budget (any budget where a member has runs), the member that stands for it,
-    chosen on `profiles` (the choice losses')."""
     out = []
     for group, members in groups.items():
-        budgets = sorted({b for m in members for b in profiles.get(m, {})})
-        for budget in budgets:
+        for budget in sorted({b for m in members for b in profiles.get(m, {})}):
             present = [m for m in members if budget in profiles.get(m, {})]
-            out.append(_choose(group, budget, present, profiles))
+            best = [_best_size(profiles[m][budget])[1] for m in present]  # {seed: loss} at each one's best size
+            loss, member = min(zip(shared_seed_means(best), present))
+            out.append(GroupChoice(group, budget, member, float(loss), "best measured"))
     return out
 
 
@@ -123,17 +111,17 @@ class PairedBudget:
     reason: str | None  # why there is no difference (no seed shared)
 
 
-def _best_size(profile: IsoProfile) -> tuple[float, dict]:
-    """The best size (`best_size_index`: the lowest mean over the seeds every size ran), and its
-    {seed: loss} over all its seeds."""
-    i = best_size_index(profile)
-    return float(profile.sizes[i]), dict(zip(profile.seeds[i], (float(v) for v in profile.losses[i])))
-
-
 def _at_size(profile: IsoProfile, size: float) -> dict:
     """{seed: loss} of one size of a profile."""
     i = int(np.flatnonzero(profile.sizes == size)[0])
     return dict(zip(profile.seeds[i], (float(v) for v in profile.losses[i])))
+
+
+def _best_size(profile: IsoProfile) -> tuple[float, dict]:
+    """The best size (`best_size_index`: the lowest mean over the seeds every size ran), and its
+    {seed: loss} over all its seeds."""
+    size = float(profile.sizes[best_size_index(profile)])
+    return size, _at_size(profile, size)
 
 
 def paired_verdicts(profiles: Mapping[str, Mapping[float, IsoProfile]], a: str, b: str,
@@ -197,19 +185,6 @@ class StudyReport:
     chosen: dict = dataclasses.field(default_factory=dict)  # as `profiles`, of the choice losses (selection split)
 
 
-def _fit_groups(records: list[dict], study: dict, profiles: dict, chosen: dict, groups: Mapping[str, Sequence[str]],
-                **fit_kw) -> list[GroupChoice]:
-    """Add each group to `study`, `profiles` and `chosen` (the choice losses' profiles; in place);
-    the members chosen."""
-    choices = choose_members(chosen, groups)
-    grouped = group_records(records, choices)
-    if grouped:
-        study.update(fit_study(grouped, **fit_kw))
-        profiles.update(profiles_from_records(grouped))
-        chosen.update(profiles_from_records(choice_records(grouped)))
-    return choices
-
-
 def build_report(records: Iterable[dict], groups: Mapping[str, Sequence[str]] | None = None,
                  pairs: Iterable[Sequence[str]] = (), corpus: str = "", n_boot: int = 1000, seed: int = 0,
                  budgets: Iterable[float] | None = None, reference: ReferenceScale = REFERENCE,
@@ -221,12 +196,17 @@ def build_report(records: Iterable[dict], groups: Mapping[str, Sequence[str]] | 
     every = list(records)
     keep = None if budgets is None else {float(b) for b in budgets}
     records = [r for r in every if r.get("bpb") is not None and (keep is None or float(r["budget_flops"]) in keep)]
-    study = fit_study(records, n_boot=n_boot, seed=seed, interior_only=interior_only, fit_from=fit_from)
+    fit_kw = dict(n_boot=n_boot, seed=seed, interior_only=interior_only, fit_from=fit_from)
+    study = fit_study(records, **fit_kw)
     profiles = profiles_from_records(records)
     chosen = profiles_from_records(choice_records(records))  # what the choices read: the selection split
     groups = {g: tuple(m) for g, m in (groups or {}).items()}
-    choices = _fit_groups(records, study, profiles, chosen, groups, n_boot=n_boot, seed=seed,
-                          interior_only=interior_only, fit_from=fit_from)
+    choices = choose_members(chosen, groups)
+    grouped = group_records(records, choices)  # each group fitted, profiled and chosen on like a family
+    if grouped:
+        study.update(fit_study(grouped, **fit_kw))
+        profiles.update(profiles_from_records(grouped))
+        chosen.update(profiles_from_records(choice_records(grouped)))
     pairs = [tuple(p) for p in pairs]
     crossings = [pair_crossover(study, a, b, reference.flops) for a, b in pairs]
     paired = [v for a, b in pairs for v in paired_verdicts(profiles, a, b, chosen)]
@@ -282,89 +262,72 @@ def best_table(rep: StudyReport) -> str:
     the parabola fits: the sd of the size means about it beside the sd a size mean has from seed
     noise alone (the seeds' sd over the root of the mean seeds per size). A residual well above
     that noise: the profile is not a parabola, and its N* is read with that."""
-    lines = ["| family | budget | bpb at the best size | at N | shape | seeds | sizes | fitted N* | optimum "
-             "| residual sd / noise of a size mean |", "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = []
     for family in sorted(rep.profiles):
         for budget, profile in sorted(rep.profiles[family].items()):
             i = best_index(rep, family, budget)
             iso = rep.study[family].isofits.get(budget)
-            where = "fewer than 3 sizes" if iso is None else ("interior" if iso.interior else f"extend {iso.extend}")
-            lines.append(f"| {family} | {budget:.3g} | {profile.means[i]:.4f} | {profile.sizes[i]:,.0f} | "
-                         f"{best_shape(rep, family, budget, profile.sizes[i])} | "
-                         f"{','.join(map(str, profile.seeds[i]))} | {len(profile.sizes)} | "
-                         f"{number(iso.n_star if iso else None)} | {where} | {_fit_quality(iso)} |")
-    return "\n".join(lines)
-
-
-def _fit_quality(iso) -> str:
-    if iso is None:
-        return "–"
-    noise = None if iso.seed_sd is None else iso.seed_sd / math.sqrt(float(np.mean(iso.counts)))
-    return " / ".join("–" if v is None else f"{v:.3f}" for v in (iso.residual_sd, noise))
+            where, fit = "fewer than 3 sizes", "–"
+            if iso is not None:
+                where = "interior" if iso.interior else f"extend {iso.extend}"
+                noise = None if iso.seed_sd is None else iso.seed_sd / math.sqrt(float(np.mean(iso.counts)))
+                fit = " / ".join("–" if v is None else f"{v:.3f}" for v in (iso.residual_sd, noise))
+            rows.append(f"| {family} | {budget:.3g} | {profile.means[i]:.4f} | {profile.sizes[i]:,.0f} | "
+                        f"{best_shape(rep, family, budget, profile.sizes[i])} | "
+                        f"{','.join(map(str, profile.seeds[i]))} | {len(profile.sizes)} | "
+                        f"{number(iso.n_star if iso else None)} | {where} | {fit} |")
+    return table(["family", "budget", "bpb at the best size", "at N", "shape", "seeds", "sizes", "fitted N*",
+                  "optimum", "residual sd / noise of a size mean"], rows)
 
 
 def group_table(rep: StudyReport) -> str:
-    lines = ["| group | budget | member | by | its loss |", "|---|---|---|---|---|"]
-    lines += [f"| {c.group} | {c.budget:.3g} | {c.member} | {c.basis} | {c.loss:.4f} |" for c in rep.choices]
-    return "\n".join(lines)
+    return table(["group", "budget", "member", "by", "its loss"],
+                 [f"| {c.group} | {c.budget:.3g} | {c.member} | {c.basis} | {c.loss:.4f} |" for c in rep.choices])
 
 
 def envelope_table(rep: StudyReport) -> str:
     """(b) L*(C) = E + A C^-alpha and N*(C) = k C^a per family and group, with intervals."""
-    lines = ["| family | budgets fitted | E | A | alpha | k | a | notes |", "|---|---|---|---|---|---|---|---|"]
+    rows = []
     for family, fit in sorted(rep.study.items()):
         env = fit.envelope
         if env is None:
-            lines.append(f"| {family} | – | – | – | – | – | – | no envelope: {fit.envelope_error} |")
+            rows.append(f"| {family} | – | – | – | – | – | – | no envelope: {fit.envelope_error} |")
             continue
         p, iv = env.params, env.intervals
         cells = [(p.e, "E"), (math.exp(p.log_a), "A"), (p.alpha, "alpha"), (math.exp(p.log_k), "k"), (p.a, "a")]
         note = env.note + ("; E at its bound 0" if env.e_fixed is None and p.e == 0 else "")
-        lines.append(f"| {family} | {len(env.budgets)} ({env.fitted_range[0]:.3g}–{env.fitted_range[1]:.3g}) | "
-                     + " | ".join(f"{number(v)} {interval(iv[k])}" for v, k in cells) + f" | {note} |")
-    return "\n".join(lines)
+        rows.append(f"| {family} | {len(env.budgets)} ({env.fitted_range[0]:.3g}–{env.fitted_range[1]:.3g}) | "
+                    + " | ".join(f"{number(v)} {interval(iv[k])}" for v, k in cells) + f" | {note} |")
+    return table(["family", "budgets fitted", "E", "A", "alpha", "k", "a", "notes"], rows)
 
 
 def crossover_table(rep: StudyReport) -> str:
     """(c) Each pair: within the fitted range, and in the curves extrapolated to the reference."""
-    lines = ["| pair | within the fitted range | extrapolated (not measured) |", "|---|---|---|"]
-    for p in rep.crossovers:
-        if p.crossover is None:
-            lines.append(f"| {p.a} vs {p.b} | not computed: {p.reason} | – |")
-        else:
-            lines.append(f"| {p.a} vs {p.b} | {p.crossover.verdict} | extrapolation: {p.crossover.verdict_below} |")
-    return "\n".join(lines)
+    return table(["pair", "within the fitted range", "extrapolated (not measured)"], [
+        f"| {p.a} vs {p.b} | not computed: {p.reason} | – |" if p.crossover is None else
+        f"| {p.a} vs {p.b} | {p.crossover.verdict} | extrapolation: {p.crossover.verdict_below} |"
+        for p in rep.crossovers])
 
 
 def paired_table(rep: StudyReport) -> str:
     """(d) Per pair and budget: best size against best size, paired by seed."""
-    lines = ["| pair | budget | N (a / b) | seeds | mean a − b | t interval | verdict |",
-             "|---|---|---|---|---|---|---|"]
+    rows = []
     for v in rep.paired:
         d = v.difference
         head = f"| {v.a} vs {v.b} | {v.budget:.3g} | {v.size_a:,.0f} / {v.size_b:,.0f} | "
-        if d is None:
-            lines.append(head + f"– | – | – | {v.reason} |")
-        else:
-            lines.append(head + f"{','.join(map(str, d.seeds))} | {d.mean:+.4f} | {interval((d.lo, d.hi), '+.4f')} "
-                         f"| {d.verdict} |")
-    return "\n".join(lines)
+        rows.append(head + (f"– | – | – | {v.reason} |" if d is None else f"{','.join(map(str, d.seeds))} | "
+                            f"{d.mean:+.4f} | {interval((d.lo, d.hi), '+.4f')} | {d.verdict} |"))
+    return table(["pair", "budget", "N (a / b)", "seeds", "mean a − b", "t interval", "verdict"], rows)
 
 
 def reference_table(rep: StudyReport) -> str:
     """(e) What each envelope implies at the reference's compute: an extrapolation, stated as one."""
-    ref = rep.reference_scale
-    lines = ["| family | predicted L* | predicted N* | N* / reference N | extrapolation |", "|---|---|---|---|---|"]
-    for pred in rep.reference:
-        lines.append(f"| {pred.family} | {number(pred.l_star, '.3f')} {interval(pred.l_star_interval, '.3f')} | "
-                     f"{number(pred.n_star)} {interval(pred.n_star_interval)} | {number(pred.n_star / ref.params)} | "
-                     f"{_decades(pred)} |")
-    return "\n".join(lines)
-
-
-def _decades(pred: Prediction) -> str:
-    return (f"{pred.extrapolation:.3g}x the largest fitted budget: over "
-            f"{math.log10(pred.extrapolation):.1f} decades")
+    return table(["family", "predicted L*", "predicted N*", "N* / reference N", "extrapolation"], [
+        f"| {pred.family} | {number(pred.l_star, '.3f')} {interval(pred.l_star_interval, '.3f')} | "
+        f"{number(pred.n_star)} {interval(pred.n_star_interval)} | "
+        f"{number(pred.n_star / rep.reference_scale.params)} | "
+        f"{pred.extrapolation:.3g}x the largest fitted budget: over {math.log10(pred.extrapolation):.1f} decades |"
+        for pred in rep.reference])
 
 
 def report_markdown(rep: StudyReport, command: str | None = None, commit: str | None = None,
@@ -375,6 +338,7 @@ def report_markdown(rep: StudyReport, command: str | None = None, commit: str | 
     untimed = (f" ({m.without_time} runs without a time)" if m.without_time else "") + (
         f"; {m.training_only} runs recorded their training time only (evaluation and interrupted attempts "
         "uncounted), so the total is a lower bound" if m.training_only else "")
+    levels = sorted({f.envelope.level for f in rep.study.values() if f.envelope is not None})
     parts = [
         f"# Compute-optimal study: {rep.corpus}", "",
         f"Generated by `{command or 'rltok.analysis.scaling.fit_corpus'}` at commit `{commit or 'unknown'}`; "
@@ -391,7 +355,7 @@ def report_markdown(rep: StudyReport, command: str | None = None, commit: str | 
                   group_table(rep), ""]
     parts += [
         "## Envelopes", "", "L*(C) = E + A·C^(−alpha), N*(C) = k·C^a; bootstrap "
-        f"{_level(rep)} intervals in brackets.", "", envelope_table(rep), "",
+        f"{'/'.join(f'{v:.0%}' for v in levels) or '95%'} intervals in brackets.", "", envelope_table(rep), "",
         "## Crossovers", "", crossover_table(rep) if rep.crossovers else "No pairs in the grid (`crossovers`).", "",
         "## Paired verdicts per budget", "",
         "Each family's best measured size; the difference a − b over the seeds both ran, with its t interval.", "",
@@ -403,20 +367,12 @@ def report_markdown(rep: StudyReport, command: str | None = None, commit: str | 
         "## Machine time", "", f"{m.runs} runs, {m.hours:.2f} machine-hours (sum of the runs' `point_wall_s`, else `wall_s`){untimed}.",
         ""]
     if inference:
+        largest = inference_runs(list(rep.records))[0] or math.nan
         parts += ["## bpb against inference FLOPs per byte", "",
-                  f"Every run at the largest budget every family has run ({_largest(rep):.3g} FLOPs): forward FLOPs per byte of the "
+                  f"Every run at the largest budget every family has run ({largest:.3g} FLOPs): forward FLOPs per byte of the "
                   "trained model against its bpb; marker area grows with log N.", "",
                   f"![bpb against inference FLOPs per byte]({inference})", ""]
     plots = list(plots)
     if plots:
         parts += ["## Plots", "", *(f"- [{p}]({p})" for p in plots), ""]
     return "\n".join(parts)
-
-
-def _largest(rep: StudyReport) -> float:
-    return inference_runs(list(rep.records))[0] or math.nan
-
-
-def _level(rep: StudyReport) -> str:
-    levels = {f.envelope.level for f in rep.study.values() if f.envelope is not None}
-    return "/".join(f"{v:.0%}" for v in sorted(levels)) or "95%"

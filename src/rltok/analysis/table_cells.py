@@ -1,8 +1,8 @@
-"""Cells of the scaling study's markdown tables: one way to print a number that may be missing."""
+"""Cells of the study's markdown tables: one way to print a number that may be missing, and a table."""
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Iterable, Sequence
 
 MISSING = "–"
 
@@ -22,3 +22,8 @@ def estimate(x: float | None, lo_hi: Sequence[float | None], fmt: str = ".3g") -
     """`x (lo–hi)`: a number with its interval, each formatted as `number` does."""
     lo, hi = lo_hi
     return f"{number(x, fmt)} ({number(lo, fmt)}–{number(hi, fmt)})"
+
+
+def table(header: Sequence[str], rows: Iterable[str]) -> str:
+    """A markdown table: the header's cells, its rule, then the rows (each a whole `| ... |` line)."""
+    return "\n".join([f"| {' | '.join(header)} |", "|---" * len(header) + "|", *rows])

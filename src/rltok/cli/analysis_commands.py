@@ -1,19 +1,11 @@
-"""The research instruments: `rltok compare`, `scaling`, `diagnose`, `vocab`."""
+"""The comparison and scaling commands: `rltok compare` and `rltok scaling`."""
 
 from __future__ import annotations
 
-import json
 import sys
 
-from rltok.cli.model_commands import _load
 from rltok.config import ConfigError
 
-
-
-def has_learned_rule(model) -> bool:
-    """Whether the model draws its boundaries with a policy the objective trains."""
-    rule = getattr(model, "chunker", None)
-    return rule is not None and rule.learned
 
 def cmd_compare(args) -> int:
     import shlex
@@ -106,44 +98,3 @@ def _scaling_command(args) -> str:
     words = ["rltok", "scaling", "--grid", str(args.grid), "--out", str(args.out),
              *(["--corpus", args.corpus] if args.corpus else [])]
     return shlex.join(words + (["--fit-only"] if args.fit_only or args.merge else []))
-
-
-def cmd_diagnose(args) -> int:
-    from pathlib import Path
-
-    from rltok.data.windows import eval_windows
-    from rltok.data.corpus import load_eval_bytes
-    from rltok.analysis.diagnose import checkpoint_lexicon, diagnose, known_variants, markdown
-
-    if args.out:  # before hours of computing, not after
-        from rltok.cli.paths import check_output_file
-
-        check_output_file(args.out, "--out")
-    known = known_variants(args.objective)
-    for v in args.variants or []:
-        if v not in known:
-            raise ConfigError(f"unknown variant {v!r}; choose from {', '.join(known)}")
-        k = known[v].get("group_size", 1)
-        if args.batch % k:
-            raise ConfigError(f"variant {v!r} needs --batch a multiple of its group size {k}")
-    if args.batch < 1 or args.estimates < 2 or args.reference < 1:
-        raise ConfigError("--batch and --reference must be >= 1, --estimates >= 2")
-    if args.reference_group < 2:
-        raise ConfigError("--reference-group must be >= 2 (segmentations per sequence in the reference)")
-    model, cfg, ckpt, device = _load(args)
-    if not has_learned_rule(model):
-        raise ConfigError("diagnose needs a checkpoint of the hierarchical model with a learned boundary policy (rl)")
-    lexicon = checkpoint_lexicon(ckpt, cfg, device) if args.objective == "lexicon" else None
-    data = load_eval_bytes(args.data or cfg.data.train, args.split, val_fraction=cfg.data.val_fraction)
-    x, y = eval_windows(data, args.seq_len or cfg.train.seq_len, args.batch)
-    if len(x) < args.batch:
-        raise ConfigError(f"only {len(x)} windows of evaluation data; lower --batch or --seq-len")
-    result = diagnose(model, x.to(device), y.to(device), cfg.objective, cfg.model.target_rate,
-                      variants=args.variants, n_estimates=args.estimates, n_reference=args.reference,
-                      reference_group=args.reference_group, seed=args.seed,
-                      log=lambda m: print(m, file=sys.stderr), lexicon=lexicon)
-    result.update(checkpoint=str(ckpt), data=args.data or cfg.data.train, split=args.split)
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=2))
-    print(markdown(result))
-    return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rltok.cli.analysis_commands import cmd_compare, cmd_diagnose, cmd_scaling
+from rltok.cli.analysis_commands import cmd_compare, cmd_scaling
 from rltok.cli.model_commands import cmd_eval, cmd_generate, cmd_lm_eval, cmd_segment
 from rltok.cli.run_commands import cmd_export, cmd_prepare, cmd_presets, cmd_train
 from rltok.config import PRESETS
@@ -219,25 +219,6 @@ def _add_generate(sub: Subcommands) -> None:
     p.set_defaults(func=cmd_generate, default_mode="sample")
 
 
-def _add_diagnose(sub: Subcommands) -> None:
-    p = sub.add_parser("diagnose", help="variance, SNR and alignment of the boundary-policy gradient per variance reducer")
-    add_model_args(p)
-    p.add_argument("--data", help="data for the fixed batch (default: the training source)")
-    p.add_argument("--split", default="val")
-    p.add_argument("--batch", type=count(1), default=8, help="sequences in the fixed batch")
-    p.add_argument("--seq-len", type=count(0, 1 << 20), default=0)
-    p.add_argument("--estimates", type=count(0, 1 << 20), default=32, help="independent estimates per variant")
-    p.add_argument("--reference", type=count(1, 1 << 20), default=64, help="estimates averaged into the reference gradient")
-    p.add_argument("--reference-group", type=count(0, 1 << 16), default=8, help="segmentations per sequence in the reference")
-    p.add_argument("--variants", nargs="+", help="subset of variants (default: all; with --objective lexicon, "
-                                                 "those that apply)")
-    p.add_argument("--objective", choices=["lm", "lexicon"], default="lm",
-                   help="the gradient estimated: of the LM loss (default), or of the segmentation's code length "
-                        "under the checkpoint's lexicon (what the lexicon recipe's policy is trained on)")
-    p.add_argument("--out", "--json", dest="out", help="write the result as JSON")
-    p.set_defaults(func=cmd_diagnose, default_mode="sample")
-
-
 def _add_compare(sub: Subcommands) -> None:
     p = sub.add_parser("compare", help="train several boundary rules at equal training FLOPs and tabulate them")
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="base config overrides for every method")
@@ -297,7 +278,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval(sub)
     _add_segment(sub)
     _add_generate(sub)
-    _add_diagnose(sub)
     _add_compare(sub)
     _add_scaling(sub)
     for name, command in sub.choices.items():

@@ -1,44 +1,14 @@
 """A size ladder per model family from one knob: non-embedding parameters N -> a model config.
 
-The shape rule (every family):
-  - head dimension HEAD_DIM = 16: every width from 32 up is a multiple of 16, heads = width / 16;
-    below 32 the widths are 8, 16 and 24 (heads of 8 where 16 does not divide the width), because
-    at CPU budgets (1e11 FLOPs) the compute-optimal byte models are smaller than a 16-wide layer;
-  - depth grows with width at a fixed aspect ratio, width / depth = ASPECT = 32. Kaplan et al.
-    2020 ("Scaling Laws for Neural Language Models", sec. 3.1, fig. 5) find the loss within a few
-    percent over width/depth ratios of about 20 to 200 at fixed N; small published models sit at
-    the low end (Pythia-14M: 128/6 ~ 21, Pythia-70M: 512/6 ~ 85), and at this ladder's widths
-    (32-256) a ratio of 32 gives one layer at the smallest size and about 6 at 2e6.
-  - At these widths each added layer or 16 columns moves N by up to 2x, so the exact ratio hits
-    only a few sizes. The rule therefore picks, among all (width, depth) whose N is within
-    TOLERANCE (15%) of the target, the one whose width/depth is nearest ASPECT (in log), then the
-    nearer N; where no shape is that close, the nearest N (`choose`). `ladder(..., aspect=)` aims
-    elsewhere: at these widths the shape moves the loss as much as the size does (in the CPU
-    study a 32-wide byte level with one main layer beat every other shape of its 1e12 ladder by
-    0.06-0.3 bpb), so a study can vary the aspect (and the hierarchy's byte width, `byte_ratio`).
-Per family (the width and depth above are those of the family's main stack):
-  - flat byte transformer (model.arch=flat): d_chunk = width, flat_layers = depth. Its attention
-    window (model.flat_window) is left to the base overrides: it changes FLOPs, not parameters.
-  - BPE-token transformer (model.arch=bpe_token): the same shape over tokens; its vocabulary
-    (model.bpe_vocab, DEFAULT_BPE_VOCAB unless the base overrides set one) sizes the embedding and
-    output layer, which are not counted in N.
-  - hierarchy (model.arch=hourglass): d_chunk = width, main_layers = depth; the byte level at half
-    the chunk width (d_byte = width / 2 rounded to a multiple of 16, at least 16; 8 at width 8;
-    `byte_ratio` sets another share) with
-    encoder_layers = decoder_layers = max(1, round(main_layers / 3)) (as the reference shapes
-    nl-147m and code-90m: 8 and 10 main layers, 3 byte layers a side). The byte window, the
-    boundary rule and the rate come from the base overrides.
-
-N is asked of the BUILT model (`non_embedding_params()`, on the meta device): for each width, the
-model with one layer per stack and with one more layer in each (a stack's blocks are identical,
-so N is affine in each layer count and every depth follows); the chosen shape is built again and
-its count reported as N_achieved. Whatever else the base config sets (the boundary rule's layers,
-the MLP ratio; n-gram and chunk-vocabulary tables are not counted) is accounted one way.
+The shape rule (docs/SCALING.md, "The size ladder"): heads of HEAD_DIM (NARROW_HEAD_DIM below 32
+wide), and among the (width, depth) whose N is within TOLERANCE of the target the one whose
+width / depth is nearest ASPECT, then the nearer N (`choose`). N is asked of the BUILT model
+(`non_embedding_params()`, on the meta device): per width, at one layer per stack and with one
+more in each (a stack's blocks are identical, so N is affine in each layer count).
 
 `ladder(family, sizes, base_overrides)` returns (N_target, N_achieved, overrides) per size;
 `load_config(preset, [*base_overrides, *overrides])` builds that model, and
 `method_spec(name, overrides)` writes it as an `rltok compare` method (`NAME@k=v,k=v`).
-Targets more than (1 + TOLERANCE)^2 ~ 1.32x apart get strictly increasing N.
 """
 
 from __future__ import annotations
@@ -130,10 +100,8 @@ class HierarchyShape(FlatShape):
         d_byte = width if width < HEAD_DIM else max(
             HEAD_DIM, HEAD_DIM * round_half_up(width * self.byte_ratio / HEAD_DIM))
         side = knobs["byte_layers"]
-        return [f"model.d_chunk={width}", f"model.n_heads_chunk={heads(width)}",
-                f"model.main_layers={knobs['main_layers']}", f"model.d_byte={d_byte}",
-                f"model.n_heads_byte={heads(d_byte)}", f"model.encoder_layers={side}",
-                f"model.decoder_layers={side}"]
+        return [*super().overrides(width, {"main_layers": knobs["main_layers"]}), f"model.d_byte={d_byte}",
+                f"model.n_heads_byte={heads(d_byte)}", f"model.encoder_layers={side}", f"model.decoder_layers={side}"]
 
 
 SHAPES: dict[str, FlatShape] = {s.arch: s for s in (FlatShape(), TokenShape(), HierarchyShape())}
@@ -154,17 +122,6 @@ class Candidate(NamedTuple):
     n: int  # non-embedding parameters (the built models' counts, affine in each layer count)
 
 
-def shape_of(family: str, byte_ratio: float | None = None) -> FlatShape:
-    """A family's shape rule; `byte_ratio` (the hierarchy only) sets its byte level's width."""
-    if family not in SHAPES:
-        raise ValueError(f"unknown family {family!r}; choose from {', '.join(SHAPES)}")
-    if byte_ratio is None:
-        return SHAPES[family]
-    if family != HierarchyShape.arch:
-        raise ValueError(f"byte_ratio sets the hierarchy's byte level: {family!r} has none")
-    return HierarchyShape(byte_ratio)
-
-
 def built_model(overrides: Sequence[str], preset: str = "tiny"):
     """The model `load_config(preset, overrides)` builds, on the meta device (its shape only;
     a BPE-token model over model.bpe_vocab tokens)."""
@@ -182,11 +139,17 @@ def _non_embedding_params(overrides: tuple[str, ...], preset: str) -> int:
 class Family:
     """A family's shapes on top of base overrides, each width's parameter count asked of built
     models: at one layer per knob, and with one more layer of each knob (blocks of a stack are
-    identical, so N is affine in each layer count and every depth follows without a build)."""
+    identical, so N is affine in each layer count and every depth follows without a build).
+    `byte_ratio` (the hierarchy only) sets its byte level's width."""
 
     def __init__(self, family: str, base_overrides: Sequence[str] = (), preset: str = "tiny",
                  byte_ratio: float | None = None):
-        self.shape, self.base, self.preset = shape_of(family, byte_ratio), list(base_overrides), preset
+        if family not in SHAPES:
+            raise ValueError(f"unknown family {family!r}; choose from {', '.join(SHAPES)}")
+        if byte_ratio is not None and family != HierarchyShape.arch:
+            raise ValueError(f"byte_ratio sets the hierarchy's byte level: {family!r} has none")
+        self.shape = SHAPES[family] if byte_ratio is None else HierarchyShape(byte_ratio)
+        self.base, self.preset = list(base_overrides), preset
         self.fixed = self.shape.fixed(load_config(preset, overrides=self.base).model)
 
     def overrides(self, width: int, depth: int) -> list[str]:
