@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from conftest import randomize_, tiny_model_config
@@ -73,3 +74,28 @@ def test_windows_decide_as_one_pass_does():
     assert torch.allclose(p, whole_p, atol=1e-3)
     # sampling goes through every window too
     assert segment_boundaries(model, data, mode="sample", window=256)[0].shape == (len(data),)
+
+
+CAPPED = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+from rltok.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_segment_of_16_mib_finishes_under_a_3_gb_address_space(tmp_path):
+    """The input limit's worth of text (16 MiB) under `ulimit -v` of 3 GB (torch's own mappings
+    included): one pass would need about 18 GB."""
+    cfg = load_config("test")
+    save_checkpoint(tmp_path / "run", 1, HourglassLM(cfg.model), cfg.validate())
+    text = word_salad(16 << 20)
+    (tmp_path / "big.txt").write_bytes(text)
+    out = tmp_path / "out.txt"
+    with open(out, "wb") as sink:
+        done = subprocess.run([sys.executable, "-c", CAPPED, "segment", "-c", str(tmp_path / "run"), "-f",
+                               str(tmp_path / "big.txt"), "--color", "never", "--threads", "1"],
+                              stdout=sink, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": SRC}, timeout=1800)
+    assert done.returncode == 0, done.stderr.decode()[-4000:]
+    assert out.read_bytes().rstrip(b"\n").replace(b"|", b"") == text
