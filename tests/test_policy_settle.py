@@ -140,17 +140,6 @@ def test_settle_settings_are_checked():
                                        "objective.policy_until=0.2"])
 
 
-def test_the_estimator_diagnostic_measures_a_settled_rule_as_the_policy_it_stopped_at(tmp_path):
-    from rltok.analysis.estimator_snr import own_estimator
-
-    trainer = Trainer(cfg(tmp_path, "train.max_steps=4", "objective.policy_until=0.5"), corpus=corpus(), quiet=True)
-    trainer.fit()
-    assert trainer.model.chunker.is_settled
-    x, y = trainer.sampler.next()
-    d = own_estimator(trainer.model, x, y, trainer.cfg.objective, n_estimates=4, n_reference=4)
-    assert d["snr"] >= 0 and trainer.model.chunker.is_settled  # the model itself untouched
-
-
 def test_a_settled_rule_stays_settled_when_a_resume_moves_the_budget(tmp_path):
     Trainer(cfg(tmp_path, "train.max_steps=8", "objective.policy_until=0.5"), corpus=corpus(), quiet=True).fit()
     longer = Trainer(cfg(tmp_path, "train.max_steps=40", "objective.policy_until=0.5"), corpus=corpus(), resume=True,

@@ -2,7 +2,7 @@
 variant, and how well aligned?
 
 For one checkpoint and one fixed batch, each variant's estimates are measured as rltok measures a
-run's own estimator (`rltok.analysis.estimator_snr`: variance, snr, cos_ref, cos_mean_ref), plus
+run's own estimator (`rltok_lab.estimator_snr`: variance, snr, cos_ref, cos_mean_ref), plus
 ms_per_estimate and the time of a full training step (forward + loss + backward) with it, and
 each variant's SNR, step time and SNR per training FLOP relative to the reference's.
 
@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from rltok.analysis.estimator_snr import group_batch, lm_credit, measure, policy_only, reference_gradient
+from rltok_lab.estimator_snr import group_batch, lm_credit, measure, policy_only, reference_gradient
 from rltok.config import FlipsSettings, ObjectiveConfig, with_settings
 from rltok.objective.build import build_estimator, build_lexicon, terms_of_objective
 from rltok.objective.loss import compute_loss

@@ -111,3 +111,17 @@ def test_a_planted_pickle_in_the_checkpoint_diagnose_reads_runs_no_code(trained,
         assert code in (0, 2), err
         if code == 2:
             assert err.strip().splitlines()[-1].startswith("error: "), err
+
+
+def test_the_estimator_diagnostic_measures_a_settled_rule_as_the_policy_it_stopped_at(tmp_path):
+    from rltok.training.trainer import Trainer
+    from rltok_lab.estimator_snr import own_estimator
+    from test_boundary_learning import corpus
+    from test_policy_settle import cfg
+
+    trainer = Trainer(cfg(tmp_path, "train.max_steps=4", "objective.policy_until=0.5"), corpus=corpus(), quiet=True)
+    trainer.fit()
+    assert trainer.model.chunker.is_settled
+    x, y = trainer.sampler.next()
+    d = own_estimator(trainer.model, x, y, trainer.cfg.objective, n_estimates=4, n_reference=4)
+    assert d["snr"] >= 0 and trainer.model.chunker.is_settled  # the model itself untouched

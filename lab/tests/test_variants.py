@@ -169,7 +169,7 @@ def test_loss_slope_settings_are_checked():
 def test_the_compare_harness_diagnoses_a_run_that_sets_its_own_price(tmp_path):
     """`rltok compare` measures each rl run's own estimator at its final checkpoint; the diagnostic
     drops the price from the credit, which must not trip the check that the price needs one."""
-    from rltok.analysis.estimator_snr import own_estimator
+    from rltok_lab.estimator_snr import own_estimator
 
     cfg = load_config("test", overrides=[f"train.out_dir={tmp_path}", "train.threads=1", "objective.recipe=lexicon",
                                          "objective.estimator.price=loss_slope", "objective.estimator.lexicon.size=4096"])

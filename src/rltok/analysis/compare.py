@@ -329,13 +329,7 @@ def _run_record(method: str, seed: int, data: str, eval_split: str, budget_flops
     run = evaluate_run(Path(trainer.cfg.train.out_dir), data, eval_split, seq_len=trainer.cfg.train.seq_len,
                        max_windows=max_eval_windows, context=context, batch_size=16, seed=0, code_metrics=False,
                        greedy=True)
-    model, ev, greedy, estimator = run.model, run.result, run.greedy, None
-    rule = getattr(model, "chunker", None)
-    if rule is not None and rule.learned:
-        from rltok.analysis.estimator_snr import own_estimator
-
-        # SNR of the run's own gradient estimator at its final checkpoint, on 8 held-out windows
-        estimator = own_estimator(model, run.x[:8], run.y[:8], run.config.objective, n_estimates=16, n_reference=16)
+    model, ev, greedy = run.model, run.result, run.greedy
     records = trainer.history
     steps = trainer.step
     train_bytes = steps * t.plan.bytes_per_step
@@ -373,8 +367,6 @@ def _run_record(method: str, seed: int, data: str, eval_split: str, budget_flops
         "chunk_length_hist": ev.get("chunk_length_hist"),
         "bpb_greedy": greedy["bpb"] if greedy else None, "rate_greedy": greedy.get("rate") if greedy else None,
         "space_align_greedy": greedy.get("space_align") if greedy else None,
-        "grad_snr": estimator["snr"] if estimator else None,
-        "grad_cos_ref": estimator["cos_ref"] if estimator else None,
         "train_bytes_per_s": statistics.median(bps) if bps else None, "wall_s": t.wall,
         "threads": torch.get_num_threads(), "curve": curve, "config": run.config.to_dict(),
         # what bit-level results depend on: two records agree to the last bit only where these match

@@ -1,6 +1,6 @@
 """How noisy and how well aligned a boundary-policy gradient estimator is, on one checkpoint and
-one fixed batch: `rltok compare` records each learned rule's own estimator (`own_estimator`:
-grad_snr, grad_cos_ref), and the lab's `diagnose` compares variance reducers with these pieces.
+one fixed batch: a run's own estimator (`own_estimator`: the grad_snr and grad_cos_ref that the
+study records before this moved to the lab hold), and `diagnose` compares variance reducers with these pieces.
 
 Many independent estimates (each re-samples the segmentation) give, per estimator:
 - variance: E||g - E g||^2 (trace of the covariance) of a single estimate,
