@@ -46,6 +46,10 @@ def cmd_study(args) -> int:
         if held:
             print(f"\n{holdout_table(held)}")
         return 0
+    if args.holdout or args.check_optimum is not None:  # these train: from committed code where the grid asks
+        from rltok.analysis.scaling import check_committed
+
+        check_committed(grid, args.allow_dirty)
     if args.predict or args.holdout:
         return _scaling_holdout(args, grid, out, log)
     if args.at:
@@ -330,6 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", action="append", default=[], metavar="NAME=FAMILY[:OVERRIDES]",
                    help="with --check-optimum: FAMILY's best size again with these comma-separated overrides in "
                         "place of the family's own, e.g. flat_full=flat:model.flat_window=0 (repeatable)")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="with --holdout / --check-optimum and a grid that sets committed_only: run from a tree with "
+                        "uncommitted changes under src/ (its records are left out of every fit and table)")
     p.add_argument("--tolerance", type=number(0, 100), default=0.02,
                    help="with --check-optimum: the rule holds within this many bpb of the best rate (default 0.02)")
     p.set_defaults(func=cmd_study)

@@ -27,7 +27,7 @@ from rltok.config.sections import MAX_FLOPS_BUDGET
 GRID_KEYS = {"corpora", "budgets", "families", "seeds", "split", "preset", "max_eval_windows", "overrides",
              "n_boot", "size_rule", "extend", "lr_rule", "warmup_frac", "optimum_seeds", "holdout_budgets",
              "holdout_seeds", "select_split", "groups", "crossovers", "eval_context", "interior_only", "lr_schedule",
-             "cooldown_frac", "verdict_seeds", "fit_from", "holdout_overrides"}
+             "cooldown_frac", "verdict_seeds", "fit_from", "holdout_overrides", "committed_only"}
 FAMILY_KEYS = {"name", "method", "overrides", "n_min", "n_max", "points", "sizes", "size_coef", "lr_mult", "centres",
                "aspect", "byte_ratio"}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]*(_[A-Za-z0-9.+-]+)*")  # a file-name part without "__"
@@ -92,6 +92,9 @@ class Grid:
     verdict_seeds: tuple[int, ...] = ()
     verdict_families: tuple[str, ...] = ()
     verdict_budgets: tuple[float, ...] = ()
+    # every point runs from committed code: a tree with changes under src/ is refused (or, allowed,
+    # its records are marked `excluded` and left out of every fit and table, and rerun once clean)
+    committed_only: bool = False
     lr_schedule: str | None = None  # train.lr_schedule of every run; None: the preset's
     cooldown_frac: float | None = None  # train.cooldown_frac of every run ("wsd")
 
@@ -214,7 +217,27 @@ def parse_grid(d: dict) -> Grid:
                 holdout_budgets=holdout, select_split=d.get("select_split"), eval_context=_eval_context(d),
                 groups=groups, holdout_overrides=_holdout_overrides(d.get("holdout_overrides", ())),
                 crossovers=_crossovers(d.get("crossovers", ()), [*names, *groups]),
+                committed_only=_flag(d.get("committed_only", False), "committed_only"),
                 **_verdict_seeds(d.get("verdict_seeds"), names, budgets), **extra)
+
+
+def _flag(value, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"grid: {key} is true or false, got {value!r}")
+    return value
+
+
+UNCOMMITTED = "uncommitted code"  # a record's `excluded` reason: run from a tree with changes under src/
+
+
+def check_committed(grid: Grid, allow_dirty: bool = False) -> None:
+    """A grid with `committed_only` runs from committed code: one error line when src/ has
+    uncommitted changes, unless `allow_dirty` (its records are then marked and left out)."""
+    from rltok.analysis.compare import git_commit
+
+    if grid.committed_only and git_commit().endswith("+dirty") and not allow_dirty:
+        raise ConfigError(f"the grid asks for committed code (committed_only) and src/ differs from {git_commit()[:-6]}: "
+                          "commit first, or pass --allow-dirty (its records are left out of every fit and table)")
 
 
 # what the held-out runs may set differently from the fitted budgets' runs: how they compute and
@@ -403,6 +426,8 @@ def run_point(grid: Grid, p: Point, folder: Path, split: str) -> dict:
         _write_json(run_root / ATTEMPTS, {"seconds": _interrupted_s(run_root) + time.time() - t0})
         raise
     rec["point_wall_s"] = _interrupted_s(run_root) + time.time() - t0
+    if getattr(grid, "committed_only", False) and str(rec.get("commit", "")).endswith("+dirty"):
+        rec["excluded"] = UNCOMMITTED
     return rec
 
 
@@ -541,7 +566,12 @@ def point_done(out: Path, p: Point) -> bool:
     """Whether the point's record is there; one that does not parse counts as not done, so that
     the next run of the study replaces it."""
     path = out / p.corpus / f"{p.stem}.json"
-    return path.exists() and read_record(path, warn=False) is not None
+    rec = read_record(path, warn=False) if path.exists() else None
+    if rec is not None and rec.get("excluded") == UNCOMMITTED:  # rerun once the tree is committed
+        from rltok.analysis.compare import git_commit
+
+        return git_commit().endswith("+dirty")
+    return rec is not None
 
 
 def run_points(grid: Grid, points: list[Point], out: Path, splits: dict, log=print, runner=None) -> int:
@@ -575,9 +605,10 @@ def run_points(grid: Grid, points: list[Point], out: Path, splits: dict, log=pri
 # ---------------------------------------------------------------- fitting
 
 def read_records(folder: Path, pattern: str = RESULTS_GLOB) -> list[dict]:
-    """The run records in a corpus folder (those whose file names match `pattern`)."""
+    """The run records in a corpus folder (those whose file names match `pattern`), less those
+    marked `excluded` (run from uncommitted code under a grid that asks for committed code)."""
     records = (read_record(p) for p in sorted(Path(folder).glob(pattern)))
-    return [r for r in records if r is not None]
+    return [r for r in records if r is not None and not r.get("excluded")]
 
 
 def merge_records(sources: list[Path], out: Path, log=print) -> int:

@@ -53,7 +53,7 @@ def cmd_compare(args) -> int:
 
 def cmd_scaling(args) -> int:
     """The isoFLOP study of a grid file: the runs not done yet, then the fits and plots per corpus."""
-    from rltok.analysis.scaling import fit_corpus, load_grid, one_corpus, study_table
+    from rltok.analysis.scaling import check_committed, fit_corpus, load_grid, one_corpus, study_table
     from rltok.analysis.scaling_adapt import run_grid
     from rltok.cli.paths import check_output_folder
 
@@ -70,6 +70,7 @@ def cmd_scaling(args) -> int:
 
         merge_records(args.merge, out, log)
     elif not args.fit_only:
+        check_committed(grid, args.allow_dirty)
         try:
             run_grid(grid, out, log, shard=args.shard)
         except KeyboardInterrupt:

@@ -256,6 +256,9 @@ def _add_scaling(sub: Subcommands) -> None:
                            "its records, no fit")
     mode.add_argument("--merge", nargs="+", metavar="FOLDER",
                       help="copy the run records of these results folders (shards) into --out, then fit")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="with a grid that sets committed_only: run from a tree with uncommitted changes under src/; "
+                        "its records are marked and left out of every fit and table")
     p.set_defaults(func=cmd_scaling)
 
 
