@@ -17,6 +17,7 @@ from rltok.eval.evaluate import evaluate
 from rltok.harness.run_eval import evaluate_run
 from rltok.model.factory import build_model
 from rltok.training.checkpoint import save_checkpoint
+from test_segment_memory import word_salad
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -48,14 +49,6 @@ after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 sys.stderr.write(f"rss {before} {after}\\n")
 sys.stdout.write(out.getvalue())
 """
-
-
-def word_salad(n: int) -> bytes:
-    import random
-
-    words = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing".split()
-    rng = random.Random(0)
-    return " ".join(rng.choice(words) for _ in range(n // 4)).encode()[:n]
 
 
 def test_eval_memory_does_not_grow_with_the_input(tmp_path):
