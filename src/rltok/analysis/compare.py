@@ -43,8 +43,6 @@ METHODS: dict[str, list[str]] = {
     "bpe_line": ["model.chunker=bpe", "model.bpe_pretokenize=line"],  # superword BPE, reaches 0.2
     "fixed": ["model.chunker=fixed"],
     "uniform": ["model.chunker=uniform"],
-    # a finished run's rule, frozen: add @model.chunker.checkpoint=PATH (a diagnostic, its FLOPs uncharged)
-    "teacher": ["model.chunker=teacher"],
     "flat": ["model.arch=flat"],
     "bpe_token": ["model.arch=bpe_token"],
     # the reference's ablations and the variance reducers (all: the rl rule, published recipe)
