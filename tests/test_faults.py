@@ -315,14 +315,6 @@ def test_preset_parameter_counts_are_current():
     assert {name: count_params(name) for name in PRESETS} == PRESET_PARAMS
 
 
-def test_model_methods_exist_when_the_model_is_imported():
-    done = in_fresh_process("import sys\nfrom rltok.model.hourglass import HourglassLM\n"
-                            "from rltok.model.token_lm import BPETokenLM\nimport rltok\n"
-                            "assert hasattr(HourglassLM, 'generate') and hasattr(BPETokenLM, 'from_pretrained')\n"
-                            "assert rltok.HourglassLM is HourglassLM\nprint('ok')")
-    assert done.stdout.strip() == "ok", done.stderr
-
-
 @pytest.mark.parametrize("argv", [["presets"], ["presets", "test"], ["train", "--print-config", "--preset", "test"]])
 def test_output_to_a_closed_pipe_ends_quietly(argv, tmp_path):
     """`rltok presets | head -1`, made deterministic: the reader has gone before the first write."""
