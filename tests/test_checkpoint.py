@@ -157,8 +157,9 @@ def test_stale_folders_are_cleaned(tmp_path, model, cfg):
 
 # The child saves step 1, then starts step 2 with one write made slow (after doing half of
 # it), announces WRITING and waits to be killed. Each child is a process of its own, forked from
-# a server that imported the checkpoint code once (a fresh interpreter per child cost seconds of
-# imports); it gets its run folder, kill point and connection as RUN, POINT and CONN.
+# a server that imported the checkpoint code once (conftest's `forks`: a fresh interpreter per
+# child cost seconds of imports); it gets its run folder, kill point and connection as RUN, POINT
+# and CONN.
 CHILD = r"""
 import os, sys, time
 import rltok.model.pretrained as mp
@@ -203,17 +204,6 @@ elif point == "rename":  # re-saving a step: killed between moving the old copy 
 ck.save_checkpoint(run, 2, model, cfg, {"step": 2})
 CONN.send("FINISHED")
 """
-
-
-@pytest.fixture(scope="module")
-def forks():
-    """Processes forked from one server with the checkpoint code imported (if this process has
-    started the server already, its children import it themselves)."""
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["rltok.model.pretrained", "rltok.training.checkpoint", "rltok.model"])
-    return ctx
 
 
 def _kill_while_writing(forks, run: Path, point: str) -> None:
