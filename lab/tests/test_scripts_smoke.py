@@ -2,9 +2,10 @@
 tiny corpus (or renders from the committed JSON), exits 0 and writes output of the expected shape,
 so a library change that breaks a script fails here. Nothing is written into the repository: every
 script's output options point into tmp_path. The scripts run in this process, as `python SCRIPT`
-would run them (a fresh interpreter for each cost seconds of imports, most of what they took). The shell sweeps are syntax-checked and run with a
-stand-in for `rltok` that records its arguments; the recorded command lines are then checked
-against the real CLI parser and method names (without training anything)."""
+would run them (a fresh interpreter for each cost seconds of imports, most of what they took).
+The shell sweeps are syntax-checked and run with a stand-in for `rltok` that records its
+arguments; the recorded command lines are then checked against the real CLI parser and method
+names (without training anything)."""
 
 from __future__ import annotations
 
@@ -64,9 +65,11 @@ def run_script(name: str, *args, cwd: Path) -> subprocess.CompletedProcess:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 runpy.run_path(argv[0], run_name="__main__")
-            except SystemExit as e:  # what the interpreter makes of sys.exit's argument
-                code = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
-                if not isinstance(e.code, (int, type(None))):
+            except SystemExit as e:  # as the interpreter exits: sys.exit(n), or a message and 1
+                if e.code is None or isinstance(e.code, int):
+                    code = e.code or 0
+                else:
+                    code = 1
                     print(e.code, file=sys.stderr)
     finally:
         sys.argv, sys.path[:] = saved[0], saved[1]
