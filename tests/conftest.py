@@ -45,6 +45,20 @@ def _threads():
     torch.manual_seed(0)
 
 
+@pytest.fixture(scope="session")
+def forks():
+    """A multiprocessing context whose processes are forked from one server that imported torch and
+    the rltok modules the tests' children use: each child is a process of its own (SIGKILL ends it
+    as it ends any), without the seconds of imports a fresh interpreter spends. If this process
+    started the server before, without these modules, its children import them themselves."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["rltok.model", "rltok.model.pretrained", "rltok.training.checkpoint",
+                                "rltok.data.prepare", "rltok.data.shards"])
+    return ctx
+
+
 def wait_for_ranks(proc, timeout: float = 240) -> str:
     """The output of a torchrun launched in its own session, once every rank exited cleanly; a
     hung launch is killed with all its workers and fails the test."""

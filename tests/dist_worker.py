@@ -6,18 +6,23 @@ Every rank takes part in: a DDP run stopped halfway and resumed (OUT/ddp_resume)
 stopped halfway and resumed (OUT/fsdp) and the same run uninterrupted (OUT/fsdp_straight), a DDP
 run with K segmentations per sequence (OUT/ddp_group), one with Lagrange rate control and a FLOPs
 budget (OUT/ddp_priced), one whose policy starts late and settles half-way (OUT/ddp_settled; under
-FSDP2 with a resume after it settled, OUT/fsdp_settled), and a DDP run through the CLI (OUT/ddp).
-Rank 0 writes the checkpoints and metrics that the test compares with a single-process run.
+FSDP2 with a resume after it settled, OUT/fsdp_settled), a DDP run on the prepared shards in OUT/prep
+(OUT/shards; each rank writes the windows it read to OUT/shards_reads<rank>.json), and a DDP run
+through the CLI (OUT/ddp). Rank 0 writes the checkpoints and metrics that the test compares with a
+single-process run.
 """
 
 import faulthandler
+import json
 import sys
+from pathlib import Path
 
 import torch
 
 from rltok.training import distributed
 from rltok.cli import main
 from rltok.config import load_config
+from rltok.data.shards import ByteStream
 from rltok.training.trainer import Trainer
 
 
@@ -63,6 +68,24 @@ def run() -> None:
     fsdp_settled = [*base, f"train.out_dir={out}/fsdp_settled", "train.fsdp=true", *SETTLED]
     Trainer(load_config("test", overrides=fsdp_settled), quiet=True).fit(stop_at=4)
     Trainer(load_config("test", overrides=fsdp_settled), resume=True, quiet=True).fit()
+    # 3e. prepared shards: the windows each rank reads, validation (when the trainer is built) and training
+    reads = []
+    gather = ByteStream.gather
+
+    def recording_gather(self, starts, length):
+        reads.append([int(s) for s in starts])
+        return gather(self, starts, length)
+
+    ByteStream.gather = recording_gather
+    try:
+        trainer = Trainer(load_config("test", overrides=[f"data.train={out}/prep", *overrides,
+                                                         f"train.out_dir={out}/shards"]), quiet=True)
+        val = list(reads)
+        reads.clear()
+        trainer.fit()
+    finally:
+        ByteStream.gather = gather
+    Path(out, f"shards_reads{trainer.dist.rank}.json").write_text(json.dumps({"val": val, "train": reads}))
     # 4. DDP through the command line, as a user launches it (last: its
     # exit destroys the process group, and re-creating one under torchrun is not reliable)
     rc = main(["train", "--preset", "test", "--out", f"{out}/ddp", *base])

@@ -156,7 +156,10 @@ def test_stale_folders_are_cleaned(tmp_path, model, cfg):
 # ---- SIGKILL while writing -------------------------------------------------------------------
 
 # The child saves step 1, then starts step 2 with one write made slow (after doing half of
-# it), announces WRITING and waits to be killed.
+# it), announces WRITING and waits to be killed. Each child is a process of its own, forked from
+# a server that imported the checkpoint code once (conftest's `forks`: a fresh interpreter per
+# child cost seconds of imports); it gets its run folder, kill point and connection as RUN, POINT
+# and CONN.
 CHILD = r"""
 import os, sys, time
 import rltok.model.pretrained as mp
@@ -164,13 +167,13 @@ import rltok.training.checkpoint as ck
 from rltok.config import load_config
 from rltok.model import HourglassLM
 
-run, point = sys.argv[1], sys.argv[2]
+run, point = RUN, POINT
 cfg = load_config("test")
 model = HourglassLM(cfg.model)
 ck.save_checkpoint(run, 1, model, cfg, {"step": 1})
 
 def hang():
-    print("WRITING", flush=True)
+    CONN.send("WRITING")
     time.sleep(120)
 
 if point == "weights":
@@ -199,25 +202,32 @@ elif point == "rename":  # re-saving a step: killed between moving the old copy 
             hang()
     ck.os.rename = slow
 ck.save_checkpoint(run, 2, model, cfg, {"step": 2})
-print("FINISHED", flush=True)
+CONN.send("FINISHED")
 """
 
 
-def _kill_while_writing(run: Path, point: str) -> None:
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(run), point], stdout=subprocess.PIPE, text=True)
+def _kill_while_writing(forks, run: Path, point: str) -> None:
+    said, conn = forks.Pipe(duplex=False)
+    proc = forks.Process(target=exec, args=(CHILD, {"RUN": str(run), "POINT": point, "CONN": conn}))
+    proc.start()
+    conn.close()
     try:
-        line = proc.stdout.readline()
-        assert line.strip() == "WRITING", line
+        try:
+            line = said.recv() if said.poll(120) else "nothing in 120 s"
+        except EOFError:  # the child ended without a word
+            proc.join(30)
+            line = f"nothing: the child ended with exit code {proc.exitcode}"
+        assert line == "WRITING", line
         proc.kill()  # SIGKILL: no handler, no cleanup
     finally:
         proc.kill()
-        proc.wait(30)
-        proc.stdout.close()
+        proc.join(30)
+        said.close()
 
 
 @pytest.mark.parametrize("point", ["weights", "trainer", "manifest", "rename"])
-def test_sigkill_while_writing_leaves_previous_checkpoint_loadable(tmp_path, point):
-    _kill_while_writing(tmp_path, point)
+def test_sigkill_while_writing_leaves_previous_checkpoint_loadable(forks, tmp_path, point):
+    _kill_while_writing(forks, tmp_path, point)
     leftovers = [p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith(".")]
     assert leftovers, "the kill should have interrupted a write"
     # the previous checkpoint is what a reader gets, without any repair step

@@ -266,8 +266,8 @@ def test_rate_loss_drives_rate_to_target(start, target):
     cfg = ObjectiveConfig(pg_weight=0.0, rate=PenaltyRateSettings(weight=1.0))
     opt = torch.optim.Adam(model.parameters(), lr=3e-2)
     gen = torch.Generator().manual_seed(0)
-    x = torch.randint(0, 256, (8, 64))
-    for _ in range(300):  # the pull shrinks with the miss: convergence is geometric
+    x = torch.randint(0, 256, (4, 32))
+    for _ in range(100):  # the pull shrinks with the miss: convergence is geometric (within 0.01 by ~25 steps)
         out = model(x, generator=gen)
         loss, m = compute_loss(out, x.roll(-1, 1), cfg, target)
         opt.zero_grad()

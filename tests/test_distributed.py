@@ -5,12 +5,15 @@ and a resume in between) and with FSDP2. RL chunker with sampled boundaries (pol
 the sequential sampler), so the shared data and boundary noise and the global batch-relative
 baseline and rate mean are all exercised; also K=2 segmentations per sequence with the
 group-relative baseline; and Lagrange rate control with a FLOPs budget (both fed by the global
-rate)."""
+rate). On prepared shards each rank reads only its own windows (training and validation): disjoint
+blocks of the global batch that together are exactly what one process with the whole batch reads.
+One torchrun runs every case (a launch costs seconds of start-up per rank)."""
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -23,6 +26,8 @@ from conftest import wait_for_ranks
 
 from rltok.training.loading import load_checkpoint
 from rltok.config import load_config
+from rltok.data.prepare import prepare
+from rltok.data.shards import ByteStream
 from rltok.training.trainer import Trainer
 
 from dist_worker import GROUP, PRICED, SETTLED
@@ -70,6 +75,13 @@ def runs(tmp_path_factory):
     data = root / "corpus.txt"
     data.write_bytes(b"".join(b"line %d: the quick brown fox %x jumps over lazy dogs\n" % (i, i * 31)
                               for i in range(400)))
+    src = root / "src"
+    src.mkdir()
+    rng = random.Random(0)
+    for i in range(40):
+        words = " ".join(rng.choice(["def", "x", "=", "return", "(", ")", ":", "\n", "    "]) for _ in range(rng.randint(50, 300)))
+        (src / f"f{i:02d}.py").write_text(words)
+    prepare(str(src), root / "prep", shard_bytes=1500, progress=False)  # many shards: windows cross them
     # the 2-rank runs hold half the global batch per rank
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
            "--master_addr=127.0.0.1", f"--master_port={free_port()}",
@@ -89,6 +101,25 @@ def runs(tmp_path_factory):
                                            f"train.batch_size={GLOBAL_BATCH}", *PRICED]), quiet=True).fit()
     Trainer(load_config("test", overrides=[*COMMON, f"data.train={data}", f"train.out_dir={root / 'single_settled'}",
                                            f"train.batch_size={GLOBAL_BATCH}", *SETTLED]), quiet=True).fit()
+    # and on the shards, recording the windows it reads
+    reads = []
+    gather = ByteStream.gather
+
+    def recording_gather(self, starts, length):
+        reads.append([int(s) for s in starts])
+        return gather(self, starts, length)
+
+    ByteStream.gather = recording_gather
+    try:
+        single = Trainer(load_config("test", overrides=[*COMMON, f"data.train={root / 'prep'}",
+                                                        f"train.out_dir={root / 'shards_single'}",
+                                                        f"train.batch_size={GLOBAL_BATCH}"]), quiet=True)
+        val = list(reads)
+        reads.clear()
+        single.fit()
+    finally:
+        ByteStream.gather = gather
+    (root / "shards_single_reads.json").write_text(json.dumps({"val": val, "train": reads}))
     out = wait_for_ranks(proc)
     return root, out
 
@@ -179,3 +210,20 @@ def test_fsdp_resume_continues_exactly(runs):
     assert losses(root / "fsdp") == losses(root / "fsdp_straight")
     a, b = weights(root / "fsdp"), weights(root / "fsdp_straight")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_two_ranks_read_disjoint_windows_from_shards_and_match_one_process(runs):
+    root, _ = runs
+    single = json.loads((root / "shards_single_reads.json").read_text())
+    ranks = [json.loads((root / f"shards_reads{r}.json").read_text()) for r in range(2)]
+    # every rank read its own half of each global batch, no window of the other rank's
+    assert len(ranks[0]["train"]) == len(ranks[1]["train"]) == len(single["train"]) == STEPS * 2
+    for step, (mine, theirs, whole) in enumerate(zip(ranks[0]["train"], ranks[1]["train"], single["train"])):
+        assert len(mine) == len(theirs) == GLOBAL_BATCH // 2
+        assert mine + theirs == whole, step
+    assert ranks[0]["val"][0] + ranks[1]["val"][0] == single["val"][0] and ranks[0]["val"][0]
+    # and the two ranks train as the one process does
+    ref, got = losses(root / "shards_single"), losses(root / "shards")
+    for a, b in zip(got, ref):
+        assert abs(a - b) <= 1e-5 * abs(b), (got, ref)
+    assert_params_close(weights(root / "shards"), weights(root / "shards_single"))

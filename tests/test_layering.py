@@ -9,6 +9,7 @@ rltok module. Nothing inside the package imports the package root (`import rltok
 from __future__ import annotations
 
 import ast
+import json
 import re
 import importlib.util
 import subprocess
@@ -163,40 +164,15 @@ def test_no_import_cycles():
     assert not real, "import cycles:\n" + "\n".join(" -> ".join(c) for c in real)
 
 
-def test_importing_the_model_loads_no_upper_layer():
-    code = ("import sys, rltok.model, rltok.model.hourglass, rltok.model.flat, rltok.model.token_lm\n"
-            "print(' '.join(sorted(m for m in sys.modules if m.startswith(('rltok.training', 'rltok.eval', "
-            "'rltok.analysis', 'rltok.cli', 'rltok.objective')))))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == []
-
-
-def test_package_exports_and_model_methods():
-    code = ("import sys\nfrom rltok import train, evaluate, Trainer, load_checkpoint, from_pretrained, save_pretrained\n"
-            "import rltok\n"
-            "assert callable(train) and train.__module__ == 'rltok.training.trainer'\n"
-            "assert callable(evaluate) and evaluate.__module__ == 'rltok.eval.evaluate'\n"
-            "assert set(rltok.__all__) <= set(dir(rltok))\n"
-            "from rltok.model import FlatByteLM, HourglassLM\n"
-            "from rltok.model.token_lm import BPETokenLM\n"
-            "for cls in (HourglassLM, FlatByteLM, BPETokenLM):\n"
-            "    assert all(hasattr(cls, m) for m in ('save_pretrained', 'push_to_hub', 'from_pretrained'))\n"
-            "assert hasattr(HourglassLM, 'generate') and hasattr(FlatByteLM, 'generate')\n"
-            "assert HourglassLM.save_pretrained.__module__ == 'rltok.model.pretrained'\n"
-            "assert HourglassLM.generate.__module__ == 'rltok.model.hourglass'\n"
-            "assert 'torch' not in sys.modules or 'rltok.model' in sys.modules\n"
-            "print('ok')")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.stdout.strip() == "ok", done.stderr
-
-
-# Run in a fresh interpreter: the third-party libraries are imported first, then every rltok
-# module with the calls that do work (processes, files, directory listings, the environment)
-# replaced by ones that fail when rltok's own code makes them, directly or through the standard
-# library. A library's own calls during its import (torch reading its files) are left alone.
-_NOTHING_RUNS_AT_IMPORT = r'''
-import builtins, importlib, io, os, pathlib, subprocess, sys, sysconfig
+# One fresh interpreter answers every question below about what importing does (each used to
+# start its own, and a start costs seconds): the third-party libraries are imported first, then
+# the model alone (which upper layers did that load?), then every other rltok module with the calls
+# that do work (processes, files, directory listings, the environment) replaced by ones that fail
+# when rltok's own code makes them, directly or through the standard library. A library's own
+# calls during its import (torch reading its files) are left alone. Last come the package's
+# exports and the lab modules loaded by then. Its answers: one JSON line.
+_FRESH_IMPORTS = r"""
+import builtins, importlib, io, json, os, pathlib, subprocess, sys, sysconfig, traceback
 SRC, NAMES = sys.argv[1], sys.argv[2:]
 for lib in ("torch", "numpy", "safetensors.torch", "tokenizers", "tqdm", "rich", "zstandard", "huggingface_hub"):
     importlib.import_module(lib)
@@ -237,22 +213,72 @@ class Env(type(os.environ)):
 os.environ.__class__ = Env
 import torch
 rng, threads, dtype = torch.get_rng_state(), torch.get_num_threads(), torch.get_default_dtype()
+answers = {}
+
+# the model alone, imported straight from its modules
+import rltok.model, rltok.model.hourglass, rltok.model.flat, rltok.model.token_lm
+answers["upper_layers_after_the_model"] = sorted(m for m in sys.modules if m.startswith(
+    ("rltok.training", "rltok.eval", "rltok.analysis", "rltok.cli", "rltok.objective")))
+from rltok.model.hourglass import HourglassLM
+from rltok.model.token_lm import BPETokenLM
+answers["model_methods"] = [hasattr(HourglassLM, "generate"), hasattr(BPETokenLM, "from_pretrained")]
+
+# then every module
 for name in NAMES:
     importlib.import_module(name)
 assert torch.equal(rng, torch.get_rng_state()), "the torch RNG was drawn from at import"
 assert (threads, dtype) == (torch.get_num_threads(), torch.get_default_dtype()), "torch settings changed at import"
-print("seen:", sorted(set(seen)))
-'''
+answers["seen"] = sorted(set(seen))
+answers["lab_modules"] = sorted(m for m in sys.modules if m.split(".")[0] == "rltok_lab")
+
+# the package root's exports
+try:
+    from rltok import train, evaluate, Trainer, load_checkpoint, from_pretrained, save_pretrained
+    import rltok
+    assert callable(train) and train.__module__ == "rltok.training.trainer"
+    assert callable(evaluate) and evaluate.__module__ == "rltok.eval.evaluate"
+    assert set(rltok.__all__) <= set(dir(rltok))
+    from rltok.model import FlatByteLM
+    for cls in (HourglassLM, FlatByteLM, BPETokenLM):
+        assert all(hasattr(cls, m) for m in ("save_pretrained", "push_to_hub", "from_pretrained")), cls
+    assert hasattr(HourglassLM, "generate") and hasattr(FlatByteLM, "generate")
+    assert HourglassLM.save_pretrained.__module__ == "rltok.model.pretrained"
+    assert HourglassLM.generate.__module__ == "rltok.model.hourglass"
+    assert rltok.HourglassLM is HourglassLM
+    answers["exports"] = "ok"
+except Exception:
+    answers["exports"] = traceback.format_exc()
+print(json.dumps(answers))
+"""
 
 
-def test_importing_any_module_runs_nothing():
-    """No module of the package does work when it is imported: no git or other process, no file
-    or environment read, no torch draw or setting (the command-line entry `__main__` aside)."""
+@pytest.fixture(scope="module")
+def fresh_imports() -> dict:
     names = [n for n in MODULES if not n.endswith("__main__")]
-    done = subprocess.run([sys.executable, "-c", _NOTHING_RUNS_AT_IMPORT, str(SRC), *names],
+    done = subprocess.run([sys.executable, "-c", _FRESH_IMPORTS, str(SRC), *names],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == "seen: []", done.stdout
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_importing_the_model_loads_no_upper_layer(fresh_imports):
+    assert fresh_imports["upper_layers_after_the_model"] == []
+
+
+def test_model_methods_exist_when_the_model_is_imported(fresh_imports):
+    """generate and the model folder's methods are the classes' own, there without importing
+    anything above the model."""
+    assert fresh_imports["model_methods"] == [True, True]
+
+
+def test_package_exports_and_model_methods(fresh_imports):
+    assert fresh_imports["exports"] == "ok"
+
+
+def test_importing_any_module_runs_nothing(fresh_imports):
+    """No module of the package does work when it is imported: no git or other process, no file
+    or environment read, no torch draw or setting (the command-line entry `__main__` aside)."""
+    assert fresh_imports["seen"] == []
 
 
 def test_the_library_never_imports_the_lab():
@@ -272,13 +298,5 @@ def test_the_library_never_imports_the_lab():
     assert not bad, f"the library imports the lab: {sorted(set(bad))}"
 
 
-def test_importing_every_library_module_loads_no_lab_module():
-    import subprocess
-    import sys
-
-    code = ("import importlib, sys\n"
-            f"for m in {sorted(n for n in MODULES if n != 'rltok.cli.__main__')!r}: importlib.import_module(m)\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'rltok_lab'))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "[]"
+def test_importing_every_library_module_loads_no_lab_module(fresh_imports):
+    assert fresh_imports["lab_modules"] == []

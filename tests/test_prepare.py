@@ -10,8 +10,6 @@ import json
 import lzma
 import random
 import signal
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -200,7 +198,7 @@ def kill_sources(tmp_path_factory):
 
 
 @pytest.mark.parametrize("kind, phase", [("files", "read"), ("files", "split"), ("hub", "read")])
-def test_a_killed_preparation_resumes_to_the_same_shards(kill_sources, tmp_path, kind, phase, capsys):
+def test_a_killed_preparation_resumes_to_the_same_shards(kill_sources, tmp_path, kind, phase, capsys, forks):
     root, specs = kill_sources
     if kind == "hub":
         pytest.importorskip("datasets")
@@ -224,10 +222,23 @@ def test_a_killed_preparation_resumes_to_the_same_shards(kill_sources, tmp_path,
                 os.kill(os.getpid(), signal.SIGKILL)
             return record
         ShardWriter.commit = killing_commit
-        prepare({spec!r}, {str(out)!r}, shard_bytes=8192, progress=False)
+        try:
+            prepare({spec!r}, {str(out)!r}, shard_bytes=8192, progress=False)
+        except BaseException:
+            import traceback
+            open({str(tmp_path / "child_error.txt")!r}, "w").write(traceback.format_exc())
+            raise
     """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    # a process of its own, forked from one that imported rltok (a fresh interpreter costs seconds)
+    proc = forks.Process(target=exec, args=(script, {}))
+    proc.start()
+    proc.join(120)
+    code = proc.exitcode  # None: still running after 120 s
+    if code is None:
+        proc.kill()
+        proc.join()
+    error = tmp_path / "child_error.txt"
+    assert code == -signal.SIGKILL, error.read_text()[-2000:] if error.exists() else code
     assert (out / WORK_DIR).is_dir() and not (out / MANIFEST).exists()
     if kind == "hub":  # a streamed dataset resumes from its own iteration state, not by counting records
         assert json.loads((out / WORK_DIR / "state.json").read_text())["parts"]["all"]["position"]

@@ -1,9 +1,11 @@
 """Smoke tests of the research scripts under lab/scripts/: each one runs at its smallest settings on a
 tiny corpus (or renders from the committed JSON), exits 0 and writes output of the expected shape,
 so a library change that breaks a script fails here. Nothing is written into the repository: every
-script's output options point into tmp_path. The shell sweeps are syntax-checked and run with a
-stand-in for `rltok` that records its arguments; the recorded command lines are then checked
-against the real CLI parser and method names (without training anything)."""
+script's output options point into tmp_path. The scripts run in this process, as `python SCRIPT`
+would run them (a fresh interpreter for each cost seconds of imports, most of what they took).
+The shell sweeps are syntax-checked and run with a stand-in for `rltok` that records its
+arguments; the recorded command lines are then checked against the real CLI parser and method
+names (without training anything)."""
 
 from __future__ import annotations
 
@@ -38,13 +40,45 @@ TEST_SHAPE = ["model.d_byte=32", "model.d_chunk=64", "model.n_heads_byte=2", "mo
               "train.warmup_steps=1", "train.eval_batches=2", "train.log_every=1", "train.threads=1"]
 
 
-def run_script(name: str, *args, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python lab/scripts/<name> args...` from cwd (outside the repository), one thread; fails the
-    test with the script's output when it exits non-zero."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg",
-           "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO / "lab")])}
-    proc = subprocess.run([sys.executable, str(SCRIPTS / name), *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+def run_script(name: str, *args, cwd: Path) -> subprocess.CompletedProcess:
+    """`python lab/scripts/<name> args...` from cwd (outside the repository), one thread, run in this
+    process: its argv, working directory, sys.path (the script's folder first, as the interpreter puts
+    it) and output are its own while it runs, then put back, and the modules it imported from beside
+    it are forgotten. Fails the test with the script's output when it exits non-zero."""
+    import contextlib
+    import io
+    import runpy
+
+    import matplotlib
+    import torch
+
+    matplotlib.use("Agg")
+    argv = [str(SCRIPTS / name), *map(str, args)]
+    saved = sys.argv, list(sys.path), os.getcwd(), torch.get_num_threads()
+    before = set(sys.modules)
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    try:
+        sys.argv, sys.path[:0] = argv, [str(SCRIPTS)]
+        os.chdir(cwd)
+        torch.set_num_threads(1)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                runpy.run_path(argv[0], run_name="__main__")
+            except SystemExit as e:  # as the interpreter exits: sys.exit(n), or a message and 1
+                if e.code is None or isinstance(e.code, int):
+                    code = e.code or 0
+                else:
+                    code = 1
+                    print(e.code, file=sys.stderr)
+    finally:
+        sys.argv, sys.path[:] = saved[0], saved[1]
+        os.chdir(saved[2])
+        torch.set_num_threads(saved[3])
+        for mod in set(sys.modules) - before:
+            if str(getattr(sys.modules[mod], "__file__", None) or "").startswith(str(SCRIPTS)):
+                del sys.modules[mod]
+    proc = subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
     assert proc.returncode == 0, f"{name} exited {proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}\n" \
                                  f"--- stderr\n{proc.stderr[-5000:]}"
     return proc
@@ -138,20 +172,24 @@ def test_token_alignment_rules(data_root, tmp_path):
 def test_boundary_runs_config_table_loads():
     """Every named run's overrides are valid config keys (no training): a renamed or removed key
     fails here, not hours into a sweep."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO / "lab")])}
-    code = ("import importlib.util, sys\n"
-            f"spec = importlib.util.spec_from_file_location('boundary_runs', {str(SCRIPTS / 'boundary_runs.py')!r})\n"
-            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
-            "from rltok.config import load_config\n"
-            "bad = []\n"
-            "for name, ov in m.RUNS.items():\n"
-            "    try:\n"
-            "        load_config('tiny', overrides=['objective.recipe=reference', *ov])\n"
-            "    except Exception as e:\n"
-            "        bad.append(f'{name}: {e}')\n"
-            "print('\\n'.join(bad)); sys.exit(1 if bad else 0)\n")
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    import importlib.util
+
+    from rltok.config import load_config
+
+    path = list(sys.path)
+    try:
+        spec = importlib.util.spec_from_file_location("boundary_runs", SCRIPTS / "boundary_runs.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = path
+    bad = []
+    for name, ov in module.RUNS.items():
+        try:
+            load_config("tiny", overrides=["objective.recipe=reference", *ov])
+        except Exception as e:
+            bad.append(f"{name}: {e}")
+    assert not bad, "\n".join(bad)
 
 
 def test_boundary_runs(data_root, tmp_path):
