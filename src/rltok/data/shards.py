@@ -318,6 +318,10 @@ class Prepared:
         pieces = [_File(self.path / s["file"], HEADER_BYTES, s["bytes"]) for s in info["shards"]]
         return ByteStream(pieces, f"{self.path}:{split}", crc=info["crc32"])
 
+    def documents(self, split: str) -> np.ndarray:
+        """int64 (documents, 2): start and length of each document of the split's stream."""
+        return np.load(self.path / self.manifest["splits"][split]["index"]["file"], mmap_mode="r")
+
     def corpus(self, source: str = "") -> Corpus:
         m = self.manifest
         return Corpus(self.stream("train"), self.stream("val") if "val" in m["splits"] else ByteStream([]),

@@ -119,6 +119,10 @@ class WandbSink:
             self.run = wandb.init(project=cfg.train.wandb, dir=str(run_dir), name=run_dir.resolve().name,
                                   group=run_dir.resolve().name, config=config)
         except Exception as e:  # no login, no network, a bad project: wandb raises many types
+            try:  # forget the failed start's settings: a later run in this process reads WANDB_* afresh
+                wandb.teardown()
+            except Exception:
+                pass
             raise ConfigError(f"train.wandb={cfg.train.wandb}: W&B could not start a run ({type(e).__name__}: "
                               f"{' '.join(str(e).split())[:200]}); run `wandb login`, set WANDB_MODE=offline, or "
                               "give train.wandb= (off) to train without it") from None
