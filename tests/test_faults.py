@@ -194,7 +194,7 @@ def test_compare_on_a_single_file_names_the_split_it_used():
 
 
 def test_compare_report_on_a_single_file_is_not_labelled_test(data_file, capsys, tmp_path):
-    code, out, err = run_cli(capsys, "compare", "--data", data_file, "--methods", "fixed", "--budget-bytes", "20000",
+    code, out, err = run_cli(capsys, "compare", "--data", data_file, "--methods", "fixed", "--budget-bytes", "4000",
                              "--preset", "test", "--out", tmp_path / "cmp", "train.device=cpu", "train.threads=1",
                              "train.eval_batches=1", "train.seq_len=64")
     assert code == 0, err
