@@ -111,15 +111,15 @@ def test_resume_continues_from_the_runs_own_config_bit_for_bit(tmp_path, data_fi
     import torch
 
     # warm-up longer than the run: the learning rate does not depend on max_steps
-    setup = [*FAST, "--data", data_file, "train.warmup_steps=50", "train.log_every=5", "train.eval_every=5",
-             "train.checkpoint_every=5", "model.dropout=0.1"]
-    assert run_cli(capsys, "train", *setup, "--out", tmp_path / "full", "--steps", "28")[0] == 0
-    assert run_cli(capsys, "train", *setup, "--out", tmp_path / "r1", "--steps", "15")[0] == 0
-    code, _, err = run_cli(capsys, "train", "--resume", "--out", tmp_path / "r1", "train.max_steps=28")
+    setup = [*FAST, "--data", data_file, "train.warmup_steps=50", "train.log_every=3", "train.eval_every=3",
+             "train.checkpoint_every=3", "model.dropout=0.1"]
+    assert run_cli(capsys, "train", *setup, "--out", tmp_path / "full", "--steps", "11")[0] == 0
+    assert run_cli(capsys, "train", *setup, "--out", tmp_path / "r1", "--steps", "6")[0] == 0
+    code, _, err = run_cli(capsys, "train", "--resume", "--out", tmp_path / "r1", "train.max_steps=11")
     assert code == 0, err
-    assert "resumed from" in err and "step 15" in err
+    assert "resumed from" in err and "step 6" in err
     (w_full, rec_full), (w_res, rec_res) = final_state(tmp_path / "full"), final_state(tmp_path / "r1")
-    assert rec_res == rec_full and rec_full["step"] == 28
+    assert rec_res == rec_full and rec_full["step"] == 11
     assert w_full.keys() == w_res.keys()
     for k in w_full:
         assert torch.equal(w_full[k], w_res[k]), k
@@ -194,7 +194,7 @@ def test_compare_on_a_single_file_names_the_split_it_used():
 
 
 def test_compare_report_on_a_single_file_is_not_labelled_test(data_file, capsys, tmp_path):
-    code, out, err = run_cli(capsys, "compare", "--data", data_file, "--methods", "fixed", "--budget-bytes", "20000",
+    code, out, err = run_cli(capsys, "compare", "--data", data_file, "--methods", "fixed", "--budget-bytes", "4000",
                              "--preset", "test", "--out", tmp_path / "cmp", "train.device=cpu", "train.threads=1",
                              "train.eval_batches=1", "train.seq_len=64")
     assert code == 0, err
