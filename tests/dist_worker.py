@@ -37,6 +37,27 @@ PRICED = ["objective.rate_control=lagrange", "model.target_rate=0.3", "train.flo
 SETTLED = ["objective.policy_start_step=2", "objective.policy_until=0.5"]
 
 
+def trained_reading_shards(cfg):
+    """Train `cfg` on prepared shards, recording the windows it reads: (trainer, {"val": the reads
+    made when the trainer is built, "train": those of training})."""
+    reads = []
+    gather = ByteStream.gather
+
+    def recording_gather(self, starts, length):
+        reads.append([int(s) for s in starts])
+        return gather(self, starts, length)
+
+    ByteStream.gather = recording_gather
+    try:
+        trainer = Trainer(cfg, quiet=True)
+        val = list(reads)
+        reads.clear()
+        trainer.fit()
+    finally:
+        ByteStream.gather = gather
+    return trainer, {"val": val, "train": reads}
+
+
 def run() -> None:
     out, data, *overrides = sys.argv[1:]
     faulthandler.dump_traceback_later(180, exit=True)  # a hang shows where each rank waits
@@ -69,23 +90,9 @@ def run() -> None:
     Trainer(load_config("test", overrides=fsdp_settled), quiet=True).fit(stop_at=4)
     Trainer(load_config("test", overrides=fsdp_settled), resume=True, quiet=True).fit()
     # 3e. prepared shards: the windows each rank reads, validation (when the trainer is built) and training
-    reads = []
-    gather = ByteStream.gather
-
-    def recording_gather(self, starts, length):
-        reads.append([int(s) for s in starts])
-        return gather(self, starts, length)
-
-    ByteStream.gather = recording_gather
-    try:
-        trainer = Trainer(load_config("test", overrides=[f"data.train={out}/prep", *overrides,
-                                                         f"train.out_dir={out}/shards"]), quiet=True)
-        val = list(reads)
-        reads.clear()
-        trainer.fit()
-    finally:
-        ByteStream.gather = gather
-    Path(out, f"shards_reads{trainer.dist.rank}.json").write_text(json.dumps({"val": val, "train": reads}))
+    trainer, reads = trained_reading_shards(load_config("test", overrides=[f"data.train={out}/prep", *overrides,
+                                                                           f"train.out_dir={out}/shards"]))
+    Path(out, f"shards_reads{trainer.dist.rank}.json").write_text(json.dumps(reads))
     # 4. DDP through the command line, as a user launches it (last: its
     # exit destroys the process group, and re-creating one under torchrun is not reliable)
     rc = main(["train", "--preset", "test", "--out", f"{out}/ddp", *base])

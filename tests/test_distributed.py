@@ -27,7 +27,6 @@ from conftest import wait_for_ranks
 from rltok.training.loading import load_checkpoint
 from rltok.config import load_config
 from rltok.data.prepare import prepare
-from rltok.data.shards import ByteStream
 from rltok.training.trainer import Trainer
 
 from dist_worker import GROUP, PRICED, SETTLED
@@ -102,24 +101,12 @@ def runs(tmp_path_factory):
     Trainer(load_config("test", overrides=[*COMMON, f"data.train={data}", f"train.out_dir={root / 'single_settled'}",
                                            f"train.batch_size={GLOBAL_BATCH}", *SETTLED]), quiet=True).fit()
     # and on the shards, recording the windows it reads
-    reads = []
-    gather = ByteStream.gather
+    from dist_worker import trained_reading_shards
 
-    def recording_gather(self, starts, length):
-        reads.append([int(s) for s in starts])
-        return gather(self, starts, length)
-
-    ByteStream.gather = recording_gather
-    try:
-        single = Trainer(load_config("test", overrides=[*COMMON, f"data.train={root / 'prep'}",
-                                                        f"train.out_dir={root / 'shards_single'}",
-                                                        f"train.batch_size={GLOBAL_BATCH}"]), quiet=True)
-        val = list(reads)
-        reads.clear()
-        single.fit()
-    finally:
-        ByteStream.gather = gather
-    (root / "shards_single_reads.json").write_text(json.dumps({"val": val, "train": reads}))
+    _, reads = trained_reading_shards(load_config("test", overrides=[*COMMON, f"data.train={root / 'prep'}",
+                                                                     f"train.out_dir={root / 'shards_single'}",
+                                                                     f"train.batch_size={GLOBAL_BATCH}"]))
+    (root / "shards_single_reads.json").write_text(json.dumps(reads))
     out = wait_for_ranks(proc)
     return root, out
 
