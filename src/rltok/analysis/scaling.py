@@ -217,14 +217,7 @@ def parse_grid(d: dict) -> Grid:
                 holdout_budgets=holdout, select_split=d.get("select_split"), eval_context=_eval_context(d),
                 groups=groups, holdout_overrides=_holdout_overrides(d.get("holdout_overrides", ())),
                 crossovers=_crossovers(d.get("crossovers", ()), [*names, *groups]),
-                committed_only=_flag(d.get("committed_only", False), "committed_only"),
                 **_verdict_seeds(d.get("verdict_seeds"), names, budgets), **extra)
-
-
-def _flag(value, key: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"grid: {key} is true or false, got {value!r}")
-    return value
 
 
 UNCOMMITTED = "uncommitted code"  # a record's `excluded` reason: run from a tree with changes under src/

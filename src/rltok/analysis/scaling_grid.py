@@ -104,10 +104,11 @@ def rules(d: dict) -> dict:
         out["extend"] = int(d["extend"])
         if out["extend"] < 0:
             raise ConfigError("grid: extend must be >= 0")
-    if "interior_only" in d:
-        if not isinstance(d["interior_only"], bool):
-            raise ConfigError(f"grid: interior_only is true or false, got {d['interior_only']!r}")
-        out["interior_only"] = d["interior_only"]
+    for key in ("interior_only", "committed_only"):
+        if key in d:
+            if not isinstance(d[key], bool):
+                raise ConfigError(f"grid: {key} is true or false, got {d[key]!r}")
+            out[key] = d[key]
     if "fit_from" in d:
         out["fit_from"] = float(d["fit_from"])
         if not out["fit_from"] > 0:
