@@ -188,6 +188,7 @@ class Study:
     held_out: tuple = (HELD_OUT,)  # read, never pooled with the fitted budgets
     groups: dict = dataclasses.field(default_factory=lambda: dict(GROUPS))
     pairs: tuple = VERDICTS
+    left_out: dict = dataclasses.field(default_factory=dict)  # {corpus: runs from uncommitted code}
 
 
 def load_study(corpora: Sequence[str] = CORPORA, budgets: Sequence[float] = BUDGETS) -> Study:
@@ -204,14 +205,18 @@ def grid_study(grid, folder: Path) -> Study:
     """A grid's study from its results folder (`rltok scaling --out`): its budgets and held-out
     budgets, its groups, and its crossovers as the pairs; runs from uncommitted code and the
     learning-rate checks are left out of every cell (and counted by `left_out`)."""
-    runs = {}
+    from rltok.analysis.scaling import RESULTS_GLOB, read_record
+
+    runs, left = {}, {}
     for corpus in grid.corpora:
-        rs = read_all(folder / corpus)
+        # every record, those `rltok scaling` marks excluded included, so that all are counted
+        rs = [r for r in map(read_record, sorted((folder / corpus).glob(RESULTS_GLOB))) if r is not None]
+        left[corpus] = sum(map(is_dirty, rs))
         runs[corpus] = [r for r in rs if r.get("bpb") is not None and r.get("point_kind") != "check"
                         and not is_dirty(r)]
     budgets = tuple(sorted({*grid.budgets, *grid.holdout_budgets}))
     return _study(runs, budgets, held_out=tuple(grid.holdout_budgets), groups={k: tuple(v) for k, v in grid.groups.items()},
-                  pairs=tuple(tuple(p) for p in grid.crossovers))
+                  pairs=tuple(tuple(p) for p in grid.crossovers), left_out=left)
 
 
 def budget_verdicts(study: Study) -> list[Verdict]:
@@ -413,23 +418,16 @@ def grid_report(grid, folder: Path) -> str:
     fitted budget with runs and at the held-out budgets, then its crossovers as paired verdicts
     under both FLOP counts, each table corrected with Holm over its own verdicts."""
     study = grid_study(grid, folder)
-    left = {c: sum(1 for r in (read_all(folder / c)) if is_dirty(r)) for c in grid.corpora}
     read = [b for b in study.budgets if any(study.cells[c].get(b) for c in study.cells)]
     fitted = [b for b in read if b not in study.held_out]
     shown = tuple(([fitted[-1]] if fitted else []) + [b for b in read if b in study.held_out])
     verdicts = budget_verdicts(study)
-    parts = [f"Runs from uncommitted code left out: {', '.join(f'{c} {n}' for c, n in left.items())}.",
+    parts = [f"Runs from uncommitted code left out: {', '.join(f'{c} {n}' for c, n in study.left_out.items())}.",
              "## Each family at its val-chosen size", cells_table(study, shown),
              "## Paired verdicts, FLOPs as charged (causal pairs)", verdicts_table([v for v in verdicts if v.flops == "charged"]),
              "## The same verdicts, FLOPs as the kernels compute them",
              verdicts_table([v for v in verdicts if v.flops == "kernel"])]
     return "\n\n".join(parts) + "\n"
-
-
-def read_all(folder: Path) -> list[dict]:
-    from rltok.analysis.scaling import read_records
-
-    return read_records(folder) if folder.is_dir() else []
 
 
 BEGIN, END = "<!-- audit:begin -->", "<!-- audit:end -->"

@@ -103,7 +103,7 @@ def test_a_grid_study_reads_its_folder_and_leaves_out_uncommitted_runs(tmp_path)
         (folder / f"C1e10__{fam}__N100__s{seed}.json").write_text(json.dumps(rec))
     # a run from a dirty tree would make a's mean far lower: it must not count
     dirty = {**base, "family": "a", "method": "a", "seed": 2, "bpb": 0.1, "bpb_select": 0.1,
-             "non_embedding_params": 100, "commit": "abc1234+dirty"}
+             "non_embedding_params": 100, "commit": "abc1234+dirty", "excluded": "uncommitted code"}
     (folder / "C1e10__a__N100__s2.json").write_text(json.dumps(dirty))
     study = audit.grid_study(grid, tmp_path / "out")
     cell = study.cells["c"][1e10]["a"]
