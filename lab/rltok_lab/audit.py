@@ -430,14 +430,12 @@ def grid_report(grid, folder: Path) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-BEGIN, END = "<!-- audit:begin -->", "<!-- audit:end -->"
-
-
-def splice(doc: Path, text: str) -> None:
-    """Replace what stands between the audit markers of `doc` with `text`."""
+def splice(doc: Path, text: str, marker: str = "audit") -> None:
+    """Replace what stands between the `marker` markers of `doc` (<!-- audit:begin --> ...) with `text`."""
+    begin, end = f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->"
     old = doc.read_text()
-    if BEGIN not in old or END not in old:
-        raise ConfigError(f"{doc}: no {BEGIN} ... {END} block to write the audit into")
-    head, rest = old.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    doc.write_text(f"{head}{BEGIN}\n\n{text}\n{END}{tail}")
+    if begin not in old or end not in old:
+        raise ConfigError(f"{doc}: no {begin} ... {end} block to write the tables into")
+    head, rest = old.split(begin, 1)
+    tail = rest.split(end, 1)[1]
+    doc.write_text(f"{head}{begin}\n\n{text}\n{end}{tail}")

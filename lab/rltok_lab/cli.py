@@ -278,6 +278,37 @@ def _model_args(p) -> None:
     p.add_argument("--out", "--json", dest="out", help="write the result as JSON")
 
 
+def cmd_why_cuts(args) -> int:
+    """`why-cuts`: where each hierarchy of a grid cuts at one budget, and what a cut is worth there."""
+    import json
+    from pathlib import Path
+
+    import torch
+
+    from rltok.analysis.scaling import load_grid
+    from rltok_lab.why_cuts import report, to_plain, why_cuts
+
+    torch.set_num_threads(args.threads)
+    folder = Path(args.out)
+    if not folder.is_dir():
+        raise ConfigError(f"--out {folder}: no such results folder")
+    readings = why_cuts(load_grid(args.grid), folder, args.budget, args.corpus, args.families, args.data_root,
+                        args.per_class, args.batch, args.seq_len, args.seed,
+                        log=lambda m: print(m, file=sys.stderr))
+    if not readings:
+        raise ConfigError(f"no hierarchy family has finished runs at {args.budget:g}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"budget": args.budget, "readings": to_plain(readings)}, indent=1))
+    text = report(readings, args.budget)
+    if args.splice:
+        from rltok_lab.audit import splice
+
+        splice(Path(args.splice), text, marker="why-cuts")
+    else:
+        print(text)
+    return 0
+
+
 def cmd_audit(args) -> int:
     from pathlib import Path
 
@@ -399,6 +430,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--splice", metavar="MARKDOWN", help="write the tables between <!-- audit:begin --> and "
                                                         "<!-- audit:end --> of this file instead of printing them")
     p.set_defaults(func=cmd_audit)
+
+    p = sub.add_parser("why-cuts", help="each hierarchy of a grid at its val-chosen size at one budget: where its "
+                                        "cuts fall per byte class, what a cut is worth there (the true advantage), "
+                                        "and how much its placement gains over random cuts")
+    p.add_argument("--grid", required=True, help="the grid file (as given to `rltok scaling`)")
+    p.add_argument("--out", required=True, help="its results folder, run folders with checkpoints included")
+    p.add_argument("--budget", type=number(1.0, 1e30), required=True, help="the budget whose cells are read")
+    p.add_argument("--corpus", nargs="+", help="corpora (default: the grid's)")
+    p.add_argument("--families", nargs="+", help="families (default: every hierarchy)")
+    p.add_argument("--data-root", help="a folder holding each corpus by name (default: the data each run trained on)")
+    p.add_argument("--per-class", type=count(1, 1 << 16), default=64, help="positions per byte class and seed")
+    p.add_argument("--batch", type=count(1, 4096), default=8, help="val windows in the fixed batch")
+    p.add_argument("--seq-len", type=count(0, 1 << 20), default=0, help="window length (default: the run's)")
+    p.add_argument("--seed", type=count(0, MAX_SEED), default=0)
+    p.add_argument("--threads", type=count(1, MAX_THREADS), default=1)
+    p.add_argument("--json", help="also write the readings as JSON")
+    p.add_argument("--splice", metavar="MARKDOWN", help="write the tables between <!-- why-cuts:begin --> and "
+                                                        "<!-- why-cuts:end --> of this file instead of printing them")
+    p.set_defaults(func=cmd_why_cuts)
     for command in sub.choices.values():  # a run trained with a plugin loads with it
         add_plugin_arg(command)
     return parser

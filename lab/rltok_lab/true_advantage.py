@@ -225,6 +225,7 @@ class _Measurement:
     positions: list[tuple[int, int, str]]  # (row, t, class), class by class
     d: list[float]  # D_t of each position
     n_candidates: dict[str, int]
+    n_cuts: dict[str, int]  # candidates of each class where the sampled segmentation cuts
     leak: float
     rows: int
     sampled_rate: float
@@ -252,6 +253,9 @@ def _measure(model, x: torch.Tensor, y: torch.Tensor, objective_cfg: ObjectiveCo
     xr_cpu, row_window_cpu = xr.cpu(), row_window.cpu()
     classes = [byte_classes(row) for row in xr_cpu]
     chosen, n_candidates = stratified_positions(classes, candidates, n_per_class, seed)
+    n_cuts = dict.fromkeys(CLASSES, 0)
+    for i, t in torch.nonzero((candidates & b.bool()).cpu()).tolist():
+        n_cuts[classes[i][t]] += 1
     positions = [(i, t, c) for c in CLASSES for i, t in chosen[c]]
     l1, l0, leak = variant_losses(model, xr, yr, b, [(i, t) for i, t, _ in positions], horizon, batch_size)
     d = (l0 - l1).cpu().tolist()
@@ -260,7 +264,7 @@ def _measure(model, x: torch.Tensor, y: torch.Tensor, objective_cfg: ObjectiveCo
     ests = (ESTIMATORS if estimators is None else estimators) if rl else {}
     adv = {name: fn(model, out, xr, yr, objective_cfg).float().cpu() for name, fn in ests.items()}
     p = torch.sigmoid(bd.logits.float()).cpu() if rl else None
-    return _Measurement(positions=positions, d=d, n_candidates=n_candidates, leak=leak, rows=len(xr),
+    return _Measurement(positions=positions, d=d, n_candidates=n_candidates, n_cuts=n_cuts, leak=leak, rows=len(xr),
                         sampled_rate=float(b.float().mean()),
                         row_window=row_window_cpu, xr=xr_cpu, b=b.cpu(), rl=rl, p=p, adv=adv)
 
@@ -281,8 +285,10 @@ def _position_records(m: _Measurement) -> list[dict]:
     return records
 
 
-def _class_summary(records: list[dict], n_candidates: dict[str, int], with_p: bool) -> tuple[dict, dict]:
-    """D's statistics per byte class and overall. -> (per class, overall)."""
+def _class_summary(records: list[dict], n_candidates: dict[str, int], with_p: bool,
+                   n_cuts: dict[str, int] | None = None) -> tuple[dict, dict]:
+    """D's statistics per byte class and overall; with `n_cuts`, each class's cut rate over all of
+    its candidates (not only the sampled positions). -> (per class, overall)."""
     total = sum(n_candidates.values())
     class_stats = {}
     for c in CLASSES:
@@ -290,6 +296,9 @@ def _class_summary(records: list[dict], n_candidates: dict[str, int], with_p: bo
         st = _stats([r["D"] for r in recs])
         st["candidates"] = n_candidates[c]
         st["taken_rate"] = sum(r["b"] for r in recs) / len(recs) if recs else None
+        if n_cuts is not None:
+            st["cuts"] = n_cuts[c]
+            st["cut_rate"] = n_cuts[c] / n_candidates[c] if n_candidates[c] else None
         if with_p:
             st["mean_p"] = sum(r["p"] for r in recs) / len(recs) if recs else None
         class_stats[c] = st
@@ -354,7 +363,7 @@ def true_advantage(model, x: torch.Tensor, y: torch.Tensor, objective_cfg: Objec
     finally:
         model.train(was_training)
     records = _position_records(m)
-    class_stats, overall = _class_summary(records, m.n_candidates, m.p is not None)
+    class_stats, overall = _class_summary(records, m.n_candidates, m.p is not None, m.n_cuts)
     return {"classes": class_stats, "overall": overall, "estimators": _estimator_correlations(records, m.adv),
             "positions": records, "settings": _settings(model, x, objective_cfg, m, n_per_class, horizon,
                                                         batch_size, seed)}
@@ -371,12 +380,13 @@ def format_true_advantage(result: dict) -> str:
     lines = [f"true advantage D_t = L(b_t=0) - L(b_t=1), nats over bytes t..t+horizon (horizon: {horizon}); "
              f"{s['rows']} rows x {s['windows'][1]} bytes, sampled rate {s['sampled_rate']:.3f}, "
              f"causal leak {s['causal_leak_max']:.2e}", "",
-             "| class | candidates | n | mean D | s.e. | share D > 0 | mean abs D | taken rate |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| class | candidates | cut rate | n | mean D | s.e. | share D > 0 | mean abs D | taken rate |",
+             "|---|---|---|---|---|---|---|---|---|"]
     rows = list(result["classes"].items()) + [("overall", result["overall"])]
     for c, st in rows:
         taken = st.get("taken_rate")
-        lines.append(f"| {c} | {st['candidates']} | {st['n']} | {_fmt(st['mean_D'])} | {_fmt(st['se_D'])} "
+        lines.append(f"| {c} | {st['candidates']} | {_fmt(st.get('cut_rate'), '.2f')} | {st['n']} "
+                     f"| {_fmt(st['mean_D'])} | {_fmt(st['se_D'])} "
                      f"| {_fmt(st['share_positive'], '.2f')} | {_fmt(st['mean_abs_D'])} "
                      f"| {_fmt(taken, '.2f') if c != 'overall' else ''} |")
     pop = result["overall"].get("mean_D_population")
