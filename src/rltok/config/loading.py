@@ -7,6 +7,7 @@ keys are read where they now live. The plugins a config names are loaded before 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 import warnings
 from dataclasses import dataclass, field
@@ -191,8 +192,13 @@ SECTION_PATHS = ("model.chunker", "objective.reward", "objective.estimator", "ob
 
 
 def _field_types(obj: Any) -> dict[str, Any]:
-    hints = typing.get_type_hints(type(obj))
-    return {f.name: hints[f.name] for f in dataclasses.fields(obj)}
+    return _class_field_types(type(obj))
+
+
+@functools.cache  # resolving the hints is the slow part of loading a config, and a class's never change
+def _class_field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
 def _coerce(value: Any, typ: Any, key: str) -> Any:
