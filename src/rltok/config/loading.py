@@ -1,8 +1,5 @@
-"""The whole configuration and how it is built: defaults, then a preset, then a JSON/TOML file,
-then `section.key=value` overrides. Unknown keys are refused with a suggestion; keys removed from
-the schema are ignored with a note when a saved config carries them, and the older flat layout's
-keys are read where they now live. The plugins a config names are loaded before its keys are read.
-"""
+"""The whole configuration and how it is built: defaults, a preset, a JSON/TOML file, then
+`section.key=value` overrides (docs/CONFIG.md, "Config layout")."""
 
 from __future__ import annotations
 
