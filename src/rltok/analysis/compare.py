@@ -1,15 +1,5 @@
-"""Compute-matched comparison of boundary rules.
-
-Every method uses the same backbone and optimiser settings; only the boundary rule differs (or,
-for the flat references, the architecture). The budget is total training FLOPs *spent*: every
-run counts each step's FLOPs at the chunks (tokens) per byte that step drew and stops when the
-budget is spent, so a rule whose rate drifts or is set by the data pays for what it used. A
-run that ends more than `BUDGET_TOLERANCE` away from the budget is flagged. The flat byte model
-is sized so its FLOPs per byte match the hierarchical model's at the target rate. Each rule is
-evaluated with the rule it trained with (sampled where it samples); rules with a separate
-inference rule (greedy thresholding) report it as well. Each run is written to its own JSON
-file as soon as it finishes; a rerun skips finished runs and resumes interrupted ones.
-"""
+"""Compute-matched comparison of boundary rules: every method trained to the same training FLOPs
+spent, one JSON per run, resumable (docs/CONFIG.md, "Commands")."""
 
 from __future__ import annotations
 
