@@ -1,15 +1,5 @@
-"""Compute-matched comparison of boundary rules.
-
-Every method uses the same backbone and optimiser settings; only the boundary rule differs (or,
-for the flat references, the architecture). The budget is total training FLOPs *spent*: every
-run counts each step's FLOPs at the chunks (tokens) per byte that step drew and stops when the
-budget is spent, so a rule whose rate drifts or is set by the data pays for what it used. A
-run that ends more than `BUDGET_TOLERANCE` away from the budget is flagged. The flat byte model
-is sized so its FLOPs per byte match the hierarchical model's at the target rate. Each rule is
-evaluated with the rule it trained with (sampled where it samples); rules with a separate
-inference rule (greedy thresholding) report it as well. Each run is written to its own JSON
-file as soon as it finishes; a rerun skips finished runs and resumes interrupted ones.
-"""
+"""Compute-matched comparison of boundary rules: every method trained to the same training FLOPs
+spent, one JSON per run, resumable (docs/CONFIG.md, "Commands")."""
 
 from __future__ import annotations
 
@@ -376,13 +366,9 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
             preset: str = "tiny", eval_split: str = "test", max_eval_windows: int = 0, eval_context: int = 1,
             branch_from: Path | None = None, warmup_at: float | None = None) -> dict:
     """Train one method with one seed to the FLOPs budget, evaluate it, and return its record.
-    `eval_context`: the bytes of each evaluation window before it are context, not scored
-    (rltok.eval.evaluate: every family scores the same bytes). `branch_from`: a "wsd" run's
-    branch checkpoint (or its run folder) at a smaller budget; this run goes on from it to its own
-    budget, ending where a run from scratch would (checked: rltok.training.run_folder.branch_refusal),
-    and its record adds `branch_checkpoint` and `own_flops` (the FLOPs spent after it). Both runs
-    need the same warm-up: `warmup_at` makes it train.warmup_frac of the steps that budget plans
-    (default: this run's own budget), or under "wsd" give train.warmup_steps with warmup_frac 0."""
+    `branch_from`: a "wsd" branch checkpoint (or its run folder) at a smaller budget to go on from
+    (docs/CONFIG.md, "The learning-rate schedule"); its record adds `branch_checkpoint` and
+    `own_flops`. `warmup_at`: the budget whose planned steps train.warmup_frac is a share of."""
     from rltok.training import run_folder
     from rltok.training.checkpoint import read_trainer_state
 

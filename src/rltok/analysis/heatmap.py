@@ -1,9 +1,6 @@
-"""Boundary heat maps: per-byte boundary probability as background colour, boundaries marked.
-
-Cells are characters, not bytes, so multi-byte UTF-8 text stays readable: a cell takes the
-highest probability among its bytes and is marked when any of them closes a chunk. Bytes that
-are not valid UTF-8 get a cell each, shown as \\xNN.
-"""
+"""Boundary heat maps: per-byte boundary probability as background colour, boundaries marked. A cell
+is a character (the highest probability of its bytes; marked when any closes a chunk), an invalid
+byte a cell of its own, shown as \\xNN."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Differences paired by seed, with a Student-t interval over seeds (math only, no scipy).
-
-Two methods trained with the same seeds share their data order and initial draws, so the
-per-seed difference removes most of the seed-to-seed spread; the verdict asks whether the
-t interval of the mean difference excludes 0, not whether the means lie "within 2 sd".
-"""
+"""Differences paired by seed, with a Student-t interval over seeds (math only, no scipy): runs with
+the same seed share data order and initial draws, so the per-seed difference removes most spread."""
 
 from __future__ import annotations
 

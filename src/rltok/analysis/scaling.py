@@ -1,14 +1,5 @@
-"""The compute-optimal (isoFLOP) study from a grid file (its schema: docs/SCALING.md): every corpus
-x budget x family x size x seed trained to its FLOPs budget (`rltok.analysis.compare.run_one`), one
-JSON per run, then the fits (`scaling_fit.fit_study`), report (`scaling_report`) and plots
-(`scaling_plots`) per corpus. The grid's rules are `scaling_grid`'s, the steps that follow the
-results (extensions, more seeds at the optimum) `scaling_adapt`'s.
-
-Layout: `OUT/<corpus>/<budget>__<family>__N<target>__s<seed>.json` per run (written as soon as it
-exists; a point whose JSON exists is skipped, an interrupted one resumes from its checkpoint under
-`OUT/<corpus>/runs/`), and `OUT/<corpus>/fits.json`, `report.md` and the PNGs from the fit
-(holdout budgets left out).
-"""
+"""The compute-optimal (isoFLOP) study from a grid file (docs/SCALING.md): grid, points, records,
+merge; every point trained by `compare.run_one`, then the fits, report and plots per corpus."""
 
 from __future__ import annotations
 

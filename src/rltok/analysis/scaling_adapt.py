@@ -1,9 +1,6 @@
-"""Running a grid (`run_grid`): its ladder points, then per corpus, budget and family the steps
-that depend on their results (docs/SCALING.md: "Extend until interior", "More seeds at the
-optimum"): sizes beyond the edge until the optimum is interior, then more seeds at the best size.
-Both decide from the records of the grid's seeds only, so a rerun makes the same decisions: the
-sizes added before are found again from the records, and every point whose JSON exists is skipped.
-"""
+"""Running a grid (`run_grid`): its ladder points, then the steps that depend on their results
+(docs/SCALING.md, "Extend until interior", "More seeds at the optimum"), decided from the records
+of the grid's seeds only, so a rerun makes the same decisions."""
 
 from __future__ import annotations
 

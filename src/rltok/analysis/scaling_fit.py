@@ -1,13 +1,5 @@
-"""Fits of the compute-optimal (isoFLOP) study, numpy only: per-budget parabolas, per-family
-envelopes, crossovers between families and predictions at a held-out budget, each with a seeded
-bootstrap (the method: docs/SCALING.md, "The fits"). Input: run records as `rltok compare` and
-`rltok scaling` write them.
-
-Entry points: `fit_study(records)` (every family: `isofits` per budget and its `envelope`),
-`crossover(env_a, env_b, below=3e18)`, `predict(env, budget)` and `score_prediction(...)`,
-`to_plain(result)` for JSON. Paired-by-seed verdicts: `rltok.analysis.paired_stats`; plots:
-`rltok.analysis.scaling_plots`.
-"""
+"""Fits of the isoFLOP study from run records, numpy only: per-budget parabolas, per-family envelopes,
+crossovers and held-out predictions, each with a seeded bootstrap (docs/SCALING.md, "The fits")."""
 
 from __future__ import annotations
 

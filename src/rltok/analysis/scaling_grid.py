@@ -1,10 +1,6 @@
-"""The grid's rules for the compute-optimal study, parsed from the grid file by
-`rltok.analysis.scaling.parse_grid` (docs/SCALING.md: "Sizes per budget", "Learning rate and
-warm-up"): which sizes a family runs at a budget (its own ladder, or a window around a size rule
-N(C) = coef C^exponent), the step that extends a ladder, and the learning rate, warm-up and
-schedule every run trains with (under "wsd" a run goes on from the same model's run at a smaller
-budget: `rltok.analysis.scaling.run_point`).
-"""
+"""The grid's rules for the compute-optimal study (docs/SCALING.md, "Sizes per budget", "Learning rate
+and warm-up"): the sizes a family runs at a budget, the step that extends a ladder, and the learning
+rate, warm-up and schedule of every run."""
 
 from __future__ import annotations
 

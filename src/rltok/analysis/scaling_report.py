@@ -1,10 +1,5 @@
-"""The compute-optimal study's report for one corpus, from its run records: groups of families
-(fitted like a family whose runs at each budget are its best member's), crossovers between
-families or groups (within the fitted range, and extrapolated up to the reference's scale),
-verdicts paired by seed per budget, what the fits imply at the reference's scale, and the machine
-time the runs took. `build_report` computes it, `report_plain` is its fits.json and
-`report_markdown` its report.md, which `rltok scaling --fit-only` regenerates (`scaling.fit_corpus`).
-"""
+"""The compute-optimal study's report for one corpus, from its run records (docs/SCALING.md, "The
+fits"): `build_report` computes it, `report_plain` is its fits.json, `report_markdown` its report.md."""
 
 from __future__ import annotations
 

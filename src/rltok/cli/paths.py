@@ -1,7 +1,5 @@
-"""Paths the user names, checked before anything is loaded or computed: where a command will
-write (a name too long for the filesystem, a regular file where a folder must be, a run folder
-an export would overwrite) and what it will read (a folder, a FIFO or a device given as a file,
-input past its size limit). Each problem is one ConfigError that says what the path is."""
+"""Paths the user names, checked before anything is loaded or computed, where a command will write
+and what it will read: each problem one ConfigError that says what the path is."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Files a user hands over (a run, a checkpoint, a model, a config or grid file), read within
-bounds: too large, nested too deep, a number too long, not text at all is each one error naming
-the file, never a RecursionError; and a run folder's own files, written without following links.
-"""
+"""Files a user hands over, read within bounds (each problem one error naming the file), and a run
+folder's own files, written without following links."""
 
 from __future__ import annotations
 

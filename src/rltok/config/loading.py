@@ -1,12 +1,10 @@
-"""The whole configuration and how it is built: defaults, then a preset, then a JSON/TOML file,
-then `section.key=value` overrides. Unknown keys are refused with a suggestion; keys removed from
-the schema are ignored with a note when a saved config carries them, and the older flat layout's
-keys are read where they now live. The plugins a config names are loaded before its keys are read.
-"""
+"""The whole configuration and how it is built: defaults, a preset, a JSON/TOML file, then
+`section.key=value` overrides (docs/CONFIG.md, "Config layout")."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 import warnings
 from dataclasses import dataclass, field
@@ -191,8 +189,13 @@ SECTION_PATHS = ("model.chunker", "objective.reward", "objective.estimator", "ob
 
 
 def _field_types(obj: Any) -> dict[str, Any]:
-    hints = typing.get_type_hints(type(obj))
-    return {f.name: hints[f.name] for f in dataclasses.fields(obj)}
+    return _class_field_types(type(obj))
+
+
+@functools.cache  # resolving the hints is the slow part of loading a config, and a class's never change
+def _class_field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
 def _coerce(value: Any, typ: Any, key: str) -> Any:

@@ -1,11 +1,6 @@
-"""Components from outside the package: plugins, code that registers components when imported.
-A plugin is named by an installed entry point of the group `rltok.plugins` (loaded the first time
-a registry is asked for a name it does not hold), by `--plugin SPEC` on any command, or by the
-config key `plugins`; a SPEC is a module (`pkg.rules`), a module and a callable in it
-(`pkg.rules:register`) or a .py file, each loaded once per process (docs/EXTENDING.md). Every
-entry records the plugin that registered it (`origin`), so a run and a model say what they need.
-A saved config never imports what it names: a folder from elsewhere runs no code.
-"""
+"""Components from outside the package: plugins, code that registers components when imported
+(docs/EXTENDING.md). Every entry records its plugin (`origin`); a saved config never imports what
+it names, so a folder from elsewhere runs no code."""
 
 from __future__ import annotations
 

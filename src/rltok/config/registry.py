@@ -1,10 +1,6 @@
-"""Registries of the components a config names by kind (boundary rule, model family, estimator,
-reward, rate control, credit price): an entry ties a name to the settings dataclass its config
-section holds and to the component. Built-in components are named as "module:attribute" strings,
-imported only when built, so reading a config never imports torch. A new component is one class
-and one `register` call, from anywhere (`CHUNKERS.register("toy", Toy, settings=ToySettings)`); a
-name a registry does not hold first loads the installed plugins, once.
-"""
+"""Registries of the components a config names by kind, each entry a name, its settings dataclass and
+the component. Built-in components are "module:attribute" strings imported only when built, so
+reading a config never imports torch."""
 
 from __future__ import annotations
 

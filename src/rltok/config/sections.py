@@ -137,19 +137,14 @@ class ModelConfig:
     # bytes of the training split (random blocks) the BPE learns its merges on; sizing a vocabulary
     # to target_rate also reads a held-out quarter of this, at most 1 MB
     bpe_sample_bytes: int = 4_000_000
-    # stages=2: chunks of chunks. A chunk-level encoder (stage2_layers, full causal attention),
-    # a second RL policy that groups chunks into supertokens at stage2_target_rate supertokens
-    # per chunk, the main network over supertokens, then a chunk-level decoder (stage2_layers).
+    # stages=2: chunks of chunks, grouped into supertokens by a second policy at stage2_target_rate
     stages: int = 1
     stage2_layers: int = 1
     stage2_target_rate: float = 0.33
-    # A learned vocabulary of chunks: each chunk's content (its last chunk_vocab_max_len bytes and its
-    # length) hashed into chunk_vocab embeddings added before the main network (0 = off; model.chunk_vocab)
+    # a learned vocabulary of chunk contents, hashed (0 = off; docs/CONFIG.md, "Vocabularies for a byte model")
     chunk_vocab: int = 0
     chunk_vocab_max_len: int = 16
-    # Hashed byte n-gram embeddings (Byte Latent Transformer): the n-grams ending at each byte (n in
-    # ngram_sizes) hashed into ngram_vocab rows per n, added to its embedding (0 = off; model.ngram_embed)
-    ngram_vocab: int = 0
+    ngram_vocab: int = 0  # hashed byte n-gram embeddings, ngram_vocab rows per n in ngram_sizes (0 = off)
     ngram_sizes: tuple[int, ...] = (3, 4, 5, 6)
     # Run the chunk-level layers on the batch's real chunks only, packed end to end (attention
     # alone pads them per sequence), instead of padding every sequence to the batch's largest
@@ -357,20 +352,11 @@ class ObjectiveConfig:
     # how the boundary rate is held (RATES): "penalty" | "lagrange" | "none" (no rate term: with
     # compute_price the rate is set by the loss/compute trade-off)
     rate: RateSettings = section_field(RATES, "penalty")
-    # Warm start: for this many steps the policy is left alone (no policy, rate or price term),
-    # so an RL policy draws its initial i.i.d. boundaries at the target rate while the
-    # chunk-level path learns to use chunks; then it learns where to cut.
-    policy_start_step: int = 0
-    # Tokenizer phase: the first share of the training compute runs only the encoder, the early-exit
-    # head and the boundary rule (about a quarter of a full step's FLOPs); then everything trains on
-    # the rule found. A learned rule needs the lexicon recipe's credit. 0 = off (docs/CONFIG.md).
-    tokenizer_phase: float = 0.0
-    # The policy learns until this share of the training compute is spent, then settles: its
-    # decisions are thresholded from then on and no policy, rate or price term runs. 1 = never.
-    policy_until: float = 1.0
-    # Where a settled policy cuts: "rate" holds the rate it drew over its last learning steps;
-    # "half" cuts where p > 0.5, holding nothing (what the first settling runs used)
-    settle_threshold: str = "rate"
+    # the policy settings below: docs/CONFIG.md, "Estimators of the policy gradient"
+    policy_start_step: int = 0  # a warm start: the policy is left alone for this many steps
+    tokenizer_phase: float = 0.0  # the share of the compute that trains only the encoder side (0 = off)
+    policy_until: float = 1.0  # the share of the compute after which the policy settles (1 = never)
+    settle_threshold: str = "rate"  # where a settled policy cuts: "rate" (holds its drawn rate) | "half"
     policy_lr_mult: float = 1.0  # the boundary policy's learning rate as a multiple of train.lr
 
     def __post_init__(self) -> None:
@@ -449,9 +435,7 @@ class TrainConfig:
     compile: bool = False
     out_dir: str = "runs/default"
     threads: int = 0  # torch CPU threads (0 = torch's default)
-    # Data parallelism (launch with torchrun): batch_size is per rank, so the global batch is
-    # batch_size x ranks x grad_accum. fsdp: shard parameters, gradients and optimiser state
-    # with FSDP2 instead of replicating them (DDP), for models that do not fit one device.
+    # batch_size is per rank (torchrun); fsdp: FSDP2 instead of DDP (docs/DISTRIBUTED.md, "Options")
     fsdp: bool = False
     ddp_find_unused: bool = False  # DDP find_unused_parameters, for configs with idle parameters
     # peak FLOP/s of one device for the MFU log (0: measure a matmul at start-up)
@@ -460,18 +444,12 @@ class TrainConfig:
     # drew, and decay the learning rate by FLOPs spent instead of steps (0 = off; max_steps still
     # caps the run). Equal training compute for rules whose rate is not known in advance.
     flops_budget: float = 0.0
-    # Metric sinks besides metrics.jsonl, optional extras (pip install 'rltok[track]'): TensorBoard
-    # event files in <out_dir>/tensorboard, and a Weights & Biases run in the project named here
-    # ("" = off; WANDB_MODE=offline keeps it on this machine).
+    # metric sinks besides metrics.jsonl (docs/CONFIG.md, "What a run writes"); wandb: a project ("" = off)
     tensorboard: bool = False
     wandb: str = ""
-    # When a resume changes max_steps after warm-up: "keep" (the learning rate goes on from the
-    # value it had and decays to the minimum by the new max_steps: no jump) or "restart" (the
-    # cosine decay starts again from train.lr).
+    # a resume that changes max_steps: "keep" (no jump in the learning rate) | "restart" (docs/CONFIG.md)
     schedule_on_resume: str = "keep"
-    # The learning rate after warm-up: "cosine" (decay to min_lr_ratio x lr) or "wsd" (constant, then
-    # a linear decay over the last cooldown_frac of the run; with a budget the state before the
-    # cool-down is kept in <out_dir>/branch, for a longer budget to go on from)
+    # "cosine" | "wsd" (docs/CONFIG.md, "The learning-rate schedule")
     lr_schedule: str = "cosine"
     cooldown_frac: float = 0.2
     # How AdamW runs its update: "auto" (fused on CUDA, else foreach: the numbers of torch's loop),

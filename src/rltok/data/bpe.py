@@ -1,13 +1,5 @@
-"""Byte-exact BPE with HF `tokenizers`: training, sizing to a target rate, boundary masks.
-
-Every byte is mapped 1:1 to the character with the same code point (a latin-1 view), so any byte
-string is valid text and a character offset is a byte offset. The alphabet is all 256 characters
-(no unknown token, no normaliser), so decoding returns the input exactly. Pre-tokenisation decides
-which bytes a token may span: "gpt2" (GPT-2's split, bytes 0x80-0xFE counted as letters so a UTF-8
-character stays in its word; ~0.26 tokens per byte at least on our corpora) or "line" (tokens may
-span words but not lines: down to ~0.18). In both the document separator 0xFF is a pre-token of its
-own, so no token spans two documents.
-"""
+"""Byte-exact BPE with HF `tokenizers` (bytes read as latin-1 characters, docs/CONFIG.md, "Boundary
+rules and reference models"): training, sizing to a target rate, boundary masks."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Byte classes shared by the measurements, rewards and diagnostics.
-
-Whitespace is ASCII whitespace, what bytes.isspace() / bytes.split() / bytes.strip() treat as
-whitespace: space, tab, LF, vertical tab, form feed, CR. Nothing >= 0x80: 0x85 and 0xA0 are
-UTF-8 continuation bytes in our byte view, not spaces. (The SpaceByte chunker's "spacelike"
-rule in rltok.model.chunkers is a different, wider class.) Modules that draw the line elsewhere
-on purpose use a named subset of it, with the reason.
-"""
+"""Byte classes shared by the measurements, rewards and diagnostics. Whitespace is what
+bytes.isspace() says: nothing >= 0x80 (0x85 and 0xA0 are UTF-8 continuation bytes in a byte view)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""load_corpus: the train and validation streams of any source. A folder written by `rltok prepare`
-(rltok.data.prepare, rltok.data.shards) is read from its byte shards without loading it;
-`mix:DIR=W,DIR=W` mixes several of them; a large unprepared source is prepared into a cache
-folder on first use (`load_corpus(prepare_above=...)`); anything else is read into memory.
-"""
+"""load_corpus: the train and validation streams of any source, prepared, mixed, cached or read into
+memory (docs/DATA.md)."""
 from __future__ import annotations
 
 

@@ -1,8 +1,5 @@
-"""Reading a source into byte shards, the first phase of `rltok prepare` (rltok.data.prepare):
-files (read in blocks, optionally by worker processes) and hub datasets (streamed), each document
-written with DOC_SEP between them, progress saved after every shard so a killed run continues
-where its last shard ended; and the copy of staged documents into the train/val split.
-"""
+"""Reading a source into byte shards, resumable at every shard: the ingest phase of `rltok prepare`,
+and the copy of staged documents into the train/val split (docs/DATA.md)."""
 
 
 import hashlib

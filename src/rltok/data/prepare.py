@@ -1,12 +1,5 @@
-"""`rltok prepare SRC --out DIR`: a source written once as byte shards (format: rltok.data.shards),
-holding exactly the train/val(/test) streams load_corpus builds in memory from it. Two phases,
-each resumable at every shard (progress saved atomically with the exact position in the source):
-1. ingest: documents, in source order, into shards; named splits go straight to their split, a
-   single source to a staging stream with each document's hash and length (which documents are
-   held out depends on all of them: rltok.data.sources.corpus_cuts);
-2. split: the staging stream copied into train and val by that rule, then deleted.
-Re-running a finished preparation is a no-op.
-"""
+"""`rltok prepare SRC --out DIR`: a source written once as byte shards holding exactly the streams
+load_corpus builds in memory; ingest, then split, each resumable (docs/DATA.md)."""
 
 from __future__ import annotations
 

@@ -1,36 +1,5 @@
-"""Code structure: do chunk ends fall where a Python lexical token ends?
-
-The set E of a byte window holds every position whose *next* byte starts a new lexical unit.
-The units tile the window:
-
-* Python tokens: names (keywords included), numbers, strings (a whole literal with its prefix and
-  quotes, a triple-quoted docstring or an f-string included), operators (longest match of
-  `token.EXACT_TOKEN_TYPES`), comments (`#` to the end of the line) and newlines (``\\n``,
-  ``\\r\\n`` or ``\\r``);
-* whitespace runs between tokens (spaces, tabs, form feeds, backslash continuations): one unit
-  each, so an indentation ends at its last byte, and a chunk end inside a run of spaces is not in E;
-* one-byte units for everything else: bytes that are not valid UTF-8 (0xFF, a character cut by
-  the window) and, at code level, characters Python has no token for.
-
-E = {last byte of each unit}.
-
-Lexing. Windows are arbitrary slices of source files, starting mid-token or inside a docstring,
-which `tokenize` cannot read. `token_units` is a regular-expression lexer on bytes that mimics
-it and never fails: on a whole file it gives exactly tokenize's E (tests/test_token_alignment.py).
-It tries the starting states in turn (code level; inside a one-line string, a comment or a
-triple-quoted string that the window closes) and keeps the one under which the rest reads most
-plausibly as code: fewest ASCII error units plus plain names following a plain name across spaces
-("the value": prose lexed as code). A window with no triple quote and no 0xFF whose best score is
-still one per 32 bytes or more is read as the inside of a docstring: one unit. On 512-byte windows
-of standard-library files its E differs from tokenize's at about 1% of interior positions.
-
-Metric over free positions (the first and last position of a window excluded):
-token_end_precision = |chunk ends in E| / |chunk ends|, token_end_chance = |E| / |positions| (the
-precision of boundaries placed independently of the bytes), token_end_recall = |chunk ends in E| /
-|E|; and the same one byte late (token_start_*: byte t starts a unit), which a causal rule that
-sees byte t can tell. `token_alignment_counts` returns the additive counts (shards of an
-evaluation sum them), `token_alignment` the ratios.
-"""
+"""Code structure: do chunk ends fall where a Python lexical token ends? The units, the lexer and
+the metrics: docs/ARCHITECTURE.md, "Python-token alignment"."""
 
 from __future__ import annotations
 
@@ -125,7 +94,7 @@ def token_units(data: bytes, start: str | None = None) -> list[tuple[int, int, s
     """The lexical units tiling `data`: (start, end, kind) with kind one of newline, space,
     comment, string, number, name, op, error (a one-byte unit). `start` fixes the starting
     state, one of "code", "#" (inside a comment), '"', "'", '\"\"\"', "'''" (inside such a
-    string); by default the most plausible one (see the module docstring)."""
+    string); by default the most plausible one (docs/ARCHITECTURE.md, "Python-token alignment")."""
     data = bytes(data)
     best: tuple[int, list] | None = None
     for name, pattern in _STARTS.items():
@@ -175,11 +144,8 @@ def _window_bytes(row: torch.Tensor) -> bytes:
 
 
 def token_alignment_counts(x: torch.Tensor, b: torch.Tensor, free: torch.Tensor | None = None) -> torch.Tensor:
-    """Additive counts (float64, in COUNT_NAMES order) over (B, T) windows of byte ids `x` with
-    boundary mask `b` (b[t]: byte t closes a chunk) and the rule's `free` mask (None: all free):
-    chunk ends in E, chunk ends, E positions, positions, chunk ends one byte after an E position,
-    positions one byte after one, all over free positions other than the first and last of each
-    window."""
+    """The additive counts (float64, COUNT_NAMES) of (B, T) byte ids `x` with boundary mask `b` (b[t]:
+    byte t closes a chunk), over the rule's `free` positions (None: all) but each window's first and last."""
     x, b = x.detach().cpu(), b.detach().cpu().bool()
     keep = torch.ones_like(b) if free is None else free.detach().cpu().bool().clone()
     keep[:, 0] = False

@@ -1,15 +1,6 @@
-"""Prepared corpora on disk: the shard format, its writer and a reader that loads nothing.
-
-    rltok-shards.json     the manifest: format version, source, split rule, and for every split
-                          its size, CRC-32, document count, shards (size, SHA-256) and index
-    train/00000.bin ...   the split's byte stream (documents joined with DOC_SEP, as in memory)
-                          in shards of `shard_bytes`, each a 64-byte header, then the bytes
-    train/docs.npy        int64 (documents, 2): start and length of every document in the stream
-
-The header names the format version, split, index, length and preparation id, so a truncated or
-foreign shard is refused. Streams are read with positional reads (os.preadv), not mmap: mapped
-pages count in the process' RSS, which would then grow with the windows drawn.
-"""
+"""Prepared corpora on disk: the shard format (docs/DATA.md), its writer and a reader that loads
+nothing. Shard headers name the format, split, index, length and preparation id, so a foreign shard
+is refused."""
 
 from __future__ import annotations
 
@@ -213,9 +204,8 @@ class ByteStream:
 
 
 class Mixture(ByteStream):
-    """Several training streams drawn with fixed weights: each window comes from one source,
-    picked with probability proportional to its weight, at a uniform start inside it (windows
-    never run from one source into the next). The sampler asks it for window starts."""
+    """Several training streams drawn with fixed weights, a window from one source (docs/DATA.md,
+    "Mixing"); the sampler asks it for window starts."""
 
     def __init__(self, streams: list[ByteStream], weights: list[float], name: str = ""):
         super().__init__([p for s in streams for p in s.pieces], name)
@@ -330,9 +320,8 @@ class Prepared:
 
 
 def open_prepared(path: str | Path) -> Prepared:
-    """Open a prepared folder: the manifest and every shard's header and size are checked (a few
-    bytes per shard, so this takes milliseconds whatever the corpus size); the bytes themselves
-    are read only when asked for. `verify_prepared` also checks their checksums."""
+    """Open a prepared folder, checking the manifest and every shard's header and size (milliseconds);
+    bytes are read only when asked for. `verify_prepared` also checks their checksums."""
     path = Path(path).expanduser()
     manifest = read_manifest(path)
     try:  # the manifest's structure; a hand-edited or damaged one fails here, not later

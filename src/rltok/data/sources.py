@@ -1,13 +1,5 @@
-"""Bytes from anywhere: the standard library, local files/folders/globs, hub datasets, and the
-train/validation split rule shared by the in-memory loader and `rltok prepare`.
-
-Everything is read as raw bytes: any byte string is valid input, no decoding ever happens.
-Documents (files, hub records) are joined into one stream with DOC_SEP between them.
-Splits are deterministic (see `split_cuts`): a folder holding `train*` and `val*` (and
-`test*`) files uses them as given; otherwise a source of at least MIN_DOCS_FOR_DOC_SPLIT
-documents holds out whole documents, chosen by a hash of their bytes, so train and val share
-no document; a smaller source holds out the last `val_fraction` of every document.
-"""
+"""Bytes from anywhere (the standard library, local files/folders/globs, hub datasets), read raw, never
+decoded; and the train/validation split rule shared by the in-memory loader and `rltok prepare`."""
 from __future__ import annotations
 
 import bz2
@@ -253,12 +245,10 @@ def _stream_len(lengths: np.ndarray) -> int:
 
 
 def split_cuts(keys, lengths, val_fraction: float) -> tuple[np.ndarray, str]:
-    """How many of each document's first bytes go to train, and the rule, from the documents' keys
-    (`doc_key`) and lengths alone (so a prepared corpus splits exactly as one in memory).
-    "documents": with at least MIN_DOCS_FOR_DOC_SPLIT documents, whole documents are held out, in
-    the order of their hash (identical ones land on the same side), skipping any that would pass
-    twice val_fraction, until val_fraction of the bytes is. "tails": otherwise the last
-    val_fraction of every document."""
+    """How many of each document's first bytes go to train, and the rule ("documents" or "tails",
+    docs/DATA.md), from the documents' keys and lengths alone, so prepared and in-memory corpora agree.
+    "documents" holds out whole documents in hash order (identical ones land on the same side),
+    skipping any that would pass twice val_fraction."""
     lengths = np.asarray(lengths, dtype=np.int64)
     keys = np.asarray(keys, dtype=np.uint64)
     total = int(lengths.sum())

@@ -1,9 +1,6 @@
-"""Held-out measurements: bpb, boundary rate, bytes per chunk, whitespace alignment. bpb = total
-nats over the scored bytes / (bytes * ln 2); read it with the achieved rate. Every family scores
-the same bytes: with `context` c, of each window w exactly w[c:] (a model with an evaluation path of
-its own, `score_window`, is handed the whole window). `context=None` is what training validates
-with: each model's training forward and the bytes it scores.
-"""
+"""Held-out measurements: bpb (nats over the scored bytes / (bytes * ln 2)), boundary rate, bytes per
+chunk, alignment. With `context` c every family scores exactly w[c:] of each window w; None is what
+training validates with, each model's training forward."""
 
 from __future__ import annotations
 
@@ -47,7 +44,7 @@ def evaluate(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, mode:
              code_metrics: bool = False, context: int | None = 1, forced_split: bool = True) -> dict[str, float]:
     """Evaluate on fixed windows (N, T), sampling boundaries from a seeded generator of its own.
     code_metrics: also the Python-token alignment (rltok.data.python_tokens). context: score the
-    bytes w[context:] of every window w (module docstring). forced_split=False: a model that
+    bytes w[context:] of every window w. forced_split=False: a model that
     tokenises reads each window whole and scores from its first token boundary at or after it."""
     return summarize(evaluate_sums(model, x, y, batch_size, mode, seed, device, autocast_dtype, code_metrics,
                                    context, forced_split))

@@ -1,17 +1,6 @@
-"""lm-evaluation-harness adapter: score any rltok model with `lm_eval` (0.4.x).
-
-    rltok lm-eval --model_args pretrained=runs/x --tasks hellaswag,arc_easy --device cuda
-    import lm_eval, rltok.harness.lm_eval_adapter  # registers the model name "rltok"
-
-Everything is over UTF-8 bytes: no tokenizer is involved. `pretrained` is a run folder, a
-checkpoint, a save_pretrained folder or a Hub repo id. Besides lm_eval's loglikelihood,
-loglikelihood_rolling (a newline is the context of a text's first byte, as in generation) and
-generate_until, `RLTokLM.bpb(requests)` gives the gold-continuation bpb the reference reports,
-and `gold_bpb_task` / `rolling_bpb_task` build in-memory tasks (docs/DISTRIBUTED.md). Boundary
-decisions are greedy by default, so a score depends only on its own bytes, never on its batch.
-lm_eval is optional: without it this module still imports, and RLTokLM's methods take any objects
-with an `.args` tuple (lm_eval's Instance) or plain tuples.
-"""
+"""lm-evaluation-harness adapter: any rltok model scored by `lm_eval` (0.4.x) over UTF-8 bytes, as the
+model "rltok" (docs/DISTRIBUTED.md, "lm-evaluation-harness"). lm_eval is optional: without it this
+module still imports, and RLTokLM's methods take plain tuples as well as lm_eval's Instances."""
 
 from __future__ import annotations
 

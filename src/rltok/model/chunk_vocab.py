@@ -1,8 +1,5 @@
-"""A learned vocabulary at the chunk level: a chunk's content (its last `max_len` bytes and its
-length) is hashed into a table of `size` learned vectors, added to the chunk's vector before the
-main network. A chunk the rule produces often gets an embedding of its own, so where to cut starts
-to matter. Causal (the chunk ending at byte e reads bytes <= e); a lookup, no FLOPs.
-"""
+"""A learned vocabulary at the chunk level (docs/CONFIG.md, "Vocabularies for a byte model"): a chunk's
+last `max_len` bytes and length, hashed into `size` vectors; causal, a lookup with no FLOPs."""
 
 from __future__ import annotations
 

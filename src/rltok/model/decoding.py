@@ -1,10 +1,6 @@
-"""What cached decoding keeps between bytes, for a batch of rows: one KVCache per layer stack
-(sliding-window rings for the byte-level stacks, growing caches for the chunk-level ones, filled
-by a forward pass given `prefill_cache(row)` as `cache=`) and, per row, the position of its next
-byte, its last bytes (the n-gram embeddings and the chunk vocabulary read them), where its open
-chunk started, each level's latest chunk output and the boundary rules' running state. The
-models do the computing (start_decoding, prefill, step). Rows keep their own positions.
-"""
+"""What cached decoding keeps between bytes, per row: a KV cache per layer stack, the position and
+last bytes, the open chunk's start, each level's latest chunk output and the rules' running state.
+The models do the computing (docs/GENERATION.md)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""Matmul FLOPs per byte, for compute-matched comparisons, asked of the built model.
-
-Every model answers `forward_flops(seq_len, rate, rate2, kernel)`: forward FLOPs per byte by
-component, each module asked for its own (model/cost.py), chunk-level parts scaled by the rate.
-Attention counts the (query, key) pairs the model uses (attention="causal", what runs are matched
-on) or, with attention="kernel", what its kernel computes, masked pairs and padding included.
-Training costs about 3x the forward pass. `ModelCost` is what training holds; `run_cost` is the
-one way to cost a config: its built model asked, or its model built on the meta device.
-"""
+"""Matmul FLOPs per byte, asked of the built model (docs/BENCHMARKS.md, "FLOPs per byte"): `ModelCost`
+is what training holds; `run_cost` is the one way to cost a config."""
 
 from __future__ import annotations
 

@@ -1,17 +1,6 @@
-"""Cached incremental generation, with sampling controls and a UTF-8-aware streamer.
-
-The models do the decoding themselves (.start_decoding, .prefill, .step; caches in
-rltok.model.decoding): per new byte an HourglassLM runs the encoder against sliding-window KV
-caches, its rule's one-byte decision (made once and kept), the chunk level only when that byte
-closes a chunk, then the decoder and the head, so the prediction is exactly the parallel pass's
-for the same bytes and boundaries (force_last=False). Every causal rule decodes; `bpe` cannot.
-
-Prompts are read by the parallel pass, one row at a time; rows keep their own positions, so a
-batch may mix prompt lengths. Positions are absolute (RoPE), so a row whose context reaches
-max_seq_len slides: about its oldest half is dropped and the rest re-read with the boundaries it
-already had, starting at a byte that closed a chunk (and an item of every level below) so that no
-decision changes (`slide_start`; one is forced only where none in reach closed one).
-"""
+"""Cached incremental generation, with sampling controls and a UTF-8-aware streamer. The models
+decode themselves (.start_decoding, .prefill, .step); how, and how a full context slides:
+docs/GENERATION.md."""
 
 from __future__ import annotations
 
@@ -122,8 +111,8 @@ def generate(model, prompt: bytes | str | Sequence[bytes | str], max_new_bytes: 
              stop: Sequence[bytes | str] = (), mode: str = "sample",
              on_bytes: Callable[[int, bytes], None] | None = None) -> Generation | list[Generation]:
     """Continue one prompt (-> Generation) or a list of prompts of any lengths (-> list). An
-    empty prompt starts from EMPTY_PROMPT, an overlong one keeps its last max_seq_len bytes (the
-    module docstring says how contexts slide). A row ends at its first `stop` string (not part of
+    empty prompt starts from EMPTY_PROMPT, an overlong one keeps its last max_seq_len bytes (contexts
+    slide: docs/GENERATION.md). A row ends at its first `stop` string (not part of
     the output). temperature 0 (or top_k 1) is greedy; top_k 0 and top_p 1 are off. `mode`:
     boundary decisions sampled or thresholded ("greedy"). `seed` fixes byte and boundary sampling
     alike (None: fresh). `on_bytes(row, data)` receives output bytes once they can no longer be

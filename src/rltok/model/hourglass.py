@@ -1,15 +1,6 @@
-"""The hierarchical byte LM: encoder -> boundaries -> chunk-level main network -> decoder.
-
-HourglassLM is the byte-level Stage (stage.py writes down -> main -> up once for the parallel
-pass and once for the cached step, for every level); here is what only bytes have: the
-embedding, the early-exit, value and next-byte heads, the projections between byte and chunk
-width (with the chunk vocabulary), and the public API. Its main network is a Stack, or a
-ChunkStage over its chunks (model.stages=2, saved as `stage2`), which may nest further: the
-levels below the bytes are a list of LevelSpec (levels.py). The passes, each returning an
-HourglassOutput: `forward` (the rules draw the segmentation), `score` (a fixed one), `rerun` (a
-counterfactual one reusing an encoder pass), and `prefill` / `step` (cached decoding, which runs
-the same modules one byte at a time: causality makes the two agree).
-"""
+"""The hierarchical byte LM (docs/ARCHITECTURE.md, "One training step"): HourglassLM is the byte-level
+Stage (stage.py); here is what only bytes have (embedding, heads, the projections to the chunk
+width) and the public passes."""
 
 from __future__ import annotations
 

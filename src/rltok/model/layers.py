@@ -1,10 +1,6 @@
-"""Transformer building blocks: RMSNorm, rotary embeddings, (local) causal attention, MLP, and the
-KV caches of incremental decoding (a forward pass given `cache=` seeds them, `step` extends them).
-Attention always goes through `F.scaled_dot_product_attention` (fused kernels). Positions are
-explicit tensors: the byte index of each byte, and of each chunk's last byte. Rows of different
-lengths can run packed end to end (`Packing`): per-position layers work on the real items only,
-and attention alone sees them padded per row.
-"""
+"""Transformer building blocks: RMSNorm, rotary embeddings, (local) causal attention through
+`F.scaled_dot_product_attention`, MLP, and the KV caches of decoding. Positions are explicit byte
+indices; packed rows (`Packing`) are padded for attention alone."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The levels below the bytes, described once: each chunk level is a `LevelSpec` (width, heads,
-layers and a factory for its boundary rule, so any rule can run at any level). `chunk_levels(cfg)`
-is the one place that turns the config into that list; a model of any depth is built by passing a
-list directly (`HourglassLM(cfg, levels=[...])`).
-"""
+"""The levels below the bytes, described once, a `LevelSpec` each; `chunk_levels(cfg)` is the one
+place that turns the config into that list (`HourglassLM(cfg, levels=[...])` takes any)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Hashed byte n-gram embeddings (as in the Byte Latent Transformer's encoder): for each byte, the
-n-grams ending at it (one per n in `sizes`) are hashed into tables of `rows` learned vectors each,
-whose sum is added to the byte's embedding: a vocabulary's memory ("def ", "self") for a lookup's
-compute. Causal; positions before the sequence hash as "no byte" (not byte 0), so cached
-generation computes the same vectors.
-"""
+"""Hashed byte n-gram embeddings, as in the Byte Latent Transformer (docs/CONFIG.md, "Vocabularies for
+a byte model"). Positions before the sequence hash as "no byte" (not byte 0), so cached generation
+computes the same vectors."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""What the models' forward passes return: `LMOutput` (a plain LM: next-byte logits, or a token
-model's loss attributed to bytes) and `HourglassOutput` (also the early-exit logits, the decisions
-of every level, the critic's values and the encoder state). `out.hierarchical` says which; what one
-kind lacks reads None on it.
-"""
+"""What the models' forward passes return: `LMOutput` (a plain LM) and `HourglassOutput` (also the
+hierarchy's parts); `out.hierarchical` says which, and what one kind lacks reads None on it."""
 
 from __future__ import annotations
 

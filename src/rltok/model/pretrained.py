@@ -1,11 +1,6 @@
-"""The model folder, rltok's one on-disk format for a model, in the Hugging Face Hub layout:
-model.safetensors (weights, no pickle; BPE tokenizers travel inside as uint8 buffers), config.json
-(the metadata keys META_KEYS, the config's sections, and the plugins its components come from)
-and README.md (the model card). PretrainedMixin gives every family `save_pretrained`,
-`push_to_hub` and `from_pretrained` (a model folder or a Hub repo id); model.arch names the class
-through the FAMILIES registry. A training checkpoint (rltok.training.checkpoint) is such a folder
-plus trainer.pt and a manifest.
-"""
+"""The model folder, rltok's one on-disk format for a model, in the Hub layout (docs/DISTRIBUTED.md,
+"Models that load anywhere"): PretrainedMixin gives every family `save_pretrained`, `push_to_hub` and
+`from_pretrained`; model.arch names the class through the FAMILIES registry."""
 
 from __future__ import annotations
 

@@ -24,13 +24,10 @@ SEGMENT_WINDOW = 8192
 def segment_boundaries(model: HourglassLM, data: bytes, mode: str = "greedy", seed: int = 0,
                        device: str | torch.device = "cpu", window: int | None = None
                        ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-byte boundary decisions (bool) and probabilities (float32); unlike the chunk list, this
-    tells a trailing chunk that is still open. An input longer than W = min(max_seq_len, `window`
-    or SEGMENT_WINDOW) bytes is read in overlapping windows of W bytes (memory stays bounded): each
-    re-reads the W // 4 bytes before the part it decides as context (whose decisions are dropped)
-    and leaves its last W // 16 to the next. So every kept decision sees at least W // 4 bytes of
-    history: for a rule reading only the encoder's sliding window it is the one-pass decision; a
-    fixed stride restarts its count in each window."""
+    """Per-byte boundary decisions (bool) and probabilities (float32), which tell a trailing open chunk.
+    A long input is read in overlapping windows of W = min(max_seq_len, `window` or SEGMENT_WINDOW)
+    bytes, each with W // 4 bytes of context before what it decides, so memory stays bounded and a
+    rule reading only the encoder's sliding window decides as in one pass (a fixed stride restarts)."""
     if not data:
         return torch.zeros(0, dtype=torch.bool), torch.zeros(0)
     if model.reads_tokens:

@@ -1,15 +1,5 @@
-"""A size ladder per model family from one knob: non-embedding parameters N -> a model config.
-
-The shape rule (docs/SCALING.md, "The size ladder"): heads of HEAD_DIM (NARROW_HEAD_DIM below 32
-wide), and among the (width, depth) whose N is within TOLERANCE of the target the one whose
-width / depth is nearest ASPECT, then the nearer N (`choose`). N is asked of the BUILT model
-(`non_embedding_params()`, on the meta device): per width, at one layer per stack and with one
-more in each (a stack's blocks are identical, so N is affine in each layer count).
-
-`ladder(family, sizes, base_overrides)` returns (N_target, N_achieved, overrides) per size;
-`load_config(preset, [*base_overrides, *overrides])` builds that model, and
-`method_spec(name, overrides)` writes it as an `rltok compare` method (`NAME@k=v,k=v`).
-"""
+"""A size ladder per model family from one knob, non-embedding parameters N -> a model config, by the
+shape rule of docs/SCALING.md, "The size ladder"; N is asked of the built model (meta device)."""
 
 from __future__ import annotations
 

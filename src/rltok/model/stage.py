@@ -1,19 +1,6 @@
-"""One level of the hourglass, recursive as in H-Net.
-
-A Stage reads a sequence of items (the bytes, or the chunks of the stage above) and runs
-
-    items -> encoder -+-> boundary rule: b_j = 1 when item j closes a chunk
-    down: a chunk is the encoder state of its last item (only the real chunks when packed)
-    main network over the chunks: a Stack, or the next Stage, whose items they are
-    up: item j receives the main output of the latest chunk ending at or before j, added to its
-    encoder state (skip) -> decoder
-
-HourglassLM (hourglass.py) is the byte-level stage; each chunk level below it is a ChunkStage
-built from a LevelSpec (levels.py). down -> main -> up is written once for the parallel pass
-(`hourglass`) and once for one new item per row against the caches (`hourglass_step`, decoding:
-only the rows whose item closes a chunk go down a level). The chunk ending at item s sees only
-items and decisions <= s, and item t receives only chunks ending at or before t, so the two agree.
-"""
+"""One level of the hourglass, recursive as in H-Net: items -> encoder -> boundary rule -> down (a
+chunk is its last item's state) -> main (a Stack or the next Stage) -> up (each item gets its latest
+chunk, plus a skip) -> decoder; written once for the parallel pass, once for the cached step."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""A BPE-token transformer: the non-hierarchical reference that reads tokens instead of bytes.
-
-Each row of bytes is tokenised on its own (rltok.data.bpe) and run through a causal transformer
-over tokens (RoPE at token indices). Token j >= 1 is predicted from tokens < j and its nats are
-reported at its last byte; token 0 has no context and is not scored. In evaluation
-(`score_window`) a token boundary is forced before byte `context`, so exactly the bytes a byte
-model scores are scored. The tokenizer lives in the state_dict as a uint8 buffer of its JSON.
-"""
+"""A BPE-token transformer, the reference that reads tokens instead of bytes: each row is tokenised
+on its own, token j >= 1's nats are reported at its last byte (token 0 is not scored), and the
+tokenizer lives in the state_dict as a uint8 buffer of its JSON."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Returns, advantages and baselines for any sequence of decisions (not only boundaries).
-
-All functions work on (..., T) tensors on the device, with no per-step host round trip.
-"""
+"""Returns, advantages and baselines for any sequence of decisions, on (..., T) tensors on the device,
+with no per-step host round trip."""
 
 from __future__ import annotations
 
@@ -11,12 +9,8 @@ _BLOCK = 64
 
 
 def discounted_cumsum(x: torch.Tensor, gamma: float) -> torch.Tensor:
-    """y_t = sum_{k >= t} gamma^(k-t) x_k along the last dimension.
-
-    Blocked scan: inside blocks of 64 steps a small triangular matmul, across blocks the same
-    function recursively on the block sums with discount gamma^64. Depth log_64(T), no loop
-    over time steps and no powers gamma^T that underflow.
-    """
+    """y_t = sum_{k >= t} gamma^(k-t) x_k along the last dimension: a blocked scan (a triangular matmul
+    in blocks of 64, recursing on the block sums), with no loop over time and no gamma^T to underflow."""
     if gamma == 0.0:
         return x.clone()
     length = x.shape[-1]

@@ -1,9 +1,5 @@
-"""The one place the objective is read from the config: the config's registries turned into the
-list of terms (build_objective) and, for tests and tools holding a bare ObjectiveConfig, the same
-terms without a trainer (terms_of_objective). An estimator is built as `cls(reward,
-EstimatorSettings, lexicon, credit_price)`, a reward as `cls()`, a rate control as
-`cls(RateSettings)`, a cost estimator (objective.rate.cost_estimator) as `cls(ChunkPrice, pg_weight)`.
-"""
+"""The one place the objective is read from the config: its registries turned into the list of terms
+(build_objective; how each kind is built: docs/ARCHITECTURE.md, "Where to add things")."""
 
 from __future__ import annotations
 

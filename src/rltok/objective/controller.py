@@ -1,11 +1,5 @@
-"""A Lagrange multiplier that holds the expected boundary rate at a target.
-
-The constraint E[rate] = target enters the policy's objective as a price per chunk, lambda. After
-every step the price moves by dual ascent, lambda += lr * (rate - target): chunks get dearer
-while the policy draws too many of them and cheaper (even subsidised) while it draws too few, so
-the rate is held in expectation without a penalty weight to tune. A proportional term
-gain * (rate - target) on top of the integral damps the overshoot of pure dual ascent.
-"""
+"""A Lagrange multiplier that holds the expected boundary rate at a target: a price per chunk moved
+by dual ascent plus a proportional term (docs/CONFIG.md, "The objective")."""
 
 from __future__ import annotations
 

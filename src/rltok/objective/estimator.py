@@ -1,9 +1,5 @@
-"""The interface every boundary-gradient estimator implements: a term of the objective that owns
-its reward. Per micro-batch the objective calls `counterfactual` (an extra pass it learns from)
-and `observe` (state kept from the sampled decisions), then `reward` (which prices may reshape) and
-`__call__(mb, reward)` -> (weighted loss parts, metrics, per-decision returns or None);
-`policy_loss(mb, reward)` is the unweighted surrogate alone (what diagnostics differentiate).
-"""
+"""The interface every boundary-gradient estimator implements, a term of the objective that owns its
+reward (its protocol: docs/ARCHITECTURE.md, "Where to add things")."""
 
 from __future__ import annotations
 

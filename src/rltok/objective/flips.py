@@ -1,18 +1,6 @@
-"""Counterfactual flips: per-decision credit for many independent binary decisions.
-
-For a policy of independent Bernoulli decisions b_t ~ Bern(sigmoid(l_t)) (a window-1 boundary
-policy) and a loss that is a sum of per-position losses, the gradient of the expected loss is
-
-    dE[L]/dl_t = p_t (1 - p_t) E[L(b_t = 1, b_-t) - L(b_t = 0, b_-t)]
-
-(the local-expectation gradient). One extra evaluation with a sparse set of decisions flipped
-gives, for each flipped decision f, the loss change its flip caused; the loss at position t only
-depends on decisions at or before t, so the change is charged over the positions from f up to
-the next flipped decision (a truncation: the effect of a flip on positions past the next flip is
-left out, and an earlier flip's effect that reaches past f is charged to f).
-
-Nothing here knows about models: inputs are per-position losses and masks.
-"""
+"""Counterfactual flips: per-decision credit for many independent binary decisions, a truncated
+local-expectation gradient (the derivation: docs/CONFIG.md, "The objective"). Nothing here knows
+about models: inputs are per-position losses and masks."""
 
 from __future__ import annotations
 

@@ -1,16 +1,6 @@
-"""A lexicon prior for the boundary policy: the code length of a segmentation under a unigram model
-of chunk contents, learned from the policy's own chunks (minimum description length, as in
-Bayesian word segmentation: it prefers recurring units, on English words with their spaces). A
-single cut barely changes a small model's loss; a segmentation that cuts the same strings the
-same way is short to write down as chunks drawn from a lexicon.
-
-A chunk w has probability p(w) = (n_w + a * P0(w)) / (N + a): n_w counts w among the recent chunks
-(hashed, decayed every update), N is their sum, a the concentration, and P0 a geometric length
-(mean 1 / rate) times a unigram model of the bytes. The cost of a segmentation is -log p(w) at each
-chunk's last byte (the window's last byte closes one too), so one decision changes costs only near
-it: the flips estimator charges each flip that local change. This is what training uses; the
-instruments and variants studied beside it are in rltok_lab.lexicon_instruments.
-"""
+"""A lexicon prior for the boundary policy: a segmentation's code length under a unigram model of
+the policy's own recent chunks, p(w) = (n_w + a * P0(w)) / (N + a) (docs/CONFIG.md, "The objective").
+Only what training uses; the instruments studied beside it are in the lab."""
 
 from __future__ import annotations
 

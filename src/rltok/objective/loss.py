@@ -1,13 +1,6 @@
-"""The training objective of the hierarchical LM: an explicit, ordered list of terms,
-
-    L = (1 - alpha) CE_final + alpha CE_early + [the rule's own loss]
-        + [the boundary estimator's terms] + [each price or penalty on the rate] + [supertokens],
-
-built once from the config (build.py) and added up by `compute_loss`, which never branches on
-which estimator, reward or rate control runs (docs/ARCHITECTURE.md, one training step).
-`BoundaryObjective` is what the trainer holds: those terms, the warm start, the flips' random
-stream and the FLOPs meter.
-"""
+"""The training objective: an ordered list of terms built once (build.py) and added up by
+`compute_loss`, which never branches on which estimator, reward or rate control runs
+(docs/ARCHITECTURE.md, "One training step"); `BoundaryObjective` is what the trainer holds."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""The terms that hold a boundary rate, one class per kind, each one stage's (chunks, or a
-two-stage model's supertokens: `Stage`):
-
-- a price per chunk (ChunkPrice: the compute one more chunk costs, plus a rate control's
-  multiplier), charged in closed form (ClosedFormChunkPrice; a PriceTerm's `shape_reward` may
-  charge it in the sampled reward instead);
-- the rate controls (the config's RATES registry): the rate penalty (RatePenalty), the Lagrange
-  multiplier (LagrangeRate, charged through the stage's chunk price), none.
-
-The flips' price per boundary in credit units is in credit_prices.py."""
+"""The terms that hold a boundary rate, each one stage's (`Stage`): the price per chunk (ChunkPrice,
+charged in closed form) and the rate controls of the RATES registry (docs/CONFIG.md, "The rate")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Per-position rewards of the boundary decisions (detached (B, T) tensors), by name.
-
-A reward is a class registered in the config's REWARDS registry; the estimators call it with the
-batch's losses, decisions and targets. A probe (`probe = True`, e.g. the lab's plumbing checks) is
-a function of the bytes and decisions alone, `b * sign(targets)`: the flips run no model pass for it.
-"""
+"""Per-position rewards of the boundary decisions (detached (B, T) tensors), registered in REWARDS. A
+probe (`probe = True`) reads the bytes and decisions alone, so the flips run no model pass for it."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The objective as an explicit, ordered list of terms (ObjectiveTerms), what a term is (Term),
-and the running sum they are added into (Total).
-
-A term returns `(loss, metrics)` for a micro-batch: `loss` is None (metrics only), a tensor, or a
-list of tensors added one after the other (a fixed order keeps the sum the same bit for bit). A
-term owns its state: `after_step` (once per optimiser step, while the policy learns) and
-`state_dict` / `load_state_dict` (its own keys of the objective's flat state dict)."""
+"""The objective as an ordered list of terms (ObjectiveTerms), what a term is (Term; docs/ARCHITECTURE.md,
+"Where to add things") and the running sum they are added into (Total), in a fixed order so the
+sum is the same bit for bit."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Everything a config describes, built once, in the order training reads it: the data, the model
-(its data-fitted parts the same on every rank) with what a step of it costs, and the objective.
-After `build` nothing reads a component's kind from the config; the trainer adds only what belongs
-to the run (docs/ARCHITECTURE.md, built once).
+"""Everything a config describes, built once, in the order training reads it: the data, the model with
+what a step of it costs, and the objective (docs/ARCHITECTURE.md, "Built once").
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
-"""Training checkpoints: writing them, and finding and checking the folder to load. A checkpoint is
-a model folder (rltok.model.pretrained) plus the trainer state and a manifest, written under a
-temporary name and renamed into place (atomic on POSIX):
-
-    <run>/checkpoints/step_0000600/
-        model.safetensors, config.json, README.md   exactly what save_pretrained writes
-        trainer.pt          optimiser state keyed by parameter name, every RNG stream, data position, step
-        dcp/                under FSDP only: every rank's shards of the model and optimiser state
-        manifest.json       file (dcp/ files by relative path) -> sha256, written last
-
-`resolve_checkpoint` finds the folder a path stands for (a run folder: its newest valid
-checkpoint); rltok.training.loading builds the model from it. Older checkpoints load the same.
-"""
+"""Training checkpoints: writing them atomically, and finding and checking the folder to load. A
+checkpoint is a model folder plus trainer.pt, FSDP's dcp/ and a manifest of checksums written last
+(docs/CONFIG.md, "What a run writes")."""
 
 from __future__ import annotations
 

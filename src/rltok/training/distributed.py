@@ -1,8 +1,5 @@
-"""Data-parallel plumbing for `torchrun`: process-group set-up from its environment, global means
-across ranks, sharding helpers. In one process every helper returns its input unchanged. The
-invariant: an N-rank run with per-rank batch B/N sees exactly the windows and boundary noise of a
-1-process run with batch B (every rank draws the global random numbers and keeps its rows).
-"""
+"""Data-parallel plumbing for `torchrun`: process groups, global means, sharding helpers (each the
+identity in one process), so that N ranks see exactly the windows and noise of one process."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Refuse a training config whose model and batch cannot fit in memory, before anything is
-allocated: the model is built on the meta device (shapes only) and its parameters counted.
-
-The estimate is a lower bound, so that only impossible sizes are refused: fp32 weights,
-gradients and AdamW's two moments (16 bytes per parameter), plus per training position one
-bf16 value per width per layer (what backward must keep at least) and each 256-way head's
-logits in bf16 with their fp32 log-probabilities. A test-preset step measures ~16 KB per
-position; this counts ~3 KB."""
+"""Refuse a training config whose model and batch cannot fit in memory, before anything is allocated
+(the model built on the meta device). The estimate is a lower bound, so only impossible sizes are
+refused: a test-preset step measures ~16 KB per position, this counts ~3 KB."""
 
 from __future__ import annotations
 

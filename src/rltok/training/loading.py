@@ -1,10 +1,6 @@
-"""The one place that loads a trained model, from whatever holds it: a model folder (what
-`save_pretrained` writes), a training checkpoint (the same plus trainer.pt and a manifest, checked
-against it), a run folder (its newest valid checkpoint) or a Hugging Face Hub repo id. `load`
-returns everything; `load_checkpoint` is its shape for training and evaluation, `from_pretrained`
-its shape for people who use models. The formats stay where they are written
-(rltok.model.pretrained, rltok.training.checkpoint).
-"""
+"""The one place that loads a trained model, from a model folder, a checkpoint, a run folder or a
+Hub repo id: `load` returns everything, `load_checkpoint` and `from_pretrained` are its shapes for
+training and for people who use models."""
 
 from __future__ import annotations
 

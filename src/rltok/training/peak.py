@@ -1,10 +1,5 @@
-"""The peak FLOP/s that MFU divides by (`PeakFlops.source`, logged as `peak_source`): "config"
-(train.peak_flops), "datasheet" (a CUDA device in KNOWN_PEAKS), or "measured" (the best of several
-matmul timings of the model's largest layer shape and a square one, in fp32 and the autocast
-dtype). A measurement taken while other work runs reads low; so an interval that beats a measured
-peak re-measures it once, and a peak still beaten (or not measured) is not trusted again: MFU is
-logged as None from then on, with a one-time note. MFU is never above 1.
-"""
+"""The peak FLOP/s that MFU divides by, from the config, a datasheet or a measurement; a peak that an
+interval beats is re-measured once, then distrusted (docs/BENCHMARKS.md, "MFU in the training log")."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""One live process per run folder: an advisory lock (fcntl.flock) on `<run>/.lock`, held for
-the run's life. The lock file records the holder (pid, host, start time) so that a refused
-second trainer can name it. The kernel drops a flock when its process dies, so a lock file
-left by a killed run never blocks the next one. Without fcntl (Windows) nothing is locked.
-
-The run folder's own files and folders (OWN) are never links: a handed folder whose `.lock`,
-`config.json` or `checkpoints` points elsewhere would have training write there."""
+"""One live process per run folder: fcntl.flock on `<run>/.lock` (recording the holder, dropped by the
+kernel when it dies; nothing is locked without fcntl). The run's own files (OWN) are never links,
+or a handed folder could have training write elsewhere."""
 
 from __future__ import annotations
 

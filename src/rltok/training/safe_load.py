@@ -1,8 +1,5 @@
-"""Reading the pickled files of a run folder without running code from them: a shared run folder
-must not name a function to call. `trainer.pt` is read with `torch.load(weights_only=True)` (plus
-the NumPy array reconstructors older trainer states need); the sharded (FSDP) state's `.metadata`
-with an unpickler that admits only the metadata classes torch writes there.
-"""
+"""Reading the pickled files of a run folder without running code from them (docs/ROBUSTNESS.md,
+"Untrusted folders, full disks, closed pipes, hostile values")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Stopping on a signal: SIGINT/SIGTERM ask training to finish the current step, checkpoint and
-stop. A second one (SIGINT or SIGTERM: a step of many micro-batches may never end soon) aborts
-the step at once, but not a checkpoint being written: that one is finished first, so an interrupt
-never leaves a half-written run (the command line then says which step `--resume` starts from)."""
+"""Stopping on a signal: the first SIGINT/SIGTERM finishes the step, checkpoints and stops; a second
+aborts the step, but never a checkpoint being written (docs/ROBUSTNESS.md, "SIGINT / SIGTERM")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Where log records go: `metrics.jsonl` in the run folder, always; as optional extras
-(`pip install 'rltok[track]'`) TensorBoard event files (`train.tensorboard=true`, in
-<run>/tensorboard) and a Weights & Biases run (`train.wandb=<project>`, files in <run>/wandb;
-WANDB_MODE=offline keeps it local). Every sink gets the same record: each numeric key under its
-own name, at the record's step."""
+"""Where log records go: `metrics.jsonl` always, TensorBoard and Weights & Biases as extras
+(docs/CONFIG.md, "What a run writes"); every sink gets the same record."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Boundary rules, by kind: `base` (the interface and its convention, `Boundaries`,
-`build_chunker`), `policy` (the learned RL policy), `fixed` (rules without gradient),
-`straight_through` (H-Net, Gumbel) and `bpe`; every name is importable from here.
-"""
+"""Boundary rules, by kind (`base` the interface; `policy`, `fixed`, `straight_through`, `bpe`); every
+name is importable from here."""
 
 from rltok.model.chunkers.base import (Boundaries, Chunker, NonCausalRule, bernoulli_logp, build_chunker,
                                        forced_mask, fp32_linear)

@@ -1,11 +1,6 @@
-"""The boundary-rule interface: what every rule returns and answers, and helpers they share.
-
-Convention: b[:, t] = 1 means byte t is the *last* byte of a chunk. Position 0 is always a
-boundary (every byte has a chunk ending at or before it); in training the last position is one
-too. Forced positions carry no gradient (`free` marks the ones that do). Every rule returns a
-`Boundaries` record; a causal rule also decides one new byte at a time (`Chunker.step`) exactly as
-its forward does on the same inputs.
-"""
+"""The boundary-rule interface, what every rule returns and answers, and helpers they share.
+b[:, t] = 1: byte t is the *last* byte of a chunk; position 0 always is (and, in training, the
+last); forced positions carry no gradient (`free` marks the ones that do)."""
 
 from __future__ import annotations
 
