@@ -293,7 +293,7 @@ def cmd_why_cuts(args) -> int:
     if not folder.is_dir():
         raise ConfigError(f"--out {folder}: no such results folder")
     readings = why_cuts(load_grid(args.grid), folder, args.budget, args.corpus, args.families, args.data_root,
-                        args.per_class, args.batch, args.seq_len, args.seed,
+                        args.per_class, args.batch, args.seq_len, args.seed, args.per_seed,
                         log=lambda m: print(m, file=sys.stderr))
     if not readings:
         raise ConfigError(f"no hierarchy family has finished runs at {args.budget:g}")
@@ -445,6 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seq-len", type=count(0, 1 << 20), default=0, help="window length (default: the run's)")
     p.add_argument("--seed", type=count(0, MAX_SEED), default=0)
     p.add_argument("--threads", type=count(1, MAX_THREADS), default=1)
+    p.add_argument("--per-seed", action="store_true", help="a row per seed instead of the seeds pooled")
     p.add_argument("--json", help="also write the readings as JSON")
     p.add_argument("--splice", metavar="MARKDOWN", help="write the tables between <!-- why-cuts:begin --> and "
                                                         "<!-- why-cuts:end --> of this file instead of printing them")

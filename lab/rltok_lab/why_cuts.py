@@ -128,9 +128,10 @@ def read_family(runs: list[tuple[dict, Path]], data: str | None, per_class: int,
 
 def why_cuts(grid, folder: Path, budget: float, corpora: list[str] | None = None, families: list[str] | None = None,
              data_root: Path | None = None, per_class: int = 64, batch: int = 8, seq_len: int = 0, seed: int = 0,
-             log=print) -> list[Reading]:
-    """Each hierarchy family's chosen checkpoints at `budget`, read with the true advantage.
-    `data_root`: a folder holding each corpus by its name (default: the data each run trained on)."""
+             per_seed: bool = False, log=print) -> list[Reading]:
+    """Each hierarchy family's chosen checkpoints at `budget`, read with the true advantage, its
+    seeds pooled (or, with `per_seed`, a reading per seed). `data_root`: a folder holding each
+    corpus by its name (default: the data each run trained on)."""
     study = grid_study(grid, Path(folder))
     readings = []
     for corpus in corpora or list(grid.corpora):
@@ -147,10 +148,19 @@ def why_cuts(grid, folder: Path, budget: float, corpora: list[str] | None = None
             runs = _point_runs(Path(folder), corpus, budget, family, cell.size)
             log(f"{corpus} {family} N {cell.size:,.0f}: {len(runs)} seeds")
             data = str(Path(data_root) / corpus) if data_root else None
-            classes, mean_abs, placement, best = read_family(runs, data, per_class, batch, seq_len, seed)
-            readings.append(Reading(corpus, family, cell.size, sorted(int(r["seed"]) for r, _ in runs), cell.rate,
-                                    cell.space_align, classes, mean_abs, placement, best))
+            groups = [(f"{family} s{r['seed']}", [(r, run)]) for r, run in runs] if per_seed else [(family, runs)]
+            for label, group in groups:
+                classes, mean_abs, placement, best = read_family(group, data, per_class, batch, seq_len, seed)
+                rate = _mean_of(group, "rate") if per_seed else cell.rate
+                align = _mean_of(group, "space_align") if per_seed else cell.space_align
+                readings.append(Reading(corpus, label, cell.size, sorted(int(r["seed"]) for r, _ in group), rate,
+                                        align, classes, mean_abs, placement, best))
     return readings
+
+
+def _mean_of(runs: list[tuple[dict, Path]], key: str) -> float | None:
+    vals = [float(r[key]) for r, _ in runs if r.get(key) is not None]
+    return sum(vals) / len(vals) if vals else None
 
 
 def _f(v, spec: str = ".3f") -> str:
