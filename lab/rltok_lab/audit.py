@@ -201,10 +201,23 @@ def _study(runs: dict, budgets: Sequence[float], **kw) -> Study:
     return Study(cells, runs, tuple(budgets), **kw)
 
 
-def grid_study(grid, folder: Path) -> Study:
+def complete_budgets(grid, folder: Path) -> dict[str, list[float]]:
+    """{corpus: the budgets with nothing left to run}: a grid budget when a dry run of the study
+    finds no point left there (its ladders, extensions and optimum seeds all done; unknowable, so
+    left out, where the corpus's data cannot be read), a held-out budget once every run its
+    prediction calls for is done."""
+    from rltok_lab.scaling_status import budget_complete, holdout_status
+
+    held = {(r["corpus"], r["budget"]) for r in holdout_status(grid, folder) if r["done"] == r["planned"] > 0}
+    return {corpus: [b for b in grid.budgets if budget_complete(grid, folder, corpus, b)]
+            + [b for b in grid.holdout_budgets if (corpus, b) in held] for corpus in grid.corpora}
+
+
+def grid_study(grid, folder: Path, budgets_read: dict[str, list[float]] | None = None) -> Study:
     """A grid's study from its results folder (`rltok scaling --out`): its budgets and held-out
     budgets, its groups, and its crossovers as the pairs; runs from uncommitted code and the
-    learning-rate checks are left out of every cell (and counted by `left_out`)."""
+    learning-rate checks are left out of every cell (and counted by `left_out`). With
+    `budgets_read` ({corpus: budgets}), only those budgets' runs are read."""
     from rltok.analysis.scaling import RESULTS_GLOB, read_record
 
     runs, left = {}, {}
@@ -213,7 +226,8 @@ def grid_study(grid, folder: Path) -> Study:
         rs = [r for r in map(read_record, sorted((folder / corpus).glob(RESULTS_GLOB))) if r is not None]
         left[corpus] = sum(map(is_dirty, rs))
         runs[corpus] = [r for r in rs if r.get("bpb") is not None and r.get("point_kind") != "check"
-                        and not is_dirty(r)]
+                        and not is_dirty(r)
+                        and (budgets_read is None or float(r["budget_flops"]) in budgets_read.get(corpus, ()))]
     budgets = tuple(sorted({*grid.budgets, *grid.holdout_budgets}))
     return _study(runs, budgets, held_out=tuple(grid.holdout_budgets), groups={k: tuple(v) for k, v in grid.groups.items()},
                   pairs=tuple(tuple(p) for p in grid.crossovers), left_out=left)
@@ -413,16 +427,29 @@ def report() -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def grid_report(grid, folder: Path) -> str:
+def grid_report(grid, folder: Path, complete_only: bool = False) -> str:
     """A grid's study in the reference's form: each family at its val-chosen size at the largest
     fitted budget with runs and at the held-out budgets, then its crossovers as paired verdicts
-    under both FLOP counts, each table corrected with Holm over its own verdicts."""
-    study = grid_study(grid, folder)
+    under both FLOP counts, each table corrected with Holm over its own verdicts. With
+    `complete_only`, where the study stands first, and only its complete budgets read."""
+    parts = []
+    budgets_read = None
+    if complete_only:
+        from rltok_lab.scaling_status import holdout_status, holdout_table, status_table, study_status
+
+        budgets_read = complete_budgets(grid, folder)
+        said = "; ".join(f"{c}: {', '.join(map(_short, bs)) or 'none yet'}" for c, bs in budgets_read.items())
+        held = holdout_status(grid, folder)
+        parts += ["## Where the study stands", status_table(study_status(grid, folder))]
+        parts += [holdout_table(held)] if held else []
+        parts += [f"Budgets read below, those with nothing left to run: {said}. A budget with runs still to "
+                  "come is read nowhere: no verdict before its ladders, extensions and optimum seeds are done."]
+    study = grid_study(grid, folder, budgets_read)
     read = [b for b in study.budgets if any(study.cells[c].get(b) for c in study.cells)]
     fitted = [b for b in read if b not in study.held_out]
     shown = tuple(([fitted[-1]] if fitted else []) + [b for b in read if b in study.held_out])
     verdicts = budget_verdicts(study)
-    parts = [f"Runs from uncommitted code left out: {', '.join(f'{c} {n}' for c, n in study.left_out.items())}.",
+    parts += [f"Runs from uncommitted code left out: {', '.join(f'{c} {n}' for c, n in study.left_out.items())}.",
              "## Each family at its val-chosen size", cells_table(study, shown),
              "## Paired verdicts, FLOPs as charged (causal pairs)", verdicts_table([v for v in verdicts if v.flops == "charged"]),
              "## The same verdicts, FLOPs as the kernels compute them",

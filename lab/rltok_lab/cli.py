@@ -316,10 +316,12 @@ def cmd_audit(args) -> int:
 
     if bool(args.grid) != bool(args.out):
         raise ConfigError("--grid and --out go together (a study's grid and its results folder)")
+    if args.complete_only and not args.grid:
+        raise ConfigError("--complete-only goes with --grid and --out")
     if args.grid:
         from rltok.analysis.scaling import load_grid
 
-        text = grid_report(load_grid(args.grid), Path(args.out))
+        text = grid_report(load_grid(args.grid), Path(args.out), complete_only=args.complete_only)
     else:
         text = report()
     if args.splice:
@@ -427,6 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "trend over shape-matched cells, bytes against BPE at equal parameters")
     p.add_argument("--grid", help="read this grid's study (with --out, its results folder) instead of the first study's records")
     p.add_argument("--out", help="the grid's results folder (as given to `rltok scaling`)")
+    p.add_argument("--complete-only", action="store_true",
+                   help="with --grid: where the study stands, then only its budgets with nothing left to run")
     p.add_argument("--splice", metavar="MARKDOWN", help="write the tables between <!-- audit:begin --> and "
                                                         "<!-- audit:end --> of this file instead of printing them")
     p.set_defaults(func=cmd_audit)

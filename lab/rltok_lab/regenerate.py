@@ -126,6 +126,10 @@ def steps(data: Path | None = None) -> list[Step]:
                     [(wd / "SUPERTOKENS.md", Path("lab/reports/SUPERTOKENS.md"))]))
     out.append(Step("audit", [[sys.executable, "-m", "rltok_lab", "audit", "--splice", str(wd / "AUDIT.md")]],
                     [(wd / "AUDIT.md", Path("lab/reports/AUDIT.md"))]))
+    out.append(Step("rivals", [[sys.executable, "-m", "rltok_lab", "audit", "--grid",
+                                grid_for("lab/scripts/scaling_rivals_grid.toml", data), "--out", str(wr / "rivals"),
+                                "--complete-only", "--splice", str(wd / "RIVALS.md")]],
+                    [(wd / "RIVALS.md", Path("lab/reports/RIVALS.md"))]))
     for folder in VARIANT_FOLDERS:
         for md in sorted((ROOT / RESULTS_REL / folder).glob("*.md")):
             argv = _replayed(md, "scaling_variant.py")
