@@ -4,7 +4,6 @@ second invocation skips every finished point, and the fit writes fits.json and t
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import math
 import shutil
@@ -456,21 +455,6 @@ def _curve(budget, values, shares=None):
     unless `shares` says)."""
     shares = shares or [(k + 1) / len(values) for k in range(len(values))]
     return [{"step": 10 * (k + 1), "train_flops": budget * x, "val_bpb": v} for k, (x, v) in enumerate(zip(shares, values))]
-
-
-def test_a_prediction_with_an_unknown_interval_is_neither_inside_nor_outside_it():
-    from rltok.analysis.scaling_fit import Prediction, score_prediction
-    from rltok.analysis.scaling_fit import in_interval
-
-    nan = float("nan")
-    pred = Prediction("flat", 1e9, 1e4, (nan, nan), 2.0, (nan, nan), 0.95, 3.0, None)
-    score = score_prediction(pred, [2.1, 2.2], size=1e4)
-    assert score.within is None and score.size_within is None and score.error == pytest.approx(0.15)
-    known = dataclasses.replace(pred, l_star_interval=(1.9, 2.1), n_star_interval=(5e3, 2e4))
-    assert score_prediction(known, [2.3, 2.4], size=1e4).within is False
-    assert score_prediction(known, [2.0, 2.05], size=3e4).size_within is False
-    assert in_interval(1.0, (nan, 2.0)) is None and in_interval(1.0, (0.5, 2.0)) is True
-    assert in_interval(3.0, (0.5, 2.0)) is False
 
 
 TIMING = {"wall_s", "point_wall_s", "bytes_per_s", "eval_wall_s", "train_wall_s", "commit", "date", "command",

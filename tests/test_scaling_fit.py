@@ -7,7 +7,7 @@ import pytest
 
 from rltok.analysis.paired_stats import mean_interval, paired_difference, t_quantile
 from rltok.analysis.scaling_fit import (IsoProfile, crossover, fit_envelope, fit_isoflop, fit_study, predict,
-                                        profiles_from_records, score_prediction, to_plain)
+                                        profiles_from_records)
 
 BUDGETS = [1e11, 3e11, 1e12, 3e12, 1e13]
 
@@ -201,7 +201,7 @@ def test_a_crossing_inside_the_range_is_never_called_extrapolated(study):
 
 # ---------------------------------------------------------------- predictions
 
-def test_a_held_out_budget_is_predicted_and_scored():
+def test_a_held_out_budget_is_predicted():
     records = synth("x", X, budgets=BUDGETS + [1e14])
     fits = fit_study(records, budgets=BUDGETS, n_boot=200)  # 1e14 held out
     pred = predict(fits["x"].envelope, 1e14)
@@ -209,14 +209,6 @@ def test_a_held_out_budget_is_predicted_and_scored():
     assert pred.n_star == pytest.approx(X["k"] * 1e14 ** 0.5, rel=0.1)
     assert pred.l_star == pytest.approx(loss_of(X, 1e14), abs=0.03)
     assert pred.n_star_interval[0] < pred.n_star < pred.n_star_interval[1]
-    held = profiles_from_records(records)["x"][1e14]
-    mid = len(held.sizes) // 2  # the run at the true optimum, 3 seeds
-    score = score_prediction(pred, held.losses[mid], size=held.sizes[mid])
-    assert score.error == pytest.approx(score.measured - pred.l_star)
-    assert abs(score.error) < 0.03 and score.size_ratio == pytest.approx(1.0, rel=0.1)
-    assert score.measured_interval[0] < score.measured < score.measured_interval[1]
-    plain = to_plain(score)
-    assert plain["prediction"]["budget"] == 1e14 and isinstance(plain["within"], bool)
 
 
 # ---------------------------------------------------------------- plots

@@ -9,7 +9,7 @@ run at those budgets and never rewritten: an existing file is an error.
 `run_holdout` (`rltok scaling --holdout`): at each holdout budget each family runs at its predicted
 N* (the shape its shape rule builds for that size), with the grid's `holdout_seeds`, into the
 same corpus folder (resumable like every point); then `score_holdout` scores the prediction
-(`scaling_fit.score_prediction`) into OUT/prediction_score.json, and `score_table` prints it.
+(`score_prediction`) into OUT/prediction_score.json, and `score_table` prints it.
 The same runs give the grid's pairs their paired verdicts at the held-out budget
 (`holdout_paired`: each side at its predicted size, a group as its best member there), written
 beside the scores.
@@ -28,15 +28,47 @@ import dataclasses
 import datetime
 import json
 import math
+from collections.abc import Iterable
 from pathlib import Path
 
 from rltok.analysis.scaling import (Grid, Point, _write_json, budget_tag, corpus_split, family_rungs, grid_points,
                                     point_done, read_records, run_points)
+from rltok.analysis.paired_stats import mean_interval
+from rltok.analysis.scaling_fit import Prediction
 from rltok.analysis.table_cells import estimate, number
 from rltok.config import ConfigError
 
 PREDICTION = "prediction.json"
 SCORE = "prediction_score.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class PredictionScore:
+    """A measured result at the predicted budget against the prediction."""
+    prediction: Prediction
+    measured: float  # mean over seeds
+    measured_interval: tuple[float, float]  # t interval over seeds
+    error: float  # measured - predicted loss
+    within: bool | None  # the measured mean lies inside the predicted loss interval (None: no interval)
+    size: float | None  # the size that was run, when given
+    size_ratio: float | None  # size / predicted N*
+    size_within: bool | None
+
+
+def in_interval(x: float, interval) -> bool | None:
+    """x within [lo, hi]; None where the interval is unknown (a NaN end, as a null reads back)."""
+    lo, hi = interval
+    return None if not (math.isfinite(lo) and math.isfinite(hi)) else bool(lo <= x <= hi)
+
+
+def score_prediction(pred: Prediction, losses: Iterable[float], size: float | None = None) -> PredictionScore:
+    """How far a run at the predicted budget (its seeds' losses, and the size it used) lands."""
+    losses = [float(v) for v in losses]
+    mean, lo, hi = mean_interval(losses, pred.level)
+    size_ratio = None if size is None else float(size) / pred.n_star
+    size_within = None if size is None else in_interval(float(size), pred.n_star_interval)
+    return PredictionScore(pred, mean, (lo, hi), mean - pred.l_star, in_interval(mean, pred.l_star_interval), size,
+                           size_ratio, size_within)
 
 
 def _key(budget: float) -> str:
@@ -255,7 +287,7 @@ def score_holdout(grid: Grid, out: Path, points: list[Point], prediction: dict) 
     """Each (corpus, family, holdout budget) run: its prediction scored against its seeds; then each
     group's prediction against its best member's held-out runs there (chosen on the selection
     split, as the report chooses, among the members that ran: `members_run`)."""
-    from rltok.analysis.scaling_fit import score_prediction, to_plain
+    from rltok.analysis.scaling_fit import to_plain
 
     cells: dict = {}
     for p in points:
@@ -435,7 +467,7 @@ def score_forecast(grid: Grid, out: Path, at, prediction: dict) -> list[dict]:
     the bootstrap intervals of its seeds), the error in L*, and whether each measured optimum lies
     inside the predicted interval. A budget whose optimum is not interior is scored and flagged
     (its parabola's optimum is then an extrapolation of its own)."""
-    from rltok.analysis.scaling_fit import fit_study, in_interval, to_plain
+    from rltok.analysis.scaling_fit import fit_study, to_plain
 
     at = sorted(float(b) for b in at)
     scores = []

@@ -10,7 +10,6 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from rltok.analysis.paired_stats import mean_interval
 
 
 @dataclasses.dataclass(frozen=True)
@@ -661,35 +660,6 @@ def predict(env: Envelope, budget: float) -> Prediction:
     l_band = _percentile_interval(env.boot.loss(budget), env.level)
     return Prediction(env.family, float(budget), float(env.size(budget)), n_band, float(env.loss(budget)), l_band,
                       env.level, float(budget) / env.fitted_range[1], env.e_fixed)
-
-
-@dataclasses.dataclass(frozen=True)
-class PredictionScore:
-    """A measured result at the predicted budget against the prediction."""
-    prediction: Prediction
-    measured: float  # mean over seeds
-    measured_interval: tuple[float, float]  # t interval over seeds
-    error: float  # measured - predicted loss
-    within: bool | None  # the measured mean lies inside the predicted loss interval (None: no interval)
-    size: float | None  # the size that was run, when given
-    size_ratio: float | None  # size / predicted N*
-    size_within: bool | None
-
-
-def in_interval(x: float, interval) -> bool | None:
-    """x within [lo, hi]; None where the interval is unknown (a NaN end, as a null reads back)."""
-    lo, hi = interval
-    return None if not (math.isfinite(lo) and math.isfinite(hi)) else bool(lo <= x <= hi)
-
-
-def score_prediction(pred: Prediction, losses: Iterable[float], size: float | None = None) -> PredictionScore:
-    """How far a run at the predicted budget (its seeds' losses, and the size it used) lands."""
-    losses = [float(v) for v in losses]
-    mean, lo, hi = mean_interval(losses, pred.level)
-    size_ratio = None if size is None else float(size) / pred.n_star
-    size_within = None if size is None else in_interval(float(size), pred.n_star_interval)
-    return PredictionScore(pred, mean, (lo, hi), mean - pred.l_star, in_interval(mean, pred.l_star_interval), size,
-                           size_ratio, size_within)
 
 
 # ---------------------------------------------------------------- the whole study
