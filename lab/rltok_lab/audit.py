@@ -78,10 +78,24 @@ class Cell:
     dirty: int  # runs of this cell made from uncommitted code
     choice: float  # the selection split's mean over the ladder's seeds (0 and 1), which every size ran
     fitted_outside: float | None = None  # bytes a tokenizer was fitted on outside the budget
+    reads_ahead: bool = False  # its cut at byte t depends on bytes after t (the rule cannot generate)
 
     @property
     def mean(self) -> float:
         return float(np.mean(list(self.test.values())))
+
+
+def reads_ahead(r: dict) -> bool:
+    """Whether a run's boundary rule decides a cut at byte t from bytes after t (its chunker says
+    why it cannot generate, `Chunker.noncausal`): such a model's bpb has seen part of the future."""
+    from rltok.config.sections import CHUNKERS
+
+    model = (r.get("config") or {}).get("model") or {}
+    chunker = model.get("chunker")
+    kind = chunker.get("kind") if isinstance(chunker, dict) else chunker
+    if model.get("arch", "hourglass") != "hourglass" or not isinstance(kind, str) or kind not in CHUNKERS:
+        return False
+    return getattr(CHUNKERS.entries[kind].component(), "noncausal", None) is not None
 
 
 def _mean(rs: Sequence[dict], key: str) -> float | None:
@@ -101,7 +115,8 @@ def chosen_cells(runs: Iterable[dict], budget: float) -> dict[str, Cell]:
                            _mean(rs, "params"), _mean(rs, "state_mb"), _mean(rs, "steps"), _mean(rs, "rate"),
                            _mean(rs, "space_align"), ratio or 1.0, sum(is_dirty(r) for r in rs),
                            float(np.mean([choice_loss(r) for r in rs if int(r["seed"]) in (0, 1)]
-                                         or [choice_loss(r) for r in rs])), _mean(rs, "tokenizer_fit_bytes"))
+                                         or [choice_loss(r) for r in rs])), _mean(rs, "tokenizer_fit_bytes"),
+                           any(map(reads_ahead, rs)))
     return out
 
 
@@ -252,6 +267,9 @@ def budget_verdicts(study: Study) -> list[Verdict]:
                 note = f"{a.family} vs {b.family}" if (a_name in groups or b_name in groups) else ""
                 if a.dirty or b.dirty:
                     note = (note + "; " if note else "") + f"{a.dirty + b.dirty} runs from uncommitted code"
+                ahead = [c.family for c in (a, b) if c.reads_ahead]
+                if ahead:
+                    note = (note + "; " if note else "") + f"{' and '.join(ahead)} cut with a byte of lookahead"
                 out.append(Verdict(corpus, budget, a_name, b_name, *r, flops="charged", note=note))
                 if budget not in study.held_out:
                     means.append(r[1])
@@ -297,8 +315,9 @@ def verdicts_table(verdicts: list[Verdict]) -> str:
 
 def cells_table(study: Study, budgets: Sequence[float] = (3e12, HELD_OUT)) -> str:
     head = ("| corpus | budget | family | N | total params | state MB | steps | test bpb (seeds) | rate | "
-            "whitespace alignment | kernel/charged FLOPs | tokenizer fitted outside the budget | uncommitted runs |\n"
-            "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|---:|")
+            "whitespace alignment | kernel/charged FLOPs | tokenizer fitted outside the budget | cuts read ahead | "
+            "uncommitted runs |\n"
+            "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|---|---:|")
     rows = []
     for corpus, by_budget in study.cells.items():
         for budget in budgets:
@@ -309,7 +328,8 @@ def cells_table(study: Study, budgets: Sequence[float] = (3e12, HELD_OUT)) -> st
                 state = f"{c.state_mb:.1f}" if c.state_mb is not None else "—"
                 rows.append(f"| {corpus} | {budget:.0e} | {fam} | {c.size:,.0f} | {c.params:,.0f} | {state} | "
                             f"{c.steps:,.0f} | {c.mean:.3f}{sd} ({len(c.test)}) | {rate} | {align} | "
-                            f"{c.kernel_ratio:.2f} | {_fitted(c)} | {c.dirty} |".replace("e+", "e"))
+                            f"{c.kernel_ratio:.2f} | {_fitted(c)} | {'yes' if c.reads_ahead else 'no'} | "
+                            f"{c.dirty} |".replace("e+", "e"))
     return "\n".join([head, *rows])
 
 

@@ -161,3 +161,20 @@ def test_complete_only_reads_a_budget_once_nothing_is_left_to_run_there(tmp_path
     text = doc.read_text()
     assert "salad: none yet" in text and "| salad | C3e08 | 7/8 |" in text and "uniform − flat | charged | 2" not in text
     assert lab_main(["audit", "--complete-only"]) != 0 and "goes with --grid" in capsys.readouterr().err
+
+
+def test_a_rule_that_cuts_with_lookahead_is_named_at_every_row():
+    def rec(model):
+        return {"config": {"model": model}}
+
+    assert audit.reads_ahead(rec({"arch": "hourglass", "chunker": {"kind": "bpe"}}))
+    assert audit.reads_ahead(rec({"chunker": "bpe"}))  # a saved config's older spelling
+    assert not audit.reads_ahead(rec({"arch": "hourglass", "chunker": {"kind": "rl"}}))
+    assert not audit.reads_ahead(rec({"arch": "bpe_token"})) and not audit.reads_ahead({})
+    cells = {"bpe": Cell("bpe", 1e12, 1.0, {0: 2.0, 1: 2.1}, 1.0, 1.0, 100, 0.2, 0.9, 1.0, 0, 2.0, None, True),
+             "rl": Cell("rl", 1e12, 1.0, {0: 2.2, 1: 2.2}, 1.0, 1.0, 100, 0.2, 0.7, 1.0, 0, 2.2)}
+    study = audit.Study({"c": {1e12: cells}}, {"c": []}, (1e12,), groups={}, pairs=(("bpe", "rl"),))
+    (charged, _kernel) = audit.budget_verdicts(study)
+    assert "bpe cut with a byte of lookahead" in charged.note
+    assert "| c | 1e12 | bpe | 1 | 1 | 1.0 | 100 | 2.050 ± 0.071 (2) | 0.200 | 0.90 | 1.00 | no | yes | 0 |" in \
+        audit.cells_table(study, (1e12,))
