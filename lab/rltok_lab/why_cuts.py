@@ -39,7 +39,7 @@ class Reading:
     classes: dict  # {class: {"candidates", "cut_rate", "cut_share", "mean_D", "se_D", "n"}}, seeds pooled
     mean_abs_d: float
     placement: float  # nats per cut over random placement, the mean over seeds
-    best_placement: float  # the most a class-level placement gives with as many cuts
+    best_placement: float  # the most a class-level placement gives with as many cuts (biased up: a max of noisy means)
 
 
 def _point_runs(folder: Path, corpus: str, budget: float, family: str, size: float) -> list[tuple[dict, Path]]:

@@ -87,7 +87,8 @@ def test_why_cuts_reads_each_hierarchy_at_its_chosen_size_from_its_run_folders(t
     assert lab_main([*args, "--families", "rl", "--per-seed"]) == 0
     per_seed = json.loads((tmp_path / "why.json").read_text())["readings"]
     rl = next(r for r in readings if r["family"] == "rl")
-    assert [(r["family"], r["seeds"], r["size"]) for r in per_seed] == [("rl s0", [0], rl["size"]), ("rl s1", [1], rl["size"])]
+    assert [(r["family"], r["seeds"], r["size"]) for r in per_seed] == [("rl s0", [0], rl["size"]),
+                                                                       ("rl s1", [1], rl["size"])]
     assert sum(r["classes"]["mid_word"]["cuts"] for r in per_seed) == rl["classes"]["mid_word"]["cuts"]
 
     # a record whose run folder lost its checkpoints is one clear error, not a traceback
