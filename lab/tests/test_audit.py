@@ -115,38 +115,12 @@ def test_a_grid_study_reads_its_folder_and_leaves_out_uncommitted_runs(tmp_path)
     assert "Runs from uncommitted code left out: c 1." in text and "| c | 1e10 | a |" in text
 
 
-COMPLETE_GRID = """
-budgets = [3e8]
-seeds = [0, 1]
-split = "test"
-preset = "test"
-max_eval_windows = 2
-interior_only = false
-crossovers = [["uniform", "flat"]]
-
-[corpora]
-salad = "{data}"
-
-[[families]]
-method = "flat"
-sizes = [2e4, 5e4]
-
-[[families]]
-method = "uniform"
-sizes = [2e4, 5e4]
-"""
-
-
 def test_complete_only_reads_a_budget_once_nothing_is_left_to_run_there(tmp_path, capsys):
-    from conftest import corpus_folder
     from rltok.analysis.scaling import load_grid
-    from rltok.cli import main as rltok_main
     from rltok_lab.cli import main as lab_main
+    from tiny_study import tiny_study
 
-    grid = tmp_path / "grid.toml"
-    grid.write_text(COMPLETE_GRID.format(data=corpus_folder(tmp_path, "salad")))
-    out = tmp_path / "study"
-    assert rltok_main(["scaling", "--grid", str(grid), "--out", str(out)]) == 0
+    grid, out = tiny_study(tmp_path)
     capsys.readouterr()
     assert audit.complete_budgets(load_grid(grid), out) == {"salad": [3e8]}
     text = audit.grid_report(load_grid(grid), out, complete_only=True)
@@ -159,7 +133,7 @@ def test_complete_only_reads_a_budget_once_nothing_is_left_to_run_there(tmp_path
     doc.write_text("intro\n<!-- audit:begin -->\n<!-- audit:end -->\n")
     assert lab_main(["audit", "--grid", str(grid), "--out", str(out), "--complete-only", "--splice", str(doc)]) == 0
     text = doc.read_text()
-    assert "salad: none yet" in text and "| salad | C3e08 | 7/8 |" in text
+    assert "salad: none yet" in text and "| salad | C3e08 | 11/12 |" in text
     assert "uniform − flat | charged | 2" not in text
     assert lab_main(["audit", "--complete-only"]) != 0 and "goes with --grid" in capsys.readouterr().err
 

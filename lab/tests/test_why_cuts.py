@@ -7,36 +7,10 @@ import json
 
 import pytest
 
-from conftest import corpus_folder
-from rltok.cli import main as rltok_main
 from rltok_lab.cli import main as lab_main
 from rltok_lab.true_advantage import CLASSES
 from rltok_lab.why_cuts import placement_values
-
-GRID = """
-budgets = [3e8]
-seeds = [0, 1]
-split = "test"
-preset = "test"
-max_eval_windows = 2
-interior_only = false
-overrides = ["model.target_rate=0.25"]
-
-[corpora]
-salad = "{data}"
-
-[[families]]
-method = "flat"
-sizes = [2e4, 5e4]
-
-[[families]]
-method = "rl"
-sizes = [2e4, 5e4]
-
-[[families]]
-method = "uniform"
-sizes = [2e4, 5e4]
-"""
+from tiny_study import tiny_study
 
 
 def _classes(cands, cuts, ds):
@@ -55,10 +29,7 @@ def test_placement_against_random_cuts_and_the_best_class_level_placement():
 
 
 def test_why_cuts_reads_each_hierarchy_at_its_chosen_size_from_its_run_folders(tmp_path, capsys):
-    grid = tmp_path / "grid.toml"
-    grid.write_text(GRID.format(data=corpus_folder(tmp_path, "salad")))
-    out = tmp_path / "study"
-    assert rltok_main(["scaling", "--grid", str(grid), "--out", str(out)]) == 0
+    grid, out = tiny_study(tmp_path)
     capsys.readouterr()
     doc = tmp_path / "doc.md"
     doc.write_text("before\n<!-- why-cuts:begin -->\nold\n<!-- why-cuts:end -->\nafter\n")
