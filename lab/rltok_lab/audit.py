@@ -98,7 +98,8 @@ def reads_ahead(r: dict) -> bool:
     return getattr(CHUNKERS.entries[kind].component(), "noncausal", None) is not None
 
 
-def _mean(rs: Sequence[dict], key: str) -> float | None:
+def mean_of(rs: Sequence[dict], key: str) -> float | None:
+    """The mean of `key` over the records that have it; None where none does."""
     vals = [float(r[key]) for r in rs if r.get(key) is not None]
     return float(np.mean(vals)) if vals else None
 
@@ -109,13 +110,13 @@ def chosen_cells(runs: Iterable[dict], budget: float) -> dict[str, Cell]:
     out = {}
     for family, size in best_by_choice(here).items():
         rs = [r for r in here if record_family(r) == family and record_size(r) == size]
-        ratio = _mean([{"x": r["forward_flops_per_byte_kernel"] / r["forward_flops_per_byte"]} for r in rs
+        ratio = mean_of([{"x": r["forward_flops_per_byte_kernel"] / r["forward_flops_per_byte"]} for r in rs
                        if r.get("forward_flops_per_byte_kernel") and r.get("forward_flops_per_byte")], "x")
         out[family] = Cell(family, budget, size, {int(r["seed"]): float(r["bpb"]) for r in rs},
-                           _mean(rs, "params"), _mean(rs, "state_mb"), _mean(rs, "steps"), _mean(rs, "rate"),
-                           _mean(rs, "space_align"), ratio or 1.0, sum(is_dirty(r) for r in rs),
+                           mean_of(rs, "params"), mean_of(rs, "state_mb"), mean_of(rs, "steps"), mean_of(rs, "rate"),
+                           mean_of(rs, "space_align"), ratio or 1.0, sum(is_dirty(r) for r in rs),
                            float(np.mean([choice_loss(r) for r in rs if int(r["seed"]) in (0, 1)]
-                                         or [choice_loss(r) for r in rs])), _mean(rs, "tokenizer_fit_bytes"),
+                                         or [choice_loss(r) for r in rs])), mean_of(rs, "tokenizer_fit_bytes"),
                            any(map(reads_ahead, rs)))
     return out
 
@@ -216,16 +217,17 @@ def _study(runs: dict, budgets: Sequence[float], **kw) -> Study:
     return Study(cells, runs, tuple(budgets), **kw)
 
 
-def complete_budgets(grid, folder: Path) -> dict[str, list[float]]:
-    """{corpus: the budgets with nothing left to run}: a grid budget when a dry run of the study
-    finds no point left there (its ladders, extensions and optimum seeds all done; unknowable, so
-    left out, where the corpus's data cannot be read), a held-out budget once every run its
-    prediction calls for is done."""
-    from rltok_lab.scaling_status import budget_complete, holdout_status
-
-    held = {(r["corpus"], r["budget"]) for r in holdout_status(grid, folder) if r["done"] == r["planned"] > 0}
-    return {corpus: [b for b in grid.budgets if budget_complete(grid, folder, corpus, b)]
-            + [b for b in grid.holdout_budgets if (corpus, b) in held] for corpus in grid.corpora}
+def complete_budgets(status: list[dict], held: list[dict]) -> dict[str, list[float]]:
+    """{corpus: the budgets with nothing left to run}, from a study's `study_status` rows (a grid
+    budget whose dry run finds no point left; unknowable, so left out, where the corpus's data
+    cannot be read) and `holdout_status` rows (a held-out budget once every run its prediction
+    calls for is done)."""
+    out: dict[str, list[float]] = {}
+    for r in status:
+        out.setdefault(r["corpus"], []).extend([r["budget"]] if r["complete"] else [])
+    for r in held:
+        out.setdefault(r["corpus"], []).extend([r["budget"]] if r["done"] == r["planned"] > 0 else [])
+    return out
 
 
 def grid_study(grid, folder: Path, budgets_read: dict[str, list[float]] | None = None) -> Study:
@@ -457,10 +459,10 @@ def grid_report(grid, folder: Path, complete_only: bool = False) -> str:
     if complete_only:
         from rltok_lab.scaling_status import holdout_status, holdout_table, status_table, study_status
 
-        budgets_read = complete_budgets(grid, folder)
+        status, held = study_status(grid, folder), holdout_status(grid, folder)
+        budgets_read = complete_budgets(status, held)
         said = "; ".join(f"{c}: {', '.join(map(_short, bs)) or 'none yet'}" for c, bs in budgets_read.items())
-        held = holdout_status(grid, folder)
-        parts += ["## Where the study stands", status_table(study_status(grid, folder))]
+        parts += ["## Where the study stands", status_table(status)]
         parts += [holdout_table(held)] if held else []
         parts += [f"Budgets read below, those with nothing left to run: {said}. A budget with runs still to "
                   "come is read nowhere: no verdict before its ladders, extensions and optimum seeds are done."]

@@ -177,7 +177,8 @@ def variant_losses(model, x: torch.Tensor, y: torch.Tensor, b: torch.Tensor, pos
     return (torch.cat(l1) if l1 else empty), (torch.cat(l0) if l0 else empty), leak
 
 
-def _stats(d: list[float]) -> dict:
+def d_stats(d: list[float]) -> dict:
+    """n, mean, standard error, share positive and mean magnitude of a list of D values."""
     n = len(d)
     if n == 0:
         return {"n": 0, "mean_D": None, "se_D": None, "share_positive": None, "mean_abs_D": None}
@@ -293,7 +294,7 @@ def _class_summary(records: list[dict], n_candidates: dict[str, int], with_p: bo
     class_stats = {}
     for c in CLASSES:
         recs = [r for r in records if r["class"] == c]
-        st = _stats([r["D"] for r in recs])
+        st = d_stats([r["D"] for r in recs])
         st["candidates"] = n_candidates[c]
         st["taken_rate"] = sum(r["b"] for r in recs) / len(recs) if recs else None
         if n_cuts is not None:
@@ -302,7 +303,7 @@ def _class_summary(records: list[dict], n_candidates: dict[str, int], with_p: bo
         if with_p:
             st["mean_p"] = sum(r["p"] for r in recs) / len(recs) if recs else None
         class_stats[c] = st
-    overall = _stats([r["D"] for r in records])
+    overall = d_stats([r["D"] for r in records])
     overall["candidates"] = total
     # the sample is class-balanced; this reweights the class means by how common each class is
     weighted = [(n_candidates[c], class_stats[c]["mean_D"]) for c in CLASSES if class_stats[c]["n"]]

@@ -18,13 +18,12 @@ has adapted to its own cuts: a reading of that model, not of the cuts alone.
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 
 from rltok.analysis.scaling_fit import record_family, record_size
 from rltok.config import ConfigError
-from rltok_lab.audit import chosen_cells, grid_study
-from rltok_lab.true_advantage import CLASSES
+from rltok_lab.audit import chosen_cells, grid_study, mean_of
+from rltok_lab.true_advantage import CLASSES, d_stats
 
 
 @dataclasses.dataclass
@@ -92,7 +91,7 @@ def read_family(runs: list[tuple[dict, Path]], data: str | None, per_class: int,
 
     d_by_class = {c: [] for c in CLASSES}
     totals = {c: {"candidates": 0, "cuts": 0} for c in CLASSES}
-    placements, bests, abs_d = [], [], []
+    placements, bests = [], []
     for record, run in runs:
         model, cfg, _, _ = load_checkpoint(run, device=device)
         if not getattr(model, "hierarchical", False) or model.cfg.stages != 1:
@@ -103,7 +102,6 @@ def read_family(runs: list[tuple[dict, Path]], data: str | None, per_class: int,
                                 seed=seed)
         for rec in result["positions"]:
             d_by_class[rec["class"]].append(rec["D"])
-            abs_d.append(abs(rec["D"]))
         for c, st in result["classes"].items():
             totals[c]["candidates"] += st["candidates"]
             totals[c]["cuts"] += st["cuts"]
@@ -115,14 +113,12 @@ def read_family(runs: list[tuple[dict, Path]], data: str | None, per_class: int,
     n_cuts = sum(t["cuts"] for t in totals.values())
     classes = {}
     for c in CLASSES:
-        ds = d_by_class[c]
-        mean = sum(ds) / len(ds) if ds else None
-        se = math.sqrt(sum((v - mean) ** 2 for v in ds) / (len(ds) - 1) / len(ds)) if len(ds) > 1 else None
-        t = totals[c]
+        st, t = d_stats(d_by_class[c]), totals[c]
         classes[c] = {"candidates": t["candidates"], "candidate_share": t["candidates"] / n_cand if n_cand else None,
                       "cuts": t["cuts"], "cut_rate": t["cuts"] / t["candidates"] if t["candidates"] else None,
-                      "cut_share": t["cuts"] / n_cuts if n_cuts else None, "mean_D": mean, "se_D": se, "n": len(ds)}
-    mean_abs = sum(abs_d) / len(abs_d) if abs_d else 0.0
+                      "cut_share": t["cuts"] / n_cuts if n_cuts else None, "mean_D": st["mean_D"], "se_D": st["se_D"],
+                      "n": st["n"]}
+    mean_abs = d_stats([d for ds in d_by_class.values() for d in ds])["mean_abs_D"] or 0.0
     return classes, mean_abs, sum(placements) / len(placements), sum(bests) / len(bests)
 
 
@@ -151,16 +147,11 @@ def why_cuts(grid, folder: Path, budget: float, corpora: list[str] | None = None
             groups = [(f"{family} s{r['seed']}", [(r, run)]) for r, run in runs] if per_seed else [(family, runs)]
             for label, group in groups:
                 classes, mean_abs, placement, best = read_family(group, data, per_class, batch, seq_len, seed)
-                rate = _mean_of(group, "rate") if per_seed else cell.rate
-                align = _mean_of(group, "space_align") if per_seed else cell.space_align
+                rate = mean_of([r for r, _ in group], "rate") if per_seed else cell.rate
+                align = mean_of([r for r, _ in group], "space_align") if per_seed else cell.space_align
                 readings.append(Reading(corpus, label, cell.size, sorted(int(r["seed"]) for r, _ in group), rate,
                                         align, classes, mean_abs, placement, best))
     return readings
-
-
-def _mean_of(runs: list[tuple[dict, Path]], key: str) -> float | None:
-    vals = [float(r[key]) for r, _ in runs if r.get(key) is not None]
-    return sum(vals) / len(vals) if vals else None
 
 
 def _f(v, spec: str = ".3f") -> str:

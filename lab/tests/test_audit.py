@@ -118,17 +118,21 @@ def test_a_grid_study_reads_its_folder_and_leaves_out_uncommitted_runs(tmp_path)
 def test_complete_only_reads_a_budget_once_nothing_is_left_to_run_there(tmp_path, capsys):
     from rltok.analysis.scaling import load_grid
     from rltok_lab.cli import main as lab_main
+    from rltok_lab.scaling_status import holdout_status, study_status
     from tiny_study import tiny_study
+
+    def complete(grid, out):
+        return audit.complete_budgets(study_status(load_grid(grid), out), holdout_status(load_grid(grid), out))
 
     grid, out = tiny_study(tmp_path)
     capsys.readouterr()
-    assert audit.complete_budgets(load_grid(grid), out) == {"salad": [3e8]}
+    assert complete(grid, out) == {"salad": [3e8]}
     text = audit.grid_report(load_grid(grid), out, complete_only=True)
     assert "Budgets read below, those with nothing left to run: salad: 3e08." in text
     assert "| salad | 3e08 | uniform − flat | charged | 2 |" in text
     # one run missing: the budget is read nowhere, and the status says what is left
     next((out / "salad").glob("C*__uniform__*__s1.json")).unlink()
-    assert audit.complete_budgets(load_grid(grid), out) == {"salad": []}
+    assert complete(grid, out) == {"salad": []}
     doc = tmp_path / "RIVALS.md"
     doc.write_text("intro\n<!-- audit:begin -->\n<!-- audit:end -->\n")
     assert lab_main(["audit", "--grid", str(grid), "--out", str(out), "--complete-only", "--splice", str(doc)]) == 0
@@ -153,3 +157,12 @@ def test_a_rule_that_cuts_with_lookahead_is_named_at_every_row():
     assert "bpe cut with a byte of lookahead" in charged.note
     assert "| c | 1e12 | bpe | 1 | 1 | 1.0 | 100 | 2.050 ± 0.071 (2) | 0.200 | 0.90 | 1.00 | no | yes | 0 |" in \
         audit.cells_table(study, (1e12,))
+
+
+def test_complete_budgets_read_the_status_rows_and_leave_out_what_cannot_be_told():
+    status = [{"corpus": "a", "budget": 1e11, "complete": True}, {"corpus": "a", "budget": 3e11, "complete": False},
+              {"corpus": "b", "budget": 1e11, "complete": None}]  # None: b's data could not be read
+    held = [{"corpus": "a", "budget": 1e12, "done": 3, "planned": 3},
+            {"corpus": "b", "budget": 1e12, "done": 1, "planned": 3}]
+    assert audit.complete_budgets(status, held) == {"a": [1e11, 1e12], "b": []}
+    assert audit.complete_budgets(status, [{"corpus": "a", "budget": 1e12, "done": 0, "planned": 0}])["a"] == [1e11]
