@@ -85,15 +85,23 @@ def run_all(cmds, capsys, marker: Path) -> None:
 CHECKPOINT_FILES = ("trainer.pt", "model.safetensors", "config.json", "README.md", "manifest.json")
 
 
-@pytest.mark.parametrize("how", ["pickle", "torch.save"])
-@pytest.mark.parametrize("name", CHECKPOINT_FILES)
-def test_a_planted_pickle_in_a_checkpoint_file_runs_no_code(trained, tmp_path, capsys, name, how):
-    run = shutil.copytree(trained[0], tmp_path / "run")
+def planted_copy(run: Path, tmp_path: Path, name: str, how: str) -> tuple[Path, Path, Path]:
+    """A copy of `run` whose newest checkpoint holds, as file `name`, a pickle that would create a
+    marker file when unpickled; the manifest's hashes are redone (unless the manifest is what is
+    planted) so only the loader's refusal stops it. -> (the copy, its newest checkpoint, the marker)."""
+    copy = shutil.copytree(run, tmp_path / "run")
     marker = tmp_path / "marker"
-    ckpt = sorted((run / "checkpoints").iterdir())[-1]
+    ckpt = sorted((copy / "checkpoints").iterdir())[-1]
     (ckpt / name).write_bytes(poisoned_bytes(marker, how))
     if name != "manifest.json":
         rehash(ckpt)
+    return copy, ckpt, marker
+
+
+@pytest.mark.parametrize("how", ["pickle", "torch.save"])
+@pytest.mark.parametrize("name", CHECKPOINT_FILES)
+def test_a_planted_pickle_in_a_checkpoint_file_runs_no_code(trained, tmp_path, capsys, name, how):
+    run, ckpt, marker = planted_copy(trained[0], tmp_path, name, how)
     run_all(commands(run, tmp_path, is_run=True), capsys, marker)
     run_all(commands(ckpt, tmp_path, is_run=False), capsys, marker)
 

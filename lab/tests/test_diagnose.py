@@ -5,28 +5,14 @@ pickle in the checkpoint it reads runs no code."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
-from rltok.cli import main as rltok_main
 from rltok.config import load_config
 from rltok_lab.cli import main
 from test_boundary_learning import DATA
-from test_untrusted_folders import CHECKPOINT_FILES, poisoned_bytes, rehash
-
-TEXT = b"".join(b"row %d: plain words and punctuation, %x more.\n" % (i, i * 7) for i in range(400))
-FAST = ["--preset", "test", "train.device=cpu", "train.threads=1", "train.eval_batches=1", "train.seq_len=64"]
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A tiny rl-chunker checkpoint trained on a single file, and that file."""
-    root = tmp_path_factory.mktemp("trained")
-    data = root / "data.txt"
-    data.write_bytes(TEXT)
-    assert rltok_main(["train", *FAST, "--data", str(data), "--out", str(root / "run"), "--steps", "2"]) == 0
-    return root / "run", data
+from test_hardening import trained  # noqa: F401  (the fixture: a tiny rl-chunker run and its data file)
+from test_untrusted_folders import CHECKPOINT_FILES, planted_copy
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:
@@ -98,12 +84,7 @@ def test_diagnose_checks_its_output_before_computing(trained, capsys, tmp_path, 
 @pytest.mark.parametrize("how", ["pickle", "torch.save"])
 @pytest.mark.parametrize("name", CHECKPOINT_FILES)
 def test_a_planted_pickle_in_the_checkpoint_diagnose_reads_runs_no_code(trained, tmp_path, capsys, name, how):
-    folder = shutil.copytree(trained[0], tmp_path / "run")
-    marker = tmp_path / "marker"
-    ckpt = sorted((folder / "checkpoints").iterdir())[-1]
-    (ckpt / name).write_bytes(poisoned_bytes(marker, how))
-    if name != "manifest.json":
-        rehash(ckpt)
+    folder, ckpt, marker = planted_copy(trained[0], tmp_path, name, how)
     for target in (folder, ckpt):
         code, _, err = run(capsys, "diagnose", "-c", target, "--objective", "lexicon", "--batch", "2",
                            "--estimates", "2", "--reference", "1", "--reference-group", "2")
