@@ -280,18 +280,20 @@ def _model_args(p) -> None:
 
 def cmd_why_cuts(args) -> int:
     """`why-cuts`: where each hierarchy of a grid cuts at one budget, and what a cut is worth there."""
-    import json
     from pathlib import Path
 
     import torch
 
     from rltok.analysis.scaling import load_grid
+    from rltok.cli.paths import check_output_file
     from rltok_lab.why_cuts import report, to_plain, why_cuts
 
-    torch.set_num_threads(args.threads)
     folder = Path(args.out)
     if not folder.is_dir():
         raise ConfigError(f"--out {folder}: no such results folder")
+    if args.json:  # before the checkpoints are read, not after
+        check_output_file(args.json, "--json")
+    torch.set_num_threads(args.threads)
     readings = why_cuts(load_grid(args.grid), folder, args.budget, args.corpus, args.families, args.data_root,
                         args.per_class, args.batch, args.seq_len, args.seed, args.per_seed,
                         log=lambda m: print(m, file=sys.stderr))

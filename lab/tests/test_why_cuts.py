@@ -62,6 +62,10 @@ def test_why_cuts_reads_each_hierarchy_at_its_chosen_size_from_its_run_folders(t
                                                                        ("rl s1", [1], rl["size"])]
     assert sum(r["classes"]["mid_word"]["cuts"] for r in per_seed) == rl["classes"]["mid_word"]["cuts"]
 
+    # an output that cannot be written is refused before any checkpoint is read
+    folder_as_json = [a if a != str(tmp_path / "why.json") else str(tmp_path) for a in args]
+    assert lab_main(folder_as_json) != 0 and "is a folder" in capsys.readouterr().err
+
     # a record whose run folder lost its checkpoints is one clear error, not a traceback
     import shutil
 
