@@ -286,10 +286,10 @@ def _position_records(m: _Measurement) -> list[dict]:
     return records
 
 
-def _class_summary(records: list[dict], n_candidates: dict[str, int], with_p: bool,
-                   n_cuts: dict[str, int] | None = None) -> tuple[dict, dict]:
-    """D's statistics per byte class and overall; with `n_cuts`, each class's cut rate over all of
-    its candidates (not only the sampled positions). -> (per class, overall)."""
+def _class_summary(records: list[dict], n_candidates: dict[str, int], n_cuts: dict[str, int],
+                   with_p: bool) -> tuple[dict, dict]:
+    """D's statistics per byte class and overall, and each class's cut rate over all of its
+    candidates (not only the sampled positions). -> (per class, overall)."""
     total = sum(n_candidates.values())
     class_stats = {}
     for c in CLASSES:
@@ -297,9 +297,8 @@ def _class_summary(records: list[dict], n_candidates: dict[str, int], with_p: bo
         st = d_stats([r["D"] for r in recs])
         st["candidates"] = n_candidates[c]
         st["taken_rate"] = sum(r["b"] for r in recs) / len(recs) if recs else None
-        if n_cuts is not None:
-            st["cuts"] = n_cuts[c]
-            st["cut_rate"] = n_cuts[c] / n_candidates[c] if n_candidates[c] else None
+        st["cuts"] = n_cuts[c]
+        st["cut_rate"] = n_cuts[c] / n_candidates[c] if n_candidates[c] else None
         if with_p:
             st["mean_p"] = sum(r["p"] for r in recs) / len(recs) if recs else None
         class_stats[c] = st
@@ -364,7 +363,7 @@ def true_advantage(model, x: torch.Tensor, y: torch.Tensor, objective_cfg: Objec
     finally:
         model.train(was_training)
     records = _position_records(m)
-    class_stats, overall = _class_summary(records, m.n_candidates, m.p is not None, m.n_cuts)
+    class_stats, overall = _class_summary(records, m.n_candidates, m.n_cuts, m.p is not None)
     return {"classes": class_stats, "overall": overall, "estimators": _estimator_correlations(records, m.adv),
             "positions": records, "settings": _settings(model, x, objective_cfg, m, n_per_class, horizon,
                                                         batch_size, seed)}
