@@ -265,13 +265,12 @@ def _train_to_budget(cfg: Config, budget_flops: float, warmup_at: float | None =
     are made first, the run planned from them, and the trainer built once around both."""
     import torch
 
+    from rltok.training import run_folder
     from rltok.training.build import costed_model, load_data
+    from rltok.training.checkpoint import list_checkpoints
     from rltok.training.device import resolve_device
     from rltok.training.fits import refuse_what_cannot_fit
     from rltok.training.trainer import Trainer
-
-    from rltok.training import run_folder
-    from rltok.training.checkpoint import list_checkpoints
 
     refuse_what_cannot_fit(cfg, resolve_device(cfg.train.device))  # as `train` does, before data or model
     t0 = time.time()
@@ -308,7 +307,7 @@ def _run_record(method: str, seed: int, data: str, eval_split: str, budget_flops
     """The JSON record of one run: what was trained, at what cost, and how its final checkpoint
     evaluates on the held-out split (each window's bytes before `context` are context, not scored:
     the same for every family): with the rule it trained with (sampled where it samples), and
-    thresholded for stochastic rules; a learned rule's own gradient estimator is measured too."""
+    thresholded for stochastic rules."""
     import torch
 
     from rltok.harness.run_eval import evaluate_run
