@@ -11,11 +11,11 @@ import torch
 
 from rltok.config import Config
 from rltok.model.factory import build_model
-from rltok.model.pretrained import (CONFIG, WEIGHTS, CheckpointError, PretrainedError, fetch_from_hub, read_config)
-from rltok.model.pretrained import load_weights as load_model_weights
+from rltok.model.pretrained import (CONFIG, WEIGHTS, CheckpointError, PretrainedError, fetch_from_hub, load_weights,
+                                    read_config)
 from rltok.training.checkpoint import is_model_dir, read_trainer_state, resolve_checkpoint
 
-__all__ = ["Loaded", "from_pretrained", "load", "load_checkpoint", "load_weights", "refuse_non_finite"]
+__all__ = ["Loaded", "from_pretrained", "load", "load_checkpoint", "refuse_non_finite"]
 
 
 class Loaded(NamedTuple):
@@ -24,12 +24,6 @@ class Loaded(NamedTuple):
     meta: dict  # save_pretrained's metadata from config.json (empty for older checkpoints)
     trainer_state: dict | None
     folder: Path
-
-
-def load_weights(folder: Path, cfg: Config, fit_facts: dict | None = None) -> torch.nn.Module:
-    """The model config.json describes (rltok.model.factory.build_model), with the folder's
-    weights loaded strictly (on CPU) and its `fit_facts` (config.json's) restored."""
-    return load_model_weights(folder, cfg, build_model, fit_facts)
 
 
 def load(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
@@ -46,7 +40,7 @@ def load(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtyp
     else:
         folder = resolve_checkpoint(local)
     cfg, meta = read_config(folder)
-    model = load_weights(folder, cfg, meta.get("fit_facts"))
+    model = load_weights(folder, cfg, build_model, meta.get("fit_facts"))
     model.to(device=device, dtype=dtype)
     trainer_state = read_trainer_state(folder) if with_trainer_state else None
     return Loaded(model, cfg, meta, trainer_state, folder)
