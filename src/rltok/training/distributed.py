@@ -7,6 +7,7 @@ import datetime
 import os
 import pickle
 import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -194,25 +195,14 @@ def is_fsdp(module: torch.nn.Module) -> bool:
     return isinstance(module, FSDPModule)
 
 
-class GradSync:
+def grad_sync(wrapped: torch.nn.Module, sync: bool):
     """Context for one micro-batch: gradients are all-reduced only on the last micro-batch of a
     step (DDP `no_sync` / FSDP2 `set_requires_gradient_sync`), the others accumulate locally."""
-
-    def __init__(self, wrapped: torch.nn.Module, sync: bool):
-        self.wrapped, self.sync, self._ctx = wrapped, sync, None
-
-    def __enter__(self):
-        if is_fsdp(self.wrapped):
-            self.wrapped.set_requires_gradient_sync(self.sync)
-        elif not self.sync and hasattr(self.wrapped, "no_sync"):
-            self._ctx = self.wrapped.no_sync()
-            self._ctx.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        if self._ctx is not None:
-            self._ctx.__exit__(*exc)
-        return False
+    if is_fsdp(wrapped):
+        wrapped.set_requires_gradient_sync(sync)
+    elif not sync and hasattr(wrapped, "no_sync"):
+        return wrapped.no_sync()
+    return nullcontext()
 
 
 def local_tensor(t: torch.Tensor) -> torch.Tensor:

@@ -324,7 +324,7 @@ class Trainer:
             x, y = self.sampler.next()
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             # data parallel: gradients are all-reduced on the last micro-batch only
-            with ddp.GradSync(self.wrapped, sync=i == tc.grad_accum - 1):
+            with ddp.grad_sync(self.wrapped, sync=i == tc.grad_accum - 1):
                 with self.autocast():
                     out = self.forward(x, generator=self.noise, **kw)
                     cf = self.objective.counterfactual(self.model, x, y, out, self.step)
