@@ -15,10 +15,8 @@ from pathlib import Path
 import torch
 
 from rltok.config import Config
-from rltok.config.files import sha256_file
-# the model folder's format; names kept here for callers
-from rltok.model.pretrained import (CARD, CONFIG, META_KEYS, MODEL_FILES, WEIGHTS, CheckpointError,  # noqa: F401
-                                    PretrainedError, clean_results, model_config_of, write_model_files)
+from rltok.config.files import read_json, sha256_file
+from rltok.model.pretrained import CONFIG, WEIGHTS, CheckpointError, write_model_files
 from rltok.training.safe_load import load_tensors_only
 
 TRAINER = "trainer.pt"
@@ -47,8 +45,6 @@ def _write_synced(path: Path, data: bytes) -> None:
 
 
 def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -156,15 +152,10 @@ def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module | Non
     else:
         os.rename(tmp, final)
     _fsync_dir(ckpt_root)
-    _prune(ckpt_root, keep_last)
+    if keep_last > 0:
+        for path in list_checkpoints(run_dir)[:-keep_last]:
+            shutil.rmtree(path, ignore_errors=True)
     return final
-
-
-def _prune(ckpt_root: Path, keep_last: int) -> None:
-    if keep_last <= 0:
-        return
-    for path in list_checkpoints(ckpt_root.parent)[:-keep_last]:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def checkpoint_step(path: Path) -> int:
@@ -187,8 +178,6 @@ def verify_checkpoint(path: Path) -> None:
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():
         raise CheckpointError(f"checkpoint {path} has no manifest (partial write?)")
-    from rltok.config.files import read_json
-
     # bounded: a manifest nested thousands deep is one error, and the fallback goes on past it
     manifest = read_json(manifest_path, f"checkpoint {path}: manifest", limit=1 << 20, error=CheckpointError)
     files = manifest.get("files") if isinstance(manifest, dict) else None
