@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Callable
 
-from rltok.training.checkpoint import checkpoint_step, list_checkpoints
-from rltok.config import Config, ConfigError
+from rltok.config import Config, ConfigError, _read_config_file, apply_dict, apply_override, load_config
+from rltok.config.files import read_json, write_own
 from rltok.config.plugins import MissingPlugin
+from rltok.data.sources import absolute_spec
+from rltok.model.pretrained import read_config
+from rltok.training.checkpoint import (CheckpointError, checkpoint_step, is_checkpoint_dir, list_checkpoints,
+                                       read_trainer_state, resolve_checkpoint)
+from rltok.training.schedule import cooldown_left
+from rltok.training.tracking import read_metrics
 
 
 def refuse_other_run(run_dir: Path, resume: bool) -> None:
@@ -26,8 +33,6 @@ def refuse_other_run(run_dir: Path, resume: bool) -> None:
 
 def start(run_dir: Path, cfg: Config) -> None:
     """Create the folder and write the config the run trains with."""
-    from rltok.config.files import write_own
-
     run_dir.mkdir(parents=True, exist_ok=True)
     write_own(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2), "the run's config")
 
@@ -65,8 +70,6 @@ def branch_root(run_dir: str | Path) -> Path:
 def branch_checkpoint(path: str | Path) -> Path:
     """The branch checkpoint `path` stands for: a run folder's (in its branch/), that branch/
     folder, or a checkpoint folder itself; verified against its manifest."""
-    from rltok.training.checkpoint import is_checkpoint_dir, resolve_checkpoint
-
     path = Path(path)
     if not (branch_root(path).is_dir() or path.name == BRANCH or is_checkpoint_dir(path)):
         raise ConfigError(f"{path} holds no branch checkpoint (a run with train.lr_schedule=wsd and a FLOPs "
@@ -81,8 +84,6 @@ def branch_refusal(saved: Config, state: dict | None, cfg: Config) -> str | None
     """Why a run with config `cfg` may not go on from a checkpoint (config `saved`, trainer state
     `state`) to its own budget as if it had trained from scratch; None when it may (the checks
     below: "wsd" before its cool-down, a budget that grows, nothing else that follows it)."""
-    from rltok.training.schedule import cooldown_left
-
     st, nt = saved.train, cfg.train
     if not (st.constant_phase and nt.constant_phase):
         return "both runs must use train.lr_schedule=wsd (a cosine decays from the first step on)"
@@ -111,9 +112,6 @@ def branch_refusal(saved: Config, state: dict | None, cfg: Config) -> str | None
 
 def check_branch(ckpt: Path, cfg: Config) -> None:
     """Raise ConfigError unless `cfg` may go on from the checkpoint `ckpt` (branch_refusal)."""
-    from rltok.model.pretrained import read_config
-    from rltok.training.checkpoint import read_trainer_state
-
     why = branch_refusal(read_config(ckpt)[0], read_trainer_state(ckpt), cfg)
     if why is not None:
         raise ConfigError(f"cannot branch from {ckpt}: {why}")
@@ -123,11 +121,6 @@ def seed_from_branch(run_dir: str | Path, ckpt: Path) -> None:
     """Start the run folder `run_dir` at the branch checkpoint `ckpt`: a copy of it becomes the
     folder's checkpoint (a resume goes on from it), and the records its run logged up to it
     begin the folder's metrics.jsonl, so that the run's history is its whole trajectory."""
-    import shutil
-
-    from rltok.training.checkpoint import checkpoint_step
-    from rltok.training.tracking import read_metrics
-
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".tmp_{ckpt.name}_{os.getpid()}"  # what clean_stale removes if the copy dies
@@ -136,24 +129,18 @@ def seed_from_branch(run_dir: str | Path, ckpt: Path) -> None:
     # <parent run>/branch/checkpoints/step_N, or a checkpoint of its own: <parent run>/checkpoints/step_N
     parent = ckpt.parents[2] if ckpt.parents[1].name == BRANCH else ckpt.parents[1]
     records = read_metrics(parent / "metrics.jsonl", checkpoint_step(ckpt))
-    from rltok.config.files import write_own
-
     write_own(Path(run_dir) / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in records), "metrics file")
     os.rename(tmp, root / ckpt.name)
 
 
 def unseed(run_dir: str | Path, ckpt: Path) -> None:
     """Undo seed_from_branch: the run folder holds no checkpoint and no records again."""
-    import shutil
-
     shutil.rmtree(Path(run_dir) / "checkpoints" / ckpt.name, ignore_errors=True)
     (Path(run_dir) / "metrics.jsonl").unlink(missing_ok=True)
 
 
 def saved_config(run_dir: str | Path) -> dict | None:
     """The config a run folder's run was started with (its config.json), or None without one."""
-    from rltok.config.files import read_json
-
     path = Path(run_dir) / "config.json"
     if not path.is_file() and not path.is_symlink():
         return None
@@ -166,16 +153,12 @@ def saved_config(run_dir: str | Path) -> dict | None:
 def absolute_data(cfg: Config) -> Config:
     """The data sources as absolute paths: a run folder's config.json names the same data from
     any working directory, and a resume compares paths, not spellings."""
-    from rltok.data.sources import absolute_spec
-
     cfg.data.train, cfg.data.val = absolute_spec(cfg.data.train), absolute_spec(cfg.data.val)
     return cfg
 
 
 def _with_absolute_data(saved: dict) -> dict:
     data = dict(saved.get("data") or {})
-    from rltok.data.sources import absolute_spec
-
     for key in ("train", "val"):
         if isinstance(data.get(key), str):
             data[key] = absolute_spec(data[key])
@@ -235,8 +218,6 @@ def _budget_growth(run_dir: str | Path, saved: dict, cfg: Config, changes: dict)
     (branch_refusal), else why not ("" when the budget is unchanged)."""
     if "train.flops_budget" not in changes:
         return ""
-    from rltok.training.checkpoint import CheckpointError, read_trainer_state, resolve_checkpoint
-
     try:
         ckpt = resolve_checkpoint(run_dir)
         state = read_trainer_state(ckpt)
@@ -256,8 +237,6 @@ def resume_config(run_dir: str | Path, saved: dict, preset: str | None, file: st
     """The config a `--resume` continues with: the run's own saved config with the overrides
     given on top (or, with an explicit preset, that preset's config). Any difference outside
     MAY_CHANGE_ON_RESUME is refused, listing the keys, unless `allow_change`."""
-    from rltok.config import _read_config_file, apply_dict, apply_override, load_config
-
     if preset is not None:
         cfg = load_config(preset, file, overrides)
     else:
