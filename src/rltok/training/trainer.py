@@ -70,15 +70,12 @@ def make_optimizer(model: torch.nn.Module, cfg, device: torch.device, policy_lr_
             if chosen or not policy:  # keep the two base groups even when empty (state layout)
                 groups.append({"params": chosen, "weight_decay": cfg.weight_decay if decay else 0.0,
                                "lr_scale": policy_lr_mult if policy else 1.0})
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, **optimizer_kernel_args(cfg.optimizer_kernel, device))
-
-
-def optimizer_kernel_args(kernel: str, device: torch.device) -> dict:
-    """AdamW's keyword for `train.optimizer_kernel` ("auto": foreach on CPU, the same numbers as
-    torch's own per-tensor loop, as fast; fused on CUDA)."""
+    # train.optimizer_kernel="auto": foreach on CPU (the per-tensor loop's numbers, as fast), fused on CUDA
+    kernel = cfg.optimizer_kernel
     if kernel == "auto":
         kernel = "fused" if device.type == "cuda" else "foreach"
-    return {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[kernel]
+    kw = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[kernel]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, **kw)
 
 
 def _state_counter(name: str) -> property:
@@ -294,10 +291,6 @@ class Trainer:
     def stop_requested(self) -> bool:
         """True once a signal asked training to stop (under DDP: on every rank in the same step)."""
         return self.stop.requested
-
-    @stop_requested.setter
-    def stop_requested(self, value: bool) -> None:
-        self.stop.requested = value
 
     def autocast(self):
         if self.amp_dtype is None:
