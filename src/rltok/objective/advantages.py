@@ -11,10 +11,8 @@ _BLOCK = 64
 def discounted_cumsum(x: torch.Tensor, gamma: float) -> torch.Tensor:
     """y_t = sum_{k >= t} gamma^(k-t) x_k along the last dimension: a blocked scan (a triangular matmul
     in blocks of 64, recursing on the block sums), with no loop over time and no gamma^T to underflow."""
-    if gamma == 0.0:
-        return x.clone()
     length = x.shape[-1]
-    if length == 0:
+    if gamma == 0.0 or length == 0:
         return x.clone()
     lead = x.shape[:-1]
     block = min(_BLOCK, length)
@@ -36,13 +34,10 @@ def discounted_cumsum(x: torch.Tensor, gamma: float) -> torch.Tensor:
     return out.to(x.dtype)
 
 
-def gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: float,
-        last_value: torch.Tensor | float = 0.0) -> torch.Tensor:
+def gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: float) -> torch.Tensor:
     """Generalised advantage estimation: A_t = sum_k (gamma*lam)^(k-t) delta_k with
-    delta_t = r_t + gamma V_{t+1} - V_t (V after the last step = last_value)."""
-    if not torch.is_tensor(last_value):
-        last_value = torch.full_like(values[..., :1], float(last_value))
-    next_values = torch.cat([values[..., 1:], last_value.reshape(*values.shape[:-1], 1).to(values)], dim=-1)
+    delta_t = r_t + gamma V_{t+1} - V_t (V after the last step = 0)."""
+    next_values = torch.nn.functional.pad(values[..., 1:], (0, 1))
     delta = rewards + gamma * next_values - values
     return discounted_cumsum(delta, gamma * lam)
 
