@@ -48,8 +48,7 @@ class IntervalMeter:
             rec = {k: v / self.n for k, v in ddp.mean_of_sums(self.sums, self.dist, self.device).items()}
         else:
             rec = {k: float(v) / self.n for k, v in self.sums.items()}
-        rec["train_flops"] = train_flops
-        rec.update(step=step, bytes=bytes_seen, lr=lr,
+        rec.update(train_flops=train_flops, step=step, bytes=bytes_seen, lr=lr,
                    bytes_per_s=(bytes_seen - self.bytes_last) / max(1e-9, now - self.t_last))
         # MFU: analytical FLOPs/byte x bytes/s against the peak of all devices
         fpb = self.cost.step_train_per_byte(rec.get("chunks_per_byte"), rec.get("supertokens_per_chunk"))
@@ -60,16 +59,6 @@ class IntervalMeter:
             rec["mfu_note"] = note
         self.t_last, self.bytes_last, self.sums, self.n = now, bytes_seen, {}, 0
         return rec
-
-
-def rate_collapse(p_mean: float, target_rate: float) -> str | None:
-    """'low' / 'high' when the policy's mean boundary probability sits at an extreme that the
-    target rate does not ask for, else None."""
-    if p_mean < 0.01 and target_rate >= 0.05:
-        return "low"
-    if p_mean > 0.95 and target_rate <= 0.9:
-        return "high"
-    return None
 
 
 COLLAPSE_ADVICE = {
@@ -111,16 +100,16 @@ class Reporter:
     def check_rate(self, rec: dict, step: int) -> None:
         """Warn (once per episode) when the boundary policy stays collapsed at rate ~0 or ~1."""
         p = rec.get("p_mean")  # mean boundary probability over free positions; RL chunker only
-        kind = None
-        if p is not None and step > 2 * self.cfg.train.warmup_steps:
-            kind = rate_collapse(p, self.cfg.model.target_rate)
+        target, kind = self.cfg.model.target_rate, None
+        if p is not None and step > 2 * self.cfg.train.warmup_steps:  # an extreme the target does not ask for
+            kind = "low" if p < 0.01 and target >= 0.05 else "high" if p > 0.95 and target <= 0.9 else None
         if kind is None:
             self.collapse_streak = 0
             return
         self.collapse_streak += 1
         if self.collapse_streak == self.collapse_patience:
             self.warn(f"warning: boundary rate collapsed {kind} at step {step} (mean p {p:.3f}, "
-                      f"target {self.cfg.model.target_rate}): {COLLAPSE_ADVICE[kind]}")
+                      f"target {target}): {COLLAPSE_ADVICE[kind]}")
 
     def open_bar(self, step: int) -> None:
         """A live bar on a terminal; elsewhere each record is one line."""

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from rltok.config import ConfigError
-from rltok.config.files import open_own, refuse_link
+from rltok.config.files import open_own, parse, refuse_link
 
 LOCK = ".lock"
 # what training writes into a run folder (tracking's sinks, checkpoints, the branch before a cool-down)
@@ -32,8 +32,6 @@ def refuse_links(run_dir: str | Path) -> None:
 
 
 def _holder(text: str) -> str:
-    from rltok.config.files import parse
-
     try:
         info = parse(text, "lock")
         return (f"pid {info['pid']} on {info['host']}, started "

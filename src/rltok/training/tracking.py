@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from rltok.config import Config, ConfigError
+from rltok.config.files import open_own, parse_lines, read_text, write_own
 
 INSTALL_HINT = "pip install 'rltok[track]'"
 METRICS_LIMIT = 1 << 30  # a record per logged step: far more than the longest run logs
@@ -16,8 +17,6 @@ METRICS_LIMIT = 1 << 30  # a record per logged step: far more than the longest r
 def read_metrics(path: Path, up_to_step: int | None = None) -> list[dict]:
     """Records of a metrics.jsonl, optionally only those at or before `up_to_step`. A torn last
     line (the process died while writing it) is dropped."""
-    from rltok.config.files import parse_lines, read_text
-
     if not path.is_file():
         return []
     # a damaged line (torn, nested too deeply, a number too long) is skipped like a torn last one
@@ -28,14 +27,6 @@ def read_metrics(path: Path, up_to_step: int | None = None) -> list[dict]:
 def _step(rec: dict) -> float:
     step = rec.get("step", 0)
     return step if isinstance(step, (int, float)) and not isinstance(step, bool) else float("inf")
-
-
-def _write_metrics(path: Path, records: list[dict]) -> None:
-    from rltok.config.files import write_own
-
-    tmp = path.with_name(path.name + ".tmp")
-    write_own(tmp, "".join(json.dumps(r) + "\n" for r in records), "metrics file")
-    os.replace(tmp, path)
 
 
 def scalars(rec: dict) -> dict[str, float]:
@@ -49,11 +40,10 @@ class JsonlSink:
     its checkpoint (it is about to log those steps again); a fresh run starts empty."""
 
     def __init__(self, run_dir: Path, step: int):
-        path = run_dir / "metrics.jsonl"
+        path, tmp = run_dir / "metrics.jsonl", run_dir / "metrics.jsonl.tmp"
         self.history = read_metrics(path, step) if step else []
-        _write_metrics(path, self.history)
-        from rltok.config.files import open_own
-
+        write_own(tmp, "".join(json.dumps(r) + "\n" for r in self.history), "metrics file")
+        os.replace(tmp, path)
         self.file = open_own(path, "a", "metrics file")
 
     def log(self, rec: dict) -> None:
