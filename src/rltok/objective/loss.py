@@ -8,23 +8,18 @@ import torch
 
 from rltok.model.chunkers import learned_rules
 from rltok.model.output import ModelOutput, token_nll
-from rltok.objective.batch import (LOCAL, Counterfactual, LocalMean, MicroBatch, boundary_rate, expected_rate,
-                                   per_segmentation)
-from rltok.objective.build import (ESTIMATORS, build_estimator, build_lexicon, build_objective,
-                                   make_chunk_price, returns_of, terms_of_objective)
-from rltok.objective.flips_estimator import Flips, with_lexicon_costs
+from rltok.objective.batch import LOCAL, Counterfactual, LocalMean, MicroBatch, boundary_rate
+from rltok.objective.build import build_lexicon, build_objective, make_chunk_price, returns_of, terms_of_objective
+from rltok.objective.flips_estimator import Flips
 from rltok.objective.lm_terms import frozen_policy_metrics, policy_metrics
 from rltok.objective.rate import ChunkPrice, Stage
 from rltok.objective.rewards import boundary_reward
-from rltok.objective.score_function import ScoreFunction, boundary_advantages
+from rltok.objective.score_function import boundary_advantages
 from rltok.objective.terms import ObjectiveTerms, StepEnd, Total
 
-# the names other layers and tests import from here
-__all__ = ["BoundaryObjective", "ChunkPrice", "Counterfactual", "ESTIMATORS", "Flips", "LocalMean", "LOCAL",
-           "MicroBatch", "ObjectiveTerms", "ScoreFunction", "boundary_advantages", "boundary_rate", "boundary_reward",
-           "build_estimator", "build_lexicon", "compute_loss", "expected_rate",
-           "make_chunk_price", "per_segmentation", "returns_of", "token_nll",
-           "with_lexicon_costs"]
+# the names other layers, the lab and tests import from here
+__all__ = ["BoundaryObjective", "ChunkPrice", "Flips", "LocalMean", "boundary_advantages", "boundary_rate",
+           "boundary_reward", "build_lexicon", "compute_loss", "make_chunk_price", "returns_of", "token_nll"]
 
 
 def compute_loss(out: ModelOutput, targets: torch.Tensor, terms, target_rate: float | None = None,
