@@ -48,12 +48,6 @@ def host_memory() -> int | None:
     return total
 
 
-def device_memory(device: torch.device) -> int | None:
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return None
-    return torch.cuda.mem_get_info(device)[1]
-
-
 def size(n: float) -> str:
     for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= scale:
@@ -71,8 +65,8 @@ def refuse_what_cannot_fit(cfg: Config, device: torch.device | str = "cpu", worl
              f"train.batch_size={cfg.train.batch_size} x train.seq_len={cfg.train.seq_len}")
     checks = [(need, host_memory(), "memory", parts)] if device.type == "cpu" else \
         [(state // 4, host_memory(), "host memory", "its fp32 weights, built on the host first")]
-    if device.type == "cuda":
-        checks.append((need, device_memory(device), f"{device} memory", parts))
+    if device.type == "cuda" and torch.cuda.is_available():
+        checks.append((need, torch.cuda.mem_get_info(device)[1], f"{device} memory", parts))
     for needed, have, what, why in checks:
         if have is not None and needed > have:
             raise ConfigError(f"training this model needs at least {size(needed)} ({why}), more than the "

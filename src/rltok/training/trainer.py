@@ -6,6 +6,7 @@ the run folder's rules (run_folder), signals, metrics, tracking and the saved st
 from __future__ import annotations
 
 import dataclasses
+import errno
 import shutil
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -33,17 +34,10 @@ from rltok.training.peak import PeakFlops, device_peak
 from rltok.training.build import CostedModel, build
 
 
-def _one_line(e: BaseException) -> str:
-    """An exception as one short line: its type and its message, whitespace collapsed."""
-    return f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
-
-
 def _write_failure(e: BaseException, folder: Path) -> str:
-    """A failed checkpoint write in words: torch reports a full disk as a short write ("unexpected
+    """A failed checkpoint write in one line: torch reports a full disk as a short write ("unexpected
     pos N vs M"), so a write that stopped short says so, with the space left where it went."""
-    import errno
-
-    line = _one_line(e)
+    line = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
     if getattr(e, "errno", None) == errno.ENOSPC or "unexpected pos" in line or "write failed" in line:
         try:
             free = f"{shutil.disk_usage(folder).free:,} bytes free there"
