@@ -40,9 +40,7 @@ class BuiltObjective:
 
 
 def _setting(section, name: str, defaults):
-    """A setting of the estimator's section, or where its kind has none, `defaults`' value: every
-    estimator reads the settings it has (a new kind's settings may have any of them), as
-    rate_settings does for rate controls."""
+    """A setting of the estimator's section, or `defaults`' where its kind has none (a new kind may)."""
     return getattr(section, name, getattr(defaults, name))
 
 
@@ -63,8 +61,7 @@ def estimator_settings(o: ObjectiveConfig) -> EstimatorSettings:
 
 
 def rate_settings(section, target: float, stage: int = 1, device=None, cost_slope=None) -> RateSettings:
-    """What a rate control or a credit price reads of its config section (the settings its kind
-    has; the others are unused by it)."""
+    """What a rate control or a credit price reads of its config section (the settings its kind has)."""
     return RateSettings(target, getattr(section, "weight", 0.0), getattr(section, "lr", 0.0),
                         getattr(section, "gain", 0.0), stage, device, cost_slope)
 

@@ -14,8 +14,7 @@ from rltok.objective.terms import Term
 
 @dataclass(frozen=True)
 class EstimatorSettings:
-    """Every estimator's settings, plain values (build.py reads them from the config); each
-    estimator uses its own."""
+    """Every estimator's settings, plain values (build.py reads them); each estimator uses its own."""
     pg_weight: float = 1.0  # the policy term's weight
     returns: object = None  # score function: score_function.Returns (baselines, discount, critic)
     flip_stride: int = 16  # flips: every stride-th free decision is flipped

@@ -215,8 +215,7 @@ def full_tensor(t: torch.Tensor) -> torch.Tensor:
 
 
 def _param_names(model: torch.nn.Module, opt: torch.optim.Optimizer) -> list[str]:
-    """Names of the optimiser's parameters in its own order (the order of the integer ids of
-    `opt.state_dict()`)."""
+    """The optimiser's parameters' names, in the order of `opt.state_dict()`'s integer ids."""
     by_id = {id(p): n for n, p in model.named_parameters()}
     return [by_id[id(p)] for g in opt.param_groups for p in g["params"]]
 

@@ -18,8 +18,7 @@ TIMING_KEYS = ("bytes_per_s", "flops_per_s", "mfu", "peak_flops", "mfu_note")
 
 
 class IntervalMeter:
-    """Sums of the per-step metrics since the last record (saved with the trainer state), and the
-    clock and byte count at it."""
+    """Per-step metric sums since the last record (saved with the trainer state), with its clock and bytes."""
 
     def __init__(self, dist: ddp.DistInfo, device: torch.device, seq_len: int, cost):
         self.dist, self.device = dist, device

@@ -54,8 +54,7 @@ class MetadataUnpickler(pickle.Unpickler):
 
 
 def read_sharded_metadata(path: Path) -> Any:
-    """The sharded state's `.metadata`, through MetadataUnpickler; pickle.UnpicklingError when it
-    names anything else."""
+    """The sharded state's `.metadata` via MetadataUnpickler (pickle.UnpicklingError for anything else)."""
     with open(Path(path) / ".metadata", "rb") as f:
         return MetadataUnpickler(f).load()
 

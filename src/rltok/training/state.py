@@ -24,8 +24,7 @@ STATE_VERSION = 3
 
 
 def check_resumable(state: dict | None, ckpt: Path, saved: ModelConfig, wanted: ModelConfig) -> None:
-    """Refuse a checkpoint that cannot continue this run: no trainer state, a newer format, or
-    another model."""
+    """Refuse a checkpoint that cannot continue this run: no trainer state, a newer format, another model."""
     if state is None:
         raise CheckpointError(f"checkpoint {ckpt} has no trainer.pt: it can be evaluated but not resumed")
     if state.get("version", 1) > STATE_VERSION:

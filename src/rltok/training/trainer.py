@@ -235,8 +235,7 @@ class Trainer:
         return path
 
     def _branch_due(self) -> bool:
-        """Under the "wsd" schedule with a FLOPs budget: the next step is the cool-down's first,
-        and the state before it is not kept yet."""
+        """The next step begins the "wsd" cool-down of a FLOPs budget, and the state before it is not kept."""
         tc = self.cfg.train
         return (not self.branch_kept and tc.flops_budget > 0
                 and cooldown_left(self.step, tc, self.schedule_progress()) is not None)
@@ -292,9 +291,8 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
     def train_step(self) -> dict[str, torch.Tensor] | None:
-        """One optimiser step over grad_accum micro-batches. Returns summed metrics, or None
-        when the step was skipped because the loss or gradient was not finite (the parameters
-        and optimiser state are then left untouched)."""
+        """One optimiser step over grad_accum micro-batches: the summed metrics, or None when the loss or
+        gradient was not finite (the step is skipped: parameters and optimiser state left untouched)."""
         tc = self.cfg.train
         for group in self.opt.param_groups:
             group["lr"] = lr_at(self.step, tc, self.schedule_progress()) * group.get("lr_scale", 1.0)
