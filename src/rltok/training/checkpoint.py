@@ -44,21 +44,15 @@ def _write_synced(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def _pid_alive(pid: int) -> bool:
+def _writer_alive(name: str) -> bool:
+    """Whether the process whose pid ends a staging folder's name still runs."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        os.kill(int(name.rsplit("_", 1)[1]), 0)
+    except (IndexError, ValueError, ProcessLookupError):
         return False
-    except PermissionError:  # exists, owned by someone else
+    except PermissionError:  # it runs, owned by someone else
         return True
     return True
-
-
-def _writer_pid(name: str) -> int | None:
-    try:
-        return int(name.rsplit("_", 1)[1])
-    except (IndexError, ValueError):
-        return None
 
 
 # ---- writing ---------------------------------------------------------------------------------
@@ -89,8 +83,7 @@ def clean_stale(run_dir: str | Path) -> None:
     for stale in root.iterdir():
         if not stale.name.startswith((".tmp_step_", ".old_step_")):
             continue
-        pid = _writer_pid(stale.name)
-        if pid is not None and _pid_alive(pid):
+        if _writer_alive(stale.name):
             continue
         if stale.name.startswith(".old_step_"):
             final = root / stale.name[len(".old_"):].rsplit("_", 1)[0]
