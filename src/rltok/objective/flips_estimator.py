@@ -5,7 +5,6 @@ credited with the loss change its flip caused (flips.py), from a counterfactual 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -14,9 +13,7 @@ from rltok.model.output import ModelOutput, token_nll
 from rltok.objective.batch import Counterfactual, MicroBatch, per_segmentation
 from rltok.objective.estimator import BoundaryEstimator, EstimatorSettings, PolicyLoss
 from rltok.objective.flips import boundary_values, draw_flips, local_expectation_loss
-from rltok.objective.policy_gradient import masked_mean
-
-LN2 = math.log(2.0)
+from rltok.objective.policy_gradient import LN2, masked_mean
 
 
 def with_lexicon_costs(cf: Counterfactual, lexicon, idx: torch.Tensor, b: torch.Tensor, weight: float) -> Counterfactual:

@@ -4,16 +4,12 @@ reaches the boundary probabilities (hard selection)."""
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
 from rltok.objective.batch import MicroBatch, boundary_rate, expected_rate
-from rltok.objective.policy_gradient import masked_mean
+from rltok.objective.policy_gradient import LN2, masked_mean
 from rltok.objective.terms import Term
-
-LN2 = math.log(2.0)
 
 
 def _bpb(nll: torch.Tensor, mb: MicroBatch) -> torch.Tensor:

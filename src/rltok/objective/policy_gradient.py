@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
+
+LN2 = math.log(2.0)  # nats per bit
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

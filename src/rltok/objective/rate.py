@@ -3,7 +3,6 @@ charged in closed form) and the rate controls of the RATES registry (docs/CONFIG
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -11,10 +10,8 @@ import torch
 
 from rltok.objective.batch import LocalMean, MicroBatch
 from rltok.objective.controller import LagrangePrice
-from rltok.objective.policy_gradient import masked_mean, rate_loss
+from rltok.objective.policy_gradient import LN2, masked_mean, rate_loss
 from rltok.objective.terms import StepEnd, Term
-
-LN2 = math.log(2.0)
 
 
 @dataclass(frozen=True)
