@@ -37,7 +37,8 @@ import torch
 
 from rltok.data.bytes_classes import ASCII_WHITESPACE
 from rltok.config import ObjectiveConfig
-from rltok.objective.loss import boundary_advantages, boundary_reward, returns_of, token_nll
+from rltok.objective.loss import boundary_advantages, returns_of, token_nll
+from rltok.objective.rewards import make_reward
 
 CLASSES = ("indentation", "whitespace", "before_whitespace", "after_whitespace", "punctuation", "mid_word",
            "other")
@@ -52,11 +53,11 @@ Estimator = Callable[..., torch.Tensor]
 
 
 def reference_advantage(model, out, x: torch.Tensor, y: torch.Tensor, cfg: ObjectiveConfig) -> torch.Tensor:
-    """The advantage training uses: boundary_reward, then boundary_advantages (baseline over the
+    """The advantage training uses: the reward, then boundary_advantages (baseline over the
     whole batch, discounted return) with the checkpoint's objective config. A price per chunk,
     when the objective has one, is not included: D_t measures the loss alone."""
     # under another estimator, the score function's default returns (returns_of)
-    reward = boundary_reward(token_nll(out.early_logits, y), token_nll(out.logits, y), cfg.reward.kind)
+    reward = make_reward(cfg.reward.kind)(token_nll(out.early_logits, y), token_nll(out.logits, y))
     adv, _ = boundary_advantages(reward, out.boundaries.free, returns_of(cfg), out.values)
     return adv
 

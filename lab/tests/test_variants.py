@@ -59,24 +59,25 @@ def test_policy_learns_the_synthetic_whitespace_reward(tmp_path, estimator):
 def test_token_probe_rewards_cuts_where_a_python_token_starts():
     """objective.reward=token_probe: +1 for a boundary on the first byte of a lexical unit, -1 for
     one elsewhere, 0 at byte 1 (its predecessor, byte 0, is not among the targets)."""
-    from rltok.objective.loss import boundary_reward
+    from rltok.objective.rewards import make_reward
 
+    probe = make_reward("token_probe")
     text = b"self.value  = 10\n"  # units: self . value "  " = " " 10 \n
     targets = torch.tensor([list(text[1:]) + [32]])  # byte t is targets[t - 1]
-    r = boundary_reward(None, None, "token_probe", torch.ones_like(targets, dtype=torch.bool), targets)
+    r = probe(None, None, torch.ones_like(targets, dtype=torch.bool), targets)
     starts = {4, 5, 10, 12, 13, 14, 16}
     assert r[0, :2].tolist() == [0.0, 0.0]
     assert r[0, 2:].tolist() == [1.0 if t in starts else -1.0 for t in range(2, len(text))]
     b = torch.zeros_like(targets, dtype=torch.bool)
-    assert (boundary_reward(None, None, "token_probe", b, targets) == 0).all()  # no boundary, no reward
+    assert (probe(None, None, b, targets) == 0).all()  # no boundary, no reward
 
 
 def test_the_token_probe_lexes_each_step_once_and_rewards_as_before(tmp_path, monkeypatch):
     """The counterfactual carries the sampled decisions' probe reward, from the same lexing as the
-    flipped ones': each row's bytes are lexed once per step, and the reward is boundary_reward's."""
+    flipped ones': each row's bytes are lexed once per step, and the reward is the probe's."""
     import rltok.data.python_tokens as ta
     from rltok.objective.build import estimator_settings
-    from rltok.objective.loss import Flips, boundary_reward, compute_loss
+    from rltok.objective.loss import Flips, compute_loss
     from rltok.objective.rewards import make_reward
 
     cfg = load_config("test", overrides=[f"train.out_dir={tmp_path}", "train.threads=1", "objective.estimator=flips",
@@ -92,7 +93,7 @@ def test_the_token_probe_lexes_each_step_once_and_rewards_as_before(tmp_path, mo
     o = cfg.objective  # the flips' counterfactual of its settings, without a lexicon
     cf = Flips(make_reward(o.reward.kind), estimator_settings(o)).counterfactual(trainer.model, x, y, out)
     assert len(lexed) == x.shape[0]
-    want = boundary_reward(None, None, "token_probe", out.boundaries.b, out.rows_targets(y))
+    want = make_reward("token_probe")(None, None, out.boundaries.b, out.rows_targets(y))
     assert torch.equal(cf.reward, want)
     lexed.clear()
     compute_loss(out, y, cfg.objective, cfg.model.target_rate, counterfactual=cf)

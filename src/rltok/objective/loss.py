@@ -13,13 +13,12 @@ from rltok.objective.build import build_lexicon, build_objective, make_chunk_pri
 from rltok.objective.flips_estimator import Flips
 from rltok.objective.lm_terms import frozen_policy_metrics, policy_metrics
 from rltok.objective.rate import ChunkPrice, Stage
-from rltok.objective.rewards import boundary_reward
 from rltok.objective.score_function import boundary_advantages
 from rltok.objective.terms import ObjectiveTerms, StepEnd, Total
 
 # the names other layers, the lab and tests import from here
 __all__ = ["BoundaryObjective", "ChunkPrice", "Flips", "LocalMean", "boundary_advantages", "boundary_rate",
-           "boundary_reward", "build_lexicon", "compute_loss", "make_chunk_price", "returns_of", "token_nll"]
+           "build_lexicon", "compute_loss", "make_chunk_price", "returns_of", "token_nll"]
 
 
 def compute_loss(out: ModelOutput, targets: torch.Tensor, terms, target_rate: float | None = None,

@@ -35,9 +35,3 @@ def make_reward(name: str) -> Reward:
     from rltok.config import REWARDS
 
     return REWARDS.component(name)()
-
-
-def boundary_reward(ce_early: torch.Tensor, ce_final: torch.Tensor, kind: str, b: torch.Tensor | None = None,
-                    targets: torch.Tensor | None = None) -> torch.Tensor:
-    """The reward `kind` (a REWARDS name) of one batch; a probe needs the decisions `b` and the `targets`."""
-    return make_reward(kind)(ce_early, ce_final, b, targets)
