@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 __all__ = ["Trainer", "TrainResult", "train"]
 
 
-# Loaded on first use, so that importing a submodule (run_folder, run_lock) loads no trainer or torch.
+# Loaded on first use, so that importing a submodule (run_lock, run_folder) loads no trainer.
 def __getattr__(name: str):
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
