@@ -193,14 +193,12 @@ def _flat(d: dict, prefix: str = "") -> dict:
 def config_changes(saved: dict, cfg: Config) -> dict[str, tuple]:
     """Keys (section.key) whose value in `cfg` differs from the saved config, outside those a
     resume may change: key -> (saved value, new value)."""
-    def settings(d: dict) -> dict:
-        # where the components' code comes from may change (an installed plugin, then its file);
-        # the components themselves are compared by their kinds and settings
-        return {k: v for k, v in d.items() if k not in ("plugins", "plugin_sources")}
-
-    old, new = _flat(settings(saved)), _flat(settings(json.loads(json.dumps(cfg.to_dict()))))
+    old, new = _flat(saved), _flat(json.loads(json.dumps(cfg.to_dict())))
+    # where the components' code comes from may change (an installed plugin, then its file);
+    # the components themselves are compared by their kinds and settings
     return {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new))
-            if k not in MAY_CHANGE_ON_RESUME and old.get(k) != new.get(k)
+            if k.split(".")[0] not in ("plugins", "plugin_sources") and k not in MAY_CHANGE_ON_RESUME
+            and old.get(k) != new.get(k)
             and not (k in ("data.train", "data.val") and _same_path(old.get(k), new.get(k)))}
 
 
