@@ -80,7 +80,10 @@ class Pass(NamedTuple):
 class Stage(nn.Module):
     """The hourglass of one level. Subclasses build `encoder`, `chunker`, `decoder` and set the
     main network with `set_main`: a Stack, or the next Stage. They set `depth` (0: bytes), `dim`
-    (item width) and `pack` (whether chunks run packed)."""
+    (item width) and `pack` (whether chunks run packed), and say what goes between the levels:
+    `to_chunks` (the main network's input from the chunks' last encoder states, packed as
+    `packing` says), `to_chunks_step` (the same for the rows of a cached step that closed a
+    chunk) and `from_chunks` (the main network's output as what the items receive)."""
 
     depth: int
     dim: int
@@ -116,20 +119,6 @@ class Stage(nn.Module):
         if isinstance(self.main, Stage):
             return self.main.stage_flops(chunks, rates)
         return {"main": self.main.linear_flops(chunks), "main_attn": self.main.attention_flops(chunks)}
-
-    # what the byte level changes between the levels; a chunk level passes vectors unchanged
-    def to_chunks(self, z: torch.Tensor, chunk_pos: torch.Tensor, packing: Packing | None,
-                  run: Pass) -> torch.Tensor:
-        """The main network's input from the chunks' last encoder states z (packed with `packing`)."""
-        return z
-
-    def to_chunks_step(self, state: HourglassState, z: torch.Tensor, rows) -> torch.Tensor:
-        """to_chunks for the rows `rows` (an index into the batch) whose new item closed a chunk."""
-        return z
-
-    def from_chunks(self, z: torch.Tensor) -> torch.Tensor:
-        """The main network's output as what the items receive."""
-        return z
 
     def hourglass(self, h: torch.Tensor, bd: Boundaries, pos: torch.Tensor, run: Pass,
                   packing: Packing | None = None) -> tuple[torch.Tensor, list[Level]]:
@@ -231,7 +220,7 @@ class ChunkStage(Stage):
                 init_weights(stack, n_layers)
         # to the width of the level below and back, when it has another
         main_dim = below[0].width if below else spec.width
-        self.down = self.up = None
+        self.down, self.up = nn.Identity(), nn.Identity()
         if main_dim != spec.width:
             self.down = nn.Linear(spec.width, main_dim, bias=False)
             self.up = nn.Linear(main_dim, spec.width, bias=False)
@@ -240,13 +229,13 @@ class ChunkStage(Stage):
 
     def to_chunks(self, z: torch.Tensor, chunk_pos: torch.Tensor, packing: Packing | None,
                   run: Pass) -> torch.Tensor:
-        return z if self.down is None else self.down(z)
+        return self.down(z)
 
     def to_chunks_step(self, state: HourglassState, z: torch.Tensor, rows) -> torch.Tensor:
-        return z if self.down is None else self.down(z)
+        return self.down(z)
 
     def from_chunks(self, z: torch.Tensor) -> torch.Tensor:
-        return z if self.up is None else self.up(z)
+        return self.up(z)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, n: torch.Tensor, run: Pass,
                 packing: Packing | None = None) -> tuple[torch.Tensor, list[Level]]:
