@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import torch
-import torch.nn as nn
 
 from rltok.config import VOCAB_SIZE, ModelConfig
 from rltok.model.cost import Level, module_flops
 from rltok.model.decoding import FlatState, StepOutput
 from rltok.model.generate import Generation, generate
 from rltok.model.layers import param_count
-from rltok.model.ngram_embed import NgramEmbedding, byte_input
 from rltok.model.output import LMOutput
 from rltok.model.plain_lm import PlainLM
 
@@ -21,11 +19,8 @@ class FlatByteLM(PlainLM):
     def __init__(self, d_model: int, n_layers: int, n_heads: int, mlp_ratio: float = 4.0,
                  window: int | None = None, max_seq_len: int = 8192, rope_base: float = 10000.0,
                  ngram_sizes: tuple[int, ...] = (), ngram_vocab: int = 0):
-        def ngrams() -> dict[str, nn.Module | None]:
-            # hashed byte n-gram embeddings, as on the hierarchical model (model.ngram_vocab)
-            return {"ngram_embed": NgramEmbedding(ngram_sizes, ngram_vocab, d_model) if ngram_vocab else None}
-
-        super().__init__(VOCAB_SIZE, d_model, n_layers, n_heads, mlp_ratio, rope_base, window, inputs=ngrams)
+        super().__init__(VOCAB_SIZE, d_model, n_layers, n_heads, mlp_ratio, rope_base, window,
+                         ngram_sizes=ngram_sizes, ngram_vocab=ngram_vocab)
         self.max_seq_len = max_seq_len
 
     def chunks_per_byte(self, x: torch.Tensor, generator=None) -> None:
@@ -73,10 +68,7 @@ class FlatByteLM(PlainLM):
         return LMOutput(self.token_logits(idx))
 
     def embed_bytes(self, idx: torch.Tensor) -> torch.Tensor:
-        return byte_input(self.embed, self.ngram_embed, idx)
-
-    def input_vectors(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.embed_bytes(ids)
+        return self.input_vectors(idx)
 
     # ---- cached decoding (see rltok.model.decoding) ------------------------------------------
 

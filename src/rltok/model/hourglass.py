@@ -81,7 +81,7 @@ class HourglassLM(Stage, PretrainedMixin):
         for lin in (self.early_head, self.down, self.up, self.head):
             nn.init.normal_(lin.weight, 0.0, 0.02)
         nn.init.normal_(self.embed.weight, 0.0, 1.0)
-        self.dim = cfg.d_byte
+        self.dim, self.pack = cfg.d_byte, cfg.pack_chunks
         # chunks per item each level below aims at (what its cost is planned with)
         self.level_targets = tuple(cfg.target_rate if lv.target_rate is None else lv.target_rate for lv in levels)
 
@@ -176,13 +176,6 @@ class HourglassLM(Stage, PretrainedMixin):
         out["byte_level"] = sum(v for k, v in out.items() if k not in chunk_level and k != "chunk_level")
         out["total"] = out["byte_level"] + out["chunk_level"]
         return out
-
-    @property
-    def pack(self) -> bool:
-        return self.cfg.pack_chunks
-
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
 
     def non_embedding_params(self) -> int:
         """Parameters outside the lookup tables (the size a scaling law counts): everything but the

@@ -291,6 +291,9 @@ class PretrainedMixin:
     def _from_config(cls, cfg: ModelConfig, train_bytes, state_dict):
         raise NotImplementedError
 
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
     def fit_facts(self) -> dict:
         """What the model's data-fitted parts were fitted on, e.g. {"tokenizer_fit_bytes": n} ({}
         for none); kept in config.json, not in the weights."""
