@@ -31,8 +31,7 @@ class FixedChunker(Chunker):
         # the stride counts from the row's first byte, also after a context slid past it
         return {"next": torch.full((1,), offset + b.shape[1], dtype=torch.long, device=b.device)}
 
-    def step(self, state, h, forced, b=None, mode="sample", generator=None, idx=None, early_logits=None,
-             noise=None) -> Boundaries:
+    def step(self, state, h, forced, b=None, mode="sample", generator=None, **_) -> Boundaries:
         if b is None:
             b = (state["next"] + 1) % self.stride == 0
         state["next"] = state["next"] + 1
@@ -64,8 +63,7 @@ class UniformChunker(Chunker):
                 b.scatter_(1, noise.topk(k, dim=1).indices, True)
         return Boundaries(b=b.bool() | forced, free=~forced)
 
-    def step(self, state, h, forced, b=None, mode="sample", generator=None, idx=None, early_logits=None,
-             noise=None) -> Boundaries:
+    def step(self, state, h, forced, b=None, mode="sample", generator=None, noise=None, **_) -> Boundaries:
         if b is None:
             b = (noise if noise is not None else uniform(forced.shape, forced.device, generator)) < self.rate
         return Boundaries(b=b.bool() | forced, free=~forced)
@@ -95,8 +93,7 @@ class WhitespaceChunker(Chunker):
     def start_state(self, h, b, idx=None, early_logits=None, offset: int = 0) -> dict[str, torch.Tensor]:
         return {"space": spacelike(idx[:, -1])}
 
-    def step(self, state, h, forced, b=None, mode="sample", generator=None, idx=None, early_logits=None,
-             noise=None) -> Boundaries:
+    def step(self, state, h, forced, b=None, mode="sample", generator=None, idx=None, **_) -> Boundaries:
         sp = spacelike(idx)
         if b is None:
             b = sp & ~state["space"]
@@ -166,8 +163,8 @@ class EntropyChunker(Chunker):
     def start_state(self, h, b, idx=None, early_logits=None, offset: int = 0) -> dict[str, torch.Tensor]:
         return {"entropy": self.entropy(early_logits[:, -1])}
 
-    def step(self, state, h, forced, b=None, mode="sample", generator=None, idx=None, early_logits=None,
-             noise=None) -> Boundaries:
+    def step(self, state, h, forced, b=None, mode="sample", generator=None, early_logits=None,
+             **_) -> Boundaries:
         # decoding reads the threshold and never moves it: that is training's business
         ent = self.entropy(early_logits)
         s = ent - state["entropy"]

@@ -133,20 +133,18 @@ class RLPolicy(Chunker):
     def forward(self, h: torch.Tensor, forced: torch.Tensor, b: torch.Tensor | None = None,
                 mode: str = "sample", generator: torch.Generator | None = None,
                 noise: torch.Tensor | None = None, **_) -> Boundaries:
-        if self.is_settled or not self.learns:
-            with torch.no_grad():
-                return self.decide(h, forced, b, mode, generator, noise)
-        return self.decide(h, forced, b, mode, generator, noise)
-
-    def decide(self, h, forced, b, mode, generator, noise) -> Boundaries:
-        base = fp32_linear(self.head, h.detach() if self.detach_input else h).squeeze(-1)
-        sample_logp = None
-        if b is None:
-            b, sample_logp = self.sample(base.detach(), forced, mode == "greedy" or self.is_settled, generator, noise)
-        else:
-            b = b.bool() | forced
-        logits = self.teacher_forced_logits(base, b)
-        return Boundaries(b=b, free=~forced, logits=logits, logp=bernoulli_logp(b, logits), sample_logp=sample_logp)
+        # a rule that is not trained this step (or ever again) decides without a graph
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.learns and not self.is_settled):
+            base = fp32_linear(self.head, h.detach() if self.detach_input else h).squeeze(-1)
+            sample_logp = None
+            if b is None:
+                greedy = mode == "greedy" or self.is_settled
+                b, sample_logp = self.sample(base.detach(), forced, greedy, generator, noise)
+            else:
+                b = b.bool() | forced
+            logits = self.teacher_forced_logits(base, b)
+            return Boundaries(b=b, free=~forced, logits=logits, logp=bernoulli_logp(b, logits),
+                              sample_logp=sample_logp)
 
     def start_state(self, h, b, idx=None, early_logits=None, offset: int = 0) -> dict[str, torch.Tensor]:
         if self.history is None:
@@ -154,8 +152,7 @@ class RLPolicy(Chunker):
         # the pattern the position after the context sees: its last window - 1 decisions
         return {"pattern": self.history_pattern(F.pad(b.long(), (0, 1)))[:, -1]}
 
-    def step(self, state, h, forced, b=None, mode="sample", generator=None, idx=None, early_logits=None,
-             noise=None) -> Boundaries:
+    def step(self, state, h, forced, b=None, mode="sample", generator=None, noise=None, **_) -> Boundaries:
         logits = fp32_linear(self.head, h).squeeze(-1)
         if self.history is not None:
             logits = logits + self.history(state["pattern"]).squeeze(-1)
