@@ -6,7 +6,7 @@ import torch
 
 from rltok.config import VOCAB_SIZE, ModelConfig
 from rltok.model.cost import Level, module_flops
-from rltok.model.decoding import FlatState, StepOutput
+from rltok.model.decoding import DecodingState, StepOutput
 from rltok.model.generate import Generation, generate
 from rltok.model.layers import param_count
 from rltok.model.output import LMOutput
@@ -78,13 +78,13 @@ class FlatByteLM(PlainLM):
         return generate(self, prompt, max_new_bytes, **kwargs)
 
     def start_decoding(self, batch: int, capacity: int, mode: str = "sample",
-                       generator: torch.Generator | None = None) -> FlatState:
+                       generator: torch.Generator | None = None) -> DecodingState:
         if self.training:
             raise ValueError("decode with the model in eval mode (model.eval())")
-        return FlatState(self, batch, capacity, mode, generator)
+        return DecodingState(self, {self.body: capacity}, batch, 1, mode, generator)
 
     @torch.inference_mode()
-    def prefill(self, state: FlatState, row: int, ids: torch.Tensor, boundaries=None, start: int = 0,
+    def prefill(self, state: DecodingState, row: int, ids: torch.Tensor, boundaries=None, start: int = 0,
                 boundaries2=None) -> StepOutput:
         """Read one row's context ids (T,) in parallel (filling its cache); no boundaries here."""
         x = ids.view(1, -1).to(state.device)
@@ -93,7 +93,7 @@ class FlatByteLM(PlainLM):
         return StepOutput(self.head(out[0, -1]))
 
     @torch.inference_mode()
-    def step(self, state: FlatState, ids: torch.Tensor, boundaries=None, boundaries2=None, noise=None) -> StepOutput:
+    def step(self, state: DecodingState, ids: torch.Tensor, boundaries=None, boundaries2=None, noise=None) -> StepOutput:
         state.push(ids.to(state.device))
         out = self.body.step(state.embed_newest(self.embed_bytes).unsqueeze(1), state.pos, state.caches[self.body])
         state.advance()

@@ -310,8 +310,7 @@ class HourglassLM(Stage, PretrainedMixin):
         state.chunk_start[row] = ends[-1] + 1
         decided = self._start_levels(state, row, x, out, cache)
         logits = out.boundaries.logits
-        return StepOutput(out.logits[0, -1], b[0], None if logits is None else logits[0],
-                          decided[0] if decided else None, tuple(decided))
+        return StepOutput(out.logits[0, -1], b[0], None if logits is None else logits[0], tuple(decided))
 
     def _start_levels(self, state: HourglassState, row: int, x: torch.Tensor, out: HourglassOutput,
                       cache) -> list[torch.Tensor]:
@@ -347,7 +346,7 @@ class HourglassLM(Stage, PretrainedMixin):
                                          tuple(b.to(dev).bool() for b in as_levels(boundaries2)),
                                          None if noise is None else noise[:, 1:])
         state.advance()
-        return StepOutput(self.head(out), bd.b, bd.logits, below[0] if below else None, tuple(below))
+        return StepOutput(self.head(out), bd.b, bd.logits, tuple(below))
 
 
 def as_levels(given) -> tuple:

@@ -61,14 +61,8 @@ def _architecture(model: torch.nn.Module | None, arch: str) -> str:
 
 def clean_results(results: dict | None) -> dict:
     """JSON-safe scalar results (histograms and non-finite values left out)."""
-    out = {}
-    for k, v in (results or {}).items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            continue
-        if isinstance(v, float) and not math.isfinite(v):
-            continue
-        out[k] = v
-    return out
+    return {k: v for k, v in (results or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+            and not (isinstance(v, float) and not math.isfinite(v))}
 
 
 def _as_umask_allows(path: Path) -> None:
