@@ -49,17 +49,14 @@ class FlatByteLM(PlainLM):
 
     def forward_flops(self, seq_len: int, rate: float | None = None, rate2: float | None = None,
                       kernel: bool = False) -> dict[str, float]:
-        """Forward FLOPs per byte on windows of `seq_len` bytes, by component (as HourglassLM's;
-        no chunks, so `rate` and `rate2` change nothing). `kernel`: attention as its kernel computes."""
+        """Forward FLOPs per byte by component, as HourglassLM's (no chunks: the rates change nothing)."""
         byte = Level(seq_len, 1.0, kernel)
         out = {"ngram": module_flops(self.ngram_embed, byte), **self.stack_flops(byte)}
         out["total"] = sum(out.values())
         return out
 
     def non_embedding_params(self) -> int:
-        """Parameters outside the lookup tables (the size a scaling law counts): everything but
-        the byte embedding and the hashed n-gram tables. The output head over the 256 bytes is
-        counted: every byte pays its matrix product."""
+        """Parameters outside the lookup tables; the output head counts (every byte pays its product)."""
         return param_count(self) - param_count(self.embed, self.ngram_embed)
 
     def forward(self, idx: torch.Tensor, **_: object) -> LMOutput:
@@ -73,8 +70,7 @@ class FlatByteLM(PlainLM):
     # ---- cached decoding (see rltok.model.decoding) ------------------------------------------
 
     def generate(self, prompt, max_new_bytes: int = 256, **kwargs) -> Generation | list[Generation]:
-        """Continue `prompt` (bytes, str, or a list of them) with cached incremental decoding.
-        See rltok.model.generate.generate."""
+        """Continue `prompt` (bytes, str, or a list of them): rltok.model.generate.generate."""
         return generate(self, prompt, max_new_bytes, **kwargs)
 
     def start_decoding(self, batch: int, capacity: int, mode: str = "sample",

@@ -52,6 +52,5 @@ class PlainLM(nn.Module, PretrainedMixin):
                 "head": linear_flops(self.head, level)}
 
     def shape_facts(self) -> dict:
-        """Depth and width, for result tables (see HourglassLM.shape_facts); the vocabulary's rows
-        are the subclass's to add."""
+        """Depth and width, for result tables; the vocabulary's rows are the subclass's to add."""
         return {"depth": len(self.body.blocks), "width": self.embed.embedding_dim}
