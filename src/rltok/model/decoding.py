@@ -27,9 +27,8 @@ class StepOutput(NamedTuple):
 
 
 class PrefillCache:
-    """The `cache=` a forward pass over one row's context is given: each Stack sends its keys
-    and values to that row of its KVCache, and the model keeps the intermediate values that
-    decoding continues from (keep(name, value), read back from `kept`)."""
+    """The `cache=` of a forward pass over one row's context: each Stack fills that row of its
+    KVCache, and the model keeps what decoding continues from (keep, read back from `kept`)."""
 
     def __init__(self, caches: dict[Stack, KVCache], row: int):
         self.caches, self.row, self.kept = caches, row, {}
@@ -89,9 +88,8 @@ class DecodingState:
         self.lengths = [n + 1 for n in self.lengths]
 
     def embed_newest(self, embed_bytes: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        """The model's input embedding of each row's newest byte, (B, d): embed_bytes over the
-        bytes it reads (its n-grams), never reaching before the row's context, which the parallel
-        pass sees as 'no byte' - so rows near their context's start are embedded on their own."""
+        """The input embedding of each row's newest byte, (B, d): embed_bytes over the bytes it reads
+        (its n-grams), never before the row's context, which the parallel pass sees as 'no byte'."""
         k = self.embed_reads
         have = [min(n + 1, k) for n in self.lengths]
         if min(have) == k:
@@ -106,9 +104,8 @@ class DecodingState:
 
 
 class LevelState:
-    """One stage's running state per row: the latest output of its main network (what the row's
-    items add until its next chunk closes), its boundary rule's state, and (below the bytes,
-    which count with DecodingState.pos) how many items the stage has read."""
+    """One stage's running state per row: its main network's latest output, its rule's state and
+    (below the bytes) how many items it has read."""
 
     def __init__(self, batch: int, dim: int, device, dtype):
         self.latest = torch.zeros(batch, dim, device=device, dtype=dtype)

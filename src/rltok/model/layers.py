@@ -39,7 +39,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 class Packing:
     """Where N items packed end to end, (1, N, ...), sit in a padded (batch, width, ...) layout:
-    row r's lengths[r] items fill its first slots, in order; the rest is padding. No host sync."""
+    row r's lengths[r] items first, then padding. No host sync."""
 
     def __init__(self, lengths: torch.Tensor, width: int, total: int):
         self.batch, self.width = lengths.shape[0], width
@@ -80,9 +80,8 @@ def _block_mask(n: int, w: int, heads: int, device: torch.device) -> torch.Tenso
 
 def blocked_local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,
                             dropout: float = 0.0) -> torch.Tensor:
-    """Sliding-window causal attention in O(T * window): queries are cut into blocks of `window`
-    and each block attends to its own block and the previous one (all its window can reach),
-    under a (window, 2 * window) mask. Same result as the dense masked form."""
+    """Sliding-window causal attention in O(T * window): each block of `window` queries attends to
+    its own block and the previous one under a mask; same result as the dense masked form."""
     bsz, heads, t, dim = q.shape
     w = window
     n = -(-t // w)
@@ -131,9 +130,8 @@ class Attention(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
 
     def keys(self, items: float, kernel: bool = False) -> float:
-        """Keys per query over `items` queries: the pairs the causal window uses, or (kernel) the
-        pairs the kernel `attend` picks computes, masked ones included (a fused causal kernel
-        may skip some of those; a profiler counts them all)."""
+        """Keys per query over `items` queries: the pairs the causal window uses, or (kernel) those
+        the kernel `attend` picks computes, masked ones included, as a profiler counts them."""
         if not kernel:
             return causal_keys(items, self.window)
         if self.window is None or self.window >= items or 4 * self.window > items:
@@ -212,9 +210,9 @@ class Stack(nn.Module):
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, cache=None,
                 packing: Packing | None = None) -> torch.Tensor:
-        """`cache`: when given (decoding; eval mode), every layer's rotated keys and values go to
-        `cache.fill(self, [(k, v), ...])`, from which `step` continues. `packing`: x holds the
-        rows packed (1, N, dim), positions are padded (see Attention.forward); not with a cache."""
+        """`cache` (decoding, eval mode): every layer's rotated keys and values go to
+        `cache.fill(self, [(k, v), ...])`, from which `step` continues. `packing`: as in
+        Attention.forward; not with a cache."""
         if cache is not None and packing is not None:
             raise ValueError("a cache is filled from one row: it takes no packing")
         kvs = None if cache is None else []
@@ -257,9 +255,9 @@ class Stack(nn.Module):
 
 
 class KVCache:
-    """Keys and values of every layer of a Stack, for decoding one position per row at a time:
-    every entry up to `size` (window=None), or a ring buffer of the last `window` entries (entry p
-    in slot p % window; attention ignores key order). Row lengths are kept on the host."""
+    """Keys and values of every layer of a Stack, for decoding one position per row at a time: up
+    to `size` entries, or a ring of the last `window` (entry p in slot p % window; attention
+    ignores key order). Row lengths are kept on the host."""
 
     def __init__(self, n_layers: int, batch: int, n_heads: int, head_dim: int, size: int,
                  window: int | None, device, dtype=torch.float32):
@@ -279,8 +277,7 @@ class KVCache:
         return cls(len(stack.blocks), batch, attn.n_heads, attn.head_dim, size, attn.window, device, dtype)
 
     def fill(self, row: int, kvs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Reset `row` to the (1, H, T, D) keys/values a Stack's forward over positions 0..T-1
-        gave its cache."""
+        """Reset `row` to the (1, H, T, D) keys/values of positions 0..T-1."""
         if not kvs:
             return
         t = kvs[0][0].shape[2]
