@@ -40,9 +40,8 @@ class FixedChunker(Chunker):
 
 class UniformChunker(Chunker):
     """Exactly round(rate * free) boundaries per sequence at uniformly random free positions.
-    Decoding cannot know the window's length or its later draws, so it decides each byte by an
-    independent draw at the same rate (the same positions are equally likely; only the count
-    varies). Boundaries are independent of the bytes either way."""
+    Decoding, which cannot know the window's length, draws each byte independently at the rate
+    (equally likely positions; only the count varies)."""
 
     @classmethod
     def from_settings(cls, settings, m, dim=None, rate=None):

@@ -47,10 +47,8 @@ class RLPolicy(Chunker):
         self.learns = True
 
     def settle(self, cut: float = 0.0, hold: float = 0.0) -> None:
-        """Stop sampling: every later decision is the thresholded one, a boundary where the logit
-        exceeds `cut` (0: where p > 0.5). `hold` > 0: the chunks per byte to hold, which
-        `follow_rate` keeps by moving the cut as the encoder the rule reads trains on
-        (objective.settle_threshold=rate)."""
+        """Stop sampling: every later decision is a boundary where the logit exceeds `cut`. `hold`
+        > 0: the chunks per byte `follow_rate` holds by moving the cut (objective.settle_threshold=rate)."""
         device = self.head.weight.device
         for name, value in (("settled", torch.ones((), dtype=torch.bool, device=device)),
                             ("cut_logit", torch.tensor(float(cut), device=device)),
