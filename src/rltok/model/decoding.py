@@ -18,14 +18,17 @@ class StepOutput(NamedTuple):
     logits: torch.Tensor  # next-byte logits
     boundaries: torch.Tensor | None = None  # bool: the byte closed a chunk (chunked models)
     boundary_logits: torch.Tensor | None = None  # the RL policy's logits for those decisions
-    boundaries2: torch.Tensor | None = None  # bool: the byte closed a supertoken (two stages)
-    below: tuple = ()  # bool per level below the bytes, top down: the byte closed an item there (boundaries2 first)
+    below: tuple = ()  # bool per level below the bytes, top down: the byte closed an item there
+
+    @property
+    def boundaries2(self) -> torch.Tensor | None:
+        """bool: the byte closed a supertoken (two stages)."""
+        return self.below[0] if self.below else None
 
 
 class PrefillCache:
-    """The `cache=` a forward pass over one row's context is given: each Stack sends its keys
-    and values to that row of its KVCache, and the model keeps the intermediate values that
-    decoding continues from (keep(name, value), read back from `kept`)."""
+    """The `cache=` of a forward pass over one row's context: each Stack fills that row of its
+    KVCache, and the model keeps what decoding continues from (keep, read back from `kept`)."""
 
     def __init__(self, caches: dict[Stack, KVCache], row: int):
         self.caches, self.row, self.kept = caches, row, {}
@@ -47,18 +50,22 @@ def put_row(states: dict[str, torch.Tensor], row: int, values: dict[str, torch.T
 
 
 class DecodingState:
-    """Caches, positions and the last bytes of every row (what every byte model needs)."""
+    """Caches, positions and the last bytes of every row (what every byte model needs; the flat
+    model's whole state)."""
 
-    def __init__(self, stacks: dict[Stack, int], batch: int, keep_bytes: int, embed_bytes_read: int,
-                 device, dtype, mode: str = "sample", generator: torch.Generator | None = None):
+    def __init__(self, model, stacks: dict[Stack, int], batch: int, keep_bytes: int = 1, mode: str = "sample",
+                 generator: torch.Generator | None = None):
         # stacks: each layer stack and how many positions its cache must hold (windowed stacks
         # keep only their window, whatever is asked)
-        self.caches = {s: KVCache.for_stack(s, batch, size, device, dtype) for s, size in stacks.items()}
-        self.batch, self.device, self.mode, self.generator = batch, device, mode, generator
-        self.pos = torch.zeros(batch, dtype=torch.long, device=device)  # position of each row's next byte
+        p = next(model.parameters())
+        self.batch, self.device, self.dtype, self.mode, self.generator = batch, p.device, p.dtype, mode, generator
+        self.caches = {s: KVCache.for_stack(s, batch, size, p.device, p.dtype) for s, size in stacks.items()}
+        self.pos = torch.zeros(batch, dtype=torch.long, device=p.device)  # position of each row's next byte
         self.lengths = [0] * batch  # the same on the host
-        self.recent = torch.zeros(batch, keep_bytes, dtype=torch.long, device=device)  # last bytes, newest last
-        self.embed_reads = embed_bytes_read  # how many bytes one byte's input embedding reads
+        # how many bytes one byte's input embedding reads
+        self.embed_reads = model.ngram_embed.max_n if model.ngram_embed is not None else 1
+        keep_bytes = max(keep_bytes, self.embed_reads)
+        self.recent = torch.zeros(batch, keep_bytes, dtype=torch.long, device=p.device)  # last bytes, newest last
 
     def prefill_cache(self, row: int) -> PrefillCache:
         return PrefillCache(self.caches, row)
@@ -81,9 +88,8 @@ class DecodingState:
         self.lengths = [n + 1 for n in self.lengths]
 
     def embed_newest(self, embed_bytes: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        """The model's input embedding of each row's newest byte, (B, d): embed_bytes over the
-        bytes it reads (its n-grams), never reaching before the row's context, which the parallel
-        pass sees as 'no byte' - so rows near their context's start are embedded on their own."""
+        """The input embedding of each row's newest byte, (B, d): embed_bytes over the bytes it reads
+        (its n-grams), never before the row's context, which the parallel pass sees as 'no byte'."""
         k = self.embed_reads
         have = [min(n + 1, k) for n in self.lengths]
         if min(have) == k:
@@ -98,9 +104,8 @@ class DecodingState:
 
 
 class LevelState:
-    """One stage's running state per row: the latest output of its main network (what the row's
-    items add until its next chunk closes), its boundary rule's state, and (below the bytes,
-    which count with DecodingState.pos) how many items the stage has read."""
+    """One stage's running state per row: its main network's latest output, its rule's state and
+    (below the bytes) how many items it has read."""
 
     def __init__(self, batch: int, dim: int, device, dtype):
         self.latest = torch.zeros(batch, dim, device=device, dtype=dtype)
@@ -113,14 +118,11 @@ class HourglassState(DecodingState):
     chunks of chunks of a deeper model, ...) and where each row's open chunk starts."""
 
     def __init__(self, model, batch: int, capacity: int, mode: str = "sample", generator=None):
-        p = next(model.parameters())
-        reads = model.ngram_embed.max_n if model.ngram_embed is not None else 1
         # the chunk vocabulary hashes a chunk's last max_len bytes and its length (capped at max_len + 1)
         window = model.chunk_vocab.max_len + 1 if model.chunk_vocab is not None else 1
-        super().__init__({s: capacity for s in model.stacks()}, batch, max(reads, window), reads, p.device,
-                         p.dtype, mode, generator)
-        self.levels = [LevelState(batch, stage.dim, p.device, p.dtype) for stage in model.stages()]
-        self.chunk_start = torch.zeros(batch, dtype=torch.long, device=p.device)  # first byte of the open chunk
+        super().__init__(model, {s: capacity for s in model.stacks()}, batch, window, mode, generator)
+        self.levels = [LevelState(batch, stage.dim, self.device, self.dtype) for stage in model.stages()]
+        self.chunk_start = torch.zeros(batch, dtype=torch.long, device=self.device)  # first byte of the open chunk
 
     def chunk_window(self, rows) -> tuple[torch.Tensor, torch.Tensor]:
         """For rows whose newest byte closes a chunk: their last bytes (n, L) and the positions
@@ -130,9 +132,3 @@ class HourglassState(DecodingState):
         end = torch.full_like(first, window.shape[1] - 1)
         return window, torch.stack([self.chunk_start[rows] - 1 - first, end], dim=1)
 
-
-class FlatState(DecodingState):
-    def __init__(self, model, batch: int, capacity: int, mode: str = "sample", generator=None):
-        p = next(model.parameters())
-        reads = model.ngram_embed.max_n if model.ngram_embed is not None else 1
-        super().__init__({model.body: capacity}, batch, reads, reads, p.device, p.dtype, mode, generator)

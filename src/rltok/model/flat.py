@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import torch
-import torch.nn as nn
 
 from rltok.config import VOCAB_SIZE, ModelConfig
 from rltok.model.cost import Level, module_flops
-from rltok.model.decoding import FlatState, StepOutput
+from rltok.model.decoding import DecodingState, StepOutput
 from rltok.model.generate import Generation, generate
 from rltok.model.layers import param_count
-from rltok.model.ngram_embed import NgramEmbedding, byte_input
 from rltok.model.output import LMOutput
 from rltok.model.plain_lm import PlainLM
 
@@ -21,11 +19,8 @@ class FlatByteLM(PlainLM):
     def __init__(self, d_model: int, n_layers: int, n_heads: int, mlp_ratio: float = 4.0,
                  window: int | None = None, max_seq_len: int = 8192, rope_base: float = 10000.0,
                  ngram_sizes: tuple[int, ...] = (), ngram_vocab: int = 0):
-        def ngrams() -> dict[str, nn.Module | None]:
-            # hashed byte n-gram embeddings, as on the hierarchical model (model.ngram_vocab)
-            return {"ngram_embed": NgramEmbedding(ngram_sizes, ngram_vocab, d_model) if ngram_vocab else None}
-
-        super().__init__(VOCAB_SIZE, d_model, n_layers, n_heads, mlp_ratio, rope_base, window, inputs=ngrams)
+        super().__init__(VOCAB_SIZE, d_model, n_layers, n_heads, mlp_ratio, rope_base, window,
+                         ngram_sizes=ngram_sizes, ngram_vocab=ngram_vocab)
         self.max_seq_len = max_seq_len
 
     def chunks_per_byte(self, x: torch.Tensor, generator=None) -> None:
@@ -54,17 +49,14 @@ class FlatByteLM(PlainLM):
 
     def forward_flops(self, seq_len: int, rate: float | None = None, rate2: float | None = None,
                       kernel: bool = False) -> dict[str, float]:
-        """Forward FLOPs per byte on windows of `seq_len` bytes, by component (as HourglassLM's;
-        no chunks, so `rate` and `rate2` change nothing). `kernel`: attention as its kernel computes."""
+        """Forward FLOPs per byte by component, as HourglassLM's (no chunks: the rates change nothing)."""
         byte = Level(seq_len, 1.0, kernel)
         out = {"ngram": module_flops(self.ngram_embed, byte), **self.stack_flops(byte)}
         out["total"] = sum(out.values())
         return out
 
     def non_embedding_params(self) -> int:
-        """Parameters outside the lookup tables (the size a scaling law counts): everything but
-        the byte embedding and the hashed n-gram tables. The output head over the 256 bytes is
-        counted: every byte pays its matrix product."""
+        """Parameters outside the lookup tables; the output head counts (every byte pays its product)."""
         return param_count(self) - param_count(self.embed, self.ngram_embed)
 
     def forward(self, idx: torch.Tensor, **_: object) -> LMOutput:
@@ -73,26 +65,22 @@ class FlatByteLM(PlainLM):
         return LMOutput(self.token_logits(idx))
 
     def embed_bytes(self, idx: torch.Tensor) -> torch.Tensor:
-        return byte_input(self.embed, self.ngram_embed, idx)
-
-    def input_vectors(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.embed_bytes(ids)
+        return self.input_vectors(idx)
 
     # ---- cached decoding (see rltok.model.decoding) ------------------------------------------
 
     def generate(self, prompt, max_new_bytes: int = 256, **kwargs) -> Generation | list[Generation]:
-        """Continue `prompt` (bytes, str, or a list of them) with cached incremental decoding.
-        See rltok.model.generate.generate."""
+        """Continue `prompt` (bytes, str, or a list of them): rltok.model.generate.generate."""
         return generate(self, prompt, max_new_bytes, **kwargs)
 
     def start_decoding(self, batch: int, capacity: int, mode: str = "sample",
-                       generator: torch.Generator | None = None) -> FlatState:
+                       generator: torch.Generator | None = None) -> DecodingState:
         if self.training:
             raise ValueError("decode with the model in eval mode (model.eval())")
-        return FlatState(self, batch, capacity, mode, generator)
+        return DecodingState(self, {self.body: capacity}, batch, 1, mode, generator)
 
     @torch.inference_mode()
-    def prefill(self, state: FlatState, row: int, ids: torch.Tensor, boundaries=None, start: int = 0,
+    def prefill(self, state: DecodingState, row: int, ids: torch.Tensor, boundaries=None, start: int = 0,
                 boundaries2=None) -> StepOutput:
         """Read one row's context ids (T,) in parallel (filling its cache); no boundaries here."""
         x = ids.view(1, -1).to(state.device)
@@ -101,7 +89,7 @@ class FlatByteLM(PlainLM):
         return StepOutput(self.head(out[0, -1]))
 
     @torch.inference_mode()
-    def step(self, state: FlatState, ids: torch.Tensor, boundaries=None, boundaries2=None, noise=None) -> StepOutput:
+    def step(self, state: DecodingState, ids: torch.Tensor, boundaries=None, boundaries2=None, noise=None) -> StepOutput:
         state.push(ids.to(state.device))
         out = self.body.step(state.embed_newest(self.embed_bytes).unsqueeze(1), state.pos, state.caches[self.body])
         state.advance()

@@ -44,21 +44,18 @@ class ModelCost:
 
     def forward_per_byte(self, rate: float | None = None, rate2: float | None = None,
                          attention: str = "causal") -> float:
-        """Forward FLOPs per distinct byte at `rate` (tokens per byte for the BPE-token model);
-        attention counted as `model_flops` says (the causal pairs, what budgets are charged)."""
+        """Forward FLOPs per distinct byte at `rate` (tokens per byte for the BPE-token model)."""
         f = self.forward(rate, rate2, attention)
         shared = sum(f[k] for k in self.shared)
         return shared + self.group_size * (f["total"] - shared)
 
     def counterfactual_per_byte(self, rate: float | None = None, rate2: float | None = None) -> float:
-        """The counterfactual pass of the flips estimator: everything after the encoder, once
-        more, without a backward pass."""
+        """The flips estimator's counterfactual pass: everything after the encoder, forward only."""
         f = self.forward(rate, rate2)
         return self.group_size * (f["total"] - sum(f[k] for k in self.shared))
 
     def tokenizer_phase_per_byte(self) -> float:
-        """Training FLOPs per distinct byte of a tokenizer-phase step: the byte input, the
-        encoder, the early-exit head and the boundary rule, forward and backward."""
+        """Training FLOPs per distinct byte of a tokenizer-phase step (`encoder_side` and the rule)."""
         f = self.forward()
         shared = sum(f[k] for k in self.model.encoder_side)
         return train_flops_per_byte({"total": shared + self.group_size * f["policy"]})
@@ -84,16 +81,14 @@ class ModelCost:
         return self._chunk_cost
 
     def cost_slope(self, rate: float) -> float:
-        """d ln(forward FLOPs per byte) / d rate at `rate`: what one more boundary per byte costs,
-        relative to what a byte costs."""
+        """d ln(forward FLOPs per byte) / d rate at `rate`."""
         a, c = self.chunk_cost()
         return (a + c * rate) / self.forward_per_byte(rate)
 
 
 def run_cost(cfg, model: torch.nn.Module | None = None, vocab_size: int | None = None) -> ModelCost:
-    """What a step of training a full `Config` costs, asked of its model: `model` (the one training
-    built), or the model `cfg` builds on the meta device (planned_model; `vocab_size`: a BPE-token
-    model's tokens). The one way a config is costed."""
+    """What a step of training a full `Config` costs, asked of `model` (the one training built) or
+    of planned_model(cfg.model, vocab_size). The one way a config is costed."""
     if model is None:
         from rltok.model.factory import planned_model
 

@@ -110,13 +110,10 @@ def generate(model, prompt: bytes | str | Sequence[bytes | str], max_new_bytes: 
              temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
              stop: Sequence[bytes | str] = (), mode: str = "sample",
              on_bytes: Callable[[int, bytes], None] | None = None) -> Generation | list[Generation]:
-    """Continue one prompt (-> Generation) or a list of prompts of any lengths (-> list). An
-    empty prompt starts from EMPTY_PROMPT, an overlong one keeps its last max_seq_len bytes (contexts
-    slide: docs/GENERATION.md). A row ends at its first `stop` string (not part of
-    the output). temperature 0 (or top_k 1) is greedy; top_k 0 and top_p 1 are off. `mode`:
-    boundary decisions sampled or thresholded ("greedy"). `seed` fixes byte and boundary sampling
-    alike (None: fresh). `on_bytes(row, data)` receives output bytes once they can no longer be
-    part of a stop string (wrap it with Utf8Streamer to print text)."""
+    """Continue one prompt (-> Generation) or a list of prompts of any lengths (-> list); the
+    arguments, the empty and overlong prompts and sliding contexts: docs/GENERATION.md.
+    `on_bytes(row, data)` receives output bytes once they can no longer be part of a stop string
+    (wrap it with Utf8Streamer to print text)."""
     check_args(max_new_bytes, temperature, top_k, top_p, mode)
     single = isinstance(prompt, (bytes, bytearray, str))
     max_len = context_length(model)

@@ -24,9 +24,8 @@ from rltok.model.stage import ChunkStage, Pass, Stage
 
 
 class ValueHead(nn.Module):
-    """Critic V(s_t): a small MLP on the encoder state and the share of the window still to
-    come (a discounted return over the rest of the window shrinks towards its end). It never
-    sees b_t, so as a baseline it leaves the policy gradient unbiased."""
+    """Critic V(s_t) on the encoder state and the share of the window still to come (a discounted
+    return shrinks towards its end). It never sees b_t, so as a baseline it adds no bias."""
 
     def __init__(self, dim: int):
         super().__init__()
@@ -81,14 +80,13 @@ class HourglassLM(Stage, PretrainedMixin):
         for lin in (self.early_head, self.down, self.up, self.head):
             nn.init.normal_(lin.weight, 0.0, 0.02)
         nn.init.normal_(self.embed.weight, 0.0, 1.0)
-        self.dim = cfg.d_byte
+        self.dim, self.pack = cfg.d_byte, cfg.pack_chunks
         # chunks per item each level below aims at (what its cost is planned with)
         self.level_targets = tuple(cfg.target_rate if lv.target_rate is None else lv.target_rate for lv in levels)
 
     @staticmethod
     def card_facts(m: dict) -> tuple[str, list[tuple[str, str]], bool]:
-        """What the model card says of a model of config `m` (a dict): a sentence, its shape's
-        rows, and whether it reads bytes with no tokenizer."""
+        """The model card's sentence, shape rows and whether it reads bytes, for config `m` (a dict)."""
         from rltok.config import CHUNKERS
 
         chunker = m["chunker"]
@@ -131,8 +129,7 @@ class HourglassLM(Stage, PretrainedMixin):
         return out.boundaries.b.float().mean().item()
 
     def shape_facts(self) -> dict:
-        """Depth (encoder+main+decoder, with the chunk-level stages around main when there are
-        two), width (byte/chunk) and vocabulary rows, for result tables."""
+        """Depth, width and vocabulary rows, for result tables."""
         m = self.cfg
         mid = f"{m.stage2_layers}+{m.main_layers}+{m.stage2_layers}" if m.stages == 2 else f"{m.main_layers}"
         return {"depth": f"{m.encoder_layers}+{mid}+{m.decoder_layers}", "width": f"{m.d_byte}/{m.d_chunk}",
@@ -140,9 +137,7 @@ class HourglassLM(Stage, PretrainedMixin):
 
     @classmethod
     def unfitted(cls, cfg: ModelConfig, vocab_size: int | None = None) -> HourglassLM:
-        """The model of `cfg` with its data-fitted parts (a BPE rule's tokenizer) left empty: its
-        shape, all that costing it needs."""
-        return cls(cfg)
+        return cls(cfg)  # a BPE rule's tokenizer left empty
 
     # what K segmentations of one sequence (objective.group_size) share: one encoder pass
     group_shared = ("encoder", "encoder_attn", "early_head")
@@ -151,12 +146,10 @@ class HourglassLM(Stage, PretrainedMixin):
 
     def forward_flops(self, seq_len: int, rate: float | None = None, rate2: float | None = None,
                       kernel: bool = False) -> dict[str, float]:
-        """Forward FLOPs per byte on windows of `seq_len` bytes, by component, each module asked
-        for its own. `rate`: chunks per byte (default: the target); `rate2`: supertokens per chunk
-        with two stages (default: their target). Keys ending in `_attn` are attention; `policy`
-        is the boundary rule's layers, `smoothing` what it adds over the chunks (H-Net's EMA);
-        `stage2` a chunk stage's encoder, decoder and rule; `byte_level` + `chunk_level` = `total`
-        (chunk-level parts already scaled by the rate). `kernel`: attention as its kernel computes."""
+        """Forward FLOPs per byte on windows of `seq_len` bytes at `rate` chunks per byte and `rate2`
+        supertokens per chunk (default: the targets), by component: `*_attn` attention, `policy`
+        the rule's layers, `smoothing` H-Net's EMA, `stage2` a chunk stage's own; `byte_level` +
+        `chunk_level` (scaled by the rate) = `total`. `kernel`: attention as its kernel computes."""
         rate = self.cfg.target_rate if rate is None else rate
         rates = self.level_targets if rate2 is None else (rate2, *self.level_targets[1:])
         byte = Level(seq_len, 1.0, kernel)
@@ -177,22 +170,13 @@ class HourglassLM(Stage, PretrainedMixin):
         out["total"] = out["byte_level"] + out["chunk_level"]
         return out
 
-    @property
-    def pack(self) -> bool:
-        return self.cfg.pack_chunks
-
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
-
     def non_embedding_params(self) -> int:
-        """Parameters outside the lookup tables (the size a scaling law counts): everything but the
-        byte embedding, the hashed n-gram tables and the chunk-vocabulary table."""
+        """Parameters outside the lookup tables (the size a scaling law counts)."""
         return param_count(self) - param_count(self.embed, self.ngram_embed, self.chunk_vocab)
 
     def chunk_input(self, z: torch.Tensor, idx: torch.Tensor, chunk_pos: torch.Tensor,
                     packing: Packing | None = None) -> torch.Tensor:
-        """The main network's input: the projected chunk vectors, plus each chunk's entry in the
-        learned chunk vocabulary when there is one (z packed with `packing`; chunk_pos padded)."""
+        """The projected chunk vectors (packed with `packing`), plus their chunk-vocabulary entries."""
         z = self.down(z)
         if self.chunk_vocab is not None:
             v = self.chunk_vocab(idx, chunk_pos)
@@ -213,7 +197,6 @@ class HourglassLM(Stage, PretrainedMixin):
         return self.up(z)
 
     def embed_bytes(self, idx: torch.Tensor) -> torch.Tensor:
-        """The encoder's input: each byte's embedding, plus its n-grams' when there are any."""
         return byte_input(self.embed, self.ngram_embed, idx)
 
     def encode(self, idx: torch.Tensor, cache=None) -> torch.Tensor:
@@ -275,15 +258,13 @@ class HourglassLM(Stage, PretrainedMixin):
     # ---- cached decoding: one byte per row through the same modules ------------------------
 
     def generate(self, prompt, max_new_bytes: int = 256, **kwargs) -> Generation | list[Generation]:
-        """Continue `prompt` (bytes, str, or a list of them) with cached incremental decoding, one
-        boundary decision per byte kept for the whole generation. See rltok.model.generate.generate."""
+        """Continue `prompt` (bytes, str, or a list of them): rltok.model.generate.generate."""
         return generate(self, prompt, max_new_bytes, **kwargs)
 
     def start_decoding(self, batch: int, capacity: int, mode: str = "sample",
                        generator: torch.Generator | None = None) -> HourglassState:
-        """Caches for `batch` rows of up to `capacity` bytes each. `mode` decides boundaries as in
-        forward ("sample" / "greedy"), drawing from `generator`. Needs eval mode (no dropout, no
-        threshold updates) and a causal boundary rule."""
+        """Caches for `batch` rows of up to `capacity` bytes each; boundaries decided by `mode`, as in
+        forward. Needs eval mode and a causal boundary rule."""
         if self.training:
             raise ValueError("decode with the model in eval mode (model.eval())")
         if self.chunker.noncausal:
@@ -317,8 +298,7 @@ class HourglassLM(Stage, PretrainedMixin):
         state.chunk_start[row] = ends[-1] + 1
         decided = self._start_levels(state, row, x, out, cache)
         logits = out.boundaries.logits
-        return StepOutput(out.logits[0, -1], b[0], None if logits is None else logits[0],
-                          decided[0] if decided else None, tuple(decided))
+        return StepOutput(out.logits[0, -1], b[0], None if logits is None else logits[0], tuple(decided))
 
     def _start_levels(self, state: HourglassState, row: int, x: torch.Tensor, out: HourglassOutput,
                       cache) -> list[torch.Tensor]:
@@ -354,7 +334,7 @@ class HourglassLM(Stage, PretrainedMixin):
                                          tuple(b.to(dev).bool() for b in as_levels(boundaries2)),
                                          None if noise is None else noise[:, 1:])
         state.advance()
-        return StepOutput(self.head(out), bd.b, bd.logits, below[0] if below else None, tuple(below))
+        return StepOutput(self.head(out), bd.b, bd.logits, tuple(below))
 
 
 def as_levels(given) -> tuple:

@@ -4,6 +4,7 @@ indices; packed rows (`Packing`) are padded for attention alone."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -38,7 +39,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 class Packing:
     """Where N items packed end to end, (1, N, ...), sit in a padded (batch, width, ...) layout:
-    row r's lengths[r] items fill its first slots, in order; the rest is padding. No host sync."""
+    row r's lengths[r] items first, then padding. No host sync."""
 
     def __init__(self, lengths: torch.Tensor, width: int, total: int):
         self.batch, self.width = lengths.shape[0], width
@@ -58,32 +59,29 @@ class Packing:
         return x.reshape(self.batch * self.width, *x.shape[2:]).index_select(0, self.index).unsqueeze(0)
 
 
-_MASKS: dict[tuple, torch.Tensor] = {}
+@functools.lru_cache(maxsize=64)
+def local_causal_mask(t_q: int, t_k: int, window: int, device: torch.device) -> torch.Tensor:
+    """Boolean (t_q, t_k) mask: query i sees keys j with i - window < j <= i. Cached: it only
+    depends on the shapes."""
+    q = torch.arange(t_q, device=device).unsqueeze(1)
+    k = torch.arange(t_k, device=device).unsqueeze(0)
+    return (k <= q) & (k > q - window)
 
 
-def local_causal_mask(t_q: int, t_k: int, window: int, device: torch.device, offset: int = 0) -> torch.Tensor:
-    """Boolean (t_q, t_k) mask: query i (absolute position offset+i) sees keys j with
-    i+offset-window < j <= i+offset. Cached: it only depends on the shapes."""
-    key = (t_q, t_k, window, str(device), offset)
-    m = _MASKS.get(key)
-    if m is None:
-        q = torch.arange(t_q, device=device).unsqueeze(1) + offset
-        k = torch.arange(t_k, device=device).unsqueeze(0)
-        m = (k <= q) & (k > q - window)
-        if len(_MASKS) > 64:
-            _MASKS.clear()
-        _MASKS[key] = m
-    return m
-
-
-_BLOCK_MASKS: dict[tuple, torch.Tensor] = {}
+@functools.lru_cache(maxsize=64)
+def _block_mask(n: int, w: int, heads: int, device: torch.device) -> torch.Tensor:
+    """(heads * n, w, 2 * w): block b's queries against its previous block's keys and its own."""
+    i = torch.arange(w, device=device).unsqueeze(1)
+    j = torch.arange(2 * w, device=device).unsqueeze(0)
+    m = ((j <= i + w) & (j > i)).expand(n, w, 2 * w).clone()  # key at j - w relative to the block
+    m[0, :, :w] = False  # the first block has no previous block
+    return m.repeat(heads, 1, 1)  # row h * n + block
 
 
 def blocked_local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,
                             dropout: float = 0.0) -> torch.Tensor:
-    """Sliding-window causal attention in O(T * window): queries are cut into blocks of `window`
-    and each block attends to its own block and the previous one (all its window can reach),
-    under a (window, 2 * window) mask. Same result as the dense masked form."""
+    """Sliding-window causal attention in O(T * window): each block of `window` queries attends to
+    its own block and the previous one under a mask; same result as the dense masked form."""
     bsz, heads, t, dim = q.shape
     w = window
     n = -(-t // w)
@@ -94,17 +92,7 @@ def blocked_local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w
     kb, vb = k.view(bsz, heads, n, w, dim), v.view(bsz, heads, n, w, dim)
     kk = torch.cat([F.pad(kb, (0, 0, 0, 0, 1, 0))[:, :, :-1], kb], dim=3).reshape(bsz, heads * n, 2 * w, dim)
     vv = torch.cat([F.pad(vb, (0, 0, 0, 0, 1, 0))[:, :, :-1], vb], dim=3).reshape(bsz, heads * n, 2 * w, dim)
-    key = (n, w, heads, str(q.device))
-    mask = _BLOCK_MASKS.get(key)
-    if mask is None:
-        i = torch.arange(w, device=q.device).unsqueeze(1)
-        j = torch.arange(2 * w, device=q.device).unsqueeze(0)
-        m = ((j <= i + w) & (j > i)).expand(n, w, 2 * w).clone()  # key at j - w relative to the block
-        m[0, :, :w] = False  # the first block has no previous block
-        mask = m.repeat(heads, 1, 1)  # row h * n + block
-        if len(_BLOCK_MASKS) > 64:
-            _BLOCK_MASKS.clear()
-        _BLOCK_MASKS[key] = mask
+    mask = _block_mask(n, w, heads, q.device)
     # a 4-D mask lets SDPA pick its fused CPU kernel instead of the math fallback
     y = F.scaled_dot_product_attention(qb, kk, vv, attn_mask=mask.unsqueeze(0), dropout_p=dropout)
     return y.view(bsz, heads, n * w, dim)[:, :, :t]
@@ -142,9 +130,8 @@ class Attention(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
 
     def keys(self, items: float, kernel: bool = False) -> float:
-        """Keys per query over `items` queries: the pairs the causal window uses, or (kernel) the
-        pairs the kernel `attend` picks computes, masked ones included (a fused causal kernel
-        may skip some of those; a profiler counts them all)."""
+        """Keys per query over `items` queries: the pairs the causal window uses, or (kernel) those
+        the kernel `attend` picks computes, masked ones included, as a profiler counts them."""
         if not kernel:
             return causal_keys(items, self.window)
         if self.window is None or self.window >= items or 4 * self.window > items:
@@ -158,21 +145,18 @@ class Attention(nn.Module):
         """Forward FLOPs per query of QK^T and AV: head_dim multiply-adds per key, each, per head."""
         return 4.0 * self.n_heads * self.head_dim * self.keys(level.items, level.kernel)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, packing: Packing | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, packing: Packing | None = None,
+                kvs: list | None = None) -> torch.Tensor:
         """x (B, T, dim) at positions (T,) or (B, T); packed: x (1, N, dim) and the padded
-        positions (batch, width) of `packing`'s layout."""
+        positions (batch, width) of `packing`'s layout. `kvs`: a list the rotated keys and values
+        are appended to (what seeds a KVCache)."""
         q, k, v = self.split_heads(x, positions, packing)
+        if kvs is not None:
+            kvs.append((k, v))
         y = self.attend(q, k, v, self.dropout if self.training else 0.0)
         b, _, t, _ = y.shape
         y = y.transpose(1, 2).reshape(b, t, x.shape[-1])
         return self.proj(y if packing is None else packing.unpad(y))
-
-    def forward_kv(self, x: torch.Tensor, positions: torch.Tensor):
-        """forward() in eval mode that also returns the rotated keys and values, to seed a KVCache
-        (Stack.forward with a cache)."""
-        b, t, d = x.shape
-        q, k, v = self.split_heads(x, positions)
-        return self.proj(self.attend(q, k, v).transpose(1, 2).reshape(b, t, d)), k, v
 
     def step(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: "KVCache", layer: int):
         """One new position per row: x (n, 1, dim), cos/sin (n, 1, 1, head_dim/2)."""
@@ -203,14 +187,10 @@ class Block(nn.Module):
         self.norm2 = RMSNorm(dim)
         self.mlp = MLP(dim, mlp_ratio)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, packing: Packing | None = None) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x), positions, packing)
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, packing: Packing | None = None,
+                kvs: list | None = None) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), positions, packing, kvs)
         return x + self.mlp(self.norm2(x))
-
-    def forward_kv(self, x: torch.Tensor, positions: torch.Tensor):
-        a, k, v = self.attn.forward_kv(self.norm1(x), positions)
-        x = x + a
-        return x + self.mlp(self.norm2(x)), k, v
 
     def step(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: "KVCache", layer: int):
         x = x + self.attn.step(self.norm1(x), cos, sin, cache, layer)
@@ -230,20 +210,16 @@ class Stack(nn.Module):
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, cache=None,
                 packing: Packing | None = None) -> torch.Tensor:
-        """`cache`: when given (decoding; eval mode), every layer's rotated keys and values go to
-        `cache.fill(self, [(k, v), ...])`, from which `step` continues. `packing`: x holds the
-        rows packed (1, N, dim), positions are padded (see Attention.forward); not with a cache."""
-        if cache is None:
-            for block in self.blocks:
-                x = block(x, positions, packing)
-            return self.norm(x)
-        if packing is not None:
+        """`cache` (decoding, eval mode): every layer's rotated keys and values go to
+        `cache.fill(self, [(k, v), ...])`, from which `step` continues. `packing`: as in
+        Attention.forward; not with a cache."""
+        if cache is not None and packing is not None:
             raise ValueError("a cache is filled from one row: it takes no packing")
-        kvs = []
+        kvs = None if cache is None else []
         for block in self.blocks:
-            x, k, v = block.forward_kv(x, positions)
-            kvs.append((k, v))
-        cache.fill(self, kvs)
+            x = block(x, positions, packing, kvs)
+        if cache is not None:
+            cache.fill(self, kvs)
         return self.norm(x)
 
     # what it costs: its blocks are alike, so one block's count times their number
@@ -279,9 +255,9 @@ class Stack(nn.Module):
 
 
 class KVCache:
-    """Keys and values of every layer of a Stack, for decoding one position per row at a time:
-    every entry up to `size` (window=None), or a ring buffer of the last `window` entries (entry p
-    in slot p % window; attention ignores key order). Row lengths are kept on the host."""
+    """Keys and values of every layer of a Stack, for decoding one position per row at a time: up
+    to `size` entries, or a ring of the last `window` (entry p in slot p % window; attention
+    ignores key order). Row lengths are kept on the host."""
 
     def __init__(self, n_layers: int, batch: int, n_heads: int, head_dim: int, size: int,
                  window: int | None, device, dtype=torch.float32):
@@ -301,8 +277,7 @@ class KVCache:
         return cls(len(stack.blocks), batch, attn.n_heads, attn.head_dim, size, attn.window, device, dtype)
 
     def fill(self, row: int, kvs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Reset `row` to the (1, H, T, D) keys/values a Stack's forward over positions 0..T-1
-        gave its cache."""
+        """Reset `row` to the (1, H, T, D) keys/values of positions 0..T-1."""
         if not kvs:
             return
         t = kvs[0][0].shape[2]

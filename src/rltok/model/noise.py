@@ -5,17 +5,18 @@ noise of the whole global batch from its identically seeded generator and keeps 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 
-class RowShard:
+class RowShard(NamedTuple):
     """A generator plus this rank's place in the global batch (rows are split in contiguous
     blocks, rank r holding rows r*B/N .. (r+1)*B/N - 1)."""
 
-    def __init__(self, generator: torch.Generator, rank: int, world_size: int):
-        self.generator = generator
-        self.rank = rank
-        self.world_size = world_size
+    generator: torch.Generator
+    rank: int
+    world_size: int
 
 
 def uniform(shape, device, generator, dtype=torch.float32) -> torch.Tensor:

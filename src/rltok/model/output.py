@@ -40,9 +40,8 @@ class ModelOutput:
         return targets if rows == targets.shape[0] else targets.repeat_interleave(rows // targets.shape[0], 0)
 
     def per_byte_nll(self, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The model's loss attributed to bytes: (B, T) nats and a (B, T) bool mask of the bytes
-        counted. A byte model (hierarchical or flat) predicts every target byte, so all count; a
-        token model has reported its own (byte_nll, byte_mask). `targets` as `rows_targets` gives them."""
+        """The model's loss attributed to bytes, (B, T) nats and a bool mask of the bytes counted
+        (all, for a byte model); `targets` as `rows_targets` gives them."""
         if self.byte_nll is not None:
             return self.byte_nll, self.byte_mask
         nll = token_nll(self.logits, targets)
@@ -98,8 +97,8 @@ class HourglassOutput(ModelOutput):
         return self.levels[0].boundaries.b.sum(1) if self.levels else None
 
     def per_byte_levels(self, row: int = 0) -> list[torch.Tensor]:
-        """Row `row`'s decisions of each level below the bytes, top down, per byte (T,) bool:
-        whether the byte closed an item of that level (the form cached decoding reads and returns)."""
+        """Row `row`'s decisions of each level below the bytes, top down, per byte (T,) bool (the
+        form cached decoding reads and returns)."""
         closes, decided = self.boundaries.b[row], []
         for level in self.levels:
             mine = torch.zeros_like(closes)

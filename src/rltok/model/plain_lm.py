@@ -4,30 +4,28 @@ output layer over the same vocabulary, GPT-2 initialised, with no chunks. The fl
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 import torch.nn as nn
 
 from rltok.model.cost import Level, linear_flops
 from rltok.model.layers import Stack, init_weights
+from rltok.model.ngram_embed import NgramEmbedding, byte_input
 from rltok.model.pretrained import PretrainedMixin
 
 
 class PlainLM(nn.Module, PretrainedMixin):
-    """embed -> body (a Stack) -> head. `inputs`: extra input layers by attribute name (the flat
-    model's hashed n-grams), made right after the embedding, so the initial weights draw from the
-    generator in the order they always did."""
+    """embed (+ hashed n-grams, the flat model's model.ngram_vocab) -> body (a Stack) -> head."""
 
     hierarchical = False
 
     def __init__(self, vocab_size: int, d_model: int, n_layers: int, n_heads: int, mlp_ratio: float = 4.0,
                  rope_base: float = 10000.0, window: int | None = None, dropout: float = 0.0,
-                 inputs: Callable[[], dict[str, nn.Module | None]] | None = None):
+                 ngram_sizes: tuple[int, ...] = (), ngram_vocab: int = 0):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, d_model)
-        for name, module in (inputs() if inputs is not None else {}).items():
-            setattr(self, name, module)
+        # made right after the embedding, so the initial weights draw from the generator in the
+        # order they always did
+        self.ngram_embed = NgramEmbedding(ngram_sizes, ngram_vocab, d_model) if ngram_vocab else None
         self.body = Stack(n_layers, d_model, n_heads, mlp_ratio, rope_base, window, dropout)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
         init_weights(self.body, n_layers)
@@ -41,10 +39,7 @@ class PlainLM(nn.Module, PretrainedMixin):
 
     def input_vectors(self, ids: torch.Tensor) -> torch.Tensor:
         """(B, N, d) the stack's input for ids (B, N)."""
-        return self.embed(ids)
-
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
+        return byte_input(self.embed, self.ngram_embed, ids)
 
     def token_logits(self, ids: torch.Tensor) -> torch.Tensor:
         """(B, N, V) next-token logits for ids (B, N) (bytes, for the flat model); position = index."""
@@ -57,6 +52,5 @@ class PlainLM(nn.Module, PretrainedMixin):
                 "head": linear_flops(self.head, level)}
 
     def shape_facts(self) -> dict:
-        """Depth and width, for result tables (see HourglassLM.shape_facts); the vocabulary's rows
-        are the subclass's to add."""
+        """Depth and width, for result tables; the vocabulary's rows are the subclass's to add."""
         return {"depth": len(self.body.blocks), "width": self.embed.embedding_dim}

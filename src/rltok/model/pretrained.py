@@ -53,22 +53,14 @@ def _architecture(model: torch.nn.Module | None, arch: str) -> str:
     """The model's class name (FSDP2's dynamic `FSDP<Name>` subclass, made in torch, looked through)."""
     if model is None:
         return family_name(arch)
-    for cls in type(model).__mro__:
-        if cls.__module__ != "builtins" and not cls.__module__.startswith("torch."):
-            return cls.__name__
-    return type(model).__name__
+    return next((c.__name__ for c in type(model).__mro__ if c.__module__ != "builtins"
+                 and not c.__module__.startswith("torch.")), type(model).__name__)
 
 
 def clean_results(results: dict | None) -> dict:
     """JSON-safe scalar results (histograms and non-finite values left out)."""
-    out = {}
-    for k, v in (results or {}).items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            continue
-        if isinstance(v, float) and not math.isfinite(v):
-            continue
-        out[k] = v
-    return out
+    return {k: v for k, v in (results or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+            and not (isinstance(v, float) and not math.isfinite(v))}
 
 
 def _as_umask_allows(path: Path) -> None:
@@ -115,8 +107,7 @@ def write_model_files(folder: Path, model: torch.nn.Module | None, config: Confi
 
 def save_pretrained(model: torch.nn.Module, save_directory: str | Path, config: Config | ModelConfig | None = None,
                     results: dict | None = None, name: str | None = None) -> Path:
-    """Write weights, config.json and a model card to `save_directory` (created if needed); the
-    arguments are write_model_files'."""
+    """write_model_files into `save_directory`, created if needed."""
     out = Path(save_directory)
     out.mkdir(parents=True, exist_ok=True)
     write_model_files(out, model, config, results, name=name or out.name)
@@ -160,9 +151,8 @@ def fetch_from_hub(repo_id: str, revision: str | None = None, cache_dir: str | N
 
 
 def read_config(folder: Path) -> tuple[Config, dict]:
-    """(Config, metadata) from a folder's config.json: the metadata keys of save_pretrained (absent
-    in checkpoints written before the shared format), and the config sections. A bare model
-    export's other sections are defaults, not a run, and are not validated."""
+    """(Config, metadata) from a folder's config.json. A bare model export's other sections are
+    defaults, not a run, and are not validated."""
     from rltok.config.files import read_json
 
     path = folder / CONFIG
@@ -190,8 +180,7 @@ Build = Callable[..., torch.nn.Module]  # (ModelConfig, state_dict=...) -> model
 
 
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    """safetensors' load_file, also where the path is not UTF-8 (which load_file refuses): then
-    the file is read through an already open descriptor."""
+    """safetensors' load_file, also where the path is not UTF-8 (which load_file refuses)."""
     try:
         os.fsencode(path).decode("utf-8")
     except UnicodeDecodeError:
@@ -204,11 +193,10 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
 
 def _refuse_more_than_the_weights(folder: Path, cfg: Config, build: Build,
                                   state: dict[str, torch.Tensor]) -> None:
-    """A config.json (or a tokenizer's vocabulary) describing far more parameters than the weights
-    file holds can never load strictly: refused before the model is built, since building it
-    would allocate them all (a handed folder's sizes could ask for all of memory). Up to twice
-    the weights (and a million) the strict load names the missing keys instead. The model is
-    first built on the meta device (shapes only); where that fails, the real build says why."""
+    """Refuse a config.json (or a tokenizer) describing far more parameters than the weights hold
+    before building it: a handed folder's sizes could ask for all of memory. Up to twice the
+    weights (plus a million) the strict load names the missing keys instead. Sized on the meta
+    device; where that build fails, the real one says why."""
     try:
         with torch.device("meta"):
             planned = build(cfg.model, state_dict=state)
@@ -222,8 +210,8 @@ def _refuse_more_than_the_weights(folder: Path, cfg: Config, build: Build,
 
 
 def load_weights(folder: Path, cfg: Config, build: Build, fit_facts: dict | None = None) -> torch.nn.Module:
-    """The model config.json describes, made by `build`, with the folder's weights loaded strictly (on CPU),
-    and its `fit_facts` (config.json's, read_config's metadata) restored."""
+    """The model config.json describes, made by `build`, with the folder's weights loaded strictly (on
+    CPU) and its `fit_facts` restored."""
     try:
         state = _read_safetensors(folder / WEIGHTS)
     except Exception as e:  # safetensors raises its own error types for truncated files
@@ -267,8 +255,8 @@ def model_folder(name_or_path: str | Path, revision: str | None = None, cache_di
 
 
 class PretrainedMixin:
-    """save_pretrained / push_to_hub / from_pretrained for the model classes. Adds no parameters:
-    a subclass names its `arch` (ModelConfig.arch) and builds itself in `from_config`."""
+    """save_pretrained / push_to_hub / from_pretrained for the model classes: a subclass names its
+    `arch` (ModelConfig.arch) and builds itself in `_from_config`."""
 
     arch: str
     # what the model reads: its own tokens of the bytes (True: a window's first token is context,
@@ -291,9 +279,11 @@ class PretrainedMixin:
     def _from_config(cls, cfg: ModelConfig, train_bytes, state_dict):
         raise NotImplementedError
 
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
     def fit_facts(self) -> dict:
-        """What the model's data-fitted parts were fitted on, e.g. {"tokenizer_fit_bytes": n} ({}
-        for none); kept in config.json, not in the weights."""
+        """What its data-fitted parts were fitted on, e.g. {"tokenizer_fit_bytes": n}; kept in config.json."""
         return dict(self.__dict__.get("_fit_facts") or {})
 
     def set_fit_facts(self, facts: dict) -> None:
@@ -301,8 +291,7 @@ class PretrainedMixin:
 
     @classmethod
     def unfitted(cls, cfg: ModelConfig, vocab_size: int | None = None):
-        """The model of `cfg` without fitting anything to data: its shape, for costing a config
-        (rltok.model.factory.planned_model). `vocab_size`: a fitted tokenizer's, where it matters."""
+        """The model of `cfg` fitted to no data, its shape only (factory.planned_model)."""
         return cls._from_config(cfg, None, None)
 
     def save_pretrained(self, save_directory: str | Path, config: Config | ModelConfig | None = None,

@@ -61,13 +61,10 @@ def segment_boundaries(model: HourglassLM, data: bytes, mode: str = "greedy", se
 
 
 def split_chunks(data: bytes, b: torch.Tensor) -> list[bytes]:
-    chunks, begin = [], 0
-    for t in torch.nonzero(b).flatten().tolist():
-        chunks.append(data[begin : t + 1])
-        begin = t + 1
-    if begin < len(data):
-        chunks.append(data[begin:])
-    return chunks
+    cuts = [0] + [t + 1 for t in torch.nonzero(b).flatten().tolist()]
+    if cuts[-1] < len(data):  # a trailing open chunk
+        cuts.append(len(data))
+    return [data[i:j] for i, j in zip(cuts, cuts[1:])]
 
 
 def show(chunk: bytes) -> str:

@@ -43,8 +43,7 @@ class FlatShape:
         return [f"model.arch={self.arch}"]
 
     def knobs(self, depth: int) -> dict[str, int]:
-        """The layer counts at `depth`: each knob is a set of identical blocks, so the
-        parameters are affine in each count."""
+        """The layer counts at `depth` (each knob a set of identical blocks)."""
         return {"flat_layers": depth}
 
     def overrides(self, width: int, knobs: dict[str, int]) -> list[str]:
@@ -113,8 +112,7 @@ class Candidate(NamedTuple):
 
 
 def built_model(overrides: Sequence[str], preset: str = "tiny"):
-    """The model `load_config(preset, overrides)` builds, on the meta device (its shape only;
-    a BPE-token model over model.bpe_vocab tokens)."""
+    """The model `load_config(preset, overrides)` builds, on the meta device."""
     from rltok.model.factory import planned_model
 
     return planned_model(load_config(preset, overrides=list(overrides)).model)
@@ -127,10 +125,9 @@ def _non_embedding_params(overrides: tuple[str, ...], preset: str) -> int:
 
 
 class Family:
-    """A family's shapes on top of base overrides, each width's parameter count asked of built
-    models: at one layer per knob, and with one more layer of each knob (blocks of a stack are
-    identical, so N is affine in each layer count and every depth follows without a build).
-    `byte_ratio` (the hierarchy only) sets its byte level's width."""
+    """A family's shapes on top of base overrides. Each width's N is asked of models built with one
+    layer per knob and with one more of each: N is affine in each layer count, so every depth
+    follows without a build. `byte_ratio` (the hierarchy only) sets its byte level's width."""
 
     def __init__(self, family: str, base_overrides: Sequence[str] = (), preset: str = "tiny",
                  byte_ratio: float | None = None):
@@ -152,11 +149,9 @@ class Family:
         ones = {k: 1 for k in self.shape.knobs(1)}
         n1 = self.params([*self.fixed, *self.shape.overrides(width, ones)])
         per_layer = {k: self.params([*self.fixed, *self.shape.overrides(width, {**ones, k: 2})]) - n1 for k in ones}
-        out = []
-        for depth in range(1, MAX_DEPTH + 1):
-            knobs = self.shape.knobs(depth)
-            out.append(Candidate(width, depth, n1 + sum((knobs[k] - 1) * per_layer[k] for k in ones)))
-        return out
+        depths = [(depth, self.shape.knobs(depth)) for depth in range(1, MAX_DEPTH + 1)]
+        return [Candidate(width, depth, n1 + sum((knobs[k] - 1) * per_layer[k] for k in ones))
+                for depth, knobs in depths]
 
     def candidates(self, largest: float = math.inf) -> list[Candidate]:
         """Every (width, depth) up to MAX_WIDTH x MAX_DEPTH, widening only until one layer
@@ -171,9 +166,8 @@ class Family:
 
 
 def choose(candidates: Sequence[Candidate], target: float, aspect: float = ASPECT) -> Candidate:
-    """The shape for `target` N: among those within TOLERANCE of it, the one whose width/depth
-    is nearest `aspect` (ASPECT by default; then the nearer N); where none is that close, the
-    nearest N."""
+    """The shape for `target` N: within TOLERANCE of it, the width/depth nearest `aspect` (then the
+    nearer N); where none is that close, the nearest N."""
     def miss(c: Candidate) -> float:
         return abs(math.log(c.n / target))
 
@@ -185,12 +179,9 @@ def choose(candidates: Sequence[Candidate], target: float, aspect: float = ASPEC
 
 def ladder(family: str, sizes: Sequence[float], base_overrides: Sequence[str] = (),
            preset: str = "tiny", aspect: float = ASPECT, byte_ratio: float | None = None) -> list[Rung]:
-    """For each target N in `sizes`, the shape of `family` ("flat", "bpe_token", "hourglass")
-    that the shape rule picks (`choose`, aiming at width/depth = `aspect`; the hierarchy's byte
-    level at `byte_ratio` of its chunk width, half by default), on top of `base_overrides` (a
-    boundary rule, a window, a vocabulary); N_achieved is its built model's non_embedding_params().
-    `overrides` holds the family and shape keys only: load_config(preset, [*base_overrides,
-    *overrides]) builds it."""
+    """For each target N in `sizes`, the shape of `family` ("flat", "bpe_token", "hourglass") that
+    `choose` picks on top of `base_overrides`; a rung's `overrides` are the family and shape keys
+    only: load_config(preset, [*base_overrides, *overrides]) builds it."""
     if any(target <= 0 for target in sizes):
         raise ValueError(f"model sizes must be > 0, got {list(sizes)}")
     check_shape_knobs(aspect=aspect)

@@ -78,17 +78,18 @@ class Pass(NamedTuple):
 
 
 class Stage(nn.Module):
-    """The hourglass of one level. Subclasses build `encoder`, `chunker`, `decoder` and set the
-    main network with `set_main`: a Stack, or the next Stage. They set `depth` (0: bytes), `dim`
-    (item width) and `pack` (whether chunks run packed)."""
+    """The hourglass of one level. Subclasses build `encoder`, `chunker`, `decoder`, set the main
+    network (`set_main`), `depth` (0: bytes), `dim` (item width) and `pack` (chunks run packed),
+    and define `to_chunks` / `to_chunks_step` (the main network's input from the chunks' last
+    encoder states) and `from_chunks` (its output as what the items receive)."""
 
     depth: int
     dim: int
     pack: bool
 
     def set_main(self, main: nn.Module) -> None:
-        """Make `main` this stage's main network. Its name in checkpoints: `main` for a Stack,
-        `stage{n}` for a Stage (n counts levels from 1 at the bytes), as models have always saved it."""
+        """Make `main` the main network, named `main` (a Stack) or `stage{n}` (a Stage; n counts
+        levels from 1 at the bytes) in checkpoints, as models have always saved it."""
         self._main_key = f"stage{self.depth + 2}" if isinstance(main, Stage) else "main"
         self._modules[self._main_key] = main  # (add_module would take the property below for a clash)
 
@@ -110,26 +111,11 @@ class Stage(nn.Module):
         return [self.encoder, self.decoder] + inner
 
     def body_flops(self, chunks: cost.Level, rates: tuple[float, ...]) -> dict[str, float]:
-        """Forward FLOPs per byte of the main network run on `chunks`, by component: a stack's
-        linear layers (`main`) and attention (`main_attn`), or the stage below's components
-        (`rates`: items per item above, for each level below this one)."""
+        """Forward FLOPs per byte of the main network on `chunks`, by component (`rates`: items per
+        item above, for each level below this one)."""
         if isinstance(self.main, Stage):
             return self.main.stage_flops(chunks, rates)
         return {"main": self.main.linear_flops(chunks), "main_attn": self.main.attention_flops(chunks)}
-
-    # what the byte level changes between the levels; a chunk level passes vectors unchanged
-    def to_chunks(self, z: torch.Tensor, chunk_pos: torch.Tensor, packing: Packing | None,
-                  run: Pass) -> torch.Tensor:
-        """The main network's input from the chunks' last encoder states z (packed with `packing`)."""
-        return z
-
-    def to_chunks_step(self, state: HourglassState, z: torch.Tensor, rows) -> torch.Tensor:
-        """to_chunks for the rows `rows` (an index into the batch) whose new item closed a chunk."""
-        return z
-
-    def from_chunks(self, z: torch.Tensor) -> torch.Tensor:
-        """The main network's output as what the items receive."""
-        return z
 
     def hourglass(self, h: torch.Tensor, bd: Boundaries, pos: torch.Tensor, run: Pass,
                   packing: Packing | None = None) -> tuple[torch.Tensor, list[Level]]:
@@ -173,9 +159,8 @@ class Stage(nn.Module):
                        rows: list[int] | None, given: tuple, noise: torch.Tensor | None
                        ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """hourglass for one new item in each of the rows `rows` (None: all): h (n, d) at byte
-        positions pos (n,), decisions bd (n,). Rows whose item closed a chunk run it down the main
-        network; every row then adds its latest chunk output and runs the decoder. given / noise:
-        the lower levels' fixed decisions and uniform draws. Returns (n, d) and their decisions."""
+        positions pos (n,), decisions bd (n,); given / noise: the lower levels' fixed decisions and
+        uniform draws. Returns (n, d) and the lower levels' decisions."""
         level = state.levels[self.depth]
         below = [torch.zeros_like(bd.b) for _ in self.stages()[1:]]
         close = torch.nonzero(bd.b).flatten().tolist()  # host sync: which rows go down a level
@@ -208,10 +193,9 @@ class Stage(nn.Module):
 
 
 class ChunkStage(Stage):
-    """A stage over the chunks of the stage above, as its main network (model.stages=2:
-    supertokens), built from a LevelSpec; its main network is the levels below it or a Stack of
-    `main_layers`. Its items arrive as (B, M) chunk vectors (or packed (1, N)) and leave the same
-    way. The noise is drawn per byte and read at each item's last byte, so sampling stays causal."""
+    """A stage over the chunks of the stage above (model.stages=2: supertokens), built from a
+    LevelSpec. Its items arrive as (B, M) chunk vectors (or packed (1, N)) and leave the same way.
+    The noise is drawn per byte and read at each item's last byte, so sampling stays causal."""
 
     def __init__(self, spec: LevelSpec, below: Sequence[LevelSpec], main_layers: int, n_layers: int,
                  depth: int, pack: bool, kw: dict):
@@ -231,7 +215,7 @@ class ChunkStage(Stage):
                 init_weights(stack, n_layers)
         # to the width of the level below and back, when it has another
         main_dim = below[0].width if below else spec.width
-        self.down = self.up = None
+        self.down, self.up = nn.Identity(), nn.Identity()
         if main_dim != spec.width:
             self.down = nn.Linear(spec.width, main_dim, bias=False)
             self.up = nn.Linear(main_dim, spec.width, bias=False)
@@ -240,13 +224,13 @@ class ChunkStage(Stage):
 
     def to_chunks(self, z: torch.Tensor, chunk_pos: torch.Tensor, packing: Packing | None,
                   run: Pass) -> torch.Tensor:
-        return z if self.down is None else self.down(z)
+        return self.down(z)
 
     def to_chunks_step(self, state: HourglassState, z: torch.Tensor, rows) -> torch.Tensor:
-        return z if self.down is None else self.down(z)
+        return self.down(z)
 
     def from_chunks(self, z: torch.Tensor) -> torch.Tensor:
-        return z if self.up is None else self.up(z)
+        return self.up(z)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, n: torch.Tensor, run: Pass,
                 packing: Packing | None = None) -> tuple[torch.Tensor, list[Level]]:
@@ -270,9 +254,8 @@ class ChunkStage(Stage):
         return out, [Level(bd, pos)] + below
 
     def stage_flops(self, items: cost.Level, rates: tuple[float, ...]) -> dict[str, float]:
-        """Forward FLOPs per byte of this stage run on `items` (the chunks above), by component:
-        `stage{n}` its encoder, decoder and rule (counted per item, then scaled), `stage{n}_attn`
-        their attention, and the main network's on `rates[0]` of its items per item."""
+        """Forward FLOPs per byte of this stage on `items` (the chunks above): `stage{n}` its encoder,
+        decoder and rule, `stage{n}_attn` their attention, and the main network's components."""
         name = f"stage{self.depth + 1}"
         below = items.below(rates[0])
         unit = items.per_item()
@@ -283,11 +266,9 @@ class ChunkStage(Stage):
 
     def step(self, state: HourglassState, x: torch.Tensor, pos: torch.Tensor, rows: list[int] | None,
              given: tuple, noise: torch.Tensor | None) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """The rows (None: all) whose newest item above closed a chunk, x (n, d) their chunk
-        vectors at byte positions pos (n,): each is encoded against this level's caches, the
-        rule decides whether it closes a chunk here, and hourglass_step goes on. given / noise
-        as there, this level's first. Returns the output (n, d) and the decisions of this level
-        and those below (n,)."""
+        """The rows (None: all) whose newest item above closed a chunk, x (n, d) their chunk vectors
+        at byte positions pos (n,): encoded, decided, then hourglass_step. Returns the output
+        (n, d) and the decisions (n,) of this level and those below."""
         level = state.levels[self.depth]
         r = slice(None) if rows is None else torch.tensor(rows, device=x.device)
         h = self.encoder.step(x.unsqueeze(1), pos, state.caches[self.encoder], rows)[:, 0]

@@ -75,9 +75,8 @@ class BPETokenLM(PlainLM):
 
     @classmethod
     def unfitted(cls, cfg: ModelConfig, vocab_size: int | None = None) -> BPETokenLM:
-        """The model of `cfg` over a vocabulary of `vocab_size` tokens (default model.bpe_vocab)
-        with a one-token placeholder tokenizer: its shape, all that costing it needs before a
-        tokenizer is fitted (a placeholder of every token took seconds and gigabytes for millions)."""
+        """The model of `cfg` over `vocab_size` tokens (default model.bpe_vocab), with a one-token
+        placeholder tokenizer (one of every token took seconds and gigabytes for millions)."""
         size = vocab_size or cfg.bpe_vocab
         if not size:
             raise ValueError("a BPE-token model's shape needs its vocabulary size (model.bpe_vocab or vocab_size)")
@@ -87,9 +86,8 @@ class BPETokenLM(PlainLM):
 
     def forward_flops(self, seq_len: int, rate: float | None = None, rate2: float | None = None,
                       kernel: bool = False) -> dict[str, float]:
-        """Forward FLOPs per byte at `rate` tokens per byte (default: model.target_rate): each of
-        a window's int(seq_len * rate) tokens (at least one) runs the stack and the output layer
-        over the whole vocabulary. `kernel`: attention as its kernel computes."""
+        """Forward FLOPs per byte at `rate` tokens per byte (default: model.target_rate), each token
+        running the stack and the output layer. `kernel`: attention as its kernel computes."""
         if rate is None:
             if getattr(self, "model_config", None) is None:
                 raise ValueError("pass the tokens per byte: this model has no config to take a target from")
@@ -99,8 +97,8 @@ class BPETokenLM(PlainLM):
         return {**{k: rate * v for k, v in per_token.items()}, "total": rate * sum(per_token.values())}
 
     def non_embedding_params(self) -> int:
-        """Parameters outside the vocabulary (the size a scaling law counts): everything but the token
-        embedding and the output layer, so models of one shape count the same at any vocabulary."""
+        """Parameters outside the vocabulary (embedding and output layer): one shape counts the same
+        at any vocabulary."""
         return param_count(self) - param_count(self.embed, self.head)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,

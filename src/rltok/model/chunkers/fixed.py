@@ -31,8 +31,7 @@ class FixedChunker(Chunker):
         # the stride counts from the row's first byte, also after a context slid past it
         return {"next": torch.full((1,), offset + b.shape[1], dtype=torch.long, device=b.device)}
 
-    def step(self, state, h, forced, b=None, mode="sample", generator=None, idx=None, early_logits=None,
-             noise=None) -> Boundaries:
+    def step(self, state, h, forced, b=None, mode="sample", generator=None, **_) -> Boundaries:
         if b is None:
             b = (state["next"] + 1) % self.stride == 0
         state["next"] = state["next"] + 1
@@ -41,9 +40,8 @@ class FixedChunker(Chunker):
 
 class UniformChunker(Chunker):
     """Exactly round(rate * free) boundaries per sequence at uniformly random free positions.
-    Decoding cannot know the window's length or its later draws, so it decides each byte by an
-    independent draw at the same rate (the same positions are equally likely; only the count
-    varies). Boundaries are independent of the bytes either way."""
+    Decoding, which cannot know the window's length, draws each byte independently at the rate
+    (equally likely positions; only the count varies)."""
 
     @classmethod
     def from_settings(cls, settings, m, dim=None, rate=None):
@@ -64,8 +62,7 @@ class UniformChunker(Chunker):
                 b.scatter_(1, noise.topk(k, dim=1).indices, True)
         return Boundaries(b=b.bool() | forced, free=~forced)
 
-    def step(self, state, h, forced, b=None, mode="sample", generator=None, idx=None, early_logits=None,
-             noise=None) -> Boundaries:
+    def step(self, state, h, forced, b=None, mode="sample", generator=None, noise=None, **_) -> Boundaries:
         if b is None:
             b = (noise if noise is not None else uniform(forced.shape, forced.device, generator)) < self.rate
         return Boundaries(b=b.bool() | forced, free=~forced)
@@ -95,8 +92,7 @@ class WhitespaceChunker(Chunker):
     def start_state(self, h, b, idx=None, early_logits=None, offset: int = 0) -> dict[str, torch.Tensor]:
         return {"space": spacelike(idx[:, -1])}
 
-    def step(self, state, h, forced, b=None, mode="sample", generator=None, idx=None, early_logits=None,
-             noise=None) -> Boundaries:
+    def step(self, state, h, forced, b=None, mode="sample", generator=None, idx=None, **_) -> Boundaries:
         sp = spacelike(idx)
         if b is None:
             b = sp & ~state["space"]
@@ -166,8 +162,8 @@ class EntropyChunker(Chunker):
     def start_state(self, h, b, idx=None, early_logits=None, offset: int = 0) -> dict[str, torch.Tensor]:
         return {"entropy": self.entropy(early_logits[:, -1])}
 
-    def step(self, state, h, forced, b=None, mode="sample", generator=None, idx=None, early_logits=None,
-             noise=None) -> Boundaries:
+    def step(self, state, h, forced, b=None, mode="sample", generator=None, early_logits=None,
+             **_) -> Boundaries:
         # decoding reads the threshold and never moves it: that is training's business
         ent = self.entropy(early_logits)
         s = ent - state["entropy"]

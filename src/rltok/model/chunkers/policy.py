@@ -47,10 +47,8 @@ class RLPolicy(Chunker):
         self.learns = True
 
     def settle(self, cut: float = 0.0, hold: float = 0.0) -> None:
-        """Stop sampling: every later decision is the thresholded one, a boundary where the logit
-        exceeds `cut` (0: where p > 0.5). `hold` > 0: the chunks per byte to hold, which
-        `follow_rate` keeps by moving the cut as the encoder the rule reads trains on
-        (objective.settle_threshold=rate)."""
+        """Stop sampling: every later decision is a boundary where the logit exceeds `cut`. `hold`
+        > 0: the chunks per byte `follow_rate` holds by moving the cut (objective.settle_threshold=rate)."""
         device = self.head.weight.device
         for name, value in (("settled", torch.ones((), dtype=torch.bool, device=device)),
                             ("cut_logit", torch.tensor(float(cut), device=device)),
@@ -133,20 +131,18 @@ class RLPolicy(Chunker):
     def forward(self, h: torch.Tensor, forced: torch.Tensor, b: torch.Tensor | None = None,
                 mode: str = "sample", generator: torch.Generator | None = None,
                 noise: torch.Tensor | None = None, **_) -> Boundaries:
-        if self.is_settled or not self.learns:
-            with torch.no_grad():
-                return self.decide(h, forced, b, mode, generator, noise)
-        return self.decide(h, forced, b, mode, generator, noise)
-
-    def decide(self, h, forced, b, mode, generator, noise) -> Boundaries:
-        base = fp32_linear(self.head, h.detach() if self.detach_input else h).squeeze(-1)
-        sample_logp = None
-        if b is None:
-            b, sample_logp = self.sample(base.detach(), forced, mode == "greedy" or self.is_settled, generator, noise)
-        else:
-            b = b.bool() | forced
-        logits = self.teacher_forced_logits(base, b)
-        return Boundaries(b=b, free=~forced, logits=logits, logp=bernoulli_logp(b, logits), sample_logp=sample_logp)
+        # a rule that is not trained this step (or ever again) decides without a graph
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.learns and not self.is_settled):
+            base = fp32_linear(self.head, h.detach() if self.detach_input else h).squeeze(-1)
+            sample_logp = None
+            if b is None:
+                greedy = mode == "greedy" or self.is_settled
+                b, sample_logp = self.sample(base.detach(), forced, greedy, generator, noise)
+            else:
+                b = b.bool() | forced
+            logits = self.teacher_forced_logits(base, b)
+            return Boundaries(b=b, free=~forced, logits=logits, logp=bernoulli_logp(b, logits),
+                              sample_logp=sample_logp)
 
     def start_state(self, h, b, idx=None, early_logits=None, offset: int = 0) -> dict[str, torch.Tensor]:
         if self.history is None:
@@ -154,8 +150,7 @@ class RLPolicy(Chunker):
         # the pattern the position after the context sees: its last window - 1 decisions
         return {"pattern": self.history_pattern(F.pad(b.long(), (0, 1)))[:, -1]}
 
-    def step(self, state, h, forced, b=None, mode="sample", generator=None, idx=None, early_logits=None,
-             noise=None) -> Boundaries:
+    def step(self, state, h, forced, b=None, mode="sample", generator=None, noise=None, **_) -> Boundaries:
         logits = fp32_linear(self.head, h).squeeze(-1)
         if self.history is not None:
             logits = logits + self.history(state["pattern"]).squeeze(-1)

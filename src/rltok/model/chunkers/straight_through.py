@@ -40,10 +40,7 @@ class HNetRouter(Chunker):
         cos = F.cosine_similarity(q[:, 1:], k[:, :-1], dim=-1)
         p = torch.cat([cos.new_ones(cos.shape[0], 1), ((1 - cos) / 2).clamp(0, 1)], dim=1)  # (a 1-byte window too)
         p = torch.where(forced, torch.ones_like(p), p)
-        if b is None:
-            b = p >= 0.5
-        b = b.bool() | forced
-        c = torch.where(b, p, 1 - p)
+        b, c = self.cut(p, forced, b)
         confidence = c + (1 - c).detach()  # straight-through: forward 1, gradient of c
         # ratio loss (H-Net): N/(N-1) * ((N-1) F G + (1-F)(1-G)), minimal at F = G = 1/N
         n = 1.0 / self.rate
@@ -53,6 +50,12 @@ class HNetRouter(Chunker):
         return Boundaries(b=b, free=~forced, confidence=confidence, smooth=p, scores=p.detach(),
                           aux_loss=self.ratio_weight * ratio)
 
+    @staticmethod
+    def cut(p: torch.Tensor, forced: torch.Tensor, b: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The decisions (where p >= 0.5 unless given) and their confidence, p or 1 - p."""
+        b = (p >= 0.5 if b is None else b.bool()) | forced
+        return b, torch.where(b, p, 1 - p)
+
     def chunk_flops(self, level: Level, dim: int) -> float:
         """The EMA over chunks (stage.ema_over_chunks): a dense (chunks x chunks) @ (chunks x dim)
         product per sequence."""
@@ -61,16 +64,12 @@ class HNetRouter(Chunker):
     def start_state(self, h, b, idx=None, early_logits=None, offset: int = 0) -> dict[str, torch.Tensor]:
         return {"key": fp32_linear(self.k, h[:, -1])}
 
-    def step(self, state, h, forced, b=None, mode="sample", generator=None, idx=None, early_logits=None,
-             noise=None) -> Boundaries:
+    def step(self, state, h, forced, b=None, mode="sample", generator=None, **_) -> Boundaries:
         q, k = fp32_linear(self.q, h), fp32_linear(self.k, h)
         cos = F.cosine_similarity(q, state["key"], dim=-1)
         state["key"] = k
         p = torch.where(forced, torch.ones_like(cos), ((1 - cos) / 2).clamp(0, 1))
-        if b is None:
-            b = p >= 0.5
-        b = b.bool() | forced
-        c = torch.where(b, p, 1 - p)
+        b, c = self.cut(p, forced, b)
         return Boundaries(b=b, free=~forced, confidence=c + (1 - c), smooth=p, scores=p)
 
 
@@ -105,12 +104,14 @@ class GumbelChunker(Chunker):
         u = (noise if noise is not None else uniform(logits.shape, logits.device, generator)).clamp(1e-6, 1 - 1e-6)
         return torch.sigmoid((logits + torch.log(u) - torch.log1p(-u)) / self.temperature)
 
-    def forward(self, h, forced, b=None, mode="sample", generator=None, **_) -> Boundaries:
+    def decide(self, h, forced, b, mode, generator, noise=None) -> tuple[torch.Tensor, ...]:
+        """The scores' logits, the soft sample (drawn whether b is given or not) and the decisions."""
         logits = fp32_linear(self.mlp, h).squeeze(-1)
-        soft = self.soft(logits, mode, generator)
-        if b is None:
-            b = soft > 0.5
-        b = b.bool() | forced
+        soft = self.soft(logits, mode, generator, noise)
+        return logits, soft, (soft > 0.5 if b is None else b.bool()) | forced
+
+    def forward(self, h, forced, b=None, mode="sample", generator=None, **_) -> Boundaries:
+        logits, soft, b = self.decide(h, forced, b, mode, generator)
         gate = soft + (b.float() - soft).detach()
         free = ~forced
         count = gate.masked_fill(forced, 0).sum(1)
@@ -120,11 +121,6 @@ class GumbelChunker(Chunker):
         return Boundaries(b=b, free=free, gate=gate, scores=torch.sigmoid(logits.detach()),
                           aux_loss=self.prior_weight * nll)
 
-    def step(self, state, h, forced, b=None, mode="sample", generator=None, idx=None, early_logits=None,
-             noise=None) -> Boundaries:
-        logits = fp32_linear(self.mlp, h).squeeze(-1)
-        soft = self.soft(logits, mode, generator, noise)  # drawn as forward does, given b or not
-        if b is None:
-            b = soft > 0.5
-        b = b.bool() | forced
+    def step(self, state, h, forced, b=None, mode="sample", generator=None, noise=None, **_) -> Boundaries:
+        logits, soft, b = self.decide(h, forced, b, mode, generator, noise)
         return Boundaries(b=b, free=~forced, gate=soft + (b.float() - soft), scores=torch.sigmoid(logits))
