@@ -169,8 +169,7 @@ def encode_rows(tok: Tokenizer, x: torch.Tensor) -> tuple[list[list[int]], list[
     """Tokenise each row of (B, T) byte values on its own: token ids and each token's last-byte
     position, per row."""
     rows = _rows_as_text(x)
-    encode = getattr(tok, "encode_batch_fast", tok.encode_batch)  # _fast skips the offsets
-    encs = encode(rows, add_special_tokens=False)
+    encs = tok.encode_batch_fast(rows, add_special_tokens=False)  # _fast skips the offsets
     lengths = token_lengths(tok)
     ids, ends = [], []
     for row, enc in zip(rows, encs):
@@ -341,8 +340,7 @@ def fit_bpe_sized_on(train: Sequence[bytes], heldout: Sequence[bytes], target_ra
         if v not in rates:
             # no pre-tokenizer here: each distinct pre-token is encoded as one word
             model = Tokenizer(models.BPE(*_prefix(id_to_token, merges, v)))
-            encs = model.encode_batch_fast(words, add_special_tokens=False) if hasattr(
-                model, "encode_batch_fast") else model.encode_batch(words, add_special_tokens=False)
+            encs = model.encode_batch_fast(words, add_special_tokens=False)
             n = np.array([len(e.ids) for e in encs], dtype=np.int64)
             rates[v] = float((n * weights).sum()) / n_bytes
             searched.append((v, rates[v]))

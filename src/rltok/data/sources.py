@@ -51,14 +51,9 @@ def _open_decompressed(path: Path):
 
 def _read_errors() -> tuple[type[BaseException], ...]:
     """What a damaged, vanished or unreadable file can raise while being read."""
-    errors: tuple[type[BaseException], ...] = (OSError, EOFError, lzma.LZMAError, zlib.error, ValueError)
-    try:
-        import zstandard
+    import zstandard
 
-        errors += (zstandard.ZstdError,)
-    except ImportError:
-        pass
-    return errors
+    return OSError, EOFError, lzma.LZMAError, zlib.error, ValueError, zstandard.ZstdError
 
 
 @dataclass
