@@ -15,9 +15,8 @@ import numpy as np
 from tqdm import tqdm
 
 from rltok.data.sources import DOC_SEP, DataError, _open_decompressed, _read_errors, expand_paths, iter_hub_texts, open_hub_dataset
-from rltok.data.shards import ByteStream, ShardWriter
+from rltok.data.shards import READ_BLOCK, ByteStream, ShardWriter
 
-READ_BLOCK = 16 << 20  # bytes read from a file at a time; files up to this size are read whole
 SEP = bytes([DOC_SEP])
 
 

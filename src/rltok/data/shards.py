@@ -29,7 +29,7 @@ MAGIC = b"RLTKSHRD"
 HEADER = struct.Struct("<8sIIQ16s16s8x")
 HEADER_BYTES = HEADER.size  # 64
 SPLITS = ("train", "val", "test")
-READ_BLOCK = 16 << 20  # bytes per read when a stream is read whole
+READ_BLOCK = 16 << 20  # bytes per read of a stream or a source file; files up to this size are read whole
 
 
 def is_prepared(spec: str) -> bool:
@@ -164,17 +164,12 @@ class ByteStream:
         """All of it, in memory."""
         return self.read(0, self._len)
 
-    def blocks(self, block: int = READ_BLOCK):
-        """The stream in order, `block` bytes at a time."""
-        for start in range(0, self._len, block):
-            yield self.read(start, min(block, self._len - start))
-
     def crc32(self) -> int:
         """CRC-32 of the whole stream (from the manifest when known, else read)."""
         if self._crc is None:
             crc = 0
-            for b in self.blocks():
-                crc = zlib.crc32(b, crc)
+            for start in range(0, self._len, READ_BLOCK):
+                crc = zlib.crc32(self.read(start, min(READ_BLOCK, self._len - start)), crc)
             self._crc = crc
         return self._crc
 
@@ -256,16 +251,6 @@ def read_manifest(path: str | Path) -> dict:
     return manifest
 
 
-def read_header(path: Path) -> tuple[bytes, int, int, int, bytes, str]:
-    """(magic, version, index, payload bytes, preparation id, split) of one shard file."""
-    with open(path, "rb") as f:
-        raw = f.read(HEADER_BYTES)
-    if len(raw) < HEADER_BYTES:
-        raise DataError(f"shard {path} is truncated: {len(raw)} bytes, not even its {HEADER_BYTES}-byte header")
-    magic, version, index, length, corpus_id, split = HEADER.unpack(raw)
-    return magic, version, index, length, corpus_id, split.rstrip(b"\0").decode("ascii", errors="replace")
-
-
 def check_shard(path: Path, split: str, index: int, length: int, corpus_id: bytes) -> None:
     """Refuse a shard that is not the one the manifest lists: missing, truncated or longer,
     another format version, another split or position, or another preparation's."""
@@ -273,7 +258,12 @@ def check_shard(path: Path, split: str, index: int, length: int, corpus_id: byte
         size = path.stat().st_size
     except OSError:
         raise DataError(f"shard {path} is missing; the prepared corpus is incomplete") from None
-    magic, version, idx, n, cid, sp = read_header(path)
+    with open(path, "rb") as f:
+        raw = f.read(HEADER_BYTES)
+    if len(raw) < HEADER_BYTES:
+        raise DataError(f"shard {path} is truncated: {len(raw)} bytes, not even its {HEADER_BYTES}-byte header")
+    magic, version, idx, n, cid, sp = HEADER.unpack(raw)
+    sp = sp.rstrip(b"\0").decode("ascii", errors="replace")
     if magic != MAGIC:
         raise DataError(f"{path} is not an rltok shard (bad magic bytes)")
     if version != FORMAT_VERSION:
@@ -461,12 +451,6 @@ class ShardWriter:
         self.shards.append(record)
         self._file, self._hash, self._fill = None, None, 0
         return record
-
-    def abandon(self) -> None:
-        """Drop the shard being filled (it is rewritten from the saved state on resume)."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
 
     def state(self) -> dict:
         return {"shards": self.shards, "crc32": self.crc}
