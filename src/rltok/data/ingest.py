@@ -14,7 +14,8 @@ from typing import Iterator
 import numpy as np
 from tqdm import tqdm
 
-from rltok.data.sources import DOC_SEP, DataError, _open_decompressed, _read_errors, expand_paths, iter_hub_texts, open_hub_dataset
+from rltok.data.sources import (DOC_SEP, DataError, _open_decompressed, _read_errors, expand_paths,
+                                hub_errors, iter_hub_texts, open_hub_dataset)
 from rltok.data.shards import READ_BLOCK, ByteStream, ShardWriter
 
 SEP = bytes([DOC_SEP])
@@ -128,12 +129,8 @@ class HubSource:
 
     def __init__(self, spec: str, text_field: str):
         self.spec, self.text_field = spec, text_field
-        try:
+        with hub_errors(spec):
             self.ds = open_hub_dataset(spec[3:])
-        except DataError:
-            raise
-        except Exception as e:  # network, auth, unknown name, unreadable files
-            raise DataError(f"cannot read hub dataset {spec!r}: {type(e).__name__}: {e}") from None
         self.stateful = hasattr(self.ds, "state_dict") and hasattr(self.ds, "load_state_dict")
         self._at: tuple[int, dict | None] = (0, None)  # (record, the iteration state before it)
 
@@ -149,7 +146,7 @@ class HubSource:
         return state if self.stateful and index == item else None
 
     def items(self, start: int, position: dict | None = None) -> Iterator[Item]:
-        try:
+        with hub_errors(self.spec):
             ds, texts_from = self.ds, start
             if self.stateful and position is not None:
                 ds.load_state_dict(position)
@@ -159,10 +156,6 @@ class HubSource:
                 self._at = (i, before)
                 yield Item(i, f"{self.spec} record {i}", iter((text,)))
                 before = ds.state_dict() if self.stateful else None
-        except DataError:
-            raise
-        except Exception as e:
-            raise DataError(f"cannot read hub dataset {self.spec!r}: {type(e).__name__}: {e}") from None
 
 
 def open_source(spec: str, text_field: str = "text", num_proc: int = 1):

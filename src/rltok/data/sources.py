@@ -12,6 +12,7 @@ import sys
 import sysconfig
 import warnings
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -200,21 +201,28 @@ def iter_hub_texts(ds, text_field: str, start: int = 0):
         yield str(record[text_field]).encode("utf-8", errors="replace")
 
 
+@contextmanager
+def hub_errors(spec: str):
+    """What `datasets` raises (network, auth, unknown name, unreadable files: many types) as a DataError."""
+    try:
+        yield
+    except DataError:
+        raise
+    except Exception as e:
+        raise DataError(f"cannot read hub dataset {spec!r}: {type(e).__name__}: {e}") from None
+
+
 def read_hub_dataset(spec: str, max_bytes: int, text_field: str) -> tuple[list[bytes], ReadReport]:
     """`name[:config][@split]` (see `open_hub_dataset`) into memory, up to max_bytes."""
     report = ReadReport()
     docs = []
-    try:
+    with hub_errors(spec):
         for data in iter_hub_texts(open_hub_dataset(spec), text_field):
             docs.append(data)
             report.files += 1
             report.bytes += len(data)
             if max_bytes and report.bytes >= max_bytes:
                 break
-    except DataError:
-        raise
-    except Exception as e:  # network, auth, unknown name: the library raises many types
-        raise DataError(f"cannot read hub dataset {spec!r}: {type(e).__name__}: {e}") from None
     if report.bytes == 0:
         raise DataError(f"hub dataset {spec!r} yielded no text")
     return docs, report
