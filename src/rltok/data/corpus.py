@@ -78,8 +78,7 @@ def available_splits(spec: str) -> list[str]:
 
     if is_prepared(spec):
         return open_prepared(spec).splits
-    named = [s for s in ("train", "val", "test") if named_split(spec, s)]
-    return [s for s in EVAL_SPLITS if s in named or s in ("train", "val", "all")]
+    return [s for s in EVAL_SPLITS if s != "test" or named_split(spec, s)]
 
 
 def resolve_split(spec: str, split: str, fallback: bool = False) -> str:
@@ -112,12 +111,9 @@ def load_eval_bytes(spec: str, split: str = "val", max_bytes: int = 0, val_fract
     if is_prepared(spec):  # (resolve_split leaves only its own splits)
         stream = open_prepared(spec).stream(split)
         return stream.prefix(max_bytes) if max_bytes else stream
-    named = named_split(spec, split)
+    named = named_split(spec, split) or (spec if split == "all" else None)
     if named:
         docs, _ = read_documents(named, max_bytes)
-        return to_tensor(docs)
-    if split == "all":
-        docs, _ = read_documents(spec, max_bytes)
         return to_tensor(docs)
     corpus = load_corpus(spec, val_fraction=val_fraction, max_bytes=max_bytes, prepare_above=prepare_above,
                          cache_dir=cache_dir)
