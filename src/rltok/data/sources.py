@@ -35,19 +35,17 @@ class DataError(ValueError):
     """A user-facing data problem (missing path, empty corpus...)."""
 
 
+_OPENERS = {".gz": gzip.open, ".xz": lzma.open, ".lzma": lzma.open, ".bz2": bz2.open}
+
+
 def _open_decompressed(path: Path):
     name = path.name.lower()
-    if name.endswith(".gz"):
-        return gzip.open(path, "rb")
-    if name.endswith(".xz") or name.endswith(".lzma"):
-        return lzma.open(path, "rb")
-    if name.endswith(".bz2"):
-        return bz2.open(path, "rb")
-    if name.endswith(".zst") or name.endswith(".zstd"):
+    if name.endswith((".zst", ".zstd")):
         import zstandard
 
         return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)
-    return open(path, "rb")
+    opener = next((f for ext, f in _OPENERS.items() if name.endswith(ext)), open)
+    return opener(path, "rb")
 
 
 def _read_errors() -> tuple[type[BaseException], ...]:
@@ -241,12 +239,6 @@ def doc_key(doc: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(doc, digest_size=8).digest(), "big")
 
 
-def _stream_len(lengths: np.ndarray) -> int:
-    """Length of the stream to_tensor makes of pieces of these lengths (DOC_SEP between non-empty ones)."""
-    nonempty = int(np.count_nonzero(lengths))
-    return int(lengths.sum()) + max(0, nonempty - 1)
-
-
 def split_cuts(keys, lengths, val_fraction: float) -> tuple[np.ndarray, str]:
     """How many of each document's first bytes go to train, and the rule ("documents" or "tails",
     docs/DATA.md), from the documents' keys and lengths alone, so prepared and in-memory corpora agree.
@@ -279,7 +271,8 @@ def corpus_cuts(keys, lengths, val_fraction: float) -> tuple[np.ndarray, str]:
     starts val, with no separator on either side of the cut)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     cuts, rule = split_cuts(keys, lengths, val_fraction)
-    if _stream_len(lengths - cuts) >= 2:
+    val = lengths - cuts
+    if int(val.sum()) + max(0, int(np.count_nonzero(val)) - 1) >= 2:  # the val stream, DOC_SEP included
         return cuts, rule
     total = int(lengths.sum())
     cut = max(1, total - max(2, int(total * val_fraction)))
@@ -316,14 +309,10 @@ class Corpus:
         return {"train_bytes": len(self.train), "crc32": crc}
 
 
-def _split_files(folder: Path, name: str) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.name.split(".")[0] == name)
-
-
 def named_split(spec: str, split: str) -> str | None:
     """If `spec` is a folder holding `<split>.*` files, return a glob for them."""
     path = Path(spec).expanduser()
-    if path.is_dir() and _split_files(path, split):
+    if path.is_dir() and any(p.is_file() and p.name.split(".")[0] == split for p in path.iterdir()):
         return str(path / f"{split}.*")
     return None
 
