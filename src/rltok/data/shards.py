@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 import json
 import os
 import struct
@@ -110,11 +111,8 @@ class ByteStream:
         self.pieces = [p for p in pieces if p.length > 0]
         self.name = name
         self._crc = crc
-        self._starts, total = [], 0
-        for p in self.pieces:
-            self._starts.append(total)
-            total += p.length
-        self._len = total
+        ends = list(itertools.accumulate(p.length for p in self.pieces))
+        self._starts, self._len = [0, *ends[:-1]], ends[-1] if ends else 0
 
     def __len__(self) -> int:
         return self._len
@@ -380,9 +378,9 @@ def open_mixture(spec: str) -> Corpus:
             raise DataError(f"mix: expects DIR=WEIGHT pairs with positive weights, got {part!r}")
         if not is_prepared(folder):
             raise DataError(f"mix: {folder} is not a prepared corpus; run `rltok prepare SRC --out {folder}` first")
-        prepared = open_prepared(folder)
-        streams.append(prepared.stream("train"))
-        vals.append(prepared.stream("val") if "val" in prepared.splits else ByteStream([]))
+        corpus = open_prepared(folder).corpus()
+        streams.append(corpus.train)
+        vals.append(corpus.val)
         weights.append(weight)
     if not streams:
         raise DataError("mix: names no prepared folders (expected mix:DIR=W,DIR=W)")
