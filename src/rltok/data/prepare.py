@@ -136,9 +136,8 @@ def _differs(out: Path, old: dict, new: dict) -> str:
             f"{out} to prepare it again")
 
 
-def _unit_bar(total, initial, unit, desc, progress):
-    return tqdm(total=total, initial=initial, unit=unit, desc=desc, disable=not progress, file=sys.stderr,
-                dynamic_ncols=True, leave=False)
+def _bar(desc: str, progress: bool, **kw):
+    return tqdm(desc=desc, disable=not progress, file=sys.stderr, dynamic_ncols=True, leave=False, **kw)
 
 
 def prepare(source: str, out: str | Path, *, val: str = "", val_fraction: float = 0.02, max_bytes: int = 0,
@@ -187,8 +186,7 @@ def _run(source, out, parts, given, want, val, val_fraction, text_field, shard_b
     except (OSError, ValueError):
         state = None
     if isinstance(state, dict) and state.get("version") == STATE_VERSION and state.get("recipe") == want:
-        done = sum(len(p["writer"]["shards"]) for p in state["parts"].values())
-        done += sum(len(p["writer"]["shards"]) for p in state["split"].values())
+        done = sum(len(p["writer"]["shards"]) for phase in ("parts", "split") for p in state[phase].values())
         log(f"resuming the preparation of {source} in {out} ({done} shard(s) already written)")
     else:
         if work.exists():
@@ -213,7 +211,8 @@ def _run(source, out, parts, given, want, val, val_fraction, text_field, shard_b
                         save=lambda st, name=name: (state["parts"].__setitem__(name, st), save()))
         if not part.get("done"):
             ingest.source = open_source(spec, text_field, num_proc)
-            with _unit_bar(ingest.source.total(), ingest.item, ingest.source.unit, f"read {name}", progress) as bar:
+            with _bar(f"read {name}", progress, total=ingest.source.total(), initial=ingest.item,
+                      unit=ingest.source.unit) as bar:
                 ingest.run(bar)
         _report_read(spec, ingest, limit)
         docs = [np.load(work / f"{name}.docs.{k:05d}.npy") for k in range(ingest.commits)]
@@ -258,8 +257,7 @@ def _split(out, work, state, save, staged, val_fraction, corpus_id, shard_bytes,
     pieces = {"train": (starts, cuts), "val": (starts + cuts, lengths - cuts)}
     outputs = {}
     total = int(cuts.sum()) + int((lengths - cuts).sum())
-    with tqdm(total=total, unit="B", unit_scale=True, desc="split", disable=not progress, file=sys.stderr,
-              dynamic_ncols=True, leave=False) as bar:
+    with _bar("split", progress, total=total, unit="B", unit_scale=True) as bar:
         for name, (s, n) in pieces.items():
             keep = n > 0
             s, n = s[keep], n[keep]
