@@ -95,12 +95,10 @@ def train_bpe(data: bytes | Sequence[bytes], vocab_size: int, pretokenize: str =
 def pretokenize_name(tok: Tokenizer) -> str:
     """Which entry of PRETOKENIZERS a tokenizer was built with."""
     pattern = json.loads(tok.to_str())["pre_tokenizer"]["pattern"]["Regex"]
-    for name, p in PRETOKENIZERS.items():
-        if p == pattern:
-            return name
-    if pattern in _OLD_PRETOKENIZERS:  # an older checkpoint's tokenizer
-        return _OLD_PRETOKENIZERS[pattern]
-    raise ValueError("tokenizer was not built by rltok.data.bpe")
+    known = {p: name for name, p in PRETOKENIZERS.items()} | _OLD_PRETOKENIZERS  # an older checkpoint's too
+    if pattern not in known:
+        raise ValueError("tokenizer was not built by rltok.data.bpe")
+    return known[pattern]
 
 
 def _vocab_merges(tok: Tokenizer) -> tuple[list[str], list[tuple[str, str]]]:

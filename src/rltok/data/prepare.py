@@ -214,7 +214,7 @@ def _run(source, out, parts, given, want, val, val_fraction, text_field, shard_b
             with _bar(f"read {name}", progress, total=ingest.source.total(), initial=ingest.item,
                       unit=ingest.source.unit) as bar:
                 ingest.run(bar)
-        _report_read(spec, ingest, limit)
+        _report_read(spec, ingest)
         docs = [np.load(work / f"{name}.docs.{k:05d}.npy") for k in range(ingest.commits)]
         ingested[name] = (writer, np.concatenate(docs) if docs else np.zeros((0, 3), dtype=np.int64), ingest)
 
@@ -236,7 +236,7 @@ def _run(source, out, parts, given, want, val, val_fraction, text_field, shard_b
     return out
 
 
-def _report_read(spec: str, ingest: Ingest, limit: int) -> None:
+def _report_read(spec: str, ingest: Ingest) -> None:
     """As rltok.data.corpus.read_documents: nothing read is an error, left-out files a warning."""
     if ingest.doc_bytes == 0:
         skipped = f"; {len(ingest.skipped)} unreadable (first: {ingest.skipped[0][0]}: {ingest.skipped[0][1]})" \
@@ -256,8 +256,7 @@ def _split(out, work, state, save, staged, val_fraction, corpus_id, shard_bytes,
     cuts, rule = corpus_cuts(keys, lengths, val_fraction)
     pieces = {"train": (starts, cuts), "val": (starts + cuts, lengths - cuts)}
     outputs = {}
-    total = int(cuts.sum()) + int((lengths - cuts).sum())
-    with _bar("split", progress, total=total, unit="B", unit_scale=True) as bar:
+    with _bar("split", progress, total=int(lengths.sum()), unit="B", unit_scale=True) as bar:
         for name, (s, n) in pieces.items():
             keep = n > 0
             s, n = s[keep], n[keep]

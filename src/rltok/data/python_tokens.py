@@ -126,9 +126,7 @@ def token_units(data: bytes, start: str | None = None) -> list[tuple[int, int, s
 def token_ends(data: bytes, start: str | None = None) -> torch.Tensor:
     """E as a (len(data),) bool tensor: True where the byte is the last byte of a lexical unit."""
     mask = torch.zeros(len(data), dtype=torch.bool)
-    ends = [e - 1 for _, e, _ in token_units(data, start)]
-    if ends:
-        mask[torch.tensor(ends)] = True
+    mask[torch.tensor([e - 1 for _, e, _ in token_units(data, start)], dtype=torch.long)] = True
     return mask
 
 
