@@ -172,13 +172,8 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 def _save_docs(path: Path, docs: list[tuple[int, int, int]]) -> None:
     """(start, length, key) rows as int64 (the unsigned key stored bit for bit)."""
-    a = np.zeros((len(docs), 3), dtype=np.int64)
-    if docs:
-        starts, lengths, keys = zip(*docs)
-        a[:, 0], a[:, 1] = starts, lengths
-        a[:, 2] = np.array(keys, dtype=np.uint64).view(np.int64)
     tmp = path.with_name(path.name + ".tmp.npy")
-    np.save(tmp, a)
+    np.save(tmp, np.array(docs, dtype=np.uint64).reshape(-1, 3).view(np.int64))
     os.replace(tmp, path)
 
 
@@ -190,15 +185,10 @@ class _SourceError(Exception):
 
 
 def _guarded(chunks: Iterator[bytes]) -> Iterator[bytes]:
-    it = iter(chunks)
-    while True:
-        try:
-            chunk = next(it)
-        except StopIteration:
-            return
-        except _read_errors() as e:
-            raise _SourceError(e) from None
-        yield chunk
+    try:
+        yield from chunks
+    except _read_errors() as e:
+        raise _SourceError(e) from None
 
 
 class Ingest:
