@@ -2,17 +2,17 @@
 memory (docs/DATA.md)."""
 from __future__ import annotations
 
-
 import torch
 
 from rltok.config import DataConfig
+from rltok.data.shards import is_prepared, open_mixture, open_prepared
 from rltok.data.sources import Corpus, DataError, corpus_cuts, doc_key, named_split, read_documents, to_tensor
+
+
 def _prepared_source(spec: str, val: str, val_fraction: float, max_bytes: int, text_field: str,
                      prepare_above: int | None, cache_dir: str) -> str | None:
     """The prepared folder to read `spec` from: the folder itself when `rltok prepare` wrote it,
     the cache folder when the source is large (prepared there on first use), else None."""
-    from rltok.data.shards import is_prepared
-
     if is_prepared(spec):
         return spec
     from rltok.data.prepare import is_large, prepare_cached
@@ -29,13 +29,9 @@ def load_corpus(train: str = "stdlib", val: str = "", val_fraction: float = 0.02
     """The train and val streams of a source (module docstring); a source larger than
     `prepare_above` bytes (default data.prepare_above; 0 = never) is prepared into `cache_dir` first."""
     if train.startswith("mix:"):
-        from rltok.data.shards import open_mixture
-
         return open_mixture(train[4:])
     prepared = _prepared_source(train, val, val_fraction, max_bytes, text_field, prepare_above, cache_dir)
     if prepared is not None:
-        from rltok.data.shards import open_prepared
-
         corpus = open_prepared(prepared).corpus(source=train)
         if prepared == train:  # the user's own prepared folder: caps and a val source apply on top
             if max_bytes:
@@ -74,8 +70,6 @@ def available_splits(spec: str) -> list[str]:
     folder's `<split>.*` files; else train and val (the parts load_corpus makes) and all."""
     if spec.startswith("mix:"):
         return ["val"]
-    from rltok.data.shards import is_prepared, open_prepared
-
     if is_prepared(spec):
         return open_prepared(spec).splits
     return [s for s in EVAL_SPLITS if s != "test" or named_split(spec, s)]
@@ -106,8 +100,6 @@ def load_eval_bytes(spec: str, split: str = "val", max_bytes: int = 0, val_fract
     split = resolve_split(spec, split, fallback)
     if spec.startswith("mix:"):  # (resolve_split leaves only its val split)
         return load_corpus(spec, val_fraction=val_fraction).val
-    from rltok.data.shards import is_prepared, open_prepared
-
     if is_prepared(spec):  # (resolve_split leaves only its own splits)
         stream = open_prepared(spec).stream(split)
         return stream.prefix(max_bytes) if max_bytes else stream
