@@ -14,7 +14,7 @@ from typing import Iterator
 import numpy as np
 from tqdm import tqdm
 
-from rltok.data.sources import (DOC_SEP, DataError, _open_decompressed, _read_errors, expand_paths,
+from rltok.data.sources import (DOC_SEP, DataError, _open_decompressed, _READ_ERRORS, expand_paths,
                                 hub_errors, iter_hub_texts, open_hub_dataset)
 from rltok.data.shards import READ_BLOCK, ByteStream, ShardWriter
 
@@ -58,7 +58,7 @@ def _read_small(path: Path) -> tuple[str, bytes]:
     try:
         with _open_decompressed(path) as f:
             data = _read_upto(f, READ_BLOCK + 1)
-    except _read_errors() as e:
+    except _READ_ERRORS as e:
         return "error", f"{type(e).__name__}: {e}".encode()
     return ("big", b"") if len(data) > READ_BLOCK else ("data", data)
 
@@ -187,7 +187,7 @@ class _SourceError(Exception):
 def _guarded(chunks: Iterator[bytes]) -> Iterator[bytes]:
     try:
         yield from chunks
-    except _read_errors() as e:
+    except _READ_ERRORS as e:
         raise _SourceError(e) from None
 
 

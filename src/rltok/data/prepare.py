@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from rltok.data.sources import (DOC_SEP, HUB_FILE_BUILDERS, DataError, ReadReport, corpus_cuts, expand_paths,
                                 named_split)
-from rltok.config.files import sha256_file
+from rltok.config.files import read_json, sha256_file
 from rltok.data.shards import (FORMAT, FORMAT_VERSION, HEADER_BYTES, MANIFEST, SPLITS, WORK_DIR, ShardWriter,
                                is_prepared, open_prepared, read_manifest)
 from rltok.data.ingest import Ingest, _atomic_write, _log, copy_pieces, open_source
@@ -179,8 +179,6 @@ def prepare(source: str, out: str | Path, *, val: str = "", val_fraction: float 
 
 def _run(source, out, parts, given, want, val, val_fraction, text_field, shard_bytes, num_proc, progress, log) -> Path:
     work = out / WORK_DIR
-    from rltok.config.files import read_json
-
     try:  # a damaged state (bounded read) starts the preparation over
         state = read_json(work / STATE, "preparation state", limit=256 << 20)
     except (OSError, ValueError):

@@ -11,6 +11,7 @@ import tokenize
 import torch
 
 from rltok.data.bytes_classes import PYTHON_BLANKS
+from rltok.data.sources import DataError, expand_paths
 
 # ---------------------------------------------------------------------------------------------
 # the regex lexer
@@ -179,8 +180,6 @@ def looks_like_python(spec: str) -> bool:
         return False
     if re.search(r"\.py(\.\w+)?$", spec):
         return True
-    from rltok.data.sources import DataError, expand_paths
-
     try:
         files = expand_paths(spec)
     except (DataError, OSError):

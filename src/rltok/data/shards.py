@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rltok.config.files import sha256_file
+from rltok.config.files import read_json, sha256_file
 from rltok.data.sources import DOC_SEP, Corpus, DataError
 
 FORMAT = "rltok-shards"
@@ -234,8 +234,6 @@ def read_manifest(path: str | Path) -> dict:
             raise DataError(f"{path}: its preparation did not finish (interrupted?); run the same "
                             "`rltok prepare SRC --out DIR` again to resume it")
         raise DataError(f"{path} is not a prepared corpus (no {MANIFEST})")
-    from rltok.config.files import read_json
-
     try:  # bounded: a manifest nested thousands deep or holding a huge number is one error
         manifest = read_json(file, MANIFEST, limit=256 << 20)
     except ValueError as e:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import zstandard
 
 
 
@@ -41,18 +42,13 @@ _OPENERS = {".gz": gzip.open, ".xz": lzma.open, ".lzma": lzma.open, ".bz2": bz2.
 def _open_decompressed(path: Path):
     name = path.name.lower()
     if name.endswith((".zst", ".zstd")):
-        import zstandard
-
         return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)
     opener = next((f for ext, f in _OPENERS.items() if name.endswith(ext)), open)
     return opener(path, "rb")
 
 
-def _read_errors() -> tuple[type[BaseException], ...]:
-    """What a damaged, vanished or unreadable file can raise while being read."""
-    import zstandard
-
-    return OSError, EOFError, lzma.LZMAError, zlib.error, ValueError, zstandard.ZstdError
+# what a damaged, vanished or unreadable file can raise while being read
+_READ_ERRORS = (OSError, EOFError, lzma.LZMAError, zlib.error, ValueError, zstandard.ZstdError)
 
 
 @dataclass
@@ -127,14 +123,13 @@ def read_documents(spec: str, max_bytes: int = 0, text_field: str = "text") -> t
         return read_hub_dataset(spec[3:], max_bytes, text_field)
     report = ReadReport()
     docs: list[bytes] = []
-    errors = _read_errors()
     # The whole source is read into memory now, so a file that disappears or breaks later
     # cannot hurt the run; one that vanished since listing is skipped like an unreadable one.
     for path in expand_paths(spec):
         remaining = max_bytes - report.bytes if max_bytes else 0
         try:
             data = read_file(path, remaining)
-        except errors as e:
+        except _READ_ERRORS as e:
             report.skipped.append((str(path), f"{type(e).__name__}: {e}"))
             continue
         except MemoryError:
