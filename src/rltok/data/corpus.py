@@ -37,8 +37,7 @@ def load_corpus(train: str = "stdlib", val: str = "", val_fraction: float = 0.02
             if max_bytes:
                 corpus.train = corpus.train.prefix(max_bytes)
             if val:
-                docs, _ = read_documents(val, 0, text_field)
-                corpus.val, corpus.split = to_tensor(docs), "given"
+                corpus.val, corpus.split = to_tensor(read_documents(val, 0, text_field)[0]), "given"
         if len(corpus.train) < 2 or len(corpus.val) < 2:
             raise DataError(f"prepared corpus {prepared} is too small ({len(corpus.train)} train bytes, "
                             f"{len(corpus.val)} val bytes)")
@@ -105,8 +104,7 @@ def load_eval_bytes(spec: str, split: str = "val", max_bytes: int = 0, val_fract
         return stream.prefix(max_bytes) if max_bytes else stream
     named = named_split(spec, split) or (spec if split == "all" else None)
     if named:
-        docs, _ = read_documents(named, max_bytes)
-        return to_tensor(docs)
+        return to_tensor(read_documents(named, max_bytes)[0])
     corpus = load_corpus(spec, val_fraction=val_fraction, max_bytes=max_bytes, prepare_above=prepare_above,
                          cache_dir=cache_dir)
     return corpus.train if split == "train" else corpus.val

@@ -405,9 +405,7 @@ class ShardWriter:
         self.shards: list[dict] = [dict(s) for s in state.get("shards", [])]
         self.crc = state.get("crc32", 0)  # of the whole stream so far
         self.pos = sum(s["bytes"] for s in self.shards)
-        self._file = None
-        self._hash = None
-        self._fill = 0
+        self._file, self._hash, self._fill = None, None, 0  # the shard being filled
 
     def room(self) -> int:
         return self.shard_bytes - self._fill
