@@ -306,9 +306,7 @@ def fit_bpe_sized_on(train: Sequence[bytes], heldout: Sequence[bytes], target_ra
     `vocab_tol`) only re-encodes the held-out distinct pre-tokens. `vocab_size` > 0: exactly that
     size, reachable by definition (its target is the rate it gets)."""
     start = time.perf_counter()
-    if vocab_size:
-        if vocab_size < 256:
-            raise ValueError(f"vocab_size must be >= 256 (the byte alphabet), got {vocab_size}")
+    if vocab_size:  # (under 256: train_bpe refuses it)
         max_vocab = vocab_size
         # each merge joins at least one pair of the sample's tokens into one: at most one per byte
         if vocab_size - 256 >= sum(map(len, train)):
