@@ -95,12 +95,10 @@ def train_bpe(data: bytes | Sequence[bytes], vocab_size: int, pretokenize: str =
 def pretokenize_name(tok: Tokenizer) -> str:
     """Which entry of PRETOKENIZERS a tokenizer was built with."""
     pattern = json.loads(tok.to_str())["pre_tokenizer"]["pattern"]["Regex"]
-    for name, p in PRETOKENIZERS.items():
-        if p == pattern:
-            return name
-    if pattern in _OLD_PRETOKENIZERS:  # an older checkpoint's tokenizer
-        return _OLD_PRETOKENIZERS[pattern]
-    raise ValueError("tokenizer was not built by rltok.data.bpe")
+    known = {p: name for name, p in PRETOKENIZERS.items()} | _OLD_PRETOKENIZERS  # an older checkpoint's too
+    if pattern not in known:
+        raise ValueError("tokenizer was not built by rltok.data.bpe")
+    return known[pattern]
 
 
 def _vocab_merges(tok: Tokenizer) -> tuple[list[str], list[tuple[str, str]]]:
@@ -169,8 +167,7 @@ def encode_rows(tok: Tokenizer, x: torch.Tensor) -> tuple[list[list[int]], list[
     """Tokenise each row of (B, T) byte values on its own: token ids and each token's last-byte
     position, per row."""
     rows = _rows_as_text(x)
-    encode = getattr(tok, "encode_batch_fast", tok.encode_batch)  # _fast skips the offsets
-    encs = encode(rows, add_special_tokens=False)
+    encs = tok.encode_batch_fast(rows, add_special_tokens=False)  # _fast skips the offsets
     lengths = token_lengths(tok)
     ids, ends = [], []
     for row, enc in zip(rows, encs):
@@ -309,9 +306,7 @@ def fit_bpe_sized_on(train: Sequence[bytes], heldout: Sequence[bytes], target_ra
     `vocab_tol`) only re-encodes the held-out distinct pre-tokens. `vocab_size` > 0: exactly that
     size, reachable by definition (its target is the rate it gets)."""
     start = time.perf_counter()
-    if vocab_size:
-        if vocab_size < 256:
-            raise ValueError(f"vocab_size must be >= 256 (the byte alphabet), got {vocab_size}")
+    if vocab_size:  # (under 256: train_bpe refuses it)
         max_vocab = vocab_size
         # each merge joins at least one pair of the sample's tokens into one: at most one per byte
         if vocab_size - 256 >= sum(map(len, train)):
@@ -341,8 +336,7 @@ def fit_bpe_sized_on(train: Sequence[bytes], heldout: Sequence[bytes], target_ra
         if v not in rates:
             # no pre-tokenizer here: each distinct pre-token is encoded as one word
             model = Tokenizer(models.BPE(*_prefix(id_to_token, merges, v)))
-            encs = model.encode_batch_fast(words, add_special_tokens=False) if hasattr(
-                model, "encode_batch_fast") else model.encode_batch(words, add_special_tokens=False)
+            encs = model.encode_batch_fast(words, add_special_tokens=False)
             n = np.array([len(e.ids) for e in encs], dtype=np.int64)
             rates[v] = float((n * weights).sum()) / n_bytes
             searched.append((v, rates[v]))

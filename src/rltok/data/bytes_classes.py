@@ -10,15 +10,8 @@ ASCII_WHITESPACE = frozenset(b" \t\n\x0b\x0c\r")
 PYTHON_BLANKS = ASCII_WHITESPACE - frozenset(b"\n\r\x0b")
 
 
-def _is_in(x: torch.Tensor, values: frozenset[int]) -> torch.Tensor:
-    out = torch.zeros_like(x, dtype=torch.bool)
-    for c in sorted(values):
-        out |= x == c
-    return out
-
-
 def is_whitespace_byte(x: torch.Tensor) -> torch.Tensor:
     """Which entries of a tensor of byte ids (any integer dtype, any device) are ASCII
     whitespace: a bool tensor of x's shape."""
-    return _is_in(x, ASCII_WHITESPACE)
+    return torch.isin(x, torch.tensor(sorted(ASCII_WHITESPACE), dtype=x.dtype, device=x.device))
 

@@ -2,17 +2,17 @@
 memory (docs/DATA.md)."""
 from __future__ import annotations
 
-
 import torch
 
 from rltok.config import DataConfig
+from rltok.data.shards import is_prepared, open_mixture, open_prepared
 from rltok.data.sources import Corpus, DataError, corpus_cuts, doc_key, named_split, read_documents, to_tensor
+
+
 def _prepared_source(spec: str, val: str, val_fraction: float, max_bytes: int, text_field: str,
                      prepare_above: int | None, cache_dir: str) -> str | None:
     """The prepared folder to read `spec` from: the folder itself when `rltok prepare` wrote it,
     the cache folder when the source is large (prepared there on first use), else None."""
-    from rltok.data.shards import is_prepared
-
     if is_prepared(spec):
         return spec
     from rltok.data.prepare import is_large, prepare_cached
@@ -29,20 +29,15 @@ def load_corpus(train: str = "stdlib", val: str = "", val_fraction: float = 0.02
     """The train and val streams of a source (module docstring); a source larger than
     `prepare_above` bytes (default data.prepare_above; 0 = never) is prepared into `cache_dir` first."""
     if train.startswith("mix:"):
-        from rltok.data.shards import open_mixture
-
         return open_mixture(train[4:])
     prepared = _prepared_source(train, val, val_fraction, max_bytes, text_field, prepare_above, cache_dir)
     if prepared is not None:
-        from rltok.data.shards import open_prepared
-
         corpus = open_prepared(prepared).corpus(source=train)
         if prepared == train:  # the user's own prepared folder: caps and a val source apply on top
             if max_bytes:
                 corpus.train = corpus.train.prefix(max_bytes)
             if val:
-                docs, _ = read_documents(val, 0, text_field)
-                corpus.val, corpus.split = to_tensor(docs), "given"
+                corpus.val, corpus.split = to_tensor(read_documents(val, 0, text_field)[0]), "given"
         if len(corpus.train) < 2 or len(corpus.val) < 2:
             raise DataError(f"prepared corpus {prepared} is too small ({len(corpus.train)} train bytes, "
                             f"{len(corpus.val)} val bytes)")
@@ -74,12 +69,9 @@ def available_splits(spec: str) -> list[str]:
     folder's `<split>.*` files; else train and val (the parts load_corpus makes) and all."""
     if spec.startswith("mix:"):
         return ["val"]
-    from rltok.data.shards import is_prepared, open_prepared
-
     if is_prepared(spec):
         return open_prepared(spec).splits
-    named = [s for s in ("train", "val", "test") if named_split(spec, s)]
-    return [s for s in EVAL_SPLITS if s in named or s in ("train", "val", "all")]
+    return [s for s in EVAL_SPLITS if s != "test" or named_split(spec, s)]
 
 
 def resolve_split(spec: str, split: str, fallback: bool = False) -> str:
@@ -107,18 +99,12 @@ def load_eval_bytes(spec: str, split: str = "val", max_bytes: int = 0, val_fract
     split = resolve_split(spec, split, fallback)
     if spec.startswith("mix:"):  # (resolve_split leaves only its val split)
         return load_corpus(spec, val_fraction=val_fraction).val
-    from rltok.data.shards import is_prepared, open_prepared
-
     if is_prepared(spec):  # (resolve_split leaves only its own splits)
         stream = open_prepared(spec).stream(split)
         return stream.prefix(max_bytes) if max_bytes else stream
-    named = named_split(spec, split)
+    named = named_split(spec, split) or (spec if split == "all" else None)
     if named:
-        docs, _ = read_documents(named, max_bytes)
-        return to_tensor(docs)
-    if split == "all":
-        docs, _ = read_documents(spec, max_bytes)
-        return to_tensor(docs)
+        return to_tensor(read_documents(named, max_bytes)[0])
     corpus = load_corpus(spec, val_fraction=val_fraction, max_bytes=max_bytes, prepare_above=prepare_above,
                          cache_dir=cache_dir)
     return corpus.train if split == "train" else corpus.val

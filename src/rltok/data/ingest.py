@@ -14,10 +14,10 @@ from typing import Iterator
 import numpy as np
 from tqdm import tqdm
 
-from rltok.data.sources import DOC_SEP, DataError, _open_decompressed, _read_errors, expand_paths, iter_hub_texts, open_hub_dataset
-from rltok.data.shards import ByteStream, ShardWriter
+from rltok.data.sources import (DOC_SEP, DataError, _open_decompressed, _READ_ERRORS, expand_paths,
+                                hub_errors, iter_hub_texts, open_hub_dataset)
+from rltok.data.shards import READ_BLOCK, ByteStream, ShardWriter
 
-READ_BLOCK = 16 << 20  # bytes read from a file at a time; files up to this size are read whole
 SEP = bytes([DOC_SEP])
 
 
@@ -58,7 +58,7 @@ def _read_small(path: Path) -> tuple[str, bytes]:
     try:
         with _open_decompressed(path) as f:
             data = _read_upto(f, READ_BLOCK + 1)
-    except _read_errors() as e:
+    except _READ_ERRORS as e:
         return "error", f"{type(e).__name__}: {e}".encode()
     return ("big", b"") if len(data) > READ_BLOCK else ("data", data)
 
@@ -129,12 +129,8 @@ class HubSource:
 
     def __init__(self, spec: str, text_field: str):
         self.spec, self.text_field = spec, text_field
-        try:
+        with hub_errors(spec):
             self.ds = open_hub_dataset(spec[3:])
-        except DataError:
-            raise
-        except Exception as e:  # network, auth, unknown name, unreadable files
-            raise DataError(f"cannot read hub dataset {spec!r}: {type(e).__name__}: {e}") from None
         self.stateful = hasattr(self.ds, "state_dict") and hasattr(self.ds, "load_state_dict")
         self._at: tuple[int, dict | None] = (0, None)  # (record, the iteration state before it)
 
@@ -150,7 +146,7 @@ class HubSource:
         return state if self.stateful and index == item else None
 
     def items(self, start: int, position: dict | None = None) -> Iterator[Item]:
-        try:
+        with hub_errors(self.spec):
             ds, texts_from = self.ds, start
             if self.stateful and position is not None:
                 ds.load_state_dict(position)
@@ -160,10 +156,6 @@ class HubSource:
                 self._at = (i, before)
                 yield Item(i, f"{self.spec} record {i}", iter((text,)))
                 before = ds.state_dict() if self.stateful else None
-        except DataError:
-            raise
-        except Exception as e:
-            raise DataError(f"cannot read hub dataset {self.spec!r}: {type(e).__name__}: {e}") from None
 
 
 def open_source(spec: str, text_field: str = "text", num_proc: int = 1):
@@ -180,13 +172,8 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 def _save_docs(path: Path, docs: list[tuple[int, int, int]]) -> None:
     """(start, length, key) rows as int64 (the unsigned key stored bit for bit)."""
-    a = np.zeros((len(docs), 3), dtype=np.int64)
-    if docs:
-        starts, lengths, keys = zip(*docs)
-        a[:, 0], a[:, 1] = starts, lengths
-        a[:, 2] = np.array(keys, dtype=np.uint64).view(np.int64)
     tmp = path.with_name(path.name + ".tmp.npy")
-    np.save(tmp, a)
+    np.save(tmp, np.array(docs, dtype=np.uint64).reshape(-1, 3).view(np.int64))
     os.replace(tmp, path)
 
 
@@ -198,15 +185,10 @@ class _SourceError(Exception):
 
 
 def _guarded(chunks: Iterator[bytes]) -> Iterator[bytes]:
-    it = iter(chunks)
-    while True:
-        try:
-            chunk = next(it)
-        except StopIteration:
-            return
-        except _read_errors() as e:
-            raise _SourceError(e) from None
-        yield chunk
+    try:
+        yield from chunks
+    except _READ_ERRORS as e:
+        raise _SourceError(e) from None
 
 
 class Ingest:

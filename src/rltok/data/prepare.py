@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from rltok.data.sources import (DOC_SEP, HUB_FILE_BUILDERS, DataError, ReadReport, corpus_cuts, expand_paths,
                                 named_split)
-from rltok.config.files import sha256_file
+from rltok.config.files import read_json, sha256_file
 from rltok.data.shards import (FORMAT, FORMAT_VERSION, HEADER_BYTES, MANIFEST, SPLITS, WORK_DIR, ShardWriter,
                                is_prepared, open_prepared, read_manifest)
 from rltok.data.ingest import Ingest, _atomic_write, _log, copy_pieces, open_source
@@ -136,9 +136,8 @@ def _differs(out: Path, old: dict, new: dict) -> str:
             f"{out} to prepare it again")
 
 
-def _unit_bar(total, initial, unit, desc, progress):
-    return tqdm(total=total, initial=initial, unit=unit, desc=desc, disable=not progress, file=sys.stderr,
-                dynamic_ncols=True, leave=False)
+def _bar(desc: str, progress: bool, **kw):
+    return tqdm(desc=desc, disable=not progress, file=sys.stderr, dynamic_ncols=True, leave=False, **kw)
 
 
 def prepare(source: str, out: str | Path, *, val: str = "", val_fraction: float = 0.02, max_bytes: int = 0,
@@ -180,15 +179,12 @@ def prepare(source: str, out: str | Path, *, val: str = "", val_fraction: float 
 
 def _run(source, out, parts, given, want, val, val_fraction, text_field, shard_bytes, num_proc, progress, log) -> Path:
     work = out / WORK_DIR
-    from rltok.config.files import read_json
-
     try:  # a damaged state (bounded read) starts the preparation over
         state = read_json(work / STATE, "preparation state", limit=256 << 20)
     except (OSError, ValueError):
         state = None
     if isinstance(state, dict) and state.get("version") == STATE_VERSION and state.get("recipe") == want:
-        done = sum(len(p["writer"]["shards"]) for p in state["parts"].values())
-        done += sum(len(p["writer"]["shards"]) for p in state["split"].values())
+        done = sum(len(p["writer"]["shards"]) for phase in ("parts", "split") for p in state[phase].values())
         log(f"resuming the preparation of {source} in {out} ({done} shard(s) already written)")
     else:
         if work.exists():
@@ -213,9 +209,10 @@ def _run(source, out, parts, given, want, val, val_fraction, text_field, shard_b
                         save=lambda st, name=name: (state["parts"].__setitem__(name, st), save()))
         if not part.get("done"):
             ingest.source = open_source(spec, text_field, num_proc)
-            with _unit_bar(ingest.source.total(), ingest.item, ingest.source.unit, f"read {name}", progress) as bar:
+            with _bar(f"read {name}", progress, total=ingest.source.total(), initial=ingest.item,
+                      unit=ingest.source.unit) as bar:
                 ingest.run(bar)
-        _report_read(spec, ingest, limit)
+        _report_read(spec, ingest)
         docs = [np.load(work / f"{name}.docs.{k:05d}.npy") for k in range(ingest.commits)]
         ingested[name] = (writer, np.concatenate(docs) if docs else np.zeros((0, 3), dtype=np.int64), ingest)
 
@@ -237,7 +234,7 @@ def _run(source, out, parts, given, want, val, val_fraction, text_field, shard_b
     return out
 
 
-def _report_read(spec: str, ingest: Ingest, limit: int) -> None:
+def _report_read(spec: str, ingest: Ingest) -> None:
     """As rltok.data.corpus.read_documents: nothing read is an error, left-out files a warning."""
     if ingest.doc_bytes == 0:
         skipped = f"; {len(ingest.skipped)} unreadable (first: {ingest.skipped[0][0]}: {ingest.skipped[0][1]})" \
@@ -257,9 +254,7 @@ def _split(out, work, state, save, staged, val_fraction, corpus_id, shard_bytes,
     cuts, rule = corpus_cuts(keys, lengths, val_fraction)
     pieces = {"train": (starts, cuts), "val": (starts + cuts, lengths - cuts)}
     outputs = {}
-    total = int(cuts.sum()) + int((lengths - cuts).sum())
-    with tqdm(total=total, unit="B", unit_scale=True, desc="split", disable=not progress, file=sys.stderr,
-              dynamic_ncols=True, leave=False) as bar:
+    with _bar("split", progress, total=int(lengths.sum()), unit="B", unit_scale=True) as bar:
         for name, (s, n) in pieces.items():
             keep = n > 0
             s, n = s[keep], n[keep]

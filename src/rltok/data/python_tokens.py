@@ -11,6 +11,7 @@ import tokenize
 import torch
 
 from rltok.data.bytes_classes import PYTHON_BLANKS
+from rltok.data.sources import DataError, expand_paths
 
 # ---------------------------------------------------------------------------------------------
 # the regex lexer
@@ -126,9 +127,7 @@ def token_units(data: bytes, start: str | None = None) -> list[tuple[int, int, s
 def token_ends(data: bytes, start: str | None = None) -> torch.Tensor:
     """E as a (len(data),) bool tensor: True where the byte is the last byte of a lexical unit."""
     mask = torch.zeros(len(data), dtype=torch.bool)
-    ends = [e - 1 for _, e, _ in token_units(data, start)]
-    if ends:
-        mask[torch.tensor(ends)] = True
+    mask[torch.tensor([e - 1 for _, e, _ in token_units(data, start)], dtype=torch.long)] = True
     return mask
 
 
@@ -181,8 +180,6 @@ def looks_like_python(spec: str) -> bool:
         return False
     if re.search(r"\.py(\.\w+)?$", spec):
         return True
-    from rltok.data.sources import DataError, expand_paths
-
     try:
         files = expand_paths(spec)
     except (DataError, OSError):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 import json
 import os
 import struct
@@ -17,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rltok.config.files import sha256_file
+from rltok.config.files import read_json, sha256_file
 from rltok.data.sources import DOC_SEP, Corpus, DataError
 
 FORMAT = "rltok-shards"
@@ -29,7 +30,7 @@ MAGIC = b"RLTKSHRD"
 HEADER = struct.Struct("<8sIIQ16s16s8x")
 HEADER_BYTES = HEADER.size  # 64
 SPLITS = ("train", "val", "test")
-READ_BLOCK = 16 << 20  # bytes per read when a stream is read whole
+READ_BLOCK = 16 << 20  # bytes per read of a stream or a source file; files up to this size are read whole
 
 
 def is_prepared(spec: str) -> bool:
@@ -110,11 +111,8 @@ class ByteStream:
         self.pieces = [p for p in pieces if p.length > 0]
         self.name = name
         self._crc = crc
-        self._starts, total = [], 0
-        for p in self.pieces:
-            self._starts.append(total)
-            total += p.length
-        self._len = total
+        ends = list(itertools.accumulate(p.length for p in self.pieces))
+        self._starts, self._len = [0, *ends[:-1]], ends[-1] if ends else 0
 
     def __len__(self) -> int:
         return self._len
@@ -164,17 +162,12 @@ class ByteStream:
         """All of it, in memory."""
         return self.read(0, self._len)
 
-    def blocks(self, block: int = READ_BLOCK):
-        """The stream in order, `block` bytes at a time."""
-        for start in range(0, self._len, block):
-            yield self.read(start, min(block, self._len - start))
-
     def crc32(self) -> int:
         """CRC-32 of the whole stream (from the manifest when known, else read)."""
         if self._crc is None:
             crc = 0
-            for b in self.blocks():
-                crc = zlib.crc32(b, crc)
+            for start in range(0, self._len, READ_BLOCK):
+                crc = zlib.crc32(self.read(start, min(READ_BLOCK, self._len - start)), crc)
             self._crc = crc
         return self._crc
 
@@ -241,8 +234,6 @@ def read_manifest(path: str | Path) -> dict:
             raise DataError(f"{path}: its preparation did not finish (interrupted?); run the same "
                             "`rltok prepare SRC --out DIR` again to resume it")
         raise DataError(f"{path} is not a prepared corpus (no {MANIFEST})")
-    from rltok.config.files import read_json
-
     try:  # bounded: a manifest nested thousands deep or holding a huge number is one error
         manifest = read_json(file, MANIFEST, limit=256 << 20)
     except ValueError as e:
@@ -256,16 +247,6 @@ def read_manifest(path: str | Path) -> dict:
     return manifest
 
 
-def read_header(path: Path) -> tuple[bytes, int, int, int, bytes, str]:
-    """(magic, version, index, payload bytes, preparation id, split) of one shard file."""
-    with open(path, "rb") as f:
-        raw = f.read(HEADER_BYTES)
-    if len(raw) < HEADER_BYTES:
-        raise DataError(f"shard {path} is truncated: {len(raw)} bytes, not even its {HEADER_BYTES}-byte header")
-    magic, version, index, length, corpus_id, split = HEADER.unpack(raw)
-    return magic, version, index, length, corpus_id, split.rstrip(b"\0").decode("ascii", errors="replace")
-
-
 def check_shard(path: Path, split: str, index: int, length: int, corpus_id: bytes) -> None:
     """Refuse a shard that is not the one the manifest lists: missing, truncated or longer,
     another format version, another split or position, or another preparation's."""
@@ -273,7 +254,12 @@ def check_shard(path: Path, split: str, index: int, length: int, corpus_id: byte
         size = path.stat().st_size
     except OSError:
         raise DataError(f"shard {path} is missing; the prepared corpus is incomplete") from None
-    magic, version, idx, n, cid, sp = read_header(path)
+    with open(path, "rb") as f:
+        raw = f.read(HEADER_BYTES)
+    if len(raw) < HEADER_BYTES:
+        raise DataError(f"shard {path} is truncated: {len(raw)} bytes, not even its {HEADER_BYTES}-byte header")
+    magic, version, idx, n, cid, sp = HEADER.unpack(raw)
+    sp = sp.rstrip(b"\0").decode("ascii", errors="replace")
     if magic != MAGIC:
         raise DataError(f"{path} is not an rltok shard (bad magic bytes)")
     if version != FORMAT_VERSION:
@@ -390,9 +376,9 @@ def open_mixture(spec: str) -> Corpus:
             raise DataError(f"mix: expects DIR=WEIGHT pairs with positive weights, got {part!r}")
         if not is_prepared(folder):
             raise DataError(f"mix: {folder} is not a prepared corpus; run `rltok prepare SRC --out {folder}` first")
-        prepared = open_prepared(folder)
-        streams.append(prepared.stream("train"))
-        vals.append(prepared.stream("val") if "val" in prepared.splits else ByteStream([]))
+        corpus = open_prepared(folder).corpus()
+        streams.append(corpus.train)
+        vals.append(corpus.val)
         weights.append(weight)
     if not streams:
         raise DataError("mix: names no prepared folders (expected mix:DIR=W,DIR=W)")
@@ -419,9 +405,7 @@ class ShardWriter:
         self.shards: list[dict] = [dict(s) for s in state.get("shards", [])]
         self.crc = state.get("crc32", 0)  # of the whole stream so far
         self.pos = sum(s["bytes"] for s in self.shards)
-        self._file = None
-        self._hash = None
-        self._fill = 0
+        self._file, self._hash, self._fill = None, None, 0  # the shard being filled
 
     def room(self) -> int:
         return self.shard_bytes - self._fill
@@ -461,12 +445,6 @@ class ShardWriter:
         self.shards.append(record)
         self._file, self._hash, self._fill = None, None, 0
         return record
-
-    def abandon(self) -> None:
-        """Drop the shard being filled (it is rewritten from the saved state on resume)."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
 
     def state(self) -> dict:
         return {"shards": self.shards, "crc32": self.crc}

@@ -12,11 +12,13 @@ import sys
 import sysconfig
 import warnings
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
+import zstandard
 
 
 
@@ -34,31 +36,19 @@ class DataError(ValueError):
     """A user-facing data problem (missing path, empty corpus...)."""
 
 
+_OPENERS = {".gz": gzip.open, ".xz": lzma.open, ".lzma": lzma.open, ".bz2": bz2.open}
+
+
 def _open_decompressed(path: Path):
     name = path.name.lower()
-    if name.endswith(".gz"):
-        return gzip.open(path, "rb")
-    if name.endswith(".xz") or name.endswith(".lzma"):
-        return lzma.open(path, "rb")
-    if name.endswith(".bz2"):
-        return bz2.open(path, "rb")
-    if name.endswith(".zst") or name.endswith(".zstd"):
-        import zstandard
-
+    if name.endswith((".zst", ".zstd")):
         return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)
-    return open(path, "rb")
+    opener = next((f for ext, f in _OPENERS.items() if name.endswith(ext)), open)
+    return opener(path, "rb")
 
 
-def _read_errors() -> tuple[type[BaseException], ...]:
-    """What a damaged, vanished or unreadable file can raise while being read."""
-    errors: tuple[type[BaseException], ...] = (OSError, EOFError, lzma.LZMAError, zlib.error, ValueError)
-    try:
-        import zstandard
-
-        errors += (zstandard.ZstdError,)
-    except ImportError:
-        pass
-    return errors
+# what a damaged, vanished or unreadable file can raise while being read
+_READ_ERRORS = (OSError, EOFError, lzma.LZMAError, zlib.error, ValueError, zstandard.ZstdError)
 
 
 @dataclass
@@ -133,14 +123,13 @@ def read_documents(spec: str, max_bytes: int = 0, text_field: str = "text") -> t
         return read_hub_dataset(spec[3:], max_bytes, text_field)
     report = ReadReport()
     docs: list[bytes] = []
-    errors = _read_errors()
     # The whole source is read into memory now, so a file that disappears or breaks later
     # cannot hurt the run; one that vanished since listing is skipped like an unreadable one.
     for path in expand_paths(spec):
         remaining = max_bytes - report.bytes if max_bytes else 0
         try:
             data = read_file(path, remaining)
-        except errors as e:
+        except _READ_ERRORS as e:
             report.skipped.append((str(path), f"{type(e).__name__}: {e}"))
             continue
         except MemoryError:
@@ -205,21 +194,28 @@ def iter_hub_texts(ds, text_field: str, start: int = 0):
         yield str(record[text_field]).encode("utf-8", errors="replace")
 
 
+@contextmanager
+def hub_errors(spec: str):
+    """What `datasets` raises (network, auth, unknown name, unreadable files: many types) as a DataError."""
+    try:
+        yield
+    except DataError:
+        raise
+    except Exception as e:
+        raise DataError(f"cannot read hub dataset {spec!r}: {type(e).__name__}: {e}") from None
+
+
 def read_hub_dataset(spec: str, max_bytes: int, text_field: str) -> tuple[list[bytes], ReadReport]:
     """`name[:config][@split]` (see `open_hub_dataset`) into memory, up to max_bytes."""
     report = ReadReport()
     docs = []
-    try:
+    with hub_errors(spec):
         for data in iter_hub_texts(open_hub_dataset(spec), text_field):
             docs.append(data)
             report.files += 1
             report.bytes += len(data)
             if max_bytes and report.bytes >= max_bytes:
                 break
-    except DataError:
-        raise
-    except Exception as e:  # network, auth, unknown name: the library raises many types
-        raise DataError(f"cannot read hub dataset {spec!r}: {type(e).__name__}: {e}") from None
     if report.bytes == 0:
         raise DataError(f"hub dataset {spec!r} yielded no text")
     return docs, report
@@ -236,12 +232,6 @@ def doc_key(doc: bytes) -> int:
     """The hash that orders documents for the validation split (the first 8 bytes of a BLAKE2b
     digest, read big-endian); rltok.data.prepare computes the same one incrementally."""
     return int.from_bytes(hashlib.blake2b(doc, digest_size=8).digest(), "big")
-
-
-def _stream_len(lengths: np.ndarray) -> int:
-    """Length of the stream to_tensor makes of pieces of these lengths (DOC_SEP between non-empty ones)."""
-    nonempty = int(np.count_nonzero(lengths))
-    return int(lengths.sum()) + max(0, nonempty - 1)
 
 
 def split_cuts(keys, lengths, val_fraction: float) -> tuple[np.ndarray, str]:
@@ -276,7 +266,8 @@ def corpus_cuts(keys, lengths, val_fraction: float) -> tuple[np.ndarray, str]:
     starts val, with no separator on either side of the cut)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     cuts, rule = split_cuts(keys, lengths, val_fraction)
-    if _stream_len(lengths - cuts) >= 2:
+    val = lengths - cuts
+    if int(val.sum()) + max(0, int(np.count_nonzero(val)) - 1) >= 2:  # the val stream, DOC_SEP included
         return cuts, rule
     total = int(lengths.sum())
     cut = max(1, total - max(2, int(total * val_fraction)))
@@ -313,14 +304,10 @@ class Corpus:
         return {"train_bytes": len(self.train), "crc32": crc}
 
 
-def _split_files(folder: Path, name: str) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.name.split(".")[0] == name)
-
-
 def named_split(spec: str, split: str) -> str | None:
     """If `spec` is a folder holding `<split>.*` files, return a glob for them."""
     path = Path(spec).expanduser()
-    if path.is_dir() and _split_files(path, split):
+    if path.is_dir() and any(p.is_file() and p.name.split(".")[0] == split for p in path.iterdir()):
         return str(path / f"{split}.*")
     return None
 

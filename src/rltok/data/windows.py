@@ -7,12 +7,14 @@ import torch
 
 from rltok.data.sources import DataError
 
-def take_windows(data, starts: torch.Tensor, length: int) -> torch.Tensor:
-    """The `length` bytes from each start, (len(starts), length) uint8. A byte stream reads just
-    these windows from disk."""
+def _xy(data, starts: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and next-byte targets, long tensors, of the `length`-byte window at each start. A byte
+    stream reads just these windows from disk."""
     if isinstance(data, torch.Tensor):
-        return data[starts.unsqueeze(1) + torch.arange(length)]
-    return torch.from_numpy(data.gather(starts.numpy(), length))
+        win = data[starts.unsqueeze(1) + torch.arange(length)].long()
+    else:
+        win = torch.from_numpy(data.gather(starts.numpy(), length)).long()
+    return win[:, :-1], win[:, 1:]
 
 
 class WindowSampler:
@@ -37,9 +39,8 @@ class WindowSampler:
             starts = self.data.draw_starts(self.gen, n, self.seq_len + 1)
         else:
             starts = torch.randint(0, len(self.data) - self.seq_len, (n,), generator=self.gen)
-        starts = starts[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]
-        win = take_windows(self.data, starts, self.seq_len + 1).long()
-        return win[:, :-1], win[:, 1:]
+        lo = self.rank * self.batch_size
+        return _xy(self.data, starts[lo:lo + self.batch_size], self.seq_len + 1)
 
     def state_dict(self) -> dict:
         return {"gen": self.gen.get_state()}
@@ -77,8 +78,7 @@ class EvalWindows:
 
     def take(self, lo: int = 0, hi: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(x, y) of windows lo..hi, (n, T) long tensors."""
-        win = take_windows(self.data, self.starts[lo:hi], self.seq_len + 1).long()
-        return win[:, :-1], win[:, 1:]
+        return _xy(self.data, self.starts[lo:hi], self.seq_len + 1)
 
     def batches(self, batch_size: int):
         """(x, y) of `batch_size` windows at a time, in order."""
@@ -99,10 +99,8 @@ def rank_eval_windows(data: torch.Tensor, seq_len: int, max_windows: int, rank: 
     """A data-parallel rank's share of `eval_windows(data, seq_len, max_windows)`: equal consecutive
     blocks (a remainder left out); with fewer windows than ranks every rank takes all of them and
     `shared` (the third value) says so."""
-    starts, seq_len = _eval_starts(len(data), seq_len, max_windows)
-    shared = len(starts) < world_size
-    if not shared and world_size > 1:
-        n = len(starts) // world_size
-        starts = starts[rank * n:(rank + 1) * n]
-    win = take_windows(data, starts, seq_len + 1).long()
-    return win[:, :-1], win[:, 1:], shared
+    windows = EvalWindows(data, seq_len, max_windows)
+    shared = len(windows) < world_size
+    n = len(windows) // world_size
+    x, y = windows.take() if shared else windows.take(rank * n, (rank + 1) * n)
+    return x, y, shared
