@@ -295,15 +295,14 @@ def _choice(profile: IsoProfile, parabola: Parabola, chosen: IsoProfile | None) 
 
 
 def fit_isoflop(profile: IsoProfile, n_boot: int = 1000, seed: int = 0, level: float = 0.95,
-                mode: str | None = None, chosen: IsoProfile | None = None) -> IsoFit:
+                chosen: IsoProfile | None = None) -> IsoFit:
     """The parabola of one profile, its optimum, whether it is interior, and bootstrap intervals
-    of N* and L* (`mode`: see `resample_mode`, the default). `chosen`: the same runs' profile on
-    the choice split, which then decides the best size and whether the optimum is interior (the
-    reported split only reports)."""
+    of N* and L*. `chosen`: the same runs' profile on the choice split, which then decides the
+    best size and whether the optimum is interior (the reported split only reports)."""
     parabola = fit_parabola(profile.sizes, profile.means, profile.counts)
     n_star, l_star = parabola.optimum
     chooser, side = _choice(profile, parabola, chosen)
-    mode = mode or resample_mode(profile)
+    mode = resample_mode(profile)
     draws = _Resampler(profile, parabola, mode).draw(np.random.default_rng(seed), n_boot)
     optima = parabola_optima(profile.sizes, draws, profile.counts) if n_boot else np.zeros((0, 2))
     valid = np.isfinite(optima[:, 0])
@@ -448,12 +447,6 @@ class Envelope:
         if self.excluded:
             notes.append("left out: " + ", ".join(f"{b:.3g}" for b in self.excluded))
         return "; ".join(notes)
-
-    def loss(self, c) -> np.ndarray:
-        return self.params.loss(c)
-
-    def size(self, c) -> np.ndarray:
-        return self.params.size(c)
 
     def band(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Pointwise percentile band of the replicates' values (`self.boot.loss(c)`, `.size(c)`)."""
@@ -634,7 +627,7 @@ def crossover(a: Envelope, b: Envelope, below: float | None = None, level: float
 
     crossings, interval, fraction = search(lo, hi)
     below_result = search(hi, below) if below is not None and below > hi else ((), (math.nan, math.nan), math.nan)
-    lower = a.family if float(a.loss(lo)) < float(b.loss(lo)) else b.family
+    lower = a.family if float(a.params.loss(lo)) < float(b.params.loss(lo)) else b.family
     return Crossover(a.family, b.family, (lo, hi), crossings, interval, fraction, lower, below, *below_result, level)
 
 
@@ -658,7 +651,7 @@ def predict(env: Envelope, budget: float) -> Prediction:
     """Optimal size and loss at `budget`, with percentile intervals over the envelope's replicates."""
     n_band = _percentile_interval(env.boot.size(budget), env.level)
     l_band = _percentile_interval(env.boot.loss(budget), env.level)
-    return Prediction(env.family, float(budget), float(env.size(budget)), n_band, float(env.loss(budget)), l_band,
+    return Prediction(env.family, float(budget), float(env.params.size(budget)), n_band, float(env.params.loss(budget)), l_band,
                       env.level, float(budget) / env.fitted_range[1], env.e_fixed)
 
 

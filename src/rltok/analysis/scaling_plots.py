@@ -64,7 +64,8 @@ def plot_envelopes(envelopes: list[Envelope], folder: Path, extend_to: float | N
     top = max([e.fitted_range[1] for e in envelopes] + ([extend_to] if extend_to else []))
     c = np.geomspace(min(e.fitted_range[0] for e in envelopes), top, 200)
     for env in envelopes:
-        law, boot, optima = (env.size, env.boot.size, env.n_star) if size else (env.loss, env.boot.loss, env.l_star)
+        law, boot, optima = ((env.params.size, env.boot.size, env.n_star) if size
+                             else (env.params.loss, env.boot.loss, env.l_star))
         inside = np.full(c.shape, True) if size else (c >= env.fitted_range[0]) & (c <= env.fitted_range[1])
         line, = ax.plot(c[inside], law(c[inside]), label=env.family)
         if not size:
