@@ -201,37 +201,25 @@ def _percentile_interval(samples: np.ndarray, level: float) -> tuple[float, floa
     return float(lo), float(hi)
 
 
-class _Resampler:
-    """Draws bootstrap seed means for one profile, by its `resample_mode`: "seeds", each size's
-    seeds with replacement; "residuals", the fit plus resampled, rescaled residuals; "pooled", the
-    seeds where a size has two or more and, at a size with one, a normal draw with the profile's
-    pooled seed sd; "unavailable", NaN (no interval can be drawn)."""
-
-    def __init__(self, profile: IsoProfile, parabola: Parabola, mode: str):
-        self.profile, self.mode = profile, mode
-        self.fitted = parabola(profile.sizes)
-        m = len(profile.sizes)
-        if mode == "residuals" and m <= 3:
-            raise ValueError("residuals need 4 or more sizes: a parabola through 3 has none")
-        self.residuals = (profile.means - self.fitted) * math.sqrt(m / (m - 3)) if m > 3 else None
-        self.seed_sd = pooled_within_sd(profile.losses)
-
-    def draw(self, rng: np.random.Generator, n_boot: int) -> np.ndarray:
-        """n_boot replicates of the seed means (n_boot x sizes)."""
-        if self.mode == "unavailable":
-            return np.full((n_boot, len(self.profile.sizes)), np.nan)
-        if self.mode == "residuals":
-            return self.fitted + rng.choice(self.residuals, (n_boot, len(self.residuals)))
-        cols = []
-        for v in self.profile.losses:
-            n, m = len(v), v.mean()
-            if n == 1:
-                cols.append(m + rng.normal(0.0, self.seed_sd, n_boot))
-                continue
-            # the drawn seeds' spread about the mean widened by sqrt(n / (n - 1)): a plain
-            # resample of n seeds understates the mean's variance by (n - 1) / n, a half with two
-            cols.append(m + (v[rng.integers(0, n, (n_boot, n))] - m).mean(axis=1) * math.sqrt(n / (n - 1)))
-        return np.stack(cols, axis=1)
+def _draw_means(profile: IsoProfile, parabola: Parabola, rng: np.random.Generator, n_boot: int) -> np.ndarray:
+    """n_boot bootstrap replicates of a profile's seed means (n_boot x sizes), drawn as its
+    `resample_mode` says."""
+    mode = resample_mode(profile)
+    if mode == "unavailable":
+        return np.full((n_boot, len(profile.sizes)), np.nan)
+    if mode == "residuals":
+        m, fitted = len(profile.sizes), parabola(profile.sizes)
+        return fitted + rng.choice((profile.means - fitted) * math.sqrt(m / (m - 3)), (n_boot, m))
+    cols = []
+    for v in profile.losses:
+        n, m = len(v), v.mean()
+        if n == 1:  # "pooled": a normal draw with the profile's pooled seed sd
+            cols.append(m + rng.normal(0.0, pooled_within_sd(profile.losses), n_boot))
+            continue
+        # the drawn seeds' spread about the mean widened by sqrt(n / (n - 1)): a plain
+        # resample of n seeds understates the mean's variance by (n - 1) / n, a half with two
+        cols.append(m + (v[rng.integers(0, n, (n_boot, n))] - m).mean(axis=1) * math.sqrt(n / (n - 1)))
+    return np.stack(cols, axis=1)
 
 
 def resample_mode(profile: IsoProfile) -> str:
@@ -244,11 +232,6 @@ def resample_mode(profile: IsoProfile) -> str:
     if len(profile.sizes) > 3:
         return "residuals"
     return "pooled" if pooled_within_sd(profile.losses) else "unavailable"
-
-
-def _modes_label(profiles: Iterable[IsoProfile]) -> str:
-    """The resample modes of several profiles, e.g. "seeds" or "residuals, seeds"."""
-    return ", ".join(sorted({resample_mode(p) for p in profiles}))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,8 +285,7 @@ def fit_isoflop(profile: IsoProfile, n_boot: int = 1000, seed: int = 0, level: f
     parabola = fit_parabola(profile.sizes, profile.means, profile.counts)
     n_star, l_star = parabola.optimum
     chooser, side = _choice(profile, parabola, chosen)
-    mode = resample_mode(profile)
-    draws = _Resampler(profile, parabola, mode).draw(np.random.default_rng(seed), n_boot)
+    draws = _draw_means(profile, parabola, np.random.default_rng(seed), n_boot)
     optima = parabola_optima(profile.sizes, draws, profile.counts) if n_boot else np.zeros((0, 2))
     valid = np.isfinite(optima[:, 0])
     m = len(profile.sizes)
@@ -313,7 +295,7 @@ def fit_isoflop(profile: IsoProfile, n_boot: int = 1000, seed: int = 0, level: f
                   residual_sd, pooled_within_sd(profile.losses), float(profile.sizes[best]), float(profile.means[best]),
                   side is None, side,
                   _percentile_interval(optima[valid, 0], level), _percentile_interval(optima[valid, 1], level),
-                  level, mode, float(valid.mean()) if n_boot else math.nan)
+                  level, resample_mode(profile), float(valid.mean()) if n_boot else math.nan)
 
 
 # ---------------------------------------------------------------- the envelope L*(C), N*(C)
@@ -457,7 +439,7 @@ def _replicates(profiles: list[IsoProfile], parabolas: list[Parabola], n_boot: i
                 fix_e: float | None) -> tuple[list[tuple], int]:
     """Refit everything on n_boot resampled data sets: (E, log A, alpha, log k, a) per success."""
     budgets = np.array([p.budget for p in profiles])
-    optima_by_budget = [parabola_optima(p.sizes, _Resampler(p, q, resample_mode(p)).draw(rng, n_boot), p.counts)
+    optima_by_budget = [parabola_optima(p.sizes, _draw_means(p, q, rng, n_boot), p.counts)
                         for p, q in zip(profiles, parabolas)]  # each n_boot x (N*, L*)
     out, failed = [], 0
     for i in range(n_boot):
@@ -513,7 +495,8 @@ def fit_envelope(family: str, profiles: dict[float, IsoProfile], n_boot: int = 1
                  "A": tuple(math.exp(v) for v in _percentile_interval(cols[:, 1], level)),
                  "k": tuple(math.exp(v) for v in _percentile_interval(cols[:, 3], level))}
     return Envelope(family, budgets, optima[:, 1], optima[:, 0], params, boot, intervals, fix_e, at_bound,
-                    tuple(excluded), tuple(non_interior), level, n_boot, failed, _modes_label(used))
+                    tuple(excluded), tuple(non_interior), level, n_boot, failed,
+                    ", ".join(sorted({resample_mode(p) for p in used})))
 
 
 # ---------------------------------------------------------------- crossovers
