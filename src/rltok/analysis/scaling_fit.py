@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 import numpy as np
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,9 +34,7 @@ def record_family(r: dict) -> str:
 
 
 def record_shape(r: dict) -> str | None:
-    """A run's shape as its record states it: "32/48 × 1+1+1" (a hierarchy's byte/chunk width,
-    encoder+main+decoder layers), "32 × 2" (a flat or BPE-token model's width and layers); None
-    where the record does not say (a diverged run's)."""
+    """A run's shape as its record states it ("32/48 × 1+1+1", "32 × 2"); None for a diverged run's."""
     if r.get("width") is None:
         return None
     return f"{r['width']} × {r.get('depth')}"
@@ -61,26 +59,18 @@ def shared_seed_means(cells: list[dict]) -> list[float]:
 
 
 def best_by_choice(records: Iterable[dict], key=record_size) -> dict:
-    """{family: the `key` (a run's size by default) whose runs have the lowest mean choice loss},
-    ties to the smaller key: the study's one rule for "the best size", over the records given
-    (pass one budget's). The means are over the seeds every size ran, so a size with more seeds
-    (the optimum's, the verdicts') is compared with its neighbours on the same seeds and its extra
-    seeds never move the choice. Runs without a bpb (diverged) are left out."""
+    """{family: the `key` (a run's size by default) with the lowest mean choice loss}, ties to the
+    smaller key: the study's one rule for "the best size" (pass one budget's records). The means
+    are over the seeds every size ran, so extra seeds at one size never move the choice."""
     cells: dict = {}
     for r in records:
         if r.get("bpb") is not None:
             cells.setdefault(record_family(r), {}).setdefault(key(r), {})[r["seed"]] = choice_loss(r)
-    out = {}
-    for fam, by_key in cells.items():
-        keys = list(by_key)
-        means = shared_seed_means([by_key[k] for k in keys])
-        out[fam] = min(zip(means, keys))[1]
-    return out
+    return {fam: min(zip(shared_seed_means(list(by_key.values())), by_key))[1] for fam, by_key in cells.items()}
 
 
 def best_size_index(profile: IsoProfile) -> int:
-    """The index of a profile's best size by `best_by_choice`'s rule (the mean over the seeds
-    every size ran; ties to the smaller size)."""
+    """The index of a profile's best size by `best_by_choice`'s rule."""
     means = shared_seed_means([dict(zip(seeds, map(float, losses))) for seeds, losses in zip(profile.seeds, profile.losses)])
     return int(np.argmin(means))
 
@@ -91,8 +81,7 @@ def choice_records(records: Iterable[dict]) -> list[dict]:
 
 
 def profiles_from_records(records: Iterable[dict], split: str | None = None) -> dict[str, dict[float, IsoProfile]]:
-    """{family: {budget: IsoProfile}} of the records (of `split` only when given; a diverged run,
-    which has no bpb, is left out)."""
+    """{family: {budget: IsoProfile}} of the records (of `split` only when given; diverged runs left out)."""
     records = [r for r in records if r.get("bpb") is not None and (split is None or r.get("split") == split)]
     splits = {r.get("split") for r in records}
     if len(splits) > 1:
@@ -145,8 +134,7 @@ class Parabola:
 def parabola_optima(sizes: np.ndarray, means: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
     """(N*, L*) of the parabolas fitted to every row of `means` (replicates x sizes) at once; NaN
     where a row's parabola has no minimum."""
-    q = _fit_rows(sizes, np.atleast_2d(means), weights)
-    c0, c1, c2, x0 = q
+    c0, c1, c2, x0 = _fit_rows(sizes, np.atleast_2d(means), weights)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # a near-flat replicate: N* = inf
         dx = -c1 / (2 * c2)
         out = np.stack([np.exp(x0 + dx), c0 - c1 * c1 / (4 * c2)], axis=1)
@@ -175,16 +163,11 @@ def fit_parabola(sizes: np.ndarray, means: np.ndarray, weights: np.ndarray | Non
 
 
 def extend_side(profile: IsoProfile, parabola: Parabola) -> str | None:
-    """None when the optimum is interior, else "smaller" or "larger": where the ladder must grow.
-    Interior: the best size (`best_size_index`, so extra seeds at one size never move it) is
-    neither end of the ladder, and the parabola's minimum lies within it. Pass the choice split's
-    profile and parabola: this is a choice."""
-    sizes = profile.sizes
-    best = best_size_index(profile)
+    """None when the optimum is interior (the best size is neither end of the ladder and the
+    parabola's minimum lies within it), else "smaller" or "larger": where the ladder must grow."""
     if not parabola.convex:  # no minimum: the curve falls towards its lower end
-        means = profile.means
-        return "smaller" if means[0] <= means[-1] else "larger"
-    n_star, _ = parabola.optimum
+        return "smaller" if profile.means[0] <= profile.means[-1] else "larger"
+    best, n_star, sizes = best_size_index(profile), parabola.optimum[0], profile.sizes
     if best == 0 or n_star < sizes[0]:
         return "smaller"
     if best == len(sizes) - 1 or n_star > sizes[-1]:
@@ -258,9 +241,8 @@ class IsoFit:
 
 
 def pooled_within_sd(groups: Iterable[Sequence[float]]) -> float | None:
-    """The standard deviation of one value about its group's mean, pooled over groups (each group
-    one size's losses over seeds): sqrt(sum of squared deviations / sum of (n - 1)); None where no
-    group has two values."""
+    """The sd of one value about its group's mean (a group: one size's seed losses), pooled over
+    groups; None where no group has two values."""
     arrays = [np.asarray(g, dtype=float) for g in groups]
     dof = sum(len(v) - 1 for v in arrays if len(v))
     ss = sum(float(np.sum((v - v.mean()) ** 2)) for v in arrays if len(v))
@@ -441,25 +423,20 @@ def _replicates(profiles: list[IsoProfile], parabolas: list[Parabola], n_boot: i
     budgets = np.array([p.budget for p in profiles])
     optima_by_budget = [parabola_optima(p.sizes, _draw_means(p, q, rng, n_boot), p.counts)
                         for p, q in zip(profiles, parabolas)]  # each n_boot x (N*, L*)
-    out, failed = [], 0
-    for i in range(n_boot):
+    out = []
+    for i in range(n_boot):  # a replicate fails without a minimum at every budget or a falling envelope
         optima = np.array([o[i] for o in optima_by_budget])
-        if not np.all(np.isfinite(optima)):
-            failed += 1
-            continue
-        try:
-            params, _ = fit_power_params(budgets, optima[:, 1], optima[:, 0], fix_e)
-        except ValueError:
-            failed += 1
-            continue
-        out.append((params.e, params.log_a, params.alpha, params.log_k, params.a))
-    return out, failed
+        if np.all(np.isfinite(optima)):
+            try:
+                params, _ = fit_power_params(budgets, optima[:, 1], optima[:, 0], fix_e)
+                out.append((params.e, params.log_a, params.alpha, params.log_k, params.a))
+            except ValueError:
+                pass
+    return out, n_boot - len(out)
 
 
 def _family_rng(seed: int, family: str) -> np.random.Generator:
     """Each family its own stream, fixed by (seed, family name): replicates of two families are independent."""
-    import zlib
-
     return np.random.default_rng([seed, zlib.crc32(family.encode())])
 
 
@@ -470,8 +447,7 @@ def fit_envelope(family: str, profiles: dict[float, IsoProfile], n_boot: int = 1
     (`interior_only`: only budgets whose optimum is interior; `fit_from`: only budgets from it up;
     `chosen`: the same runs' profiles on the choice split, which decide what is interior)."""
     used, parabolas, excluded, non_interior = [], [], [], []
-    for budget in sorted(profiles):
-        p = profiles[budget]
+    for budget, p in sorted(profiles.items()):
         if len(p.sizes) < 3 or (fit_from is not None and budget < fit_from):
             excluded.append(budget)
             continue
