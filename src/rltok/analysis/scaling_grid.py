@@ -84,7 +84,7 @@ class LRRule:
 
 
 def rules(d: dict) -> dict:
-    """The Grid fields of the rule keys of a grid table (those present)."""
+    """The Grid fields of a grid table's rules and optional settings (those present)."""
     out = {}
     if "size_rule" in d:
         out["size_rule"] = SizeRule.parse(d["size_rule"])
@@ -109,6 +109,11 @@ def rules(d: dict) -> dict:
         out["fit_from"] = float(d["fit_from"])
         if not out["fit_from"] > 0:
             raise ConfigError(f"grid: fit_from is a budget in FLOPs (> 0), got {d['fit_from']!r}")
+    if "eval_context" in d:
+        if not isinstance(d["eval_context"], int) or d["eval_context"] < 1:
+            raise ConfigError("grid: eval_context must be an integer >= 1 (bytes of context before the scored ones), "
+                              f"got {d['eval_context']!r}")
+        out["eval_context"] = d["eval_context"]
     for key in ("optimum_seeds", "holdout_seeds"):
         if key in d:
             out[key] = tuple(int(s) for s in d[key])
