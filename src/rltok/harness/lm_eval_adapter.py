@@ -97,17 +97,13 @@ class RLTokLM(_LMBase):
     def _windows(self, n_prefix: int, n_total: int) -> list[tuple[int, int, int]]:
         """(input_start, first_target, end) windows covering targets n_prefix..n_total-1, each
         input at most max_length bytes and holding as much context as fits."""
-        L = self.max_length
-        out = []
-        a = n_prefix
+        # a token model's input holds its targets and never scores its first token; a byte model's
+        # input stops one byte short of its last target
+        step = self.max_length - 1 if self.token_model else self.max_length
+        out, a = [], n_prefix
         while a < n_total:
-            if self.token_model:  # the input holds its targets; its first token is never scored
-                b = min(a + L - 1, n_total)
-                s = max(0, b - L)
-            else:  # the input stops one byte short of the last target
-                b = min(a + L, n_total)
-                s = max(0, b - 1 - L)
-            out.append((s, a, b))
+            b = min(a + step, n_total)
+            out.append((max(0, b - step - 1), a, b))
             a = b
         return out
 
