@@ -111,8 +111,7 @@ class PeakMemory:
     def __enter__(self):
         import torch
 
-        self._cuda = torch.cuda.is_available()
-        if self._cuda:
+        if torch.cuda.is_available():
             self.kind = "cuda_allocated"
             torch.cuda.reset_peak_memory_stats()
         elif os.path.exists("/proc/self/statm"):
@@ -125,7 +124,7 @@ class PeakMemory:
         return self
 
     def __exit__(self, *_):
-        if self._cuda:
+        if self.kind == "cuda_allocated":
             import torch
 
             self.peak_mb = torch.cuda.max_memory_allocated() / 2 ** 20
