@@ -3,14 +3,13 @@ import math
 
 import pytest
 
-from rltok.analysis.table_cells import MISSING, estimate, interval, number
+from rltok.analysis.table_cells import MISSING, interval, number
 
 
 @pytest.mark.parametrize("missing", [None, math.nan, math.inf, -math.inf])
 def test_missing_numbers_print_as_a_dash(missing):
     assert number(missing) == MISSING == "–"
     assert interval((missing, 2.0), ".1f") == "[–, 2.0]"
-    assert estimate(missing, (1.0, missing), ".1f") == "– (1.0––)"
 
 
 def test_numbers_take_the_format_asked():
@@ -19,4 +18,3 @@ def test_numbers_take_the_format_asked():
     assert number(-0.01234, "+.3f") == "-0.012"
     assert number(7, ".2f") == "7.00"
     assert interval((0.1, 0.25), "+.2f") == "[+0.10, +0.25]"
-    assert estimate(2.5, (2.25, 2.75), ".2f") == "2.50 (2.25–2.75)"

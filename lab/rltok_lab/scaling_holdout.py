@@ -35,7 +35,7 @@ from rltok.analysis.scaling import (Grid, Point, _write_json, budget_tag, corpus
                                     point_done, read_records, run_points)
 from rltok.analysis.paired_stats import mean_interval
 from rltok.analysis.scaling_fit import Prediction
-from rltok.analysis.table_cells import estimate, number
+from rltok.analysis.table_cells import number
 from rltok.config import ConfigError
 
 PREDICTION = "prediction.json"
@@ -53,6 +53,12 @@ class PredictionScore:
     size: float | None  # the size that was run, when given
     size_ratio: float | None  # size / predicted N*
     size_within: bool | None
+
+
+def estimate(x: float | None, lo_hi, fmt: str = ".3g") -> str:
+    """`x (lo–hi)`: a number with its interval, each formatted as `number` does."""
+    lo, hi = lo_hi
+    return f"{number(x, fmt)} ({number(lo, fmt)}–{number(hi, fmt)})"
 
 
 def in_interval(x: float, interval) -> bool | None:

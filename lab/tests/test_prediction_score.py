@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from rltok.analysis.scaling_fit import Prediction, fit_study, predict, profiles_from_records, to_plain
-from rltok_lab.scaling_holdout import in_interval, score_prediction
+from rltok_lab.scaling_holdout import estimate, in_interval, score_prediction
 from test_scaling_fit import BUDGETS, X, synth  # the library's fit tests' synthetic study
 
 
@@ -35,3 +35,9 @@ def test_a_prediction_with_an_unknown_interval_is_neither_inside_nor_outside_it(
     assert score_prediction(known, [2.0, 2.05], size=3e4).size_within is False
     assert in_interval(1.0, (nan, 2.0)) is None and in_interval(1.0, (0.5, 2.0)) is True
     assert in_interval(3.0, (0.5, 2.0)) is False
+
+
+def test_an_estimate_prints_with_its_interval_and_a_dash_where_a_number_is_missing():
+    assert estimate(2.5, (2.25, 2.75), ".2f") == "2.50 (2.25–2.75)"
+    for missing in (None, float("nan"), float("inf")):
+        assert estimate(missing, (1.0, missing), ".1f") == "– (1.0––)"

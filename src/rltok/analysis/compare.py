@@ -56,9 +56,8 @@ PIECES: dict[str, list[str]] = {
 
 @functools.cache
 def git_commit() -> str:
-    """HEAD's short hash ("+dirty" when tracked files under src/ differ from it) of the code this
-    process runs: read once, on the first call, and kept. A long sweep calls it when it starts, so
-    it records the code it runs, not whatever HEAD has moved to by the time a run finishes."""
+    """HEAD's short hash ("+dirty" when tracked files under src/ differ from it), read on the first
+    call and kept: a sweep that calls it first records the code it runs, wherever HEAD moves."""
     root = Path(__file__).resolve().parents[3]  # the repository (src/rltok/analysis/compare.py)
     try:
         head = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
@@ -112,8 +111,7 @@ class PeakMemory:
     def __enter__(self):
         import torch
 
-        self._cuda = torch.cuda.is_available()
-        if self._cuda:
+        if torch.cuda.is_available():
             self.kind = "cuda_allocated"
             torch.cuda.reset_peak_memory_stats()
         elif os.path.exists("/proc/self/statm"):
@@ -126,7 +124,7 @@ class PeakMemory:
         return self
 
     def __exit__(self, *_):
-        if self._cuda:
+        if self.kind == "cuda_allocated":
             import torch
 
             self.peak_mb = torch.cuda.max_memory_allocated() / 2 ** 20
@@ -148,10 +146,8 @@ def vocab_cell(r: dict) -> str:
 
 
 def probe_rate(model, corpus, cfg: Config) -> float | None:
-    """The rate to plan the schedule with (warm-up, evaluation and checkpoint intervals; the run
-    itself stops on the FLOPs it spends): the target for rules that learn or track their rate,
-    the chunks per byte `model` draws on the start of the training split for rules fixed by the
-    data (BPE, whitespace) and for the BPE-token reference."""
+    """The rate to plan the schedule with: the target for rules that track it, else the chunks per
+    byte `model` draws on the start of the training split (BPE, whitespace, the BPE-token model)."""
     import torch
 
     from rltok.data.windows import eval_windows
@@ -224,8 +220,7 @@ class BudgetPlan:
 
 
 def plan_budget(cfg: Config, costed, corpus, budget_flops: float, warmup_at: float | None = None) -> BudgetPlan:
-    """Plan a run of `cfg` to `budget_flops` from `costed` (rltok.training.build.costed_model: its
-    model as training builds it, on which a data-fitted rule's rate is measured, and its cost) and
+    """Plan a run of `cfg` to `budget_flops` from `costed` (rltok.training.build.costed_model) and
     `corpus`. `warmup_at`: run_one's."""
     # distinct bytes: with group_size K, batch_size counts segmentations of batch_size / K sequences
     k = cfg.objective.group_size if FAMILIES.component(cfg.model.arch).hierarchical else 1
@@ -260,9 +255,8 @@ class _Trained:
 
 def _train_to_budget(cfg: Config, budget_flops: float, warmup_at: float | None = None,
                      branch: Path | None = None) -> _Trained:
-    """Train (or resume) one method until it has spent budget_flops; a stop request ends the sweep.
-    `warmup_at`, `branch`: run_one's `warmup_at` and its branch checkpoint. The model and its cost
-    are made first, the run planned from them, and the trainer built once around both."""
+    """Train (or resume) one method until it has spent budget_flops (`warmup_at`, `branch`: run_one's);
+    a stop request ends the sweep."""
     import torch
 
     from rltok.training import run_folder
@@ -305,9 +299,7 @@ def _train_to_budget(cfg: Config, budget_flops: float, warmup_at: float | None =
 def _run_record(method: str, seed: int, data: str, eval_split: str, budget_flops: float, t: _Trained,
                 max_eval_windows: int, context: int) -> dict:
     """The JSON record of one run: what was trained, at what cost, and how its final checkpoint
-    evaluates on the held-out split (each window's bytes before `context` are context, not scored:
-    the same for every family): with the rule it trained with (sampled where it samples), and
-    thresholded for stochastic rules."""
+    evaluates on the held-out split, with the rule it trained with and thresholded where it samples."""
     import torch
 
     from rltok.harness.run_eval import evaluate_run
@@ -457,10 +449,8 @@ def summarize(results: list[dict]) -> list[dict]:
 
 
 def markdown_table(rows: list[dict], split: str = "test") -> str:
-    """One row per method. `train FLOPs` is what the runs spent (counted step by step at the
-    chunks they drew); `spend/budget` its range over seeds, flagged (!) beyond the tolerance.
-    `depth`, `width`, `vocab`: the model's `shape_facts` and vocab_cell (– for runs recorded before them).
-    `state MB`: weights, gradients and AdamW moments; `peak mem MB`: see PeakMemory."""
+    """One row per method; `spend/budget` is the spent FLOPs' range over seeds, flagged (!) beyond
+    the tolerance."""
     lines = []
     for r in rows:
         if r["budget_ratio_min"] is None:

@@ -111,15 +111,11 @@ def paired_difference(a: Mapping | Sequence, b: Mapping | Sequence, level: float
     """Compare two methods' per-seed losses ({seed: loss}, only shared seeds count; or two
     sequences in the same seed order): mean difference A - B with a two-sided t interval."""
     seeds, diffs = _pairs(a, b)
-    n = len(diffs)
-    if n == 0:
+    if not diffs:
         raise ValueError("no seed is shared by both methods")
-    mean = sum(diffs) / n
-    if n == 1:
-        return PairedDifference(name_a, name_b, seeds, mean, None, -math.inf, math.inf, level, 0)
-    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
-    half = t_quantile(0.5 + level / 2.0, n - 1) * sd / math.sqrt(n)
-    lo, hi = mean - half, mean + half
+    mean, lo, hi = mean_interval(diffs, level)  # infinite with one seed, so no sign
+    n = len(diffs)
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1)) if n > 1 else None
     sign = -1 if hi < 0 else (1 if lo > 0 else 0)
     return PairedDifference(name_a, name_b, seeds, mean, sd, lo, hi, level, sign)
 

@@ -15,12 +15,6 @@ from rltok.analysis.table_cells import number, table
 from rltok.config import ConfigError, load_config
 from rltok.config.sections import MAX_FLOPS_BUDGET
 
-GRID_KEYS = {"corpora", "budgets", "families", "seeds", "split", "preset", "max_eval_windows", "overrides",
-             "n_boot", "size_rule", "extend", "lr_rule", "warmup_frac", "optimum_seeds", "holdout_budgets",
-             "holdout_seeds", "select_split", "groups", "crossovers", "eval_context", "interior_only", "lr_schedule",
-             "cooldown_frac", "verdict_seeds", "fit_from", "holdout_overrides", "committed_only"}
-FAMILY_KEYS = {"name", "method", "overrides", "n_min", "n_max", "points", "sizes", "size_coef", "lr_mult", "centres",
-               "aspect", "byte_ratio"}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]*(_[A-Za-z0-9.+-]+)*")  # a file-name part without "__"
 RESULTS_GLOB = "C*__*__N*__s*.json"  # the run records of a corpus folder (not fits.json)
 RECORD_LIMIT = 16 << 20  # a run record is kilobytes (its curve included)
@@ -28,25 +22,27 @@ RECORD_LIMIT = 16 << 20  # a run record is kilobytes (its curve included)
 
 @dataclasses.dataclass(frozen=True)
 class FamilySpec:
-    """One family of the grid: a compare method, its own base overrides and its target sizes."""
+    """One family of the grid (docs/SCALING.md, "The grid file")."""
     name: str
     method: str  # NAME or NAME+PIECE...: the shape keys are added per size as NAME@k=v,...
     overrides: tuple[str, ...]
     sizes: tuple[float, ...]  # empty: the grid's size_rule gives the sizes per budget
-    size_coef: float | None = None  # the size rule's coef for this family
-    lr_mult: float = 1.0  # times the grid's learning rate (rule or preset)
-    # (budget, N): the size window's centre at that budget instead of the rule's (a budget not yet
-    # run re-centred on the optimum the smaller budgets point to; the others keep their ladders)
-    centres: tuple[tuple[float, float], ...] = ()
-    aspect: float | None = None  # the shape rule's width / depth aim (rltok.model.sizing.ASPECT when None)
-    byte_ratio: float | None = None  # the hierarchy's byte width over its chunk width (half when None)
+    size_coef: float | None = None
+    lr_mult: float = 1.0
+    centres: tuple[tuple[float, float], ...] = ()  # (budget, N): the size window's centre there
+    aspect: float | None = None
+    byte_ratio: float | None = None
 
     def centre_at(self, budget: float) -> float | None:
         return dict(self.centres).get(float(budget))
 
 
+FAMILY_KEYS = {f.name for f in dataclasses.fields(FamilySpec)} | {"n_min", "n_max", "points"}
+
+
 @dataclasses.dataclass(frozen=True)
 class Grid:
+    """A grid file's keys, parsed (docs/SCALING.md, "The grid file")."""
     corpora: dict  # name -> data spec (a folder with train/val/test)
     budgets: tuple[float, ...]
     families: tuple[FamilySpec, ...]
@@ -56,38 +52,26 @@ class Grid:
     max_eval_windows: int = 0
     overrides: tuple[str, ...] = ()
     n_boot: int = 1000
-    size_rule: SizeRule | None = None  # sizes per budget for families without their own
-    extend: int = 0  # ladder extensions per family and budget until the optimum is interior
-    lr_rule: LRRule | None = None  # train.lr per size; None: the preset's
-    warmup_frac: float | None = None  # train.warmup_frac of every run
-    optimum_seeds: tuple[int, ...] = ()  # more seeds at each budget's best size
+    size_rule: SizeRule | None = None
+    extend: int = 0
+    lr_rule: LRRule | None = None  # None: the preset's rate
+    warmup_frac: float | None = None
+    optimum_seeds: tuple[int, ...] = ()
     holdout_budgets: tuple[float, ...] = ()  # never fitted nor run by a plain `rltok scaling`
     holdout_seeds: tuple[int, ...] = (0, 1, 2)
-    # train.* settings of the held-out runs only, after every other override: how they compute
-    # (e.g. the optimiser's kernel), never what model they train or how the fits read them
-    holdout_overrides: tuple[str, ...] = ()
-    # also scored on this split (`bpb_select`), which the study's choices read (extensions, the
-    # optimum's seeds), so that the scored split only reports; None: choices read `bpb`
-    select_split: str | None = None
-    # the bytes of each evaluation window before this one are context, scored for no family
-    # (`rltok.eval.evaluate`: every family is scored on the same bytes)
+    holdout_overrides: tuple[str, ...] = ()  # of the held-out runs only, after every other override
+    select_split: str | None = None  # None: the choices read `bpb`
     eval_context: int = 1
     groups: dict = dataclasses.field(default_factory=dict)  # name -> member family names
     crossovers: tuple[tuple[str, str], ...] = ()  # pairs of family or group names
-    # the envelopes (and so the predictions) fit only budgets whose optimum is interior; a budget
-    # whose optimum lies beyond its ladder's edge then bounds L* there and fits nothing
     interior_only: bool = False
-    fit_from: float | None = None  # the envelopes (and predictions) fit budgets from this one up
-    # more seeds at the best size of these families (at these budgets; none: every budget), so the
-    # verdicts paired by seed that the study is for get a tighter interval than 3 seeds give
+    fit_from: float | None = None
     verdict_seeds: tuple[int, ...] = ()
     verdict_families: tuple[str, ...] = ()
-    verdict_budgets: tuple[float, ...] = ()
-    # every point runs from committed code: a tree with changes under src/ is refused (or, allowed,
-    # its records are marked `excluded` and left out of every fit and table, and rerun once clean)
+    verdict_budgets: tuple[float, ...] = ()  # none: every budget
     committed_only: bool = False
-    lr_schedule: str | None = None  # train.lr_schedule of every run; None: the preset's
-    cooldown_frac: float | None = None  # train.cooldown_frac of every run ("wsd")
+    lr_schedule: str | None = None  # None: the preset's
+    cooldown_frac: float | None = None
 
     def verdict_seeds_at(self, family: str, budget: float) -> list[int]:
         """The verdict seeds a family runs at its best size at `budget` (none the grid's seeds or
@@ -98,9 +82,11 @@ class Grid:
 
     @property
     def branches(self) -> bool:
-        """Whether a run goes on from the same model's run at a smaller budget (the "wsd"
-        schedule: its state before the cool-down serves every longer budget)."""
+        """Whether a run goes on from the same model's run at a smaller budget ("wsd")."""
         return self.lr_schedule == "wsd"
+
+
+GRID_KEYS = {f.name for f in dataclasses.fields(Grid)} - {"verdict_families", "verdict_budgets"}  # in verdict_seeds
 
 
 def _family(d: dict, i: int, has_rule: bool) -> FamilySpec:
@@ -205,7 +191,7 @@ def parse_grid(d: dict) -> Grid:
     return Grid({_name(str(k), "corpora"): str(v) for k, v in corpora.items()}, budgets, families,
                 tuple(int(s) for s in d.get("seeds", (0,))), d.get("split", "test"), d.get("preset", "tiny"),
                 int(d.get("max_eval_windows", 0)), tuple(d.get("overrides", ())), int(d.get("n_boot", 1000)),
-                holdout_budgets=holdout, select_split=d.get("select_split"), eval_context=_eval_context(d),
+                holdout_budgets=holdout, select_split=d.get("select_split"),
                 groups=groups, holdout_overrides=_holdout_overrides(d.get("holdout_overrides", ())),
                 crossovers=_crossovers(d.get("crossovers", ()), [*names, *groups]),
                 **_verdict_seeds(d.get("verdict_seeds"), names, budgets), **extra)
@@ -325,10 +311,8 @@ def budget_tag(budget: float) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Point:
-    """One run of the grid; `kind` says why it runs: "ladder" (the family's sizes at the budget),
-    "extension" (a size beyond the ladder's edge), "optimum" (another seed at the best size),
-    "verdict" (more seeds at the best size, for the paired verdicts: `verdict_seeds`), "holdout"
-    (at a held-out budget, the size its prediction names)."""
+    """One run of the grid; `kind` says why it runs: "ladder", "extension", "optimum", "verdict"
+    (docs/SCALING.md) or "holdout" (at a held-out budget, the size its prediction names)."""
     corpus: str
     budget: float
     family: FamilySpec
@@ -342,8 +326,8 @@ class Point:
 
 
 def family_rungs(grid: Grid, fam: FamilySpec, targets) -> dict[int, object]:
-    """round(target) -> its rung (rltok.model.sizing.ladder, the architecture asked of the
-    family's config), for every target at once: the ladder's shape search runs once."""
+    """round(target) -> its rung (rltok.model.sizing.ladder), for every target at once: the shape
+    search runs once."""
     from rltok.analysis.compare import method_overrides
     from rltok.model.sizing import ladder
 
@@ -358,30 +342,24 @@ def family_rungs(grid: Grid, fam: FamilySpec, targets) -> dict[int, object]:
     return {round(r.target): r for r in rungs}
 
 
-def distinct_rungs(fam: FamilySpec, rungs, log=print, said: set | None = None) -> list:
-    """The rungs in order, less any whose shape repeats an earlier one's (two runs of one model
-    would be one point twice in the fit); each drop logged once per `said`."""
-    said = set() if said is None else said
-    out, seen = [], {}
-    for rung in rungs:
-        key = tuple(rung.overrides)
-        if key in seen:
-            if rung.target not in said:
+def budget_ladders(grid: Grid, fam: FamilySpec, budgets, log=print) -> dict[float, list]:
+    """Each budget's rungs of a family (its own ladder, or the size rule's window), less any whose
+    shape repeats an earlier one's there (one model twice would be one point twice in the fit)."""
+    targets = {b: family_sizes(grid, fam, b) for b in budgets}
+    by_target = family_rungs(grid, fam, [t for ts in targets.values() for t in ts])
+    said, out = set(), {}  # each dropped target logged once
+    for b, ts in targets.items():
+        out[b], seen = [], {}
+        for rung in (by_target[round(t)] for t in ts):
+            key = tuple(rung.overrides)
+            if key not in seen:
+                seen[key] = rung.target
+                out[b].append(rung)
+            elif rung.target not in said:
                 said.add(rung.target)
                 log(f"{fam.name}: target N {rung.target:g} builds the same model as {seen[key]:g} "
                     f"(N {rung.achieved:,}): skipped")
-            continue
-        seen[key] = rung.target
-        out.append(rung)
     return out
-
-
-def budget_ladders(grid: Grid, fam: FamilySpec, budgets, log=print) -> dict[float, list]:
-    """Each budget's rungs of a family: its own ladder at every budget, or the size rule's window."""
-    targets = {b: family_sizes(grid, fam, b) for b in budgets}
-    by_target = family_rungs(grid, fam, [t for ts in targets.values() for t in ts])
-    said: set = set()
-    return {b: distinct_rungs(fam, [by_target[round(t)] for t in ts], log, said) for b, ts in targets.items()}
 
 
 def grid_points(grid: Grid, log=print) -> list[Point]:
@@ -398,9 +376,8 @@ ATTEMPTS = "interrupted_s.json"  # in a point's run folder: the seconds its inte
 
 def run_point(grid: Grid, p: Point, folder: Path, split: str) -> dict:
     """Train and evaluate one point; its record with the study's fields added, among them
-    `point_wall_s`: the point's whole wall-clock time (building, training, every evaluation and
-    diagnostic, and the attempts an interrupt cut short), where `wall_s` is this attempt's
-    training only."""
+    `point_wall_s`: the point's whole wall-clock time, interrupted attempts included (`wall_s` is
+    this attempt's training only)."""
     run_root = folder / "runs" / p.stem
     t0 = time.time()
     try:
@@ -435,8 +412,7 @@ def _run_point(grid: Grid, p: Point, folder: Path, split: str, run_root: Path) -
     from rltok.training.loading import load_checkpoint
 
     method = method_spec(p.family.method, p.rung.overrides)
-    base = point_base(grid, p)
-    args = (method, p.seed, grid.corpora[p.corpus], run_root, p.budget, base, grid.preset, split,
+    args = (method, p.seed, grid.corpora[p.corpus], run_root, p.budget, point_base(grid, p), grid.preset, split,
             grid.max_eval_windows, grid.eval_context)
     rec = run_one(*args) if not grid.branches else _run_branched(grid, p, folder, method, args)
     model = load_checkpoint(run_root / f"{method_slug(method)}_s{p.seed}")[0]  # N asked of the trained model
@@ -451,9 +427,8 @@ def _run_point(grid: Grid, p: Point, folder: Path, split: str, run_root: Path) -
 
 
 def branch_source(folder: Path, p: Point, method: str) -> tuple[str, Path] | None:
-    """The run this point can go on from: of the records in `folder` of the same family, built
-    model (`method`, shape keys included) and seed at a smaller budget, the largest whose run kept
-    a branch checkpoint; (its stem, its run folder), or None."""
+    """(stem, run folder) of the run this point can go on from: the same family, `method` and seed
+    at the largest smaller budget whose run kept a branch checkpoint; or None."""
     from rltok.analysis.compare import method_slug
     from rltok.training.checkpoint import list_checkpoints
     from rltok.training.run_folder import branch_root
@@ -470,18 +445,16 @@ def branch_source(folder: Path, p: Point, method: str) -> tuple[str, Path] | Non
 
 
 def _run_branched(grid: Grid, p: Point, folder: Path, method: str, args: tuple) -> dict:
-    """run_one under "wsd": the warm-up is the one the grid's smallest budget plans for this model
-    (so every budget has it), and the run goes on from branch_source where there is one. Its
-    record adds `branched_from` (that point's stem, or None) and `own_flops` (the FLOPs the run
-    itself spent; `train_flops` stays its total); a branch the checks refuse runs from scratch
-    and says why (`branch_refused`)."""
+    """run_one under "wsd", with the smallest budget's warm-up (so every budget has it), going on
+    from branch_source where there is one; the record adds `branched_from`, `own_flops` (the FLOPs
+    this run spent) and, where the checks refused the branch and it ran from scratch, why."""
     from rltok.analysis.compare import run_one
 
     source, refused = branch_source(folder, p, method), None
     if source is not None:
         try:
             rec = run_one(*args, branch_from=source[1], warmup_at=min(grid.budgets))
-            return {**rec, "branched_from": source[0], "own_flops": rec["own_flops"]}
+            return {**rec, "branched_from": source[0]}  # run_one's record has its own_flops
         except ConfigError as e:
             refused = str(e)
     rec = run_one(*args, warmup_at=min(grid.budgets))
@@ -498,13 +471,6 @@ def _score(model, grid: Grid, corpus: str, split: str, seq_len: int) -> float:
     x, y = eval_windows(load_eval_bytes(grid.corpora[corpus], split), seq_len, grid.max_eval_windows,
                         context=grid.eval_context)
     return float(evaluate(model, x, y, batch_size=16, mode="sample", seed=0, context=grid.eval_context)["bpb"])
-
-
-def _eval_context(d: dict) -> int:
-    c = d.get("eval_context", 1)
-    if not isinstance(c, int) or c < 1:
-        raise ConfigError(f"grid: eval_context must be an integer >= 1 (bytes of context before the scored ones), got {c!r}")
-    return c
 
 
 def diverged_record(grid: Grid, p: Point, split: str, why: str, wall_s: float) -> dict:
@@ -547,8 +513,7 @@ def corpus_split(grid: Grid, corpus: str, log=print) -> str:
 
 
 def point_done(out: Path, p: Point) -> bool:
-    """Whether the point's record is there; one that does not parse counts as not done, so that
-    the next run of the study replaces it."""
+    """Whether the point's record is there (one that does not parse is replaced by the next run)."""
     path = out / p.corpus / f"{p.stem}.json"
     rec = read_record(path, warn=False) if path.exists() else None
     if rec is not None and rec.get("excluded") == UNCOMMITTED:  # rerun once the tree is committed
@@ -589,16 +554,14 @@ def run_points(grid: Grid, points: list[Point], out: Path, splits: dict, log=pri
 # ---------------------------------------------------------------- fitting
 
 def read_records(folder: Path, pattern: str = RESULTS_GLOB) -> list[dict]:
-    """The run records in a corpus folder (those whose file names match `pattern`), less those
-    marked `excluded` (run from uncommitted code under a grid that asks for committed code)."""
+    """The run records in a corpus folder whose file names match `pattern`, less those marked `excluded`."""
     records = (read_record(p) for p in sorted(Path(folder).glob(pattern)))
     return [r for r in records if r is not None and not r.get("excluded")]
 
 
 def merge_records(sources: list[Path], out: Path, log=print) -> int:
     """Copy the run records of other results folders (shards run elsewhere) into `out`; the number
-    copied. A record already there is kept when identical, and a different one is an error: two
-    runs of one point must not be silently chosen between."""
+    copied. A different record already there is an error: two runs of one point are never chosen between."""
     copied = 0
     for source in map(Path, sources):
         if not source.is_dir():
@@ -623,11 +586,8 @@ def merge_records(sources: list[Path], out: Path, log=print) -> int:
 def fit_corpus(folder: Path, n_boot: int = 1000, groups: dict | None = None, crossovers=(),
                command: str | None = None, budgets=None, interior_only: bool = False,
                fit_from: float | None = None) -> dict:
-    """Fit every record in a corpus folder (families and `groups`, the `crossovers` pairs); write
-    fits.json, the plots and report.md there (`scaling_report`); the study (family or group ->
-    FamilyFit). `budgets`: only these are fitted (the grid's, so held-out budgets stay out);
-    `interior_only`: the envelopes fit only budgets with an interior optimum; `fit_from`: only
-    budgets from it up."""
+    """Fit every record in a corpus folder at `budgets` (the grid's: held-out budgets stay out); write
+    fits.json, the plots and report.md there (`scaling_report`); the study (family or group -> FamilyFit)."""
     from rltok.analysis.compare import git_commit
     from rltok.analysis.scaling_plots import plot_inference, plot_study
     from rltok.analysis.scaling_report import build_report, report_markdown, report_plain
@@ -639,14 +599,14 @@ def fit_corpus(folder: Path, n_boot: int = 1000, groups: dict | None = None, cro
     crossings = [c for p in rep.crossovers if p.crossover for c in p.crossover.crossings]
     plots = plot_study(rep.study, folder, crossings=crossings)
     inference = plot_inference(list(rep.records), folder / f"inference_{folder.name}.png", folder.name)
-    md = report_markdown(rep, command, git_commit(), [p.name for p in plots], inference and inference.name)
-    (folder / "report.md").write_text(md)
+    (folder / "report.md").write_text(report_markdown(rep, command, git_commit(), [p.name for p in plots],
+                                                      inference and inference.name))
     return rep.study
 
 
 def study_table(study: dict) -> str:
     """Per family and budget: the best measured size and its loss, the fitted N*, and whether the
-    optimum is interior or which side of the ladder to extend."""
+    optimum is interior."""
     rows = []
     for family, fit in study.items():
         rows += [f"| {family} | {budget:.3g} | {iso.best_size:,.0f} | {iso.best_loss:.4f} | {number(iso.n_star)} "

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 import numpy as np
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,9 +34,7 @@ def record_family(r: dict) -> str:
 
 
 def record_shape(r: dict) -> str | None:
-    """A run's shape as its record states it: "32/48 × 1+1+1" (a hierarchy's byte/chunk width,
-    encoder+main+decoder layers), "32 × 2" (a flat or BPE-token model's width and layers); None
-    where the record does not say (a diverged run's)."""
+    """A run's shape as its record states it ("32/48 × 1+1+1", "32 × 2"); None for a diverged run's."""
     if r.get("width") is None:
         return None
     return f"{r['width']} × {r.get('depth')}"
@@ -61,26 +59,18 @@ def shared_seed_means(cells: list[dict]) -> list[float]:
 
 
 def best_by_choice(records: Iterable[dict], key=record_size) -> dict:
-    """{family: the `key` (a run's size by default) whose runs have the lowest mean choice loss},
-    ties to the smaller key: the study's one rule for "the best size", over the records given
-    (pass one budget's). The means are over the seeds every size ran, so a size with more seeds
-    (the optimum's, the verdicts') is compared with its neighbours on the same seeds and its extra
-    seeds never move the choice. Runs without a bpb (diverged) are left out."""
+    """{family: the `key` (a run's size by default) with the lowest mean choice loss}, ties to the
+    smaller key: the study's one rule for "the best size" (pass one budget's records). The means
+    are over the seeds every size ran, so extra seeds at one size never move the choice."""
     cells: dict = {}
     for r in records:
         if r.get("bpb") is not None:
             cells.setdefault(record_family(r), {}).setdefault(key(r), {})[r["seed"]] = choice_loss(r)
-    out = {}
-    for fam, by_key in cells.items():
-        keys = list(by_key)
-        means = shared_seed_means([by_key[k] for k in keys])
-        out[fam] = min(zip(means, keys))[1]
-    return out
+    return {fam: min(zip(shared_seed_means(list(by_key.values())), by_key))[1] for fam, by_key in cells.items()}
 
 
 def best_size_index(profile: IsoProfile) -> int:
-    """The index of a profile's best size by `best_by_choice`'s rule (the mean over the seeds
-    every size ran; ties to the smaller size)."""
+    """The index of a profile's best size by `best_by_choice`'s rule."""
     means = shared_seed_means([dict(zip(seeds, map(float, losses))) for seeds, losses in zip(profile.seeds, profile.losses)])
     return int(np.argmin(means))
 
@@ -91,8 +81,7 @@ def choice_records(records: Iterable[dict]) -> list[dict]:
 
 
 def profiles_from_records(records: Iterable[dict], split: str | None = None) -> dict[str, dict[float, IsoProfile]]:
-    """{family: {budget: IsoProfile}} of the records (of `split` only when given; a diverged run,
-    which has no bpb, is left out)."""
+    """{family: {budget: IsoProfile}} of the records (of `split` only when given; diverged runs left out)."""
     records = [r for r in records if r.get("bpb") is not None and (split is None or r.get("split") == split)]
     splits = {r.get("split") for r in records}
     if len(splits) > 1:
@@ -145,8 +134,7 @@ class Parabola:
 def parabola_optima(sizes: np.ndarray, means: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
     """(N*, L*) of the parabolas fitted to every row of `means` (replicates x sizes) at once; NaN
     where a row's parabola has no minimum."""
-    q = _fit_rows(sizes, np.atleast_2d(means), weights)
-    c0, c1, c2, x0 = q
+    c0, c1, c2, x0 = _fit_rows(sizes, np.atleast_2d(means), weights)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # a near-flat replicate: N* = inf
         dx = -c1 / (2 * c2)
         out = np.stack([np.exp(x0 + dx), c0 - c1 * c1 / (4 * c2)], axis=1)
@@ -175,16 +163,11 @@ def fit_parabola(sizes: np.ndarray, means: np.ndarray, weights: np.ndarray | Non
 
 
 def extend_side(profile: IsoProfile, parabola: Parabola) -> str | None:
-    """None when the optimum is interior, else "smaller" or "larger": where the ladder must grow.
-    Interior: the best size (`best_size_index`, so extra seeds at one size never move it) is
-    neither end of the ladder, and the parabola's minimum lies within it. Pass the choice split's
-    profile and parabola: this is a choice."""
-    sizes = profile.sizes
-    best = best_size_index(profile)
+    """None when the optimum is interior (the best size is neither end of the ladder and the
+    parabola's minimum lies within it), else "smaller" or "larger": where the ladder must grow."""
     if not parabola.convex:  # no minimum: the curve falls towards its lower end
-        means = profile.means
-        return "smaller" if means[0] <= means[-1] else "larger"
-    n_star, _ = parabola.optimum
+        return "smaller" if profile.means[0] <= profile.means[-1] else "larger"
+    best, n_star, sizes = best_size_index(profile), parabola.optimum[0], profile.sizes
     if best == 0 or n_star < sizes[0]:
         return "smaller"
     if best == len(sizes) - 1 or n_star > sizes[-1]:
@@ -201,37 +184,25 @@ def _percentile_interval(samples: np.ndarray, level: float) -> tuple[float, floa
     return float(lo), float(hi)
 
 
-class _Resampler:
-    """Draws bootstrap seed means for one profile, by its `resample_mode`: "seeds", each size's
-    seeds with replacement; "residuals", the fit plus resampled, rescaled residuals; "pooled", the
-    seeds where a size has two or more and, at a size with one, a normal draw with the profile's
-    pooled seed sd; "unavailable", NaN (no interval can be drawn)."""
-
-    def __init__(self, profile: IsoProfile, parabola: Parabola, mode: str):
-        self.profile, self.mode = profile, mode
-        self.fitted = parabola(profile.sizes)
-        m = len(profile.sizes)
-        if mode == "residuals" and m <= 3:
-            raise ValueError("residuals need 4 or more sizes: a parabola through 3 has none")
-        self.residuals = (profile.means - self.fitted) * math.sqrt(m / (m - 3)) if m > 3 else None
-        self.seed_sd = pooled_within_sd(profile.losses)
-
-    def draw(self, rng: np.random.Generator, n_boot: int) -> np.ndarray:
-        """n_boot replicates of the seed means (n_boot x sizes)."""
-        if self.mode == "unavailable":
-            return np.full((n_boot, len(self.profile.sizes)), np.nan)
-        if self.mode == "residuals":
-            return self.fitted + rng.choice(self.residuals, (n_boot, len(self.residuals)))
-        cols = []
-        for v in self.profile.losses:
-            n, m = len(v), v.mean()
-            if n == 1:
-                cols.append(m + rng.normal(0.0, self.seed_sd, n_boot))
-                continue
-            # the drawn seeds' spread about the mean widened by sqrt(n / (n - 1)): a plain
-            # resample of n seeds understates the mean's variance by (n - 1) / n, a half with two
-            cols.append(m + (v[rng.integers(0, n, (n_boot, n))] - m).mean(axis=1) * math.sqrt(n / (n - 1)))
-        return np.stack(cols, axis=1)
+def _draw_means(profile: IsoProfile, parabola: Parabola, rng: np.random.Generator, n_boot: int) -> np.ndarray:
+    """n_boot bootstrap replicates of a profile's seed means (n_boot x sizes), drawn as its
+    `resample_mode` says."""
+    mode = resample_mode(profile)
+    if mode == "unavailable":
+        return np.full((n_boot, len(profile.sizes)), np.nan)
+    if mode == "residuals":
+        m, fitted = len(profile.sizes), parabola(profile.sizes)
+        return fitted + rng.choice((profile.means - fitted) * math.sqrt(m / (m - 3)), (n_boot, m))
+    cols = []
+    for v in profile.losses:
+        n, m = len(v), v.mean()
+        if n == 1:  # "pooled": a normal draw with the profile's pooled seed sd
+            cols.append(m + rng.normal(0.0, pooled_within_sd(profile.losses), n_boot))
+            continue
+        # the drawn seeds' spread about the mean widened by sqrt(n / (n - 1)): a plain
+        # resample of n seeds understates the mean's variance by (n - 1) / n, a half with two
+        cols.append(m + (v[rng.integers(0, n, (n_boot, n))] - m).mean(axis=1) * math.sqrt(n / (n - 1)))
+    return np.stack(cols, axis=1)
 
 
 def resample_mode(profile: IsoProfile) -> str:
@@ -244,11 +215,6 @@ def resample_mode(profile: IsoProfile) -> str:
     if len(profile.sizes) > 3:
         return "residuals"
     return "pooled" if pooled_within_sd(profile.losses) else "unavailable"
-
-
-def _modes_label(profiles: Iterable[IsoProfile]) -> str:
-    """The resample modes of several profiles, e.g. "seeds" or "residuals, seeds"."""
-    return ", ".join(sorted({resample_mode(p) for p in profiles}))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,9 +241,8 @@ class IsoFit:
 
 
 def pooled_within_sd(groups: Iterable[Sequence[float]]) -> float | None:
-    """The standard deviation of one value about its group's mean, pooled over groups (each group
-    one size's losses over seeds): sqrt(sum of squared deviations / sum of (n - 1)); None where no
-    group has two values."""
+    """The sd of one value about its group's mean (a group: one size's seed losses), pooled over
+    groups; None where no group has two values."""
     arrays = [np.asarray(g, dtype=float) for g in groups]
     dof = sum(len(v) - 1 for v in arrays if len(v))
     ss = sum(float(np.sum((v - v.mean()) ** 2)) for v in arrays if len(v))
@@ -295,16 +260,14 @@ def _choice(profile: IsoProfile, parabola: Parabola, chosen: IsoProfile | None) 
 
 
 def fit_isoflop(profile: IsoProfile, n_boot: int = 1000, seed: int = 0, level: float = 0.95,
-                mode: str | None = None, chosen: IsoProfile | None = None) -> IsoFit:
+                chosen: IsoProfile | None = None) -> IsoFit:
     """The parabola of one profile, its optimum, whether it is interior, and bootstrap intervals
-    of N* and L* (`mode`: see `resample_mode`, the default). `chosen`: the same runs' profile on
-    the choice split, which then decides the best size and whether the optimum is interior (the
-    reported split only reports)."""
+    of N* and L*. `chosen`: the same runs' profile on the choice split, which then decides the
+    best size and whether the optimum is interior (the reported split only reports)."""
     parabola = fit_parabola(profile.sizes, profile.means, profile.counts)
     n_star, l_star = parabola.optimum
     chooser, side = _choice(profile, parabola, chosen)
-    mode = mode or resample_mode(profile)
-    draws = _Resampler(profile, parabola, mode).draw(np.random.default_rng(seed), n_boot)
+    draws = _draw_means(profile, parabola, np.random.default_rng(seed), n_boot)
     optima = parabola_optima(profile.sizes, draws, profile.counts) if n_boot else np.zeros((0, 2))
     valid = np.isfinite(optima[:, 0])
     m = len(profile.sizes)
@@ -314,7 +277,7 @@ def fit_isoflop(profile: IsoProfile, n_boot: int = 1000, seed: int = 0, level: f
                   residual_sd, pooled_within_sd(profile.losses), float(profile.sizes[best]), float(profile.means[best]),
                   side is None, side,
                   _percentile_interval(optima[valid, 0], level), _percentile_interval(optima[valid, 1], level),
-                  level, mode, float(valid.mean()) if n_boot else math.nan)
+                  level, resample_mode(profile), float(valid.mean()) if n_boot else math.nan)
 
 
 # ---------------------------------------------------------------- the envelope L*(C), N*(C)
@@ -449,12 +412,6 @@ class Envelope:
             notes.append("left out: " + ", ".join(f"{b:.3g}" for b in self.excluded))
         return "; ".join(notes)
 
-    def loss(self, c) -> np.ndarray:
-        return self.params.loss(c)
-
-    def size(self, c) -> np.ndarray:
-        return self.params.size(c)
-
     def band(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Pointwise percentile band of the replicates' values (`self.boot.loss(c)`, `.size(c)`)."""
         return tuple(np.percentile(values, [50 * (1 - self.level), 50 * (1 + self.level)], axis=0))
@@ -464,27 +421,22 @@ def _replicates(profiles: list[IsoProfile], parabolas: list[Parabola], n_boot: i
                 fix_e: float | None) -> tuple[list[tuple], int]:
     """Refit everything on n_boot resampled data sets: (E, log A, alpha, log k, a) per success."""
     budgets = np.array([p.budget for p in profiles])
-    optima_by_budget = [parabola_optima(p.sizes, _Resampler(p, q, resample_mode(p)).draw(rng, n_boot), p.counts)
+    optima_by_budget = [parabola_optima(p.sizes, _draw_means(p, q, rng, n_boot), p.counts)
                         for p, q in zip(profiles, parabolas)]  # each n_boot x (N*, L*)
-    out, failed = [], 0
-    for i in range(n_boot):
+    out = []
+    for i in range(n_boot):  # a replicate fails without a minimum at every budget or a falling envelope
         optima = np.array([o[i] for o in optima_by_budget])
-        if not np.all(np.isfinite(optima)):
-            failed += 1
-            continue
-        try:
-            params, _ = fit_power_params(budgets, optima[:, 1], optima[:, 0], fix_e)
-        except ValueError:
-            failed += 1
-            continue
-        out.append((params.e, params.log_a, params.alpha, params.log_k, params.a))
-    return out, failed
+        if np.all(np.isfinite(optima)):
+            try:
+                params, _ = fit_power_params(budgets, optima[:, 1], optima[:, 0], fix_e)
+                out.append((params.e, params.log_a, params.alpha, params.log_k, params.a))
+            except ValueError:
+                pass
+    return out, n_boot - len(out)
 
 
 def _family_rng(seed: int, family: str) -> np.random.Generator:
     """Each family its own stream, fixed by (seed, family name): replicates of two families are independent."""
-    import zlib
-
     return np.random.default_rng([seed, zlib.crc32(family.encode())])
 
 
@@ -495,8 +447,7 @@ def fit_envelope(family: str, profiles: dict[float, IsoProfile], n_boot: int = 1
     (`interior_only`: only budgets whose optimum is interior; `fit_from`: only budgets from it up;
     `chosen`: the same runs' profiles on the choice split, which decide what is interior)."""
     used, parabolas, excluded, non_interior = [], [], [], []
-    for budget in sorted(profiles):
-        p = profiles[budget]
+    for budget, p in sorted(profiles.items()):
         if len(p.sizes) < 3 or (fit_from is not None and budget < fit_from):
             excluded.append(budget)
             continue
@@ -520,7 +471,8 @@ def fit_envelope(family: str, profiles: dict[float, IsoProfile], n_boot: int = 1
                  "A": tuple(math.exp(v) for v in _percentile_interval(cols[:, 1], level)),
                  "k": tuple(math.exp(v) for v in _percentile_interval(cols[:, 3], level))}
     return Envelope(family, budgets, optima[:, 1], optima[:, 0], params, boot, intervals, fix_e, at_bound,
-                    tuple(excluded), tuple(non_interior), level, n_boot, failed, _modes_label(used))
+                    tuple(excluded), tuple(non_interior), level, n_boot, failed,
+                    ", ".join(sorted({resample_mode(p) for p in used})))
 
 
 # ---------------------------------------------------------------- crossovers
@@ -634,7 +586,7 @@ def crossover(a: Envelope, b: Envelope, below: float | None = None, level: float
 
     crossings, interval, fraction = search(lo, hi)
     below_result = search(hi, below) if below is not None and below > hi else ((), (math.nan, math.nan), math.nan)
-    lower = a.family if float(a.loss(lo)) < float(b.loss(lo)) else b.family
+    lower = a.family if float(a.params.loss(lo)) < float(b.params.loss(lo)) else b.family
     return Crossover(a.family, b.family, (lo, hi), crossings, interval, fraction, lower, below, *below_result, level)
 
 
@@ -658,7 +610,7 @@ def predict(env: Envelope, budget: float) -> Prediction:
     """Optimal size and loss at `budget`, with percentile intervals over the envelope's replicates."""
     n_band = _percentile_interval(env.boot.size(budget), env.level)
     l_band = _percentile_interval(env.boot.loss(budget), env.level)
-    return Prediction(env.family, float(budget), float(env.size(budget)), n_band, float(env.loss(budget)), l_band,
+    return Prediction(env.family, float(budget), float(env.params.size(budget)), n_band, float(env.params.loss(budget)), l_band,
                       env.level, float(budget) / env.fitted_range[1], env.e_fixed)
 
 

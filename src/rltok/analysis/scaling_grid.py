@@ -8,9 +8,7 @@ import dataclasses
 import math
 
 from rltok.config import ConfigError
-
-SIZE_RULE_KEYS = {"coef", "exponent", "span", "points"}
-LR_RULE_KEYS = {"lr_ref", "n_ref", "exponent"}
+from rltok.config.sections import LR_SCHEDULES
 
 
 def unknown_keys(keys, allowed: set, where: str) -> None:
@@ -19,8 +17,9 @@ def unknown_keys(keys, allowed: set, where: str) -> None:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(extra)}; allowed: {', '.join(sorted(allowed))}")
 
 
-def _numbers(d: dict, keys: set, where: str) -> dict:
-    """The table's values as floats; every key required and finite."""
+def _numbers(d: dict, rule: type, where: str) -> dict:
+    """The table's values as floats; every field of `rule` required and finite."""
+    keys = {f.name for f in dataclasses.fields(rule)}
     if not isinstance(d, dict):
         raise ConfigError(f"{where}: a table with {', '.join(sorted(keys))}")
     unknown_keys(d, keys, where)
@@ -43,7 +42,7 @@ class SizeRule:
 
     @classmethod
     def parse(cls, d: dict) -> SizeRule:
-        v = _numbers(d, SIZE_RULE_KEYS, "size_rule")
+        v = _numbers(d, cls, "size_rule")
         if v["coef"] <= 0 or v["span"] < 1 or v["points"] < 1 or not v["points"].is_integer():
             raise ConfigError("size_rule: coef > 0, span >= 1 and points a whole number >= 1")
         if v["points"] > 1 and v["span"] == 1:
@@ -74,7 +73,7 @@ class LRRule:
 
     @classmethod
     def parse(cls, d: dict) -> LRRule:
-        v = _numbers(d, LR_RULE_KEYS, "lr_rule")
+        v = _numbers(d, cls, "lr_rule")
         if v["lr_ref"] <= 0 or v["n_ref"] <= 0:
             raise ConfigError("lr_rule: lr_ref and n_ref must be > 0")
         return cls(v["lr_ref"], v["n_ref"], v["exponent"])
@@ -84,7 +83,7 @@ class LRRule:
 
 
 def rules(d: dict) -> dict:
-    """The Grid fields of the rule keys of a grid table (those present)."""
+    """The Grid fields of a grid table's rules and optional settings (those present)."""
     out = {}
     if "size_rule" in d:
         out["size_rule"] = SizeRule.parse(d["size_rule"])
@@ -95,7 +94,15 @@ def rules(d: dict) -> dict:
         if not 0 <= frac < 1:
             raise ConfigError(f"grid: warmup_frac must be in [0, 1), got {frac}")
         out["warmup_frac"] = frac
-    out.update(_schedule(d))
+    if "lr_schedule" in d:
+        if d["lr_schedule"] not in LR_SCHEDULES:
+            raise ConfigError(f"grid: lr_schedule must be {' or '.join(LR_SCHEDULES)}, got {d['lr_schedule']!r}")
+        out["lr_schedule"] = d["lr_schedule"]
+    if "cooldown_frac" in d:
+        frac = float(d["cooldown_frac"])
+        if out.get("lr_schedule") != "wsd" or not 0 < frac <= 1:
+            raise ConfigError(f"grid: cooldown_frac (in (0, 1]) is the cool-down of lr_schedule = \"wsd\", got {frac}")
+        out["cooldown_frac"] = frac
     if "extend" in d:
         out["extend"] = int(d["extend"])
         if out["extend"] < 0:
@@ -109,26 +116,14 @@ def rules(d: dict) -> dict:
         out["fit_from"] = float(d["fit_from"])
         if not out["fit_from"] > 0:
             raise ConfigError(f"grid: fit_from is a budget in FLOPs (> 0), got {d['fit_from']!r}")
+    if "eval_context" in d:
+        if not isinstance(d["eval_context"], int) or d["eval_context"] < 1:
+            raise ConfigError("grid: eval_context must be an integer >= 1 (bytes of context before the scored ones), "
+                              f"got {d['eval_context']!r}")
+        out["eval_context"] = d["eval_context"]
     for key in ("optimum_seeds", "holdout_seeds"):
         if key in d:
             out[key] = tuple(int(s) for s in d[key])
-    return out
-
-
-def _schedule(d: dict) -> dict:
-    """The learning-rate schedule keys of a grid table: lr_schedule, and cooldown_frac with "wsd"."""
-    from rltok.config.sections import LR_SCHEDULES
-
-    out = {}
-    if "lr_schedule" in d:
-        if d["lr_schedule"] not in LR_SCHEDULES:
-            raise ConfigError(f"grid: lr_schedule must be {' or '.join(LR_SCHEDULES)}, got {d['lr_schedule']!r}")
-        out["lr_schedule"] = d["lr_schedule"]
-    if "cooldown_frac" in d:
-        frac = float(d["cooldown_frac"])
-        if out.get("lr_schedule") != "wsd" or not 0 < frac <= 1:
-            raise ConfigError(f"grid: cooldown_frac (in (0, 1]) is the cool-down of lr_schedule = \"wsd\", got {frac}")
-        out["cooldown_frac"] = frac
     return out
 
 

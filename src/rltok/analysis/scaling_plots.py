@@ -23,10 +23,6 @@ def _pyplot():
     return plt
 
 
-def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
-
-
 def _save(fig, ax, path: Path) -> Path:
     """The legend, then the figure written to `path` and closed."""
     ax.legend(fontsize=7)
@@ -51,7 +47,7 @@ def plot_isoflops(fit: FamilyFit, folder: Path) -> Path:
                        edgecolors=colour)
     ax.set_xscale("log")
     ax.set(xlabel="non-embedding parameters N", ylabel="bpb", title=f"isoFLOP profiles: {fit.family}")
-    return _save(fig, ax, Path(folder) / f"isoflop_{_slug(fit.family)}.png")
+    return _save(fig, ax, Path(folder) / f"isoflop_{re.sub(r'[^A-Za-z0-9._-]+', '_', fit.family)}.png")
 
 
 def plot_envelopes(envelopes: list[Envelope], folder: Path, extend_to: float | None = None,
@@ -64,7 +60,8 @@ def plot_envelopes(envelopes: list[Envelope], folder: Path, extend_to: float | N
     top = max([e.fitted_range[1] for e in envelopes] + ([extend_to] if extend_to else []))
     c = np.geomspace(min(e.fitted_range[0] for e in envelopes), top, 200)
     for env in envelopes:
-        law, boot, optima = (env.size, env.boot.size, env.n_star) if size else (env.loss, env.boot.loss, env.l_star)
+        law, boot, optima = ((env.params.size, env.boot.size, env.n_star) if size
+                             else (env.params.loss, env.boot.loss, env.l_star))
         inside = np.full(c.shape, True) if size else (c >= env.fitted_range[0]) & (c <= env.fitted_range[1])
         line, = ax.plot(c[inside], law(c[inside]), label=env.family)
         if not size:

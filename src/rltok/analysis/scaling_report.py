@@ -42,13 +42,10 @@ class GroupChoice:
 
 def choose_members(profiles: Mapping[str, Mapping[float, IsoProfile]],
                    groups: Mapping[str, Sequence[str]]) -> list[GroupChoice]:
-    """Per group and budget (any budget where a member has runs), the member that stands for it:
-    the one whose best measured size has the lowest mean loss over the seeds the members' best
-    sizes all ran (ties to the alphabetically first), on `profiles`, the choice losses' (the
-    selection split's where the records have one). Not the parabolas' fitted L*: a profile its
-    parabola fits badly gets an optimum far below every run it has (at 3e11 on docs-en the
-    learned-cut model's fitted L* was the lowest of five hierarchies while each of its sizes
-    measured the highest)."""
+    """Per group and budget (any budget where a member has runs), the member whose best measured
+    size has the lowest mean loss over the seeds the members' best sizes all ran (ties to the
+    alphabetically first), on the choice losses' `profiles`. Not the fitted L*: a parabola that fits
+    badly puts its optimum far below every run it has."""
     out = []
     for group, members in groups.items():
         for budget in sorted({b for m in members for b in profiles.get(m, {})}):
@@ -60,8 +57,7 @@ def choose_members(profiles: Mapping[str, Mapping[float, IsoProfile]],
 
 
 def group_records(records: Iterable[dict], choices: Iterable[GroupChoice]) -> list[dict]:
-    """Copies of each chosen member's runs at its budget, labelled with the group's name (and
-    `group_member`, the member they came from)."""
+    """Copies of each chosen member's runs at its budget, labelled with the group's name (and `group_member`)."""
     records = list(records)
     out = []
     for c in choices:
@@ -113,17 +109,15 @@ def _at_size(profile: IsoProfile, size: float) -> dict:
 
 
 def _best_size(profile: IsoProfile) -> tuple[float, dict]:
-    """The best size (`best_size_index`: the lowest mean over the seeds every size ran), and its
-    {seed: loss} over all its seeds."""
+    """The best size (`best_size_index`) and its {seed: loss} over all its seeds."""
     size = float(profile.sizes[best_size_index(profile)])
     return size, _at_size(profile, size)
 
 
 def paired_verdicts(profiles: Mapping[str, Mapping[float, IsoProfile]], a: str, b: str,
                     chosen: Mapping[str, Mapping[float, IsoProfile]] | None = None) -> list[PairedBudget]:
-    """Per budget both have runs at: a's best size against b's, paired by seed (t interval). The
-    best sizes are chosen on `chosen` (the choice losses' profiles; default `profiles`) and
-    compared on `profiles`, so a verdict on the reported split is not chosen on it."""
+    """Per budget both have runs at: a's best size against b's, paired by seed (t interval), the
+    sizes chosen on `chosen` (the choice losses' profiles; default `profiles`)."""
     chosen = profiles if chosen is None else chosen
     out = []
     for budget in sorted(set(profiles.get(a, {})) & set(profiles.get(b, {}))):
@@ -141,8 +135,7 @@ def paired_verdicts(profiles: Mapping[str, Mapping[float, IsoProfile]], a: str, 
 
 @dataclasses.dataclass(frozen=True)
 class MachineTime:
-    """The runs' wall-clock time, summed (a record without a time is counted apart, and one
-    timed by its training alone, written before `point_wall_s` existed, is counted)."""
+    """The runs' wall-clock time, summed; the runs without a time, and those timed by training alone."""
     runs: int
     hours: float
     without_time: int
@@ -150,8 +143,7 @@ class MachineTime:
 
 
 def record_seconds(r: dict) -> tuple[float | None, bool]:
-    """(a run's wall-clock seconds, whether that is its training alone): `point_wall_s` (the
-    whole point, interrupted attempts included) where the record has it, else `wall_s`."""
+    """(a run's wall-clock seconds, whether that is its training alone): `point_wall_s`, else `wall_s`."""
     if r.get("point_wall_s") is not None:
         return float(r["point_wall_s"]), False
     return (None, False) if r.get("wall_s") is None else (float(r["wall_s"]), "diverged" not in r)
@@ -184,10 +176,8 @@ def build_report(records: Iterable[dict], groups: Mapping[str, Sequence[str]] | 
                  pairs: Iterable[Sequence[str]] = (), corpus: str = "", n_boot: int = 1000, seed: int = 0,
                  budgets: Iterable[float] | None = None, reference: ReferenceScale = REFERENCE,
                  interior_only: bool = False, fit_from: float | None = None) -> StudyReport:
-    """Fit the records' families and the groups, and compute every part of the report (only the
-    records at `budgets` when given, and never a diverged run's, which has no bpb; the machine
-    time counts every record). `interior_only`, `fit_from`: which budgets the envelopes fit
-    (`scaling_fit.fit_envelope`)."""
+    """Fit the records' families and the groups, and compute every part of the report (from the
+    scored records at `budgets` when given; the machine time counts every record)."""
     every = list(records)
     keep = None if budgets is None else {float(b) for b in budgets}
     records = [r for r in every if r.get("bpb") is not None and (keep is None or float(r["budget_flops"]) in keep)]
@@ -212,12 +202,9 @@ def build_report(records: Iterable[dict], groups: Mapping[str, Sequence[str]] | 
 
 def report_plain(rep: StudyReport, command: str | None = None, commit: str | None = None) -> dict:
     """fits.json: the fits of every family and group, and every other part of the report."""
-    crossovers = []
-    for p in rep.crossovers:
-        plain = to_plain(p)
-        if p.crossover is not None:
-            plain["crossover"].update(verdict=p.crossover.verdict, verdict_below=p.crossover.verdict_below)
-        crossovers.append(plain)
+    crossovers = [to_plain(p) if p.crossover is None else
+                  {**to_plain(p), "crossover": {**to_plain(p.crossover), "verdict": p.crossover.verdict,
+                                                "verdict_below": p.crossover.verdict_below}} for p in rep.crossovers]
     paired = [{**to_plain(v), "verdict": v.difference.verdict if v.difference else None} for v in rep.paired]
     return {"corpus": rep.corpus, "command": command, "commit": commit, "families": to_plain(rep.study),
             "groups": {g: {"members": list(m), "choices": [to_plain(c) for c in rep.choices if c.group == g]}
@@ -230,9 +217,7 @@ def report_plain(rep: StudyReport, command: str | None = None, commit: str | Non
 # ---------------------------------------------------------------- report.md
 
 def best_index(rep: StudyReport, family: str, budget: float) -> int:
-    """The index in the reported profile of the size with the lowest mean choice loss (the
-    selection split where the records have one), so the reported loss there is not a minimum
-    taken over the reported split."""
+    """The index in the reported profile of the size with the lowest mean choice loss."""
     profile = rep.profiles[family][budget]
     chosen = rep.chosen.get(family, {}).get(budget)
     if chosen is None:
@@ -242,9 +227,7 @@ def best_index(rep: StudyReport, family: str, budget: float) -> int:
 
 
 def best_shape(rep: StudyReport, family: str, budget: float, size: float) -> str:
-    """The width and depth of a family's (or a group's member's) runs of `size` at `budget`, as
-    their records state them: "32/48 × 1+1+1" (byte/chunk width, encoder+main+decoder layers),
-    "32 × 2" (a flat model's width and layers); "–" where the records do not say."""
+    """`record_shape` of a family's (or a group's member's) runs of `size` at `budget`; "–" where none says."""
     member = next((c.member for c in rep.choices if c.group == family and c.budget == budget), family)
     shapes = (record_shape(r) for r in rep.records
               if record_family(r) == member and r.get("budget_flops") == budget and record_size(r) == size)
@@ -252,11 +235,9 @@ def best_shape(rep: StudyReport, family: str, budget: float, size: float) -> str
 
 
 def best_table(rep: StudyReport) -> str:
-    """(a) Per family and budget: the loss at the best size (chosen on the selection split), that
-    size, its shape and its seeds, the fitted N* and whether the optimum is interior, and how well
-    the parabola fits: the sd of the size means about it beside the sd a size mean has from seed
-    noise alone (the seeds' sd over the root of the mean seeds per size). A residual well above
-    that noise: the profile is not a parabola, and its N* is read with that."""
+    """(a) Per family and budget: the loss at the best size, that size, its shape and seeds, the
+    fitted N*, whether the optimum is interior, and the parabola's residual sd beside the sd a size
+    mean has from seed noise alone (well above it: the profile is not a parabola)."""
     rows = []
     for family in sorted(rep.profiles):
         for budget, profile in sorted(rep.profiles[family].items()):

@@ -18,12 +18,6 @@ def interval(lo_hi: Sequence[float | None], fmt: str = ".3g") -> str:
     return f"[{number(lo, fmt)}, {number(hi, fmt)}]"
 
 
-def estimate(x: float | None, lo_hi: Sequence[float | None], fmt: str = ".3g") -> str:
-    """`x (lo–hi)`: a number with its interval, each formatted as `number` does."""
-    lo, hi = lo_hi
-    return f"{number(x, fmt)} ({number(lo, fmt)}–{number(hi, fmt)})"
-
-
 def table(header: Sequence[str], rows: Iterable[str]) -> str:
     """A markdown table: the header's cells, its rule, then the rows (each a whole `| ... |` line)."""
     return "\n".join([f"| {' | '.join(header)} |", "|---" * len(header) + "|", *rows])

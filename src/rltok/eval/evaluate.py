@@ -68,6 +68,10 @@ def _check_context(context: int | None, length: int) -> None:
         raise ValueError(f"context must be 1..{length} for windows of {length + 1} bytes, got {context}")
 
 
+_SCALARS = ("nats", "bytes", "boundaries", "positions", "space_end", "space_start", "space_align", "ws",
+            "free_boundaries", "free")
+
+
 @torch.no_grad()
 def batch_sums(model, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], mode: str = "sample",
                seed: int = 1234, device: str | torch.device = "cpu", autocast_dtype=None,
@@ -80,14 +84,7 @@ def batch_sums(model, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], mode
     model.eval()
     device = torch.device(device)
     gen = torch.Generator(device=device).manual_seed(seed)
-    nats = 0.0
-    n_bytes = 0
-    n_bound = 0
-    n_pos = 0
-    n_free_bound = 0  # boundaries at free positions, and free positions: the rate
-    n_free = 0
-    ws = {"space_end": 0.0, "space_start": 0.0, "space_align": 0.0}
-    n_ws = 0
+    scalars = torch.zeros(len(_SCALARS), dtype=torch.float64)  # summed in float64, batch by batch
     hist = torch.zeros(65, dtype=torch.long)
     token_align = torch.zeros(len(TOKEN_COUNTS), dtype=torch.float64)  # code_metrics: rltok.data.python_tokens counts
     for xb, yb in batches:
@@ -95,25 +92,19 @@ def batch_sums(model, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], mode
         xb, yb = xb.to(device), yb.to(device)
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             out, nll, mask = scored_bytes(model, xb, yb, context, mode, gen, forced_split)
-        nats += nll[mask].sum().item()
-        n_bytes += int(mask.sum())
+        row = [nll[mask].sum().item(), int(mask.sum())] + [0] * (len(_SCALARS) - 2)
         if out.boundaries is not None:
             b, free = out.boundaries.b, out.boundaries.free
-            n_bound += int(b.sum())
-            n_pos += b.numel()
-            n_free_bound += int((b & free).sum())
-            n_free += int(free.sum())
             w = int(is_whitespace_byte(xb).sum())
-            for k, v in whitespace_alignment(xb, b).items():
-                ws[k] += v * w
-            n_ws += w
+            share = whitespace_alignment(xb, b)
+            row[2:] = [int(b.sum()), b.numel(), *(share[k] * w for k in ("space_end", "space_start", "space_align")), w,
+                       int((b & free).sum()), int(free.sum())]
             hist += torch.bincount(chunk_lengths(b).clamp(max=64).cpu(), minlength=65)[:65]
             if code_metrics:
                 token_align += token_alignment_counts(xb, b, free)
+        scalars += torch.tensor(row, dtype=torch.float64)
     model.train(was_training)
-    scalars = [nats, n_bytes, n_bound, n_pos, ws["space_end"], ws["space_start"], ws["space_align"], n_ws,
-               n_free_bound, n_free]
-    sums = {"scalars": torch.tensor(scalars, dtype=torch.float64), "hist": hist.to(torch.float64)}
+    sums = {"scalars": scalars, "hist": hist.to(torch.float64)}
     if code_metrics:
         sums["token_align"] = token_align
     return sums
@@ -134,10 +125,6 @@ def scored_bytes(model, xb: torch.Tensor, yb: torch.Tensor, context: int | None,
     if context is not None and context > 1:
         mask = mask & (torch.arange(yb.shape[1], device=mask.device) >= context - 1)
     return out, nll, mask
-
-
-_SCALARS = ("nats", "bytes", "boundaries", "positions", "space_end", "space_start", "space_align", "ws",
-            "free_boundaries", "free")
 
 
 def summarize(sums: dict[str, torch.Tensor]) -> dict[str, float]:

@@ -97,17 +97,13 @@ class RLTokLM(_LMBase):
     def _windows(self, n_prefix: int, n_total: int) -> list[tuple[int, int, int]]:
         """(input_start, first_target, end) windows covering targets n_prefix..n_total-1, each
         input at most max_length bytes and holding as much context as fits."""
-        L = self.max_length
-        out = []
-        a = n_prefix
+        # a token model's input holds its targets and never scores its first token; a byte model's
+        # input stops one byte short of its last target
+        step = self.max_length - 1 if self.token_model else self.max_length
+        out, a = [], n_prefix
         while a < n_total:
-            if self.token_model:  # the input holds its targets; its first token is never scored
-                b = min(a + L - 1, n_total)
-                s = max(0, b - L)
-            else:  # the input stops one byte short of the last target
-                b = min(a + L, n_total)
-                s = max(0, b - 1 - L)
-            out.append((s, a, b))
+            b = min(a + step, n_total)
+            out.append((max(0, b - step - 1), a, b))
             a = b
         return out
 
@@ -191,7 +187,7 @@ class RLTokLM(_LMBase):
             until = [until] if isinstance(until, str) else list(until)
             max_new = int(kw.pop("max_gen_toks", self.max_gen_toks))
             sample = bool(kw.pop("do_sample", False))
-            temperature = float(kw.pop("temperature", 1.0 if sample else 0.0)) if sample else 0.0
+            temperature = float(kw.pop("temperature", 1.0)) if sample else 0.0
             top_k, top_p = int(kw.pop("top_k", 0) or 0), float(kw.pop("top_p", 1.0) or 1.0)
             parsed.append(_utf8(ctx))
             batches[(tuple(until), max_new, temperature, top_k, top_p)].append(i)
@@ -207,13 +203,17 @@ class RLTokLM(_LMBase):
 
 
 # ---- in-memory tasks (no download) -------------------------------------------------------------
-def _docs_dataset(docs: list[dict]):
-    def build(**_):
+def _task(name: str, docs: list[dict], process_results, metrics, **fields) -> dict:
+    """An lm_eval task config over `docs`; `metrics`: (name, aggregation, higher_is_better)."""
+
+    def dataset(**_):
         import datasets
 
-        return datasets.DatasetDict({"test": datasets.Dataset.from_list(list(docs))})
+        return datasets.DatasetDict({"test": datasets.Dataset.from_list(docs)})
 
-    return build
+    return {"task": name, "custom_dataset": dataset, "test_split": "test", "process_results": process_results,
+            "metric_list": [{"metric": m, "aggregation": a, "higher_is_better": h} for m, a, h in metrics],
+            "metadata": {"version": 1.0}, **fields}
 
 
 def gold_bpb_task(docs: Iterable[dict], name: str = "rltok_gold_bpb") -> dict:
@@ -225,13 +225,9 @@ def gold_bpb_task(docs: Iterable[dict], name: str = "rltok_gold_bpb") -> dict:
         ll, is_greedy = results[0]
         return {"bits_per_byte": (ll, len(_utf8(doc["continuation"]))), "acc": float(is_greedy)}
 
-    return {"task": name, "custom_dataset": _docs_dataset(list(docs)), "test_split": "test",
-            "output_type": "loglikelihood", "doc_to_text": lambda d: d["context"],
-            "doc_to_target": lambda d: d["continuation"], "target_delimiter": "",
-            "process_results": process_results,
-            "metric_list": [{"metric": "bits_per_byte", "aggregation": "bits_per_byte", "higher_is_better": False},
-                            {"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
-            "metadata": {"version": 1.0}}
+    return _task(name, list(docs), process_results, [("bits_per_byte", "bits_per_byte", False), ("acc", "mean", True)],
+                 output_type="loglikelihood", doc_to_text=lambda d: d["context"],
+                 doc_to_target=lambda d: d["continuation"], target_delimiter="")
 
 
 def rolling_bpb_task(texts: Iterable[str], name: str = "rltok_rolling_bpb") -> dict:
@@ -242,13 +238,9 @@ def rolling_bpb_task(texts: Iterable[str], name: str = "rltok_rolling_bpb") -> d
         n = len(_utf8(doc["text"]))
         return {"bits_per_byte": (ll, n), "byte_perplexity": (ll, n)}
 
-    return {"task": name, "custom_dataset": _docs_dataset([{"text": t} for t in texts]), "test_split": "test",
-            "output_type": "loglikelihood_rolling", "doc_to_text": "", "doc_to_target": lambda d: d["text"],
-            "process_results": process_results,
-            "metric_list": [{"metric": "bits_per_byte", "aggregation": "bits_per_byte", "higher_is_better": False},
-                            {"metric": "byte_perplexity", "aggregation": "weighted_perplexity",
-                             "higher_is_better": False}],
-            "metadata": {"version": 1.0}}
+    return _task(name, [{"text": t} for t in texts], process_results,
+                 [("bits_per_byte", "bits_per_byte", False), ("byte_perplexity", "weighted_perplexity", False)],
+                 output_type="loglikelihood_rolling", doc_to_text="", doc_to_target=lambda d: d["text"])
 
 
 def main(argv: list[str] | None = None) -> int:
