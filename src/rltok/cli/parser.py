@@ -27,7 +27,6 @@ def count(low: int = 0, high: int = MAX_COUNT):
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {value}")
         return value
-    parse.__name__ = "count"
     return parse
 
 
@@ -41,7 +40,6 @@ def number(low: float, high: float, low_open: bool = False):
         if not (low < value if low_open else low <= value) or not value <= high:  # NaN fails both
             raise argparse.ArgumentTypeError(f"must be in {'(' if low_open else '['}{low}, {high}], got {text}")
         return value
-    parse.__name__ = "number"
     return parse
 
 

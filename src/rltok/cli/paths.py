@@ -23,15 +23,12 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _check_components(path: Path, flag: str) -> None:
+def _check_path(path: Path, flag: str) -> None:
+    """No component of `path` is too long a name, and no existing ancestor is anything but a folder."""
     for part in path.parts:
         if len(os.fsencode(part)) > NAME_MAX:
             raise ConfigError(f"{flag} {str(path)[:80]}...: a path component is {len(os.fsencode(part))} bytes "
                               f"long, more than the {NAME_MAX} a file name may have")
-
-
-def _check_ancestors(path: Path, flag: str) -> None:
-    """No existing ancestor of `path` is anything but a folder."""
     for parent in reversed(path.absolute().parents):
         try:
             mode = parent.stat().st_mode
@@ -46,8 +43,7 @@ def _check_ancestors(path: Path, flag: str) -> None:
 def check_output_file(path: str | Path, flag: str) -> Path:
     """`path` can be written as a file: checked before the work that produces it."""
     path = Path(path)
-    _check_components(path, flag)
-    _check_ancestors(path, flag)
+    _check_path(path, flag)
     if path.is_dir():
         raise ConfigError(f"{flag} {path} is a folder; give a file name")
     return path
@@ -59,8 +55,7 @@ def check_output_folder(path: str | Path, flag: str) -> Path:
     if not str(path).strip():
         raise ConfigError(f"{flag} is empty: give the folder to write")
     path = Path(path)
-    _check_components(path, flag)
-    _check_ancestors(path, flag)
+    _check_path(path, flag)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{flag} {path} is a file, not a folder")
     return path

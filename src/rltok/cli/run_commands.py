@@ -21,16 +21,13 @@ def cmd_train(args) -> int:
         overrides.append(f"train.max_steps={args.steps}")
     if args.list_presets:
         return cmd_presets(argparse.Namespace(name=None))
-    saved = None
     if args.resume:  # continue the run the folder holds, from its own saved config and data
         from rltok.training import run_folder
 
-        run_dir = args.out if args.out is not None else _last_override(overrides, "train.out_dir")
-        run_folder.require_run_folder(run_dir or "runs/default")
-        saved = run_folder.saved_config(run_dir or "runs/default")
-    if saved is not None:
-        cfg = run_folder.resume_config(run_dir or "runs/default", saved, args.preset, args.config, overrides,
-                                       allow_change=args.allow_config_change)
+        run_dir = (args.out if args.out is not None else _last_override(overrides, "train.out_dir")) or "runs/default"
+        run_folder.require_run_folder(run_dir)  # so the folder holds a config.json
+        cfg = run_folder.resume_config(run_dir, run_folder.saved_config(run_dir), args.preset, args.config,
+                                       overrides, allow_change=args.allow_config_change)
     else:
         from rltok.training.run_folder import absolute_data
 
@@ -104,8 +101,6 @@ def cmd_prepare(args) -> int:
         checked = verify_prepared(args.source, log=log)
         print(json.dumps({**summary(args.source), "verified_bytes": checked["bytes"]}))
         return 0
-    if args.num_proc < 1:
-        raise ConfigError("--num-proc must be >= 1")
     from rltok.cli.paths import check_output_folder
 
     check_output_folder(args.out, "--out")
