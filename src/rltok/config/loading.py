@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import typing
@@ -83,18 +84,12 @@ class Config:
         return cfg
 
 
-def _kind_at(cfg: Any, path: str) -> str | None:
-    """The name a registry's config path holds in a Config, or in a config's mapping (a saved
-    config.json, before it is read); None where the chosen kinds have no such path."""
-    obj = cfg
+def _kind_at(d: dict, path: str) -> str | None:
+    """The name a registry's config path holds in a config's mapping; None where the chosen kinds
+    have no such path."""
     for part in path.split("."):
-        obj = obj.get(part) if isinstance(obj, dict) else (getattr(obj, part, None)
-                                                           if dataclasses.is_dataclass(obj) else None)
-        if obj is None:
-            return None
-    if isinstance(obj, dict):
-        return obj.get("kind")
-    return obj.kind if isinstance(obj, Section) else obj if isinstance(obj, str) else None
+        d = d.get(part) if isinstance(d, dict) else None
+    return d.get("kind") if isinstance(d, dict) else d if isinstance(d, str) else None
 
 
 def plugin_sources(cfg: "Config") -> dict[str, dict]:
@@ -102,8 +97,9 @@ def plugin_sources(cfg: "Config") -> dict[str, dict]:
     the components it provides (`path=kind`) and its installed distribution where known. A
     component registered by code outside rltok, not as a plugin, names its module."""
     out: dict[str, dict] = {}
+    d = dataclasses.asdict(cfg)
     for registry in REGISTRIES:
-        kind = _kind_at(cfg, registry.key)
+        kind = _kind_at(d, registry.key)
         entry = registry.entries.get(kind) if isinstance(kind, str) else None
         if entry is None:
             continue
@@ -188,12 +184,8 @@ SECTION_PATHS = ("model.chunker", "objective.reward", "objective.estimator", "ob
                  "objective.estimator.price")
 
 
-def _field_types(obj: Any) -> dict[str, Any]:
-    return _class_field_types(type(obj))
-
-
 @functools.cache  # resolving the hints is the slow part of loading a config, and a class's never change
-def _class_field_types(cls: type) -> dict[str, Any]:
+def _field_types(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
@@ -298,10 +290,7 @@ def _legacy_value(key: str, value: Any) -> Any:
 
 def _section_registry(parent: Any, name: str):
     """The registry of a component field (a section with a kind), or None for a plain field."""
-    for f in dataclasses.fields(parent):
-        if f.name == name:
-            return f.metadata.get("registry")
-    return None
+    return next((f.metadata.get("registry") for f in dataclasses.fields(parent) if f.name == name), None)
 
 
 def _set_kind(parent: Any, name: str, kind: Any, where: str) -> None:
@@ -329,7 +318,7 @@ def _kind_first(obj: Any, items: list[tuple[str, Any]], where: str) -> list[tupl
     def chooses_kind(item: tuple[str, Any]) -> bool:
         key, value = item
         return (key == "kind" or where + key in LEGACY_KIND_KEYS
-                or (key in _field_types(obj) and _is_section(obj, key) and isinstance(value, str)))
+                or (key in _field_types(type(obj)) and _is_section(obj, key) and isinstance(value, str)))
     return sorted(items, key=lambda item: not chooses_kind(item))
 
 
@@ -359,9 +348,9 @@ def apply_dict(obj: Any, d: dict[str, Any], where: str = "", notes: list[str] | 
 
 
 def _apply_field(obj: Any, key: str, value: Any, where: str, notes: list[str]) -> None:
-    types = _field_types(obj)
+    types = _field_types(type(obj))
     if key not in types:
-        raise _unknown(key, list(types), where, what=_what(obj, where))
+        raise _unknown(key, list(types), where, what=_what(obj))
     current = getattr(obj, key)
     if _is_section(obj, key):
         if isinstance(value, dict):
@@ -382,7 +371,7 @@ def _apply_field(obj: Any, key: str, value: Any, where: str, notes: list[str]) -
         setattr(obj, key, _coerce(value, types[key], where + key))
 
 
-def _what(obj: Any, where: str) -> str:
+def _what(obj: Any) -> str:
     """How an unknown key is named: a component's keys depend on its kind."""
     return f"config key (for kind {obj.kind!r})" if isinstance(obj, Section) else "config key"
 
@@ -427,9 +416,9 @@ def _set_path(root: Any, path: str, value: Any) -> bool:
             _set_kind(obj, part, value, ".".join(parts[: i + 1]) + ".")
             return True
         obj = getattr(obj, part)
-    if not dataclasses.is_dataclass(obj) or parts[-1] not in _field_types(obj):
+    if not dataclasses.is_dataclass(obj) or parts[-1] not in _field_types(type(obj)):
         return False
-    setattr(obj, parts[-1], _coerce(value, _field_types(obj)[parts[-1]], path))
+    setattr(obj, parts[-1], _coerce(value, _field_types(type(obj))[parts[-1]], path))
     return True
 
 
@@ -465,15 +454,15 @@ def apply_override(cfg: Config, assignment: str) -> None:
         return
     parts = dotted.split(".")
     obj: Any = cfg
+    parent = None
     for i, part in enumerate(parts):
-        types = _field_types(obj)
+        types = _field_types(type(obj))
         where = ".".join(parts[:i]) + ("." if i else "")
         if part == "kind" and isinstance(obj, Section) and i == len(parts) - 1:
-            parent = _walk(cfg, parts[:-2])
             _set_kind(parent, parts[-2], raw, where)
             return
         if part not in types:
-            raise _unknown(part, list(types), where, what=_what(obj, where))
+            raise _unknown(part, list(types), where, what=_what(obj))
         if i == len(parts) - 1:
             if _is_section(obj, part):
                 _set_kind(obj, part, raw, f"{dotted}.")
@@ -482,7 +471,7 @@ def apply_override(cfg: Config, assignment: str) -> None:
             else:
                 setattr(obj, part, _coerce(raw, types[part], dotted))
         else:
-            obj = getattr(obj, part)
+            parent, obj = obj, getattr(obj, part)
             if not dataclasses.is_dataclass(obj):
                 raise ConfigError(f"{'.'.join(parts[: i + 1])!r} is not a section")
 
@@ -491,17 +480,9 @@ def with_settings(section: Any, mapping: dict[str, Any], where: str) -> Any:
     """A copy of a config section with `mapping` applied as a config file would apply it (a
     component takes a mapping with a kind and its settings, or just its kind), validated where it
     can be alone: variants of one section for instruments that compare settings."""
-    import copy
-
     new = copy.deepcopy(section)
     apply_dict(new, mapping, where)
     return new
-
-
-def _walk(obj: Any, parts: list[str]) -> Any:
-    for part in parts:
-        obj = getattr(obj, part)
-    return obj
 
 
 def load_config(preset: str = "tiny", file: str | None = None, overrides: list[str] | None = None) -> Config:
