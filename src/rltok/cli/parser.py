@@ -271,16 +271,9 @@ def add_plugin_arg(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="rltok", description="Byte-level LMs that learn their own tokenization with RL.")
     sub = parser.add_subparsers(dest="command", required=True)
-    _add_train(sub)
-    _add_prepare(sub)
-    _add_presets(sub)
-    _add_export(sub)
-    _add_lm_eval(sub)
-    _add_eval(sub)
-    _add_segment(sub)
-    _add_generate(sub)
-    _add_compare(sub)
-    _add_scaling(sub)
+    for add in (_add_train, _add_prepare, _add_presets, _add_export, _add_lm_eval, _add_eval, _add_segment,
+                _add_generate, _add_compare, _add_scaling):
+        add(sub)
     for name, command in sub.choices.items():
         if name != "lm-eval":  # its arguments are lm_eval's (main takes --plugin out of them)
             add_plugin_arg(command)

@@ -3,11 +3,13 @@ folder's own files, written without following links."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
 import stat
+import warnings
 from pathlib import Path
 
 from rltok.config.registry import ConfigError
@@ -94,8 +96,6 @@ def read_record(path: str | Path, what: str = "run record", limit: int = 16 << 2
             raise ConfigError(f"{what} {path} holds a JSON {type(rec).__name__}, not an object")
     except ConfigError as e:
         if warn:
-            import warnings
-
             warnings.warn(f"{e}; {hint}", stacklevel=2)
         return None
     return rec
@@ -123,7 +123,6 @@ def parse_lines(text: str) -> list:
 
 
 # ---- a run folder's own files ------------------------------------------------------------------
-
 
 
 def _refusal(path, what: str, e: OSError) -> str:
@@ -192,13 +191,9 @@ def write_atomic(path: str | Path, text: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    try:
+    with contextlib.suppress(OSError):  # some platforms cannot sync a folder: the file itself is synced
         fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return  # a folder that cannot be opened (some platforms): the file itself is synced
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

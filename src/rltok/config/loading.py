@@ -190,19 +190,15 @@ def _field_types(cls: type) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
+_BOOLS = {**dict.fromkeys(("1", "true", "yes", "on"), True), **dict.fromkeys(("0", "false", "no", "off"), False)}
+
+
 def _coerce(value: Any, typ: Any, key: str) -> Any:
     """Convert a parsed value (or a command-line string) to the field's declared type."""
     origin = typing.get_origin(typ)
     try:
         if typ is bool:
-            if isinstance(value, str):
-                low = value.lower()
-                if low in ("1", "true", "yes", "on"):
-                    return True
-                if low in ("0", "false", "no", "off"):
-                    return False
-                raise ValueError(value)
-            return bool(value)
+            return _BOOLS[value.lower()] if isinstance(value, str) else bool(value)
         if typ in (int, float) and isinstance(value, bool):  # JSON true is not the number 1
             raise ValueError(value)
         if typ is int:
@@ -222,7 +218,7 @@ def _coerce(value: Any, typ: Any, key: str) -> Any:
             if len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]: any length
                 return tuple(_coerce(v, args[0], key) for v in value)
             return tuple(_coerce(v, a, key) for v, a in zip(value, args, strict=True))
-    except (ValueError, TypeError, OverflowError):  # OverflowError: 1e400 as an int
+    except (ValueError, TypeError, OverflowError, KeyError):  # 1e400 as an int overflows; "maybe" is no bool
         raise ConfigError(f"config key {key!r} expects {getattr(typ, '__name__', typ)}, got {value!r}") from None
     return value
 
