@@ -518,20 +518,9 @@ MAX_CONFIG_BYTES = 1 << 20
 
 def _read_config_file(file: str) -> dict:
     """A JSON or TOML config file's mapping of sections, or a clear ConfigError."""
-    path = Path(file)
-    if path.exists() and not path.is_file():  # a folder, a FIFO, /dev/zero: say so, do not read forever
-        raise ConfigError(f"config file {file} is {'a folder' if path.is_dir() else 'not a regular file'}")
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {file}")
-    if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise ConfigError(f"config file {file} is larger than {MAX_CONFIG_BYTES:,} bytes: not a config")
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read config file {file}: {e}") from None
-    from rltok.config.files import parse  # depth and number bounds: one error, never a RecursionError
+    from rltok.config.files import read_json  # depth and number bounds: one error, never a RecursionError
 
-    data = parse(text, f"config file {file}", "toml" if path.suffix == ".toml" else "json")
+    data = read_json(file, "config file", MAX_CONFIG_BYTES, kind="toml" if Path(file).suffix == ".toml" else "json")
     if not isinstance(data, dict):
         raise ConfigError(f"config file {file} must hold a mapping of sections, got {type(data).__name__}")
     return data
