@@ -54,10 +54,9 @@ def cmd_eval(args) -> int:
 
 
 def cmd_segment(args) -> int:
-    from rltok.data.sources import read_user_text
-    from rltok.model.segment import print_colored, render_pipes, segment_boundaries, split_chunks
-
     from rltok.cli.paths import check_output_file, read_input
+    from rltok.data.sources import DataError, read_user_text
+    from rltok.model.segment import print_colored, render_pipes, segment_boundaries, split_chunks
 
     if args.text is None and args.file is None:
         raise ConfigError("give a text to segment, or --file PATH ('-' for stdin)")
@@ -68,8 +67,6 @@ def cmd_segment(args) -> int:
     if args.max_bytes:
         data = data[: args.max_bytes]
     if not data:
-        from rltok.data.sources import DataError
-
         raise DataError("nothing to segment: the input is empty")
     model, cfg, _, device = _load(args)
     if not hasattr(model, "chunker") and not model.reads_tokens:

@@ -35,13 +35,11 @@ def cmd_train(args) -> int:
     if args.print_config:
         print(json.dumps(cfg.to_dict(), indent=2))
         return 0
-    from rltok.cli.paths import check_output_folder
+    from rltok.cli.paths import check_output_folder, refuse_foreign_folder
     from rltok.training import distributed
 
     check_output_folder(cfg.train.out_dir, "cannot use run folder")
     if not args.resume and not args.overwrite:
-        from rltok.cli.paths import refuse_foreign_folder
-
         refuse_foreign_folder(cfg.train.out_dir, "--out")
 
     try:
@@ -171,10 +169,9 @@ def _run_results(ckpt, cfg) -> dict:
 
 
 def cmd_export(args) -> int:
+    from rltok.cli.paths import check_output_folder, refuse_run_or_checkpoint
     from rltok.model.pretrained import push_to_hub, save_pretrained
     from rltok.training.loading import load_checkpoint
-
-    from rltok.cli.paths import check_output_folder, refuse_run_or_checkpoint
 
     if args.out:  # before loading: never into the run or checkpoint it reads, or any other
         check_output_folder(args.out, "--out")
