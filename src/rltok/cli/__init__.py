@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 
@@ -64,8 +65,6 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "mode", "unset") is None:
         args.mode = args.default_mode
     if sys.stdout is None:  # closed before the command started (`>&-`): what it prints goes nowhere
-        import os
-
         sys.stdout = open(os.open(os.devnull, os.O_WRONLY), "w", closefd=False)  # held to the end: never closed
     warnings.simplefilter("default")
     warnings.formatwarning = lambda msg, cat, *a, **k: f"warning: {msg}\n"
@@ -73,15 +72,6 @@ def main(argv: list[str] | None = None) -> int:
     # stdout either: their output is a by-product of the files they write
     with output_never_fails(stdout=args.command in ("train", "prepare")):
         return run_command(args)
-
-
-def _quiet_stdout() -> None:
-    """Point stdout at /dev/null when what it holds cannot be written (a full /dev/full), so the
-    interpreter's flush at exit does not fail a second time."""
-    try:
-        sys.stdout.flush()
-    except OSError:
-        to_devnull(sys.stdout)
 
 
 def run_command(args) -> int:
@@ -95,7 +85,10 @@ def run_command(args) -> int:
         to_devnull(sys.stdout)  # no second error at exit
         return 0
     except OSError as e:  # the system refused a read or a write (a full disk, /dev/full, a name too long)
-        _quiet_stdout()
+        try:
+            sys.stdout.flush()
+        except OSError:  # what stdout holds cannot be written (a full /dev/full): no second failure at exit
+            to_devnull(sys.stdout)
         where = f" ({e.filename})" if e.filename else ""
         print(f"error: {e.strerror or e}{where}", file=sys.stderr)
         return 2

@@ -493,15 +493,14 @@ def load_config(preset: str = "tiny", file: str | None = None, overrides: list[s
     if data is not None and "plugins" in data:
         data = {**data, "plugins": _named_plugins(data["plugins"], Path(file).parent)}
         _plugins.load_plugins(data["plugins"])
-    for ov in overrides or []:
-        if ov.split("=", 1)[0].strip() == "plugins":
-            _plugins.load_plugins(_named_plugins(ov.split("=", 1)[1]))
+    pairs = [(key.strip(), value) for key, _, value in (ov.partition("=") for ov in overrides or [])]
+    for key, value in pairs:
+        if key == "plugins":
+            _plugins.load_plugins(_named_plugins(value))
     recipe = cfg.objective.recipe
     if data and isinstance(data.get("objective"), dict) and "recipe" in data["objective"]:
         recipe = str(data["objective"]["recipe"])
-    for ov in overrides or []:
-        if ov.split("=", 1)[0].strip() == "objective.recipe":
-            recipe = ov.split("=", 1)[1].strip()
+    recipe = next((value.strip() for key, value in reversed(pairs) if key == "objective.recipe"), recipe)
     if recipe not in RECIPES:
         raise _unknown(recipe, list(RECIPES), "", what="objective.recipe")
     cfg.objective.recipe = recipe
