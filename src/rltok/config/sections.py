@@ -122,9 +122,7 @@ class ModelConfig:
     # sliding-window size of the flat byte model's attention (arch=flat; 0 = full causal attention):
     # at small width a full-attention flat model spends most of its FLOPs on attention
     flat_window: int = 0
-    # the boundary rule, a section with a kind (CHUNKERS): rl (learned policy) | fixed | uniform |
-    # whitespace | entropy | hnet | gumbel | bpe, and that kind's settings
-    chunker: Section = section_field(CHUNKERS, "rl")
+    chunker: Section = section_field(CHUNKERS, "rl")  # the boundary rule: a kind (CHUNKERS) and its settings
     target_rate: float = 0.2  # chunks per byte the rules aim at (the policy's initial bias, the rate loss)
     force_last_boundary: bool = True  # training: the last byte of a window closes a chunk
     value_head: bool = False  # a critic V(h_t) on the encoder state (set by objective.estimator.baseline=...+value)
