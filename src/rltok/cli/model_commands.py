@@ -7,7 +7,7 @@ import sys
 
 from rltok.config import ConfigError
 
-MAX_COUNT = (1 << 31) - 1  # as rltok.cli.parser.MAX_COUNT (which imports this module)
+MAX_COUNT = (1 << 31) - 1  # sizes and counts: torch indexes with int64, but nothing sane is larger
 
 
 def cmd_lm_eval(args) -> int:

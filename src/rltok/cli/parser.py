@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 
 from rltok.cli.analysis_commands import cmd_compare, cmd_scaling
-from rltok.cli.model_commands import cmd_eval, cmd_generate, cmd_lm_eval, cmd_segment
+from rltok.cli.model_commands import MAX_COUNT, cmd_eval, cmd_generate, cmd_lm_eval, cmd_segment
 from rltok.cli.run_commands import cmd_export, cmd_prepare, cmd_presets, cmd_train
 from rltok.config import PRESETS
 
 
 # Numeric flags are range-checked as they are parsed: one `error:` line naming the flag and its
 # range, before anything is loaded or computed.
-MAX_COUNT = (1 << 31) - 1  # sizes and counts: torch indexes with int64, but nothing sane is larger
 MAX_THREADS = 1024  # more threads than any machine has cores: torch would try to start them and crash
 MAX_SEED = (1 << 32) - 1  # NumPy's seeds are 32-bit
 

@@ -114,9 +114,8 @@ class ModelConfig:
     max_seq_len: int = 8192  # longest sequence the model accepts
     rope_base: float = 10000.0
     dropout: float = 0.0
-    # the model family (FAMILIES): "hourglass" (the hierarchical model), "flat" (byte transformer of
-    # d_chunk x flat_layers), "bpe_token" (transformer over BPE tokens of the same size); the last
-    # two are references
+    # the model family (FAMILIES): "hourglass", or a reference: "flat" (a byte transformer of
+    # d_chunk x flat_layers) or "bpe_token" (a transformer over BPE tokens of the same size)
     arch: str = "hourglass"
     flat_layers: int = 6
     # sliding-window size of the flat byte model's attention (arch=flat; 0 = full causal attention):
