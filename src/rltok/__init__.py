@@ -5,9 +5,7 @@ boundaries trained by reinforcement learning.
     result = train(load_config("tiny", overrides=["train.max_steps=300"]))
     model, cfg, _, _ = load_checkpoint(result.run_dir)
 
-The package is layered, each layer importing only those before it:
-config -> data -> model -> objective -> eval -> training -> harness -> analysis -> cli
-(docs/ARCHITECTURE.md).
+The package's layers: docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

@@ -5,14 +5,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 
 from rltok.cli.model_commands import cmd_lm_eval
 from rltok.cli.parser import build_parser
 from rltok.cli.run_commands import PRESET_PARAMS, count_params
-from rltok.cli.streams import output_never_fails
-from rltok.config import ConfigError
+from rltok.cli.streams import output_never_fails, to_devnull
+from rltok.config import ConfigError, load_plugins
 
 __all__ = ["PRESET_PARAMS", "build_parser", "count_params", "main", "run_command", "user_errors"]
 
@@ -28,38 +29,27 @@ def user_errors() -> tuple[type[Exception], ...]:
 
 def _plugin_flags(args: list[str]) -> tuple[list[str], list[str]]:
     """(the --plugin values, the other arguments) of an argument list that argparse does not read."""
-    specs, rest, i = [], [], 0
-    while i < len(args):
-        if args[i] == "--plugin" and i + 1 < len(args):
-            specs.append(args[i + 1])
-            i += 2
-            continue
-        if args[i].startswith("--plugin="):
-            specs.append(args[i].split("=", 1)[1])
+    specs, rest, it = [], [], iter(args)
+    for arg in it:
+        if arg.startswith("--plugin="):
+            specs.append(arg.split("=", 1)[1])
+        elif arg == "--plugin" and (value := next(it, None)) is not None:
+            specs.append(value)
         else:
-            rest.append(args[i])
-        i += 1
+            rest.append(arg)
     return specs, rest
-
-
-def _load_plugins(specs: list[str]) -> int | None:
-    """Load the --plugin modules; an exit status when one fails (one `error:` line)."""
-    from rltok.config import load_plugins
-
-    try:
-        load_plugins(specs)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return None
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["lm-eval"]:  # everything after it belongs to lm_eval's own parser, but --plugin
         specs, rest = _plugin_flags(argv[1:])
-        failed = _load_plugins(specs)
-        return failed if failed is not None else cmd_lm_eval(argparse.Namespace(lm_eval_args=rest))
+        try:
+            load_plugins(specs)
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return cmd_lm_eval(argparse.Namespace(lm_eval_args=rest))
     parser = build_parser()
     try:  # a bad flag is an exit status, also for in-process callers (argparse would raise SystemExit)
         args, extra = parser.parse_known_args(argv)
@@ -75,8 +65,6 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "mode", "unset") is None:
         args.mode = args.default_mode
     if sys.stdout is None:  # closed before the command started (`>&-`): what it prints goes nowhere
-        import os
-
         sys.stdout = open(os.open(os.devnull, os.O_WRONLY), "w", closefd=False)  # held to the end: never closed
     warnings.simplefilter("default")
     warnings.formatwarning = lambda msg, cat, *a, **k: f"warning: {msg}\n"
@@ -86,36 +74,21 @@ def main(argv: list[str] | None = None) -> int:
         return run_command(args)
 
 
-def _quiet_stdout() -> None:
-    """Point stdout at /dev/null when what it holds cannot be written (a full /dev/full), so the
-    interpreter's flush at exit does not fail a second time."""
-    import os
-
-    try:
-        sys.stdout.flush()
-    except OSError:
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError, AttributeError):
-            pass
-
-
 def run_command(args) -> int:
     """A parsed command's handler, its user errors as one `error:` line and exit status 2."""
     try:
-        failed = _load_plugins(getattr(args, "plugin", []))  # before any config is read
-        if failed is not None:
-            return failed
+        load_plugins(getattr(args, "plugin", []))  # before any config is read; a failure is a user error
         code = args.func(args)
         sys.stdout.flush()  # here, so that a closed pipe is handled below and not at exit
         return code
     except BrokenPipeError:  # e.g. `rltok presets | head -1`: the reader has all it wanted
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        to_devnull(sys.stdout)  # no second error at exit
         return 0
     except OSError as e:  # the system refused a read or a write (a full disk, /dev/full, a name too long)
-        _quiet_stdout()
+        try:
+            sys.stdout.flush()
+        except OSError:  # what stdout holds cannot be written (a full /dev/full): no second failure at exit
+            to_devnull(sys.stdout)
         where = f" ({e.filename})" if e.filename else ""
         print(f"error: {e.strerror or e}{where}", file=sys.stderr)
         return 2

@@ -7,14 +7,18 @@ import sys
 from rltok.config import ConfigError
 
 
+def _log(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
 def cmd_compare(args) -> int:
     import shlex
     from pathlib import Path
 
     from rltok.analysis.compare import method_config, reference_budget, run_sweep, write_report
-
     from rltok.cli.paths import check_output_folder
-
+    from rltok.config.files import read_record
+    from rltok.data.corpus import resolve_split
     from rltok.training.device import resolve_device
     from rltok.training.fits import refuse_what_cannot_fit
 
@@ -25,8 +29,6 @@ def cmd_compare(args) -> int:
         except ValueError as e:
             raise ConfigError(str(e)) from None
         refuse_what_cannot_fit(cfg, resolve_device(cfg.train.device))  # not after the methods before it trained
-    from rltok.data.corpus import resolve_split
-
     split = resolve_split(args.data, args.split, fallback=True)  # the split every number is really on
     if split != args.split:
         print(f"note: {args.data} has no {args.split!r} split: evaluating on {split!r}", file=sys.stderr)
@@ -35,13 +37,11 @@ def cmd_compare(args) -> int:
     print(f"budget: {budget:.3e} training FLOPs (= {args.budget_bytes:,} bytes of the hierarchical model "
           f"at rate {ref.model.target_rate})", file=sys.stderr)
     results = run_sweep(args.data, args.methods, args.seeds, out, budget, args.overrides, args.preset,
-                        split, args.max_eval_windows, log=lambda m: print(m, file=sys.stderr),
+                        split, args.max_eval_windows, log=_log,
                         eval_context=args.eval_context)
     command = "rltok " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if args.command_line is None else args.command_line
     # the report covers every finished run in the folder (earlier invocations with other seeds too)
     names = {(r["method"], r["seed"]) for r in results}
-    from rltok.config.files import read_record
-
     for path in sorted(out.glob("*_s*.json")):
         r = read_record(path, "result")  # a damaged one is named and left out of the report
         if r is not None and "method" in r and "seed" in r and (r["method"], r["seed"]) not in names:
@@ -53,7 +53,7 @@ def cmd_compare(args) -> int:
 
 def cmd_scaling(args) -> int:
     """The isoFLOP study of a grid file: the runs not done yet, then the fits and plots per corpus."""
-    from rltok.analysis.scaling import check_committed, fit_corpus, load_grid, one_corpus, study_table
+    from rltok.analysis.scaling import check_committed, fit_corpus, load_grid, merge_records, one_corpus, study_table
     from rltok.analysis.scaling_adapt import run_grid
     from rltok.cli.paths import check_output_folder
 
@@ -61,29 +61,23 @@ def cmd_scaling(args) -> int:
     grid = load_grid(args.grid)
     if args.corpus:
         grid = one_corpus(grid, args.corpus)
-
-    def log(message: str) -> None:
-        print(message, file=sys.stderr)
-
     if args.merge:
-        from rltok.analysis.scaling import merge_records
-
-        merge_records(args.merge, out, log)
+        merge_records(args.merge, out, _log)
     elif not args.fit_only:
         check_committed(grid, args.allow_dirty)
         try:
-            run_grid(grid, out, log, shard=args.shard)
+            run_grid(grid, out, _log, shard=args.shard)
         except KeyboardInterrupt:
-            log(f"interrupted: the records of the finished points stay in {out} and the point being run keeps its "
-                "checkpoints; run the same command again to go on from there")
+            _log(f"interrupted: the records of the finished points stay in {out} and the point being run keeps its "
+                 "checkpoints; run the same command again to go on from there")
             return 130
     if args.shard:  # a shard holds part of the study: fit once every shard is merged
-        log(f"shard {args.shard[0]}/{args.shard[1]} done; merge the shards (--merge) to fit")
+        _log(f"shard {args.shard[0]}/{args.shard[1]} done; merge the shards (--merge) to fit")
         return 0
     for corpus in grid.corpora:
         folder = out / corpus
         if not folder.is_dir():
-            log(f"{corpus}: no runs yet")
+            _log(f"{corpus}: no runs yet")
             continue
         study = fit_corpus(folder, grid.n_boot, grid.groups, grid.crossovers, _scaling_command(args),
                            budgets=grid.budgets, interior_only=grid.interior_only,  # holdout budgets stay out

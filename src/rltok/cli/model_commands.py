@@ -7,7 +7,7 @@ import sys
 
 from rltok.config import ConfigError
 
-MAX_COUNT = (1 << 31) - 1  # as rltok.cli.parser.MAX_COUNT (which imports this module)
+MAX_COUNT = (1 << 31) - 1  # sizes and counts: torch indexes with int64, but nothing sane is larger
 
 
 def cmd_lm_eval(args) -> int:
@@ -16,15 +16,21 @@ def cmd_lm_eval(args) -> int:
     return lm_eval_main(args.lm_eval_args)
 
 
-def _load(args):
+def _device(args):
+    """The device --device names, with torch's CPU threads set from --threads."""
     import torch
 
     from rltok.training.device import resolve_device
-    from rltok.training.loading import load_checkpoint, refuse_non_finite
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = resolve_device(args.device)
+    return resolve_device(args.device)
+
+
+def _load(args):
+    from rltok.training.loading import load_checkpoint, refuse_non_finite
+
+    device = _device(args)
     model, cfg, _, ckpt = load_checkpoint(args.checkpoint, device=device)
     refuse_non_finite(model, ckpt)
     model.eval()
@@ -32,17 +38,12 @@ def _load(args):
 
 
 def cmd_eval(args) -> int:
-    import torch
-
     from rltok.harness.run_eval import evaluate_run
-    from rltok.training.device import resolve_device
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     run = evaluate_run(args.checkpoint, args.data, args.split, fallback_to_val=args.fallback_to_val,
                        max_bytes=args.max_bytes, seq_len=args.seq_len or None, max_windows=args.max_windows,
                        context=args.context, batch_size=args.batch_size, mode=args.mode, seed=args.seed,
-                       device=resolve_device(args.device), code_metrics=args.code, forced_split=args.forced_split)
+                       device=_device(args), code_metrics=args.code, forced_split=args.forced_split)
     if run.split != args.split:
         print(f"note: {run.data} has no {args.split!r} split: evaluating on {run.split!r}", file=sys.stderr)
     result = run.summary()
@@ -53,10 +54,9 @@ def cmd_eval(args) -> int:
 
 
 def cmd_segment(args) -> int:
-    from rltok.data.sources import read_user_text
-    from rltok.model.segment import print_colored, render_pipes, segment_boundaries, split_chunks
-
     from rltok.cli.paths import check_output_file, read_input
+    from rltok.data.sources import DataError, read_user_text
+    from rltok.model.segment import print_colored, render_pipes, segment_boundaries, split_chunks
 
     if args.text is None and args.file is None:
         raise ConfigError("give a text to segment, or --file PATH ('-' for stdin)")
@@ -67,8 +67,6 @@ def cmd_segment(args) -> int:
     if args.max_bytes:
         data = data[: args.max_bytes]
     if not data:
-        from rltok.data.sources import DataError
-
         raise DataError("nothing to segment: the input is empty")
     model, cfg, _, device = _load(args)
     if not hasattr(model, "chunker") and not model.reads_tokens:
@@ -162,13 +160,8 @@ def cmd_generate(args) -> int:
         out.close()
         if sys.stdout.isatty() and not result.output.endswith(b"\n"):
             print()
-    except GenerationError as e:
+    except GenerationError as e:  # (a closed pipe, piped into `head`, is run_command's to handle)
         raise ConfigError(str(e)) from None
-    except BrokenPipeError:  # e.g. piped into `head`: the reader has all it wanted
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
-        return 0
     secs = time.perf_counter() - start
     n = len(result.output)
     print(f"[{n} bytes in {secs:.2f} s ({n / max(secs, 1e-9):.0f} bytes/s), stop: {result.stop_reason}]",

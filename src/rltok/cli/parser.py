@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 
 from rltok.cli.analysis_commands import cmd_compare, cmd_scaling
-from rltok.cli.model_commands import cmd_eval, cmd_generate, cmd_lm_eval, cmd_segment
+from rltok.cli.model_commands import MAX_COUNT, cmd_eval, cmd_generate, cmd_lm_eval, cmd_segment
 from rltok.cli.run_commands import cmd_export, cmd_prepare, cmd_presets, cmd_train
 from rltok.config import PRESETS
 
 
 # Numeric flags are range-checked as they are parsed: one `error:` line naming the flag and its
 # range, before anything is loaded or computed.
-MAX_COUNT = (1 << 31) - 1  # sizes and counts: torch indexes with int64, but nothing sane is larger
 MAX_THREADS = 1024  # more threads than any machine has cores: torch would try to start them and crash
 MAX_SEED = (1 << 32) - 1  # NumPy's seeds are 32-bit
 
@@ -27,7 +26,6 @@ def count(low: int = 0, high: int = MAX_COUNT):
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {value}")
         return value
-    parse.__name__ = "count"
     return parse
 
 
@@ -41,7 +39,6 @@ def number(low: float, high: float, low_open: bool = False):
         if not (low < value if low_open else low <= value) or not value <= high:  # NaN fails both
             raise argparse.ArgumentTypeError(f"must be in {'(' if low_open else '['}{low}, {high}], got {text}")
         return value
-    parse.__name__ = "number"
     return parse
 
 
@@ -273,16 +270,9 @@ def add_plugin_arg(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="rltok", description="Byte-level LMs that learn their own tokenization with RL.")
     sub = parser.add_subparsers(dest="command", required=True)
-    _add_train(sub)
-    _add_prepare(sub)
-    _add_presets(sub)
-    _add_export(sub)
-    _add_lm_eval(sub)
-    _add_eval(sub)
-    _add_segment(sub)
-    _add_generate(sub)
-    _add_compare(sub)
-    _add_scaling(sub)
+    for add in (_add_train, _add_prepare, _add_presets, _add_export, _add_lm_eval, _add_eval, _add_segment,
+                _add_generate, _add_compare, _add_scaling):
+        add(sub)
     for name, command in sub.choices.items():
         if name != "lm-eval":  # its arguments are lm_eval's (main takes --plugin out of them)
             add_plugin_arg(command)

@@ -14,24 +14,12 @@ NAME_MAX = 255  # bytes in one path component on every common filesystem
 MAX_TEXT_BYTES = 16 << 20  # a prompt or a text to segment: far more than any model's context
 
 
-def _kind(mode: int) -> str:
-    for test, what in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return what
-    return "not a regular file"
-
-
-def _check_components(path: Path, flag: str) -> None:
+def _check_path(path: Path, flag: str) -> None:
+    """No component of `path` is too long a name, and no existing ancestor is anything but a folder."""
     for part in path.parts:
         if len(os.fsencode(part)) > NAME_MAX:
             raise ConfigError(f"{flag} {str(path)[:80]}...: a path component is {len(os.fsencode(part))} bytes "
                               f"long, more than the {NAME_MAX} a file name may have")
-
-
-def _check_ancestors(path: Path, flag: str) -> None:
-    """No existing ancestor of `path` is anything but a folder."""
     for parent in reversed(path.absolute().parents):
         try:
             mode = parent.stat().st_mode
@@ -46,8 +34,7 @@ def _check_ancestors(path: Path, flag: str) -> None:
 def check_output_file(path: str | Path, flag: str) -> Path:
     """`path` can be written as a file: checked before the work that produces it."""
     path = Path(path)
-    _check_components(path, flag)
-    _check_ancestors(path, flag)
+    _check_path(path, flag)
     if path.is_dir():
         raise ConfigError(f"{flag} {path} is a folder; give a file name")
     return path
@@ -59,8 +46,7 @@ def check_output_folder(path: str | Path, flag: str) -> Path:
     if not str(path).strip():
         raise ConfigError(f"{flag} is empty: give the folder to write")
     path = Path(path)
-    _check_components(path, flag)
-    _check_ancestors(path, flag)
+    _check_path(path, flag)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{flag} {path} is a file, not a folder")
     return path
@@ -97,26 +83,12 @@ def refuse_run_or_checkpoint(out: str | Path, flag: str) -> None:
 def read_input(name: str, what: str, limit: int = MAX_TEXT_BYTES) -> bytes:
     """The bytes of a file the user named ('-': stdin), at most `limit`; a folder, a FIFO or a
     device is named as such, and more than `limit` bytes is an error, not an endless read."""
+    from rltok.config.files import read_bytes
     from rltok.data.sources import DataError
 
-    if name == "-":
-        data = sys.stdin.buffer.read(limit + 1)
-        source = "standard input"
-    else:
-        try:
-            mode = os.stat(name).st_mode
-        except FileNotFoundError:
-            raise DataError(f"{what} not found: {name}") from None
-        except OSError as e:
-            raise DataError(f"cannot read {what} {name}: {e.strerror}") from None
-        if not stat.S_ISREG(mode):
-            raise DataError(f"{what} {name} is {_kind(mode)}, not a regular file")
-        try:
-            with open(name, "rb") as f:
-                data = f.read(limit + 1)
-        except OSError as e:
-            raise DataError(f"cannot read {what} {name}: {e.strerror}") from None
-        source = name
+    if name != "-":
+        return read_bytes(name, what, limit, error=DataError)
+    data = sys.stdin.buffer.read(limit + 1)
     if len(data) > limit:
-        raise DataError(f"{what} {source} holds more than {limit:,} bytes (the limit for it)")
+        raise DataError(f"{what} standard input holds more than {limit:,} bytes (the limit for it)")
     return data

@@ -21,16 +21,13 @@ def cmd_train(args) -> int:
         overrides.append(f"train.max_steps={args.steps}")
     if args.list_presets:
         return cmd_presets(argparse.Namespace(name=None))
-    saved = None
     if args.resume:  # continue the run the folder holds, from its own saved config and data
         from rltok.training import run_folder
 
-        run_dir = args.out if args.out is not None else _last_override(overrides, "train.out_dir")
-        run_folder.require_run_folder(run_dir or "runs/default")
-        saved = run_folder.saved_config(run_dir or "runs/default")
-    if saved is not None:
-        cfg = run_folder.resume_config(run_dir or "runs/default", saved, args.preset, args.config, overrides,
-                                       allow_change=args.allow_config_change)
+        run_dir = (args.out if args.out is not None else _last_override(overrides, "train.out_dir")) or "runs/default"
+        run_folder.require_run_folder(run_dir)  # so the folder holds a config.json
+        cfg = run_folder.resume_config(run_dir, run_folder.saved_config(run_dir), args.preset, args.config,
+                                       overrides, allow_change=args.allow_config_change)
     else:
         from rltok.training.run_folder import absolute_data
 
@@ -38,13 +35,11 @@ def cmd_train(args) -> int:
     if args.print_config:
         print(json.dumps(cfg.to_dict(), indent=2))
         return 0
-    from rltok.cli.paths import check_output_folder
+    from rltok.cli.paths import check_output_folder, refuse_foreign_folder
     from rltok.training import distributed
 
     check_output_folder(cfg.train.out_dir, "cannot use run folder")
     if not args.resume and not args.overwrite:
-        from rltok.cli.paths import refuse_foreign_folder
-
         refuse_foreign_folder(cfg.train.out_dir, "--out")
 
     try:
@@ -104,8 +99,6 @@ def cmd_prepare(args) -> int:
         checked = verify_prepared(args.source, log=log)
         print(json.dumps({**summary(args.source), "verified_bytes": checked["bytes"]}))
         return 0
-    if args.num_proc < 1:
-        raise ConfigError("--num-proc must be >= 1")
     from rltok.cli.paths import check_output_folder
 
     check_output_folder(args.out, "--out")
@@ -176,10 +169,9 @@ def _run_results(ckpt, cfg) -> dict:
 
 
 def cmd_export(args) -> int:
+    from rltok.cli.paths import check_output_folder, refuse_run_or_checkpoint
     from rltok.model.pretrained import push_to_hub, save_pretrained
     from rltok.training.loading import load_checkpoint
-
-    from rltok.cli.paths import check_output_folder, refuse_run_or_checkpoint
 
     if args.out:  # before loading: never into the run or checkpoint it reads, or any other
         check_output_folder(args.out, "--out")

@@ -26,13 +26,7 @@ class DroppingStream:
 
     def _drop(self) -> None:
         self.gone = True
-        try:
-            fd = self._stream.fileno()
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, fd)
-            os.close(devnull)
-        except (OSError, ValueError, AttributeError):  # no descriptor (a test's capture): nothing to do
-            pass
+        to_devnull(self._stream)
 
     def _guarded(self, call, *args, default=None):
         if self.gone:
@@ -63,6 +57,18 @@ class DroppingStream:
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)
+
+
+def to_devnull(stream) -> None:
+    """Point `stream`'s descriptor at /dev/null, so that later writes and the interpreter's flush at
+    exit go nowhere."""
+    try:
+        fd = stream.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no descriptor (a test's capture): nothing to do
+        pass
 
 
 @contextmanager

@@ -3,11 +3,13 @@ folder's own files, written without following links."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
 import stat
+import warnings
 from pathlib import Path
 
 from rltok.config.registry import ConfigError
@@ -53,25 +55,39 @@ def parse(text: str, what: str, kind: str = "json", error: type[Exception] = Con
     return value
 
 
-def read_text(path: str | Path, what: str, limit: int = MAX_BYTES, follow: bool = True,
-              error: type[Exception] = ConfigError, decode_errors: str = "strict", kind: str = "") -> str:
-    """The text of the regular file `path`, at most `limit` bytes; with follow=False a link there
-    is refused rather than followed."""
+_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+
+
+def read_bytes(path: str | Path, what: str, limit: int = MAX_BYTES, follow: bool = True,
+               error: type[Exception] = ConfigError) -> bytes:
+    """The bytes of the regular file `path`, at most `limit`; with follow=False a link there is
+    refused rather than followed, and a folder, a FIFO or a device is named as such."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else _NOFOLLOW)
     try:
         fd = os.open(path, flags)
     except OSError as e:
         raise error(_refusal(path, what, e)) from None
     try:
-        with os.fdopen(fd, "rb") as f:
-            mode = os.fstat(f.fileno()).st_mode
-            if not stat.S_ISREG(mode):
-                raise error(f"{what} {path} is not a regular file")
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):  # (checked before opening a file object, which refuses a folder)
+            kind = _KINDS.get(stat.S_IFMT(mode))
+            raise error(f"{what} {path} is {kind + ', ' if kind else ''}not a regular file")
+        with open(fd, "rb", closefd=False) as f:
             data = f.read(limit + 1)
     except OSError as e:
         raise error(f"cannot read {what} {path}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
     if len(data) > limit:
         raise error(f"{what} {path} is larger than {limit:,} bytes")
+    return data
+
+
+def read_text(path: str | Path, what: str, limit: int = MAX_BYTES, follow: bool = True,
+              error: type[Exception] = ConfigError, decode_errors: str = "strict", kind: str = "") -> str:
+    """The UTF-8 text of the regular file `path` (read_bytes)."""
+    data = read_bytes(path, what, limit, follow, error)
     try:
         return data.decode("utf-8", errors=decode_errors)
     except UnicodeDecodeError:
@@ -94,8 +110,6 @@ def read_record(path: str | Path, what: str = "run record", limit: int = 16 << 2
             raise ConfigError(f"{what} {path} holds a JSON {type(rec).__name__}, not an object")
     except ConfigError as e:
         if warn:
-            import warnings
-
             warnings.warn(f"{e}; {hint}", stacklevel=2)
         return None
     return rec
@@ -123,7 +137,6 @@ def parse_lines(text: str) -> list:
 
 
 # ---- a run folder's own files ------------------------------------------------------------------
-
 
 
 def _refusal(path, what: str, e: OSError) -> str:
@@ -192,13 +205,9 @@ def write_atomic(path: str | Path, text: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    try:
+    with contextlib.suppress(OSError):  # some platforms cannot sync a folder: the file itself is synced
         fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return  # a folder that cannot be opened (some platforms): the file itself is synced
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import typing
@@ -83,18 +84,12 @@ class Config:
         return cfg
 
 
-def _kind_at(cfg: Any, path: str) -> str | None:
-    """The name a registry's config path holds in a Config, or in a config's mapping (a saved
-    config.json, before it is read); None where the chosen kinds have no such path."""
-    obj = cfg
+def _kind_at(d: dict, path: str) -> str | None:
+    """The name a registry's config path holds in a config's mapping; None where the chosen kinds
+    have no such path."""
     for part in path.split("."):
-        obj = obj.get(part) if isinstance(obj, dict) else (getattr(obj, part, None)
-                                                           if dataclasses.is_dataclass(obj) else None)
-        if obj is None:
-            return None
-    if isinstance(obj, dict):
-        return obj.get("kind")
-    return obj.kind if isinstance(obj, Section) else obj if isinstance(obj, str) else None
+        d = d.get(part) if isinstance(d, dict) else None
+    return d.get("kind") if isinstance(d, dict) else d if isinstance(d, str) else None
 
 
 def plugin_sources(cfg: "Config") -> dict[str, dict]:
@@ -102,8 +97,9 @@ def plugin_sources(cfg: "Config") -> dict[str, dict]:
     the components it provides (`path=kind`) and its installed distribution where known. A
     component registered by code outside rltok, not as a plugin, names its module."""
     out: dict[str, dict] = {}
+    d = dataclasses.asdict(cfg)
     for registry in REGISTRIES:
-        kind = _kind_at(cfg, registry.key)
+        kind = _kind_at(d, registry.key)
         entry = registry.entries.get(kind) if isinstance(kind, str) else None
         if entry is None:
             continue
@@ -188,14 +184,13 @@ SECTION_PATHS = ("model.chunker", "objective.reward", "objective.estimator", "ob
                  "objective.estimator.price")
 
 
-def _field_types(obj: Any) -> dict[str, Any]:
-    return _class_field_types(type(obj))
-
-
 @functools.cache  # resolving the hints is the slow part of loading a config, and a class's never change
-def _class_field_types(cls: type) -> dict[str, Any]:
+def _field_types(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+_BOOLS = {**dict.fromkeys(("1", "true", "yes", "on"), True), **dict.fromkeys(("0", "false", "no", "off"), False)}
 
 
 def _coerce(value: Any, typ: Any, key: str) -> Any:
@@ -203,14 +198,7 @@ def _coerce(value: Any, typ: Any, key: str) -> Any:
     origin = typing.get_origin(typ)
     try:
         if typ is bool:
-            if isinstance(value, str):
-                low = value.lower()
-                if low in ("1", "true", "yes", "on"):
-                    return True
-                if low in ("0", "false", "no", "off"):
-                    return False
-                raise ValueError(value)
-            return bool(value)
+            return _BOOLS[value.lower()] if isinstance(value, str) else bool(value)
         if typ in (int, float) and isinstance(value, bool):  # JSON true is not the number 1
             raise ValueError(value)
         if typ is int:
@@ -230,7 +218,7 @@ def _coerce(value: Any, typ: Any, key: str) -> Any:
             if len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]: any length
                 return tuple(_coerce(v, args[0], key) for v in value)
             return tuple(_coerce(v, a, key) for v, a in zip(value, args, strict=True))
-    except (ValueError, TypeError, OverflowError):  # OverflowError: 1e400 as an int
+    except (ValueError, TypeError, OverflowError, KeyError):  # 1e400 as an int overflows; "maybe" is no bool
         raise ConfigError(f"config key {key!r} expects {getattr(typ, '__name__', typ)}, got {value!r}") from None
     return value
 
@@ -298,10 +286,7 @@ def _legacy_value(key: str, value: Any) -> Any:
 
 def _section_registry(parent: Any, name: str):
     """The registry of a component field (a section with a kind), or None for a plain field."""
-    for f in dataclasses.fields(parent):
-        if f.name == name:
-            return f.metadata.get("registry")
-    return None
+    return next((f.metadata.get("registry") for f in dataclasses.fields(parent) if f.name == name), None)
 
 
 def _set_kind(parent: Any, name: str, kind: Any, where: str) -> None:
@@ -329,7 +314,7 @@ def _kind_first(obj: Any, items: list[tuple[str, Any]], where: str) -> list[tupl
     def chooses_kind(item: tuple[str, Any]) -> bool:
         key, value = item
         return (key == "kind" or where + key in LEGACY_KIND_KEYS
-                or (key in _field_types(obj) and _is_section(obj, key) and isinstance(value, str)))
+                or (key in _field_types(type(obj)) and _is_section(obj, key) and isinstance(value, str)))
     return sorted(items, key=lambda item: not chooses_kind(item))
 
 
@@ -359,9 +344,9 @@ def apply_dict(obj: Any, d: dict[str, Any], where: str = "", notes: list[str] | 
 
 
 def _apply_field(obj: Any, key: str, value: Any, where: str, notes: list[str]) -> None:
-    types = _field_types(obj)
+    types = _field_types(type(obj))
     if key not in types:
-        raise _unknown(key, list(types), where, what=_what(obj, where))
+        raise _unknown(key, list(types), where, what=_what(obj))
     current = getattr(obj, key)
     if _is_section(obj, key):
         if isinstance(value, dict):
@@ -382,7 +367,7 @@ def _apply_field(obj: Any, key: str, value: Any, where: str, notes: list[str]) -
         setattr(obj, key, _coerce(value, types[key], where + key))
 
 
-def _what(obj: Any, where: str) -> str:
+def _what(obj: Any) -> str:
     """How an unknown key is named: a component's keys depend on its kind."""
     return f"config key (for kind {obj.kind!r})" if isinstance(obj, Section) else "config key"
 
@@ -427,9 +412,9 @@ def _set_path(root: Any, path: str, value: Any) -> bool:
             _set_kind(obj, part, value, ".".join(parts[: i + 1]) + ".")
             return True
         obj = getattr(obj, part)
-    if not dataclasses.is_dataclass(obj) or parts[-1] not in _field_types(obj):
+    if not dataclasses.is_dataclass(obj) or parts[-1] not in _field_types(type(obj)):
         return False
-    setattr(obj, parts[-1], _coerce(value, _field_types(obj)[parts[-1]], path))
+    setattr(obj, parts[-1], _coerce(value, _field_types(type(obj))[parts[-1]], path))
     return True
 
 
@@ -465,15 +450,15 @@ def apply_override(cfg: Config, assignment: str) -> None:
         return
     parts = dotted.split(".")
     obj: Any = cfg
+    parent = None
     for i, part in enumerate(parts):
-        types = _field_types(obj)
+        types = _field_types(type(obj))
         where = ".".join(parts[:i]) + ("." if i else "")
         if part == "kind" and isinstance(obj, Section) and i == len(parts) - 1:
-            parent = _walk(cfg, parts[:-2])
             _set_kind(parent, parts[-2], raw, where)
             return
         if part not in types:
-            raise _unknown(part, list(types), where, what=_what(obj, where))
+            raise _unknown(part, list(types), where, what=_what(obj))
         if i == len(parts) - 1:
             if _is_section(obj, part):
                 _set_kind(obj, part, raw, f"{dotted}.")
@@ -482,7 +467,7 @@ def apply_override(cfg: Config, assignment: str) -> None:
             else:
                 setattr(obj, part, _coerce(raw, types[part], dotted))
         else:
-            obj = getattr(obj, part)
+            parent, obj = obj, getattr(obj, part)
             if not dataclasses.is_dataclass(obj):
                 raise ConfigError(f"{'.'.join(parts[: i + 1])!r} is not a section")
 
@@ -491,17 +476,9 @@ def with_settings(section: Any, mapping: dict[str, Any], where: str) -> Any:
     """A copy of a config section with `mapping` applied as a config file would apply it (a
     component takes a mapping with a kind and its settings, or just its kind), validated where it
     can be alone: variants of one section for instruments that compare settings."""
-    import copy
-
     new = copy.deepcopy(section)
     apply_dict(new, mapping, where)
     return new
-
-
-def _walk(obj: Any, parts: list[str]) -> Any:
-    for part in parts:
-        obj = getattr(obj, part)
-    return obj
 
 
 def load_config(preset: str = "tiny", file: str | None = None, overrides: list[str] | None = None) -> Config:
@@ -516,15 +493,14 @@ def load_config(preset: str = "tiny", file: str | None = None, overrides: list[s
     if data is not None and "plugins" in data:
         data = {**data, "plugins": _named_plugins(data["plugins"], Path(file).parent)}
         _plugins.load_plugins(data["plugins"])
-    for ov in overrides or []:
-        if ov.split("=", 1)[0].strip() == "plugins":
-            _plugins.load_plugins(_named_plugins(ov.split("=", 1)[1]))
+    pairs = [(key.strip(), value) for key, _, value in (ov.partition("=") for ov in overrides or [])]
+    for key, value in pairs:
+        if key == "plugins":
+            _plugins.load_plugins(_named_plugins(value))
     recipe = cfg.objective.recipe
     if data and isinstance(data.get("objective"), dict) and "recipe" in data["objective"]:
         recipe = str(data["objective"]["recipe"])
-    for ov in overrides or []:
-        if ov.split("=", 1)[0].strip() == "objective.recipe":
-            recipe = ov.split("=", 1)[1].strip()
+    recipe = next((value.strip() for key, value in reversed(pairs) if key == "objective.recipe"), recipe)
     if recipe not in RECIPES:
         raise _unknown(recipe, list(RECIPES), "", what="objective.recipe")
     cfg.objective.recipe = recipe
@@ -541,20 +517,9 @@ MAX_CONFIG_BYTES = 1 << 20
 
 def _read_config_file(file: str) -> dict:
     """A JSON or TOML config file's mapping of sections, or a clear ConfigError."""
-    path = Path(file)
-    if path.exists() and not path.is_file():  # a folder, a FIFO, /dev/zero: say so, do not read forever
-        raise ConfigError(f"config file {file} is {'a folder' if path.is_dir() else 'not a regular file'}")
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {file}")
-    if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise ConfigError(f"config file {file} is larger than {MAX_CONFIG_BYTES:,} bytes: not a config")
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read config file {file}: {e}") from None
-    from rltok.config.files import parse  # depth and number bounds: one error, never a RecursionError
+    from rltok.config.files import read_json  # depth and number bounds: one error, never a RecursionError
 
-    data = parse(text, f"config file {file}", "toml" if path.suffix == ".toml" else "json")
+    data = read_json(file, "config file", MAX_CONFIG_BYTES, kind="toml" if Path(file).suffix == ".toml" else "json")
     if not isinstance(data, dict):
         raise ConfigError(f"config file {file} must hold a mapping of sections, got {type(data).__name__}")
     return data

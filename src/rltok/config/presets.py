@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-# Named presets: overrides on top of the defaults. "tiny" is the CPU default. The CPU presets a
-# user trains with learn boundaries with the lexicon recipe; "test" (unit tests) and the
-# GPU-scale presets keep the published recipe, one setting (objective.recipe) from the other.
+# "tiny" is the CPU default. The CPU presets a user trains with learn boundaries with the lexicon
+# recipe; "test" and the GPU-scale presets keep the published one (objective.recipe tells them apart).
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {"objective": {"recipe": "lexicon"}},
     "small": {  # the CPU comparison scale (rltok compare): ~1.5M params, ~3x the tiny speed

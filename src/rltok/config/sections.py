@@ -114,17 +114,14 @@ class ModelConfig:
     max_seq_len: int = 8192  # longest sequence the model accepts
     rope_base: float = 10000.0
     dropout: float = 0.0
-    # the model family (FAMILIES): "hourglass" (the hierarchical model), "flat" (byte transformer of
-    # d_chunk x flat_layers), "bpe_token" (transformer over BPE tokens of the same size); the last
-    # two are references
+    # the model family (FAMILIES): "hourglass", or a reference: "flat" (a byte transformer of
+    # d_chunk x flat_layers) or "bpe_token" (a transformer over BPE tokens of the same size)
     arch: str = "hourglass"
     flat_layers: int = 6
     # sliding-window size of the flat byte model's attention (arch=flat; 0 = full causal attention):
     # at small width a full-attention flat model spends most of its FLOPs on attention
     flat_window: int = 0
-    # the boundary rule, a section with a kind (CHUNKERS): rl (learned policy) | fixed | uniform |
-    # whitespace | entropy | hnet | gumbel | bpe, and that kind's settings
-    chunker: Section = section_field(CHUNKERS, "rl")
+    chunker: Section = section_field(CHUNKERS, "rl")  # the boundary rule: a kind (CHUNKERS) and its settings
     target_rate: float = 0.2  # chunks per byte the rules aim at (the policy's initial bias, the rate loss)
     force_last_boundary: bool = True  # training: the last byte of a window closes a chunk
     value_head: bool = False  # a critic V(h_t) on the encoder state (set by objective.estimator.baseline=...+value)
@@ -291,14 +288,10 @@ class FlipsSettings(Section):
 
 @dataclass
 class RateSettings(Section):
-    """What every rate control has: the compute-aware price and how a price reaches the policy."""
-    # Every chunk costs compute_price bits per million forward FLOPs that one more chunk adds to the
-    # chunk-level network (rltok.model.flops.ModelCost.chunk_cost); 0 = off.
-    compute_price: float = 0.0
-    # How a price per chunk (compute_price, the Lagrange multiplier) reaches the policy
-    # (COST_ESTIMATORS): "exact", its expected cost p_t x price differentiated in closed form (no
-    # variance). The supertoken policy of stages=2 always uses "exact".
-    cost_estimator: str = "exact"
+    """What every rate control has: the compute-aware price and how a price reaches the policy
+    (docs/CONFIG.md, "The rate")."""
+    compute_price: float = 0.0  # bits per MFLOP that a chunk adds (ModelCost.chunk_cost); 0 = off
+    cost_estimator: str = "exact"  # COST_ESTIMATORS; the supertoken policy of stages=2 always uses "exact"
 
     def validate(self, where: str) -> None:
         check(finite(self.compute_price) and self.compute_price >= 0, f"{where}.compute_price", "a number >= 0")
@@ -449,12 +442,9 @@ class TrainConfig:
     wandb: str = ""
     # a resume that changes max_steps: "keep" (no jump in the learning rate) | "restart" (docs/CONFIG.md)
     schedule_on_resume: str = "keep"
-    # "cosine" | "wsd" (docs/CONFIG.md, "The learning-rate schedule")
-    lr_schedule: str = "cosine"
+    lr_schedule: str = "cosine"  # LR_SCHEDULES (docs/CONFIG.md, "The learning-rate schedule")
     cooldown_frac: float = 0.2
-    # How AdamW runs its update: "auto" (fused on CUDA, else foreach: the numbers of torch's loop),
-    # "loop", "foreach", or "fused" (fastest on CPU too, but it rounds differently)
-    optimizer_kernel: str = "auto"
+    optimizer_kernel: str = "auto"  # OPTIMIZER_KERNELS (docs/CONFIG.md, "The optimiser's kernel")
 
     @property
     def constant_phase(self) -> bool:
