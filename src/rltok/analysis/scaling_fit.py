@@ -610,8 +610,8 @@ def predict(env: Envelope, budget: float) -> Prediction:
     """Optimal size and loss at `budget`, with percentile intervals over the envelope's replicates."""
     n_band = _percentile_interval(env.boot.size(budget), env.level)
     l_band = _percentile_interval(env.boot.loss(budget), env.level)
-    return Prediction(env.family, float(budget), float(env.params.size(budget)), n_band, float(env.params.loss(budget)), l_band,
-                      env.level, float(budget) / env.fitted_range[1], env.e_fixed)
+    return Prediction(env.family, float(budget), float(env.params.size(budget)), n_band,
+                      float(env.params.loss(budget)), l_band, env.level, float(budget) / env.fitted_range[1], env.e_fixed)
 
 
 # ---------------------------------------------------------------- the whole study

@@ -89,7 +89,8 @@ class FlatByteLM(PlainLM):
         return StepOutput(self.head(out[0, -1]))
 
     @torch.inference_mode()
-    def step(self, state: DecodingState, ids: torch.Tensor, boundaries=None, boundaries2=None, noise=None) -> StepOutput:
+    def step(self, state: DecodingState, ids: torch.Tensor, boundaries=None, boundaries2=None,
+             noise=None) -> StepOutput:
         state.push(ids.to(state.device))
         out = self.body.step(state.embed_newest(self.embed_bytes).unsqueeze(1), state.pos, state.caches[self.body])
         state.advance()
