@@ -243,7 +243,8 @@ try:
         assert all(hasattr(cls, m) for m in ("save_pretrained", "push_to_hub", "from_pretrained")), cls
     assert hasattr(HourglassLM, "generate") and hasattr(FlatByteLM, "generate")
     assert HourglassLM.save_pretrained.__module__ == "rltok.model.pretrained"
-    assert HourglassLM.generate.__module__ == "rltok.model.hourglass"
+    assert HourglassLM.generate.__module__ == "rltok.model.generate"
+    assert not hasattr(BPETokenLM, "start_decoding")  # it predicts tokens: generate refuses it
     assert rltok.HourglassLM is HourglassLM
     answers["exports"] = "ok"
 except Exception:

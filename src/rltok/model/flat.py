@@ -7,13 +7,13 @@ import torch
 from rltok.config import VOCAB_SIZE, ModelConfig
 from rltok.model.cost import Level, module_flops
 from rltok.model.decoding import DecodingState, StepOutput
-from rltok.model.generate import Generation, generate
+from rltok.model.generate import Decodes
 from rltok.model.layers import param_count
 from rltok.model.output import LMOutput
 from rltok.model.plain_lm import PlainLM
 
 
-class FlatByteLM(PlainLM):
+class FlatByteLM(PlainLM, Decodes):
     arch = "flat"
 
     def __init__(self, d_model: int, n_layers: int, n_heads: int, mlp_ratio: float = 4.0,
@@ -69,14 +69,8 @@ class FlatByteLM(PlainLM):
 
     # ---- cached decoding (see rltok.model.decoding) ------------------------------------------
 
-    def generate(self, prompt, max_new_bytes: int = 256, **kwargs) -> Generation | list[Generation]:
-        """Continue `prompt` (bytes, str, or a list of them): rltok.model.generate.generate."""
-        return generate(self, prompt, max_new_bytes, **kwargs)
-
-    def start_decoding(self, batch: int, capacity: int, mode: str = "sample",
+    def decoding_state(self, batch: int, capacity: int, mode: str = "sample",
                        generator: torch.Generator | None = None) -> DecodingState:
-        if self.training:
-            raise ValueError("decode with the model in eval mode (model.eval())")
         return DecodingState(self, {self.body: capacity}, batch, 1, mode, generator)
 
     @torch.inference_mode()

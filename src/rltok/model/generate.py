@@ -139,6 +139,29 @@ def generate(model, prompt: bytes | str | Sequence[bytes | str], max_new_bytes: 
     return results[0] if single else results
 
 
+class Decodes:
+    """`generate` and `start_decoding` for the models that decode themselves a byte at a time;
+    each makes its own state (`decoding_state`) and defines `prefill` and `step`. A model
+    without them (the BPE-token reference) cannot generate."""
+
+    training: bool
+
+    def generate(self, prompt, max_new_bytes: int = 256, **kwargs) -> Generation | list[Generation]:
+        """Continue `prompt` (bytes, str, or a list of them): rltok.model.generate.generate."""
+        return generate(self, prompt, max_new_bytes, **kwargs)
+
+    def start_decoding(self, batch: int, capacity: int, mode: str = "sample",
+                       generator: torch.Generator | None = None):
+        """Caches for `batch` rows of up to `capacity` bytes each; boundaries (if any) decided by
+        `mode`, as in forward. Needs eval mode."""
+        if self.training:
+            raise ValueError("decode with the model in eval mode (model.eval())")
+        return self.decoding_state(batch, capacity, mode, generator)
+
+    def decoding_state(self, batch: int, capacity: int, mode: str, generator: torch.Generator | None):
+        raise NotImplementedError
+
+
 def slide_start(bounds: list[bool], end: int, max_len: int) -> tuple[int, bool]:
     """Where a context that has read bytes [.., end) of a row starts after sliding, and whether its
     first byte must be forced to close a chunk: the byte that closed a chunk (bounds[start]) nearest

@@ -15,7 +15,7 @@ from rltok.model.ngram_embed import NgramEmbedding, byte_input
 from rltok.model.chunkers import NonCausalRule, build_chunker, forced_mask
 from rltok.model.cost import Level, linear_flops, module_flops
 from rltok.model.decoding import HourglassState, StepOutput, put_row
-from rltok.model.generate import Generation, generate
+from rltok.model.generate import Decodes
 from rltok.model.layers import Packing, Stack, init_weights, param_count
 from rltok.model.levels import LevelSpec, chunk_levels
 from rltok.model.output import HourglassOutput
@@ -40,7 +40,7 @@ class ValueHead(nn.Module):
         return self.net(feats)
 
 
-class HourglassLM(Stage, PretrainedMixin):
+class HourglassLM(Stage, PretrainedMixin, Decodes):
     depth = 0  # the byte level
     arch = "hourglass"
     hierarchical = True  # draws segmentations (K per sequence with group baselines)
@@ -257,16 +257,9 @@ class HourglassLM(Stage, PretrainedMixin):
 
     # ---- cached decoding: one byte per row through the same modules ------------------------
 
-    def generate(self, prompt, max_new_bytes: int = 256, **kwargs) -> Generation | list[Generation]:
-        """Continue `prompt` (bytes, str, or a list of them): rltok.model.generate.generate."""
-        return generate(self, prompt, max_new_bytes, **kwargs)
-
-    def start_decoding(self, batch: int, capacity: int, mode: str = "sample",
+    def decoding_state(self, batch: int, capacity: int, mode: str = "sample",
                        generator: torch.Generator | None = None) -> HourglassState:
-        """Caches for `batch` rows of up to `capacity` bytes each; boundaries decided by `mode`, as in
-        forward. Needs eval mode and a causal boundary rule."""
-        if self.training:
-            raise ValueError("decode with the model in eval mode (model.eval())")
+        """What start_decoding makes: needs a causal boundary rule."""
         if self.chunker.noncausal:
             raise NonCausalRule(self.chunker.noncausal)
         return HourglassState(self, batch, capacity, mode, generator)
