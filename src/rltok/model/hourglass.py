@@ -16,11 +16,11 @@ from rltok.model.chunkers import NonCausalRule, build_chunker, forced_mask
 from rltok.model.cost import Level, linear_flops, module_flops
 from rltok.model.decoding import HourglassState, StepOutput, put_row
 from rltok.model.generate import Decodes
-from rltok.model.layers import Packing, Stack, init_weights, param_count
+from rltok.model.layers import Packing, Stack, param_count
 from rltok.model.levels import LevelSpec, chunk_levels
 from rltok.model.output import HourglassOutput
 from rltok.model.pretrained import PretrainedMixin
-from rltok.model.stage import ChunkStage, Pass, Stage
+from rltok.model.stage import Pass, Stage
 
 
 class ValueHead(nn.Module):
@@ -65,18 +65,13 @@ class HourglassLM(Stage, PretrainedMixin, Decodes):
         self.chunk_vocab = ChunkVocab(cfg.chunk_vocab, chunk_dim, cfg.chunk_vocab_max_len) if cfg.chunk_vocab else None
         # the residual depth the output projections are scaled by: every layer of every level
         n_layers = cfg.encoder_layers + cfg.main_layers + cfg.decoder_layers + 2 * sum(lv.layers for lv in levels)
-        if levels:
-            self.set_main(ChunkStage(levels[0], levels[1:], cfg.main_layers, n_layers, 1, cfg.pack_chunks, kw))
-        else:
-            self.set_main(Stack(cfg.main_layers, cfg.d_chunk, cfg.n_heads_chunk, window=None, **kw))
+        self.build_main(levels, cfg.main_layers, n_layers, cfg.pack_chunks, kw, cfg.d_chunk, cfg.n_heads_chunk)
         self.up = nn.Linear(chunk_dim, cfg.d_byte, bias=False)
         self.decoder = Stack(cfg.decoder_layers, cfg.d_byte, cfg.n_heads_byte, window=cfg.window, **kw)
         self.head = nn.Linear(cfg.d_byte, VOCAB_SIZE, bias=False)
         # the critic reads the encoder state detached: its regression never reshapes the encoder
         self.value_head = ValueHead(cfg.d_byte) if cfg.value_head else None
-        for stack in (self.encoder, self.main, self.decoder):
-            if isinstance(stack, Stack):  # a stage below initialised its own
-                init_weights(stack, n_layers)
+        self.init_stacks(n_layers)
         for lin in (self.early_head, self.down, self.up, self.head):
             nn.init.normal_(lin.weight, 0.0, 0.02)
         nn.init.normal_(self.embed.weight, 0.0, 1.0)

@@ -78,8 +78,8 @@ class Pass(NamedTuple):
 
 
 class Stage(nn.Module):
-    """The hourglass of one level. Subclasses build `encoder`, `chunker`, `decoder`, set the main
-    network (`set_main`), `depth` (0: bytes), `dim` (item width) and `pack` (chunks run packed),
+    """The hourglass of one level. Subclasses build `encoder`, `chunker`, `decoder`, the main
+    network (`build_main`), `depth` (0: bytes), `dim` (item width) and `pack` (chunks run packed),
     and define `to_chunks` / `to_chunks_step` (the main network's input from the chunks' last
     encoder states) and `from_chunks` (its output as what the items receive)."""
 
@@ -92,6 +92,22 @@ class Stage(nn.Module):
         levels from 1 at the bytes) in checkpoints, as models have always saved it."""
         self._main_key = f"stage{self.depth + 2}" if isinstance(main, Stage) else "main"
         self._modules[self._main_key] = main  # (add_module would take the property below for a clash)
+
+    def build_main(self, below: Sequence[LevelSpec], main_layers: int, n_layers: int, pack: bool, kw: dict,
+                   width: int, heads: int) -> None:
+        """The main network: the stage of the next level down (below[0]), or at the bottom a
+        Stack of `main_layers` full-attention layers of `width`. `n_layers`: the residual depth
+        every level's output projections are scaled by; `kw`: the Stack settings all levels share."""
+        if below:
+            self.set_main(ChunkStage(below[0], below[1:], main_layers, n_layers, self.depth + 1, pack, kw))
+        else:
+            self.set_main(Stack(main_layers, width, heads, window=None, **kw))
+
+    def init_stacks(self, n_layers: int) -> None:
+        """GPT-2 initialise this stage's stacks (a stage below initialised its own when built)."""
+        for stack in (self.encoder, self.main, self.decoder):
+            if isinstance(stack, Stack):
+                init_weights(stack, n_layers)
 
     @property
     def main(self) -> nn.Module:
@@ -205,14 +221,9 @@ class ChunkStage(Stage):
         self.chunker = spec.chunker(spec.width)
         if getattr(self.chunker, "uses_early_logits", False):
             raise ValueError(f"{type(self.chunker).__name__} reads the early-exit head, which only the bytes have")
-        if below:
-            self.set_main(ChunkStage(below[0], below[1:], main_layers, n_layers, depth + 1, pack, kw))
-        else:
-            self.set_main(Stack(main_layers, spec.width, spec.heads, window=None, **kw))
+        self.build_main(below, main_layers, n_layers, pack, kw, spec.width, spec.heads)
         self.decoder = Stack(spec.layers, spec.width, spec.heads, window=None, **kw)
-        for stack in (self.encoder, self.main, self.decoder):
-            if isinstance(stack, Stack):  # a stage below initialised its own
-                init_weights(stack, n_layers)
+        self.init_stacks(n_layers)
         # to the width of the level below and back, when it has another
         main_dim = below[0].width if below else spec.width
         self.down, self.up = nn.Identity(), nn.Identity()
