@@ -25,11 +25,10 @@ from pathlib import Path
 
 import torch
 
-from rltok.training import distributed
 from rltok.config import load_config
 from rltok.data.sources import Corpus
 from rltok.data.corpus import load_corpus
-from rltok.training.peak import known_peak
+from rltok.training.peak import known_peak, measured_peak_flops
 from rltok.training.trainer import Trainer
 
 
@@ -100,7 +99,7 @@ def main() -> int:
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
 
-    peak_measured = distributed.measured_peak_flops(dev, trainer.amp_dtype, budget_s=1.0 if dev.type == "cuda" else 0.25)
+    peak_measured = measured_peak_flops(dev, trainer.amp_dtype, budget_s=1.0 if dev.type == "cuda" else 0.25)
     device_name, peak_nominal = nominal_peak(dev)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)

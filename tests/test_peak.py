@@ -72,11 +72,11 @@ def test_measured_peak_times_a_matmul_of_the_models_largest_layer(timings):
     assert p.flops == pytest.approx(2 * 512 ** 3)
 
 
-def test_the_real_measurement_is_positive_and_the_old_entry_point_uses_it(monkeypatch):
+def test_the_real_measurement_is_positive_and_the_square_matmul_entry_point_uses_it(monkeypatch):
     monkeypatch.setattr(peak_mod, "_MEASURED", {})
     flops = peak_mod.best_matmul_flops(torch.device("cpu"), torch.float32, (64, 64, 64), budget_s=0.0, min_timings=2)
     assert 0 < flops < float("inf")
-    assert ddp.measured_peak_flops(torch.device("cpu"), None, budget_s=0.0) > 0
+    assert peak_mod.measured_peak_flops(torch.device("cpu"), None, budget_s=0.0) > 0
 
 
 @pytest.mark.parametrize("name,dtype,expected", [

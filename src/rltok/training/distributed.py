@@ -14,8 +14,6 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from rltok.training.peak import measured_peak
-
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -341,11 +339,3 @@ def load_full_optimizer_state(model: torch.nn.Module, opt: torch.optim.Optimizer
         groups.append({**g, "params": list(range(start, start + len(own["params"])))})
         start += len(own["params"])
     opt.load_state_dict({"state": {index[n]: v for n, v in state["state"].items()}, "param_groups": groups})
-
-
-# ---- device peak, for MFU -----------------------------------------------------------------------
-def measured_peak_flops(device: torch.device, dtype: torch.dtype | None = None, budget_s: float = 0.5) -> float:
-    """Best FLOP/s of a square matmul on `device` in `dtype` (fp32 if None), the best of several
-    timings within about `budget_s` seconds; cached per process (rltok.training.peak)."""
-    n = 8192 if device.type == "cuda" else 512
-    return measured_peak(device, (dtype or torch.float32,), [(n, n, n)], budget_s)

@@ -109,6 +109,13 @@ def measured_peak(device: torch.device, dtypes: tuple[torch.dtype, ...], shapes:
     return _MEASURED[key]
 
 
+def measured_peak_flops(device: torch.device, dtype: torch.dtype | None = None, budget_s: float = 0.5) -> float:
+    """Best FLOP/s of a square matmul on `device` in `dtype` (fp32 if None), the best of several
+    timings within about `budget_s` seconds; cached per process."""
+    n = 8192 if device.type == "cuda" else 512
+    return measured_peak(device, (dtype or torch.float32,), [(n, n, n)], budget_s)
+
+
 # ---- the peak a run uses ------------------------------------------------------------------------
 class PeakFlops:
     """One device's peak FLOP/s for MFU, where it came from, and whether it is still trusted."""
