@@ -1,8 +1,8 @@
 """Typed configuration: the sections (sections.py), the registries of components chosen by kind
 (registry.py), plugins (plugins.py), presets (presets.py), and the loader (loading.py)."""
 
-from rltok.config.loading import (LEGACY_KEYS, REMOVED_KEYS, Config, _read_config_file, apply_dict,
-                                  apply_override, load_config, with_settings)
+from rltok.config.loading import (LEGACY_KEYS, REMOVED_KEYS, Config, apply_dict, apply_override, load_config,
+                                  with_settings)
 from rltok.config.presets import PRESET_NOTES, PRESETS
 from rltok.config.plugins import ENTRY_POINT_GROUP, PluginError, load_plugin, load_plugins
 from rltok.config.registry import Registry, Section
@@ -19,5 +19,5 @@ __all__ = ["FixedChunkerSettings", "FlipsSettings", "GumbelChunkerSettings", "HN
            "BOS", "CHUNKERS", "COST_ESTIMATORS", "CREDIT_PRICES", "ENTRY_POINT_GROUP", "PluginError",
            "load_plugin", "load_plugins", "Config", "ConfigError", "DataConfig", "EOS", "ESTIMATORS", "FAMILIES",
            "LEGACY_KEYS", "ModelConfig", "ObjectiveConfig", "PAD", "PRESETS", "PRESET_NOTES", "RATES", "RECIPES",
-           "REMOVED_KEYS", "REWARDS", "Registry", "Section", "TrainConfig", "VOCAB_SIZE", "_read_config_file",
+           "REMOVED_KEYS", "REWARDS", "Registry", "Section", "TrainConfig", "VOCAB_SIZE",
            "apply_dict", "apply_override", "load_config", "with_settings"]

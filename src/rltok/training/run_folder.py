@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from rltok.config import Config, ConfigError, _read_config_file, apply_dict, apply_override, load_config
+from rltok.config import Config, ConfigError, apply_dict, apply_override, load_config
 from rltok.config.files import read_json, write_own
+from rltok.config.loading import _read_config_file
 from rltok.config.plugins import MissingPlugin
 from rltok.data.sources import absolute_spec
 from rltok.model.pretrained import read_config
