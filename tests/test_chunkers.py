@@ -174,3 +174,41 @@ def test_every_rule_is_importable_from_the_package_and_lives_in_its_kinds_module
     for name in package.__all__:
         owner = getattr(package, name).__module__
         assert getattr(importlib.import_module(owner), name) is getattr(package, name)
+
+
+@pytest.mark.parametrize("window", [2, 3, 8])
+@pytest.mark.parametrize("greedy", [False, True])
+@pytest.mark.parametrize("shape", [(8, 512), (3, 17), (2, 1), (1, 64)])
+def test_window_sampler_scan_equals_position_by_position(window, greedy, shape):
+    from rltok.model.chunkers.policy import RLPolicy
+    policy = RLPolicy(16, window=window)
+    g = torch.Generator().manual_seed(window * 1000 + shape[1])
+    with torch.no_grad():
+        policy.history.weight.normal_(0.0, 2.0, generator=g)  # histories that move decisions
+    base = 2 * torch.randn(shape, generator=g)
+    forced = torch.rand(shape, generator=g) < 0.05
+    u = torch.rand(shape, generator=g)
+    if greedy:
+        policy.cut_at = 0.3  # a settled rule's cut, not 0
+    drawn = None if greedy else u
+    scan = policy._sample_scan(base, forced, drawn, greedy)
+    sequential = policy._sample_sequential(base, forced, drawn, greedy)
+    assert torch.equal(scan[0], sequential[0]) and torch.equal(scan[1], sequential[1])
+    assert scan[0][forced].all()
+    if base.numel() >= 64:  # both decisions occur, so the histories differ along the row
+        assert 0 < scan[0].float().mean() < 1
+    # sample() takes the scan at these sizes and the position-by-position path past SCAN_LIMIT
+    assert torch.equal(policy.sample(base, forced, greedy, None, drawn)[1], sequential[1])
+
+
+def test_window_sampler_falls_back_past_the_scan_limit(monkeypatch):
+    from rltok.model.chunkers import policy as policy_module
+    policy = policy_module.RLPolicy(8, window=4)
+    empty = policy.sample(torch.zeros(2, 0), torch.zeros(2, 0, dtype=torch.bool), False, None, torch.rand(2, 0))
+    assert empty[0].shape == empty[1].shape == (2, 0)
+    calls = []
+    monkeypatch.setattr(policy_module.RLPolicy, "_sample_sequential",
+                        lambda self, *a: calls.append("sequential") or (torch.zeros(1), torch.zeros(1)))
+    monkeypatch.setattr(policy_module, "SCAN_LIMIT", 10)
+    policy.sample(torch.zeros(2, 4), torch.zeros(2, 4, dtype=torch.bool), False, None, torch.rand(2, 4))
+    assert calls == ["sequential"]

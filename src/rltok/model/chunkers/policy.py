@@ -13,11 +13,16 @@ from rltok.model.chunkers.base import Boundaries, Chunker, bernoulli_logp, fp32_
 from rltok.model.noise import uniform  # noise that data-parallel ranks can slice from the global batch
 
 
+# Largest (batch x positions x history patterns) table the window > 1 sampler builds: beyond it
+# (long windows) it samples one position after another instead.
+SCAN_LIMIT = 1 << 24
+
+
 class RLPolicy(Chunker):
     """Autoregressive Bernoulli boundary policy: logit_t = w . h_t + c + table[pattern_t], where
     pattern_t encodes its previous `window - 1` decisions (window=1: independent given the
     encoder). Given the decisions, every log-probability is computed in parallel (teacher forcing);
-    only sampling with window > 1 loops over positions, on the device, with no host sync."""
+    sampling with window > 1 is a prefix scan over positions, on the device, with no host sync."""
 
     learned = True
     tracks_target = True
@@ -114,12 +119,19 @@ class RLPolicy(Chunker):
             logits = base.float()
             b = self.draw(logits, u, greedy) | forced
             return b, bernoulli_logp(b, logits)
+        base = base.float()
+        if 0 < base.numel() * 2 ** (self.window - 1) <= SCAN_LIMIT:
+            return self._sample_scan(base, forced, u, greedy)
+        return self._sample_sequential(base, forced, u, greedy)
+
+    def _sample_sequential(self, base, forced, u, greedy) -> tuple[torch.Tensor, torch.Tensor]:
+        """Window > 1, one position after another: the reference for `_sample_scan`, and what runs
+        where its (B, T, 2^(window-1)) tables would not fit."""
         bsz, length = base.shape
         table = self.history.weight.squeeze(-1).float()
         b = torch.zeros(bsz, length, dtype=torch.bool, device=base.device)
         logp = torch.zeros(bsz, length, dtype=torch.float32, device=base.device)
         pattern = torch.zeros(bsz, dtype=torch.long, device=base.device)
-        base = base.float()
         for t in range(length):
             lt = base[:, t] + table[pattern]
             bt = self.draw(lt, None if u is None else u[:, t], greedy) | forced[:, t]
@@ -127,6 +139,24 @@ class RLPolicy(Chunker):
             logp[:, t] = bernoulli_logp(bt, lt)
             pattern = self.push(pattern, bt)
         return b, logp
+
+    def _sample_scan(self, base, forced, u, greedy) -> tuple[torch.Tensor, torch.Tensor]:
+        """Window > 1 without a loop over positions. With the draws u fixed, position t's decision
+        depends only on its history pattern, so each position is a map pattern -> next pattern
+        over all 2^(window-1) patterns; a prefix scan composes those maps in log2(T) gathers and
+        gives every position's pattern at once. Same decisions and log-probs, bit for bit."""
+        table = self.history.weight.squeeze(-1).float()
+        logits = base.unsqueeze(-1) + table  # (B, T, patterns): position t's logit under each history
+        cut = self.draw(logits, None if u is None else u.unsqueeze(-1), greedy) | forced.unsqueeze(-1)
+        maps = self.push(torch.arange(table.shape[0], device=base.device), cut)
+        step = 1
+        while step < base.shape[1]:  # maps[t] becomes position t's map after those of 0..t-1
+            maps = torch.cat([maps[:, :step], maps[:, step:].gather(2, maps[:, :-step])], dim=1)
+            step *= 2
+        # the pattern before t is the composed map of 0..t-1 applied to the empty history (0)
+        pattern = F.pad(maps[:, :-1, 0], (1, 0)).unsqueeze(-1)
+        b = cut.gather(2, pattern).squeeze(-1)
+        return b, bernoulli_logp(b, logits.gather(2, pattern).squeeze(-1))
 
     def forward(self, h: torch.Tensor, forced: torch.Tensor, b: torch.Tensor | None = None,
                 mode: str = "sample", generator: torch.Generator | None = None,
