@@ -143,6 +143,8 @@ def test_real_process_prints_no_traceback(tmp_path):
     (["train.checkpoint_every=0"], "train.checkpoint_every must be >= 1"),
     (["train=5"], "is a section"),
     (["max_steps"], "must look like section.key=value"),
+    (["objective.recipe"], "'objective.recipe' must look like section.key=value"),  # read before the rest
+    (["plugins"], "'plugins' must look like section.key=value"),
     (["--steps", "0"], "train.max_steps must be >= 1"),
     (["train.device=gpu"], "unknown device 'gpu'"),
     (["train.seq_len=100000"], "exceeds model.max_seq_len"),

@@ -493,6 +493,9 @@ def load_config(preset: str = "tiny", file: str | None = None, overrides: list[s
     if data is not None and "plugins" in data:
         data = {**data, "plugins": _named_plugins(data["plugins"], Path(file).parent)}
         _plugins.load_plugins(data["plugins"])
+    for ov in overrides or []:  # checked before the plugins and the recipe read them
+        if "=" not in ov:
+            raise ConfigError(f"override {ov!r} must look like section.key=value")
     pairs = [(key.strip(), value) for key, _, value in (ov.partition("=") for ov in overrides or [])]
     for key, value in pairs:
         if key == "plugins":

@@ -13,5 +13,7 @@ PYTHON_BLANKS = ASCII_WHITESPACE - frozenset(b"\n\r\x0b")
 def is_whitespace_byte(x: torch.Tensor) -> torch.Tensor:
     """Which entries of a tensor of byte ids (any integer dtype, any device) are ASCII
     whitespace: a bool tensor of x's shape."""
-    return torch.isin(x, torch.tensor(sorted(ASCII_WHITESPACE), dtype=x.dtype, device=x.device))
-
+    out = torch.zeros_like(x, dtype=torch.bool)
+    for c in sorted(ASCII_WHITESPACE):  # comparisons with Python ints: no host-to-device copy
+        out |= x == c
+    return out

@@ -92,17 +92,18 @@ def batch_sums(model, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], mode
         xb, yb = xb.to(device), yb.to(device)
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             out, nll, mask = scored_bytes(model, xb, yb, context, mode, gen, forced_split)
-        row = [nll[mask].sum().item(), int(mask.sum())] + [0] * (len(_SCALARS) - 2)
+        row = {"nats": nll[mask].sum().item(), "bytes": int(mask.sum())}
         if out.boundaries is not None:
             b, free = out.boundaries.b, out.boundaries.free
             w = int(is_whitespace_byte(xb).sum())
             share = whitespace_alignment(xb, b)
-            row[2:] = [int(b.sum()), b.numel(), *(share[k] * w for k in ("space_end", "space_start", "space_align")), w,
-                       int((b & free).sum()), int(free.sum())]
+            row.update({k: share[k] * w for k in ("space_end", "space_start", "space_align")},
+                       boundaries=int(b.sum()), positions=b.numel(), ws=w,
+                       free_boundaries=int((b & free).sum()), free=int(free.sum()))
             hist += torch.bincount(chunk_lengths(b).clamp(max=64).cpu(), minlength=65)[:65]
             if code_metrics:
                 token_align += token_alignment_counts(xb, b, free)
-        scalars += torch.tensor(row, dtype=torch.float64)
+        scalars += torch.tensor([row.get(k, 0) for k in _SCALARS], dtype=torch.float64)
     model.train(was_training)
     sums = {"scalars": scalars, "hist": hist.to(torch.float64)}
     if code_metrics:

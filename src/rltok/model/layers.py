@@ -4,7 +4,6 @@ indices; packed rows (`Packing`) are padded for attention alone."""
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -59,23 +58,38 @@ class Packing:
         return x.reshape(self.batch * self.width, *x.shape[2:]).index_select(0, self.index).unsqueeze(0)
 
 
-@functools.lru_cache(maxsize=64)
+# Masks depend only on their shapes: kept per shape (a plain dict: torch.compile traces through it,
+# where it would ignore a functools cache and warn), cleared past 64 entries.
+_MASKS: dict[tuple, torch.Tensor] = {}
+
+
+def _cached(key: tuple, make) -> torch.Tensor:
+    mask = _MASKS.get(key)
+    if mask is None:
+        if len(_MASKS) > 64:
+            _MASKS.clear()
+        mask = _MASKS[key] = make()
+    return mask
+
+
 def local_causal_mask(t_q: int, t_k: int, window: int, device: torch.device) -> torch.Tensor:
-    """Boolean (t_q, t_k) mask: query i sees keys j with i - window < j <= i. Cached: it only
-    depends on the shapes."""
-    q = torch.arange(t_q, device=device).unsqueeze(1)
-    k = torch.arange(t_k, device=device).unsqueeze(0)
-    return (k <= q) & (k > q - window)
+    """Boolean (t_q, t_k) mask: query i sees keys j with i - window < j <= i."""
+    def make():
+        q = torch.arange(t_q, device=device).unsqueeze(1)
+        k = torch.arange(t_k, device=device).unsqueeze(0)
+        return (k <= q) & (k > q - window)
+    return _cached(("local", t_q, t_k, window, str(device)), make)
 
 
-@functools.lru_cache(maxsize=64)
 def _block_mask(n: int, w: int, heads: int, device: torch.device) -> torch.Tensor:
     """(heads * n, w, 2 * w): block b's queries against its previous block's keys and its own."""
-    i = torch.arange(w, device=device).unsqueeze(1)
-    j = torch.arange(2 * w, device=device).unsqueeze(0)
-    m = ((j <= i + w) & (j > i)).expand(n, w, 2 * w).clone()  # key at j - w relative to the block
-    m[0, :, :w] = False  # the first block has no previous block
-    return m.repeat(heads, 1, 1)  # row h * n + block
+    def make():
+        i = torch.arange(w, device=device).unsqueeze(1)
+        j = torch.arange(2 * w, device=device).unsqueeze(0)
+        m = ((j <= i + w) & (j > i)).expand(n, w, 2 * w).clone()  # key at j - w relative to the block
+        m[0, :, :w] = False  # the first block has no previous block
+        return m.repeat(heads, 1, 1)  # row h * n + block
+    return _cached(("block", n, w, heads, str(device)), make)
 
 
 def blocked_local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,

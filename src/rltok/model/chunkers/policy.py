@@ -13,9 +13,10 @@ from rltok.model.chunkers.base import Boundaries, Chunker, bernoulli_logp, fp32_
 from rltok.model.noise import uniform  # noise that data-parallel ranks can slice from the global batch
 
 
-# Largest (batch x positions x history patterns) table the window > 1 sampler builds: beyond it
-# (long windows) it samples one position after another instead.
-SCAN_LIMIT = 1 << 24
+# Largest (batch x positions x history patterns) table the window > 1 sampler builds (about 28
+# bytes an entry at its peak, 2^23: ~235 MB; the reference's 147M shape at window 8 fits): beyond
+# it (longer windows, larger batches) it samples one position after another instead.
+SCAN_LIMIT = 1 << 23
 
 
 class RLPolicy(Chunker):
