@@ -202,9 +202,13 @@ def build_report(records: Iterable[dict], groups: Mapping[str, Sequence[str]] | 
 
 def report_plain(rep: StudyReport, command: str | None = None, commit: str | None = None) -> dict:
     """fits.json: the fits of every family and group, and every other part of the report."""
-    crossovers = [to_plain(p) if p.crossover is None else
-                  {**to_plain(p), "crossover": {**to_plain(p.crossover), "verdict": p.crossover.verdict,
-                                                "verdict_below": p.crossover.verdict_below}} for p in rep.crossovers]
+    crossovers = []
+    for p in rep.crossovers:
+        row = to_plain(p)
+        if p.crossover is not None:  # with the verdicts, which are properties to_plain leaves out
+            row["crossover"] = {**to_plain(p.crossover), "verdict": p.crossover.verdict,
+                                "verdict_below": p.crossover.verdict_below}
+        crossovers.append(row)
     paired = [{**to_plain(v), "verdict": v.difference.verdict if v.difference else None} for v in rep.paired]
     return {"corpus": rep.corpus, "command": command, "commit": commit, "families": to_plain(rep.study),
             "groups": {g: {"members": list(m), "choices": [to_plain(c) for c in rep.choices if c.group == g]}
