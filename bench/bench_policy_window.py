@@ -20,25 +20,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
+from rltok.analysis.compare import git_commit  # HEAD, marked +dirty when src/ differs
 from rltok.config import load_config
 from rltok.data import load_corpus
 from rltok.model.chunkers import policy as policy_module
 from rltok.training import Trainer
-
-
-def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True, cwd=Path(__file__).parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def timed(fn, repeats: int) -> list[float]:
