@@ -144,6 +144,7 @@ def test_real_process_prints_no_traceback(tmp_path):
     (["train=5"], "is a section"),
     (["max_steps"], "must look like section.key=value"),
     (["objective.recipe"], "'objective.recipe' must look like section.key=value"),  # read before the rest
+    (["objective.recipe=lexicon", "objective.pg_weight=0"], "objective.pg_weight=0 changes nothing here"),
     (["plugins"], "'plugins' must look like section.key=value"),
     (["--steps", "0"], "train.max_steps must be >= 1"),
     (["train.device=gpu"], "unknown device 'gpu'"),

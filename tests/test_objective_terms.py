@@ -133,3 +133,23 @@ def test_the_objective_reads_no_config_outside_build_and_stays_short():
                 if isinstance(node, ast.Attribute) and node.attr in ("objective", "model", "train"):
                     assert not (isinstance(node.value, ast.Name) and node.value.id == "cfg"), \
                         f"{path.name} reads cfg.{node.attr}"
+
+
+def test_pg_weight_is_refused_where_no_term_reads_it():
+    """The flips' normalised credits are not weighted by objective.pg_weight: under the lexicon recipe
+    with a rate penalty nothing reads it, and setting it (say to 0, to switch learning off) would
+    change nothing; where a closed-form chunk price or the score function reads it, it is taken."""
+    from rltok.config import ConfigError
+    from rltok.objective.rate import ClosedFormChunkPrice
+
+    def built(*extra):
+        cfg = load_config("test", overrides=["train.device=cpu", "objective.recipe=lexicon", *extra])
+        return BoundaryObjective(cfg, run_cost(cfg))
+
+    with pytest.raises(ConfigError, match=r"objective.pg_weight=0 changes nothing here.*policy_start_step"):
+        built("objective.pg_weight=0")
+    assert built().terms.policy.estimator.name == "flips"  # the default weight: nothing to refuse
+    for price in ("objective.rate=lagrange", "objective.rate.compute_price=0.001"):
+        terms = built(price, "objective.pg_weight=0.5").terms.all()
+        assert [t.pg_weight for t in terms if isinstance(t, ClosedFormChunkPrice)] == [0.5]
+    assert built("objective.recipe=reference", "objective.pg_weight=0.5").terms.policy.estimator.settings.pg_weight == 0.5

@@ -336,7 +336,9 @@ class ObjectiveConfig:
     # the credit). Keys set explicitly win.
     recipe: str = "reference"
     alpha: float = 0.1  # weight of the early-exit CE: L = (1-a) CE_final + a CE_early + ...
-    pg_weight: float = 0.01  # lambda_PG: the policy terms' weight (estimator and closed-form prices)
+    # lambda_PG: weight of the score-function estimator's loss, a closed-form chunk price and the
+    # supertoken policy (the flips' normalised credits are not weighted: unread there, it is refused)
+    pg_weight: float = 0.01
     group_size: int = 1  # K segmentations sampled per sequence, sharing one encoder pass
     # the per-position reward (REWARDS): "early_exit" (CE_early - CE_final) | "final" (-CE_final)
     reward: Section = section_field(REWARDS, "early_exit")

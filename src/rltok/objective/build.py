@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rltok.config import CHUNKERS, COST_ESTIMATORS, ESTIMATORS, FAMILIES, RATES, ObjectiveConfig
+from rltok.config import CHUNKERS, COST_ESTIMATORS, ESTIMATORS, FAMILIES, RATES, ConfigError, ObjectiveConfig
 from rltok.config import CREDIT_PRICES as CREDIT_PRICE_KINDS
 from rltok.config import FlipsSettings, ScoreFunctionSettings
 from rltok.objective.estimator import BoundaryEstimator, EstimatorSettings
@@ -131,6 +131,7 @@ def _policy_terms(cfg, device, cost_slope, cost=None) -> tuple[PolicyTerms, dict
     price = make_chunk_price(m, o, cfg.train.seq_len, device, control, cost)
     prices = [] if price is None else [COST_ESTIMATORS.component(o.rate.cost_estimator)(price, o.pg_weight)]
     prices += [control] + ([] if credit_price is None else [credit_price])
+    _refuse_unread_pg_weight(o, cls, price, m.stages)
     policy = PolicyTerms(build_estimator(o, lexicon, credit_price), prices)
     named = {"price": price, "flip_price": getattr(credit_price, "controller", None), "lexicon": lexicon}
     if m.stages == 2:  # the supertoken policy: its own rate control, its price always in closed form
@@ -140,6 +141,19 @@ def _policy_terms(cfg, device, cost_slope, cost=None) -> tuple[PolicyTerms, dict
         policy.stage2 = [Supertokens(o.pg_weight, prices2)]
         named.update(price2=price2, target_rate2=m.stage2_target_rate)
     return policy, named
+
+
+def _refuse_unread_pg_weight(o: ObjectiveConfig, estimator_cls, price, stages: int) -> None:
+    """objective.pg_weight weights the estimator's loss (the score function's), a closed-form chunk
+    price and the supertoken policy. Set where none of them is (the lexicon recipe's flips with a rate
+    penalty), it would change nothing, silently: refused."""
+    if o.pg_weight == ObjectiveConfig().pg_weight or estimator_cls.weighted or price is not None or stages == 2:
+        return
+    raise ConfigError(f"objective.pg_weight={o.pg_weight:g} changes nothing here: the {o.estimator.kind} estimator's "
+                      "credits are normalised, not weighted by it, and there is no closed-form chunk price "
+                      "(objective.rate.compute_price > 0 or objective.rate=lagrange) or supertoken policy for it to "
+                      "weight. To leave the boundary policy untrained, set objective.policy_start_step beyond "
+                      "the run's steps")
 
 
 def terms_of_objective(o: ObjectiveConfig, target_rate: float, hierarchical: bool = True,

@@ -36,6 +36,7 @@ class BoundaryEstimator(Term):
     # whether it credits each decision on its own (then a lexicon's code length and a price per
     # boundary in credit units apply to it)
     credits_each_decision = False
+    weighted = True  # whether objective.pg_weight weights its loss
 
     def __init__(self, reward: Reward, settings: EstimatorSettings, lexicon=None, credit_price=None):
         self.reward_fn = reward

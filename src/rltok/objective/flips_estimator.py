@@ -41,6 +41,7 @@ class Flips(BoundaryEstimator):
     `price_credit(Credit) -> Credit`, a price per boundary in the credits (None: none)."""
     name = "flips"
     credits_each_decision = True
+    weighted = False  # its credits are centred and normalised over the flips: objective.pg_weight is not read
 
     def __init__(self, reward, settings: EstimatorSettings, lexicon=None, credit_price=None):
         super().__init__(reward, settings)
