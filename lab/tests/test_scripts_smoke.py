@@ -490,3 +490,18 @@ def test_scaling_lr_fit_finds_the_rate_each_size_wants(tmp_path):
     out = run_script("scaling_lr_fit.py", tmp_path, "--n-ref", "1e4", cwd=tmp_path).stdout
     assert "| flat | 40,000 |" in out and "| yes |" in out
     assert "lr*(N) = 0.02 * (N / 10000) ** 0.500" in out
+
+
+def test_rivals_why_rl_pairs_every_seed_all_four_ran(tmp_path):
+    """From the packed records: the four families at one cell, eight seeds, the three predicted
+    comparisons corrected together and the context row apart."""
+    out = tmp_path / "why_rl.md"
+    proc = run_script("rivals_why_rl.py", "--out", out, cwd=tmp_path)
+    text = out.read_text()
+    assert proc.stdout == text and "seeds 0, 1, 2, 3, 4, 5, 6, 7" in text
+    rows = [line for line in text.splitlines() if line.startswith(("| rl", "| uniform"))]
+    assert len(rows) == 8  # four families, four comparisons
+    compared = [r for r in rows if " − " in r]
+    assert [r.split(" | ")[0].lstrip("| ") for r in compared] == [
+        "rl_random − rl", "rl_random − uniform", "rl_detach − rl", "uniform − rl (context)"]
+    assert all(r.split(" | ")[1] == "8" for r in compared)

@@ -1,0 +1,77 @@
+"""Why the learned rule trails uniform cuts (lab/notes/rivals.md, R14-R17): on docs-en at 3e11, at
+rl's val-chosen size (target 17,321), the learned rule against uniform cuts, against random cuts
+from its untrained policy (`rl_random`) and against itself with its losses kept out of the encoder
+(`rl_detach`), paired by seed over every seed that all of them ran. Holm's correction over the three
+comparisons the notebook predicted (uniform − rl is shown for context, outside the correction).
+
+    python lab/scripts/rivals_why_rl.py [--results lab/results] [--out table.md]
+
+Reads the packed records: the study's rl and uniform runs (`rivals`) for seeds 0-2, the optimum
+check's controls and the why-rl grid's runs of all four (`rivals_checks`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rltok_lab import records
+from rltok_lab.audit import LEVEL, Verdict, holm, paired
+
+BUDGET, TARGET, CORPUS = 3e11, 17321.0, "docs-en"
+FAMILIES = ("rl", "uniform", "rl_random", "rl_detach")
+PREDICTED = (("rl_random", "rl"), ("rl_random", "uniform"), ("rl_detach", "rl"))
+CONTEXT = (("uniform", "rl"),)
+
+
+def losses(root: Path) -> dict[str, dict[int, float]]:
+    """{family: {seed: test bpb}} at the diagnostic's cell; a seed recorded twice is an error."""
+    out: dict[str, dict[int, float]] = {f: {} for f in FAMILIES}
+    for study in ("rivals", "rivals_checks"):
+        for r in records.load(study, CORPUS, root=root):
+            if (r.get("family") not in FAMILIES or r.get("bpb") is None or float(r["budget_flops"]) != BUDGET
+                    or float(r["target_size"]) != TARGET):
+                continue
+            seed = int(r["seed"])
+            if seed in out[r["family"]]:
+                raise SystemExit(f"{r['family']} seed {seed} is recorded twice (in {study})")
+            out[r["family"]][seed] = float(r["bpb"])
+    return out
+
+
+def verdict(bpb: dict, a: str, b: str) -> Verdict:
+    n, mean, lo, hi, p = paired(bpb[a], bpb[b])
+    return Verdict(CORPUS, BUDGET, a, b, n, mean, lo, hi, p, "charged")
+
+
+def table(bpb: dict[str, dict[int, float]]) -> str:
+    seeds = sorted(set.intersection(*(set(v) for v in bpb.values())))
+    bpb = {f: {s: v[s] for s in seeds} for f, v in bpb.items()}
+    rows = [f"docs-en, {BUDGET:.0e} FLOPs, target size {TARGET:,.0f}, seeds {', '.join(map(str, seeds))}; "
+            f"test bpb, {LEVEL:.0%} t intervals paired by seed.", "",
+            "| family | mean test bpb | per seed |", "|---|---:|---|"]
+    rows += [f"| {f} | {sum(v.values()) / len(v):.4f} | {' '.join(f'{v[s]:.4f}' for s in seeds)} |"
+             for f, v in bpb.items()]
+    rows += ["", "| A − B | n | mean | interval | p | p (Holm, m = 3) | resolved |", "|---|---:|---:|---|---:|---:|---|"]
+    for v in holm([verdict(bpb, a, b) for a, b in PREDICTED]):
+        rows.append(f"| {v.a} − {v.b} | {v.n} | {v.mean:+.3f} | [{v.lo:+.3f}, {v.hi:+.3f}] | {v.p:.4f} | "
+                    f"{v.p_holm:.4f} | {'yes' if v.resolved else 'no'} |")
+    for a, b in CONTEXT:
+        v = verdict(bpb, a, b)
+        rows.append(f"| {a} − {b} (context) | {v.n} | {v.mean:+.3f} | [{v.lo:+.3f}, {v.hi:+.3f}] | {v.p:.4f} | — | — |")
+    return "\n".join(rows) + "\n"
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--results", type=Path, default=records.RESULTS, help="the packed records' root")
+    p.add_argument("--out", type=Path, help="also write the table here")
+    args = p.parse_args(argv)
+    text = table(losses(args.results))
+    print(text, end="")
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
