@@ -5,6 +5,7 @@ from its untrained policy (`rl_random`) and against itself with its losses kept 
 comparisons the notebook predicted (uniform − rl is shown for context, outside the correction).
 
     python lab/scripts/rivals_why_rl.py [--results lab/results] [--out table.md]
+    python lab/scripts/rivals_why_rl.py --confirm   # R20: seeds 8-15 alone, its two predicted comparisons
 
 Reads the packed records: the study's rl and uniform runs (`rivals`) for seeds 0-2, the optimum
 check's controls and the why-rl grid's runs of all four (`rivals_checks`).
@@ -22,6 +23,9 @@ BUDGET, TARGET, CORPUS = 3e11, 17321.0, "docs-en"
 FAMILIES = ("rl", "uniform", "rl_random", "rl_detach")
 PREDICTED = (("rl_random", "rl"), ("rl_random", "uniform"), ("rl_detach", "rl"))
 CONTEXT = (("uniform", "rl"),)
+# the confirmation on fresh seeds: read apart from the seeds that suggested it
+CONFIRM_SEEDS = tuple(range(8, 16))
+CONFIRMED = (("rl_detach", "rl"), ("rl_detach", "uniform"))
 
 
 def losses(root: Path) -> dict[str, dict[int, float]]:
@@ -44,19 +48,25 @@ def verdict(bpb: dict, a: str, b: str) -> Verdict:
     return Verdict(CORPUS, BUDGET, a, b, n, mean, lo, hi, p, "charged")
 
 
-def table(bpb: dict[str, dict[int, float]]) -> str:
-    seeds = sorted(set.intersection(*(set(v) for v in bpb.values())))
+def table(bpb: dict[str, dict[int, float]], seeds=None, predicted=PREDICTED, context=CONTEXT) -> str:
+    """The families that ran, their shared seeds (of `seeds`, if given) and the comparisons."""
+    bpb = {f: v for f, v in bpb.items() if v}
+    shared = set.intersection(*(set(v) for v in bpb.values()))
+    seeds = sorted(shared if seeds is None else shared & set(seeds))
+    if len(seeds) < 2:
+        raise SystemExit(f"fewer than two seeds shared by {', '.join(bpb)}: nothing to pair")
     bpb = {f: {s: v[s] for s in seeds} for f, v in bpb.items()}
     rows = [f"docs-en, {BUDGET:.0e} FLOPs, target size {TARGET:,.0f}, seeds {', '.join(map(str, seeds))}; "
             f"test bpb, {LEVEL:.0%} t intervals paired by seed.", "",
             "| family | mean test bpb | per seed |", "|---|---:|---|"]
     rows += [f"| {f} | {sum(v.values()) / len(v):.4f} | {' '.join(f'{v[s]:.4f}' for s in seeds)} |"
              for f, v in bpb.items()]
-    rows += ["", "| A − B | n | mean | interval | p | p (Holm, m = 3) | resolved |", "|---|---:|---:|---|---:|---:|---|"]
-    for v in holm([verdict(bpb, a, b) for a, b in PREDICTED]):
+    rows += ["", f"| A − B | n | mean | interval | p | p (Holm, m = {len(predicted)}) | resolved |",
+             "|---|---:|---:|---|---:|---:|---|"]
+    for v in holm([verdict(bpb, a, b) for a, b in predicted]):
         rows.append(f"| {v.a} − {v.b} | {v.n} | {v.mean:+.3f} | [{v.lo:+.3f}, {v.hi:+.3f}] | {v.p:.4f} | "
                     f"{v.p_holm:.4f} | {'yes' if v.resolved else 'no'} |")
-    for a, b in CONTEXT:
+    for a, b in context:
         v = verdict(bpb, a, b)
         rows.append(f"| {a} − {b} (context) | {v.n} | {v.mean:+.3f} | [{v.lo:+.3f}, {v.hi:+.3f}] | {v.p:.4f} | — | — |")
     return "\n".join(rows) + "\n"
@@ -66,8 +76,14 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--results", type=Path, default=records.RESULTS, help="the packed records' root")
     p.add_argument("--out", type=Path, help="also write the table here")
+    p.add_argument("--confirm", action="store_true",
+                   help=f"the confirmation: seeds {CONFIRM_SEEDS[0]}-{CONFIRM_SEEDS[-1]} alone, rl_detach against rl and uniform")
     args = p.parse_args(argv)
-    text = table(losses(args.results))
+    bpb = losses(args.results)
+    if args.confirm:
+        text = table({f: bpb[f] for f in ("rl", "uniform", "rl_detach")}, CONFIRM_SEEDS, CONFIRMED, ())
+    else:
+        text = table(bpb, range(CONFIRM_SEEDS[0]))
     print(text, end="")
     if args.out:
         args.out.write_text(text)
