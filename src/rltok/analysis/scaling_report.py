@@ -37,7 +37,7 @@ class GroupChoice:
     budget: float
     member: str
     loss: float
-    basis: str  # "fitted L*" (every member's optimum interior there) or "best measured"
+    basis: str  # how the member was chosen, shown in the group table: always "best measured" (see below)
 
 
 def choose_members(profiles: Mapping[str, Mapping[float, IsoProfile]],
