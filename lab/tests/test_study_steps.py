@@ -281,6 +281,13 @@ def test_status_counts_runs_per_budget_and_estimates_the_time_left(tmp_path, cap
     rows = {r["budget"]: r for r in study_status(later, out)}
     assert rows[9e8]["runs"] == 0 and not rows[9e8]["complete"]
     assert rows[9e8]["left_hours"] == pytest.approx(6 * 11 / 6 * (30 * 3) / 3600)
+    # a family added to the grid under way: no budget is complete any more (its ladder alone is
+    # counted), and its runs cost the other families' mean at each budget
+    joined = parse_grid({**spec, "families": [{"method": "flat"}, {"method": "flat", "name": "late", "lr_mult": 2}]})
+    rows = {r["budget"]: r for r in study_status(joined, out)}
+    assert not rows[1e8]["complete"] and rows[1e8]["adaptive_ratio"] is None
+    assert rows[1e8]["left_hours"] == pytest.approx(6 * 10.0 / 3600)
+    assert rows[3e8]["left_hours"] == pytest.approx((6 - 4 + 6) * 30.0 / 3600)
     # the data gone: the runs are still counted, completeness cannot be told
     gone = parse_grid({**spec, "corpora": {"salad": str(tmp_path / "moved")}})
     rows = {r["budget"]: r for r in study_status(gone, out)}
