@@ -9,8 +9,9 @@ complete budget, the ladder alone, and said so), less the runs it has, times its
 run at this budget, or, before it has one, its mean at the largest budget below times the budget
 ratio (a run's time grows about in proportion to its FLOPs here: 1.4-1.9x per 1.7-2x of budget,
 4.8x per 3x for the smallest flat shape from 1e12 to 3e12), or, for a family with no run at this
-budget or below (one added to a grid under way), the mean of the other families' runs here. At
-least one run is left while a budget is not complete.
+budget or below (one added to a grid under way), the other families' mean here, or at the largest
+budget below that has runs, times the budget ratio. At least one run is left while a budget is not
+complete.
 
 Once the prediction exists, `holdout_status` does the same for the held-out budgets: the runs its
 predicted sizes call for (`scaling_holdout.holdout_points`), those done, and the time left, per
@@ -103,10 +104,12 @@ def _left_hours(row: dict, below: list[dict], ratio: float | None) -> float | No
             prev = next((b for b in sorted(below, key=lambda b: -b["budget"]) if fam in b["family_s"]), None)
             if prev is not None:
                 mean = prev["family_s"][fam] * row["budget"] / prev["budget"]
-            elif row["family_s"]:  # a family added to a grid under way: the others' mean here
-                mean = sum(row["family_s"].values()) / len(row["family_s"])
-            else:
-                return None
+            else:  # a family added to a grid under way: the others' mean, here or at the nearest budget below
+                ref = row if row["family_s"] else next(
+                    (b for b in sorted(below, key=lambda b: -b["budget"]) if b["family_s"]), None)
+                if ref is None:
+                    return None
+                mean = sum(ref["family_s"].values()) / len(ref["family_s"]) * row["budget"] / ref["budget"]
         total += left * mean
     if total == 0.0:  # not complete, yet the ladders look done: the adaptive runs left are at least one
         means = list(row["family_s"].values())
