@@ -147,7 +147,8 @@ def _refuse_unread_pg_weight(o: ObjectiveConfig, estimator_cls, price, stages: i
     """objective.pg_weight weights the estimator's loss (the score function's), a closed-form chunk
     price and the supertoken policy. Set where none of them is (the lexicon recipe's flips with a rate
     penalty), it would change nothing, silently: refused."""
-    if o.pg_weight == ObjectiveConfig().pg_weight or getattr(estimator_cls, "weighted", True) or price is not None or stages == 2:
+    read = getattr(estimator_cls, "weighted", True) or price is not None or stages == 2
+    if read or o.pg_weight == ObjectiveConfig().pg_weight:
         return
     raise ConfigError(f"objective.pg_weight={o.pg_weight:g} changes nothing here: the {o.estimator.kind} estimator's "
                       "credits are normalised, not weighted by it, and there is no closed-form chunk price "
