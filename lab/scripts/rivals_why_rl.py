@@ -23,6 +23,10 @@ BUDGET, TARGET, CORPUS = 3e11, 17321.0, "docs-en"
 FAMILIES = ("rl", "uniform", "rl_random", "rl_detach")
 PREDICTED = (("rl_random", "rl"), ("rl_random", "uniform"), ("rl_detach", "rl"))
 CONTEXT = (("uniform", "rl"),)
+# where each family's runs are read: the study's own rl and uniform; the controls (and the grid's
+# further seeds of all four) from the checks, not the study's rl_detach family (R21), whose ladder
+# shares the diagnostic's size
+SOURCES = {"rivals": ("rl", "uniform"), "rivals_checks": FAMILIES}
 # the confirmation on fresh seeds: read apart from the seeds that suggested it
 CONFIRM_SEEDS = tuple(range(8, 16))
 CONFIRMED = (("rl_detach", "rl"), ("rl_detach", "uniform"))
@@ -31,9 +35,9 @@ CONFIRMED = (("rl_detach", "rl"), ("rl_detach", "uniform"))
 def losses(root: Path) -> dict[str, dict[int, float]]:
     """{family: {seed: test bpb}} at the diagnostic's cell; a seed recorded twice is an error."""
     out: dict[str, dict[int, float]] = {f: {} for f in FAMILIES}
-    for study in ("rivals", "rivals_checks"):
+    for study, families in SOURCES.items():
         for r in records.load(study, CORPUS, root=root):
-            if (r.get("family") not in FAMILIES or r.get("bpb") is None or float(r["budget_flops"]) != BUDGET
+            if (r.get("family") not in families or r.get("bpb") is None or float(r["budget_flops"]) != BUDGET
                     or float(r["target_size"]) != TARGET):
                 continue
             seed = int(r["seed"])
