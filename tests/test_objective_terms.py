@@ -152,4 +152,5 @@ def test_pg_weight_is_refused_where_no_term_reads_it():
     for price in ("objective.rate=lagrange", "objective.rate.compute_price=0.001"):
         terms = built(price, "objective.pg_weight=0.5").terms.all()
         assert [t.pg_weight for t in terms if isinstance(t, ClosedFormChunkPrice)] == [0.5]
-    assert built("objective.recipe=reference", "objective.pg_weight=0.5").terms.policy.estimator.settings.pg_weight == 0.5
+    reference = built("objective.recipe=reference", "objective.pg_weight=0.5")
+    assert reference.terms.policy.estimator.settings.pg_weight == 0.5

@@ -95,18 +95,18 @@ def _left_hours(row: dict, below: list[dict], ratio: float | None) -> float | No
     """The estimate of the module docstring for one corpus and budget; None where no run of a
     family has a time at this budget or any below it."""
     total = 0.0
+    nearest_first = sorted(below, key=lambda b: -b["budget"])
     for fam, n_ladder in row["ladder_by_family"].items():
         left = n_ladder * (ratio or 1.0) - row["runs_by_family"].get(fam, 0)
         if left <= 0:
             continue
         mean = row["family_s"].get(fam)
         if mean is None:
-            prev = next((b for b in sorted(below, key=lambda b: -b["budget"]) if fam in b["family_s"]), None)
+            prev = next((b for b in nearest_first if fam in b["family_s"]), None)
             if prev is not None:
                 mean = prev["family_s"][fam] * row["budget"] / prev["budget"]
             else:  # a family added to a grid under way: the others' mean, here or at the nearest budget below
-                ref = row if row["family_s"] else next(
-                    (b for b in sorted(below, key=lambda b: -b["budget"]) if b["family_s"]), None)
+                ref = row if row["family_s"] else next((b for b in nearest_first if b["family_s"]), None)
                 if ref is None:
                     return None
                 mean = sum(ref["family_s"].values()) / len(ref["family_s"]) * row["budget"] / ref["budget"]

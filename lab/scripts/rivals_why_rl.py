@@ -72,7 +72,8 @@ def table(bpb: dict[str, dict[int, float]], seeds=None, predicted=PREDICTED, con
                     f"{v.p_holm:.4f} | {'yes' if v.resolved else 'no'} |")
     for a, b in context:
         v = verdict(bpb, a, b)
-        rows.append(f"| {a} − {b} (context) | {v.n} | {v.mean:+.3f} | [{v.lo:+.3f}, {v.hi:+.3f}] | {v.p:.4f} | — | — |")
+        rows.append(f"| {a} − {b} (context) | {v.n} | {v.mean:+.3f} | [{v.lo:+.3f}, {v.hi:+.3f}] | "
+                    f"{v.p:.4f} | — | — |")
     return "\n".join(rows) + "\n"
 
 
@@ -81,7 +82,8 @@ def main(argv=None) -> None:
     p.add_argument("--results", type=Path, default=records.RESULTS, help="the packed records' root")
     p.add_argument("--out", type=Path, help="also write the table here")
     p.add_argument("--confirm", action="store_true",
-                   help=f"the confirmation: seeds {CONFIRM_SEEDS[0]}-{CONFIRM_SEEDS[-1]} alone, rl_detach against rl and uniform")
+                   help=f"the confirmation: seeds {CONFIRM_SEEDS[0]}-{CONFIRM_SEEDS[-1]} alone, "
+                        "rl_detach against rl and uniform")
     args = p.parse_args(argv)
     bpb = losses(args.results)
     if args.confirm:

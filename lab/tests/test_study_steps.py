@@ -288,7 +288,8 @@ def test_status_counts_runs_per_budget_and_estimates_the_time_left(tmp_path, cap
     assert not rows[1e8]["complete"] and rows[1e8]["adaptive_ratio"] is None
     assert rows[1e8]["left_hours"] == pytest.approx(6 * 10.0 / 3600)
     assert rows[3e8]["left_hours"] == pytest.approx((6 - 4 + 6) * 30.0 / 3600)
-    rows = {r["budget"]: r for r in study_status(parse_grid({**spec, "budgets": [1e8, 3e8, 9e8], "families": with_late}), out)}
+    three = parse_grid({**spec, "budgets": [1e8, 3e8, 9e8], "families": with_late})
+    rows = {r["budget"]: r for r in study_status(three, out)}
     assert rows[9e8]["left_hours"] == pytest.approx(2 * 6 * (30 * 3) / 3600)  # neither family has a run there
     # the data gone: the runs are still counted, completeness cannot be told
     gone = parse_grid({**spec, "corpora": {"salad": str(tmp_path / "moved")}})

@@ -429,13 +429,18 @@ def _kind_override(assignment: str) -> bool:
     return dotted.endswith(".kind") or dotted in SECTION_PATHS or dotted in LEGACY_KIND_KEYS
 
 
-def apply_override(cfg: Config, assignment: str) -> None:
-    """Apply one `section.key=value` override (value parsed as JSON when it looks like JSON).
-    `a.component=NAME` chooses a component's kind, `a.component.key=value` sets its settings."""
+def _split_override(assignment: str) -> tuple[str, str]:
+    """`section.key=value` as (dotted key, raw value); anything else is refused."""
     if "=" not in assignment:
         raise ConfigError(f"override {assignment!r} must look like section.key=value")
     dotted, raw = assignment.split("=", 1)
-    dotted = dotted.strip()
+    return dotted.strip(), raw
+
+
+def apply_override(cfg: Config, assignment: str) -> None:
+    """Apply one `section.key=value` override (value parsed as JSON when it looks like JSON).
+    `a.component=NAME` chooses a component's kind, `a.component.key=value` sets its settings."""
+    dotted, raw = _split_override(assignment)
     if dotted in REMOVED_KEYS:
         raise ConfigError(f"config key {dotted!r} was removed ({REMOVED_KEYS[dotted]})")
     if dotted in LEGACY_KEYS:
@@ -493,10 +498,7 @@ def load_config(preset: str = "tiny", file: str | None = None, overrides: list[s
     if data is not None and "plugins" in data:
         data = {**data, "plugins": _named_plugins(data["plugins"], Path(file).parent)}
         _plugins.load_plugins(data["plugins"])
-    for ov in overrides or []:  # checked before the plugins and the recipe read them
-        if "=" not in ov:
-            raise ConfigError(f"override {ov!r} must look like section.key=value")
-    pairs = [(key.strip(), value) for key, _, value in (ov.partition("=") for ov in overrides or [])]
+    pairs = [_split_override(ov) for ov in overrides or []]  # checked before the plugins and the recipe read them
     for key, value in pairs:
         if key == "plugins":
             _plugins.load_plugins(_named_plugins(value))
