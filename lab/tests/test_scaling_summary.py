@@ -12,6 +12,7 @@ import pytest
 
 from rltok.analysis.scaling import budget_tag
 from rltok_lab.scaling_summary import best_runs, common_budget, summary_table
+from rltok_lab.tables_file import sections
 from test_scripts_smoke import REPO, SCRIPTS
 
 
@@ -238,7 +239,7 @@ sizes = [2e4, 5e4, 1.2e5]
     learned = [json.loads(p.read_text()) for p in (study / "salad").glob("C1e08__rl__N*__s0.json")]
     assert rec["target_size"] in {r["target_size"] for r in learned}
     assert "| rl_frozen − |" in proc.stdout and "| rl | " in proc.stdout and "| uniform | " in proc.stdout
-    table = (tmp_path / "frozen" / "C1e08__rl_frozen.md").read_text()  # written under its command
+    table = sections((tmp_path / "variants.md").read_text())["C1e08__rl_frozen"]  # written under its command
     assert "lab/scripts/scaling_variant.py --grid" in table and "--teacher" in table and "| rl_frozen − |" in table
     again = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)  # resumable: nothing reruns
     assert again.returncode == 0 and "[1/" not in again.stdout + again.stderr
@@ -253,7 +254,9 @@ sizes = [2e4, 5e4, 1.2e5]
     assert rec["target_size"] in {r["target_size"] for r in learned}
     assert rec["bpb"] == rec["bpb_greedy"]  # settled: sampling and thresholding decide alike
     assert "| rl_until50 − |" in proc.stdout
-    assert "--corpus" not in (tmp_path / "s" / "C1e08__rl_until50.md").read_text().splitlines()[0]
+    tables = sections((tmp_path / "variants.md").read_text())  # one file: the first variant's table kept
+    assert list(tables) == ["C1e08__rl_frozen", "C1e08__rl_until50"]
+    assert "--corpus" not in tables["C1e08__rl_until50"].splitlines()[0]
     # the gap along the run: none before the rule settles (the same seed trains the same run until then)
     (gaps,) = [line for line in proc.stdout.splitlines() if line.startswith("| salad | ")][-1:]
     assert gaps.split(" | ")[2] == "+0.000 (1)", proc.stdout  # its first evaluation, a third of the way in
