@@ -257,7 +257,7 @@ def budget_verdicts(study: Study) -> list[Verdict]:
     groups = study.groups
     for corpus, by_budget in study.cells.items():
         for a_name, b_name in study.pairs:
-            means = []
+            means, pooled = [], []  # one cell mean per budget read (held-out ones apart), and which budgets
             for budget in study.budgets:
                 cells = by_budget.get(budget, {})
                 a, b = group_cell(cells, a_name, groups), group_cell(cells, b_name, groups)
@@ -275,6 +275,7 @@ def budget_verdicts(study: Study) -> list[Verdict]:
                 out.append(Verdict(corpus, budget, a_name, b_name, *r, flops="charged", note=note))
                 if budget not in study.held_out:
                     means.append(r[1])
+                    pooled.append(budget)
                 # kernel FLOPs: a at its own computed FLOPs, b interpolated there along its family's cells
                 b_cells = {bb: by_budget[bb][b.family] for bb in by_budget if b.family in by_budget[bb]}
                 b_at = interpolated(b_cells, budget * a.kernel_ratio)
@@ -287,8 +288,7 @@ def budget_verdicts(study: Study) -> list[Verdict]:
                                        flops="kernel", note=f"{x} is outside {b.family}'s budgets: not read"))
             if len(means) >= 2:
                 m, lo, hi = mean_interval(means, LEVEL)
-                fitted = [b for b in study.budgets if b not in study.held_out]
-                span = f"{_short(fitted[0])}-{_short(fitted[-1])} (cell means)"
+                span = f"{_short(pooled[0])}-{_short(pooled[-1])} (cell means)"
                 out.append(Verdict(corpus, span, a_name, b_name, len(means), m, lo, hi, p_value(means), flops="charged"))
     return out
 

@@ -166,3 +166,15 @@ def test_complete_budgets_read_the_status_rows_and_leave_out_what_cannot_be_told
             {"corpus": "b", "budget": 1e12, "done": 1, "planned": 3}]
     assert audit.complete_budgets(status, held) == {"a": [1e11, 1e12], "b": []}
     assert audit.complete_budgets(status, [{"corpus": "a", "budget": 1e12, "done": 0, "planned": 0}])["a"] == [1e11]
+
+
+def test_a_pooled_verdict_names_the_budgets_it_pools_not_the_grids():
+    """A grid of four budgets with two read: the cell-mean row says 3e11-6e11, not 3e11-3e12."""
+    def cell(family, budget, loss):
+        return Cell(family, budget, 1.0, {0: loss, 1: loss + 0.01}, 1.0, 1.0, 100, 0.2, 0.5, 1.0, 0, loss)
+
+    by_budget = {b: {"a": cell("a", b, 2.0 + d), "b": cell("b", b, 2.1)} for b, d in ((3e11, 0.0), (6e11, 0.02))}
+    study = audit.Study({"c": by_budget}, {"c": []}, (3e11, 6e11, 1e12, 3e12), groups={}, pairs=(("a", "b"),))
+    pooled = [v for v in audit.budget_verdicts(study) if isinstance(v.budget, str)]
+    assert [(v.budget, v.n) for v in pooled] == [("3e11-6e11 (cell means)", 2)]
+    assert pooled[0].mean == pytest.approx(-0.09)
