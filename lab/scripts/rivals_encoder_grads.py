@@ -15,6 +15,8 @@ off: the gradient it would have sent.
 
     python lab/scripts/rivals_encoder_grads.py --runs OUT/docs-en/runs/C3e11__rl__N17321__s0 ... \\
         --data DATA --out lab/results/rivals_checks/encoder_grads.json
+
+Resumable: a checkpoint already in --out is skipped.
 """
 
 from __future__ import annotations
@@ -127,7 +129,7 @@ def main(argv=None) -> int:
         for point in map(Path, args.runs):
             run = run_folder(point)
             for ckpt in list_checkpoints(run):
-                key = f"{point.name}/{ckpt.name}"
+                key = f"{point.parent.parent.name}/{point.name}/{ckpt.name}"  # OUT/<corpus>/runs/<point>
                 if key in done:
                     continue
                 torch.manual_seed(0)
