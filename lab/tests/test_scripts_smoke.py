@@ -505,3 +505,32 @@ def test_rivals_why_rl_pairs_every_seed_all_four_ran(tmp_path):
     assert [r.split(" | ")[0].lstrip("| ") for r in compared] == [
         "rl_random − rl", "rl_random − uniform", "rl_detach − rl", "uniform − rl (context)"]
     assert all(r.split(" | ")[1] == "8" for r in compared)
+
+
+def test_rivals_encoder_grads_measures_a_copy_and_switches_detaching_off(tmp_path):
+    """Two tiny learned-rule runs laid out as a study's points, one of them detached: every checkpoint
+    is measured on a copy (the study's folders are left as they were), the shared parameters are the
+    byte embedding and the encoder, and the detached rule's gradient is measured with detaching off
+    (it would be zero otherwise). A second call finds everything done."""
+    from conftest import corpus_folder
+    from rltok.cli import main as rltok_main
+
+    data = corpus_folder(tmp_path, "salad")
+    points = []
+    for name, detach in (("Pattached", "false"), ("Pdetached", "true")):
+        run = tmp_path / "study" / "salad" / "runs" / name / "run"
+        assert rltok_main(["train", "--preset", "test", "--data", str(data), "--out", str(run),
+                           "model.chunker=rl", f"model.chunker.detach={detach}", "train.max_steps=4",
+                           "train.checkpoint_every=2", "train.threads=1"]) == 0
+        points.append(run.parent)
+    before = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "study").rglob("*"))
+    out = tmp_path / "grads.json"
+    run_script("rivals_encoder_grads.py", "--runs", *points, "--batches", "2", "--out", out, cwd=tmp_path)
+    got = json.loads(out.read_text())
+    assert sorted(got) == [f"salad/{p}/step_{s:07d}" for p in ("Pattached", "Pdetached") for s in (2, 4)]
+    for r in got.values():
+        assert r["batches"] == 2 and r["ratio"] > 0 and -1 <= r["cos"] <= 1 and r["ratio_adam"] > 0
+        assert "embed.weight" in r["shared"] and not any(n.startswith("chunker.") for n in r["shared"])
+    assert sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "study").rglob("*")) == before
+    again = run_script("rivals_encoder_grads.py", "--runs", *points, "--out", out, cwd=tmp_path)
+    assert again.stdout == "" and json.loads(out.read_text()) == got
