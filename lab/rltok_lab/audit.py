@@ -297,20 +297,35 @@ def _short(budget: float) -> str:
     return f"{budget:.0e}".replace("e+", "e")
 
 
+def corrected_interval(v: Verdict, m: int) -> tuple[float, float]:
+    """The verdict's t interval at level 1 - (1 - LEVEL) / m (Bonferroni): the m intervals of a table
+    hold together at LEVEL. Holm's step-down is the more powerful test, so a verdict it resolves can
+    still have a corrected interval that reaches 0."""
+    if v.n < 2 or not math.isfinite(v.lo):
+        return math.nan, math.nan
+    alpha = 1 - LEVEL
+    widen = t_quantile(1 - alpha / (2 * m), v.n - 1) / t_quantile(1 - alpha / 2, v.n - 1)
+    half = (v.hi - v.lo) / 2 * widen
+    return v.mean - half, v.mean + half
+
+
 def verdicts_table(verdicts: list[Verdict]) -> str:
     read = iter(holm([v for v in verdicts if v.n]))
     verdicts = [next(read) if v.n else v for v in verdicts]  # the table's order, Holm over the rows read
     m = sum(1 for v in verdicts if v.n)
-    head = (f"| corpus | budget | A − B | FLOPs | n | mean | {LEVEL:.0%} interval | p | p (Holm, m = {m}) | resolved | note |\n"
-            "|---|---|---|---|---:|---:|---|---:|---:|---|---|")
+    head = (f"| corpus | budget | A − B | FLOPs | n | mean | {LEVEL:.0%} interval | corrected interval | p | "
+            f"p (Holm, m = {m}) | resolved | note |\n"
+            "|---|---|---|---|---:|---:|---|---|---:|---:|---|---|")
     rows = []
     for v in verdicts:
         budget = v.budget if isinstance(v.budget, str) else _short(v.budget)
         if not v.n:
-            rows.append(f"| {v.corpus} | {budget} | {v.a} − {v.b} | {v.flops} | 0 | — | — | — | — | — | {v.note} |")
+            rows.append(f"| {v.corpus} | {budget} | {v.a} − {v.b} | {v.flops} | 0 | — | — | — | — | — | — | {v.note} |")
             continue
         interval = f"[{v.lo:+.3f}, {v.hi:+.3f}]" if math.isfinite(v.lo) else "—"
-        rows.append(f"| {v.corpus} | {budget} | {v.a} − {v.b} | {v.flops} | {v.n} | {v.mean:+.3f} | {interval} | "
+        lo, hi = corrected_interval(v, m)
+        joint = f"[{lo:+.3f}, {hi:+.3f}]" if math.isfinite(lo) else "—"
+        rows.append(f"| {v.corpus} | {budget} | {v.a} − {v.b} | {v.flops} | {v.n} | {v.mean:+.3f} | {interval} | {joint} | "
                     f"{v.p:.3f} | {v.p_holm:.3f} | {'yes' if v.resolved else 'no'} | {v.note} |")
     return "\n".join([head, *rows])
 

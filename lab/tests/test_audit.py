@@ -178,3 +178,20 @@ def test_a_pooled_verdict_names_the_budgets_it_pools_not_the_grids():
     pooled = [v for v in audit.budget_verdicts(study) if isinstance(v.budget, str)]
     assert [(v.budget, v.n) for v in pooled] == [("3e11-6e11 (cell means)", 2)]
     assert pooled[0].mean == pytest.approx(-0.09)
+
+
+def test_the_corrected_interval_widens_the_t_interval_to_the_tables_joint_level():
+    from rltok.analysis.paired_stats import t_quantile
+
+    v = Verdict("c", 1e12, "a", "b", 3, 0.10, 0.05, 0.15, 0.01, "charged")
+    assert audit.corrected_interval(v, 1) == pytest.approx((0.05, 0.15))  # one verdict: its own interval
+    lo, hi = audit.corrected_interval(v, 60)
+    widen = t_quantile(1 - 0.05 / 120, 2) / t_quantile(0.975, 2)
+    assert (lo, hi) == pytest.approx((0.10 - 0.05 * widen, 0.10 + 0.05 * widen)) and widen > 5
+    assert all(math.isnan(x) for x in audit.corrected_interval(Verdict("c", 1e12, "a", "b", 1, 0.1, -math.inf,
+                                                                           math.inf, 1.0, "charged"), 60))
+    table = audit.verdicts_table([v, Verdict("c", 3e12, "a", "b", 0, math.nan, math.nan, math.nan, 1.0, "kernel")])
+    head, rule, read, unread = table.splitlines()
+    assert "| corrected interval |" in head and "m = 1)" in head
+    assert head.count("|") == rule.count("|") == read.count("|") == unread.count("|")
+    assert "| [+0.050, +0.150] | [+0.050, +0.150] |" in read
