@@ -1,9 +1,11 @@
 """A variant of one family, trained at that family's best size and budget in the study with the
 study's settings (learning rate, warm-up, evaluation), then paired by seed against the family
-itself and its rivals at their best sizes. Two kinds of variant:
+itself and its rivals at their best sizes. Three kinds of variant:
 
 - `--set KEY=VALUE ...`: the family's method with more settings, e.g. a learned rule that settles
   after a quarter of its compute (`--variant until25 --set objective.policy_until=0.25`);
+- `--shape KEY=VALUE ...`: the family at its best size with shape keys replaced, e.g. a deeper
+  encoder (`--variant enc4 --shape model.encoder_layers=4`), at the size's learning rate;
 - `--teacher`: a hierarchy trained from scratch on a finished learned-cut run's boundaries,
   frozen from the first step (`model.chunker=teacher`; variant name `frozen`). The teacher is one
   run (the family's best size, seed `--teacher-seed`, its last checkpoint); its FLOPs are not
@@ -48,10 +50,18 @@ def teacher_checkpoint(out: Path, corpus: str, budget: float, fam, target: float
     return resolve_checkpoint(runs[0])
 
 
+def reshaped(rung, shape: list[str]):
+    """The rung with its shape keys replaced by `shape` (KEY=VALUE, added where the rung has none).
+    Its N stays the ladder's, so the learning rate is the one the family trains with there."""
+    keys = {kv.partition("=")[0] for kv in shape}
+    return rung._replace(overrides=[o for o in rung.overrides if o.partition("=")[0] not in keys] + list(shape))
+
+
 def variant_points(grid, out: Path, budget: float, family: str, variant: str, sets: list[str], seeds: list[int],
-                   teacher_seed: int | None = None) -> list[Point]:
+                   teacher_seed: int | None = None, shape: list[str] = ()) -> list[Point]:
     """The variant's points, one per corpus and seed, at the family's best size at `budget`;
-    `teacher_seed`: train on that seed's finished run's boundaries instead (with `sets` too)."""
+    `teacher_seed`: train on that seed's finished run's boundaries instead (with `sets` too);
+    `shape`: shape keys that replace the size's own (e.g. a deeper encoder)."""
     by_name = {f.name: f for f in grid.families}
     if family not in by_name:
         raise SystemExit(f"error: no family {family!r} in the grid ({', '.join(by_name)})")
@@ -70,7 +80,7 @@ def variant_points(grid, out: Path, budget: float, family: str, variant: str, se
             method, extra = "teacher", ["model.chunker=teacher", f"model.chunker.checkpoint={ckpt}", *extra]
         spec = dataclasses.replace(fam, name=f"{family}_{variant}", method=method, sizes=(target,), size_coef=None,
                                    overrides=(*fam.overrides, *extra))
-        rung = family_rungs(grid, fam, [target])[round(target)]  # the family's own shape at that size
+        rung = reshaped(family_rungs(grid, fam, [target])[round(target)], shape)  # the family's shape at that size
         points += [Point(corpus, budget, spec, rung, s, "variant") for s in seeds]
     return points
 
@@ -168,6 +178,9 @@ def main(argv=None) -> int:
     ap.add_argument("--variant", help="its name (the records' family is FAMILY_VARIANT; default `frozen` with --teacher)")
     ap.add_argument("--set", dest="sets", nargs="*", default=[], metavar="KEY=VALUE",
                     help="the variant's settings, beside the family's own")
+    ap.add_argument("--shape", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="shape keys replacing the best size's own (e.g. model.encoder_layers=4); the learning "
+                         "rate stays the size's")
     ap.add_argument("--teacher", action="store_true",
                     help="train on the family's finished run's boundaries, frozen from the first step")
     ap.add_argument("--teacher-seed", type=int, default=0)
@@ -179,8 +192,10 @@ def main(argv=None) -> int:
     ap.add_argument("--table-only", action="store_true")
     args = ap.parse_args(argv)
     variant = args.variant or ("frozen" if args.teacher else None)
-    if not variant or not (args.teacher or args.sets):
-        ap.error("give --teacher, or --variant NAME with its --set KEY=VALUE settings")
+    if not variant or not (args.teacher or args.sets or args.shape):
+        ap.error("give --teacher, or --variant NAME with its --set KEY=VALUE settings or --shape KEY=VALUE keys")
+    if any("=" not in kv or not kv.startswith("model.") for kv in args.shape):
+        ap.error(f"--shape takes model.KEY=VALUE, got {args.shape}")
     grid = load_grid(args.grid)
     if args.corpus and args.corpus not in grid.corpora:
         ap.error(f"--corpus {args.corpus!r} is not in the grid ({', '.join(grid.corpora)})")
@@ -188,7 +203,7 @@ def main(argv=None) -> int:
     if not args.table_only:  # --corpus: run only its points; the table reads every corpus' records
         runs = dataclasses.replace(grid, corpora={args.corpus: grid.corpora[args.corpus]}) if args.corpus else grid
         points = variant_points(runs, out, args.budget, args.family, variant, args.sets, args.seeds,
-                                args.teacher_seed if args.teacher else None)
+                                args.teacher_seed if args.teacher else None, args.shape)
         splits = {c: corpus_split(runs, c) for c in runs.corpora}
         run_points(runs, points, results, splits)
     table = paired_rows(grid, out, results, args.budget, args.family, variant, args.rivals)

@@ -337,3 +337,18 @@ def test_the_heldout_profile_script_reads_extra_sizes_against_the_predicted_size
     out = subprocess.run(proc.args, check=True, capture_output=True, text=True, cwd=REPO).stdout
     assert "| salad | held-out sizes only | h1 at 900 | 100 | +0.100 [" in out
     assert "| salad | with the extra sizes | h1 at 400 | 50 | +0.030 [" in out
+
+
+def test_a_shape_variant_replaces_the_sizes_own_keys_and_keeps_its_n():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("scaling_variant", SCRIPTS / "scaling_variant.py")
+    sv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sv)
+    from rltok.model.sizing import Rung
+
+    rung = Rung(17321.0, 18337, ["model.d_byte=16", "model.encoder_layers=1", "model.main_layers=1"])
+    got = sv.reshaped(rung, ["model.encoder_layers=4", "model.decoder_layers=2"])
+    assert got.target == 17321.0 and got.achieved == 18337
+    assert got.overrides == ["model.d_byte=16", "model.main_layers=1", "model.encoder_layers=4", "model.decoder_layers=2"]
+    assert sv.reshaped(rung, []) == rung
