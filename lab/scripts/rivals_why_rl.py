@@ -6,6 +6,7 @@ comparisons the notebook predicted (uniform − rl is shown for context, outside
 
     python lab/scripts/rivals_why_rl.py [--results lab/results] [--out table.md]
     python lab/scripts/rivals_why_rl.py --confirm   # R20: seeds 8-15 alone, its two predicted comparisons
+    python lab/scripts/rivals_why_rl.py --capacity  # R28: both rules again with a 4-layer encoder, seeds 0-7
 
 Reads the packed records: the study's rl and uniform runs (`rivals`) for seeds 0-2, the optimum
 check's controls and the why-rl grid's runs of all four (`rivals_checks`).
@@ -27,15 +28,18 @@ CONTEXT = (("uniform", "rl"),)
 # further seeds of all four) from the checks, not the study's rl_detach family (R21), whose ladder
 # shares the diagnostic's size
 SOURCES = {"rivals": ("rl", "uniform"), "rivals_checks": FAMILIES}
+# R28: the learned rule, attached and detached, with a 4-layer encoder (lab/scripts/scaling_variant.py --shape)
+DEEPER = ("rl_enc4", "rl_detach_enc4")
+DEEPER_SOURCE = "rivals_capacity"
 # the confirmation on fresh seeds: read apart from the seeds that suggested it
 CONFIRM_SEEDS = tuple(range(8, 16))
 CONFIRMED = (("rl_detach", "rl"), ("rl_detach", "uniform"))
 
 
-def losses(root: Path) -> dict[str, dict[int, float]]:
+def losses(root: Path, sources: dict = SOURCES) -> dict[str, dict[int, float]]:
     """{family: {seed: test bpb}} at the diagnostic's cell; a seed recorded twice is an error."""
-    out: dict[str, dict[int, float]] = {f: {} for f in FAMILIES}
-    for study, families in SOURCES.items():
+    out: dict[str, dict[int, float]] = {f: {} for fams in sources.values() for f in fams}
+    for study, families in sources.items():
         for r in records.load(study, CORPUS, root=root):
             if (r.get("family") not in families or r.get("bpb") is None or float(r["budget_flops"]) != BUDGET
                     or float(r["target_size"]) != TARGET):
@@ -77,6 +81,21 @@ def table(bpb: dict[str, dict[int, float]], seeds=None, predicted=PREDICTED, con
     return "\n".join(rows) + "\n"
 
 
+def capacity_table(bpb: dict[str, dict[int, float]], seeds=range(CONFIRM_SEEDS[0])) -> str:
+    """R28: the detached rule's gain with a 4-layer encoder (the predicted comparison), beside the
+    one-layer gain on the same seeds and the change between them, paired by seed."""
+    fams = ("rl", "rl_detach", *DEEPER)
+    shared = sorted(set(seeds).intersection(*(bpb[f] for f in fams)))
+    if len(shared) < 2:
+        raise SystemExit(f"fewer than two seeds shared by {', '.join(fams)}: nothing to pair")
+    gap1 = {s: bpb["rl_detach"][s] - bpb["rl"][s] for s in shared}
+    gap4 = {s: bpb["rl_detach_enc4"][s] - bpb["rl_enc4"][s] for s in shared}
+    text = table({f: bpb[f] for f in fams}, shared, (("rl_detach_enc4", "rl_enc4"),), (("rl_detach", "rl"),))
+    n, mean, lo, hi, p = paired(gap4, gap1)
+    return text + (f"| change of the gain, 4 layers − 1 (context) | {n} | {mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] | "
+                   f"{p:.4f} | — | — |\n")
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--results", type=Path, default=records.RESULTS, help="the packed records' root")
@@ -84,7 +103,15 @@ def main(argv=None) -> None:
     p.add_argument("--confirm", action="store_true",
                    help=f"the confirmation: seeds {CONFIRM_SEEDS[0]}-{CONFIRM_SEEDS[-1]} alone, "
                         "rl_detach against rl and uniform")
+    p.add_argument("--capacity", action="store_true",
+                   help="R28: rl and rl_detach with a 4-layer encoder against one layer, seeds 0-7")
     args = p.parse_args(argv)
+    if args.capacity:
+        text = capacity_table(losses(args.results, {**SOURCES, DEEPER_SOURCE: DEEPER}))
+        print(text, end="")
+        if args.out:
+            args.out.write_text(text)
+        return
     bpb = losses(args.results)
     if args.confirm:
         text = table({f: bpb[f] for f in ("rl", "uniform", "rl_detach")}, CONFIRM_SEEDS, CONFIRMED, ())

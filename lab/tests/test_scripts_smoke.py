@@ -534,3 +534,13 @@ def test_rivals_encoder_grads_measures_a_copy_and_switches_detaching_off(tmp_pat
     assert sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "study").rglob("*")) == before
     again = run_script("rivals_encoder_grads.py", "--runs", *points, "--out", out, cwd=tmp_path)
     assert again.stdout == "" and json.loads(out.read_text()) == got
+
+
+def test_rivals_why_rl_capacity_pairs_both_depths_on_the_same_seeds(tmp_path):
+    """From the packed records: the learned rule attached and detached with one and four encoder
+    layers, seeds 0-7; the predicted comparison alone under the correction, the rest as context."""
+    proc = run_script("rivals_why_rl.py", "--capacity", cwd=tmp_path)
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and " − " in line and "A − B" not in line]
+    assert [r.split(" | ")[0].lstrip("| ") for r in rows] == [
+        "rl_detach_enc4 − rl_enc4", "rl_detach − rl (context)", "change of the gain, 4 layers − 1 (context)"]
+    assert all(r.split(" | ")[1] == "8" for r in rows) and "p (Holm, m = 1)" in proc.stdout
