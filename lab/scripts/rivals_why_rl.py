@@ -36,8 +36,9 @@ CONFIRM_SEEDS = tuple(range(8, 16))
 CONFIRMED = (("rl_detach", "rl"), ("rl_detach", "uniform"))
 
 
-def losses(root: Path, sources: dict = SOURCES) -> dict[str, dict[int, float]]:
-    """{family: {seed: test bpb}} at the diagnostic's cell; a seed recorded twice is an error."""
+def losses(root: Path, sources: dict = SOURCES, curves: dict | None = None) -> dict[str, dict[int, float]]:
+    """{family: {seed: test bpb}} at the diagnostic's cell; a seed recorded twice is an error.
+    `curves`: also filled with {family: {seed: record}} (the validation curve along the run)."""
     out: dict[str, dict[int, float]] = {f: {} for fams in sources.values() for f in fams}
     for study, families in sources.items():
         for r in records.load(study, CORPUS, root=root):
@@ -48,6 +49,8 @@ def losses(root: Path, sources: dict = SOURCES) -> dict[str, dict[int, float]]:
             if seed in out[r["family"]]:
                 raise SystemExit(f"{r['family']} seed {seed} is recorded twice (in {study})")
             out[r["family"]][seed] = float(r["bpb"])
+            if curves is not None:
+                curves.setdefault(r["family"], {})[seed] = r
     return out
 
 
@@ -81,9 +84,10 @@ def table(bpb: dict[str, dict[int, float]], seeds=None, predicted=PREDICTED, con
     return "\n".join(rows) + "\n"
 
 
-def capacity_table(bpb: dict[str, dict[int, float]], seeds=range(CONFIRM_SEEDS[0])) -> str:
+def capacity_table(bpb: dict[str, dict[int, float]], seeds=range(CONFIRM_SEEDS[0]), runs: dict | None = None) -> str:
     """R28: the detached rule's gain with a 4-layer encoder (the predicted comparison), beside the
-    one-layer gain on the same seeds and the change between them, paired by seed."""
+    one-layer gain on the same seeds and the change between them, paired by seed; with `runs`
+    ({family: {seed: record}}), both gains along the run too (validation bpb)."""
     fams = ("rl", "rl_detach", *DEEPER)
     shared = sorted(set(seeds).intersection(*(bpb[f] for f in fams)))
     if len(shared) < 2:
@@ -92,8 +96,22 @@ def capacity_table(bpb: dict[str, dict[int, float]], seeds=range(CONFIRM_SEEDS[0
     gap4 = {s: bpb["rl_detach_enc4"][s] - bpb["rl_enc4"][s] for s in shared}
     text = table({f: bpb[f] for f in fams}, shared, (("rl_detach_enc4", "rl_enc4"),), (("rl_detach", "rl"),))
     n, mean, lo, hi, p = paired(gap4, gap1)
-    return text + (f"| change of the gain, 4 layers − 1 (context) | {n} | {mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] | "
-                   f"{p:.4f} | — | — |\n")
+    text += (f"| change of the gain, 4 layers − 1 (context) | {n} | {mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] | "
+             f"{p:.4f} | — | — |\n")
+    if runs:
+        from rltok_lab.run_curve import SHARES, curve_at
+
+        text += ("\nAlong the run: validation bpb, detached − attached, mean over the same seeds.\n\n"
+                 "| encoder layers | " + " | ".join(f"{x:.2f}" for x in SHARES) + " |\n"
+                 "|---|" + "---:|" * len(SHARES) + "\n")
+        for layers, (a, b) in (("1", ("rl_detach", "rl")), ("4", DEEPER[::-1])):
+            cells = []
+            for x in SHARES:
+                d = [curve_at(runs[a][s], x) - curve_at(runs[b][s], x) for s in shared
+                     if curve_at(runs[a][s], x) is not None and curve_at(runs[b][s], x) is not None]
+                cells.append(f"{sum(d) / len(d):+.3f} ({len(d)})" if d else "–")
+            text += f"| {layers} | " + " | ".join(cells) + " |\n"
+    return text
 
 
 def main(argv=None) -> None:
@@ -107,7 +125,8 @@ def main(argv=None) -> None:
                    help="R28: rl and rl_detach with a 4-layer encoder against one layer, seeds 0-7")
     args = p.parse_args(argv)
     if args.capacity:
-        text = capacity_table(losses(args.results, {**SOURCES, DEEPER_SOURCE: DEEPER}))
+        runs: dict = {}
+        text = capacity_table(losses(args.results, {**SOURCES, DEEPER_SOURCE: DEEPER}, runs), runs=runs)
         print(text, end="")
         if args.out:
             args.out.write_text(text)
