@@ -5,7 +5,8 @@ itself and its rivals at their best sizes. Three kinds of variant:
 - `--set KEY=VALUE ...`: the family's method with more settings, e.g. a learned rule that settles
   after a quarter of its compute (`--variant until25 --set objective.policy_until=0.25`);
 - `--shape KEY=VALUE ...`: the family at its best size with shape keys replaced, e.g. a deeper
-  encoder (`--variant enc4 --shape model.encoder_layers=4`), at the size's learning rate;
+  encoder (`--variant enc4 --shape model.encoder_layers=4`), at the size's learning rate (or that
+  times `--lr-scale`, which also makes a variant alone);
 - `--teacher`: a hierarchy trained from scratch on a finished learned-cut run's boundaries,
   frozen from the first step (`model.chunker=teacher`; variant name `frozen`). The teacher is one
   run (the family's best size, seed `--teacher-seed`, its last checkpoint); its FLOPs are not
@@ -58,10 +59,11 @@ def reshaped(rung, shape: list[str]):
 
 
 def variant_points(grid, out: Path, budget: float, family: str, variant: str, sets: list[str], seeds: list[int],
-                   teacher_seed: int | None = None, shape: list[str] = ()) -> list[Point]:
+                   teacher_seed: int | None = None, shape: list[str] = (), lr_scale: float = 1.0) -> list[Point]:
     """The variant's points, one per corpus and seed, at the family's best size at `budget`;
     `teacher_seed`: train on that seed's finished run's boundaries instead (with `sets` too);
-    `shape`: shape keys that replace the size's own (e.g. a deeper encoder)."""
+    `shape`: shape keys that replace the size's own (e.g. a deeper encoder); `lr_scale`: the
+    family's learning rate times this."""
     by_name = {f.name: f for f in grid.families}
     if family not in by_name:
         raise SystemExit(f"error: no family {family!r} in the grid ({', '.join(by_name)})")
@@ -79,7 +81,7 @@ def variant_points(grid, out: Path, budget: float, family: str, variant: str, se
             # `model.chunker=teacher` keeps them), so the path stays out of the run folder's name
             method, extra = "teacher", ["model.chunker=teacher", f"model.chunker.checkpoint={ckpt}", *extra]
         spec = dataclasses.replace(fam, name=f"{family}_{variant}", method=method, sizes=(target,), size_coef=None,
-                                   overrides=(*fam.overrides, *extra))
+                                   overrides=(*fam.overrides, *extra), lr_mult=fam.lr_mult * lr_scale)
         rung = reshaped(family_rungs(grid, fam, [target])[round(target)], shape)  # the family's shape at that size
         points += [Point(corpus, budget, spec, rung, s, "variant") for s in seeds]
     return points
@@ -181,6 +183,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shape", nargs="*", default=[], metavar="KEY=VALUE",
                     help="shape keys replacing the best size's own (e.g. model.encoder_layers=4); the learning "
                          "rate stays the size's")
+    ap.add_argument("--lr-scale", type=float, default=1.0,
+                    help="the family's learning rate times this (its lr_mult scaled)")
     ap.add_argument("--teacher", action="store_true",
                     help="train on the family's finished run's boundaries, frozen from the first step")
     ap.add_argument("--teacher-seed", type=int, default=0)
@@ -192,8 +196,11 @@ def main(argv=None) -> int:
     ap.add_argument("--table-only", action="store_true")
     args = ap.parse_args(argv)
     variant = args.variant or ("frozen" if args.teacher else None)
-    if not variant or not (args.teacher or args.sets or args.shape):
-        ap.error("give --teacher, or --variant NAME with its --set KEY=VALUE settings or --shape KEY=VALUE keys")
+    if not variant or not (args.teacher or args.sets or args.shape or args.lr_scale != 1.0):
+        ap.error("give --teacher, or --variant NAME with its --set KEY=VALUE settings, --shape KEY=VALUE keys "
+                 "or --lr-scale")
+    if not 0 < args.lr_scale < float("inf"):
+        ap.error(f"--lr-scale must be > 0, got {args.lr_scale}")
     if any("=" not in kv or not kv.startswith("model.") for kv in args.shape):
         ap.error(f"--shape takes model.KEY=VALUE, got {args.shape}")
     grid = load_grid(args.grid)
@@ -203,7 +210,7 @@ def main(argv=None) -> int:
     if not args.table_only:  # --corpus: run only its points; the table reads every corpus' records
         runs = dataclasses.replace(grid, corpora={args.corpus: grid.corpora[args.corpus]}) if args.corpus else grid
         points = variant_points(runs, out, args.budget, args.family, variant, args.sets, args.seeds,
-                                args.teacher_seed if args.teacher else None, args.shape)
+                                args.teacher_seed if args.teacher else None, args.shape, args.lr_scale)
         splits = {c: corpus_split(runs, c) for c in runs.corpora}
         run_points(runs, points, results, splits)
     table = paired_rows(grid, out, results, args.budget, args.family, variant, args.rivals)
