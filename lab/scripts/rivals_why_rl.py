@@ -6,7 +6,7 @@ comparisons the notebook predicted (uniform − rl is shown for context, outside
 
     python lab/scripts/rivals_why_rl.py [--results lab/results] [--out table.md]
     python lab/scripts/rivals_why_rl.py --confirm   # R20: seeds 8-15 alone, its two predicted comparisons
-    python lab/scripts/rivals_why_rl.py --capacity  # R28: both rules again with a 4-layer encoder, seeds 0-7
+    python lab/scripts/rivals_why_rl.py --capacity  # R28, R30: both rules with a 4-layer encoder, seeds 0-7
 
 Reads the packed records: the study's rl and uniform runs (`rivals`) for seeds 0-2, the optimum
 check's controls and the why-rl grid's runs of all four (`rivals_checks`).
@@ -29,7 +29,10 @@ CONTEXT = (("uniform", "rl"),)
 # shares the diagnostic's size
 SOURCES = {"rivals": ("rl", "uniform"), "rivals_checks": FAMILIES}
 # R28: the learned rule, attached and detached, with a 4-layer encoder (lab/scripts/scaling_variant.py --shape)
-DEEPER = ("rl_enc4", "rl_detach_enc4")
+# and R30: the same at half the learning rate. (label, attached, detached); the first is the reference
+CAPACITY_PAIRS = (("1 layer", "rl", "rl_detach"), ("4 layers", "rl_enc4", "rl_detach_enc4"),
+                  ("4 layers, half the rate", "rl_enc4h", "rl_detach_enc4h"))
+DEEPER = ("rl_enc4", "rl_detach_enc4", "rl_enc4h", "rl_detach_enc4h")
 DEEPER_SOURCE = "rivals_capacity"
 # the confirmation on fresh seeds: read apart from the seeds that suggested it
 CONFIRM_SEEDS = tuple(range(8, 16))
@@ -85,32 +88,34 @@ def table(bpb: dict[str, dict[int, float]], seeds=None, predicted=PREDICTED, con
 
 
 def capacity_table(bpb: dict[str, dict[int, float]], seeds=range(CONFIRM_SEEDS[0]), runs: dict | None = None) -> str:
-    """R28: the detached rule's gain with a 4-layer encoder (the predicted comparison), beside the
-    one-layer gain on the same seeds and the change between them, paired by seed; with `runs`
-    ({family: {seed: record}}), both gains along the run too (validation bpb)."""
-    fams = ("rl", "rl_detach", *DEEPER)
+    """R28 and R30: the detached rule's gain with a 4-layer encoder, at the size's rate and at half
+    of it where those runs exist (the predicted comparisons, corrected together), beside the
+    one-layer gain on the same seeds and each change from it, paired by seed; with `runs`
+    ({family: {seed: record}}), every gain along the run too (validation bpb)."""
+    pairs = [(label, a, d) for label, a, d in CAPACITY_PAIRS if bpb.get(a) and bpb.get(d)]
+    fams = [f for _, a, d in pairs for f in (a, d)]
     shared = sorted(set(seeds).intersection(*(bpb[f] for f in fams)))
-    if len(shared) < 2:
+    if len(pairs) < 2 or len(shared) < 2:
         raise SystemExit(f"fewer than two seeds shared by {', '.join(fams)}: nothing to pair")
-    gap1 = {s: bpb["rl_detach"][s] - bpb["rl"][s] for s in shared}
-    gap4 = {s: bpb["rl_detach_enc4"][s] - bpb["rl_enc4"][s] for s in shared}
-    text = table({f: bpb[f] for f in fams}, shared, (("rl_detach_enc4", "rl_enc4"),), (("rl_detach", "rl"),))
-    n, mean, lo, hi, p = paired(gap4, gap1)
-    text += (f"| change of the gain, 4 layers − 1 (context) | {n} | {mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] | "
-             f"{p:.4f} | — | — |\n")
+    gaps = {label: {s: bpb[d][s] - bpb[a][s] for s in shared} for label, a, d in pairs}
+    text = table({f: bpb[f] for f in fams}, shared, [(d, a) for _, a, d in pairs[1:]], [(pairs[0][2], pairs[0][1])])
+    for label, _, _ in pairs[1:]:
+        n, mean, lo, hi, p = paired(gaps[label], gaps[pairs[0][0]])
+        text += (f"| change of the gain, {label} − {pairs[0][0]} (context) | {n} | {mean:+.3f} | "
+                 f"[{lo:+.3f}, {hi:+.3f}] | {p:.4f} | — | — |\n")
     if runs:
         from rltok_lab.run_curve import SHARES, curve_at
 
         text += ("\nAlong the run: validation bpb, detached − attached, mean over the same seeds.\n\n"
-                 "| encoder layers | " + " | ".join(f"{x:.2f}" for x in SHARES) + " |\n"
+                 "| encoder | " + " | ".join(f"{x:.2f}" for x in SHARES) + " |\n"
                  "|---|" + "---:|" * len(SHARES) + "\n")
-        for layers, (a, b) in (("1", ("rl_detach", "rl")), ("4", DEEPER[::-1])):
+        for label, a, d in pairs:
             cells = []
             for x in SHARES:
-                d = [curve_at(runs[a][s], x) - curve_at(runs[b][s], x) for s in shared
-                     if curve_at(runs[a][s], x) is not None and curve_at(runs[b][s], x) is not None]
-                cells.append(f"{sum(d) / len(d):+.3f} ({len(d)})" if d else "–")
-            text += f"| {layers} | " + " | ".join(cells) + " |\n"
+                diffs = [curve_at(runs[d][s], x) - curve_at(runs[a][s], x) for s in shared
+                         if curve_at(runs[d][s], x) is not None and curve_at(runs[a][s], x) is not None]
+                cells.append(f"{sum(diffs) / len(diffs):+.3f} ({len(diffs)})" if diffs else "–")
+            text += f"| {label} | " + " | ".join(cells) + " |\n"
     return text
 
 
@@ -122,7 +127,8 @@ def main(argv=None) -> None:
                    help=f"the confirmation: seeds {CONFIRM_SEEDS[0]}-{CONFIRM_SEEDS[-1]} alone, "
                         "rl_detach against rl and uniform")
     p.add_argument("--capacity", action="store_true",
-                   help="R28: rl and rl_detach with a 4-layer encoder against one layer, seeds 0-7")
+                   help="R28, R30: rl and rl_detach with a 4-layer encoder (at the size's rate and at "
+                        "half of it) against one layer, seeds 0-7")
     args = p.parse_args(argv)
     if args.capacity:
         runs: dict = {}
