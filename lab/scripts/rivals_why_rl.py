@@ -6,7 +6,7 @@ comparisons the notebook predicted (uniform − rl is shown for context, outside
 
     python lab/scripts/rivals_why_rl.py [--results lab/results] [--out table.md]
     python lab/scripts/rivals_why_rl.py --confirm   # R20: seeds 8-15 alone, its two predicted comparisons
-    python lab/scripts/rivals_why_rl.py --capacity  # R28, R30: both rules with a 4-layer encoder, seeds 0-7
+    python lab/scripts/rivals_why_rl.py --capacity  # R28-R32: encoder depth and rate, both rules, seeds 0-7
 
 Reads the packed records: the study's rl and uniform runs (`rivals`) for seeds 0-2, the optimum
 check's controls and the why-rl grid's runs of all four (`rivals_checks`).
@@ -30,9 +30,11 @@ CONTEXT = (("uniform", "rl"),)
 SOURCES = {"rivals": ("rl", "uniform"), "rivals_checks": FAMILIES}
 # R28: the learned rule, attached and detached, with a 4-layer encoder (lab/scripts/scaling_variant.py --shape)
 # and R30: the same at half the learning rate. (label, attached, detached); the first is the reference
+# and R32: one layer at half the rate
 CAPACITY_PAIRS = (("1 layer", "rl", "rl_detach"), ("4 layers", "rl_enc4", "rl_detach_enc4"),
-                  ("4 layers, half the rate", "rl_enc4h", "rl_detach_enc4h"))
-DEEPER = ("rl_enc4", "rl_detach_enc4", "rl_enc4h", "rl_detach_enc4h")
+                  ("4 layers, half the rate", "rl_enc4h", "rl_detach_enc4h"),
+                  ("1 layer, half the rate", "rl_h", "rl_detach_h"))
+DEEPER = tuple(f for _, a, d in CAPACITY_PAIRS[1:] for f in (a, d))
 DEEPER_SOURCE = "rivals_capacity"
 # the confirmation on fresh seeds: read apart from the seeds that suggested it
 CONFIRM_SEEDS = tuple(range(8, 16))
@@ -88,8 +90,9 @@ def table(bpb: dict[str, dict[int, float]], seeds=None, predicted=PREDICTED, con
 
 
 def capacity_table(bpb: dict[str, dict[int, float]], seeds=range(CONFIRM_SEEDS[0]), runs: dict | None = None) -> str:
-    """R28 and R30: the detached rule's gain with a 4-layer encoder, at the size's rate and at half
-    of it where those runs exist (the predicted comparisons, corrected together), beside the
+    """R28, R30 and R32: the detached rule's gain with a 4-layer encoder at the size's rate and at
+    half of it, and with one layer at half of it, where those runs exist (the predicted
+    comparisons, corrected together), beside the
     one-layer gain on the same seeds and each change from it, paired by seed; with `runs`
     ({family: {seed: record}}), every gain along the run too (validation bpb)."""
     pairs = [(label, a, d) for label, a, d in CAPACITY_PAIRS if bpb.get(a) and bpb.get(d)]

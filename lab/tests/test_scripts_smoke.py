@@ -538,14 +538,15 @@ def test_rivals_encoder_grads_measures_a_copy_and_switches_detaching_off(tmp_pat
 
 def test_rivals_why_rl_capacity_pairs_both_depths_on_the_same_seeds(tmp_path):
     """From the packed records: the learned rule attached and detached with one and four encoder
-    layers (four at the size's rate and at half of it), seeds 0-7; the predicted comparisons under
+    layers, each at the size's rate and at half of it, seeds 0-7; the predicted comparisons under
     the correction, the rest as context, and each gain along the run."""
     proc = run_script("rivals_why_rl.py", "--capacity", cwd=tmp_path)
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and " − " in line and "A − B" not in line]
     assert [r.split(" | ")[0].lstrip("| ") for r in rows] == [
-        "rl_detach_enc4 − rl_enc4", "rl_detach_enc4h − rl_enc4h", "rl_detach − rl (context)",
+        "rl_detach_enc4 − rl_enc4", "rl_detach_enc4h − rl_enc4h", "rl_detach_h − rl_h", "rl_detach − rl (context)",
         "change of the gain, 4 layers − 1 layer (context)",
-        "change of the gain, 4 layers, half the rate − 1 layer (context)"]
-    assert all(r.split(" | ")[1] == "8" for r in rows) and "p (Holm, m = 2)" in proc.stdout
+        "change of the gain, 4 layers, half the rate − 1 layer (context)",
+        "change of the gain, 1 layer, half the rate − 1 layer (context)"]
+    assert all(r.split(" | ")[1] == "8" for r in rows) and "p (Holm, m = 3)" in proc.stdout
     along = [line for line in proc.stdout.splitlines() if line.startswith(("| 1 layer", "| 4 layers"))]
-    assert len(along) == 3 and all(line.count("(8)") == 6 for line in along)
+    assert len(along) == 4 and all(line.count("(8)") == 6 for line in along)
