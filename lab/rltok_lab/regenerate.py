@@ -137,9 +137,10 @@ def steps(data: Path | None = None) -> list[Step]:
         out.append(Step("variants", [py("scaling_variant.py", *a, "--table-only") for a in replays if a is not None],
                         [(wr / VARIANTS, RESULTS_REL / VARIANTS)]))
     profile = ROOT / RESULTS_REL / "scaling_1e13_profile" / "heldout_profile.md"
-    argv = _replayed(profile.read_text(), "scaling_heldout_profile.py") if profile.exists() else None
+    stamped = profile.read_text() if profile.exists() else ""
+    argv = _replayed(stamped, "scaling_heldout_profile.py")
     if argv is not None:  # the script prints its tables; the file is its stamp line, then them
-        head = profile.read_text().split("\n\n", 1)[0] + "\n\n"
+        head = stamped.split("\n\n", 1)[0] + "\n\n"
         out.append(Step("heldout_profile", [py("scaling_heldout_profile.py", *argv)],
                         [(wr / "scaling_1e13_profile" / "heldout_profile.md", RESULTS_REL / profile.relative_to(
                             ROOT / RESULTS_REL))], stdout_to=wr / "scaling_1e13_profile" / "heldout_profile.md",

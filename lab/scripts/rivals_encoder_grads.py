@@ -32,9 +32,9 @@ from pathlib import Path
 
 import torch
 
+from rltok.model.pretrained import read_config
 from rltok.objective.loss import compute_loss
 from rltok.training.checkpoint import list_checkpoints
-from rltok.training.loading import load_checkpoint
 from rltok.training.trainer import Trainer
 
 
@@ -54,7 +54,7 @@ def resumed_at(run: Path, ckpt: Path, data: Path | None, scratch: Path) -> Train
     shutil.rmtree(copy, ignore_errors=True)
     (copy / "checkpoints").mkdir(parents=True)
     shutil.copytree(ckpt, copy / "checkpoints" / ckpt.name)
-    _, cfg, _, _ = load_checkpoint(ckpt)
+    cfg, _ = read_config(ckpt)  # the config alone: the trainer loads the weights
     if data is not None:  # the corpus the run read, where it is on this machine
         cfg.data.train = str(data / Path(cfg.data.train).name)
     cfg.train.out_dir = str(copy)
@@ -74,6 +74,17 @@ def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(a @ b) / (na * nb) if na > 0 and nb > 0 else math.nan
 
 
+def _adam_scale(opt: torch.optim.Optimizer, p: torch.Tensor) -> torch.Tensor | None:
+    """1 / (sqrt(v / (1 - beta2^t)) + eps): what Adam divides the parameter's gradient by (None for
+    a parameter Adam has not stepped: the LM's gradient never reached it, so it is never kept)."""
+    st = opt.state.get(p, {})
+    if "exp_avg_sq" not in st:
+        return None
+    group = next(g for g in opt.param_groups if any(q is p for q in g["params"]))
+    beta2, eps = group["betas"][1], group["eps"]
+    return 1.0 / ((st["exp_avg_sq"] / (1 - beta2 ** float(st["step"]))).sqrt() + eps)
+
+
 def measure(trainer: Trainer, batches: int) -> dict:
     """Medians over `batches` of the norm ratio and cosine of g_rule against g_lm, raw and scaled."""
     model, objective = trainer.model, trainer.objective
@@ -82,6 +93,7 @@ def measure(trainer: Trainer, batches: int) -> dict:
         chunker.detach_input = False  # the gradient a detached rule would have sent
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and not n.startswith("chunker.")]
     params = [p for _, p in named]
+    scales = [_adam_scale(trainer.opt, p) for p in params]  # no step is taken: the moments stay as loaded
     objective.begin_step(model, trainer.step, trainer.step_bytes, trainer.sampler.seq_len)
     rows, sum_lm, sum_rule = [], 0.0, 0.0
     for _ in range(batches):
@@ -96,13 +108,7 @@ def measure(trainer: Trainer, batches: int) -> dict:
                 and not torch.equal(a, b)]  # the parameters the rule's losses reach
         lm_g = [g_lm[i] for i in keep]
         rule_g = [g_full[i] - g_lm[i] for i in keep]
-        scale = []
-        for i in keep:
-            p = params[i]
-            st, group = trainer.opt.state[p], next(g for g in trainer.opt.param_groups if any(q is p for q in g["params"]))
-            beta2, eps = group["betas"][1], group["eps"]
-            t = float(st["step"])
-            scale.append(1.0 / ((st["exp_avg_sq"] / (1 - beta2 ** t)).sqrt() + eps))
+        scale = [scales[i] for i in keep]
         a, b = _flat(lm_g), _flat(rule_g)
         sum_lm, sum_rule = sum_lm + a, sum_rule + b  # the same parameters every batch
         sa, sb = _flat([g * s for g, s in zip(lm_g, scale)]), _flat([g * s for g, s in zip(rule_g, scale)])

@@ -28,9 +28,9 @@ CONTEXT = (("uniform", "rl"),)
 # further seeds of all four) from the checks, not the study's rl_detach family (R21), whose ladder
 # shares the diagnostic's size
 SOURCES = {"rivals": ("rl", "uniform"), "rivals_checks": FAMILIES}
-# R28: the learned rule, attached and detached, with a 4-layer encoder (lab/scripts/scaling_variant.py --shape)
-# and R30: the same at half the learning rate. (label, attached, detached); the first is the reference
-# and R32: one layer at half the rate
+# R28-R32: the learned rule, attached and detached, with a 4-layer encoder (R28), the same at half the
+# learning rate (R30) and one layer at half the rate (R32), made by lab/scripts/scaling_variant.py
+# --shape/--lr-scale. (label, attached, detached); the first, the study's own shape, is the reference
 CAPACITY_PAIRS = (("1 layer", "rl", "rl_detach"), ("4 layers", "rl_enc4", "rl_detach_enc4"),
                   ("4 layers, half the rate", "rl_enc4h", "rl_detach_enc4h"),
                   ("1 layer, half the rate", "rl_h", "rl_detach_h"))
@@ -82,19 +82,21 @@ def table(bpb: dict[str, dict[int, float]], seeds=None, predicted=PREDICTED, con
     for v in holm([verdict(bpb, a, b) for a, b in predicted]):
         rows.append(f"| {v.a} − {v.b} | {v.n} | {v.mean:+.3f} | [{v.lo:+.3f}, {v.hi:+.3f}] | {v.p:.4f} | "
                     f"{v.p_holm:.4f} | {'yes' if v.resolved else 'no'} |")
-    for a, b in context:
-        v = verdict(bpb, a, b)
-        rows.append(f"| {a} − {b} (context) | {v.n} | {v.mean:+.3f} | [{v.lo:+.3f}, {v.hi:+.3f}] | "
-                    f"{v.p:.4f} | — | — |")
+    rows += [context_row(f"{a} − {b}", *paired(bpb[a], bpb[b])) for a, b in context]
     return "\n".join(rows) + "\n"
+
+
+def context_row(label: str, n: int, mean: float, lo: float, hi: float, p: float) -> str:
+    """A comparison shown for context, outside the correction."""
+    return f"| {label} (context) | {n} | {mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] | {p:.4f} | — | — |"
 
 
 def capacity_table(bpb: dict[str, dict[int, float]], seeds=range(CONFIRM_SEEDS[0]), runs: dict | None = None) -> str:
     """R28, R30 and R32: the detached rule's gain with a 4-layer encoder at the size's rate and at
     half of it, and with one layer at half of it, where those runs exist (the predicted
-    comparisons, corrected together), beside the
-    one-layer gain on the same seeds and each change from it, paired by seed; with `runs`
-    ({family: {seed: record}}), every gain along the run too (validation bpb)."""
+    comparisons, corrected together), beside the one-layer gain on the same seeds and each change
+    from it, paired by seed; with `runs` ({family: {seed: record}}), every gain along the run too
+    (validation bpb)."""
     pairs = [(label, a, d) for label, a, d in CAPACITY_PAIRS if bpb.get(a) and bpb.get(d)]
     fams = [f for _, a, d in pairs for f in (a, d)]
     shared = sorted(set(seeds).intersection(*(bpb[f] for f in fams)))
@@ -102,10 +104,9 @@ def capacity_table(bpb: dict[str, dict[int, float]], seeds=range(CONFIRM_SEEDS[0
         raise SystemExit(f"fewer than two seeds shared by {', '.join(fams)}: nothing to pair")
     gaps = {label: {s: bpb[d][s] - bpb[a][s] for s in shared} for label, a, d in pairs}
     text = table({f: bpb[f] for f in fams}, shared, [(d, a) for _, a, d in pairs[1:]], [(pairs[0][2], pairs[0][1])])
+    reference = pairs[0][0]
     for label, _, _ in pairs[1:]:
-        n, mean, lo, hi, p = paired(gaps[label], gaps[pairs[0][0]])
-        text += (f"| change of the gain, {label} − {pairs[0][0]} (context) | {n} | {mean:+.3f} | "
-                 f"[{lo:+.3f}, {hi:+.3f}] | {p:.4f} | — | — |\n")
+        text += context_row(f"change of the gain, {label} − {reference}", *paired(gaps[label], gaps[reference])) + "\n"
     if runs:
         from rltok_lab.run_curve import SHARES, curve_at
 
@@ -115,8 +116,8 @@ def capacity_table(bpb: dict[str, dict[int, float]], seeds=range(CONFIRM_SEEDS[0
         for label, a, d in pairs:
             cells = []
             for x in SHARES:
-                diffs = [curve_at(runs[d][s], x) - curve_at(runs[a][s], x) for s in shared
-                         if curve_at(runs[d][s], x) is not None and curve_at(runs[a][s], x) is not None]
+                at = [(curve_at(runs[d][s], x), curve_at(runs[a][s], x)) for s in shared]
+                diffs = [vd - va for vd, va in at if vd is not None and va is not None]
                 cells.append(f"{sum(diffs) / len(diffs):+.3f} ({len(diffs)})" if diffs else "–")
             text += f"| {label} | " + " | ".join(cells) + " |\n"
     return text
@@ -130,21 +131,17 @@ def main(argv=None) -> None:
                    help=f"the confirmation: seeds {CONFIRM_SEEDS[0]}-{CONFIRM_SEEDS[-1]} alone, "
                         "rl_detach against rl and uniform")
     p.add_argument("--capacity", action="store_true",
-                   help="R28, R30: rl and rl_detach with a 4-layer encoder (at the size's rate and at "
-                        "half of it) against one layer, seeds 0-7")
+                   help="R28-R32: rl and rl_detach with a 4-layer encoder and with one layer, at the size's "
+                        "rate and at half of it, seeds 0-7")
     args = p.parse_args(argv)
     if args.capacity:
         runs: dict = {}
         text = capacity_table(losses(args.results, {**SOURCES, DEEPER_SOURCE: DEEPER}, runs), runs=runs)
-        print(text, end="")
-        if args.out:
-            args.out.write_text(text)
-        return
-    bpb = losses(args.results)
-    if args.confirm:
+    elif args.confirm:
+        bpb = losses(args.results)
         text = table({f: bpb[f] for f in ("rl", "uniform", "rl_detach")}, CONFIRM_SEEDS, CONFIRMED, ())
     else:
-        text = table(bpb, range(CONFIRM_SEEDS[0]))
+        text = table(losses(args.results), range(CONFIRM_SEEDS[0]))
     print(text, end="")
     if args.out:
         args.out.write_text(text)
