@@ -55,7 +55,7 @@ def cmd_eval(args) -> int:
 
 def cmd_segment(args) -> int:
     from rltok.cli.paths import check_output_file, read_input
-    from rltok.data.sources import DataError, read_user_text
+    from rltok.data.sources import DataError
     from rltok.model.segment import print_colored, render_pipes, segment_boundaries, split_chunks
 
     if args.text is None and args.file is None:
@@ -63,7 +63,7 @@ def cmd_segment(args) -> int:
     for flag, out in (("--html", args.html), ("--png", args.png)):
         if out:
             check_output_file(out, flag)
-    data = read_input(args.file, "input file") if args.file is not None else read_user_text(args.text, None)
+    data = read_input(args.file, "input file") if args.file is not None else args.text.encode("utf-8", "surrogateescape")
     if args.max_bytes:
         data = data[: args.max_bytes]
     if not data:

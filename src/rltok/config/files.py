@@ -205,8 +205,13 @@ def write_atomic(path: str | Path, text: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    with contextlib.suppress(OSError):  # some platforms cannot sync a folder: the file itself is synced
-        fd = os.open(path.parent, os.O_RDONLY)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: str | Path) -> None:
+    """Keep a rename in `path` across a power loss (some platforms cannot sync a folder: a no-op there)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:

@@ -164,12 +164,6 @@ def open_source(spec: str, text_field: str = "text", num_proc: int = 1):
 
 # ---- phase 1: a source into a stream -------------------------------------------------------------
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def _save_docs(path: Path, docs: list[tuple[int, int, int]]) -> None:
     """(start, length, key) rows as int64 (the unsigned key stored bit for bit)."""
     tmp = path.with_name(path.name + ".tmp.npy")

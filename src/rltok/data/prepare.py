@@ -19,10 +19,10 @@ from tqdm import tqdm
 
 from rltok.data.sources import (DOC_SEP, HUB_FILE_BUILDERS, DataError, ReadReport, corpus_cuts, expand_paths,
                                 named_split)
-from rltok.config.files import read_json, sha256_file
+from rltok.config.files import read_json, sha256_file, write_atomic
 from rltok.data.shards import (FORMAT, FORMAT_VERSION, HEADER_BYTES, MANIFEST, SPLITS, WORK_DIR, ShardWriter,
                                is_prepared, open_prepared, read_manifest)
-from rltok.data.ingest import Ingest, _atomic_write, _log, copy_pieces, open_source
+from rltok.data.ingest import Ingest, _log, copy_pieces, open_source
 from rltok.version import __version__
 
 DEFAULT_SHARD_BYTES = 256 << 20
@@ -194,7 +194,7 @@ def _run(source, out, parts, given, want, val, val_fraction, text_field, shard_b
     work.mkdir(exist_ok=True)
 
     def save() -> None:
-        _atomic_write(work / STATE, json.dumps(state).encode())
+        write_atomic(work / STATE, json.dumps(state))
 
     save()
     corpus_id = bytes.fromhex(state["id"])
@@ -301,7 +301,7 @@ def _finish(out, source, val, want, corpus_id, shard_bytes, rule, val_fraction, 
         "recipe": want,
         "splits": splits,
     }
-    _atomic_write(out / MANIFEST, json.dumps(manifest, indent=1).encode())
+    write_atomic(out / MANIFEST, json.dumps(manifest, indent=1))
     return manifest
 
 

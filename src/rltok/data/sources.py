@@ -8,7 +8,6 @@ import gzip
 import hashlib
 import lzma
 import os
-import sys
 import sysconfig
 import warnings
 import zlib
@@ -338,15 +337,3 @@ def absolute_spec(spec: str) -> str:
             body = _absolute(name)
         return f"hf:{body}{at}{split}"
     return _absolute(spec)
-
-
-def read_user_text(text: str | None, file: str | None) -> bytes:
-    """Bytes for `segment`/`generate`: a literal string (UTF-8) or a file ('-' = stdin)."""
-    if file is not None:
-        if file == "-":
-            return sys.stdin.buffer.read()
-        path = Path(file).expanduser()
-        if not path.is_file():
-            raise DataError(f"file not found: {file}")
-        return read_file(path)
-    return (text or "").encode("utf-8", errors="surrogateescape")

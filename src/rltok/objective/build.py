@@ -34,8 +34,8 @@ class Schedule:
 class BuiltObjective:
     terms: ObjectiveTerms
     schedule: Schedule
-    # the pieces tests and tools inspect, by the names older callers use (price, price2,
-    # flip_price: the controllers; lexicon; target_rate2)
+    # the pieces tests and tools inspect, by the names older callers use (price, flip_price: the
+    # controllers; lexicon)
     named: dict = field(default_factory=dict)
 
 
@@ -139,7 +139,6 @@ def _policy_terms(cfg, device, cost_slope, cost=None) -> tuple[PolicyTerms, dict
         price2 = None if control2.multiplier is None else ChunkPrice(lagrange=control2.multiplier)
         prices2 = ([] if price2 is None else [ClosedFormChunkPrice(price2, o.pg_weight)]) + [control2]
         policy.stage2 = [Supertokens(o.pg_weight, prices2)]
-        named.update(price2=price2, target_rate2=m.stage2_target_rate)
     return policy, named
 
 

@@ -94,9 +94,7 @@ class BoundaryObjective:
 
     # the pieces tests and tools inspect, under the names older callers use
     price = property(lambda self: self.named.get("price"))
-    price2 = property(lambda self: self.named.get("price2"))
     flip_price = property(lambda self: self.named.get("flip_price"))
-    target_rate2 = property(lambda self: self.named.get("target_rate2"))
     lexicon = property(lambda self: self.named.get("lexicon"))
     estimator = property(lambda self: self.terms.policy.estimator if self.learned else None)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from rltok.config import Config
-from rltok.config.files import read_json, sha256_file
+from rltok.config.files import fsync_dir, read_json, sha256_file
 from rltok.model.pretrained import CONFIG, WEIGHTS, CheckpointError, write_model_files
 from rltok.training.safe_load import load_tensors_only
 
@@ -24,17 +24,6 @@ MANIFEST = "manifest.json"
 SHARDED = "dcp"  # FSDP's sharded model and optimiser state, a folder inside the checkpoint
 REQUIRED = (WEIGHTS, CONFIG)  # what a manifest must list
 _STEP_DIR = re.compile(r"step_\d+")
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_synced(path: Path, data: bytes) -> None:
@@ -130,10 +119,10 @@ def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module | Non
             with open(tmp / name, "rb+") as f:
                 os.fsync(f.fileno())
         if (tmp / SHARDED).is_dir():
-            _fsync_dir(tmp / SHARDED)
+            fsync_dir(tmp / SHARDED)
         # the manifest is written last: a folder with a valid manifest is complete
         _write_synced(tmp / MANIFEST, json.dumps(manifest, indent=2).encode())
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # e.g. a full disk: leave no half-written folder
         raise
@@ -144,7 +133,7 @@ def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module | Non
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(tmp, final)
-    _fsync_dir(ckpt_root)
+    fsync_dir(ckpt_root)
     if keep_last > 0:
         for path in list_checkpoints(run_dir)[:-keep_last]:
             shutil.rmtree(path, ignore_errors=True)
