@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -330,14 +330,20 @@ def verdicts_table(verdicts: list[Verdict]) -> str:
     return "\n".join([head, *rows])
 
 
-def cells_table(study: Study, budgets: Sequence[float] = (3e12, HELD_OUT)) -> str:
+def per_corpus(study: Study, budgets: Sequence[float] | Mapping[str, Sequence[float]]) -> dict[str, Sequence[float]]:
+    """{corpus: budgets}: the same budgets for every corpus, or each corpus its own."""
+    return dict(budgets) if isinstance(budgets, Mapping) else {c: budgets for c in study.cells}
+
+
+def cells_table(study: Study, budgets: Sequence[float] | Mapping[str, Sequence[float]] = (3e12, HELD_OUT)) -> str:
     head = ("| corpus | budget | family | N | total params | state MB | steps | test bpb (seeds) | rate | "
             "whitespace alignment | kernel/charged FLOPs | tokenizer fitted outside the budget | cuts read ahead | "
             "uncommitted runs |\n"
             "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|---|---:|")
     rows = []
+    shown = per_corpus(study, budgets)
     for corpus, by_budget in study.cells.items():
-        for budget in budgets:
+        for budget in shown.get(corpus, ()):
             for fam, c in sorted(by_budget.get(budget, {}).items(), key=lambda kv: kv[1].mean):
                 sd = f" ± {np.std(list(c.test.values()), ddof=1):.3f}" if len(c.test) > 1 else ""
                 rate = f"{c.rate:.3f}" if c.rate is not None else "—"
@@ -347,6 +353,55 @@ def cells_table(study: Study, budgets: Sequence[float] = (3e12, HELD_OUT)) -> st
                             f"{c.steps:,.0f} | {c.mean:.3f}{sd} ({len(c.test)}) | {rate} | {align} | "
                             f"{c.kernel_ratio:.2f} | {_fitted(c)} | {'yes' if c.reads_ahead else 'no'} | "
                             f"{c.dirty} |".replace("e+", "e"))
+    return "\n".join([head, *rows])
+
+
+def reference_form(study: Study, against: str, budgets: Sequence[float] | Mapping[str, Sequence[float]]) -> str:
+    """The reference's table against one family: at each of `budgets`, every family the study pairs
+    with `against` (a group by its members), at its val-chosen size, with its test bpb, achieved rate,
+    whitespace alignment, N, total parameters and state memory, and its difference from `against`
+    paired by seed (FLOPs as charged), Holm's correction and the corrected intervals taken over this
+    table's own verdicts."""
+    names = []
+    for a, b in study.pairs:
+        if b == against:
+            names += [m for m in study.groups.get(a, (a,)) if m not in names and m != against]
+    entries = []  # (corpus, budget, cell, verdict or None)
+    shown = per_corpus(study, budgets)
+    for corpus, by_budget in study.cells.items():
+        for budget in shown.get(corpus, ()):
+            cells = by_budget.get(budget, {})
+            ref = cells.get(against)
+            if ref is None:
+                continue
+            for name in [against, *names]:
+                c = cells.get(name)
+                r = paired(c.test, ref.test) if c is not None and name != against else None
+                if c is not None:
+                    entries.append((corpus, budget, c, Verdict(corpus, budget, name, against, *r, "charged") if r else None))
+    adjusted = iter(holm([v for *_, v in entries if v is not None]))
+    entries = [(*e[:3], next(adjusted) if e[3] is not None else None) for e in entries]
+    m = sum(1 for *_, v in entries if v is not None)
+    head = (f"| corpus | budget | family | test bpb (seeds) | rate | whitespace alignment | N | total params | "
+            f"state MB | − {against} | corrected interval | p (Holm, m = {m}) | resolved | note |\n"
+            "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|---|")
+    rows = []
+    for corpus, budget, c, v in sorted(entries, key=lambda e: (list(study.cells).index(e[0]), e[1], e[2].mean)):
+        sd = f" ± {np.std(list(c.test.values()), ddof=1):.3f}" if len(c.test) > 1 else ""
+        cols = [f"{c.rate:.3f}" if c.rate is not None else "—", f"{c.space_align:.2f}" if c.space_align is not None else "—",
+                f"{c.size:,.0f}", f"{c.params:,.0f}", f"{c.state_mb:.1f}" if c.state_mb is not None else "—"]
+        if v is None:
+            diff = ["reference" if c.family == against else "no shared seed", "—", "—", "—"]
+        else:
+            lo, hi = corrected_interval(v, m)
+            diff = [f"{v.mean:+.3f}", f"[{lo:+.3f}, {hi:+.3f}]" if math.isfinite(lo) else "—", f"{v.p_holm:.3f}",
+                    "yes" if v.resolved else "no"]
+        note = "; ".join([*(["cuts read ahead"] if c.reads_ahead else []),
+                          *([f"tokenizer fitted outside the budget on {c.fitted_outside / 1e6:.1f}M bytes"]
+                            if c.fitted_outside else []),
+                          *([f"{c.dirty} runs from uncommitted code"] if c.dirty else [])])
+        rows.append(f"| {corpus} | {_short(budget)} | {c.family} | {c.mean:.3f}{sd} ({len(c.test)}) | "
+                    + " | ".join(cols + diff) + f" | {note} |")
     return "\n".join([head, *rows])
 
 
@@ -464,10 +519,11 @@ def report() -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def grid_report(grid, folder: Path, complete_only: bool = False) -> str:
+def grid_report(grid, folder: Path, complete_only: bool = False, references: Sequence[str] = ()) -> str:
     """A grid's study in the reference's form: each family at its val-chosen size at the largest
     fitted budget with runs and at the held-out budgets, then its crossovers as paired verdicts
-    under both FLOP counts, each table corrected with Holm over its own verdicts. With
+    under both FLOP counts, each table corrected with Holm over its own verdicts; first, for each
+    family in `references`, the reference's table against it (`reference_form`). With
     `complete_only`, where the study stands first, and only its complete budgets read."""
     parts = []
     budgets_read = None
@@ -482,11 +538,16 @@ def grid_report(grid, folder: Path, complete_only: bool = False) -> str:
         parts += [f"Budgets read below, those with nothing left to run: {said}. A budget with runs still to "
                   "come is read nowhere: no verdict before its ladders, extensions and optimum seeds are done."]
     study = grid_study(grid, folder, budgets_read)
-    read = [b for b in study.budgets if any(study.cells[c].get(b) for c in study.cells)]
-    fitted = [b for b in read if b not in study.held_out]
-    shown = tuple(([fitted[-1]] if fitted else []) + [b for b in read if b in study.held_out])
+    shown = {}  # per corpus: its largest fitted budget read, and its held-out budgets read
+    for corpus, by_budget in study.cells.items():
+        read = [b for b in study.budgets if by_budget.get(b)]
+        fitted = [b for b in read if b not in study.held_out]
+        shown[corpus] = ([fitted[-1]] if fitted else []) + [b for b in read if b in study.held_out]
     verdicts = budget_verdicts(study)
-    parts += [f"Runs from uncommitted code left out: {', '.join(f'{c} {n}' for c, n in study.left_out.items())}.",
+    parts += [f"Runs from uncommitted code left out: {', '.join(f'{c} {n}' for c, n in study.left_out.items())}."]
+    for ref in references:
+        parts += [f"## In the reference's form: against {ref}", reference_form(study, ref, shown)]
+    parts += [
              "## Each family at its val-chosen size", cells_table(study, shown),
              "## Paired verdicts, FLOPs as charged (causal pairs)", verdicts_table([v for v in verdicts if v.flops == "charged"]),
              "## The same verdicts, FLOPs as the kernels compute them",

@@ -318,12 +318,15 @@ def cmd_audit(args) -> int:
 
     if bool(args.grid) != bool(args.out):
         raise ConfigError("--grid and --out go together (a study's grid and its results folder)")
+    if args.reference and not args.grid:
+        raise ConfigError("--reference goes with --grid and --out")
     if args.complete_only and not args.grid:
         raise ConfigError("--complete-only goes with --grid and --out")
     if args.grid:
         from rltok.analysis.scaling import load_grid
 
-        text = grid_report(load_grid(args.grid), Path(args.out), complete_only=args.complete_only)
+        text = grid_report(load_grid(args.grid), Path(args.out), complete_only=args.complete_only,
+                           references=args.reference)
     else:
         text = report()
     if args.splice:
@@ -433,6 +436,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="the grid's results folder (as given to `rltok scaling`)")
     p.add_argument("--complete-only", action="store_true",
                    help="with --grid: where the study stands, then only its budgets with nothing left to run")
+    p.add_argument("--reference", action="append", default=[], metavar="FAMILY",
+                   help="with --grid: first a table in the reference's form against this family (repeatable): every "
+                        "family the grid's crossovers pair with it, each at its val-chosen size at the corpus's "
+                        "largest budget read and held-out budgets, Holm over the table's own verdicts")
     p.add_argument("--splice", metavar="MARKDOWN", help="write the tables between <!-- audit:begin --> and "
                                                         "<!-- audit:end --> of this file instead of printing them")
     p.set_defaults(func=cmd_audit)

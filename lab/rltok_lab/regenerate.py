@@ -129,7 +129,8 @@ def steps(data: Path | None = None) -> list[Step]:
                     [(wd / "AUDIT.md", Path("lab/reports/AUDIT.md"))]))
     out.append(Step("rivals", [[sys.executable, "-m", "rltok_lab", "audit", "--grid",
                                 grid_for("lab/scripts/scaling_rivals_grid.toml", data), "--out", str(wr / "rivals"),
-                                "--complete-only", "--splice", str(wd / "RIVALS.md")]],
+                                "--complete-only", "--reference", "rl", "--reference", "flat_ngram",
+                                "--splice", str(wd / "RIVALS.md")]],
                     [(wd / "RIVALS.md", Path("lab/reports/RIVALS.md"))]))
     variants = ROOT / RESULTS_REL / VARIANTS
     if variants.exists():  # each section's command, replayed in the file's order, rebuilds the file

@@ -130,6 +130,8 @@ def test_complete_only_reads_a_budget_once_nothing_is_left_to_run_there(tmp_path
     text = audit.grid_report(load_grid(grid), out, complete_only=True)
     assert "Budgets read below, those with nothing left to run: salad: 3e08." in text
     assert "| salad | 3e08 | uniform − flat | charged | 2 |" in text
+    ref = audit.grid_report(load_grid(grid), out, complete_only=True, references=["flat"])
+    assert "## In the reference's form: against flat" in ref and "| salad | 3e08 | flat |" in ref
     # one run missing: the budget is read nowhere, and the status says what is left
     next((out / "salad").glob("C*__uniform__*__s1.json")).unlink()
     assert complete(grid, out) == {"salad": []}
@@ -140,6 +142,7 @@ def test_complete_only_reads_a_budget_once_nothing_is_left_to_run_there(tmp_path
     assert "salad: none yet" in text and "| salad | C3e08 | 11/12 |" in text
     assert "uniform − flat | charged | 2" not in text
     assert lab_main(["audit", "--complete-only"]) != 0 and "goes with --grid" in capsys.readouterr().err
+    assert lab_main(["audit", "--reference", "rl"]) != 0 and "goes with --grid" in capsys.readouterr().err
 
 
 def test_a_rule_that_cuts_with_lookahead_is_named_at_every_row():
@@ -195,3 +198,33 @@ def test_the_corrected_interval_widens_the_t_interval_to_the_tables_joint_level(
     assert "| corrected interval |" in head and "m = 1)" in head
     assert head.count("|") == rule.count("|") == read.count("|") == unread.count("|")
     assert "| [+0.050, +0.150] | [+0.050, +0.150] |" in read
+
+
+def test_the_reference_form_pairs_each_rule_with_the_reference_and_corrects_over_its_own_rows():
+    """Every family the crossovers pair with the reference (a group by its members), at each corpus's
+    own budgets, with Holm and the corrected interval taken over this table's verdicts alone."""
+    def cell(family, budget, losses, **kw):
+        return Cell(family, budget, 100.0, dict(enumerate(losses)), 120.0, 0.5, 10, 0.2, 0.6, 1.0, 0, losses[0], **kw)
+
+    docs = {1e12: {"ref": cell("ref", 1e12, [3.0, 3.1, 3.2]), "a": cell("a", 1e12, [2.9, 3.05, 3.1]),
+                   "m1": cell("m1", 1e12, [3.5, 3.6, 3.7]), "m2": cell("m2", 1e12, [3.3, 3.3, 3.4]),
+                   "x": cell("x", 1e12, [1.0, 1.0, 1.1])},  # x is paired with nothing: no row
+            3e12: {"ref": cell("ref", 3e12, [2.0, 2.1]), "a": cell("a", 3e12, [2.2, 2.2])}}
+    code = {1e12: {"ref": cell("ref", 1e12, [1.0, 1.1]),
+                   "a": cell("a", 1e12, [0.9, 1.0], reads_ahead=True, fitted_outside=4e6)}}
+    study = audit.Study({"docs": docs, "code": code}, {"docs": [], "code": []}, (1e12, 3e12), groups={"g": ("m1", "m2")},
+                        pairs=(("a", "ref"), ("g", "ref"), ("m1", "m2")))
+    text = audit.reference_form(study, "ref", {"docs": [1e12], "code": [1e12]})
+    head, rule, *rows = text.splitlines()
+    assert "| − ref |" in head and "m = 4)" in head and head.count("|") == rule.count("|")
+    assert all(r.count("|") == head.count("|") for r in rows)
+    assert [r.split(" | ")[2] for r in rows] == ["a", "ref", "m2", "m1", "a", "ref"]  # by corpus, then bpb
+    assert "| reference | — | — | — |" in rows[1] and "| x |" not in text and "3e12" not in text
+    (m1,) = [r for r in rows if "| m1 |" in r]
+    v = Verdict("docs", 1e12, "m1", "ref", *audit.paired(docs[1e12]["m1"].test, docs[1e12]["ref"].test), "charged")
+    lo, hi = audit.corrected_interval(v, 4)
+    assert f"| +0.500 | [{lo:+.3f}, {hi:+.3f}] |" in m1
+    assert "cuts read ahead; tokenizer fitted outside the budget on 4.0M bytes" in rows[4]
+    # the same budgets for every corpus, as cells_table takes them
+    assert "| code | 3e12 |" not in audit.reference_form(study, "ref", (1e12, 3e12))
+    assert "| docs | 3e12 | a |" in audit.reference_form(study, "ref", (1e12, 3e12))
