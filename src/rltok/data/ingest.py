@@ -219,15 +219,10 @@ class Ingest:
         self.save(self.state(done))
 
     def emit(self, data, advance: bool) -> None:
-        view = memoryview(data)
-        while len(view):
-            k = min(self.writer.room(), len(view))
-            self.writer.write(view[:k])
-            if advance:
-                self.offset += k
-            view = view[k:]
-            if self.writer.room() == 0:
-                self.commit()
+        self.writer.fill(data, self.commit, self._advance if advance else None)
+
+    def _advance(self, n: int) -> None:
+        self.offset += n
 
     def _hash(self, data) -> None:
         if self.hasher is not None:
@@ -314,16 +309,12 @@ def copy_pieces(staging: ByteStream, starts: np.ndarray, lengths: np.ndarray, wr
     offset = writer.pos - int(r_out[r0])  # written bytes of range r0 (its separator included)
     bar.update(writer.pos)
 
+    def full() -> None:
+        writer.commit()
+        save(done=False)
+
     def emit(data) -> None:
-        view = memoryview(data)
-        while len(view):
-            k = min(writer.room(), len(view))
-            writer.write(view[:k])
-            bar.update(k)
-            view = view[k:]
-            if writer.room() == 0:
-                writer.commit()
-                save(done=False)
+        writer.fill(data, full, bar.update)
 
     for r in range(r0, len(r_start)):
         if r > r0:

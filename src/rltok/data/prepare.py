@@ -10,7 +10,6 @@ import re
 import shutil
 import sys
 import time
-import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -236,14 +235,7 @@ def _run(source, out, parts, given, want, val, val_fraction, text_field, shard_b
 
 def _report_read(spec: str, ingest: Ingest) -> None:
     """As rltok.data.corpus.read_documents: nothing read is an error, left-out files a warning."""
-    if ingest.doc_bytes == 0:
-        skipped = f"; {len(ingest.skipped)} unreadable (first: {ingest.skipped[0][0]}: {ingest.skipped[0][1]})" \
-            if ingest.skipped else ""
-        raise DataError(f"data source {spec!r} holds no bytes to train on: {ingest.read} item(s) read{skipped}")
-    if ingest.skipped or ingest.empty:
-        left_out = ReadReport(skipped=ingest.skipped, empty=ingest.empty).summary()
-        warnings.warn(f"{spec}: skipped {left_out}; read {ingest.read - len(ingest.empty)} item(s), "
-                      f"{ingest.doc_bytes:,} bytes", stacklevel=3)
+    ReadReport(ingest.read, ingest.doc_bytes, ingest.skipped, ingest.empty).check(spec, "item(s)", stacklevel=4)
 
 
 def _split(out, work, state, save, staged, val_fraction, corpus_id, shard_bytes, progress):

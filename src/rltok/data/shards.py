@@ -429,6 +429,19 @@ class ShardWriter:
         self._fill += n
         self.pos += n
 
+    def fill(self, data, on_full, wrote=None) -> None:
+        """Write `data` in pieces that fit, calling `wrote(n)` after each and `on_full()` whenever a
+        shard is full (it commits and saves the state)."""
+        view = memoryview(data)
+        while len(view):
+            k = min(self.room(), len(view))
+            self.write(view[:k])
+            if wrote is not None:
+                wrote(k)
+            view = view[k:]
+            if self.room() == 0:
+                on_full()
+
     def commit(self) -> dict | None:
         """Close the shard being filled (if it holds any bytes) and move it into place."""
         if self._file is None or self._fill == 0:

@@ -66,6 +66,15 @@ class ReadReport:
             parts.append(f"{len(self.empty)} empty (first: {self.empty[0]})")
         return ", ".join(parts)
 
+    def check(self, spec: str, noun: str = "file(s)", stacklevel: int = 3) -> None:
+        """Nothing read is an error; files left out are a warning (`stacklevel` from here)."""
+        if self.bytes == 0:
+            detail = f"; skipped {self.summary()}" if self.skipped or self.empty else ""
+            raise DataError(f"data source {spec!r} holds no bytes to train on: {self.files} {noun} read{detail}")
+        if self.skipped or self.empty:
+            warnings.warn(f"{spec}: skipped {self.summary()}; read {self.files - len(self.empty)} {noun}, "
+                          f"{self.bytes:,} bytes", stacklevel=stacklevel)
+
 
 def read_file(path: Path, limit: int = 0) -> bytes:
     with _open_decompressed(path) as f:
@@ -141,12 +150,7 @@ def read_documents(spec: str, max_bytes: int = 0, text_field: str = "text") -> t
             report.empty.append(str(path))
         if max_bytes and report.bytes >= max_bytes:
             break
-    if report.bytes == 0:
-        detail = f"; skipped {report.summary()}" if report.skipped or report.empty else ""
-        raise DataError(f"data source {spec!r} holds no bytes to train on: {report.files} file(s) read{detail}")
-    if report.skipped or report.empty:
-        warnings.warn(f"{spec}: skipped {report.summary()}; read {report.files - len(report.empty)} file(s), "
-                      f"{report.bytes:,} bytes", stacklevel=2)
+    report.check(spec)
     return docs, report
 
 
