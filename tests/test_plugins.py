@@ -257,6 +257,35 @@ def test_estimator_settings_are_read_from_whatever_kind_has_them(registries_rest
     assert returns_of(ObjectiveConfig()).gamma == 0.99
 
 
+def test_a_rule_built_on_the_learned_policy_is_a_learned_rule_to_the_checks(registries_restored):
+    """Settling (objective.policy_until) and a second stage ask whether the rule is the learned
+    policy by its settings class, not its name: a plugin's rule whose settings extend rl's passes,
+    a fixed rule of its own is refused as uniform cuts are."""
+    from dataclasses import dataclass
+
+    from rltok.config import RLChunkerSettings, Section
+    from rltok.model.chunkers import RLPolicy, UniformChunker
+
+    @dataclass
+    class GentleSettings(RLChunkerSettings):
+        kind: str = "gentle_rl"
+        share: float = 0.5
+
+    @dataclass
+    class StrideSettings(Section):
+        kind: str = "strided"
+
+    CHUNKERS.register("gentle_rl", RLPolicy, GentleSettings)
+    CHUNKERS.register("strided", UniformChunker, StrideSettings)
+    assert load_config("test", overrides=["model.chunker=gentle_rl", "objective.policy_until=0.5"]).objective.policy_until == 0.5
+    assert load_config("test", overrides=["model.chunker=gentle_rl", "model.stages=2"]).model.stages == 2
+    for kind in ("strided", "uniform"):
+        with pytest.raises(ConfigError, match="settles a learned boundary rule"):
+            load_config("test", overrides=[f"model.chunker={kind}", "objective.policy_until=0.5"])
+        with pytest.raises(ConfigError, match="stages=2 needs"):
+            load_config("test", overrides=[f"model.chunker={kind}", "model.stages=2"])
+
+
 def test_an_installed_callable_plugin_loads_once_when_a_name_is_unknown(tmp_path, monkeypatch, registries_restored):
     """An entry point naming a function: called once, the first time a registry lacks a name."""
     site = tmp_path / "site"

@@ -18,7 +18,7 @@ from rltok.config.presets import PRESETS
 from rltok.config.registry import Section
 from rltok.config.registry import unknown as _unknown
 from rltok.config.sections import (RECIPES, REGISTRIES, ConfigError, DataConfig, ModelConfig, ObjectiveConfig,
-                                   TrainConfig)
+                                   RLChunkerSettings, TrainConfig)
 
 
 @dataclass
@@ -51,14 +51,15 @@ class Config:
         if estimator == "flips" and m.stages == 2:
             raise ConfigError("objective.estimator=flips supports one stage only (model.stages=1); train "
                               "two-stage models with objective.recipe=reference")
-        if o.tokenizer_phase > 0 and m.arch == "hourglass" and m.chunker.kind == "rl" and not (
+        learned = m.arch == "hourglass" and isinstance(m.chunker, RLChunkerSettings)  # rl, or a plugin's rule built on it
+        if o.tokenizer_phase > 0 and learned and not (
                 estimator == "flips" and lexicon_weight > 0 and not o.estimator.model_pass):
             raise ConfigError("objective.tokenizer_phase needs a boundary credit that does not read the full model: "
                               "the lexicon recipe (objective.recipe=lexicon: flips, lexicon.weight > 0, "
                               "model_pass=false)")
-        if o.policy_until < 1 and not (m.arch == "hourglass" and m.chunker.kind == "rl"):
+        if o.policy_until < 1 and not learned:
             raise ConfigError("objective.policy_until settles a learned boundary rule: it needs model.arch=hourglass "
-                              "with model.chunker=rl")
+                              "with model.chunker=rl (or a rule built on it)")
         if o.policy_until < 1 and o.group_size > 1:
             raise ConfigError("objective.policy_until with objective.group_size > 1: once settled the group's "
                               "segmentations are identical, computed and charged group_size times")

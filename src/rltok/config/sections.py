@@ -174,8 +174,8 @@ class ModelConfig:
                               f"{most} tokens): lower model.bpe_vocab or raise model.bpe_sample_bytes")
         check(0 < self.target_rate <= 1, "model.target_rate", "in (0, 1]")
         check(self.stages in (1, 2), "model.stages", f"1 or 2, got {self.stages}")
-        if self.stages == 2 and (self.arch != "hourglass" or self.chunker.kind != "rl"):
-            raise ConfigError("model.stages=2 needs model.arch=hourglass and model.chunker=rl")
+        if self.stages == 2 and (self.arch != "hourglass" or not isinstance(self.chunker, RLChunkerSettings)):
+            raise ConfigError("model.stages=2 needs model.arch=hourglass and model.chunker=rl (or a rule built on it)")
         check(0 < self.stage2_target_rate <= 1, "model.stage2_target_rate", "in (0, 1] and model.stage2_layers >= 0")
         if self.ngram_vocab and not self.ngram_sizes:  # (the numbers' ranges are checked above)
             raise ConfigError("model.ngram_vocab must be >= 0 (0 = off) and model.ngram_sizes between 1 and 16")
