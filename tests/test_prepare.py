@@ -144,6 +144,12 @@ def test_rerunning_is_a_noop_and_a_different_source_is_refused(tmp_path, capsys)
         prepare(str(src), src / "prepared", progress=False)
     with pytest.raises(DataError, match="already a prepared corpus"):
         prepare(str(out), tmp_path / "again", progress=False)
+    # a manifest's temporary file, left by a process killed before its rename, is ours: not foreign
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    (killed / f".{MANIFEST}.tmp4242").write_text("{")
+    prepare(str(src), killed, progress=False)
+    verify_prepared(killed)
 
 
 def test_hub_style_datasets(tmp_path):
@@ -253,7 +259,7 @@ def test_a_killed_preparation_resumes_to_the_same_shards(kill_sources, tmp_path,
         assert [s["sha256"] for s in got["splits"][split]["shards"]] == [s["sha256"] for s in ref["splits"][split]["shards"]]
         assert got["splits"][split]["index"]["sha256"] == ref["splits"][split]["index"]["sha256"]
     verify_prepared(out)
-    assert not (out / WORK_DIR).exists() and not list(out.rglob("*.tmp"))
+    assert not (out / WORK_DIR).exists() and not list(out.rglob("*.tmp*"))
     assert_same_corpus(out, spec)
 
 

@@ -3,7 +3,6 @@ folder's own files, written without following links."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import json
@@ -209,10 +208,16 @@ def write_atomic(path: str | Path, text: str) -> None:
 
 
 def fsync_dir(path: str | Path) -> None:
-    """Keep a rename in `path` across a power loss (some platforms cannot sync a folder: a no-op there)."""
-    with contextlib.suppress(OSError):
+    """Keep a rename in `path` across a power loss. Where a folder cannot be opened or synced at all
+    this is a no-op; a failing disk (EIO) still raises."""
+    try:
         fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF, errno.EACCES):
+            raise
+    finally:
+        os.close(fd)

@@ -4,7 +4,6 @@ and the copy of staged documents into the train/val split (docs/DATA.md)."""
 
 import hashlib
 import multiprocessing
-import os
 import sys
 import threading
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from tqdm import tqdm
 
 from rltok.data.sources import (DOC_SEP, DataError, _open_decompressed, _READ_ERRORS, expand_paths,
                                 hub_errors, iter_hub_texts, open_hub_dataset)
-from rltok.data.shards import READ_BLOCK, ByteStream, ShardWriter
+from rltok.data.shards import READ_BLOCK, ByteStream, ShardWriter, save_array
 
 SEP = bytes([DOC_SEP])
 
@@ -166,9 +165,8 @@ def open_source(spec: str, text_field: str = "text", num_proc: int = 1):
 
 def _save_docs(path: Path, docs: list[tuple[int, int, int]]) -> None:
     """(start, length, key) rows as int64 (the unsigned key stored bit for bit)."""
-    tmp = path.with_name(path.name + ".tmp.npy")
-    np.save(tmp, np.array(docs, dtype=np.uint64).reshape(-1, 3).view(np.int64))
-    os.replace(tmp, path)
+    save_array(path, np.array(docs, dtype=np.uint64).reshape(-1, 3).view(np.int64))
+
 
 
 class _SourceError(Exception):

@@ -20,7 +20,7 @@ from rltok.data.sources import (DOC_SEP, HUB_FILE_BUILDERS, DataError, ReadRepor
                                 named_split)
 from rltok.config.files import read_json, sha256_file, write_atomic
 from rltok.data.shards import (FORMAT, FORMAT_VERSION, HEADER_BYTES, MANIFEST, SPLITS, WORK_DIR, ShardWriter,
-                               is_prepared, open_prepared, read_manifest)
+                               is_prepared, open_prepared, read_manifest, save_array)
 from rltok.data.ingest import Ingest, _log, copy_pieces, open_source
 from rltok.version import __version__
 
@@ -121,7 +121,8 @@ def _check_out(out: Path, source: str) -> None:
         if src.is_dir() and out.resolve().is_relative_to(src):
             raise DataError(f"--out {out} is inside the source folder {source}; choose a folder outside it")
     ours = {MANIFEST, WORK_DIR, LOCK, *SPLITS}
-    foreign = [p.name for p in out.iterdir() if p.name not in ours]
+    # a manifest's temporary file left by a process killed before its rename is ours too
+    foreign = [p.name for p in out.iterdir() if p.name not in ours and not p.name.startswith(f".{MANIFEST}.tmp")]
     if foreign:
         raise DataError(f"{out} is not empty and holds no rltok prepared corpus (e.g. {foreign[0]}); "
                         "choose a new or empty folder for --out")
@@ -269,9 +270,7 @@ def _finish(out, source, val, want, corpus_id, shard_bytes, rule, val_fraction, 
     splits = {}
     for name, (writer, starts, lengths) in outputs.items():
         index = out / name / "docs.npy"
-        tmp = index.with_name("docs.tmp.npy")
-        np.save(tmp, np.stack([np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)], axis=1))
-        os.replace(tmp, index)
+        save_array(index, np.stack([np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)], axis=1))
         splits[name] = {"bytes": writer.pos, "docs": len(lengths), "crc32": writer.crc, "shards": writer.shards,
                         "index": {"file": f"{name}/docs.npy", "bytes": index.stat().st_size,
                                   "sha256": sha256_file(index)}}

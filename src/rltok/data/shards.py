@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rltok.config.files import read_json, sha256_file
+from rltok.config.files import fsync_dir, read_json, sha256_file
 from rltok.data.sources import DOC_SEP, Corpus, DataError
 
 FORMAT = "rltok-shards"
@@ -390,6 +390,17 @@ def open_mixture(spec: str) -> Corpus:
 
 # ---- writing ------------------------------------------------------------------------------------
 
+def save_array(path: Path, array: np.ndarray) -> None:
+    """`array` as the .npy file `path`, whole or not at all: written beside it, synced, renamed."""
+    tmp = path.with_name(path.stem + ".tmp.npy")
+    with open(tmp, "wb") as f:
+        np.save(f, array)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
 class ShardWriter:
     """Appends one split's stream as shards of exactly `shard_bytes` (the last one shorter). The
     shard being filled is a temporary file, renamed into place with its header when full, so a
@@ -450,9 +461,12 @@ class ShardWriter:
         self._file.seek(0)
         self._file.write(HEADER.pack(MAGIC, FORMAT_VERSION, index, self._fill, self.corpus_id,
                                      self.split.encode("ascii")))
+        self._file.flush()
+        os.fsync(self._file.fileno())  # the state saved after this commit names the shard: it must be on disk
         self._file.close()
         path = self._path(index)
         os.replace(path.with_suffix(".bin.tmp"), path)
+        fsync_dir(path.parent)
         record = {"file": f"{self.folder}/{path.name}", "bytes": self._fill,
                   "sha256": self._hash.hexdigest() if self._hash is not None else ""}
         self.shards.append(record)
