@@ -279,6 +279,9 @@ def test_a_rule_built_on_the_learned_policy_is_a_learned_rule_to_the_checks(regi
     CHUNKERS.register("strided", UniformChunker, StrideSettings)
     assert load_config("test", overrides=["model.chunker=gentle_rl", "objective.policy_until=0.5"]).objective.policy_until == 0.5
     assert load_config("test", overrides=["model.chunker=gentle_rl", "model.stages=2"]).model.stages == 2
+    # and, as rl, it needs the lexicon recipe for a tokenizer phase
+    with pytest.raises(ConfigError, match="tokenizer_phase needs"):
+        load_config("test", overrides=["model.chunker=gentle_rl", "objective.tokenizer_phase=0.5"])
     for kind in ("strided", "uniform"):
         with pytest.raises(ConfigError, match="settles a learned boundary rule"):
             load_config("test", overrides=[f"model.chunker={kind}", "objective.policy_until=0.5"])

@@ -363,9 +363,13 @@ def reference_form(study: Study, against: str, budgets: Sequence[float] | Mappin
     paired by seed (FLOPs as charged), Holm's correction and the corrected intervals taken over this
     table's own verdicts."""
     names = []
-    for a, b in study.pairs:
-        if b == against:
-            names += [m for m in study.groups.get(a, (a,)) if m not in names and m != against]
+    for pair in study.pairs:
+        if against in pair:  # either way round: each row is read as row − reference
+            other = pair[0] if pair[1] == against else pair[1]
+            names += [m for m in study.groups.get(other, (other,)) if m not in names and m != against]
+    if not names:
+        raise ConfigError(f"--reference {against}: no pair in the grid's crossovers names it "
+                          f"(pairs: {', '.join(f'{a}/{b}' for a, b in study.pairs) or 'none'})")
     entries = []  # (corpus, budget, cell, verdict or None)
     shown = per_corpus(study, budgets)
     for corpus, by_budget in study.cells.items():

@@ -1,5 +1,6 @@
 """The audit's statistics on cases with known answers, and its reading of the tracked records."""
 
+import dataclasses
 import math
 
 import pytest
@@ -211,19 +212,29 @@ def test_the_reference_form_pairs_each_rule_with_the_reference_and_corrects_over
                    "x": cell("x", 1e12, [1.0, 1.0, 1.1])},  # x is paired with nothing: no row
             3e12: {"ref": cell("ref", 3e12, [2.0, 2.1]), "a": cell("a", 3e12, [2.2, 2.2])}}
     code = {1e12: {"ref": cell("ref", 1e12, [1.0, 1.1]),
-                   "a": cell("a", 1e12, [0.9, 1.0], reads_ahead=True, fitted_outside=4e6)}}
+                   "a": cell("a", 1e12, [0.9, 1.0], reads_ahead=True, fitted_outside=4e6),
+                   "m1": dataclasses.replace(cell("m1", 1e12, [1.2, 1.3]), test={5: 1.2, 6: 1.3})}}
     study = audit.Study({"docs": docs, "code": code}, {"docs": [], "code": []}, (1e12, 3e12), groups={"g": ("m1", "m2")},
-                        pairs=(("a", "ref"), ("g", "ref"), ("m1", "m2")))
+                        pairs=(("a", "ref"), ("ref", "g"), ("m1", "m2")))  # a pair either way round
     text = audit.reference_form(study, "ref", {"docs": [1e12], "code": [1e12]})
     head, rule, *rows = text.splitlines()
     assert "| − ref |" in head and "m = 4)" in head and head.count("|") == rule.count("|")
     assert all(r.count("|") == head.count("|") for r in rows)
-    assert [r.split(" | ")[2] for r in rows] == ["a", "ref", "m2", "m1", "a", "ref"]  # by corpus, then bpb
+    assert [r.split(" | ")[2] for r in rows] == ["a", "ref", "m2", "m1", "a", "ref", "m1"]  # by corpus, then bpb
+    assert "| no shared seed | — | — | — |" in rows[6]
     assert "| reference | — | — | — |" in rows[1] and "| x |" not in text and "3e12" not in text
-    (m1,) = [r for r in rows if "| m1 |" in r]
+    (m1,) = [r for r in rows if r.startswith("| docs | 1e12 | m1 |")]
     v = Verdict("docs", 1e12, "m1", "ref", *audit.paired(docs[1e12]["m1"].test, docs[1e12]["ref"].test), "charged")
     lo, hi = audit.corrected_interval(v, 4)
     assert f"| +0.500 | [{lo:+.3f}, {hi:+.3f}] |" in m1
+    # Holm over this table's four verdicts, in the p column, and "resolved" from it
+    vs = [Verdict(c, 1e12, f, "ref", *audit.paired(cells[1e12][f].test, cells[1e12]["ref"].test), "charged")
+          for c, cells, fams in (("docs", docs, ("a", "m1", "m2")), ("code", code, ("a",))) for f in fams]
+    for v in holm(vs):
+        (row,) = [r for r in rows if r.startswith(f"| {v.corpus} | 1e12 | {v.a} |")]
+        assert f"| {v.p_holm:.3f} | {'yes' if v.resolved else 'no'} |" in row
+    with pytest.raises(audit.ConfigError, match="no pair"):
+        audit.reference_form(study, "x", (1e12,))
     assert "cuts read ahead; tokenizer fitted outside the budget on 4.0M bytes" in rows[4]
     # the same budgets for every corpus, as cells_table takes them
     assert "| code | 3e12 |" not in audit.reference_form(study, "ref", (1e12, 3e12))
