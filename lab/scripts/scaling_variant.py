@@ -58,6 +58,20 @@ def reshaped(rung, shape: list[str]):
     return rung._replace(overrides=[o for o in rung.overrides if o.partition("=")[0] not in keys] + list(shape))
 
 
+RULE_KEYS = ("model.chunker", "model.chunker.kind")
+
+
+def variant_method(method: str, sets: list[str]) -> tuple[str, list[str]]:
+    """(method, settings) of a variant: a setting that names the boundary rule replaces the method's
+    rule (its other pieces kept: `uniform+ngram` with `model.chunker=whitespace` is
+    `whitespace+ngram`). Given as a setting, the method's own `model.chunker=` would override it."""
+    rules = [kv for kv in sets if kv.partition("=")[0].strip() in RULE_KEYS]
+    if not rules:
+        return method, list(sets)
+    base, plus, pieces = method.partition("+")
+    return rules[-1].partition("=")[2].strip() + plus + pieces, [kv for kv in sets if kv not in rules]
+
+
 def variant_points(grid, out: Path, budget: float, family: str, variant: str, sets: list[str], seeds: list[int],
                    teacher_seed: int | None = None, shape: list[str] = (), lr_scale: float = 1.0) -> list[Point]:
     """The variant's points, one per corpus and seed, at the family's best size at `budget`;
@@ -74,7 +88,7 @@ def variant_points(grid, out: Path, budget: float, family: str, variant: str, se
         if family not in best:
             raise SystemExit(f"error: {corpus}: {family} has no runs at {budget:g}")
         target, _ = best[family]
-        method, extra = fam.method, list(sets)
+        method, extra = variant_method(fam.method, sets)
         if teacher_seed is not None:
             ckpt = teacher_checkpoint(out, corpus, budget, fam, target, teacher_seed).resolve()
             # the rule and its teacher in the family's base overrides (the method's own

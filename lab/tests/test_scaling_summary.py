@@ -339,6 +339,22 @@ def test_the_heldout_profile_script_reads_extra_sizes_against_the_predicted_size
     assert "| salad | with the extra sizes | h1 at 400 | 50 | +0.030 [" in out
 
 
+def test_a_variant_that_names_the_rule_replaces_the_methods_rule():
+    """`--set model.chunker=whitespace` on a uniform family trains whitespace cuts: as a setting, the
+    method's own `model.chunker=uniform` would come after it and win."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("scaling_variant", SCRIPTS / "scaling_variant.py")
+    sv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sv)
+    from rltok.analysis.compare import method_overrides
+
+    assert sv.variant_method("uniform", ["model.chunker=whitespace", "train.lr=0.1"]) == ("whitespace", ["train.lr=0.1"])
+    assert sv.variant_method("uniform+ngram", ["model.chunker.kind=whitespace"]) == ("whitespace+ngram", [])
+    assert sv.variant_method("rl", ["model.chunker.detach=true"]) == ("rl", ["model.chunker.detach=true"])
+    assert method_overrides(sv.variant_method("uniform", ["model.chunker=whitespace"])[0])[-1] == "model.chunker=whitespace"
+
+
 def test_a_shape_variant_replaces_the_sizes_own_keys_and_keeps_its_n():
     import importlib.util
 
