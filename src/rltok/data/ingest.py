@@ -168,7 +168,6 @@ def _save_docs(path: Path, docs: list[tuple[int, int, int]]) -> None:
     save_array(path, np.array(docs, dtype=np.uint64).reshape(-1, 3).view(np.int64))
 
 
-
 class _SourceError(Exception):
     """Reading an item of the source failed (not writing the shards: that is never skipped)."""
 
