@@ -335,6 +335,15 @@ def per_corpus(study: Study, budgets: Sequence[float] | Mapping[str, Sequence[fl
     return dict(budgets) if isinstance(budgets, Mapping) else {c: budgets for c in study.cells}
 
 
+def _cell_text(c: Cell) -> tuple[str, str, str, str]:
+    """A cell's test bpb (± sd over seeds, and their number), rate, whitespace alignment and state MB,
+    as every table prints them ("—" where a family has none)."""
+    sd = f" ± {np.std(list(c.test.values()), ddof=1):.3f}" if len(c.test) > 1 else ""
+    return (f"{c.mean:.3f}{sd} ({len(c.test)})", f"{c.rate:.3f}" if c.rate is not None else "—",
+            f"{c.space_align:.2f}" if c.space_align is not None else "—",
+            f"{c.state_mb:.1f}" if c.state_mb is not None else "—")
+
+
 def cells_table(study: Study, budgets: Sequence[float] | Mapping[str, Sequence[float]] = (3e12, HELD_OUT)) -> str:
     head = ("| corpus | budget | family | N | total params | state MB | steps | test bpb (seeds) | rate | "
             "whitespace alignment | kernel/charged FLOPs | tokenizer fitted outside the budget | cuts read ahead | "
@@ -345,12 +354,9 @@ def cells_table(study: Study, budgets: Sequence[float] | Mapping[str, Sequence[f
     for corpus, by_budget in study.cells.items():
         for budget in shown.get(corpus, ()):
             for fam, c in sorted(by_budget.get(budget, {}).items(), key=lambda kv: kv[1].mean):
-                sd = f" ± {np.std(list(c.test.values()), ddof=1):.3f}" if len(c.test) > 1 else ""
-                rate = f"{c.rate:.3f}" if c.rate is not None else "—"
-                align = f"{c.space_align:.2f}" if c.space_align is not None else "—"
-                state = f"{c.state_mb:.1f}" if c.state_mb is not None else "—"
+                bpb, rate, align, state = _cell_text(c)
                 rows.append(f"| {corpus} | {budget:.0e} | {fam} | {c.size:,.0f} | {c.params:,.0f} | {state} | "
-                            f"{c.steps:,.0f} | {c.mean:.3f}{sd} ({len(c.test)}) | {rate} | {align} | "
+                            f"{c.steps:,.0f} | {bpb} | {rate} | {align} | "
                             f"{c.kernel_ratio:.2f} | {_fitted(c)} | {'yes' if c.reads_ahead else 'no'} | "
                             f"{c.dirty} |".replace("e+", "e"))
     return "\n".join([head, *rows])
@@ -380,9 +386,10 @@ def reference_form(study: Study, against: str, budgets: Sequence[float] | Mappin
                 continue
             for name in [against, *names]:
                 c = cells.get(name)
-                r = paired(c.test, ref.test) if c is not None and name != against else None
-                if c is not None:
-                    entries.append((corpus, budget, c, Verdict(corpus, budget, name, against, *r, "charged") if r else None))
+                if c is None:
+                    continue
+                r = None if name == against else paired(c.test, ref.test)
+                entries.append((corpus, budget, c, Verdict(corpus, budget, name, against, *r, "charged") if r else None))
     adjusted = iter(holm([v for *_, v in entries if v is not None]))
     entries = [(*e[:3], next(adjusted) if e[3] is not None else None) for e in entries]
     m = sum(1 for *_, v in entries if v is not None)
@@ -391,9 +398,8 @@ def reference_form(study: Study, against: str, budgets: Sequence[float] | Mappin
             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|---|")
     rows = []
     for corpus, budget, c, v in sorted(entries, key=lambda e: (list(study.cells).index(e[0]), e[1], e[2].mean)):
-        sd = f" ± {np.std(list(c.test.values()), ddof=1):.3f}" if len(c.test) > 1 else ""
-        cols = [f"{c.rate:.3f}" if c.rate is not None else "—", f"{c.space_align:.2f}" if c.space_align is not None else "—",
-                f"{c.size:,.0f}", f"{c.params:,.0f}", f"{c.state_mb:.1f}" if c.state_mb is not None else "—"]
+        bpb, rate, align, state = _cell_text(c)
+        cols = [bpb, rate, align, f"{c.size:,.0f}", f"{c.params:,.0f}", state]
         if v is None:
             diff = ["reference" if c.family == against else "no shared seed", "—", "—", "—"]
         else:
@@ -404,8 +410,7 @@ def reference_form(study: Study, against: str, budgets: Sequence[float] | Mappin
                           *([f"tokenizer fitted outside the budget on {c.fitted_outside / 1e6:.1f}M bytes"]
                             if c.fitted_outside else []),
                           *([f"{c.dirty} runs from uncommitted code"] if c.dirty else [])])
-        rows.append(f"| {corpus} | {_short(budget)} | {c.family} | {c.mean:.3f}{sd} ({len(c.test)}) | "
-                    + " | ".join(cols + diff) + f" | {note} |")
+        rows.append(f"| {corpus} | {_short(budget)} | {c.family} | " + " | ".join(cols + diff) + f" | {note} |")
     return "\n".join([head, *rows])
 
 

@@ -68,7 +68,7 @@ def variant_method(method: str, sets: list[str]) -> tuple[str, list[str]]:
     rules = [kv for kv in sets if kv.partition("=")[0].strip() in RULE_KEYS]
     if not rules:
         return method, list(sets)
-    base, plus, pieces = method.partition("+")
+    _, plus, pieces = method.partition("+")
     return rules[-1].partition("=")[2].strip() + plus + pieces, [kv for kv in sets if kv not in rules]
 
 
