@@ -450,6 +450,31 @@ def test_a_family_can_set_its_shape_rules_aspect_and_byte_width():
         budget_ladders(flat, flat.families[0], [1e12], log=lambda m: None)
 
 
+def test_an_override_the_method_sets_again_is_refused_before_any_run(tmp_path, capsys):
+    from rltok.analysis.scaling import budget_ladders
+
+    spec = {"corpora": {"salad": str(corpus_folder(tmp_path, "salad"))}, "budgets": [1e8], "preset": "test",
+            "families": [{"name": "ws", "method": "uniform", "overrides": ["model.chunker=whitespace"], "sizes": [2e4]}]}
+    grid = parse_grid(spec)
+    with pytest.raises(ConfigError, match=r"family ws: its method 'uniform' sets model.chunker=uniform itself"):
+        budget_ladders(grid, grid.families[0], [1e8], log=lambda m: None)
+    (tmp_path / "grid.json").write_text(json.dumps(spec))
+    # the command plans every point first: one error, nothing trained
+    assert main(["scaling", "--grid", str(tmp_path / "grid.json"), "--out", str(tmp_path / "o")]) != 0
+    assert "'model.chunker=whitespace' would be silently replaced" in capsys.readouterr().err
+    assert not (tmp_path / "o" / "runs").exists()
+    # a grid-wide key a method sets (n-gram rows under +ngram) is refused the same way
+    ngram = parse_grid({**spec, "overrides": ["model.ngram_vocab=1024"],
+                        "families": [{"method": "uniform+ngram", "sizes": [2e4]}]})
+    with pytest.raises(ConfigError, match="ngram_vocab"):
+        budget_ladders(ngram, ngram.families[0], [1e8], log=lambda m: None)
+    # saying what the method says, or a key it leaves alone (a sub-key of its rule), is fine
+    for fam in ({"method": "whitespace", "overrides": ["model.chunker=whitespace"], "sizes": [2e4]},
+                {"method": "rl", "overrides": ["model.chunker.window=8"], "sizes": [2e4]}):
+        ok = parse_grid({**spec, "families": [fam]})
+        assert budget_ladders(ok, ok.families[0], [1e8], log=lambda m: None)[1e8]
+
+
 def _curve(budget, values, shares=None):
     """A record's val curve: one evaluation at each share of the run's FLOPs ((1 + k) / len(values)
     unless `shares` says)."""

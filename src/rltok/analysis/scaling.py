@@ -333,6 +333,7 @@ def family_rungs(grid: Grid, fam: FamilySpec, targets) -> dict[int, object]:
 
     try:
         method = method_overrides(fam.method)
+        _refuse_replaced(fam, run_base(grid, fam), method)
         base = [*run_base(grid, fam), *method]  # as method_config orders them
         arch = load_config(grid.preset, overrides=base).model.arch
         shape = {k: v for k, v in (("aspect", fam.aspect), ("byte_ratio", fam.byte_ratio)) if v is not None}
@@ -340,6 +341,20 @@ def family_rungs(grid: Grid, fam: FamilySpec, targets) -> dict[int, object]:
     except ValueError as e:
         raise ConfigError(f"family {fam.name}: {e}") from None
     return {round(r.target): r for r in rungs}
+
+
+def _refuse_replaced(fam: FamilySpec, base: list[str], method: list[str]) -> None:
+    """The method's own overrides come after the grid's and the family's, so a key it sets would
+    silently replace theirs (a family of method `uniform` with `model.chunker=whitespace` would
+    train uniform cuts): refused, unless both say the same."""
+    said = {k.strip(): v.strip() for k, _, v in (o.partition("=") for o in method)}
+    for o in base:
+        key, _, value = (part.strip() for part in o.partition("="))
+        if key in said and said[key] != value:
+            raise ConfigError(f"its method {fam.method!r} sets {key}={said[key]} itself, "
+                              f"after the grid's and the family's overrides, so {o!r} would be silently "
+                              f"replaced; name the method that says it (a rule or family by its name, or "
+                              f"NAME@{key}={value})")
 
 
 def budget_ladders(grid: Grid, fam: FamilySpec, budgets, log=print) -> dict[float, list]:
