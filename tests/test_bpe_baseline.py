@@ -3,9 +3,7 @@ vocabulary and depth, and the comparison table's depth / width / vocab columns."
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import shutil
 from pathlib import Path
 
 import pytest

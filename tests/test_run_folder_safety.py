@@ -525,7 +525,6 @@ def test_any_damage_to_any_run_file_is_exit_0_or_one_error_line(trained, tmp_pat
     for argv in (["eval", "-c", run, "--max-windows", "1"], ["segment", "-c", run, "hello"],
                  ["generate", "-c", run, "-n", "2", "hi"], ["export", "-c", run, "-o", run.parent / "exported"],
                  ["train", "--resume", "--out", run, "--steps", "3"]):
-        import contextlib
         import io
 
         err = io.StringIO()

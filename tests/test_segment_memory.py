@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from conftest import randomize_, tiny_model_config
-from rltok.config import Config
 from rltok.config.loading import load_config
 from rltok.model import HourglassLM
 from rltok.model.segment import segment_boundaries

@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
-import math
-import shutil
 
-import pytest
-
-from conftest import corpus_folder
-from rltok.analysis.scaling import budget_tag, load_grid, parse_grid, read_records
-from rltok.cli import main
-from rltok.config import ConfigError, load_config
+from rltok.analysis.scaling import budget_tag, load_grid
 from test_scaling_cli import _curve  # the library's scaling tests' helpers
 
 

@@ -4,7 +4,6 @@ prediction written once and its test, forecasts of the grid's own budgets."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import math
 import shutil
@@ -12,9 +11,9 @@ import shutil
 import pytest
 
 from conftest import corpus_folder
-from rltok.analysis.scaling import budget_tag, load_grid, parse_grid, read_records
+from rltok.analysis.scaling import budget_tag, load_grid, parse_grid
 from lab_cli import lab_main, main
-from rltok.config import ConfigError, load_config
+from rltok.config import ConfigError
 from test_scaling_cli import _curve, known_loss_runner, synthetic_study  # the library's scaling tests' helpers
 
 
