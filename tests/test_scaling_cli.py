@@ -468,6 +468,10 @@ def test_an_override_the_method_sets_again_is_refused_before_any_run(tmp_path, c
                         "families": [{"method": "uniform+ngram", "sizes": [2e4]}]})
     with pytest.raises(ConfigError, match="ngram_vocab"):
         budget_ladders(ngram, ngram.families[0], [1e8], log=lambda m: None)
+    # a key the size ladder sets at each size is refused too
+    shaped = parse_grid({**spec, "families": [{"method": "uniform", "overrides": ["model.d_byte=48"], "sizes": [2e4]}]})
+    with pytest.raises(ConfigError, match="'model.d_byte=48' sets a key the size ladder sets"):
+        budget_ladders(shaped, shaped.families[0], [1e8], log=lambda m: None)
     # saying what the method says, or a key it leaves alone (a sub-key of its rule), is fine
     for fam in ({"method": "whitespace", "overrides": ["model.chunker=whitespace"], "sizes": [2e4]},
                 {"method": "rl", "overrides": ["model.chunker.window=8"], "sizes": [2e4]}):

@@ -338,6 +338,12 @@ def family_rungs(grid: Grid, fam: FamilySpec, targets) -> dict[int, object]:
         arch = load_config(grid.preset, overrides=base).model.arch
         shape = {k: v for k, v in (("aspect", fam.aspect), ("byte_ratio", fam.byte_ratio)) if v is not None}
         rungs = ladder(arch, sorted({float(t) for t in targets}), base, grid.preset, **shape)
+        shaped = {o.partition("=")[0].strip() for r in rungs for o in r.overrides}
+        for o in run_base(grid, fam):  # the rung's shape comes last too
+            if o.partition("=")[0].strip() in shaped:
+                raise ConfigError(f"{o!r} sets a key the size ladder sets at every size ({', '.join(sorted(shaped))}), "
+                                  "so it would be silently replaced; shape the ladder with the family's aspect "
+                                  "and byte_ratio")
     except ValueError as e:
         raise ConfigError(f"family {fam.name}: {e}") from None
     return {round(r.target): r for r in rungs}
