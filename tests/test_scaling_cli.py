@@ -280,6 +280,17 @@ def synthetic_study(folder, budgets, sizes, seeds, n_star, split="test"):
                 (folder / f"{budget_tag(c)}__flat__N{n}__s{s}.json").write_text(json.dumps(rec))
 
 
+def test_records_of_two_splits_in_one_corpus_are_one_error_line(tmp_path, capsys):
+    synthetic_study(tmp_path / "o" / "salad", [1e8], [5000], [0], lambda c: 5e3)
+    rec = json.loads((tmp_path / "o" / "salad" / "C1e08__flat__N5000__s0.json").read_text())
+    (tmp_path / "o" / "salad" / "C1e08__flat__N5000__s1.json").write_text(json.dumps({**rec, "seed": 1, "split": "val"}))
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps({"corpora": {"salad": str(tmp_path / "salad")}, "budgets": [1e8],
+                                "families": [{"method": "flat", "sizes": [5e3]}]}))
+    assert main(["scaling", "--grid", str(grid), "--out", str(tmp_path / "o"), "--fit-only"]) == 2
+    assert "several splits (test, val)" in capsys.readouterr().err
+
+
 def test_choices_read_the_selection_split_and_one_corpus_runs_alone(tmp_path, capsys):
     """With select_split every record is also scored on that split (`bpb_select`), and the
     study's choices read it; eval_context reaches the scoring; `--corpus` runs one corpus of the

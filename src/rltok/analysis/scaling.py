@@ -614,7 +614,12 @@ def fit_corpus(folder: Path, n_boot: int = 1000, groups: dict | None = None, cro
     from rltok.analysis.scaling_report import build_report, report_markdown, report_plain
 
     folder = Path(folder)
-    rep = build_report(read_records(folder), groups, crossovers, folder.name, n_boot, budgets=budgets,
+    records = read_records(folder)
+    splits = sorted({str(r.get("split")) for r in records if r.get("bpb") is not None})
+    if len(splits) > 1:  # one study scores one split: runs scored on two cannot share a parabola
+        raise ConfigError(f"{folder} holds runs scored on several splits ({', '.join(splits)}): a study fits "
+                          "one; move the others' records out")
+    rep = build_report(records, groups, crossovers, folder.name, n_boot, budgets=budgets,
                        interior_only=interior_only, fit_from=fit_from)
     _write_json(folder / "fits.json", report_plain(rep, command, git_commit()))
     crossings = [c for p in rep.crossovers if p.crossover for c in p.crossover.crossings]
