@@ -249,8 +249,8 @@ def _add_scaling(sub: Subcommands) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--fit-only", action="store_true", help="fit, plot and rewrite report.md from the runs already there; train nothing")
     mode.add_argument("--shard", type=shard, metavar="K/N",
-                      help="run only shard K of N (every N-th family-budget cell; e.g. a job array's index): "
-                           "its records, no fit")
+                      help="run only shard K of N (every N-th corpus-budget-family cell, K from 1; e.g. a job "
+                           "array's index): its records, no fit")
     mode.add_argument("--merge", nargs="+", metavar="FOLDER",
                       help="copy the run records of these results folders (shards) into --out, then fit")
     p.add_argument("--allow-dirty", action="store_true",
