@@ -129,12 +129,12 @@ def test_cli_reports_divergence_in_one_line(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("bias,kind", [(12.0, "high"), (-12.0, "low")])
 def test_rate_collapse_is_reported_with_advice(tmp_path, corpus, capsys, bias, kind):
     # no rate or policy pressure, and the policy pinned at an extreme: the rate stays stuck
-    trainer = make_trainer(tmp_path, corpus, "objective.rate_weight=0", "objective.pg_weight=0", quiet=False)
+    trainer = make_trainer(tmp_path, corpus, "objective.rate.weight=0", "objective.pg_weight=0", quiet=False)
     with torch.no_grad():
         trainer.model.chunker.head.bias.fill_(bias)
     result = trainer.fit()
     err = capsys.readouterr().err
-    assert f"boundary rate collapsed {kind}" in err and "objective.rate_weight" in err
+    assert f"boundary rate collapsed {kind}" in err and "objective.rate.weight" in err
     assert err.count("boundary rate collapsed") == 1  # once per episode, not every log line
     # warmup is 2 steps: checked from step 5, warned on the third collapsed record
     assert [r["warnings"] for r in result.history] == [0] * 6 + [1] * 6
@@ -168,3 +168,17 @@ def test_full_disk_at_the_final_checkpoint_is_a_clear_error(tmp_path, corpus, mo
     monkeypatch.setattr(model_files, "save_file", full)
     with pytest.raises(CheckpointError, match="cannot write the checkpoint of step 12 .*No space left"):
         make_trainer(tmp_path, corpus).fit()
+
+
+def test_the_collapse_advice_names_keys_the_config_accepts():
+    import re
+    import warnings
+
+    from rltok.training.metrics import COLLAPSE_ADVICE
+
+    keys = {k for text in COLLAPSE_ADVICE.values() for k in re.findall(r"\b(?:model|objective|train)\.[a-z_.]*[a-z]", text)}
+    assert "objective.rate.weight" in keys
+    for key in keys:  # each one settable as it is named (a legacy key would only warn)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            load_config("test", overrides=[f"{key}={'0.2' if key == 'model.target_rate' else '0.01'}"])

@@ -237,6 +237,18 @@ def test_a_model_family_from_outside_loads_as_its_own_class(tmp_path, registries
         FlatByteLM.from_pretrained(folder)
 
 
+def test_a_family_on_the_bare_mixin_answers_what_data_parallel_training_asks():
+    import torch
+
+    from conftest import tiny_model_config
+    from rltok.model.pretrained import PretrainedMixin
+
+    class Bare(torch.nn.Module, PretrainedMixin):  # what EXTENDING lists, nothing of rltok's models
+        arch = "bare"
+
+    assert Bare.fitted_to_data(tiny_model_config()) is False  # under torchrun every rank builds its own
+
+
 def test_estimator_settings_are_read_from_whatever_kind_has_them(registries_restored):
     from dataclasses import dataclass
 

@@ -142,6 +142,11 @@ def test_rerunning_is_a_noop_and_a_different_source_is_refused(tmp_path, capsys)
         prepare(str(src), tmp_path / "busy", progress=False)
     with pytest.raises(DataError, match="inside the source"):
         prepare(str(src), src / "prepared", progress=False)
+    # a refused folder is left as it was: no lock file in it, nothing made inside the source
+    assert [p.name for p in (tmp_path / "busy").iterdir()] == ["notes.txt"] and not (src / "prepared").exists()
+    # the flag's range is prepare's: (0, 0.5)
+    assert main(["prepare", str(src), "--out", str(tmp_path / "half"), "--val-fraction", "0.5"]) == 2
+    assert "must be in (0, 0.5), got 0.5" in capsys.readouterr().err
     with pytest.raises(DataError, match="already a prepared corpus"):
         prepare(str(out), tmp_path / "again", progress=False)
     # a manifest's temporary file, left by a process killed before its rename, is ours: not foreign

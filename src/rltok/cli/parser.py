@@ -29,15 +29,16 @@ def count(low: int = 0, high: int = MAX_COUNT):
     return parse
 
 
-def number(low: float, high: float, low_open: bool = False):
-    """An argparse type: a finite number in [low, high] (or (low, high] with low_open)."""
+def number(low: float, high: float, low_open: bool = False, high_open: bool = False):
+    """An argparse type: a finite number in [low, high] (either end open with low_open, high_open)."""
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expects a number, got {text!r}") from None
-        if not (low < value if low_open else low <= value) or not value <= high:  # NaN fails both
-            raise argparse.ArgumentTypeError(f"must be in {'(' if low_open else '['}{low}, {high}], got {text}")
+        if not (low < value if low_open else low <= value) or not (value < high if high_open else value <= high):
+            raise argparse.ArgumentTypeError(f"must be in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+                                             f", got {text}")  # NaN fails both
         return value
     return parse
 
@@ -116,7 +117,8 @@ def _add_prepare(sub: Subcommands) -> None:
     p.add_argument("--out", "-o", help="folder to write (new or empty, or an unfinished preparation to resume)")
     p.add_argument("--val", default="", help="explicit validation source (default: the folder's val.* files, "
                                              "else whole held-out documents)")
-    p.add_argument("--val-fraction", type=number(0, 0.5, low_open=True), default=0.02, help="share of the bytes held out (default 0.02)")
+    p.add_argument("--val-fraction", type=number(0, 0.5, low_open=True, high_open=True), default=0.02,
+                   help="share of the bytes held out (default 0.02)")
     p.add_argument("--max-bytes", type=count(0), default=0, help="read at most this many bytes of the source (0 = all)")
     p.add_argument("--text-field", default="text", help="hub datasets: the record field holding the text")
     p.add_argument("--shard-size", default="256M", help="bytes per shard, e.g. 256M (default), 64k, 1G")

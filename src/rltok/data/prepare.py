@@ -122,7 +122,8 @@ def _check_out(out: Path, source: str) -> None:
             raise DataError(f"--out {out} is inside the source folder {source}; choose a folder outside it")
     ours = {MANIFEST, WORK_DIR, LOCK, *SPLITS}
     # a manifest's temporary file left by a process killed before its rename is ours too
-    foreign = [p.name for p in out.iterdir() if p.name not in ours and not p.name.startswith(f".{MANIFEST}.tmp")]
+    foreign = [p.name for p in (out.iterdir() if out.is_dir() else ())
+               if p.name not in ours and not p.name.startswith(f".{MANIFEST}.tmp")]
     if foreign:
         raise DataError(f"{out} is not empty and holds no rltok prepared corpus (e.g. {foreign[0]}); "
                         "choose a new or empty folder for --out")
@@ -155,6 +156,8 @@ def prepare(source: str, out: str | Path, *, val: str = "", val_fraction: float 
     out = Path(out).expanduser()
     parts, given = plan(source, val, max_bytes)
     want = recipe(source, val, val_fraction, max_bytes, text_field, shard_bytes)
+    if not (out / MANIFEST).is_file():
+        _check_out(out, source)  # a folder refused is left as it was: nothing made in it, no lock
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -32,11 +32,6 @@ class PlainLM(nn.Module, PretrainedMixin):
         nn.init.normal_(self.head.weight, 0.0, 0.02)
         nn.init.normal_(self.embed.weight, 0.0, 1.0)
 
-    @staticmethod
-    def fitted_to_data(cfg) -> bool:
-        """Whether building it fits parts to the training bytes (none here)."""
-        return False
-
     def input_vectors(self, ids: torch.Tensor) -> torch.Tensor:
         """(B, N, d) the stack's input for ids (B, N)."""
         return byte_input(self.embed, self.ngram_embed, ids)

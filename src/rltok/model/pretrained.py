@@ -263,6 +263,12 @@ class PretrainedMixin:
     # scores come per token at its last byte, it does not generate) or the bytes themselves
     reads_tokens = False
 
+    @staticmethod
+    def fitted_to_data(cfg: ModelConfig) -> bool:
+        """Whether building it fits parts to the training bytes (a tokenizer): then data-parallel
+        ranks take rank 0's instead of fitting their own. None by default."""
+        return False
+
     @classmethod
     def from_config(cls, cfg: ModelConfig, train_bytes: torch.Tensor | None = None,
                     state_dict: dict[str, torch.Tensor] | None = None):

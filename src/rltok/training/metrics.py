@@ -62,9 +62,9 @@ class IntervalMeter:
 
 COLLAPSE_ADVICE = {
     "low": "the policy has stopped drawing boundaries, so the main network sees almost no chunks; "
-           "raise objective.rate_weight, lower objective.pg_weight or train.lr",
+           "raise objective.rate.weight, lower objective.pg_weight or train.lr",
     "high": "the policy puts a boundary on almost every byte (no compression); "
-            "raise objective.rate_weight so the rate loss can hold model.target_rate",
+            "raise objective.rate.weight so the rate loss can hold model.target_rate",
 }
 
 
