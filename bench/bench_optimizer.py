@@ -34,16 +34,16 @@ FAMILIES = ("flat", "flat_ngram", "bpe1024", "uniform", "whitespace", "rl")
 def study_config(family: str, index: int, out_dir: str, data: str):
     """The config the study trains `family` with at the `index`-th size of its 3e12 ladder."""
     from rltok.analysis.compare import method_config
-    from rltok.analysis.scaling import budget_ladders, family_overrides, load_grid
-    from rltok.analysis.scaling_grid import point_lr
+    from rltok.analysis.scaling import budget_ladders, load_grid
+    from rltok.analysis.scaling_grid import point_lr, run_base
     from rltok.model.sizing import method_spec
 
-    grid = load_grid(ROOT / "scripts" / "scaling_cpu_grid.toml")
+    grid = load_grid(ROOT / "lab" / "scripts" / "scaling_cpu_grid.toml")
     fam = next(f for f in grid.families if f.name == family)
     rungs = budget_ladders(grid, fam, [3e12], log=lambda m: None)[3e12]
     rung = rungs[min(index, len(rungs) - 1)]
     lr = point_lr(grid, fam, rung.achieved)
-    base = [*family_overrides(grid, fam), *([] if lr is None else [f"train.lr={lr!r}"])]
+    base = [*run_base(grid, fam), *([] if lr is None else [f"train.lr={lr!r}"])]
     method = method_spec(fam.method, rung.overrides)
     return method_config(method, base, data, Path(out_dir), 0, grid.preset), rung.achieved
 
