@@ -148,6 +148,21 @@ def test_ids_below_256_are_bytes(tok):
     assert [tok.token_to_id(chr(i)) for i in range(256)] == list(range(256))
 
 
+def test_a_bpe_cut_reads_to_the_end_of_its_word_not_one_byte(tok, corpus):
+    """Why BPE-guided cuts are not a causal rule, measured: whether byte t ends a token depends on
+    byte t+1 (does it merge?) and, through the merges of the whole pre-token, on bytes further on.
+    The studies' tables flag the rule as reading ahead to the end of the word for this reason."""
+    x = windows(corpus, 400, 32, seed=1)
+    t, moved = 15, {}
+    base = bpe_boundary_mask(tok, x)[:, : t + 1]
+    for k in (1, 2, 3):
+        y = x.clone()
+        y[:, t + k] = torch.where(y[:, t + k] == ord("q"), ord("z"), ord("q"))  # one byte changed, t + k
+        moved[k] = (bpe_boundary_mask(tok, y)[:, : t + 1] != base).any(1).float().mean().item()
+    # measured here (Python source): 0.69, 0.34, 0.20 of the windows; on English prose 0.50, 0.12, 0.05
+    assert moved[1] > 0.2 and moved[2] > 0.02 and moved[3] > 0
+
+
 def test_boundary_mask_is_the_tokenizers_token_ends(tok, corpus):
     x = windows(corpus, 6, 512)
     g = torch.Generator().manual_seed(0)

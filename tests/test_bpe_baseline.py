@@ -177,6 +177,21 @@ def test_table_states_depth_width_vocab_and_old_runs_show_dashes():
     assert all(len(line.split("|")) == len(table.splitlines()[0].split("|")) for line in table.splitlines())
 
 
+def test_a_rule_that_reads_ahead_is_marked_in_the_comparison_table():
+    from rltok.analysis.compare import reads_ahead
+
+    results = [run("bpe", 2.0, config={"model": {"arch": "hourglass", "chunker": {"kind": "bpe"}}}),
+               run("uniform", 2.1, config={"model": {"chunker": "uniform"}}),
+               run("flat", 2.2, config={"model": {"arch": "flat", "chunker": {"kind": "bpe"}}}),  # no cuts drawn
+               run("old", 2.3)]  # a record without its config
+    assert [reads_ahead(r) for r in results] == [True, False, False, False]
+    table = markdown_table(summarize(results))
+    assert "| bpe † |" in table and all(f"| {m} |" in table for m in ("uniform", "flat", "old"))
+    assert table.endswith("† its cuts read bytes after the one predicted (the rule cannot generate): its bpb is "
+                          "not a causal model's.")
+    assert "†" not in markdown_table(summarize(results[1:]))
+
+
 def test_run_one_reports_the_bpe_token_models_forward_flops_at_its_trained_rate(tmp_path):
     """The BPE-token model reports no chunks in evaluation; its forward FLOPs per byte are read at
     the tokens per byte it drew in training, not at the hierarchical models' target rate."""

@@ -416,6 +416,18 @@ def _by_method(results: list[dict]) -> dict[str, list[dict]]:
     return by
 
 
+def reads_ahead(record: dict) -> bool:
+    """Whether a run's boundary rule decides a cut at byte t from bytes after t (its chunker says
+    why it cannot generate, `Chunker.noncausal`, e.g. BPE-guided cuts): its bpb has seen part of
+    the future. Read from the record's config, so records of any age answer."""
+    model = (record.get("config") or {}).get("model") or {}
+    chunker = model.get("chunker")
+    kind = chunker.get("kind") if isinstance(chunker, dict) else chunker
+    if not isinstance(kind, str) or kind not in CHUNKERS or not FAMILIES.component(model.get("arch", "hourglass")).hierarchical:
+        return False
+    return getattr(CHUNKERS.entries[kind].component(), "noncausal", None) is not None
+
+
 def summarize(results: list[dict]) -> list[dict]:
     rows = []
     for method, rs in _by_method(results).items():
@@ -443,6 +455,7 @@ def summarize(results: list[dict]) -> list[dict]:
             "depth": rs[0].get("depth"), "width": rs[0].get("width"), "vocab": vocab_cell(rs[0]),
             "params": rs[0]["params"], "state_mb": rs[0].get("state_mb"),
             "peak_mem_mb": max((r.get("peak_mem_mb") or 0.0) for r in rs) or None,
+            "reads_ahead": any(map(reads_ahead, rs)),
         })
     rows.sort(key=lambda r: r["bpb_mean"])
     return rows
@@ -453,6 +466,7 @@ def markdown_table(rows: list[dict], split: str = "test") -> str:
     the tolerance."""
     lines = []
     for r in rows:
+        ahead = " †" if r.get("reads_ahead") else ""
         if r["budget_ratio_min"] is None:
             spend = "– (!)"
         else:
@@ -460,7 +474,7 @@ def markdown_table(rows: list[dict], split: str = "test") -> str:
             spend = f"{lo:.3f}" if abs(hi - lo) < 5e-4 else f"{lo:.3f}–{hi:.3f}"
             spend += " (!)" if r["budget_flag"] else ""
         depth, width, state, peak = (r.get(k) for k in ("depth", "width", "state_mb", "peak_mem_mb"))
-        lines.append(f"| {r['method']} | {r['seeds']} | {r['bpb']} | {r['rate']} | {r['train_rate']} "
+        lines.append(f"| {r['method']}{ahead} | {r['seeds']} | {r['bpb']} | {r['rate']} | {r['train_rate']} "
                      f"| {r['bytes_per_chunk']} | {r['space_align']} | {r['bpb_greedy']} | {r['rate_greedy']} "
                      f"| {r['train_flops_per_byte'] / 1e6:.2f}M | {r['train_flops']:.3e} | {spend} "
                      f"| {r['train_bytes'] / 1e6:.2f}M | {r['train_bytes_per_s'] / 1e3:.1f}k "
@@ -469,7 +483,9 @@ def markdown_table(rows: list[dict], split: str = "test") -> str:
                      f"| {'–' if state is None else f'{state:.0f}'} | {'–' if peak is None else f'{peak:.0f}'} |")
     return table(["method", "seeds", f"{split} bpb", "rate (eval)", "rate (train)", "bytes/chunk", "space align",
                   "greedy bpb", "greedy rate", "train FLOPs/byte", "train FLOPs", "spend/budget", "train bytes",
-                  "train bytes/s", "depth", "width", "vocab", "params", "state MB", "peak mem MB"], lines)
+                  "train bytes/s", "depth", "width", "vocab", "params", "state MB", "peak mem MB"], lines) + (
+        "\n\n† its cuts read bytes after the one predicted (the rule cannot generate): its bpb is not a "
+        "causal model's." if any(r.get("reads_ahead") for r in rows) else "")
 
 
 def plot(results: list[dict], out: Path, title: str) -> list[Path]:

@@ -10,11 +10,12 @@ from rltok.model.chunkers.base import Boundaries, Chunker
 class BPEChunker(Chunker):
     """Boundaries at the ends of BPE tokens (each row tokenised on its own). The tokenizer is
     fitted to the target rate on the training split and stored as a buffer, so checkpoints
-    carry it. Note: a BPE boundary at t depends on whether byte t+1 merges with it, so this
-    rule sees one byte of the future through its boundaries, as in the published comparisons."""
+    carry it. Note: a BPE boundary at t depends on whether byte t+1 merges with it and, through
+    the merges of the whole pre-token, on the bytes up to the end of the word, so this rule sees
+    the future through its boundaries, as in the published comparisons."""
 
     noncausal = ("chunker=bpe cannot generate: a BPE boundary at byte t depends on whether byte t+1 merges "
-                 "with it, so it cannot be decided before byte t+1 exists")
+                 "with it and on the rest of its word, so it cannot be decided before those bytes exist")
 
     needs_fit = True
 
