@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rltok.analysis.compare import reads_ahead
 from rltok.analysis.paired_stats import mean_interval, paired_difference, t_cdf, t_quantile
 from rltok.analysis.scaling_fit import best_by_choice, choice_loss, record_family, record_size
 from rltok.config import ConfigError
@@ -83,19 +84,6 @@ class Cell:
     @property
     def mean(self) -> float:
         return float(np.mean(list(self.test.values())))
-
-
-def reads_ahead(r: dict) -> bool:
-    """Whether a run's boundary rule decides a cut at byte t from bytes after t (its chunker says
-    why it cannot generate, `Chunker.noncausal`): such a model's bpb has seen part of the future."""
-    from rltok.config.sections import CHUNKERS
-
-    model = (r.get("config") or {}).get("model") or {}
-    chunker = model.get("chunker")
-    kind = chunker.get("kind") if isinstance(chunker, dict) else chunker
-    if model.get("arch", "hourglass") != "hourglass" or not isinstance(kind, str) or kind not in CHUNKERS:
-        return False
-    return getattr(CHUNKERS.entries[kind].component(), "noncausal", None) is not None
 
 
 def mean_of(rs: Sequence[dict], key: str) -> float | None:
@@ -271,7 +259,7 @@ def budget_verdicts(study: Study) -> list[Verdict]:
                     note = (note + "; " if note else "") + f"{a.dirty + b.dirty} runs from uncommitted code"
                 ahead = [c.family for c in (a, b) if c.reads_ahead]
                 if ahead:
-                    note = (note + "; " if note else "") + f"{' and '.join(ahead)} cut with a byte of lookahead"
+                    note = (note + "; " if note else "") + f"{' and '.join(ahead)} cut reading ahead to the end of the word"
                 out.append(Verdict(corpus, budget, a_name, b_name, *r, flops="charged", note=note))
                 if budget not in study.held_out:
                     means.append(r[1])
