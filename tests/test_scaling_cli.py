@@ -264,6 +264,11 @@ def test_the_lr_rule_and_warmup_reach_the_runs_and_their_records(tmp_path):
         assert r["lr"] == pytest.approx(2 * 2e-3 * math.sqrt(1e4 / r["ladder_params"]), rel=1e-12)
         assert r["config"]["train"]["lr"] == r["lr"] and r["lr_mult"] == 2 and r["point_kind"] == "ladder"
         assert r["config"]["train"]["warmup_frac"] == 0.25
+    # the family's rate changed after its runs: their records are not taken as done at the new one
+    moved = dataclasses.replace(grid, families=(dataclasses.replace(grid.families[0], lr_mult=1),))
+    with pytest.raises(ConfigError, match="was trained at lr .* but the grid now gives flat lr .* move that record"):
+        run_grid(moved, tmp_path / "o", log=lambda m: None)
+    run_grid(grid, tmp_path / "o", log=lambda m: None)  # the same rates: nothing to run, no complaint
 
 
 def synthetic_study(folder, budgets, sizes, seeds, n_star, split="test"):

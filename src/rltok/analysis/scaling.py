@@ -544,6 +544,19 @@ def point_done(out: Path, p: Point) -> bool:
     return rec is not None
 
 
+def _refuse_another_rate(grid: Grid, done: list[Point], out: Path) -> None:
+    """A point's file name does not hold its learning rate, so a grid whose rate changed would take
+    a record trained at the old one as done (and a run folder left behind would resume at the new
+    one): refused, naming what to move aside."""
+    for p in done:
+        lr = point_lr(grid, p.family, p.rung.achieved)
+        rec = read_record(out / p.corpus / f"{p.stem}.json", warn=False) or {}
+        if lr is not None and isinstance(rec.get("lr"), (int, float)) and not math.isclose(rec["lr"], lr, rel_tol=1e-9):
+            raise ConfigError(f"{out / p.corpus / p.stem}.json was trained at lr {rec['lr']:.6g}, but the grid now "
+                              f"gives {p.family.name} lr {lr:.6g} there: move that record and its run folder "
+                              f"({out / p.corpus / 'runs' / p.stem}) aside, or give the family a new name")
+
+
 def run_points(grid: Grid, points: list[Point], out: Path, splits: dict, log=print, runner=None) -> int:
     """Run each point whose JSON does not exist yet (`runner`: run_point, or a stand-in with its
     signature); the number run."""
@@ -551,6 +564,7 @@ def run_points(grid: Grid, points: list[Point], out: Path, splits: dict, log=pri
 
     runner = runner or run_point
     todo = [p for p in points if not point_done(out, p)]
+    _refuse_another_rate(grid, [p for p in points if p not in todo], out)
     for i, p in enumerate(todo, 1):
         folder = out / p.corpus
         folder.mkdir(parents=True, exist_ok=True)
