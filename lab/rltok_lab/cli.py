@@ -9,6 +9,7 @@ import argparse
 import dataclasses
 import json
 import sys
+from pathlib import Path
 
 from rltok.cli import run_command
 from rltok.cli.model_commands import _load
@@ -46,10 +47,13 @@ def cmd_study(args) -> int:
         if held:
             print(f"\n{holdout_table(held)}")
         return 0
-    if args.holdout or args.check_optimum is not None:  # these train: from committed code where the grid asks
+    if args.holdout or args.check_optimum is not None or args.predict:  # from committed code where the grid asks
         from rltok.analysis.scaling import check_committed
 
         check_committed(grid, args.allow_dirty)
+        if grid.committed_only and not args.allow_dirty and _lab_changed():
+            raise ConfigError("the grid asks for committed code (committed_only) and lab/rltok_lab, which chooses the "
+                              "sizes, runs the checks and writes the prediction, has uncommitted changes: commit first")
     if args.predict or args.holdout:
         return _scaling_holdout(args, grid, out, log)
     if args.at:
@@ -67,11 +71,11 @@ def cmd_study(args) -> int:
 
         variants = [parse_variant(v) for v in args.variant]
         result = run_optimum_check(grid, out, args.check_optimum, tuple(args.lr_mults), variants, args.tolerance,
-                                   log, command=_scaling_command(args))
+                                   log, command=_scaling_command(args), policy_mults=tuple(args.policy_lr_mults))
         print(check_markdown(result))
         return 0
-    if args.variant or args.lr_mults != [0.5, 2.0]:
-        raise ConfigError("--variant and --lr-mults go with --check-optimum")
+    if args.variant or args.lr_mults != [0.5, 2.0] or args.policy_lr_mults:
+        raise ConfigError("--variant, --lr-mults and --policy-lr-mults go with --check-optimum")
     if args.fit_only:
         from rltok_lab.scaling_status import unfinished_budgets
 
@@ -82,6 +86,18 @@ def cmd_study(args) -> int:
     raise ConfigError("name a step: --status, --predict, --holdout, --check-optimum or --fit-only")
 
 
+def _lab_changed() -> bool:
+    """Whether the lab's package differs from HEAD (tracked files; False where git cannot tell)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        return subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "lab/rltok_lab"], cwd=root,
+                              stderr=subprocess.DEVNULL).returncode == 1
+    except OSError:
+        return False
+
+
 def _scaling_command(args) -> str:
     """The command that regenerates the step's tables (written into them)."""
     import shlex
@@ -90,6 +106,7 @@ def _scaling_command(args) -> str:
              *(["--corpus", args.corpus] if args.corpus else [])]
     if getattr(args, "check_optimum", None) is not None:
         words += ["--check-optimum", f"{args.check_optimum:g}", "--lr-mults", *(f"{m:g}" for m in args.lr_mults),
+                  *(["--policy-lr-mults", *(f"{m:g}" for m in args.policy_lr_mults)] if getattr(args, "policy_lr_mults", None) else []),
                   *(w for v in args.variant for w in ("--variant", v)), "--tolerance", f"{args.tolerance:g}",
                   *(["--family", *args.family] if getattr(args, "family", None) else [])]
     return shlex.join(words)
@@ -369,6 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "--holdout then scores it against their isoFLOP fits (trains nothing)")
     p.add_argument("--lr-mults", type=number(0, 1e6, low_open=True), nargs="+", default=[0.5, 2.0],
                    help="with --check-optimum: multiples of the rule's rate to run (default 0.5 2)")
+    p.add_argument("--policy-lr-mults", type=number(0, 1e6, low_open=True), nargs="+", default=[],
+                   help="with --check-optimum: multiples of the policy's own rate (objective.policy_lr_mult) to run "
+                        "for each family whose boundary rule has parameters of its own (e.g. 0.5 2)")
     p.add_argument("--variant", action="append", default=[], metavar="NAME=FAMILY[:OVERRIDES]",
                    help="with --check-optimum: FAMILY's best size again with these comma-separated overrides in "
                         "place of the family's own, e.g. flat_full=flat:model.flat_window=0 (repeatable)")

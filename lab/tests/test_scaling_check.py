@@ -134,3 +134,52 @@ def test_a_check_of_some_families_keeps_the_rows_of_the_others(tmp_path, capsys)
     said = _scaling_command(SimpleNamespace(grid="g", out="o", corpus=None, check_optimum=1e8, lr_mults=[0.5],
                                             variant=[], tolerance=0.02, family=["a", "b"], fit_only=False))
     assert said.endswith("--family a b")  # the table's command reruns the same check
+
+
+def _policy_mult(p) -> float:
+    return next((float(o.split("=")[1]) for o in p.family.overrides if o.startswith("objective.policy_lr_mult=")), 1.0)
+
+
+def test_policy_rates_diverged_settings_both_corpora_and_an_unfinished_budget(tmp_path):
+    """R2's check as the rivals study runs it: the policy's own rate only where the rule has
+    parameters, a setting that diverges kept as the worst, the decision over both corpora read
+    together, and no check of a budget that is still running."""
+    grid = parse_grid({"corpora": {"a": str(corpus_folder(tmp_path, "a")), "b": str(corpus_folder(tmp_path, "b"))},
+                       "budgets": [1e8], "seeds": [0, 1], "preset": "test", "select_split": "val",
+                       "families": [{"method": "uniform", "sizes": [5e3, 2e4, 8e4]},
+                                    {"method": "rl", "sizes": [5e3, 2e4, 8e4]}]})
+    base, _ = lr_runner(1.0, 0.0)
+    best_policy = {"a": 2.0, "b": 1.0}  # corpus a wants twice the policy's rate, b its own
+
+    def run(grid, p, folder, split):
+        rec = base(grid, p, folder, split)
+        if p.family.lr_mult == 2.0 and p.family.name.startswith("uniform"):  # uniform breaks down at 2x
+            return {**rec, "bpb": None, "bpb_select": None, "diverged": "non-finite loss"}
+        shift = 0.1 * math.log(_policy_mult(p) / best_policy[p.corpus]) ** 2 if p.family.name.startswith("rl") else 0
+        return {**rec, "bpb": rec["bpb"] + shift, "bpb_select": rec["bpb_select"] + shift}
+
+    out = tmp_path / "study"
+    run_grid(grid, out, log=lambda m: None, runner=run)
+    gone = sorted((out / "a").glob("C1e08__rl__N5000__s1.json"))[0]
+    kept = gone.read_text()
+    gone.unlink()
+    with pytest.raises(ConfigError, match="a: the study at 1e\\+08 is not complete"):
+        run_optimum_check(grid, out, 1e8, (0.5, 2.0), log=lambda m: None, runner=run, policy_mults=(0.5, 2.0))
+    gone.write_text(kept)
+    result = run_optimum_check(grid, out, 1e8, (0.5, 2.0), log=lambda m: None, runner=run, policy_mults=(0.5, 2.0))
+    names = {p.name.split("__")[1] for p in (out / FOLDER / "a").glob("C*.json")}
+    assert names == {"uniform_lr0.5", "uniform_lr2", "rl_lr0.5", "rl_lr2", "rl_plr0.5", "rl_plr2"}  # uniform has no policy
+    rows = {(r["corpus"], r["family"]): r for r in result["rule"]}
+    uni = rows["a", "uniform"]
+    assert uni["diverged"] == ["lr 2x"] and uni["seeds"] == [0, 1] and uni["holds"] and uni["select"][2] is None
+    assert rows["a", "rl"]["best"] == "policy 2x" and not rows["a", "rl"]["holds"]
+    assert rows["b", "rl"]["holds"] and rows["b", "rl"]["policy_mults"] == [0.5, 2.0]
+    md = (out / FOLDER / "C1e08.md").read_text()
+    assert "| a | uniform | 1 |" in md and "diverged" in md and "## Over the corpora together" in md
+    # over both corpora: policy 2x gains 0.048 on a and loses 0.048 on b: rl keeps its rates
+    from rltok_lab.scaling_check import pooled_decisions
+
+    pooled = {d["family"]: d for d in pooled_decisions(result["rule"], 0.02)}
+    assert pooled["rl"]["keeps"] and pooled["rl"]["corpora"] == ["a", "b"] and pooled["uniform"]["keeps"]
+    assert pooled["uniform"]["select"]["lr 2x"] is None  # diverged on both: the worst, not a number
+    assert json.loads((out / FOLDER / "C1e08.json").read_text())["policy_mults"] == [0.5, 2.0]
