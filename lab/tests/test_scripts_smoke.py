@@ -554,10 +554,13 @@ def test_rivals_why_rl_capacity_pairs_both_depths_on_the_same_seeds(tmp_path):
 
 def test_bpe_lookahead_counts_cuts_that_move_with_a_later_byte(data_root, tmp_path):
     out = tmp_path / "lookahead.json"
-    for corpus in ("docs-en", "code-py"):
-        run_script("bpe_lookahead.py", data_root / corpus, "--rate", 0.3, "--sample-bytes", 20_000, "--windows", 50,
-                   "--width", 16, "--ks", 1, 2, 4, "--out", out, cwd=tmp_path)
-    every = json.loads(out.read_text())
-    assert set(every) == {"docs-en", "code-py"}  # one file, an entry per corpus
-    shares = every["docs-en"]["moved_share"]
+    run_script("bpe_lookahead.py", data_root / "docs-en", data_root / "code-py", "--rate", 0.3, "--sample-bytes",
+               20_000, "--windows", 50, "--width", 16, "--ks", 1, 2, 4, "--out", out, cwd=tmp_path)
+    r = json.loads(out.read_text())
+    assert set(r["corpora"]) == {"docs-en", "code-py"}
+    shares = r["corpora"]["docs-en"]["moved_share"]
     assert set(shares) == {"1", "2", "4"} and shares["1"] > 0 and all(0 <= v <= 1 for v in shares.values())
+    md = tmp_path / "lookahead.md"
+    run_script("bpe_lookahead.py", data_root / "docs-en", "--rate", 0.3, "--sample-bytes", 20_000, "--windows", 50,
+               "--width", 16, "--ks", 1, 2, "--out", md, cwd=tmp_path)
+    assert "| t + 2 |" in md.read_text() and "| byte changed | docs-en |" in md.read_text()
