@@ -157,10 +157,15 @@ def _names(grid: Grid) -> list[str]:
 def predict_corpus(grid: Grid, folder: Path) -> dict:
     """{family or group: {holdout budget: the prediction, or {"error": why}}} from the corpus's
     records (a group's envelope fits its best member at each budget, as the report's does)."""
-    from rltok.analysis.scaling_fit import fit_study, predict, to_plain
+    from rltok.analysis.scaling_fit import choice_records, fit_study, predict, to_plain
 
-    study = fit_study(with_groups(read_records(folder), grid.groups), budgets=grid.budgets, n_boot=grid.n_boot,
-                      interior_only=grid.interior_only, fit_from=grid.fit_from)
+    records = with_groups(read_records(folder), grid.groups)
+    study = fit_study(records, budgets=grid.budgets, n_boot=grid.n_boot, interior_only=grid.interior_only,
+                      fit_from=grid.fit_from)
+    # where the grid has a selection split, the size to run is a choice like every other: N*(C) from
+    # the envelope of the selection split's parabolas; the loss predicted stays the scored split's
+    chooser = fit_study(choice_records(records), budgets=grid.budgets, n_boot=grid.n_boot,
+                        interior_only=grid.interior_only, fit_from=grid.fit_from) if grid.select_split else {}
     out = {}
     for name in _names(grid):
         fit = study.get(name)
@@ -171,6 +176,15 @@ def predict_corpus(grid: Grid, folder: Path) -> dict:
         env = fit.envelope
         extra = {"fitted_budgets": [float(b) for b in env.budgets], "note": env.note}
         out[name] = {_key(b): {**to_plain(predict(env, b)), **extra} for b in grid.holdout_budgets}
+        chosen = getattr(chooser.get(name), "envelope", None)
+        for b in grid.holdout_budgets if grid.select_split else ():
+            if chosen is None:  # said in the prediction: its size then comes from the scored split
+                why = chooser[name].envelope_error if name in chooser else "no runs"
+                out[name][_key(b)]["size_split"] = f"{grid.split} (no {grid.select_split} envelope: {why})"
+                continue
+            size = to_plain(predict(chosen, b))
+            out[name][_key(b)].update(n_star=size["n_star"], n_star_interval=size["n_star_interval"],
+                                      size_split=grid.select_split, n_star_scored_split=out[name][_key(b)]["n_star"])
     return out
 
 

@@ -212,6 +212,26 @@ def test_interior_only_fits_the_envelope_on_interior_optima_alone(tmp_path):
                     "families": [{"method": "flat", "sizes": [1e4]}]})
 
 
+def test_with_a_selection_split_the_predicted_size_is_chosen_on_it_and_the_loss_stays_the_scored_splits(tmp_path):
+    from rltok_lab.scaling_holdout import predict_corpus
+
+    folder = tmp_path / "study" / "salad"
+    budgets, sizes = [1e7, 3e7, 1e8, 3e8], [10000, 20000, 50000, 80000]
+    synthetic_study(folder, budgets, sizes, [0, 1], lambda c: 3e4 * (c / 1e8) ** 0.5)
+    for path in folder.glob("*.json"):  # the selection split's optimum sits at twice the scored split's
+        r = json.loads(path.read_text())
+        c, n = r["budget_flops"], r["non_embedding_params"]
+        r["bpb_select"] = 1.6 + 40 * c ** -0.2 + 0.05 * math.log(n / (6e4 * (c / 1e8) ** 0.5)) ** 2
+        path.write_text(json.dumps(r))
+    spec = {"corpora": {"salad": "unused"}, "budgets": budgets, "holdout_budgets": [1e9], "n_boot": 20,
+            "families": [{"method": "flat", "sizes": [1e4]}]}
+    scored = predict_corpus(parse_grid(spec), folder)["flat"][repr(1e9)]
+    chosen = predict_corpus(parse_grid({**spec, "select_split": "val"}), folder)["flat"][repr(1e9)]
+    assert scored["n_star"] == pytest.approx(3e4 * 10 ** 0.5, rel=0.05) and "size_split" not in scored
+    assert chosen["n_star"] == pytest.approx(6e4 * 10 ** 0.5, rel=0.05) and chosen["size_split"] == "val"
+    assert chosen["n_star_scored_split"] == scored["n_star"] and chosen["l_star"] == scored["l_star"]
+
+
 def test_the_centres_script_extrapolates_each_familys_optimum_to_a_new_budget(tmp_path):
     import subprocess
     import sys
