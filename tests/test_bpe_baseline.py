@@ -183,10 +183,11 @@ def test_a_rule_that_reads_ahead_is_marked_in_the_comparison_table():
     results = [run("bpe", 2.0, config={"model": {"arch": "hourglass", "chunker": {"kind": "bpe"}}}),
                run("uniform", 2.1, config={"model": {"chunker": "uniform"}}),
                run("flat", 2.2, config={"model": {"arch": "flat", "chunker": {"kind": "bpe"}}}),  # no cuts drawn
-               run("old", 2.3)]  # a record without its config
-    assert [reads_ahead(r) for r in results] == [True, False, False, False]
+               run("old", 2.3),  # a record without its config
+               run("plugin", 2.4, config={"model": {"arch": "not_loaded_here", "chunker": {"kind": "bpe"}}})]
+    assert [reads_ahead(r) for r in results] == [True, False, False, False, False]
     table = markdown_table(summarize(results))
-    assert "| bpe † |" in table and all(f"| {m} |" in table for m in ("uniform", "flat", "old"))
+    assert "| bpe † |" in table and all(f"| {m} |" in table for m in ("uniform", "flat", "old", "plugin"))
     assert table.endswith("† its cuts read bytes after the one predicted (the rule cannot generate): its bpb is "
                           "not a causal model's.")
     assert "†" not in markdown_table(summarize(results[1:]))

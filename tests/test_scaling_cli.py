@@ -264,11 +264,16 @@ def test_the_lr_rule_and_warmup_reach_the_runs_and_their_records(tmp_path):
         assert r["lr"] == pytest.approx(2 * 2e-3 * math.sqrt(1e4 / r["ladder_params"]), rel=1e-12)
         assert r["config"]["train"]["lr"] == r["lr"] and r["lr_mult"] == 2 and r["point_kind"] == "ladder"
         assert r["config"]["train"]["warmup_frac"] == 0.25
-    # the family's rate changed after its runs: their records are not taken as done at the new one
+    # the family's rate changed and its records were moved aside, but not its run folders: they
+    # would resume at the new rate from the old state
     moved = dataclasses.replace(grid, families=(dataclasses.replace(grid.families[0], lr_mult=1),))
-    with pytest.raises(ConfigError, match="was trained at lr .* but the grid now gives flat lr .* move that record"):
+    run_grid(moved, tmp_path / "o", log=lambda m: None)  # the records stand: nothing runs (done at their rate)
+    for path in (tmp_path / "o" / "salad").glob("C*.json"):
+        path.rename(tmp_path / path.name)
+    with pytest.raises(ConfigError, match="was trained at lr .* but the grid now gives flat lr .* move .* aside"):
         run_grid(moved, tmp_path / "o", log=lambda m: None)
-    run_grid(grid, tmp_path / "o", log=lambda m: None)  # the same rates: nothing to run, no complaint
+    for path in tmp_path.glob("C*.json"):
+        path.rename(tmp_path / "o" / "salad" / path.name)
 
 
 def synthetic_study(folder, budgets, sizes, seeds, n_star, split="test"):
@@ -488,6 +493,12 @@ def test_an_override_the_method_sets_again_is_refused_before_any_run(tmp_path, c
     shaped = parse_grid({**spec, "families": [{"method": "uniform", "overrides": ["model.d_byte=48"], "sizes": [2e4]}]})
     with pytest.raises(ConfigError, match="'model.d_byte=48' sets a key the size ladder sets"):
         budget_ladders(shaped, shaped.families[0], [1e8], log=lambda m: None)
+    spelled = parse_grid({**spec, "families": [{"method": "uniform", "overrides": ["model.chunker.kind=whitespace"],
+                                                "sizes": [2e4]}]})
+    with pytest.raises(ConfigError, match="model.chunker.kind=whitespace"):  # the kind spelled as a key
+        budget_ladders(spelled, spelled.families[0], [1e8], log=lambda m: None)
+    same = parse_grid({**spec, "families": [{"method": "flat", "overrides": ["model.arch=flat"], "sizes": [2e4]}]})
+    assert budget_ladders(same, same.families[0], [1e8], log=lambda m: None)[1e8]  # what the ladder says too
     # saying what the method says, or a key it leaves alone (a sub-key of its rule), is fine
     for fam in ({"method": "whitespace", "overrides": ["model.chunker=whitespace"], "sizes": [2e4]},
                 {"method": "rl", "overrides": ["model.chunker.window=8"], "sizes": [2e4]}):

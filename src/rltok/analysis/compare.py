@@ -423,7 +423,10 @@ def reads_ahead(record: dict) -> bool:
     model = (record.get("config") or {}).get("model") or {}
     chunker = model.get("chunker")
     kind = chunker.get("kind") if isinstance(chunker, dict) else chunker
-    if not isinstance(kind, str) or kind not in CHUNKERS or not FAMILIES.component(model.get("arch", "hourglass")).hierarchical:
+    arch = model.get("arch", "hourglass")
+    if not isinstance(kind, str) or kind not in CHUNKERS or not isinstance(arch, str) or arch not in FAMILIES:
+        return False  # a family or rule of a plugin not loaded here cannot say
+    if not FAMILIES.component(arch).hierarchical:
         return False
     return getattr(CHUNKERS.entries[kind].component(), "noncausal", None) is not None
 

@@ -338,12 +338,11 @@ def family_rungs(grid: Grid, fam: FamilySpec, targets) -> dict[int, object]:
         arch = load_config(grid.preset, overrides=base).model.arch
         shape = {k: v for k, v in (("aspect", fam.aspect), ("byte_ratio", fam.byte_ratio)) if v is not None}
         rungs = ladder(arch, sorted({float(t) for t in targets}), base, grid.preset, **shape)
-        shaped = {o.partition("=")[0].strip() for r in rungs for o in r.overrides}
-        for o in run_base(grid, fam):  # the rung's shape comes last too
-            if o.partition("=")[0].strip() in shaped:
-                raise ConfigError(f"{o!r} sets a key the size ladder sets at every size ({', '.join(sorted(shaped))}), "
-                                  "so it would be silently replaced; shape the ladder with the family's aspect "
-                                  "and byte_ratio")
+        for o in run_base(grid, fam):  # the rung's shape comes last too: a key it sets otherwise is replaced
+            key, _, value = (part.strip() for part in o.partition("="))
+            if any(k.strip() == key and v.strip() != value for r in rungs for k, _, v in (x.partition("=") for x in r.overrides)):
+                raise ConfigError(f"{o!r} sets a key the size ladder sets at each size, so it would be silently "
+                                  "replaced; shape the ladder with the family's aspect and byte_ratio")
     except ValueError as e:
         raise ConfigError(f"family {fam.name}: {e}") from None
     return {round(r.target): r for r in rungs}
@@ -353,9 +352,13 @@ def _refuse_replaced(fam: FamilySpec, base: list[str], method: list[str]) -> Non
     """The method's own overrides come after the grid's and the family's, so a key it sets would
     silently replace theirs (a family of method `uniform` with `model.chunker=whitespace` would
     train uniform cuts): refused, unless both say the same."""
-    said = {k.strip(): v.strip() for k, _, v in (o.partition("=") for o in method)}
+    def name(key: str) -> str:  # `model.chunker.kind=X` chooses the kind as `model.chunker=X` does
+        key = key.strip()
+        return key.removesuffix(".kind")
+
+    said = {name(k): v.strip() for k, _, v in (o.partition("=") for o in method)}
     for o in base:
-        key, _, value = (part.strip() for part in o.partition("="))
+        key, value = name(o.partition("=")[0]), o.partition("=")[2].strip()
         if key in said and said[key] != value:
             raise ConfigError(f"its method {fam.method!r} sets {key}={said[key]} itself, "
                               f"after the grid's and the family's overrides, so {o!r} would be silently "
@@ -544,17 +547,23 @@ def point_done(out: Path, p: Point) -> bool:
     return rec is not None
 
 
-def _refuse_another_rate(grid: Grid, done: list[Point], out: Path) -> None:
-    """A point's file name does not hold its learning rate, so a grid whose rate changed would take
-    a record trained at the old one as done (and a run folder left behind would resume at the new
-    one): refused, naming what to move aside."""
-    for p in done:
+def _refuse_another_rate(grid: Grid, todo: list[Point], out: Path) -> None:
+    """A run folder left behind by a point about to run resumes from its checkpoint; one trained
+    at another learning rate than the grid now gives (a family whose rate changed, its record
+    moved aside but not its run folder) would go on at the new rate from the old one's state:
+    refused, naming the folder to move aside. (A point's record names no rate: a changed family
+    reruns only the points whose records are moved aside.)"""
+    for p in todo:
         lr = point_lr(grid, p.family, p.rung.achieved)
-        rec = read_record(out / p.corpus / f"{p.stem}.json", warn=False) or {}
-        if lr is not None and isinstance(rec.get("lr"), (int, float)) and not math.isclose(rec["lr"], lr, rel_tol=1e-9):
-            raise ConfigError(f"{out / p.corpus / p.stem}.json was trained at lr {rec['lr']:.6g}, but the grid now "
-                              f"gives {p.family.name} lr {lr:.6g} there: move that record and its run folder "
-                              f"({out / p.corpus / 'runs' / p.stem}) aside, or give the family a new name")
+        for saved in sorted((out / p.corpus / "runs" / p.stem).glob("*/config.json")) if lr is not None else ():
+            try:
+                was = json.loads(saved.read_text())["train"]["lr"]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # the trainer's own resume checks say what is wrong with it
+            if isinstance(was, (int, float)) and not math.isclose(was, lr, rel_tol=1e-9):
+                raise ConfigError(f"{saved.parent} was trained at lr {was:.6g}, but the grid now gives {p.family.name} "
+                                  f"lr {lr:.6g} there: move {out / p.corpus / 'runs' / p.stem} aside to run the "
+                                  "point at the new rate")
 
 
 def run_points(grid: Grid, points: list[Point], out: Path, splits: dict, log=print, runner=None) -> int:
@@ -564,7 +573,7 @@ def run_points(grid: Grid, points: list[Point], out: Path, splits: dict, log=pri
 
     runner = runner or run_point
     todo = [p for p in points if not point_done(out, p)]
-    _refuse_another_rate(grid, [p for p in points if p not in todo], out)
+    _refuse_another_rate(grid, todo, out)
     for i, p in enumerate(todo, 1):
         folder = out / p.corpus
         folder.mkdir(parents=True, exist_ok=True)
