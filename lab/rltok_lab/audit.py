@@ -259,7 +259,7 @@ def budget_verdicts(study: Study) -> list[Verdict]:
                     note = (note + "; " if note else "") + f"{a.dirty + b.dirty} runs from uncommitted code"
                 ahead = [c.family for c in (a, b) if c.reads_ahead]
                 if ahead:
-                    note = (note + "; " if note else "") + f"{' and '.join(ahead)} cut reading ahead to the end of the word"
+                    note = (note + "; " if note else "") + f"{' and '.join(ahead)} cut reading bytes ahead"
                 out.append(Verdict(corpus, budget, a_name, b_name, *r, flops="charged", note=note))
                 if budget not in study.held_out:
                     means.append(r[1])

@@ -192,8 +192,10 @@ def score_check(grid: Grid, out: Path, budget: float, lr_mults=(0.5, 2.0), varia
             target, n = best[v.family]
             row = {"corpus": corpus, "variant": v.name, "family": v.family, "overrides": list(v.overrides),
                    "target_size": target, "n": n}
-            for key in ("select", "bpb"):
+            for key in ("select", "bpb"):  # paired over the seeds both finished; a diverged seed is named
                 a, b = _losses(check, v.name, target, key), _losses(study, v.family, target, key)
+                row.setdefault("diverged_seeds", sorted(s for s, x in a.items() if x == math.inf))
+                a, b = ({s: x for s, x in d.items() if math.isfinite(x)} for d in (a, b))
                 try:
                     row[key] = to_plain(paired_difference(a, b, name_a=v.name, name_b=v.family))
                 except ValueError as e:
@@ -226,7 +228,8 @@ def pooled_decisions(rows: list[dict], tolerance: float) -> list[dict]:
         best = min(labels, key=lambda k: mean[k])
         gap = mean[setting_label("lr", 1.0)] - mean[best]
         out.append({"family": family, "corpora": [r["corpus"] for r in mine], "select": {k: _finite(v) for k, v in mean.items()},
-                    "best": best, "rule_gap": _finite(gap), "keeps": bool(gap <= tolerance)})
+                    "diverged": [k for k in labels if mean[k] == math.inf], "best": best, "rule_gap": _finite(gap),
+                    "keeps": bool(gap <= tolerance)})
     return out
 
 
@@ -270,7 +273,8 @@ def check_markdown(result: dict, command: str | None = None, commit: str | None 
                   "|---|---|" + "---|" * (len(labels) + 2)]
         for d in pooled:
             lines.append(f"| {d['family']} | {', '.join(d['corpora'])} | "
-                         + " | ".join(number(d["select"].get(k), '.3f') if k in d["select"] else "–" for k in labels)
+                         + " | ".join("diverged" if k in d["diverged"] else number(d["select"].get(k), '.3f')
+                                      for k in labels)
                          + f" | {number(d['rule_gap'], '+.3f')} | {'yes' if d['keeps'] else 'no (best ' + d['best'] + ')'} |")
         lines += ["", f"The study's rate is kept for {sum(d['keeps'] for d in pooled)} of {len(pooled)} families."]
     if result["variants"]:
@@ -281,8 +285,9 @@ def check_markdown(result: dict, command: str | None = None, commit: str | None 
             cells = []
             for key in ("select", "bpb"):
                 d = r[key]
-                cells.append(d["error"] if "error" in d else f"{d['mean']:+.3f} [{number(d['lo'], '+.3f')}, "
-                             f"{number(d['hi'], '+.3f')}] ({len(d['seeds'])} seeds)")
+                cells.append(d["error"] if "error" in d else f"{number(d['mean'], '+.3f')} [{number(d['lo'], '+.3f')}, "
+                             f"{number(d['hi'], '+.3f')}] ({len(d['seeds'])} seeds)"
+                             + (f"; diverged: seed {', '.join(map(str, r['diverged_seeds']))}" if r.get("diverged_seeds") else ""))
             lines.append(f"| {r['corpus']} | {r['variant']} | {r['family']} | {', '.join(r['overrides']) or '(defaults)'} "
                          f"| {r['n']:,} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines) + "\n"
@@ -327,6 +332,7 @@ def run_optimum_check(grid: Grid, out: Path, budget: float, lr_mults=(0.5, 2.0),
                 result[key] = [r for r in prev.get(key, []) if r["corpus"] not in grid.corpora or r[field] not in names
                                ] + result[key]
             result["policy_mults"] = sorted({*prev.get("policy_mults", []), *result["policy_mults"]})
+        result["pooled"] = pooled_decisions(result["rule"], tolerance)  # over every corpus's rows kept
         _write_json(folder / f"{stem}.json", {**result, "commit": commit, "command": command})
         (folder / f"{stem}.md").write_text(check_markdown(result, command, commit))
     return result

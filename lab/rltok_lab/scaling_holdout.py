@@ -164,8 +164,9 @@ def predict_corpus(grid: Grid, folder: Path) -> dict:
                       fit_from=grid.fit_from)
     # where the grid has a selection split, the size to run is a choice like every other: N*(C) from
     # the envelope of the selection split's parabolas; the loss predicted stays the scored split's
+    has_select = grid.select_split and any(r.get("bpb_select") is not None for r in records)
     chooser = fit_study(choice_records(records), budgets=grid.budgets, n_boot=grid.n_boot,
-                        interior_only=grid.interior_only, fit_from=grid.fit_from) if grid.select_split else {}
+                        interior_only=grid.interior_only, fit_from=grid.fit_from) if has_select else {}
     out = {}
     for name in _names(grid):
         fit = study.get(name)
@@ -177,10 +178,10 @@ def predict_corpus(grid: Grid, folder: Path) -> dict:
         extra = {"fitted_budgets": [float(b) for b in env.budgets], "note": env.note}
         out[name] = {_key(b): {**to_plain(predict(env, b)), **extra} for b in grid.holdout_budgets}
         chosen = getattr(chooser.get(name), "envelope", None)
-        for b in grid.holdout_budgets if grid.select_split else ():
+        for b in grid.holdout_budgets if has_select else ():
             if chosen is None:  # said in the prediction: its size then comes from the scored split
                 why = chooser[name].envelope_error if name in chooser else "no runs"
-                out[name][_key(b)]["size_split"] = f"{grid.split} (no {grid.select_split} envelope: {why})"
+                out[name][_key(b)].update(size_split=grid.split, size_note=f"no {grid.select_split} envelope: {why}")
                 continue
             size = to_plain(predict(chosen, b))
             out[name][_key(b)].update(n_star=size["n_star"], n_star_interval=size["n_star_interval"],
@@ -487,13 +488,15 @@ def score_forecast(grid: Grid, out: Path, at, prediction: dict) -> list[dict]:
     the bootstrap intervals of its seeds), the error in L*, and whether each measured optimum lies
     inside the predicted interval. A budget whose optimum is not interior is scored and flagged
     (its parabola's optimum is then an extrapolation of its own)."""
-    from rltok.analysis.scaling_fit import fit_study, to_plain
+    from rltok.analysis.scaling_fit import choice_records, fit_study, to_plain
 
     at = sorted(float(b) for b in at)
     scores = []
     for corpus in grid.corpora:
         records = with_groups(read_records(out / corpus), grid.groups)
         study = fit_study(records, budgets=at, n_boot=grid.n_boot)
+        # a size predicted on the selection split is scored against that split's parabola
+        chooser = fit_study(choice_records(records), budgets=at, n_boot=grid.n_boot) if grid.select_split else {}
         for name in _names(grid):
             for budget in at:
                 pred = prediction["corpora"].get(corpus, {}).get(name, {}).get(_key(budget), {})
@@ -503,18 +506,22 @@ def score_forecast(grid: Grid, out: Path, at, prediction: dict) -> list[dict]:
                 p = _prediction(pred)
                 (lo, hi), (nlo, nhi) = p.l_star_interval, p.n_star_interval
                 minimum = math.isfinite(iso.n_star)  # a parabola opening downwards has none: nothing to score
+                sized = iso
+                if pred.get("size_split") == grid.select_split and name in chooser:
+                    sized = chooser[name].isofits.get(budget) or iso
+                size_min = math.isfinite(sized.n_star)
                 baseline = two_point_l_star(records, name, pred.get("fitted_budgets", ()), budget)
                 member = next((r["group_member"] for r in records if r["family"] == name and "group_member" in r
                                and float(r["budget_flops"]) == budget), None)
                 scores.append(to_plain({
                     "corpus": corpus, "family": name, "budget": budget, "member": member, "prediction": p,
-                    "l_star": iso.l_star, "l_star_interval": iso.l_star_interval, "n_star": iso.n_star,
-                    "n_star_interval": iso.n_star_interval, "interior": iso.interior, "minimum": minimum,
+                    "l_star": iso.l_star, "l_star_interval": iso.l_star_interval, "n_star": sized.n_star,
+                    "n_star_interval": sized.n_star_interval, "interior": iso.interior, "minimum": minimum,
                     "best_size": iso.best_size, "best_loss": iso.best_loss,
                     "error": iso.l_star - p.l_star if minimum else None,
                     "within": in_interval(iso.l_star, (lo, hi)) if minimum else None,
-                    "size_ratio": iso.n_star / p.n_star if minimum else None,
-                    "size_within": in_interval(iso.n_star, (nlo, nhi)) if minimum else None, "baseline_l_star": baseline,
+                    "size_ratio": sized.n_star / p.n_star if size_min else None,
+                    "size_within": in_interval(sized.n_star, (nlo, nhi)) if size_min else None, "baseline_l_star": baseline,
                     "baseline_error": iso.l_star - baseline if minimum and baseline is not None else None}))
     return scores
 

@@ -158,7 +158,7 @@ def test_a_rule_that_cuts_with_lookahead_is_named_at_every_row():
              "rl": Cell("rl", 1e12, 1.0, {0: 2.2, 1: 2.2}, 1.0, 1.0, 100, 0.2, 0.7, 1.0, 0, 2.2)}
     study = audit.Study({"c": {1e12: cells}}, {"c": []}, (1e12,), groups={}, pairs=(("bpe", "rl"),))
     (charged, _kernel) = audit.budget_verdicts(study)
-    assert "bpe cut reading ahead to the end of the word" in charged.note
+    assert "bpe cut reading bytes ahead" in charged.note
     assert "| c | 1e12 | bpe | 1 | 1 | 1.0 | 100 | 2.050 ± 0.071 (2) | 0.200 | 0.90 | 1.00 | no | yes | 0 |" in \
         audit.cells_table(study, (1e12,))
 

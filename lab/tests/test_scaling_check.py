@@ -182,4 +182,12 @@ def test_policy_rates_diverged_settings_both_corpora_and_an_unfinished_budget(tm
     pooled = {d["family"]: d for d in pooled_decisions(result["rule"], 0.02)}
     assert pooled["rl"]["keeps"] and pooled["rl"]["corpora"] == ["a", "b"] and pooled["uniform"]["keeps"]
     assert pooled["uniform"]["select"]["lr 2x"] is None  # diverged on both: the worst, not a number
-    assert json.loads((out / FOLDER / "C1e08.json").read_text())["policy_mults"] == [0.5, 2.0]
+    saved = json.loads((out / FOLDER / "C1e08.json").read_text())
+    assert saved["policy_mults"] == [0.5, 2.0] and {d["family"]: d["keeps"] for d in saved["pooled"]} == {"uniform": True,
+                                                                                                        "rl": True}
+    # where the corpora together want another setting by more than the tolerance, the family moves
+    # even though one corpus alone keeps it: a wants policy 2x by 0.048, b is indifferent within 0.01
+    rows = [{"corpus": c, "family": "rl", "mults": [1.0], "select": [base], "policy_mults": [2.0],
+             "policy_select": [two], "diverged": []} for c, base, two in (("a", 2.048, 2.0), ("b", 2.016, 2.008))]
+    (moves,) = pooled_decisions(rows, 0.02)
+    assert not moves["keeps"] and moves["best"] == "policy 2x" and moves["rule_gap"] == pytest.approx(0.028)
