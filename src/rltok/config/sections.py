@@ -101,23 +101,23 @@ class GumbelChunkerSettings(Section):
 class ModelConfig:
     d_byte: int = 128  # width of the byte-level encoder/decoder
     d_chunk: int = 256  # width of the chunk-level main network
-    n_heads_byte: int = 4
-    n_heads_chunk: int = 4
+    n_heads_byte: int = 4  # attention heads of the byte level
+    n_heads_chunk: int = 4  # attention heads of the chunk level
     # most of the depth sits at the chunk level, which runs on ~rate of the bytes: with one byte
     # layer on each side the model trains ~3x faster per byte than a flat byte transformer of
     # the same size (bench/bench_train.py), where 2+2 byte layers gave ~2.3x
     encoder_layers: int = 1
-    main_layers: int = 5
-    decoder_layers: int = 1
+    main_layers: int = 5  # transformer layers of the chunk-level main network
+    decoder_layers: int = 1  # byte layers after the upsample
     window: int = 64  # sliding-window size of byte-level attention (blocked kernel when 4*window <= T)
-    mlp_ratio: float = 4.0
+    mlp_ratio: float = 4.0  # MLP width as a multiple of the model width
     max_seq_len: int = 8192  # longest sequence the model accepts
-    rope_base: float = 10000.0
-    dropout: float = 0.0
+    rope_base: float = 10000.0  # RoPE frequency base (positions are byte positions)
+    dropout: float = 0.0  # dropout in every block
     # the model family (FAMILIES): "hourglass", or a reference: "flat" (a byte transformer of
     # d_chunk x flat_layers) or "bpe_token" (a transformer over BPE tokens of the same size)
     arch: str = "hourglass"
-    flat_layers: int = 6
+    flat_layers: int = 6  # depth of the flat byte model (arch=flat) and the BPE-token model
     # sliding-window size of the flat byte model's attention (arch=flat; 0 = full causal attention):
     # at small width a full-attention flat model spends most of its FLOPs on attention
     flat_window: int = 0
@@ -136,13 +136,13 @@ class ModelConfig:
     bpe_sample_bytes: int = 4_000_000
     # stages=2: chunks of chunks, grouped into supertokens by a second policy at stage2_target_rate
     stages: int = 1
-    stage2_layers: int = 1
-    stage2_target_rate: float = 0.33
+    stage2_layers: int = 1  # layers of the second stage's main network
+    stage2_target_rate: float = 0.33  # supertokens per chunk the second policy aims at
     # a learned vocabulary of chunk contents, hashed (0 = off; docs/CONFIG.md, "Vocabularies for a byte model")
     chunk_vocab: int = 0
-    chunk_vocab_max_len: int = 16
+    chunk_vocab_max_len: int = 16  # a chunk's last bytes the chunk vocabulary hashes (with its length)
     ngram_vocab: int = 0  # hashed byte n-gram embeddings, ngram_vocab rows per n in ngram_sizes (0 = off)
-    ngram_sizes: tuple[int, ...] = (3, 4, 5, 6)
+    ngram_sizes: tuple[int, ...] = (3, 4, 5, 6)  # the n of the hashed n-gram tables
     # Run the chunk-level layers on the batch's real chunks only, packed end to end (attention
     # alone pads them per sequence), instead of padding every sequence to the batch's largest
     # chunk count. The same model; results differ from the padded path in the last float bits.
@@ -386,9 +386,9 @@ class DataConfig:
     # explicit validation data; empty: a folder with train*/val* files uses them, otherwise
     # the last `val_fraction` of every document is held out
     val: str = ""
-    val_fraction: float = 0.02
+    val_fraction: float = 0.02  # share of each source's bytes held out as val when it has no val split
     max_bytes: int = 0  # cap on bytes read (0 = no cap); useful for hub datasets
-    hf_text_field: str = "text"
+    hf_text_field: str = "text"  # hub datasets: the record field holding the text
     # an unprepared source of more bytes than this on disk (a hub dataset: unless max_bytes caps
     # it below) is prepared into byte shards under cache_dir on first use, not read into memory
     # (0 = never)
@@ -406,29 +406,29 @@ OPTIMIZER_KERNELS = ("auto", "loop", "foreach", "fused")  # train.optimizer_kern
 
 @dataclass
 class TrainConfig:
-    seq_len: int = 512
-    batch_size: int = 8
-    grad_accum: int = 1
-    max_steps: int = 400
-    lr: float = 2e-3
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 50
+    seq_len: int = 512  # bytes per training window (the model reads seq_len, predicts the next byte of each)
+    batch_size: int = 8  # windows per micro-batch (with group_size K: segmentations, batch_size / K windows)
+    grad_accum: int = 1  # micro-batches per optimiser step
+    max_steps: int = 400  # training steps (under flops_budget: a cap)
+    lr: float = 2e-3  # peak learning rate of AdamW
+    min_lr_ratio: float = 0.1  # the rate decays to lr x this
+    warmup_steps: int = 50  # linear warm-up steps (see warmup_frac)
     # Warm-up as a share of the run's steps (0: warmup_steps as given). Under a FLOPs budget the
     # share is of the steps the budget plans, so runs of any length warm up alike.
     warmup_frac: float = 0.0
-    weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.95)
-    grad_clip: float = 1.0
-    eval_every: int = 100
-    eval_batches: int = 8
-    log_every: int = 10
-    checkpoint_every: int = 200
+    weight_decay: float = 0.1  # AdamW weight decay (matrices only)
+    betas: tuple[float, float] = (0.9, 0.95)  # AdamW betas
+    grad_clip: float = 1.0  # the gradients' global norm is clipped to this (> 0)
+    eval_every: int = 100  # steps between val evaluations
+    eval_batches: int = 8  # val batches per evaluation
+    log_every: int = 10  # steps between log records
+    checkpoint_every: int = 200  # steps between checkpoints
     keep_checkpoints: int = 3  # newest checkpoints kept in <out_dir>/checkpoints (0 = all)
-    seed: int = 0
+    seed: int = 0  # seeds the model's init, the data order and the boundary draws
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N" | "mps"
     dtype: str = "auto"  # "auto" (bf16 on CUDA, fp32 otherwise) | "fp32" | "bf16"
-    compile: bool = False
-    out_dir: str = "runs/default"
+    compile: bool = False  # torch.compile the training module
+    out_dir: str = "runs/default"  # the run folder
     threads: int = 0  # torch CPU threads (0 = torch's default)
     # batch_size is per rank (torchrun); fsdp: FSDP2 instead of DDP (docs/DISTRIBUTED.md, "Options")
     fsdp: bool = False
@@ -441,11 +441,11 @@ class TrainConfig:
     flops_budget: float = 0.0
     # metric sinks besides metrics.jsonl (docs/CONFIG.md, "What a run writes"); wandb: a project ("" = off)
     tensorboard: bool = False
-    wandb: str = ""
+    wandb: str = ""  # (see above)
     # a resume that changes max_steps: "keep" (no jump in the learning rate) | "restart" (docs/CONFIG.md)
     schedule_on_resume: str = "keep"
     lr_schedule: str = "cosine"  # LR_SCHEDULES (docs/CONFIG.md, "The learning-rate schedule")
-    cooldown_frac: float = 0.2
+    cooldown_frac: float = 0.2  # lr_schedule=wsd: the share of the steps the final cool-down spans
     optimizer_kernel: str = "auto"  # OPTIMIZER_KERNELS (docs/CONFIG.md, "The optimiser's kernel")
 
     @property
