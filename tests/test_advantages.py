@@ -125,3 +125,79 @@ def test_group_training_counts_distinct_bytes(tmp_path):
     trainer.fit()
     assert trainer.sampler.batch_size == 2
     assert trainer.bytes_seen == 3 * 2 * 64
+
+
+# ---------------------------------------------------------------- hand-computed cases
+# Each pins one step of the estimator to numbers worked out by hand, so a wrong axis, a missing
+# mask or a flipped sign fails here, not only in the recorded whole-run cases.
+
+def test_normalised_returns_are_the_z_scores_of_the_free_positions_alone():
+    from rltok.objective.score_function import Returns
+
+    r = torch.tensor([[0.0, 1, 2, 3], [4, 5, 6, 7]])
+    free = torch.ones_like(r, dtype=torch.bool)
+    free[:, [0, 3]] = False  # the forced first and last positions
+    settings = Returns(batch_baseline=False, normalize=True, gamma=0.0)
+    adv, _ = boundary_advantages(r, free, settings)
+    v = r[free]
+    assert torch.allclose(adv[free], (v - v.mean()) / v.std(correction=0))
+    assert adv[1, 2] > adv[1, 1] > adv[0, 2] > adv[0, 1]  # more reward, more advantage
+    loud = r.clone()
+    loud[~free] = 1e3  # what forced positions hold moves nothing (gamma 0: nothing carries back)
+    assert torch.allclose(boundary_advantages(loud, free, settings)[0][free], adv[free])
+
+
+def test_the_group_baseline_leaves_each_segmentation_out_of_its_own_group():
+    from rltok.objective.score_function import Returns
+
+    r = torch.tensor([[1.0], [3.0], [10.0], [20.0]])  # two sequences, two segmentations each
+    adv, _ = boundary_advantages(r, torch.ones_like(r, dtype=torch.bool),
+                                 Returns(batch_baseline=False, group_baseline=True, group_size=2, gamma=0.0))
+    assert adv.flatten().tolist() == [-2.0, 2.0, -10.0, 10.0]  # a batch mean would give -7.5, -5.5, 1.5, 11.5
+
+
+def test_the_registered_rewards_are_the_early_exit_gain_and_minus_the_final_loss_detached():
+    from rltok.objective.rewards import make_reward
+
+    ce_early = torch.tensor([[2.0, 3.0]], requires_grad=True)
+    ce_final = torch.tensor([[1.0, 1.0]], requires_grad=True)
+    gain, own = make_reward("early_exit")(ce_early, ce_final), make_reward("final")(ce_early, ce_final)
+    assert gain.tolist() == [[1.0, 2.0]] and own.tolist() == [[-1.0, -1.0]]
+    assert not gain.requires_grad and not own.requires_grad  # a reward never trains the LM
+
+
+def test_the_critic_regresses_on_the_free_positions_only():
+    from rltok.objective import batch_relative, discounted_cumsum
+
+    r, v = torch.randn(4, 30), torch.randn(4, 30)
+    free = torch.ones(4, 30, dtype=torch.bool)
+    free[:, [0, -1]] = False
+    v[:, 0] = 100.0  # a wild value at a forced position: not the critic's to fit
+    cfg = ObjectiveConfig(estimator=ScoreFunctionSettings(baseline="batch+value", gamma=0.9, gae_lambda=0.8))
+    _, vl = boundary_advantages(r, free, returns_of(cfg), v)
+    want = (v - discounted_cumsum(batch_relative(r), 0.9)).square()[free].mean()
+    assert torch.allclose(vl, want, atol=1e-5)
+
+
+def test_the_critic_enters_the_loss_at_its_weight_and_the_policy_term_never_trains_it():
+    from rltok.objective import build
+    from rltok.objective.score_function import VALUE_WEIGHT
+
+    cfg = load_config("test", overrides=["model.chunker=rl", "objective.recipe=reference",
+                                         "objective.estimator.baseline=batch+value"])
+    model = HourglassLM(cfg.model)
+    x = torch.randint(0, 256, (4, 64))
+    out = model(x, generator=torch.Generator().manual_seed(0))
+    terms = build.terms_of_objective(cfg.objective, cfg.model.target_rate)
+    loss, m = compute_loss(out, x.roll(-1, 1), terms)
+    a = cfg.objective.alpha
+    want = ((1 - a) * m["ce_final"] + a * m["ce_early"] + cfg.objective.pg_weight * m["pg_loss"]
+            + cfg.objective.rate.weight * m["rate_loss"] + VALUE_WEIGHT * m["value_loss"])
+    assert VALUE_WEIGHT == 0.1 and loss.item() == pytest.approx(want.item(), rel=1e-6)
+    # the surrogate alone (its advantages from the critic, detached) gives the value head no gradient
+    bd = out.boundaries
+    reward = (token_nll(out.early_logits, x.roll(-1, 1)) - token_nll(out.logits, x.roll(-1, 1))).detach()
+    adv, _ = boundary_advantages(reward, bd.free, returns_of(cfg.objective), out.values)
+    grads = torch.autograd.grad(policy_gradient_loss(bd.logp, adv, bd.free), list(model.value_head.parameters()),
+                                allow_unused=True)
+    assert all(g is None or not g.any() for g in grads)
