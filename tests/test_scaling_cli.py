@@ -563,3 +563,21 @@ def test_two_shards_run_as_processes_merge_into_the_records_and_fits_of_one_proc
     assert main(["scaling", "--grid", str(grid), "--out", str(merged), "--merge", str(tmp_path / "shard1")]) == 2
     assert "the same point run twice" in capsys.readouterr().err
     assert main(["scaling", "--grid", str(grid), "--out", str(merged), "--shard", "3/2"]) == 2
+
+
+def test_a_family_may_set_its_own_rules_settings(tmp_path):
+    """A family of method `gumbel` with `model.chunker.temperature=0.5` in its overrides: every
+    config the harness loads for it has the method's rule under that setting (the base alone, with
+    the preset's rule, has no such key)."""
+    from rltok.analysis.compare import method_config
+    from rltok.analysis.scaling import budget_ladders
+    from rltok.analysis.scaling_grid import base_lr, point_lr, run_base
+
+    grid = parse_grid({"corpora": {"salad": "unused"}, "budgets": [1e8], "preset": "test",
+                       "families": [{"method": "gumbel", "overrides": ["model.chunker.temperature=0.5"],
+                                     "sizes": [2e4], "lr_mult": 2}]})
+    fam = grid.families[0]
+    (rung,) = budget_ladders(grid, fam, [1e8], log=lambda m: None)[1e8]
+    assert point_lr(grid, fam, rung.achieved) == 2 * base_lr(grid, fam) == 2 * load_config("test").train.lr
+    cfg = method_config(f"gumbel@{','.join(rung.overrides)}", run_base(grid, fam), "d", tmp_path, 0, "test")
+    assert cfg.model.chunker.kind == "gumbel" and cfg.model.chunker.temperature == 0.5

@@ -198,12 +198,13 @@ def method_slug(method: str) -> str:
 
 
 def method_config(method: str, base: list[str], data: str, out_dir: Path, seed: int, preset: str) -> Config:
-    cfg = load_config(preset, overrides=[*base, f"data.train={data}"])
     named = method_base(method.partition("@")[0].partition("+")[0])
     extra = method_overrides(method)
+    # the base with the method's rule or family: base keys may set that rule's own settings
     flat = not FAMILIES.component(load_config(preset, overrides=[*base, *named]).model.arch).hierarchical
     if flat:  # a reference at the hierarchy's parameters: matched depth first, so NAME@model.flat_layers=... wins
-        extra.insert(len(named), f"model.flat_layers={matched_flat_layers(cfg)}")
+        hierarchy = load_config(preset, overrides=[*base, f"data.train={data}"])
+        extra.insert(len(named), f"model.flat_layers={matched_flat_layers(hierarchy)}")
     return load_config(preset, overrides=[*base, f"data.train={data}", *extra, f"train.seed={seed}",
                                           f"train.out_dir={out_dir}"])
 

@@ -10,7 +10,7 @@ import re
 import time
 from pathlib import Path
 
-from rltok.analysis.scaling_grid import LRRule, SizeRule, family_sizes, point_lr, rules, run_base, unknown_keys
+from rltok.analysis.scaling_grid import LRRule, SizeRule, base_lr, family_sizes, point_lr, rules, run_base, unknown_keys
 from rltok.analysis.table_cells import number, table
 from rltok.config import ConfigError, load_config
 from rltok.config.sections import MAX_FLOPS_BUDGET
@@ -504,7 +504,7 @@ def diverged_record(grid: Grid, p: Point, split: str, why: str, wall_s: float) -
     return {"corpus": p.corpus, "family": p.family.name, "family_method": p.family.method,
             "target_size": p.rung.target, "ladder_params": p.rung.achieved, "non_embedding_params": p.rung.achieved,
             "budget_flops": p.budget, "seed": p.seed, "split": split, "point_kind": p.kind, "bpb": None,
-            "lr": lr if lr is not None else load_config(grid.preset, overrides=list(run_base(grid, p.family))).train.lr,
+            "lr": lr if lr is not None else base_lr(grid, p.family),
             "lr_mult": p.family.lr_mult, "eval_context": grid.eval_context, "diverged": why, "wall_s": wall_s}
 
 

@@ -150,9 +150,16 @@ def point_lr(grid, fam, n: float) -> float | None:
         return grid.lr_rule.lr(n) * fam.lr_mult
     if fam.lr_mult == 1:
         return None
+    return base_lr(grid, fam) * fam.lr_mult
+
+
+def base_lr(grid, fam) -> float:
+    """The learning rate a family's runs have without a rule: the preset's after the grid's, the
+    family's and its method's overrides (which may set its rule's own settings)."""
+    from rltok.analysis.compare import method_overrides
     from rltok.config import load_config
 
-    return load_config(grid.preset, overrides=run_base(grid, fam)).train.lr * fam.lr_mult
+    return load_config(grid.preset, overrides=[*run_base(grid, fam), *method_overrides(fam.method)]).train.lr
 
 
 def run_base(grid, fam) -> list[str]:
