@@ -564,3 +564,18 @@ def test_bpe_lookahead_counts_cuts_that_move_with_a_later_byte(data_root, tmp_pa
     run_script("bpe_lookahead.py", data_root / "docs-en", "--rate", 0.3, "--sample-bytes", 20_000, "--windows", 50,
                "--width", 16, "--ks", 1, 2, "--out", md, cwd=tmp_path)
     assert "| t + 2 |" in md.read_text() and "| byte changed | docs-en |" in md.read_text()
+
+
+def test_scorer_spread_reads_a_straight_through_rules_cut_probabilities(data_root, tmp_path):
+    from rltok.cli import main as rltok
+
+    run = tmp_path / "gumbel"
+    assert rltok(["train", "--preset", "test", "--data", str(data_root / "docs-en"), "--out", str(run),
+                  "model.chunker=gumbel", "train.max_steps=2", "train.log_every=1", "train.eval_every=2"]) == 0
+    out = tmp_path / "spread.md"
+    run_script("scorer_spread.py", str(tmp_path / "gum*"), "--data", data_root / "docs-en", "--windows", 2,
+               "--seq-len", 64, "--out", out, cwd=tmp_path)
+    row = next(line for line in out.read_text().splitlines() if line.startswith("| gumbel |"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[1] == "gumbel" and cells[2] == "-1.386"  # logit(0.2), where the scorer starts
+    assert abs(float(cells[3]) + 1.386) < 0.05 and 0.15 < float(cells[5]) < 0.25  # two steps move it little

@@ -1,0 +1,80 @@
+"""Has a straight-through rule's boundary scorer learned anything? For each run folder given, the
+logits its scorer gives on val windows: their mean and spread, the cut probability at spaces and
+elsewhere, against the logit it started from (logit(target rate)). A scorer that never moved from
+its start draws i.i.d. cuts at the target rate: random cuts, whatever the rule is called.
+
+    python lab/scripts/scorer_spread.py 'study/docs-en/runs/C1e12__gumbel__*' --data data/docs-en --out spread.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+from rltok.data.corpus import load_eval_bytes
+from rltok.training.loading import load_checkpoint
+
+
+def run_folder(path: Path) -> Path:
+    """A study point's folder holds one trainer folder (METHOD_sSEED); a trainer folder is itself."""
+    inner = [p for p in Path(path).glob("*_s*") if p.is_dir()]
+    return inner[0] if len(inner) == 1 and not (Path(path) / "config.json").exists() else Path(path)
+
+
+def spread(run: Path, data: str, windows: int, seq_len: int) -> dict:
+    model, cfg, _, _ = load_checkpoint(run_folder(run))
+    model.eval()
+    if getattr(model, "chunker", None) is None:
+        raise SystemExit(f"scorer_spread: {run} draws no boundaries (model.arch={cfg.model.arch})")
+    val = load_eval_bytes(data, "val", max_bytes=windows * seq_len).long()
+    x = val[: windows * seq_len].view(windows, seq_len)
+    seen = {}
+    hook = model.chunker.register_forward_hook(lambda mod, inp, out: seen.setdefault("bd", out))
+    with torch.no_grad():
+        model(x, generator=torch.Generator().manual_seed(0))
+    hook.remove()
+    bd = seen["bd"]
+    p = bd.probs[:, 1:-1].float() if getattr(bd, "probs", None) is not None else None
+    if p is None:
+        raise SystemExit(f"scorer_spread: {run}: its rule ({cfg.model.chunker.kind}) gives no cut probabilities")
+    logits = torch.logit(p.clamp(1e-6, 1 - 1e-6))
+    space = x[:, 1:-1] == 32
+    rate = cfg.model.target_rate
+    return {"run": str(run), "rule": cfg.model.chunker.kind, "rate_logit": math.log(rate / (1 - rate)),
+            "logit_mean": float(logits.mean()), "logit_sd": float(logits.std()),
+            "p_space": float(p[space].mean()), "p_other": float(p[~space].mean())}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", help="run folders (a study point's folder or its trainer folder; a quoted "
+                                             "pattern with * is expanded)")
+    ap.add_argument("--data", required=True, help="the corpus folder the runs trained on")
+    ap.add_argument("--windows", type=int, default=8)
+    ap.add_argument("--seq-len", type=int, default=512)
+    ap.add_argument("--out", help="also write the table here")
+    args = ap.parse_args(argv)
+    import glob
+
+    runs = [r for pattern in args.runs for r in (sorted(glob.glob(pattern)) if "*" in pattern else [pattern])]
+    if not runs:
+        raise SystemExit(f"scorer_spread: no run folder matches {' '.join(args.runs)}")
+    rows = [spread(Path(r), args.data, args.windows, args.seq_len) for r in runs]
+    lines = ["| run | rule | logit(target rate) | logit mean | logit sd | p(cut) at spaces | p(cut) elsewhere |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    lines += [f"| {Path(r['run']).name} | {r['rule']} | {r['rate_logit']:.3f} | {r['logit_mean']:.3f} | "
+              f"{r['logit_sd']:.3f} | {r['p_space']:.3f} | {r['p_other']:.3f} |" for r in rows]
+    command = " ".join(["python", "lab/scripts/scorer_spread.py", *(argv if argv is not None else sys.argv[1:])])
+    text = f"Command: `{command}`\n\n" + "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
