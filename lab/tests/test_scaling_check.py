@@ -91,7 +91,7 @@ def test_the_check_runs_from_the_command_line(tmp_path, capsys):
                                 "families": [{"method": "flat", "sizes": [5e3, 2e4]}]}))
     args = ["scaling", "--grid", str(grid), "--out", str(tmp_path / "o")]
     assert main(args) == 0
-    assert main([*args, "--check-optimum", "1e8", "--lr-mults", "0.5", "--variant",
+    assert main([*args, "--check-optimum", "1e8", "--lr-mults", "0.5", "--policy-lr-mults", "0.5", "--variant",
                  "flat_w8=flat:model.flat_window=8"]) == 0
     out = capsys.readouterr().out
     assert "| salad | flat | 1 |" in out and "| salad | flat_w8 | flat | model.flat_window=8 |" in out
@@ -102,6 +102,8 @@ def test_the_check_runs_from_the_command_line(tmp_path, capsys):
     assert half[0]["non_embedding_params"] == study[0]["non_embedding_params"]
     saved = json.loads((tmp_path / "o" / FOLDER / "C1e08.json").read_text())
     assert "--check-optimum 1e+08" in saved["command"] or "--check-optimum 1e8" in saved["command"]
+    assert "--policy-lr-mults 0.5" in saved["command"] and saved["policy_mults"] == [0.5]
+    assert not [r for r in recs if "_plr" in r["family"]]  # the flat model has no boundary rule to rate
     assert main([*args, "--variant", "x=flat"]) == 2 and "--check-optimum" in capsys.readouterr().err
 
 
