@@ -579,3 +579,19 @@ def test_scorer_spread_reads_a_straight_through_rules_cut_probabilities(data_roo
     cells = [c.strip() for c in row.split("|")[1:-1]]
     assert cells[1] == "gumbel" and cells[2] == "-1.386"  # logit(0.2), where the scorer starts
     assert abs(float(cells[3]) + 1.386) < 0.05 and 0.15 < float(cells[5]) < 0.25  # two steps move it little
+
+
+def test_chunk_path_use_compares_a_runs_cuts_with_none(data_root, tmp_path):
+    from rltok.cli import main as rltok
+
+    for rule in ("uniform", "flat"):
+        extra = ["model.arch=flat"] if rule == "flat" else [f"model.chunker={rule}"]
+        assert rltok(["train", "--preset", "test", "--data", str(data_root / "docs-en"), "--out", str(tmp_path / f"r_{rule}"),
+                      *extra, "train.max_steps=2", "train.eval_every=2"]) == 0
+    out = tmp_path / "use.md"
+    run_script("chunk_path_use.py", str(tmp_path / "r_*"), "--data", data_root / "docs-en", "--windows", 2,
+               "--seq-len", 64, "--out", out, cwd=tmp_path)
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| r_")]
+    assert len(rows) == 1 and rows[0].startswith("| r_uniform | uniform |")  # the flat model has no chunk level
+    cells = [c.strip() for c in rows[0].split("|")[1:-1]]
+    assert 0.1 < float(cells[2]) < 0.3 and float(cells[3]) > 0 and float(cells[4]) > 0

@@ -1,0 +1,74 @@
+"""Does a trained hierarchy use its chunk level at all? For each run folder, the val bpb with the
+cuts its own rule draws, and with no free cut (only the forced first and last bytes close a chunk,
+so the main network sees one chunk per window and every byte gets the first byte's chunk). A model
+whose bpb does not move has learned to predict from its byte layers alone.
+
+    python lab/scripts/chunk_path_use.py 'study/docs-en/runs/C1e12__*' --data data/docs-en --out use.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import math
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from rltok.data.corpus import load_eval_bytes
+from rltok.training.loading import load_checkpoint
+
+
+def trainer_folder(path: Path) -> Path:
+    """A study point's folder holds one trainer folder (METHOD_sSEED); a trainer folder is itself."""
+    inner = [p for p in Path(path).glob("*_s*") if p.is_dir()]
+    return inner[0] if len(inner) == 1 and not (Path(path) / "config.json").exists() else Path(path)
+
+
+def bits(logits: torch.Tensor, y: torch.Tensor) -> float:
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1)).item() / math.log(2)
+
+
+def use(run: Path, x: torch.Tensor, y: torch.Tensor) -> dict | None:
+    model, cfg, _, _ = load_checkpoint(trainer_folder(run))
+    if getattr(model, "chunker", None) is None:
+        return None  # a flat model: no chunk level
+    model.eval()
+    with torch.no_grad():
+        out = model(x, generator=torch.Generator().manual_seed(0))
+        none = torch.zeros_like(out.boundaries.b)
+        none[:, 0] = none[:, -1] = True
+        alone = model.score(x, none)
+    return {"run": run.name, "rule": cfg.model.chunker.kind, "rate": float(out.boundaries.b[:, 1:-1].float().mean()),
+            "bpb": bits(out.logits, y), "bpb_no_cuts": bits(alone.logits, y)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", help="run folders (quoted patterns with * are expanded)")
+    ap.add_argument("--data", required=True, help="the corpus folder the runs trained on")
+    ap.add_argument("--windows", type=int, default=16)
+    ap.add_argument("--seq-len", type=int, default=512)
+    ap.add_argument("--out", help="also write the table here")
+    args = ap.parse_args(argv)
+    runs = [Path(r) for p in args.runs for r in (sorted(glob.glob(p)) if "*" in p else [p])]
+    if not runs:
+        raise SystemExit(f"chunk_path_use: no run folder matches {' '.join(args.runs)}")
+    w = load_eval_bytes(args.data, "val", max_bytes=args.windows * (args.seq_len + 1)).long()
+    w = w[: args.windows * (args.seq_len + 1)].view(args.windows, args.seq_len + 1)
+    rows = [r for r in (use(run, w[:, :-1], w[:, 1:]) for run in runs) if r is not None]
+    lines = ["| run | rule | rate | val bpb, own cuts | val bpb, no free cut | difference |", "|---|---|---:|---:|---:|---:|"]
+    lines += [f"| {r['run']} | {r['rule']} | {r['rate']:.3f} | {r['bpb']:.3f} | {r['bpb_no_cuts']:.3f} | "
+              f"{r['bpb_no_cuts'] - r['bpb']:+.3f} |" for r in rows]
+    command = " ".join(["python", "lab/scripts/chunk_path_use.py", *(argv if argv is not None else sys.argv[1:])])
+    text = f"Command: `{command}`\n\n" + "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
