@@ -1,7 +1,7 @@
 """Does a trained hierarchy use its chunk level at all? For each run folder, the val bpb with the
 cuts its own rule draws, and with no free cut (only the forced first and last bytes close a chunk,
-so the main network sees one chunk per window and every byte gets the first byte's chunk). A model
-whose bpb does not move has learned to predict from its byte layers alone.
+so every byte but the last gets the first byte's chunk). A model whose bpb does not move predicts
+without regard to which chunk each byte receives (the chunk path itself stays on).
 
     python lab/scripts/chunk_path_use.py 'study/docs-en/runs/C1e12__*' --data data/docs-en --out use.md
 """
