@@ -1,7 +1,9 @@
 """Does a trained hierarchy use its chunk level at all? For each run folder, the val bpb with the
 cuts its own rule draws, and with no free cut (only the forced first and last bytes close a chunk,
-so every byte but the last gets the first byte's chunk). A model whose bpb does not move predicts
-without regard to which chunk each byte receives (the chunk path itself stays on).
+so every byte but the last gets the first byte's chunk), and with the chunk path switched off (what
+the main network sends back up set to zero, so the byte layers alone predict). A model whose bpb
+does not move with no free cut predicts without regard to which chunk each byte receives; one whose
+bpb does not move with the path off does not use the chunk level at all.
 
     python lab/scripts/chunk_path_use.py 'study/docs-en/runs/C1e12__*' --data data/docs-en --out use.md
 """
@@ -41,8 +43,13 @@ def use(run: Path, x: torch.Tensor, y: torch.Tensor) -> dict | None:
         none = torch.zeros_like(out.boundaries.b)
         none[:, 0] = none[:, -1] = True
         alone = model.score(x, none)
+        off = model.up.register_forward_hook(lambda mod, inp, out: torch.zeros_like(out))
+        try:
+            cut_off = model(x, generator=torch.Generator().manual_seed(0))
+        finally:
+            off.remove()
     return {"run": run.name, "rule": cfg.model.chunker.kind, "rate": float(out.boundaries.b[:, 1:-1].float().mean()),
-            "bpb": bits(out.logits, y), "bpb_no_cuts": bits(alone.logits, y)}
+            "bpb": bits(out.logits, y), "bpb_no_cuts": bits(alone.logits, y), "bpb_path_off": bits(cut_off.logits, y)}
 
 
 def main(argv=None) -> int:
@@ -59,9 +66,11 @@ def main(argv=None) -> int:
     w = load_eval_bytes(args.data, "val", max_bytes=args.windows * (args.seq_len + 1)).long()
     w = w[: args.windows * (args.seq_len + 1)].view(args.windows, args.seq_len + 1)
     rows = [r for r in (use(run, w[:, :-1], w[:, 1:]) for run in runs) if r is not None]
-    lines = ["| run | rule | rate | val bpb, own cuts | val bpb, no free cut | difference |", "|---|---|---:|---:|---:|---:|"]
+    lines = ["| run | rule | rate | val bpb, own cuts | val bpb, no free cut | difference | val bpb, chunk path off "
+             "| difference |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['run']} | {r['rule']} | {r['rate']:.3f} | {r['bpb']:.3f} | {r['bpb_no_cuts']:.3f} | "
-              f"{r['bpb_no_cuts'] - r['bpb']:+.3f} |" for r in rows]
+              f"{r['bpb_no_cuts'] - r['bpb']:+.3f} | {r['bpb_path_off']:.3f} | {r['bpb_path_off'] - r['bpb']:+.3f} |"
+              for r in rows]
     command = " ".join(["python", "lab/scripts/chunk_path_use.py", *(argv if argv is not None else sys.argv[1:])])
     text = f"Command: `{command}`\n\n" + "\n".join(lines) + "\n"
     print(text)
