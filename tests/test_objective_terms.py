@@ -102,12 +102,15 @@ def test_the_toy_reward_and_rate_control_compare_and_generate(tmp_path, toys):
     assert len(model.generate(b"the ", 16, seed=0).output) == 16
 
 
-def test_compute_loss_is_the_sum_of_its_terms():
+@pytest.mark.parametrize("baseline", ["batch", "batch+value"])
+def test_compute_loss_is_the_sum_of_its_terms(baseline):
     """With every policy term off but the estimator, the loss is the LM terms plus pg_weight times
-    the estimator's surrogate, added in that order."""
+    the estimator's surrogate (and with the critic VALUE_WEIGHT times its loss), added in that order."""
     from rltok.model.hourglass import HourglassLM
+    from rltok.objective.score_function import VALUE_WEIGHT
 
-    cfg = load_config("test", overrides=["model.chunker=rl", "objective.recipe=reference"])
+    cfg = load_config("test", overrides=["model.chunker=rl", "objective.recipe=reference",
+                                         f"objective.estimator.baseline={baseline}"])
     model = HourglassLM(cfg.model)
     x = torch.randint(0, 256, (4, 64))
     out = model(x, generator=torch.Generator().manual_seed(0))
@@ -116,6 +119,9 @@ def test_compute_loss_is_the_sum_of_its_terms():
     a = cfg.objective.alpha
     lm = (1 - a) * m["ce_final"] + a * m["ce_early"]
     want = lm + cfg.objective.pg_weight * m["pg_loss"] + cfg.objective.rate.weight * m["rate_loss"]
+    if baseline == "batch+value":
+        want = want + VALUE_WEIGHT * m["value_loss"]
+        assert VALUE_WEIGHT == 0.1
     assert loss.item() == pytest.approx(want.item(), rel=1e-6)
 
 

@@ -30,3 +30,14 @@ def put_section(path: Path, name: str, body: str, preamble: str) -> None:
     parts[name] = body.strip("\n") + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(head + "".join(f"\n## {k}\n\n{v}" for k, v in parts.items()))
+
+
+def commanded_table(script: str, argv: list[str], lines: list[str], out: str | None) -> str:
+    """A script's markdown table under the command that made it (`python lab/scripts/SCRIPT ARGS`),
+    printed and, with `out`, written there; the text."""
+    command = " ".join(["python", f"lab/scripts/{script}", *argv])
+    text = f"Command: `{command}`\n\n" + "\n".join(lines) + "\n"
+    print(text)
+    if out:
+        Path(out).write_text(text)
+    return text

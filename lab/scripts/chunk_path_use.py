@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from rltok.data.corpus import load_eval_bytes
+from rltok_lab.tables_file import commanded_table
 from rltok.training.loading import load_checkpoint
 
 
@@ -71,11 +72,7 @@ def main(argv=None) -> int:
     lines += [f"| {r['run']} | {r['rule']} | {r['rate']:.3f} | {r['bpb']:.3f} | {r['bpb_no_cuts']:.3f} | "
               f"{r['bpb_no_cuts'] - r['bpb']:+.3f} | {r['bpb_path_off']:.3f} | {r['bpb_path_off'] - r['bpb']:+.3f} |"
               for r in rows]
-    command = " ".join(["python", "lab/scripts/chunk_path_use.py", *(argv if argv is not None else sys.argv[1:])])
-    text = f"Command: `{command}`\n\n" + "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    commanded_table("chunk_path_use.py", argv if argv is not None else sys.argv[1:], lines, args.out)
     return 0
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from rltok.data.corpus import load_eval_bytes
+from rltok_lab.tables_file import commanded_table
 from rltok.training.loading import load_checkpoint
 
 
@@ -68,11 +69,7 @@ def main(argv=None) -> int:
              "|---|---|---:|---:|---:|---:|---:|"]
     lines += [f"| {Path(r['run']).name} | {r['rule']} | {r['rate_logit']:.3f} | {r['logit_mean']:.3f} | "
               f"{r['logit_sd']:.3f} | {r['p_space']:.3f} | {r['p_other']:.3f} |" for r in rows]
-    command = " ".join(["python", "lab/scripts/scorer_spread.py", *(argv if argv is not None else sys.argv[1:])])
-    text = f"Command: `{command}`\n\n" + "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    commanded_table("scorer_spread.py", argv if argv is not None else sys.argv[1:], lines, args.out)
     return 0
 
 
