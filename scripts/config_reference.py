@@ -89,6 +89,12 @@ def section_rows(cls, prefix: str, nested: list) -> list[str]:
     return rows
 
 
+def library_entries(reg) -> dict:
+    """rltok's own kinds of a registry: a plugin's (or a test's) are not the library's."""
+    return {name: e for name, e in reg.entries.items()
+            if e.origin is None and e.module().split(".")[0] in ("", "rltok")}
+
+
 def reference() -> str:
     from rltok.config import sections
     from rltok.config.registry import Registry
@@ -110,7 +116,7 @@ def reference() -> str:
         if reg.key == "model.arch":
             continue  # model families have no settings of their own
         out += [f"#### `{reg.key}` kinds", "", "| kind | its settings (`" + reg.key + ".KEY=value`) |", "|---|---|"]
-        for name, entry in reg.entries.items():
+        for name, entry in library_entries(reg).items():
             notes = field_comments(entry.settings)
             own = [f for f in dataclasses.fields(entry.settings) if f.name != "kind"]
             text = "; ".join(f"`{f.name}` = {default_text(f)}" + (f": {notes[f.name]}" if notes.get(f.name) else "")

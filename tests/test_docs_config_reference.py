@@ -21,6 +21,24 @@ def test_the_key_tables_in_config_md_are_what_the_code_declares():
     assert _script().main(["--check"]) == 0, "run: python scripts/config_reference.py"
 
 
+def test_a_kind_registered_from_outside_stays_out_of_the_library_reference():
+    from rltok.config import CHUNKERS
+    from rltok.model.chunkers import UniformChunker
+
+    class Outside(UniformChunker):  # a test's (or a plugin's) kind
+        pass
+
+    Outside.__module__ = "someone_elses_package"
+    saved = dict(CHUNKERS.entries)
+    CHUNKERS.register("outside_rule", Outside)
+    try:
+        assert "outside_rule" not in _script().reference()
+        assert _script().main(["--check"]) == 0
+    finally:
+        CHUNKERS.entries.clear()
+        CHUNKERS.entries.update(saved)
+
+
 def test_every_key_and_every_kinds_setting_has_a_row_with_a_comment():
     from rltok.config import CHUNKERS, load_config
 
@@ -40,6 +58,6 @@ def test_every_key_and_every_kinds_setting_has_a_row_with_a_comment():
             row = next((line for line in text.splitlines() if line.startswith(f"| `{key}` |")), None)
             assert row is not None, f"{key} has no row"
             assert not row.endswith("| – |"), f"{key} is declared without a comment"
-    for kind in CHUNKERS.entries:
+    for kind in _script().library_entries(CHUNKERS):
         assert f"| `{kind}` |" in text
     assert "`window` = `1`" in text  # a kind's own settings, with their defaults
