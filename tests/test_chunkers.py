@@ -10,7 +10,7 @@ from rltok.model.chunkers import spacelike
 from rltok.model.stage import ema_over_chunks
 from rltok.objective.loss import compute_loss, token_nll
 
-CAUSAL_RULES = ["rl", "fixed", "uniform", "whitespace", "entropy", "hnet", "gumbel"]
+CAUSAL_RULES = ["rl", "fixed", "uniform", "whitespace", "entropy", "hnet", "gumbel", "dynamic_pooling"]
 
 
 def text_batch(n=4, length=48, seed=0):
@@ -88,7 +88,7 @@ def test_entropy_rule_threshold_is_causal_hits_target_rate_and_is_kept_in_eval()
     assert torch.equal(model.chunker.threshold, thr)  # evaluation never moves the threshold
 
 
-@pytest.mark.parametrize("rule", ["hnet", "gumbel"])
+@pytest.mark.parametrize("rule", ["hnet", "gumbel", "dynamic_pooling"])
 def test_straight_through_rules_pass_lm_gradient_to_their_predictor(rule):
     model = randomize_(HourglassLM(tiny_model_config(chunker=rule)), scale=0.2)
     x = text_batch()
@@ -100,7 +100,7 @@ def test_straight_through_rules_pass_lm_gradient_to_their_predictor(rule):
     assert out.boundaries.aux_loss is not None and out.boundaries.aux_loss.requires_grad
 
 
-@pytest.mark.parametrize("rule", ["hnet", "gumbel"])
+@pytest.mark.parametrize("rule", ["hnet", "gumbel", "dynamic_pooling"])
 def test_straight_through_rules_move_towards_target_rate(rule):
     torch.manual_seed(0)
     model = HourglassLM(tiny_model_config(chunker=CHUNKERS.settings(rule, **({"ratio_weight": 1.0} if rule == "hnet" else {})), target_rate=0.2))
@@ -114,6 +114,48 @@ def test_straight_through_rules_move_towards_target_rate(rule):
         opt.step()
     rate = model(x, generator=gen).boundaries.b[:, 1:-1].float().mean().item()
     assert abs(rate - 0.2) < 0.06, rate
+
+
+def test_dynamic_pooling_chunks_are_normalised_means_of_their_bytes():
+    """A chunk is the layer-normalised mean of its bytes' states, not its last byte's."""
+    model = randomize_(HourglassLM(tiny_model_config(chunker="dynamic_pooling")), scale=0.2)
+    rule = model.chunker
+    h = torch.randn(2, 12, rule.norm.normalized_shape[0])
+    b = torch.zeros(2, 12, dtype=torch.bool)
+    b[0, [0, 3, 4, 11]] = True
+    b[1, [0, 7]] = True  # a shorter row: its third slot is padding; bytes 8-11 close no chunk
+    forced = torch.zeros_like(b)
+    forced[:, 0] = True
+    bd = rule(h, forced, b, generator=torch.Generator().manual_seed(0))
+    last = torch.tensor([[0, 3, 4, 11], [0, 7, 0, 0]])
+    z = rule.pool(h, bd, last)
+    for row, spans in [(0, [(0, 1), (1, 4), (4, 5), (5, 12)]), (1, [(0, 1), (1, 8)])]:
+        for j, (lo, hi) in enumerate(spans):
+            assert torch.allclose(z[row, j], rule.norm(h[row, lo:hi].mean(0)), atol=1e-5)
+
+
+def test_dynamic_pooling_passes_the_lm_gradient_inside_chunks_where_gumbel_passes_it_at_cuts():
+    """Why `gumbel` could not learn on this backbone and dynamic pooling can: with chunks pooled
+    as means, the language model's loss reaches the scorer at bytes inside a chunk, not only at
+    its cuts."""
+    x = text_batch()
+    reached = {}
+    for rule in ("gumbel", "dynamic_pooling"):
+        model = randomize_(HourglassLM(tiny_model_config(chunker=rule)), scale=0.2)
+        logits = []
+
+        def keep(module, inputs, output):
+            output.retain_grad()
+            logits.append(output)
+
+        model.chunker.mlp.register_forward_hook(keep)
+        out = model(x, generator=torch.Generator().manual_seed(0))
+        token_nll(out.logits, x.roll(-1, 1)).mean().backward()
+        grad = logits[0].grad.squeeze(-1)
+        inside = out.boundaries.free & ~out.boundaries.b
+        reached[rule] = (grad[inside].abs().mean().item(), grad[out.boundaries.b & out.boundaries.free].abs().mean().item())
+    assert reached["gumbel"][0] == 0 and reached["gumbel"][1] > 0
+    assert reached["dynamic_pooling"][0] > 0
 
 
 def test_ema_over_chunks_matches_recurrence():
@@ -166,7 +208,8 @@ def test_every_rule_is_importable_from_the_package_and_lives_in_its_kinds_module
     import rltok.model.chunkers as package
 
     homes = {"rl": "policy", "fixed": "fixed", "uniform": "fixed", "whitespace": "fixed", "entropy": "fixed",
-             "hnet": "straight_through", "gumbel": "straight_through", "bpe": "bpe"}
+             "hnet": "straight_through", "gumbel": "straight_through",
+             "dynamic_pooling": "straight_through", "bpe": "bpe"}
     for kind, module in homes.items():
         cls = CHUNKERS.component(kind)
         assert cls.__module__ == f"rltok.model.chunkers.{module}", kind

@@ -114,7 +114,7 @@ TINY = dict(d_byte=32, d_chunk=48, n_heads_byte=2, n_heads_chunk=2, encoder_laye
     # window 16 of 64 bytes: the blocked kernel; 16 of 40: the dense mask; 64 of 40: plain causal
     ("fixed", 16, 64, False), ("fixed", 16, 40, False), ("fixed", 64, 40, False), ("rl", 16, 64, False),
     ("rl", 16, 64, True),
-    ("hnet", 16, 64, False), ("gumbel", 16, 64, False)])
+    ("hnet", 16, 64, False), ("gumbel", 16, 64, False), ("dynamic_pooling", 16, 64, False)])
 def test_hourglass_flops_match_brute_force(chunker, window, seq_len, value_head, monkeypatch):
     torch.manual_seed(0)
     cfg = ModelConfig(**TINY, window=window, chunker=chunker, value_head=value_head)
@@ -190,6 +190,8 @@ def ref_boundary_rule_flops(chunker, dim):
         return 2.0 * 2 * dim * dim
     if chunker == "gumbel":
         return 2.0 * (dim * dim + dim)
+    if chunker == "dynamic_pooling":  # a hidden layer 4 wide; the pooled means are sums, not charged
+        return 2.0 * (dim * 4 * dim + 4 * dim)
     return 0.0
 
 
@@ -292,7 +294,7 @@ def ref_step_train_flops_per_byte(cfg, chunks_per_byte=None, supertokens_per_chu
 # floats, so the walk multiplies and sums in the order the reference did.
 
 RATES = [None, 0.0, 0.05, 0.2, 0.3717, 1.0]
-CHUNKERS = ["rl", "hnet", "gumbel", "fixed", "uniform", "whitespace", "entropy", "bpe"]
+CHUNKERS = ["rl", "hnet", "gumbel", "dynamic_pooling", "fixed", "uniform", "whitespace", "entropy", "bpe"]
 
 
 @pytest.mark.parametrize("chunker", CHUNKERS)
@@ -416,7 +418,7 @@ def fixed_boundaries(bsz: int, seq_len: int, every: int = 5) -> torch.Tensor:
 
 @pytest.mark.parametrize("chunker,extra", [
     ("fixed", {}), ("rl", {"value_head": True, "ngram_vocab": 32}), ("hnet", {}), ("gumbel", {}),
-    ("rl", {"stages": 2, "stage2_layers": 1}), ("rl", {"chunk_vocab": 16, "pack_chunks": False})])
+    ("dynamic_pooling", {}), ("rl", {"stages": 2, "stage2_layers": 1}), ("rl", {"chunk_vocab": 16, "pack_chunks": False})])
 @pytest.mark.parametrize("window,seq_len", [(16, 64), (16, 40), (64, 40)])  # blocked, dense mask, plain causal
 def test_hourglass_walk_matches_the_profiler(chunker, extra, window, seq_len):
     torch.manual_seed(0)

@@ -23,6 +23,7 @@ RULES = {
     "entropy": dict(chunker="entropy"),
     "hnet": dict(chunker="hnet"),
     "gumbel": dict(chunker="gumbel"),
+    "dynamic_pooling": dict(chunker="dynamic_pooling"),
     "two-stage": dict(stages=2, stage2_layers=1),
     "chunk-vocab": dict(chunk_vocab=64, chunk_vocab_max_len=4),
     "ngram": dict(ngram_vocab=64, ngram_sizes=(2, 5)),
@@ -50,6 +51,9 @@ def make_model(**kw) -> HourglassLM:
     with torch.no_grad():
         if model.chunker.learned:  # a policy that actually varies, centred near rate 0.3
             model.chunker.head.bias.fill_(-0.8)
+        if base.get("chunker") == "dynamic_pooling":  # its scorer starts near rate 0.5; randomised, far off
+            model.chunker.mlp[2].weight.mul_(0.1)
+            model.chunker.mlp[2].bias.fill_(-0.8)
         if len(model.stages()) > 1:  # and a supertoken policy near rate 0.4
             model.stage2.chunker.head.bias.fill_(-0.4)
         if base.get("chunker") == "entropy":  # a threshold as training would have left it: rate ~0.3

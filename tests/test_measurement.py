@@ -23,7 +23,7 @@ from rltok.training.trainer import Trainer
 # real text: this package's own sources (spaces, words, punctuation)
 SRC = Path(__file__).resolve().parents[1] / "src" / "rltok"
 TEXT = b"".join(p.read_bytes() for p in sorted(SRC.rglob("*.py")))[:120_000]
-ALL_RULES = ["rl", "fixed", "uniform", "whitespace", "entropy", "hnet", "gumbel", "bpe"]
+ALL_RULES = ["rl", "fixed", "uniform", "whitespace", "entropy", "hnet", "gumbel", "dynamic_pooling", "bpe"]
 
 
 def windows(n: int, length: int = 128, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,7 +54,7 @@ def test_eval_rate_matches_training_rate(rule):
     n_free = int(bd.free.sum())
     noise = 4 * math.sqrt(max(train_rate * (1 - train_rate), 0.01) / n_free)
     assert abs(ev["rate"] - train_rate) <= noise + 1e-9, (rule, train_rate, ev["rate"])
-    if rule in ("rl", "gumbel", "uniform", "entropy", "hnet"):
+    if rule in ("rl", "gumbel", "dynamic_pooling", "uniform", "entropy", "hnet"):
         assert train_rate > 0.05, (rule, train_rate)  # the rule does cut: not a vacuous match
 
 

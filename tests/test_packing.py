@@ -21,6 +21,7 @@ VARIANTS = {
     "rl-window3": dict(chunker=RLChunkerSettings(window=3)),
     "hnet": dict(chunker="hnet"),
     "gumbel": dict(chunker="gumbel"),
+    "dynamic_pooling": dict(chunker="dynamic_pooling"),
     "two-stage": dict(stages=2, stage2_layers=1),
     "chunk-vocab": dict(chunk_vocab=64, chunk_vocab_max_len=4),
 }

@@ -7,14 +7,14 @@ from rltok.config.presets import PRESET_NOTES, PRESETS
 from rltok.config.plugins import ENTRY_POINT_GROUP, PluginError, load_plugin, load_plugins
 from rltok.config.registry import Registry, Section
 from rltok.config.sections import (BOS, CHUNKERS, COST_ESTIMATORS, CREDIT_PRICES, EOS, ESTIMATORS, FAMILIES, PAD,
-                                   RATES, RECIPES, REWARDS, VOCAB_SIZE, ConfigError, DataConfig, FixedChunkerSettings,
-                                   FlipsSettings, GumbelChunkerSettings, HNetChunkerSettings, LagrangeRateSettings,
-                                   LexiconSettings, ModelConfig, ObjectiveConfig, PenaltyRateSettings, RateSettings,
-                                   RLChunkerSettings, ScoreFunctionSettings, TargetPriceSettings,
-                                   TrainConfig)
+                                   RATES, RECIPES, REWARDS, VOCAB_SIZE, ConfigError, DataConfig,
+                                   DynamicPoolingSettings, FixedChunkerSettings, FlipsSettings, GumbelChunkerSettings,
+                                   HNetChunkerSettings, LagrangeRateSettings, LexiconSettings, ModelConfig,
+                                   ObjectiveConfig, PenaltyRateSettings, RateSettings, RLChunkerSettings,
+                                   ScoreFunctionSettings, TargetPriceSettings, TrainConfig)
 
-__all__ = ["FixedChunkerSettings", "FlipsSettings", "GumbelChunkerSettings", "HNetChunkerSettings",
-           "LagrangeRateSettings", "LexiconSettings", "PenaltyRateSettings", "RateSettings", "RLChunkerSettings",
+__all__ = ["DynamicPoolingSettings", "FixedChunkerSettings", "FlipsSettings", "GumbelChunkerSettings",
+           "HNetChunkerSettings", "LagrangeRateSettings", "LexiconSettings", "PenaltyRateSettings", "RateSettings", "RLChunkerSettings",
            "ScoreFunctionSettings", "TargetPriceSettings",
            "BOS", "CHUNKERS", "COST_ESTIMATORS", "CREDIT_PRICES", "ENTRY_POINT_GROUP", "PluginError",
            "load_plugin", "load_plugins", "Config", "ConfigError", "DataConfig", "EOS", "ESTIMATORS", "FAMILIES",

@@ -98,6 +98,20 @@ class GumbelChunkerSettings(Section):
 
 
 @dataclass
+class DynamicPoolingSettings(Section):
+    """Dynamic pooling as published: the Gumbel-sigmoid rule with chunks pooled as segment means."""
+    kind: str = "dynamic_pooling"
+    temperature: float = 0.5  # the original's
+    prior_weight: float = 1.0  # binomial prior on the boundary count
+    hidden_mult: int = 4  # the scorer's hidden layer, as a multiple of the byte width
+
+    def validate(self, where: str) -> None:
+        check(finite(self.temperature) and self.temperature > 0, f"{where}.temperature", "a number > 0")
+        check(finite(self.prior_weight) and self.prior_weight >= 0, f"{where}.prior_weight", "a number >= 0")
+        check(1 <= self.hidden_mult <= 64, f"{where}.hidden_mult", "between 1 and 64")
+
+
+@dataclass
 class ModelConfig:
     d_byte: int = 128  # width of the byte-level encoder/decoder
     d_chunk: int = 256  # width of the chunk-level main network
@@ -547,6 +561,7 @@ CHUNKERS.register("whitespace", _C + "WhitespaceChunker")
 CHUNKERS.register("entropy", _C + "EntropyChunker")
 CHUNKERS.register("hnet", _C + "HNetRouter", HNetChunkerSettings)
 CHUNKERS.register("gumbel", _C + "GumbelChunker", GumbelChunkerSettings)
+CHUNKERS.register("dynamic_pooling", _C + "DynamicPooling", DynamicPoolingSettings)
 CHUNKERS.register("bpe", _C + "BPEChunker")
 
 FAMILIES.register("hourglass", "rltok.model.hourglass:HourglassLM")

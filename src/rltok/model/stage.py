@@ -1,5 +1,5 @@
 """One level of the hourglass, recursive as in H-Net: items -> encoder -> boundary rule -> down (a
-chunk is its last item's state) -> main (a Stack or the next Stage) -> up (each item gets its latest
+chunk is its last item's state, or what the rule pools) -> main (a Stack or the next Stage) -> up (each item gets its latest
 chunk, plus a skip) -> decoder; written once for the parallel pass, once for the cached step."""
 
 from __future__ import annotations
@@ -143,9 +143,7 @@ class Stage(nn.Module):
         n_max, total = counts(n)  # the one host sync per level: the chunk counts
         last = boundary_positions(bd.b, n_max)  # each chunk's last item
         chunk_pos = torch.gather(pos.expand(h.shape[0], -1), 1, last)  # RoPE at the chunks' last bytes
-        z = torch.gather(h, 1, last.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
-        if bd.gate is not None:  # straight-through rules: value 1, gradient to the boundary score
-            z = z * torch.gather(bd.gate, 1, last).unsqueeze(-1).to(z.dtype)
+        z = self.chunker.pool(h, bd, last)  # (the last item's state, unless the rule pools otherwise)
         # Packed, the main network computes only the real chunks (attention pads them per row).
         # Padded, padding chunks sit after every real chunk, so causal attention keeps them unseen.
         inner = packing_for(n, n_max, total, self.pack and run.cache is None)
@@ -184,7 +182,7 @@ class Stage(nn.Module):
             sel = close if rows is None else [rows[i] for i in close]  # those rows in the batch
             mine = slice(None) if len(close) == len(bd.b) else torch.tensor(close, device=h.device)
             batch = slice(None) if len(sel) == state.batch else torch.tensor(sel, device=h.device)
-            z = h[mine]
+            z = (h if bd.pooled is None else bd.pooled.to(h.dtype))[mine]
             if bd.gate is not None:
                 z = z * bd.gate[mine].unsqueeze(-1).to(h.dtype)
             z = self.to_chunks_step(state, z, batch)

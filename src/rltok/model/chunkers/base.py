@@ -28,6 +28,9 @@ class Boundaries:
     smooth: torch.Tensor | None = None  # (B, T) boundary probability for EMA smoothing over chunks
     scores: torch.Tensor | None = None  # (B, T) the rule's boundary probability/score, for display
     aux_loss: torch.Tensor | None = None  # the rule's own regulariser, already weighted
+    # one-byte step of a rule that pools its chunks (dynamic pooling): the vector the open chunk
+    # would have if the newest byte closed it, (B, d); None: a chunk is its last byte's state
+    pooled: torch.Tensor | None = None
 
     @property
     def probs(self) -> torch.Tensor | None:
@@ -63,6 +66,15 @@ class Chunker(nn.Module):
 
     def start_state(self, h, b, idx, early_logits, offset: int = 0) -> dict[str, torch.Tensor]:
         return {}
+
+    def pool(self, h: torch.Tensor, bd: Boundaries, last: torch.Tensor) -> torch.Tensor:
+        """The chunk vectors (B, M, d) from the items' states h (B, T, d), given each chunk's last
+        item `last` (B, M): that item's state, times the straight-through gate where the rule has
+        one (value 1, so only the gradient changes). A rule that pools otherwise overrides this."""
+        z = torch.gather(h, 1, last.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
+        if bd.gate is not None:
+            z = z * torch.gather(bd.gate, 1, last).unsqueeze(-1).to(z.dtype)
+        return z
 
     def flops(self, level: Level) -> float:
         """Forward FLOPs per byte of the rule's own layers at `level` (the items it decides on): its

@@ -1,5 +1,6 @@
 """Rules trained straight-through, by the LM loss's gradient through a gate of value 1: H-Net's
-router and Gumbel-sigmoid dynamic pooling."""
+router, the Gumbel-sigmoid rule on this backbone's last-byte chunks, and dynamic pooling as its
+paper has it (segment means)."""
 
 from __future__ import annotations
 
@@ -87,12 +88,18 @@ class GumbelChunker(Chunker):
 
     def __init__(self, dim: int, rate: float, temperature: float = 1.0, prior_weight: float = 1.0):
         super().__init__()
-        self.mlp = nn.Sequential(nn.Linear(dim, dim), nn.GELU(), nn.Linear(dim, 1))
-        nn.init.zeros_(self.mlp[2].weight)
-        nn.init.constant_(self.mlp[2].bias, math.log(rate / (1 - rate)))
+        self.mlp = self.scorer(dim, rate)
         self.rate = rate
         self.temperature = temperature
         self.prior_weight = prior_weight
+
+    @staticmethod
+    def scorer(dim: int, rate: float) -> nn.Sequential:
+        """The per-byte boundary scorer: one hidden layer of `dim`, starting at the target rate."""
+        mlp = nn.Sequential(nn.Linear(dim, dim), nn.GELU(), nn.Linear(dim, 1))
+        nn.init.zeros_(mlp[2].weight)
+        nn.init.constant_(mlp[2].bias, math.log(rate / (1 - rate)))
+        return mlp
 
     def soft(self, logits: torch.Tensor, mode: str, generator, noise: torch.Tensor | None = None) -> torch.Tensor:
         # "sample" draws the hard Gumbel-sigmoid sample in training and evaluation alike (the rule
@@ -124,3 +131,59 @@ class GumbelChunker(Chunker):
     def step(self, state, h, forced, b=None, mode="sample", generator=None, noise=None, **_) -> Boundaries:
         logits, soft, b = self.decide(h, forced, b, mode, generator, noise)
         return Boundaries(b=b, free=~forced, gate=soft + (b.float() - soft), scores=torch.sigmoid(logits))
+
+
+class DynamicPooling(GumbelChunker):
+    """Dynamic pooling (Nawrot et al., 2023) as its code has it: the Gumbel-sigmoid rule above, but
+    a chunk is the mean of its bytes' states, layer-normalised, and each byte's membership in its
+    chunk counts the straight-through boundaries before it. So the language model's gradient
+    reaches the scorer at every byte inside a chunk, where `gumbel` (a chunk is its last byte's
+    state) passes it only at the cuts. The original's scorer too: a hidden layer `hidden_mult`
+    times as wide, PyTorch's default initialisation (about half the bytes cut at the start, the
+    prior pulling the count to the target), temperature 0.5."""
+
+    @classmethod
+    def from_settings(cls, settings, m, dim=None, rate=None):
+        return cls(dim or m.d_byte, rate or m.target_rate, settings.temperature, settings.prior_weight,
+                   settings.hidden_mult)
+
+    def __init__(self, dim: int, rate: float, temperature: float = 0.5, prior_weight: float = 1.0,
+                 hidden_mult: int = 4):
+        self.hidden = hidden_mult * dim
+        super().__init__(dim, rate, temperature, prior_weight)
+        self.norm = nn.LayerNorm(dim)
+
+    def scorer(self, dim: int, rate: float) -> nn.Sequential:
+        return nn.Sequential(nn.Linear(dim, self.hidden), nn.GELU(), nn.Linear(self.hidden, 1))
+
+    def pool(self, h: torch.Tensor, bd: Boundaries, last: torch.Tensor) -> torch.Tensor:
+        """Each chunk's mean state: bytes are summed into their chunk's slot (in fp32, so the
+        one-byte step's running sum matches; a sum, not a matrix product, so no FLOPs are charged
+        for it, as for norms), each weighted by a membership of value 1 whose
+        gradient is that of the straight-through boundaries closed before the byte."""
+        n_max = last.shape[1]
+        gate = torch.where(bd.free, bd.gate, bd.b.float())  # forced cuts are not the rule's: no gradient
+        closed = torch.cumsum(gate, 1) - gate  # chunks closed before each byte: its chunk's index
+        slot = closed.detach().round().long().clamp(max=n_max)  # n_max: bytes of no whole chunk
+        weight = 1.0 + closed - closed.detach()
+        sums = h.new_zeros(h.shape[0], n_max + 1, h.shape[-1], dtype=torch.float32)
+        sums = sums.scatter_add(1, slot.unsqueeze(-1).expand(-1, -1, h.shape[-1]), weight.unsqueeze(-1) * h.float())
+        size = weight.new_zeros(h.shape[0], n_max + 1).scatter_add(1, slot, weight)
+        mean = sums[:, :n_max] / size[:, :n_max].clamp(min=1.0).unsqueeze(-1)  # (padding slots hold no byte)
+        return self.norm(mean).to(h.dtype)
+
+    def start_state(self, h, b, idx=None, early_logits=None, offset: int = 0) -> dict[str, torch.Tensor]:
+        """The open chunk after the context: the sum and count of the states since its last cut."""
+        ends = torch.nonzero(b[0]).flatten()
+        start = int(ends[-1]) + 1 if len(ends) else 0
+        rest = h[:, start:].float()
+        return {"sum": rest.sum(1), "count": rest.new_full((1,), rest.shape[1])}
+
+    def step(self, state, h, forced, b=None, mode="sample", generator=None, noise=None, **_) -> Boundaries:
+        bd = super().step(state, h, forced, b, mode, generator, noise)
+        total = state.get("sum", h.new_zeros(h.shape, dtype=torch.float32)) + h.float()
+        count = state.get("count", h.new_zeros(h.shape[0], dtype=torch.float32)) + 1
+        bd.pooled = self.norm(total / count.unsqueeze(-1))
+        state["sum"] = torch.where(bd.b.unsqueeze(-1), 0.0, total)
+        state["count"] = torch.where(bd.b, 0.0, count)
+        return bd
