@@ -595,3 +595,25 @@ def test_chunk_path_use_compares_a_runs_cuts_with_none(data_root, tmp_path):
     assert len(rows) == 1 and rows[0].startswith("| r_uniform | uniform |")  # the flat model has no chunk level
     cells = [c.strip() for c in rows[0].split("|")[1:-1]]
     assert 0.1 < float(cells[2]) < 0.3 and float(cells[3]) > 0 and float(cells[4]) > 0
+
+
+def test_rule_alignment_counts_runs_above_the_other_familys_mean(tmp_path):
+    study = tmp_path / "s" / "docs-en"
+    study.mkdir(parents=True)
+    aligns = {"learner": [0.30, 0.50, 0.60, 0.90], "random": [0.36, 0.38]}
+    for family, values in aligns.items():
+        for i, a in enumerate(values):
+            rec = {"corpus": "docs-en", "family": family, "point_kind": "ladder", "budget_flops": 3e11,
+                   "target_size": 1000 * (i // 2 + 1), "non_embedding_params": 1000, "seed": i % 2, "bpb": 3.0,
+                   "split": "test", "wall_s": 1.0, "rate": 0.19 if i else 0.25, "space_align": a}
+            (study / f"C3e11__{family}__N{1000 * (i // 2 + 1)}__s{i % 2}.json").write_text(json.dumps(rec))
+    optimum = dict(rec, point_kind="optimum", seed=2, space_align=0.99)  # not a ladder run: not counted
+    (study / "C3e11__random__N2000__s2.json").write_text(json.dumps(optimum))
+    records.pack(tmp_path / "s", remove=True)
+    out = tmp_path / "align.md"
+    run_script("rule_alignment.py", "--root", tmp_path, "--study", "s", "--family", "learner", "--against", "random",
+               "--corpus", "docs-en", "--out", out, cwd=tmp_path)
+    summary = next(line for line in out.read_text().splitlines() if line.startswith("| 3e+11 | 4 |"))
+    cells = [c.strip() for c in summary.split("|")[1:-1]]
+    # the bar is 0.37 (the two ladder runs): 0.50, 0.60 and 0.90 clear it by > 0.05; 3 of 4 rates within 0.03
+    assert cells[2] == "0.370 (2 runs)" and cells[3] == "3" and cells[4] == "3"
