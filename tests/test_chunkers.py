@@ -134,6 +134,59 @@ def test_dynamic_pooling_chunks_are_normalised_means_of_their_bytes():
             assert torch.allclose(z[row, j], rule.norm(h[row, lo:hi].mean(0)), atol=1e-5)
 
 
+def dense_segment_means(h, gate, forced_b, n):
+    """The published downsample written as a dense membership matrix (n segments), for the parity
+    test below: byte t belongs to segment s when the cuts strictly before t number s; its weight is
+    1 + (that count - its value), so it carries the count's straight-through gradient; each
+    segment is the weighted sum over bytes divided by the weights' sum."""
+    gate = torch.where(forced_b, 1.0, gate)  # forced cuts: no gradient (they are not the rule's)
+    before = torch.cumsum(gate, 1) - gate
+    seg = torch.arange(n).view(1, 1, n)
+    member = torch.where(seg == before.detach().round().unsqueeze(-1), 1 + before.unsqueeze(-1) - before.detach().unsqueeze(-1), 0.0)
+    return torch.einsum("bts,btd->bsd", member, h) / member.sum(1).unsqueeze(-1).clamp(min=1e-9)
+
+
+def test_dynamic_pooling_matches_the_published_downsample_in_value_and_gradient():
+    """Against a dense re-derivation of the original's segment means: the same chunk vectors and
+    the same gradient into the soft boundary sample (so the sign, which cuts feed which byte, and
+    the mean's denominator are all pinned)."""
+    torch.manual_seed(0)
+    rule = HourglassLM(tiny_model_config(chunker="dynamic_pooling")).chunker
+    rule.norm = torch.nn.Identity()  # compare the means themselves
+    h = torch.randn(2, 24, 8)
+    soft = torch.rand(2, 24, requires_grad=True)
+    b = soft.detach() > 0.6
+    b[1, 10:] = False  # a row with fewer chunks and an open tail
+    forced = torch.zeros_like(b)
+    forced[:, 0] = True
+    b |= forced
+    gate = soft + (b.float() - soft).detach()
+    from rltok.model.chunkers import Boundaries
+    from rltok.model.stage import boundary_positions
+    bd = Boundaries(b=b, free=~forced, gate=gate)
+    n_max = int(b.sum(1).max())
+    ours = rule.pool(h, bd, boundary_positions(b, n_max))
+    ref = dense_segment_means(h, gate, forced, n_max)
+    real = torch.arange(n_max).unsqueeze(0) < b.sum(1, keepdim=True)
+    assert torch.allclose(ours[real], ref[real], atol=1e-6)
+    weights = torch.randn_like(ours)
+    (g_ours,) = torch.autograd.grad((ours * weights)[real].sum(), soft)
+    (g_ref,) = torch.autograd.grad((ref * weights)[real].sum(), soft)
+    assert g_ref.abs().sum() > 0 and torch.allclose(g_ours, g_ref, atol=1e-5)
+
+
+def test_dynamic_pooling_norm_trains_at_the_models_rate():
+    """objective.policy_lr_mult scales the scorer only: the chunks' norm belongs to the model."""
+    from rltok.training.trainer import make_optimizer
+    from rltok.config import TrainConfig
+
+    model = HourglassLM(tiny_model_config(chunker="dynamic_pooling"))
+    opt = make_optimizer(model, TrainConfig(), torch.device("cpu"), policy_lr_mult=3.0)
+    scale = {id(p): g["lr_scale"] for g in opt.param_groups for p in g["params"]}
+    assert all(scale[id(p)] == 3.0 for p in model.chunker.mlp.parameters())
+    assert all(scale[id(p)] == 1.0 for p in model.chunker.norm.parameters())
+
+
 def test_dynamic_pooling_passes_the_lm_gradient_inside_chunks_where_gumbel_passes_it_at_cuts():
     """Why `gumbel` could not learn on this backbone and dynamic pooling can: with chunks pooled
     as means, the language model's loss reaches the scorer at bytes inside a chunk, not only at

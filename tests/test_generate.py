@@ -189,7 +189,7 @@ def test_flat_model_cache_matches_parallel(window, ngram):
     assert close(torch.stack(outs), ref[1:])
 
 
-@pytest.mark.parametrize("name", ["rl-w4", "fixed", "hnet", "entropy", "all"])
+@pytest.mark.parametrize("name", ["rl-w4", "fixed", "hnet", "entropy", "dynamic_pooling", "all"])
 def test_batched_equals_unbatched(name):
     model = make_model(**RULES[name])
     g = torch.Generator().manual_seed(5)
@@ -264,7 +264,7 @@ def spy_decoding(monkeypatch) -> tuple[list, list]:
     return calls, steps
 
 
-@pytest.mark.parametrize("name", ["rl-w1", "rl-w4", "fixed", "hnet", "all"])
+@pytest.mark.parametrize("name", ["rl-w1", "rl-w4", "fixed", "hnet", "dynamic_pooling", "all"])
 def test_sliding_keeps_every_boundary_decision(name, monkeypatch):
     """A slide re-reads the newer part of the context with the decisions already made: its first
     byte already closed a chunk (and a supertoken) unless no byte in reach did, and every

@@ -53,9 +53,10 @@ class TrainingDiverged(RuntimeError):
 
 def make_optimizer(model: torch.nn.Module, cfg, device: torch.device, policy_lr_mult: float = 1.0) -> torch.optim.Optimizer:
     """AdamW; matrices decay, vectors do not. With policy_lr_mult != 1 the boundary rule's own
-    parameters (model.chunker) form their own groups whose lr is that multiple of the schedule's."""
+    parameters (model.chunker.policy_parameters()) form their own groups whose lr is that multiple of the schedule's."""
     chunker = getattr(model, "chunker", None)
-    policy_ids = {id(p) for p in chunker.parameters()} if chunker is not None and policy_lr_mult != 1.0 else set()
+    own = getattr(chunker, "policy_parameters", None) or getattr(chunker, "parameters", None)  # (a plugin's plain module)
+    policy_ids = {id(p) for p in own()} if chunker is not None and policy_lr_mult != 1.0 else set()
     groups = []
     for policy in (False, True):
         params = [p for p in model.parameters() if (id(p) in policy_ids) == policy]

@@ -67,6 +67,11 @@ class Chunker(nn.Module):
     def start_state(self, h, b, idx, early_logits, offset: int = 0) -> dict[str, torch.Tensor]:
         return {}
 
+    def policy_parameters(self):
+        """The parameters that decide where to cut: those objective.policy_lr_mult scales (all of
+        the rule's, unless it owns others, such as a norm of the chunks it pools)."""
+        return self.parameters()
+
     def pool(self, h: torch.Tensor, bd: Boundaries, last: torch.Tensor) -> torch.Tensor:
         """The chunk vectors (B, M, d) from the items' states h (B, T, d), given each chunk's last
         item `last` (B, M): that item's state, times the straight-through gate where the rule has

@@ -156,6 +156,10 @@ class DynamicPooling(GumbelChunker):
     def scorer(self, dim: int, rate: float) -> nn.Sequential:
         return nn.Sequential(nn.Linear(dim, self.hidden), nn.GELU(), nn.Linear(self.hidden, 1))
 
+    def policy_parameters(self):
+        """The scorer's: the chunks' norm belongs to the model and trains at its rate (as in the original)."""
+        return self.mlp.parameters()
+
     def pool(self, h: torch.Tensor, bd: Boundaries, last: torch.Tensor) -> torch.Tensor:
         """Each chunk's mean state: bytes are summed into their chunk's slot (in fp32, so the
         one-byte step's running sum matches; a sum, not a matrix product, so no FLOPs are charged
@@ -164,7 +168,8 @@ class DynamicPooling(GumbelChunker):
         n_max = last.shape[1]
         gate = torch.where(bd.free, bd.gate, bd.b.float())  # forced cuts are not the rule's: no gradient
         closed = torch.cumsum(gate, 1) - gate  # chunks closed before each byte: its chunk's index
-        slot = closed.detach().round().long().clamp(max=n_max)  # n_max: bytes of no whole chunk
+        # bytes after a row's last cut land in a slot past its chunks (padding, or n_max, dropped)
+        slot = closed.detach().round().long().clamp(max=n_max)
         weight = 1.0 + closed - closed.detach()
         sums = h.new_zeros(h.shape[0], n_max + 1, h.shape[-1], dtype=torch.float32)
         sums = sums.scatter_add(1, slot.unsqueeze(-1).expand(-1, -1, h.shape[-1]), weight.unsqueeze(-1) * h.float())
