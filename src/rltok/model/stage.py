@@ -11,6 +11,7 @@ import torch.nn as nn
 
 from rltok.model import cost  # (cost.Level: where a module runs; Level here: a level as a pass decided it)
 from rltok.model.chunkers import Boundaries
+from rltok.model.chunkers.base import last_item_chunks
 from rltok.model.decoding import HourglassState
 from rltok.model.layers import Packing, Stack, init_weights
 from rltok.model.levels import LevelSpec
@@ -143,7 +144,8 @@ class Stage(nn.Module):
         n_max, total = counts(n)  # the one host sync per level: the chunk counts
         last = boundary_positions(bd.b, n_max)  # each chunk's last item
         chunk_pos = torch.gather(pos.expand(h.shape[0], -1), 1, last)  # RoPE at the chunks' last bytes
-        z = self.chunker.pool(h, bd, last)  # (the last item's state, unless the rule pools otherwise)
+        pool = getattr(self.chunker, "pool", None) or last_item_chunks  # (a plugin's bare module has none)
+        z = pool(h, bd, last)
         # Packed, the main network computes only the real chunks (attention pads them per row).
         # Padded, padding chunks sit after every real chunk, so causal attention keeps them unseen.
         inner = packing_for(n, n_max, total, self.pack and run.cache is None)

@@ -74,12 +74,8 @@ class Chunker(nn.Module):
 
     def pool(self, h: torch.Tensor, bd: Boundaries, last: torch.Tensor) -> torch.Tensor:
         """The chunk vectors (B, M, d) from the items' states h (B, T, d), given each chunk's last
-        item `last` (B, M): that item's state, times the straight-through gate where the rule has
-        one (value 1, so only the gradient changes). A rule that pools otherwise overrides this."""
-        z = torch.gather(h, 1, last.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
-        if bd.gate is not None:
-            z = z * torch.gather(bd.gate, 1, last).unsqueeze(-1).to(z.dtype)
-        return z
+        item `last` (B, M); a rule that pools otherwise overrides this."""
+        return last_item_chunks(h, bd, last)
 
     def flops(self, level: Level) -> float:
         """Forward FLOPs per byte of the rule's own layers at `level` (the items it decides on): its
@@ -98,6 +94,16 @@ class Chunker(nn.Module):
         early_logits (B, V), forced (B,) positions that must close a chunk, b (B,) given decisions,
         noise (B,) uniform draws to use instead of drawing from `generator`. Updates `state`."""
         raise NonCausalRule(self.noncausal or f"{type(self).__name__} has no one-byte decision")
+
+
+def last_item_chunks(h: torch.Tensor, bd: Boundaries, last: torch.Tensor) -> torch.Tensor:
+    """Each chunk's last item's state, times the straight-through gate where the rule has one
+    (value 1, so only the gradient changes): the backbone's downsample, for any rule (a plugin's
+    bare module too) that does not pool its own way."""
+    z = torch.gather(h, 1, last.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
+    if bd.gate is not None:
+        z = z * torch.gather(bd.gate, 1, last).unsqueeze(-1).to(z.dtype)
+    return z
 
 
 def forced_mask(batch: int, length: int, device, force_last: bool) -> torch.Tensor:
