@@ -617,3 +617,24 @@ def test_rule_alignment_counts_runs_above_the_other_familys_mean(tmp_path):
     cells = [c.strip() for c in summary.split("|")[1:-1]]
     # the bar is 0.37 (the two ladder runs): 0.50, 0.60 and 0.90 clear it by > 0.05; 3 of 4 rates within 0.03
     assert cells[2] == "0.370 (2 runs)" and cells[3] == "3" and cells[4] == "3"
+
+
+def test_paired_chosen_pairs_each_family_at_its_val_chosen_size(tmp_path):
+    study = tmp_path / "s" / "docs-en"
+    study.mkdir(parents=True)
+    # family a: the larger size wins on val; b: the smaller. Test bpb differs from val on purpose.
+    val = {("a", 1000): 3.0, ("a", 2000): 2.9, ("b", 1000): 2.95, ("b", 2000): 3.1}
+    for (family, n), v in val.items():
+        for seed in (0, 1, 2):
+            rec = {"corpus": "docs-en", "family": family, "point_kind": "ladder", "budget_flops": 3e11,
+                   "target_size": n, "non_embedding_params": n, "seed": seed, "split": "test", "wall_s": 1.0,
+                   "commit": "abc", "bpb_select": v + 0.01 * seed, "bpb": v + 0.1 + (0.02 * seed if family == "a" else 0)}
+            (study / f"C3e11__{family}__N{n}__s{seed}.json").write_text(json.dumps(rec))
+    records.pack(tmp_path / "s", remove=True)
+    out = tmp_path / "pairs.md"
+    run_script("paired_chosen.py", "--root", tmp_path, "--study", "s", "--corpus", "docs-en", "--family", "a",
+               "--against", "b", "--budgets", 3e11, "--out", out, cwd=tmp_path)
+    row = next(line for line in out.read_text().splitlines() if line.startswith("| docs-en | 3e11 | a − b |"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    # a at N 2000 (test 3.00, 3.02, 3.04) against b at N 1000 (3.05 each): mean -0.03 over 3 seeds
+    assert cells[4] == "3" and cells[5] == "-0.030" and cells[-1] == "N 2,000 vs 1,000"
