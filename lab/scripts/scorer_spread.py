@@ -1,6 +1,7 @@
 """Has a straight-through rule's boundary scorer learned anything? For each run folder given, the
 logits its scorer gives on val windows: their mean and spread, the cut probability at spaces and
-elsewhere, against the logit it started from (logit(target rate)). A scorer that never moved from
+elsewhere, and at the last byte before a space (a cut that ends a word without its space) and at
+neither, against the logit it started from (logit(target rate)). A scorer that never moved from
 its start draws i.i.d. cuts at the target rate: random cuts, whatever the rule is called.
 
     python lab/scripts/scorer_spread.py 'study/docs-en/runs/C1e12__gumbel__*' --data data/docs-en --out spread.md
@@ -44,10 +45,12 @@ def spread(run: Path, data: str, windows: int, seq_len: int) -> dict:
         raise SystemExit(f"scorer_spread: {run}: its rule ({cfg.model.chunker.kind}) gives no cut probabilities")
     logits = torch.logit(p.clamp(1e-6, 1 - 1e-6))
     space = x[:, 1:-1] == 32
+    before = (x[:, 2:] == 32) & ~space  # the last byte of a word: a cut there ends the chunk before its space
     rate = cfg.model.target_rate
     return {"run": str(run), "rule": cfg.model.chunker.kind, "rate_logit": math.log(rate / (1 - rate)),
             "logit_mean": float(logits.mean()), "logit_sd": float(logits.std()),
-            "p_space": float(p[space].mean()), "p_other": float(p[~space].mean())}
+            "p_space": float(p[space].mean()), "p_other": float(p[~space].mean()),
+            "p_before": float(p[before].mean()), "p_rest": float(p[~space & ~before].mean())}
 
 
 def main(argv=None) -> int:
@@ -65,10 +68,12 @@ def main(argv=None) -> int:
     if not runs:
         raise SystemExit(f"scorer_spread: no run folder matches {' '.join(args.runs)}")
     rows = [spread(Path(r), args.data, args.windows, args.seq_len) for r in runs]
-    lines = ["| run | rule | logit(target rate) | logit mean | logit sd | p(cut) at spaces | p(cut) elsewhere |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    lines = ["| run | rule | logit(target rate) | logit mean | logit sd | p(cut) at spaces | p(cut) elsewhere | "
+             "p(cut) before a space | p(cut) neither |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {Path(r['run']).name} | {r['rule']} | {r['rate_logit']:.3f} | {r['logit_mean']:.3f} | "
-              f"{r['logit_sd']:.3f} | {r['p_space']:.3f} | {r['p_other']:.3f} |" for r in rows]
+              f"{r['logit_sd']:.3f} | {r['p_space']:.3f} | {r['p_other']:.3f} | {r['p_before']:.3f} | "
+              f"{r['p_rest']:.3f} |" for r in rows]
     commanded_table("scorer_spread.py", argv if argv is not None else sys.argv[1:], lines, args.out)
     return 0
 
