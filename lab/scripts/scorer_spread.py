@@ -27,6 +27,20 @@ def run_folder(path: Path) -> Path:
     return inner[0] if len(inner) == 1 and not (Path(path) / "config.json").exists() else Path(path)
 
 
+# byte classes for --classes: what a scorer that varies keys on (ASCII; every byte >= 128 is "utf-8")
+CLASSES = {"lower": range(97, 123), "upper": range(65, 91), "digit": range(48, 58), "space": [32],
+           "newline": [10], "punct": [c for c in range(33, 127) if not chr(c).isalnum()], "utf-8": range(128, 256)}
+
+
+def class_probs(p: torch.Tensor, x: torch.Tensor) -> dict[str, float | None]:
+    """Mean cut probability where the byte deciding is of each class (None where the class is absent)."""
+    out = {}
+    for name, codes in CLASSES.items():
+        mask = torch.isin(x, torch.tensor(list(codes)))
+        out[name] = float(p[mask].mean()) if mask.any() else None
+    return out
+
+
 def spread(run: Path, data: str, windows: int, seq_len: int) -> dict:
     model, cfg, _, _ = load_checkpoint(run_folder(run))
     model.eval()
@@ -50,7 +64,8 @@ def spread(run: Path, data: str, windows: int, seq_len: int) -> dict:
     return {"run": str(run), "rule": cfg.model.chunker.kind, "rate_logit": math.log(rate / (1 - rate)),
             "logit_mean": float(logits.mean()), "logit_sd": float(logits.std()),
             "p_space": float(p[space].mean()), "p_other": float(p[~space].mean()),
-            "p_before": float(p[before].mean()), "p_rest": float(p[~space & ~before].mean())}
+            "p_before": float(p[before].mean()), "p_rest": float(p[~space & ~before].mean()),
+            "classes": class_probs(p, x[:, 1:-1])}
 
 
 def main(argv=None) -> int:
@@ -60,6 +75,7 @@ def main(argv=None) -> int:
     ap.add_argument("--data", required=True, help="the corpus folder the runs trained on")
     ap.add_argument("--windows", type=int, default=8)
     ap.add_argument("--seq-len", type=int, default=512)
+    ap.add_argument("--classes", action="store_true", help="also the cut probability by the deciding byte's class")
     ap.add_argument("--out", help="also write the table here")
     args = ap.parse_args(argv)
     import glob
@@ -74,6 +90,11 @@ def main(argv=None) -> int:
     lines += [f"| {Path(r['run']).name} | {r['rule']} | {r['rate_logit']:.3f} | {r['logit_mean']:.3f} | "
               f"{r['logit_sd']:.3f} | {r['p_space']:.3f} | {r['p_other']:.3f} | {r['p_before']:.3f} | "
               f"{r['p_rest']:.3f} |" for r in rows]
+    if args.classes:
+        lines += ["", "Cut probability by the class of the byte that decides (the chunk's last byte):", "",
+                  "| run | " + " | ".join(CLASSES) + " |", "|---|" + "---:|" * len(CLASSES)]
+        lines += [f"| {Path(r['run']).name} | " + " | ".join("–" if v is None else f"{v:.3f}" for v in r["classes"].values())
+                  + " |" for r in rows]
     commanded_table("scorer_spread.py", argv if argv is not None else sys.argv[1:], lines, args.out)
     return 0
 

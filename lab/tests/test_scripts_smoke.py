@@ -574,7 +574,10 @@ def test_scorer_spread_reads_a_straight_through_rules_cut_probabilities(data_roo
                   "model.chunker=gumbel", "train.max_steps=2", "train.log_every=1", "train.eval_every=2"]) == 0
     out = tmp_path / "spread.md"
     run_script("scorer_spread.py", str(tmp_path / "gum*"), "--data", data_root / "docs-en", "--windows", 2,
-               "--seq-len", 64, "--out", out, cwd=tmp_path)
+               "--seq-len", 64, "--classes", "--out", out, cwd=tmp_path)
+    by_class = [line for line in out.read_text().splitlines() if line.startswith("| gumbel |")][1]
+    lower = float(by_class.split("|")[2])
+    assert 0.15 < lower < 0.25  # the scorer near its start: about the target rate for every class
     row = next(line for line in out.read_text().splitlines() if line.startswith("| gumbel |"))
     cells = [c.strip() for c in row.split("|")[1:-1]]
     assert cells[1] == "gumbel" and cells[2] == "-1.386"  # logit(0.2), where the scorer starts
