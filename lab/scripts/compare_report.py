@@ -23,7 +23,6 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "lab")]
 
 from rltok.analysis.compare import markdown_table, plot, summarize  # noqa: E402
 
-HEURISTIC = ("entropy", "whitespace", "fixed", "uniform")
 
 
 def verdict(rows: list[dict], method: str = "rl") -> list[str]:
