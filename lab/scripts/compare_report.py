@@ -24,7 +24,6 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "lab")]
 from rltok.analysis.compare import markdown_table, plot, summarize  # noqa: E402
 
 
-
 def verdict(rows: list[dict], method: str = "rl") -> list[str]:
     """`method` (or the one method that is `method@<overrides>`) against every other row."""
     by = {r["method"]: r for r in rows}
