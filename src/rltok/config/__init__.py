@@ -14,8 +14,8 @@ from rltok.config.sections import (BOS, CHUNKERS, COST_ESTIMATORS, CREDIT_PRICES
                                    ScoreFunctionSettings, TargetPriceSettings, TrainConfig)
 
 __all__ = ["DynamicPoolingSettings", "FixedChunkerSettings", "FlipsSettings", "GumbelChunkerSettings",
-           "HNetChunkerSettings", "LagrangeRateSettings", "LexiconSettings", "PenaltyRateSettings", "RateSettings", "RLChunkerSettings",
-           "ScoreFunctionSettings", "TargetPriceSettings",
+           "HNetChunkerSettings", "LagrangeRateSettings", "LexiconSettings", "PenaltyRateSettings", "RateSettings",
+           "RLChunkerSettings", "ScoreFunctionSettings", "TargetPriceSettings",
            "BOS", "CHUNKERS", "COST_ESTIMATORS", "CREDIT_PRICES", "ENTRY_POINT_GROUP", "PluginError",
            "load_plugin", "load_plugins", "Config", "ConfigError", "DataConfig", "EOS", "ESTIMATORS", "FAMILIES",
            "LEGACY_KEYS", "ModelConfig", "ObjectiveConfig", "PAD", "PRESETS", "PRESET_NOTES", "RATES", "RECIPES",

@@ -1,6 +1,7 @@
 """One level of the hourglass, recursive as in H-Net: items -> encoder -> boundary rule -> down (a
-chunk is its last item's state, or what the rule pools) -> main (a Stack or the next Stage) -> up (each item gets its latest
-chunk, plus a skip) -> decoder; written once for the parallel pass, once for the cached step."""
+chunk is its last item's state, or what the rule pools) -> main (a Stack or the next Stage) -> up
+(each item gets its latest chunk, plus a skip) -> decoder; written once for the parallel pass, once
+for the cached step."""
 
 from __future__ import annotations
 

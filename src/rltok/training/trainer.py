@@ -53,10 +53,13 @@ class TrainingDiverged(RuntimeError):
 
 def make_optimizer(model: torch.nn.Module, cfg, device: torch.device, policy_lr_mult: float = 1.0) -> torch.optim.Optimizer:
     """AdamW; matrices decay, vectors do not. With policy_lr_mult != 1 the boundary rule's own
-    parameters (model.chunker.policy_parameters()) form their own groups whose lr is that multiple of the schedule's."""
+    parameters (model.chunker.policy_parameters()) form their own groups whose lr is that multiple
+    of the schedule's."""
     chunker = getattr(model, "chunker", None)
-    own = getattr(chunker, "policy_parameters", None) or getattr(chunker, "parameters", None)  # (a plugin's plain module)
-    policy_ids = {id(p) for p in own()} if chunker is not None and policy_lr_mult != 1.0 else set()
+    policy_ids = set()
+    if chunker is not None and policy_lr_mult != 1.0:
+        own = getattr(chunker, "policy_parameters", chunker.parameters)  # (a plugin's plain module has none)
+        policy_ids = {id(p) for p in own()}
     groups = []
     for policy in (False, True):
         params = [p for p in model.parameters() if (id(p) in policy_ids) == policy]

@@ -8,6 +8,6 @@ from rltok.model.chunkers.fixed import EntropyChunker, FixedChunker, UniformChun
 from rltok.model.chunkers.policy import RLPolicy, learned_rules
 from rltok.model.chunkers.straight_through import DynamicPooling, GumbelChunker, HNetRouter
 
-__all__ = ["BPEChunker", "Boundaries", "Chunker", "DynamicPooling", "EntropyChunker", "FixedChunker", "GumbelChunker", "HNetRouter",
-           "NonCausalRule", "RLPolicy", "UniformChunker", "WhitespaceChunker", "bernoulli_logp", "build_chunker",
+__all__ = ["BPEChunker", "Boundaries", "Chunker", "DynamicPooling", "EntropyChunker", "FixedChunker", "GumbelChunker",
+           "HNetRouter", "NonCausalRule", "RLPolicy", "UniformChunker", "WhitespaceChunker", "bernoulli_logp", "build_chunker",
            "forced_mask", "fp32_linear", "learned_rules", "spacelike"]

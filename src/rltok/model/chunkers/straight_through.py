@@ -86,16 +86,17 @@ class GumbelChunker(Chunker):
     def from_settings(cls, settings, m, dim=None, rate=None):
         return cls(dim or m.d_byte, rate or m.target_rate, settings.temperature, settings.prior_weight)
 
-    def __init__(self, dim: int, rate: float, temperature: float = 1.0, prior_weight: float = 1.0):
+    def __init__(self, dim: int, rate: float, temperature: float = 1.0, prior_weight: float = 1.0,
+                 scorer: nn.Module | None = None):
         super().__init__()
-        self.mlp = self.scorer(dim, rate)
+        self.mlp = scorer if scorer is not None else self.scorer(dim, rate)
         self.rate = rate
         self.temperature = temperature
         self.prior_weight = prior_weight
 
     @staticmethod
     def scorer(dim: int, rate: float) -> nn.Sequential:
-        """The per-byte boundary scorer: one hidden layer of `dim`, starting at the target rate."""
+        """The default per-byte boundary scorer: one hidden layer of `dim`, starting at the target rate."""
         mlp = nn.Sequential(nn.Linear(dim, dim), nn.GELU(), nn.Linear(dim, 1))
         nn.init.zeros_(mlp[2].weight)
         nn.init.constant_(mlp[2].bias, math.log(rate / (1 - rate)))
@@ -149,12 +150,10 @@ class DynamicPooling(GumbelChunker):
 
     def __init__(self, dim: int, rate: float, temperature: float = 0.5, prior_weight: float = 1.0,
                  hidden_mult: int = 4):
-        self.hidden = hidden_mult * dim
-        super().__init__(dim, rate, temperature, prior_weight)
+        hidden = hidden_mult * dim
+        scorer = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, 1))  # PyTorch's init
+        super().__init__(dim, rate, temperature, prior_weight, scorer)
         self.norm = nn.LayerNorm(dim)
-
-    def scorer(self, dim: int, rate: float) -> nn.Sequential:
-        return nn.Sequential(nn.Linear(dim, self.hidden), nn.GELU(), nn.Linear(self.hidden, 1))
 
     def policy_parameters(self):
         """The scorer's: the chunks' norm belongs to the model and trains at its rate (as in the original)."""
@@ -186,8 +185,8 @@ class DynamicPooling(GumbelChunker):
 
     def step(self, state, h, forced, b=None, mode="sample", generator=None, noise=None, **_) -> Boundaries:
         bd = super().step(state, h, forced, b, mode, generator, noise)
-        total = state.get("sum", h.new_zeros(h.shape, dtype=torch.float32)) + h.float()
-        count = state.get("count", h.new_zeros(h.shape[0], dtype=torch.float32)) + 1
+        total = h.float() + state["sum"] if "sum" in state else h.float()  # (no state before a first prefill)
+        count = state["count"] + 1 if "count" in state else h.new_ones(h.shape[0], dtype=torch.float32)
         bd.pooled = self.norm(total / count.unsqueeze(-1))
         state["sum"] = torch.where(bd.b.unsqueeze(-1), 0.0, total)
         state["count"] = torch.where(bd.b, 0.0, count)
