@@ -46,6 +46,11 @@ def is_dirty(r: dict) -> bool:
     return str(r.get("commit", "")).endswith("+dirty") or not r.get("commit")
 
 
+def is_read(r: dict) -> bool:
+    """A record a reading uses: scored (not diverged), not a learning-rate check, from committed code."""
+    return r.get("bpb") is not None and r.get("point_kind") != "check" and not is_dirty(r)
+
+
 def study_runs(corpus: str) -> list[dict]:
     """The runs of the study's one reading: every ladder, extension, optimum and verdict run, the
     held-out runs and the held-out profile's extra sizes, each at its family's own rate multiplier;
@@ -230,8 +235,7 @@ def grid_study(grid, folder: Path, budgets_read: dict[str, list[float]] | None =
         # every record, those `rltok scaling` marks excluded included, so that all are counted
         rs = [r for r in map(read_record, sorted((folder / corpus).glob(RESULTS_GLOB))) if r is not None]
         left[corpus] = sum(map(is_dirty, rs))
-        runs[corpus] = [r for r in rs if r.get("bpb") is not None and r.get("point_kind") != "check"
-                        and not is_dirty(r)
+        runs[corpus] = [r for r in rs if is_read(r)
                         and (budgets_read is None or float(r["budget_flops"]) in budgets_read.get(corpus, ()))]
     budgets = tuple(sorted({*grid.budgets, *grid.holdout_budgets}))
     return _study(runs, budgets, held_out=tuple(grid.holdout_budgets), groups={k: tuple(v) for k, v in grid.groups.items()},

@@ -11,7 +11,6 @@ bpb does not move with the path off does not use the chunk level at all.
 from __future__ import annotations
 
 import argparse
-import glob
 import math
 import sys
 from pathlib import Path
@@ -20,14 +19,9 @@ import torch
 import torch.nn.functional as F
 
 from rltok.data.corpus import load_eval_bytes
+from rltok_lab.run_folders import expand, trainer_folder
 from rltok_lab.tables_file import commanded_table
 from rltok.training.loading import load_checkpoint
-
-
-def trainer_folder(path: Path) -> Path:
-    """A study point's folder holds one trainer folder (METHOD_sSEED); a trainer folder is itself."""
-    inner = [p for p in Path(path).glob("*_s*") if p.is_dir()]
-    return inner[0] if len(inner) == 1 and not (Path(path) / "config.json").exists() else Path(path)
 
 
 def bits(logits: torch.Tensor, y: torch.Tensor) -> float:
@@ -61,7 +55,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seq-len", type=int, default=512)
     ap.add_argument("--out", help="also write the table here")
     args = ap.parse_args(argv)
-    runs = [Path(r) for p in args.runs for r in (sorted(glob.glob(p)) if "*" in p else [p])]
+    runs = expand(args.runs)
     if not runs:
         raise SystemExit(f"chunk_path_use: no run folder matches {' '.join(args.runs)}")
     w = load_eval_bytes(args.data, "val", max_bytes=args.windows * (args.seq_len + 1)).long()

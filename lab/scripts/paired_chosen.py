@@ -17,9 +17,8 @@ from rltok_lab.tables_file import commanded_table
 
 
 def study_runs(study: str, corpus: str, root: Path) -> list[dict]:
-    """The records a reading uses: scored, not a learning-rate check, from committed code."""
-    return [r for _, r in records.entries(study, corpus, root)
-            if r.get("bpb") is not None and r.get("point_kind") != "check" and not audit.is_dirty(r)]
+    """The records a reading uses (`audit.is_read`)."""
+    return [r for _, r in records.entries(study, corpus, root) if audit.is_read(r)]
 
 
 def verdicts(runs: list[dict], corpus: str, family: str, against: list[str], budgets: list[float]) -> list[audit.Verdict]:

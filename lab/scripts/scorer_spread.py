@@ -17,14 +17,9 @@ from pathlib import Path
 import torch
 
 from rltok.data.corpus import load_eval_bytes
+from rltok_lab.run_folders import expand, trainer_folder
 from rltok_lab.tables_file import commanded_table
 from rltok.training.loading import load_checkpoint
-
-
-def run_folder(path: Path) -> Path:
-    """A study point's folder holds one trainer folder (METHOD_sSEED); a trainer folder is itself."""
-    inner = [p for p in Path(path).glob("*_s*") if p.is_dir()]
-    return inner[0] if len(inner) == 1 and not (Path(path) / "config.json").exists() else Path(path)
 
 
 # byte classes for --classes: what a scorer that varies keys on (ASCII; every byte >= 128 is "utf-8")
@@ -42,7 +37,7 @@ def class_probs(p: torch.Tensor, x: torch.Tensor) -> dict[str, float | None]:
 
 
 def spread(run: Path, data: str, windows: int, seq_len: int) -> dict:
-    model, cfg, _, _ = load_checkpoint(run_folder(run))
+    model, cfg, _, _ = load_checkpoint(trainer_folder(run))
     model.eval()
     if getattr(model, "chunker", None) is None:
         raise SystemExit(f"scorer_spread: {run} draws no boundaries (model.arch={cfg.model.arch})")
@@ -78,12 +73,10 @@ def main(argv=None) -> int:
     ap.add_argument("--classes", action="store_true", help="also the cut probability by the deciding byte's class")
     ap.add_argument("--out", help="also write the table here")
     args = ap.parse_args(argv)
-    import glob
-
-    runs = [r for pattern in args.runs for r in (sorted(glob.glob(pattern)) if "*" in pattern else [pattern])]
+    runs = expand(args.runs)
     if not runs:
         raise SystemExit(f"scorer_spread: no run folder matches {' '.join(args.runs)}")
-    rows = [spread(Path(r), args.data, args.windows, args.seq_len) for r in runs]
+    rows = [spread(r, args.data, args.windows, args.seq_len) for r in runs]
     lines = ["| run | rule | logit(target rate) | logit mean | logit sd | p(cut) at spaces | p(cut) elsewhere | "
              "p(cut) before a space | p(cut) neither |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
