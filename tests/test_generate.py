@@ -172,6 +172,20 @@ def test_a_rule_that_reads_the_next_byte_is_refused():
         make_model().train().start_decoding(1, 8)
 
 
+@pytest.mark.parametrize("name", ["rl-w4", "dynamic_pooling", "all"])
+def test_cached_decoding_under_bf16_autocast(name):
+    """A caller's bf16 autocast (as on a GPU): the fp32 caches take the lower-precision keys, and
+    decoding gives the parallel pass's logits to bf16's precision (logits here reach about 6)."""
+    model = make_model(**RULES[name])
+    x = torch.tensor(list(TEXT[:40]))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = model(x.unsqueeze(0), mode="sample", generator=torch.Generator().manual_seed(2), force_last=False)
+        b, b2 = ref.boundaries.b[0], byte_b2(ref)
+        logits, b_inc, _, _ = incremental(model, x, b, 13, b2)
+    assert torch.equal(b_inc, b)
+    assert (logits.float() - ref.logits[0, 12:].float()).abs().max().item() <= 0.25
+
+
 @pytest.mark.parametrize("window", [None, 8])
 @pytest.mark.parametrize("ngram", [0, 64])
 def test_flat_model_cache_matches_parallel(window, ngram):

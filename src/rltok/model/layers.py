@@ -177,7 +177,9 @@ class Attention(nn.Module):
         n, _, d = x.shape
         q, k, v = self.qkv(x).view(n, 1, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         keys, values, mask = cache.update(layer, apply_rope(k, cos, sin), v)
-        y = F.scaled_dot_product_attention(apply_rope(q, cos, sin), keys, values, attn_mask=mask)
+        q = apply_rope(q, cos, sin)
+        # the cache keeps the parameters' dtype; under autocast q is in the lower precision
+        y = F.scaled_dot_product_attention(q, keys.to(q.dtype), values.to(q.dtype), attn_mask=mask)
         return self.proj(y.transpose(1, 2).reshape(n, 1, d))
 
 
@@ -300,8 +302,9 @@ class KVCache:
         keep = min(t, self.size)
         slots = torch.arange(t - keep, t, device=self.device) % self.size
         for layer, (k, v) in enumerate(kvs):
-            self.k[layer][row][:, slots] = k[0, :, t - keep:]
-            self.v[layer][row][:, slots] = v[0, :, t - keep:]
+            # cast: under autocast the keys come in a lower precision than the cache's
+            self.k[layer][row][:, slots] = k[0, :, t - keep:].to(self.k[layer].dtype)
+            self.v[layer][row][:, slots] = v[0, :, t - keep:].to(self.v[layer].dtype)
         self.lengths[row] = t
 
     def begin(self, rows: list[int] | None) -> None:
@@ -327,8 +330,8 @@ class KVCache:
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         """Write this step's (n, H, 1, D) keys/values; return (keys, values, mask) to attend to."""
         keys, values = self.k[layer], self.v[layer]
-        keys[self._index] = k[:, :, 0]
-        values[self._index] = v[:, :, 0]
+        keys[self._index] = k[:, :, 0].to(keys.dtype)
+        values[self._index] = v[:, :, 0].to(values.dtype)
         if self._read is None:
             return keys[:, :, : self._span], values[:, :, : self._span], self._mask
         return keys[self._read, :, : self._span], values[self._read, :, : self._span], self._mask
