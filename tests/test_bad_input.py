@@ -70,7 +70,7 @@ def test_glob_matching_nothing(tmp_path, capsys):
 def test_empty_file(tmp_path, capsys):
     (tmp_path / "e.txt").write_bytes(b"")
     assert_user_error(capsys, ["train", "--data", str(tmp_path / "e.txt"), *FAST],
-                      "holds no bytes to train on: 1 file(s) read; skipped 1 empty")
+                      "holds no bytes: 1 file(s) read; skipped 1 empty")
 
 
 def test_only_unreadable_files(tmp_path, capsys):
@@ -83,7 +83,8 @@ def test_only_unreadable_files(tmp_path, capsys):
 
 def test_too_small_corpus(tmp_path, capsys):
     (tmp_path / "t.txt").write_bytes(b"abc")
-    assert_user_error(capsys, ["train", "--data", str(tmp_path / "t.txt"), *FAST], "too small to train on")
+    assert_user_error(capsys, ["train", "--data", str(tmp_path / "t.txt"), *FAST],
+                      "too small to train on: 3 bytes read, 1 of them in the train split (2 needed)")
 
 
 def messy_folder(root: Path) -> tuple[Path, int]:

@@ -95,8 +95,25 @@ def test_tiny_sources_capped_sources_and_binary_documents(tmp_path):
     mem, disk = assert_same_corpus(tmp_path / "p2", binary, max_bytes=3000)
     assert sum(open_prepared(tmp_path / "p2").documents("train")[:, 1]) + \
         sum(open_prepared(tmp_path / "p2").documents("val")[:, 1]) == 3000
-    with pytest.raises(DataError, match="too small"):
+    with pytest.raises(DataError, match="too small to train on: 1 bytes read, 1 of them in the train split"):
         prepare(str(tiny / "f2"), tmp_path / "p3", progress=False)
+    assert not (tmp_path / "p3").exists()  # a refused source leaves no folder behind
+
+
+def test_a_refused_source_leaves_nothing_to_resume(tmp_path):
+    """An empty or too-small source is final, not an interruption: the folder made for it goes, and
+    in a folder that was there the preparation's own files go (the lock stays)."""
+    (tmp_path / "empty.txt").write_bytes(b"")
+    (tmp_path / "small.txt").write_bytes(b"abc")
+    for name, message in (("empty.txt", "holds no bytes"), ("small.txt", "too small")):
+        with pytest.raises(DataError, match=message):
+            prepare(str(tmp_path / name), tmp_path / "new" / name, progress=False)
+        assert not (tmp_path / "new" / name).exists()
+        there = tmp_path / f"there-{name}"
+        there.mkdir()
+        with pytest.raises(DataError, match=message):
+            prepare(str(tmp_path / name), there, progress=False)
+        assert [f.name for f in there.iterdir()] == [".rltok-prepare.lock"]
 
 
 def test_a_folder_of_named_splits_maps_to_the_prepared_splits(tmp_path):

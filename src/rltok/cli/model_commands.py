@@ -43,7 +43,8 @@ def cmd_eval(args) -> int:
     run = evaluate_run(args.checkpoint, args.data, args.split, fallback_to_val=args.fallback_to_val,
                        max_bytes=args.max_bytes, seq_len=args.seq_len or None, max_windows=args.max_windows,
                        context=args.context, batch_size=args.batch_size, mode=args.mode, seed=args.seed,
-                       device=_device(args), code_metrics=args.code, forced_split=args.forced_split)
+                       device=_device(args), code_metrics=args.code, forced_split=args.forced_split,
+                       progress=sys.stderr.isatty())
     if run.split != args.split:
         print(f"note: {run.data} has no {args.split!r} split: evaluating on {run.split!r}", file=sys.stderr)
     result = run.summary()
@@ -80,8 +81,9 @@ def cmd_segment(args) -> int:
     else:
         print(render_pipes(chunks, args.sep))
     n = len(data)
-    print(f"\n{len(chunks)} chunks over {n} bytes: rate {len(chunks) / n:.3f}, "
-          f"{n / len(chunks):.2f} bytes per chunk", file=sys.stderr)
+    # the rate as everywhere else: boundaries over the positions the rule decides (not the first, not the last)
+    rate = f"; rate {float(b[1:-1].float().mean()):.3f} over the {n - 2} positions the rule decides" if n > 2 else ""
+    print(f"\n{len(chunks)} chunks over {n} bytes ({n / len(chunks):.2f} bytes per chunk){rate}", file=sys.stderr)
     if args.html or args.png:
         _write_heatmaps(args, data, b.tolist(), probs)
     return 0
@@ -103,16 +105,23 @@ def _write_heatmaps(args, data: bytes, flags: list[bool], probs) -> None:
 
 
 def _unescape(s: str) -> bytes:
-    """Stop strings from the shell: \\n, \\t, \\r, \\\\ and \\xNN escapes become bytes."""
+    """Stop strings from the shell: \\n, \\t, \\r, \\\\ and \\xNN escapes become bytes; any other
+    backslash is refused (a mistyped escape would otherwise be a stop string never produced)."""
     import re
 
     simple = {"n": b"\n", "t": b"\t", "r": b"\r", "\\": b"\\"}
 
     def one(m: re.Match) -> bytes:
-        e = m.group(1).decode()
-        return bytes([int(e[1:], 16)]) if e[0] == "x" else simple[e]
+        e = m.group(1).decode("utf-8", errors="surrogateescape")
+        if re.fullmatch(r"x[0-9a-fA-F]{2}", e):
+            return bytes([int(e[1:], 16)])
+        if e in simple:
+            return simple[e]
+        what = f"unknown escape '\\{e}'" if e else "a backslash at the end"
+        raise ConfigError(f"--stop '{s}': {what}; escapes are \\n, \\t, \\r, \\xNN (two hex digits) and \\\\ "
+                          "for a backslash")
 
-    return re.sub(rb"\\(x[0-9a-fA-F]{2}|[ntr\\])", one, s.encode("utf-8", errors="surrogateescape"))
+    return re.sub(rb"\\(x[0-9a-fA-F]{0,2}|.|$)", one, s.encode("utf-8", errors="surrogateescape"), flags=re.DOTALL)
 
 
 def cmd_generate(args) -> int:
@@ -130,6 +139,7 @@ def cmd_generate(args) -> int:
         check_args(args.max_bytes, args.temperature, args.top_k, args.top_p, args.mode)
     except GenerationError as e:
         raise ConfigError(str(e)) from None
+    stops = [_unescape(s) for s in args.stop]
     if args.prompt_file is not None:  # raw bytes: any byte string is a valid prompt
         from rltok.cli.paths import read_input
 
@@ -155,7 +165,7 @@ def cmd_generate(args) -> int:
     start = time.perf_counter()
     try:
         result = generate(model, prompt, args.max_bytes, temperature=args.temperature, top_k=args.top_k,
-                          top_p=args.top_p, seed=args.seed, stop=[_unescape(s) for s in args.stop],
+                          top_p=args.top_p, seed=args.seed, stop=stops,
                           mode=args.mode, on_bytes=lambda _, data: out.write(data))
         out.close()
         if sys.stdout.isatty() and not result.output.endswith(b"\n"):

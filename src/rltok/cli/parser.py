@@ -72,7 +72,9 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default=None, help=f"named preset ({', '.join(PRESETS)}); default: tiny "
                                                   "(with --resume: the run's own saved config)")
     p.add_argument("--config", help="JSON or TOML config file applied on top of the preset")
-    p.add_argument("--data", help="training data: 'stdlib' (default), a file, a folder, a glob or hf:name")
+    p.add_argument("--data", help="training data: 'stdlib' (default), a file (.gz/.bz2/.xz/.zst read as text), a "
+                                  "folder, a glob, a folder from `rltok prepare`, mix:DIR=W,DIR=W or hf:NAME "
+                                  "(docs/DATA.md)")
     p.add_argument("--out", help="run folder (checkpoints, metrics.jsonl); default runs/default")
     p.add_argument("--steps", type=count(0),  # 0: the config says why not
                    help="shorthand for train.max_steps")
@@ -81,11 +83,13 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 def add_model_args(q: argparse.ArgumentParser) -> None:
     """The flags of every command that loads a trained model: where it is, where it runs, how it decides."""
     q.add_argument("--checkpoint", "-c", default="runs/default", help="checkpoint or run folder (newest checkpoint)")
-    q.add_argument("--device", default="auto")
-    q.add_argument("--threads", type=count(0, MAX_THREADS), default=0)
+    q.add_argument("--device", default="auto",
+                   help="cpu, cuda, cuda:N, mps or auto (default: CUDA where available, else the CPU)")
+    q.add_argument("--threads", type=count(0, MAX_THREADS), default=0, help="CPU threads (default 0: torch's choice)")
     q.add_argument("--mode", choices=("sample", "greedy"), default=None,
                    help="boundary decisions: sampled from the policy or thresholded at p=0.5")
-    q.add_argument("--seed", type=count(0, MAX_SEED), default=0)
+    q.add_argument("--seed", type=count(0, MAX_SEED), default=0,
+                   help="seed of the sampled boundary decisions (and of sampled bytes in generate); default 0")
 
 
 def _add_train(sub: Subcommands) -> None:
@@ -94,7 +98,8 @@ def _add_train(sub: Subcommands) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its newest valid checkpoint, with the run's own saved "
                         "config and data; only train.max_steps, logging/eval/checkpoint cadence, threads, "
-                        "device and tensorboard/wandb may be given again")
+                        "device, tensorboard/wandb, train.schedule_on_resume and train.optimizer_kernel may be "
+                        "given again")
     p.add_argument("--allow-config-change", action="store_true",
                    help="with --resume: continue even though other config keys differ from the run's")
     p.add_argument("--overwrite", action="store_true",
@@ -161,8 +166,10 @@ def _add_eval(sub: Subcommands) -> None:
     p.add_argument("--fallback-to-val", action="store_true",
                    help="evaluate on val when the data has no such split (the output's split names the one used)")
     p.add_argument("--seq-len", type=count(0, 1 << 20), default=0, help="window length (default: training seq_len)")
-    p.add_argument("--batch-size", type=count(1), default=8)
-    p.add_argument("--max-windows", type=count(0), default=0, help="evaluate on at most this many windows (0 = all)")
+    p.add_argument("--batch-size", type=count(1), default=8, help="windows per forward pass (default 8)")
+    p.add_argument("--max-windows", type=count(0), default=0,
+                   help="evaluate on at most this many windows (default 0: the whole split, which on a large "
+                        "split takes a while)")
     p.add_argument("--context", type=count(1, 1 << 20), default=1,
                    help="score bytes context.. of each window, the same bytes for every model family (windows "
                         "overlap by context bytes, so each byte is scored once; default 1)")
@@ -211,9 +218,11 @@ def _add_generate(sub: Subcommands) -> None:
     p.add_argument("--max-bytes", "-n", type=int, default=256, help="generate at most this many bytes (default 256)")
     p.add_argument("--temperature", "-t", type=number(0, 1e6), default=1.0, help="sampling temperature; 0 = greedy (default 1)")
     p.add_argument("--top-k", type=count(0), default=0, help="sample among the k likeliest bytes (0 = off)")
-    p.add_argument("--top-p", type=number(0, 1), default=1.0, help="nucleus sampling: smallest set with this mass (1 = off)")
+    p.add_argument("--top-p", type=number(0, 1, low_open=True), default=1.0,
+                   help="nucleus sampling: smallest set with this mass (1 = off)")
     p.add_argument("--stop", action="append", default=[], metavar="STR",
-                   help="stop when this string is produced (not printed); repeatable; \\n \\t \\xNN escapes work")
+                   help="stop when this string is produced (not printed); repeatable; escapes: \\n \\t \\r "
+                        "\\xNN, and \\\\ for a backslash")
     p.add_argument("--echo", action="store_true", help="print the prompt before the continuation")
     p.set_defaults(func=cmd_generate, default_mode="sample")
 
@@ -225,12 +234,14 @@ def _add_compare(sub: Subcommands) -> None:
     p.add_argument("--methods", nargs="+", default=["rl", "hnet", "gumbel", "dynamic_pooling", "entropy", "whitespace",
                                                      "bpe", "fixed", "uniform", "flat", "bpe_token"],
                    help="named methods (rl_reference, bpe_line, ...) or any registered boundary rule or model family "
-                        "(a plugin's too), each optionally NAME+PIECE...@key=value,...")
-    p.add_argument("--seeds", nargs="+", type=count(0, MAX_SEED), default=[0])
+                        "(a plugin's too), each optionally NAME+PIECE...@key=value,... (default: all of "
+                        "%(default)s)")
+    p.add_argument("--seeds", nargs="+", type=count(0, MAX_SEED), default=[0], help="seeds per method (default 0)")
     p.add_argument("--budget-bytes", type=count(1, 1 << 50), default=1_000_000,
                    help="budget in bytes of the hierarchical model at the target rate; every method gets "
-                        "the same training FLOPs")
-    p.add_argument("--preset", default="tiny")
+                        "the same training FLOPs (default %(default)s)")
+    p.add_argument("--preset", default="tiny", help=f"named preset of every method ({', '.join(PRESETS)}); "
+                                                     "default tiny")
     p.add_argument("--split", default="test", help="held-out split to evaluate on (test or val)")
     p.add_argument("--max-eval-windows", type=count(0), default=0)
     p.add_argument("--eval-context", type=count(1, 1 << 20), default=1,

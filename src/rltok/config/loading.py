@@ -464,6 +464,11 @@ def apply_override(cfg: Config, assignment: str) -> None:
             _set_kind(parent, parts[-2], raw, where)
             return
         if part not in types:
+            owners = [name for name, value in vars(cfg).items() if i == 0 and dataclasses.is_dataclass(value)
+                      and part in _field_types(type(value))]  # a key written without its section
+            if owners:
+                raise ConfigError(f"unknown config key {part!r}; did you mean "
+                                  f"{' or '.join(repr(f'{o}.{dotted}') for o in owners)}?")
             raise _unknown(part, list(types), where, what=_what(obj))
         if i == len(parts) - 1:
             if _is_section(obj, part):

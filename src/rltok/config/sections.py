@@ -397,8 +397,9 @@ class DataConfig:
     # a folder written by `rltok prepare` (read from its shards), or "mix:DIR=W,DIR=W" (prepared
     # folders drawn with weights W)
     train: str = "stdlib"
-    # explicit validation data; empty: a folder with train*/val* files uses them, otherwise
-    # the last `val_fraction` of every document is held out
+    # explicit validation data; empty: a folder with train*/val* files uses them, otherwise about
+    # `val_fraction` of the source is held out: whole documents (chosen by a hash of their bytes)
+    # from 20 documents up, otherwise the last `val_fraction` of every document
     val: str = ""
     val_fraction: float = 0.02  # share of each source's bytes held out as val when it has no val split
     max_bytes: int = 0  # cap on bytes read (0 = no cap); useful for hub datasets

@@ -57,7 +57,8 @@ def load_corpus(train: str = "stdlib", val: str = "", val_fraction: float = 0.02
     va = [d[c:] for d, c in zip(docs, cuts.tolist())]
     corpus = Corpus(to_tensor(tr), to_tensor(va), train, skipped, rule)
     if len(corpus.train) < 2:
-        raise DataError(f"data source {train!r} is too small to train on ({len(corpus.train)} bytes)")
+        raise DataError(f"data source {train!r} is too small to train on: {sum(map(len, docs))} bytes read, "
+                        f"{len(corpus.train)} of them in the train split (2 needed)")
     return corpus
 
 

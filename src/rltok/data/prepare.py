@@ -158,10 +158,26 @@ def prepare(source: str, out: str | Path, *, val: str = "", val_fraction: float 
     want = recipe(source, val, val_fraction, max_bytes, text_field, shard_bytes)
     if not (out / MANIFEST).is_file():
         _check_out(out, source)  # a folder refused is left as it was: nothing made in it, no lock
+    created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise DataError(f"cannot create {out}: {e.strerror}") from None
+    try:
+        return _prepare_locked(source, out, parts, given, want, val, val_fraction, text_field, shard_bytes,
+                               num_proc, progress, log)
+    except DataError:
+        if created:  # a folder this call made, left empty (a refused source's work is removed): removed
+            (out / LOCK).unlink(missing_ok=True)
+            try:
+                out.rmdir()
+            except OSError:  # not empty: another preparation's, or an output error's, to resume
+                pass
+        raise
+
+
+def _prepare_locked(source, out, parts, given, want, val, val_fraction, text_field, shard_bytes, num_proc,
+                    progress, log) -> Path:
     with _locked(out, log):
         if (out / MANIFEST).is_file():
             manifest = read_manifest(out)
@@ -215,7 +231,11 @@ def _run(source, out, parts, given, want, val, val_fraction, text_field, shard_b
             with _bar(f"read {name}", progress, total=ingest.source.total(), initial=ingest.item,
                       unit=ingest.source.unit) as bar:
                 ingest.run(bar)
-        _report_read(spec, ingest)
+        try:
+            _report_read(spec, ingest)
+        except DataError:  # the source holds nothing: no work worth resuming
+            shutil.rmtree(work, ignore_errors=True)
+            raise
         docs = [np.load(work / f"{name}.docs.{k:05d}.npy") for k in range(ingest.commits)]
         ingested[name] = (writer, np.concatenate(docs) if docs else np.zeros((0, 3), dtype=np.int64), ingest)
 
@@ -224,8 +244,13 @@ def _run(source, out, parts, given, want, val, val_fraction, text_field, shard_b
         rule = "given"
     else:
         outputs, rule = _split(out, work, state, save, ingested["all"], val_fraction, corpus_id, shard_bytes, progress)
-    if outputs["train"][0].pos < 2:
-        raise DataError(f"data source {source!r} is too small to train on ({outputs['train'][0].pos} bytes)")
+    if outputs["train"][0].pos < 2:  # the shards written are of no use: removed with the work
+        for writer, _, _ in outputs.values():
+            shutil.rmtree(out / writer.folder, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+        raise DataError(f"data source {source!r} is too small to train on: "
+                        f"{sum(w.pos for w, _, _ in outputs.values())} bytes read, {outputs['train'][0].pos} of them "
+                        "in the train split (2 needed)")
     manifest = _finish(out, source, val, want, state["id"], shard_bytes, rule, val_fraction, outputs,
                        [i for _, _, i in ingested.values()])
     shutil.rmtree(work, ignore_errors=True)

@@ -70,7 +70,7 @@ class ReadReport:
         """Nothing read is an error; files left out are a warning (`stacklevel` from here)."""
         if self.bytes == 0:
             detail = f"; skipped {self.summary()}" if self.skipped or self.empty else ""
-            raise DataError(f"data source {spec!r} holds no bytes to train on: {self.files} {noun} read{detail}")
+            raise DataError(f"data source {spec!r} holds no bytes: {self.files} {noun} read{detail}")
         if self.skipped or self.empty:
             warnings.warn(f"{spec}: skipped {self.summary()}; read {self.files - len(self.empty)} {noun}, "
                           f"{self.bytes:,} bytes", stacklevel=stacklevel)
@@ -166,6 +166,8 @@ def open_hub_dataset(spec: str):
     if "@" in spec:
         spec, split = spec.rsplit("@", 1)
     name, _, config = spec.partition(":")
+    if not name.strip():
+        raise DataError(f"hub dataset {spec!r} has no name (hf:NAME, hf:BUILDER:PATH or hf:FOLDER)")
     local = Path(name).expanduser()
     if (local / "state.json").is_file() or (local / "dataset_dict.json").is_file():  # save_to_disk
         ds = datasets.load_from_disk(str(local))
@@ -335,6 +337,8 @@ def absolute_spec(spec: str) -> str:
     if spec.startswith("hf:"):  # hf:BUILDER:PATH or hf:LOCAL_FOLDER, each with an optional @split
         body, at, split = spec[3:].rpartition("@") if "@" in spec[3:] else (spec[3:], "", "")
         name, colon, config = body.partition(":")
+        if not name.strip():  # an empty name would read as the working directory
+            raise DataError(f"data {spec!r} names no dataset after 'hf:' (hf:NAME, hf:BUILDER:PATH or hf:FOLDER)")
         if name in HUB_FILE_BUILDERS and config:
             body = f"{name}:{_absolute(config)}"
         elif not colon and Path(name).expanduser().exists():

@@ -4,12 +4,14 @@ comparison share. It loads through rltok.training.loading, so it sits above trai
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
-from rltok.config import Config
+from rltok.config import Config, ConfigError
 from rltok.data.corpus import load_eval_bytes, resolve_split
 from rltok.data.python_tokens import looks_like_python
 from rltok.data.windows import EvalWindows
@@ -57,19 +59,24 @@ class RunEvaluation:
 def evaluate_run(path: str | Path, data: str | None = None, split: str = "test", *, fallback_to_val: bool = False,
                  max_bytes: int = 0, seq_len: int | None = None, max_windows: int = 0, context: int = 1,
                  batch_size: int = 8, mode: str = "sample", seed: int = 0, device: str | torch.device = "cpu",
-                 code_metrics: bool | None = None, forced_split: bool = True, greedy: bool = False) -> RunEvaluation:
+                 code_metrics: bool | None = None, forced_split: bool = True, greedy: bool = False,
+                 progress: bool = False) -> RunEvaluation:
     """Evaluate the model in `path` (a run folder's newest valid checkpoint, a checkpoint or an
     exported model folder) on `split` of `data` (default: the corpus the run trained on, held
     out as its config says), in windows of `seq_len` bytes (default: its training length).
     `fallback_to_val`: val where the data has no such split. `code_metrics`: the Python-token
     alignment (default: where the data is Python source). `greedy`: also evaluate the thresholded
-    decisions where the rule samples. The rest are `evaluate`'s (rltok.eval.evaluate)."""
+    decisions where the rule samples. `progress`: a bar of windows on stderr. The rest are
+    `evaluate`'s (rltok.eval.evaluate)."""
     if data is not None:  # a wrong split fails before the model loads
         resolve_split(data, split, fallback_to_val)
     device = resolve_device(device)
     model, cfg, _, ckpt = load_checkpoint(path, device=device)
     refuse_non_finite(model, ckpt)
     model.eval()
+    if seq_len and seq_len > cfg.model.max_seq_len:  # refused before the data is read
+        raise ConfigError(f"a window of {seq_len} bytes exceeds the model's max_seq_len={cfg.model.max_seq_len}: "
+                          f"give a seq_len of at most that")
     spec = data or cfg.data.train
     used = resolve_split(spec, split, fallback_to_val)
     # a batch of windows at a time: memory for the split's bytes and one batch, whatever its length
@@ -77,10 +84,14 @@ def evaluate_run(path: str | Path, data: str | None = None, split: str = "test",
                           max_windows, context=context)
     code = code_metrics if code_metrics is not None else looks_like_python(spec)
     options = dict(seed=seed, device=device, code_metrics=code, context=context, forced_split=forced_split)
-    result = summarize(batch_sums(model, windows.batches(batch_size), mode=mode, **options))
+    def batches(what: str):
+        return tqdm(windows.batches(batch_size), desc=what, total=-(-len(windows) // batch_size), unit="batch",
+                    disable=not progress, leave=False, file=sys.stderr)
+
+    result = summarize(batch_sums(model, batches(f"eval {used}"), mode=mode, **options))
     rule = getattr(model, "chunker", None)
     thresholded = None
     if greedy and rule is not None and rule.stochastic:
-        thresholded = summarize(batch_sums(model, windows.batches(batch_size), mode="greedy", **options))
+        thresholded = summarize(batch_sums(model, batches(f"eval {used}, greedy"), mode="greedy", **options))
     return RunEvaluation(result, thresholded, model, cfg, ckpt, spec, used, split, mode, context, forced_split,
                          windows)

@@ -80,6 +80,8 @@ def render_pipes(chunks: list[bytes], sep: str = "|") -> str:
 
 
 def print_colored(chunks: list[bytes]) -> None:
+    """Alternate chunks in two background colours, also into a pipe or file (the caller decided
+    colour is wanted: rich would otherwise drop it where stdout is not a terminal)."""
     from rich.console import Console
     from rich.text import Text
 
@@ -87,4 +89,4 @@ def print_colored(chunks: list[bytes]) -> None:
     styles = ("black on bright_cyan", "black on bright_yellow")
     for i, chunk in enumerate(chunks):
         text.append(show(chunk), style=styles[i % 2])
-    Console().print(text)
+    Console(force_terminal=True, soft_wrap=True).print(text)

@@ -188,7 +188,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
     """The local folder to load: a checkpoint folder (verified against its manifest), a model
     folder, or for a run folder its newest valid checkpoint (falling back to older ones with a
     warning when the newest is corrupt). A file inside any of them stands for its folder."""
-    path = Path(path).expanduser()
+    given = path = Path(path).expanduser()
     if path.is_file():  # e.g. .../model.safetensors
         path = path.parent
     if is_checkpoint_dir(path) or ((path / WEIGHTS).exists() and not (path / CONFIG).exists()):
@@ -200,6 +200,9 @@ def resolve_checkpoint(path: str | Path) -> Path:
     if not candidates:
         if not path.exists():
             raise CheckpointError(f"checkpoint path not found: {path} (not a folder holding an rltok model or run)")
+        if given != path:  # a file, but not one of a model's
+            raise CheckpointError(f"{given} is not part of an rltok checkpoint, model or run folder (its folder holds "
+                                  f"no checkpoints and no {WEIGHTS} + {CONFIG})")
         raise CheckpointError(f"no checkpoints under {path}, and no {WEIGHTS} + {CONFIG} in it")
     errors = []
     for cand in reversed(candidates):

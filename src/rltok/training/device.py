@@ -16,9 +16,9 @@ def resolve_device(name: str) -> torch.device:
     except RuntimeError:
         raise ConfigError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"train.device={name} requested but CUDA is not available")
+        raise ConfigError(f"device {name!r} requested but CUDA is not available (train.device, or --device)")
     if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"train.device={name} requested but MPS is not available")
+        raise ConfigError(f"device {name!r} requested but MPS is not available (train.device, or --device)")
     return dev
 
 
