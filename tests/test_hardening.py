@@ -327,6 +327,29 @@ def test_export_into_a_run_or_a_checkpoint_is_refused(trained, capsys, tmp_path)
     assert before == {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
 
 
+def test_save_pretrained_never_writes_into_a_run_or_a_checkpoint(trained, tmp_path):
+    """The Python API keeps the promise the export command makes: a run's config.json and a
+    checkpoint's verified files are never replaced (both methods, and a fresh run's folder)."""
+    from rltok.model.pretrained import PretrainedError, save_pretrained
+    from rltok.training.loading import load_checkpoint
+
+    run = trained[0]
+    ckpt = sorted((run / "checkpoints").iterdir())[-1]
+    model, cfg, _, _ = load_checkpoint(run)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / ".lock").write_text("")
+    for target in (run, ckpt, run / "sub", fresh):
+        with pytest.raises(PretrainedError, match="is inside a"):
+            save_pretrained(model, target, cfg)
+        with pytest.raises(PretrainedError, match="is inside a"):
+            model.save_pretrained(target, cfg)
+    assert before == {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert not (run / "sub").exists() and sorted(f.name for f in fresh.iterdir()) == [".lock"]
+    assert (save_pretrained(model, tmp_path / "mine", cfg) / "model.safetensors").is_file()
+
+
 LONG = "x" * 300
 
 

@@ -70,16 +70,6 @@ def refuse_foreign_folder(out: str | Path, flag: str) -> None:
                       "replace its config.json and metrics.jsonl: choose another folder, or pass --overwrite")
 
 
-def refuse_run_or_checkpoint(out: str | Path, flag: str) -> None:
-    """An export never writes into a run folder or a checkpoint: it would replace the run's
-    config.json (and break --resume) or a checkpoint's verified files."""
-    out = Path(out).absolute()
-    for folder in (out, *out.parents):
-        if (folder / "checkpoints").is_dir() or (folder / "manifest.json").exists() or (folder / "trainer.pt").exists():
-            what = "a run folder" if (folder / "checkpoints").is_dir() else "a checkpoint"
-            raise ConfigError(f"{flag} {out} is inside {what} ({folder}); export to a folder of its own")
-
-
 def read_input(name: str, what: str, limit: int = MAX_TEXT_BYTES) -> bytes:
     """The bytes of a file the user named ('-': stdin), at most `limit`; a folder, a FIFO or a
     device is named as such, and more than `limit` bytes is an error, not an endless read."""

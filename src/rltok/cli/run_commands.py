@@ -169,8 +169,8 @@ def _run_results(ckpt, cfg) -> dict:
 
 
 def cmd_export(args) -> int:
-    from rltok.cli.paths import check_output_folder, refuse_run_or_checkpoint
-    from rltok.model.pretrained import push_to_hub, save_pretrained
+    from rltok.cli.paths import check_output_folder
+    from rltok.model.pretrained import push_to_hub, refuse_run_or_checkpoint, save_pretrained
     from rltok.training.loading import load_checkpoint
 
     if args.out:  # before loading: never into the run or checkpoint it reads, or any other

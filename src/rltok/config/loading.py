@@ -32,6 +32,11 @@ class Config:
     plugins: tuple[str, ...] = ()
 
     def validate(self) -> "Config":
+        for f in dataclasses.fields(self):  # a Config built by hand: each section of its own class
+            kind = f.default_factory if f.default_factory is not dataclasses.MISSING else None
+            if isinstance(kind, type) and not isinstance(getattr(self, f.name), kind):
+                raise ConfigError(f"config section {f.name!r} must be a {kind.__name__}, got "
+                                  f"{type(getattr(self, f.name)).__name__}")
         self.model.validate()
         self.objective.validate()
         self.data.validate()

@@ -497,6 +497,9 @@ class TrainConfig:
         check(0 < self.cooldown_frac <= 1, "train.cooldown_frac", f"in (0, 1], got {self.cooldown_frac}")
 
 
+_PLAIN_TYPES = {"int": int, "float": (int, float), "str": str, "bool": bool}
+
+
 def _check_numbers(section: Any, name: str, ranges: dict[str, tuple[float, float]]) -> None:
     """Every number of a section is a number (not true/false), finite, and in its range where
     `ranges` gives one ([low, high], both included): checked before any other rule reads it, so
@@ -506,6 +509,16 @@ def _check_numbers(section: Any, name: str, ranges: dict[str, tuple[float, float
         key = f"{name}.{f.name}"
         if f.type in ("int", "float") and isinstance(value, bool):
             raise ConfigError(f"{key} expects a number ({f.type}), got {str(value).lower()}")
+        # a config built in Python is not coerced as overrides and files are: its types are checked here
+        declared = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")  # a plugin's may be a type
+        expected = _PLAIN_TYPES.get(declared)
+        if expected is not None and not isinstance(value, expected):
+            raise ConfigError(f"{key} expects {declared}, got {type(value).__name__} {value!r}")
+        if declared.startswith("tuple[") and isinstance(value, list):  # the declared kind, as a file gives it
+            value = tuple(value)
+            setattr(section, f.name, value)
+        if declared.startswith("tuple[") and not isinstance(value, tuple):
+            raise ConfigError(f"{key} expects a {declared}, got {type(value).__name__} {value!r}")
         for v in value if isinstance(value, tuple) else (value,):
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 continue

@@ -28,6 +28,12 @@ def load_corpus(train: str = "stdlib", val: str = "", val_fraction: float = 0.02
                 text_field: str = "text", *, prepare_above: int | None = None, cache_dir: str = "") -> Corpus:
     """The train and val streams of a source (module docstring); a source larger than
     `prepare_above` bytes (default data.prepare_above; 0 = never) is prepared into `cache_dir` first."""
+    if not isinstance(train, str) or not isinstance(val, str):
+        raise TypeError(f"data sources are strings (a path, 'stdlib', hf:NAME, mix:...), got {train!r} and {val!r}")
+    if not 0 < val_fraction < 0.5:  # as data.val_fraction (NaN fails too)
+        raise DataError(f"val_fraction must be in (0, 0.5), got {val_fraction}")
+    if max_bytes < 0:
+        raise DataError(f"max_bytes must be >= 0 (0: no cap), got {max_bytes}")
     if train.startswith("mix:"):
         return open_mixture(train[4:])
     prepared = _prepared_source(train, val, val_fraction, max_bytes, text_field, prepare_above, cache_dir)

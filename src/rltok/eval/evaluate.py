@@ -59,6 +59,8 @@ def evaluate_sums(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 8, 
     chunk-length histogram) as one float64 vector per key, so that shards of an evaluation
     (data-parallel ranks) can be summed before `summarize`."""
     _check_context(context, x.shape[1])
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
     batches = ((x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(x), batch_size))
     return batch_sums(model, batches, mode, seed, device, autocast_dtype, code_metrics, context, forced_split)
 

@@ -68,6 +68,13 @@ def evaluate_run(path: str | Path, data: str | None = None, split: str = "test",
     alignment (default: where the data is Python source). `greedy`: also evaluate the thresholded
     decisions where the rule samples. `progress`: a bar of windows on stderr. The rest are
     `evaluate`'s (rltok.eval.evaluate)."""
+    for name, value, low in (("batch_size", batch_size, 1), ("max_windows", max_windows, 0),
+                             ("max_bytes", max_bytes, 0), ("seq_len", seq_len or 1, 1),
+                             ("context", 1 if context is None else context, 1)):
+        if not isinstance(value, int) or value < low:  # before anything loads
+            raise ConfigError(f"{name} must be a whole number >= {low}, got {value!r}")
+    if mode not in ("sample", "greedy"):
+        raise ConfigError(f"mode must be 'sample' or 'greedy', got {mode!r}")
     if data is not None:  # a wrong split fails before the model loads
         resolve_split(data, split, fallback_to_val)
     device = resolve_device(device)

@@ -209,6 +209,8 @@ class HourglassLM(Stage, PretrainedMixin, Decodes):
         encoder pass (row b*K + k). `encoder_only` (the tokenizer phase; a flag, as data-parallel
         wrappers call forward): stop after the byte rule, the early-exit logits standing in for the
         model's. `force_last`: whether the last byte closes a chunk (default: the config's)."""
+        if mode not in ("sample", "greedy"):  # any other word would silently sample
+            raise ValueError(f"mode must be 'sample' or 'greedy', got {mode!r}")
         h = self.encode(idx)
         early_logits = self.early_head(h)
         if group_size > 1:

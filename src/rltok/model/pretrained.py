@@ -105,10 +105,26 @@ def write_model_files(folder: Path, model: torch.nn.Module | None, config: Confi
     return list(MODEL_FILES)
 
 
+def refuse_run_or_checkpoint(out: str | Path, what: str = "save_pretrained") -> None:
+    """A model folder is never written into a training run's folder or a checkpoint, nor inside
+    one: it would replace the run's config.json (breaking resume and evaluation) or a checkpoint's
+    verified files. A fresh run (its lock, no checkpoint yet) counts."""
+    out = Path(out).absolute()
+    for folder in (out, *out.parents):
+        if (folder / "checkpoints").is_dir() or (folder / "manifest.json").exists() or (folder / "trainer.pt").exists():
+            kind = "a run folder" if (folder / "checkpoints").is_dir() else "a checkpoint"
+            raise PretrainedError(f"{what} {out} is inside {kind} ({folder}); write the model to a folder of its own")
+    if (out / ".lock").exists():
+        raise PretrainedError(f"{what} {out} is inside a run folder (a run's lock, no checkpoint yet); write the "
+                              "model to a folder of its own")
+
+
 def save_pretrained(model: torch.nn.Module, save_directory: str | Path, config: Config | ModelConfig | None = None,
                     results: dict | None = None, name: str | None = None) -> Path:
-    """write_model_files into `save_directory`, created if needed."""
+    """write_model_files into `save_directory`, created if needed; never into a run or checkpoint
+    folder (refuse_run_or_checkpoint)."""
     out = Path(save_directory)
+    refuse_run_or_checkpoint(out)
     out.mkdir(parents=True, exist_ok=True)
     write_model_files(out, model, config, results, name=name or out.name)
     return out

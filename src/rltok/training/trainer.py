@@ -83,13 +83,21 @@ def _state_counter(name: str) -> property:
 
 @dataclass
 class TrainResult:
-    step: int
-    val: dict
-    run_dir: Path
-    history: list
+    """What `Trainer.fit` (and `train`) return."""
+
+    step: int  # the step the run stopped at
+    val: dict  # the last evaluation on val (bpb, rate, bytes per chunk, alignment ...); {} if none ran
+    run_dir: Path  # the run folder: config.json, metrics.jsonl, checkpoints/
+    history: list  # every logged record of the run, as metrics.jsonl holds them
 
 
 class Trainer:
+    """Trains the model `cfg` describes in the run folder `cfg.train.out_dir` (data, model and
+    objective built from it; `fit` runs it). `resume=True` continues from the folder's newest
+    valid checkpoint where it holds one and otherwise starts there from step 0, so that a
+    resumable sweep can call it on every point; unlike `rltok train --resume`, the folder need not
+    exist yet. A run folder is held by one trainer at a time (its lock)."""
+
     max_bad_steps = 5  # consecutive non-finite steps before the run is declared diverged
 
     def __init__(self, cfg: Config, corpus: Corpus | None = None, resume: bool = False, quiet: bool = False,
@@ -97,6 +105,10 @@ class Trainer:
         """`costed`: the model and cost rltok.training.build.costed_model made of `cfg`, from which a
         harness planned the run (rltok.analysis.compare.plan_budget); `cfg` then comes planned, its
         warm-up already resolved against the steps planned (train.max_steps is a cap there). One process."""
+        if not isinstance(cfg, Config):  # before anything is made in a run folder
+            raise TypeError(f"Trainer and train take a Config (rltok.load_config(...)), got {type(cfg).__name__}")
+        if corpus is not None and not isinstance(corpus, Corpus):
+            raise TypeError(f"corpus must be a Corpus (rltok.data.corpus.load_corpus(...)), got {type(corpus).__name__}")
         self.cfg = cfg.validate()
         if costed is None:
             cfg.train.warmup_steps = cfg.train.warmup_for(cfg.train.max_steps)
@@ -525,4 +537,6 @@ class Trainer:
 
 
 def train(cfg: Config, resume: bool = False, quiet: bool = False) -> TrainResult:
+    """Train `cfg` to train.max_steps (Trainer(cfg, resume=resume, quiet=quiet).fit()); `quiet`:
+    no progress output."""
     return Trainer(cfg, resume=resume, quiet=quiet).fit()

@@ -1,0 +1,102 @@
+"""The Python API checks what it is given as the command line does: a wrong type or value is a
+clear error before anything is read, built or written, never a failure deep inside a run."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+from conftest import tiny_model_config
+
+from rltok import load_config, train
+from rltok.config import Config, ConfigError
+from rltok.data.corpus import load_corpus
+from rltok.data.sources import DataError
+from rltok.harness.run_eval import evaluate_run
+from rltok.model import HourglassLM
+from rltok.objective import compute_loss
+from rltok.training.trainer import Trainer
+
+
+@pytest.mark.parametrize("section, key, value, message", [
+    ("train", "max_steps", "3", "train.max_steps expects int, got str '3'"),
+    ("train", "lr", "1e-3", "train.lr expects float, got str"),
+    ("train", "compile", "yes", "train.compile expects bool"),
+    ("data", "train", 5, "data.train expects str, got int"),
+    ("model", "ngram_sizes", {2, 3}, "model.ngram_sizes expects a tuple[int, ...]"),
+])
+def test_a_config_built_in_python_has_its_types_checked(section, key, value, message, tmp_path):
+    cfg = load_config("test", overrides=[f"train.out_dir={tmp_path / 'run'}"])
+    setattr(getattr(cfg, section), key, value)
+    with pytest.raises(ConfigError, match=message.replace("[", "\\[").replace("]", "\\]").replace(".", "\\.")):
+        cfg.validate()
+    with pytest.raises(ConfigError):
+        train(cfg)
+    assert not (tmp_path / "run").exists()  # refused before the run folder is made
+
+
+def test_a_list_where_a_tuple_is_declared_is_taken_and_an_int_is_a_float():
+    cfg = load_config("test")
+    cfg.model.ngram_sizes, cfg.train.lr = [2, 3], 1
+    cfg.validate()
+    assert cfg.model.ngram_sizes == (2, 3) and cfg.train.lr == 1
+
+
+def test_a_section_of_another_class_and_a_config_that_is_no_config():
+    with pytest.raises(ConfigError, match="config section 'model' must be a ModelConfig, got str"):
+        Config(model="x").validate()
+    with pytest.raises(TypeError, match="take a Config .* got str"):
+        train("test")
+    with pytest.raises(TypeError, match="corpus must be a Corpus"):
+        Trainer(load_config("test"), corpus="hello")
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(val_fraction=-0.5), r"val_fraction must be in \(0, 0.5\)"), (dict(val_fraction=0.99), "val_fraction"),
+    (dict(val_fraction=math.nan), "val_fraction"), (dict(max_bytes=-1), "max_bytes must be >= 0"),
+])
+def test_load_corpus_checks_its_arguments(kw, message):
+    with pytest.raises(DataError, match=message):
+        load_corpus("stdlib", **kw)
+    with pytest.raises(TypeError, match="data sources are strings"):
+        load_corpus(5)
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(batch_size=0), "batch_size must be a whole number >= 1"), (dict(max_windows=-1), "max_windows"),
+    (dict(seq_len=-5), "seq_len"), (dict(max_bytes=-1), "max_bytes"), (dict(context=0), "context"),
+    (dict(mode="bogus"), "mode must be 'sample' or 'greedy'"),
+])
+def test_evaluate_run_checks_its_arguments_before_loading(kw, message, tmp_path):
+    with pytest.raises(ConfigError, match=message):
+        evaluate_run(tmp_path / "no-such-run", **kw)  # the path is never reached
+
+
+def test_the_model_refuses_a_decision_mode_it_does_not_know():
+    model = HourglassLM(tiny_model_config()).eval()
+    x = torch.randint(0, 256, (1, 16))
+    with pytest.raises(ValueError, match="mode must be 'sample' or 'greedy', got 'bogus'"):
+        model(x, mode="bogus")
+
+
+def test_compute_loss_of_a_chunked_output_asks_for_the_target_rate():
+    cfg = load_config("test")
+    model = HourglassLM(cfg.model)
+    x = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(0))
+    out = model.score(x[:, :-1], torch.rand(2, 32, generator=torch.Generator().manual_seed(1)) < 0.2)
+    with pytest.raises(ValueError, match="needs target_rate"):
+        compute_loss(out, x[:, 1:], cfg.objective)
+    loss, metrics = compute_loss(out, x[:, 1:], cfg.objective, target_rate=cfg.model.target_rate)
+    assert torch.isfinite(loss) and "bpb" in metrics
+
+
+def test_the_documented_fields_are_what_a_run_returns(tmp_path):
+    cfg = load_config("test", overrides=[f"train.out_dir={tmp_path / 'run'}", "train.max_steps=2",
+                                         "train.device=cpu", "train.threads=1", "train.eval_batches=1"])
+    cfg.data.train = str(tmp_path / "data.txt")
+    (tmp_path / "data.txt").write_bytes(b"some plain words, over and over. " * 200)
+    result = train(cfg, quiet=True)
+    assert [f.name for f in dataclasses.fields(result)] == ["step", "val", "run_dir", "history"]
+    assert result.step == 2 and "bpb" in result.val and result.run_dir == tmp_path / "run"
