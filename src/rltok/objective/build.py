@@ -156,7 +156,7 @@ def _refuse_unread_pg_weight(o: ObjectiveConfig, estimator_cls, price, stages: i
                       "the run's steps")
 
 
-def terms_of_objective(o: ObjectiveConfig, target_rate: float, hierarchical: bool = True,
+def terms_of_objective(o: ObjectiveConfig, target_rate: float | None, hierarchical: bool = True,
                        price: ChunkPrice | None = None, target_rate2: float | None = None,
                        estimator: BoundaryEstimator | None = None) -> ObjectiveTerms:
     """The terms of a bare ObjectiveConfig, for tests and tools that run `compute_loss` without a
@@ -166,6 +166,9 @@ def terms_of_objective(o: ObjectiveConfig, target_rate: float, hierarchical: boo
     lm = lm_terms(o.alpha, hierarchical)
     if not hierarchical:
         return ObjectiveTerms(lm)
+    if target_rate is None:
+        raise ValueError("compute_loss of a chunked model's output with an ObjectiveConfig needs target_rate "
+                         "(the model's: cfg.model.target_rate) for its rate term")
     prices = [] if price is None else [COST_ESTIMATORS.component(o.rate.cost_estimator)(price, o.pg_weight)]
     prices.append(rate_control(o, target_rate))
     prices2 = [] if target_rate2 is None else [rate_control(o, target_rate2, 2)]

@@ -30,9 +30,6 @@ def compute_loss(out: ModelOutput, targets: torch.Tensor, terms, target_rate: fl
     one). `policy_on=False` (the warm start, or `settled`: objective.policy_until): no policy, rate or
     price term, the policy is left alone."""
     if not isinstance(terms, ObjectiveTerms):  # a bare ObjectiveConfig; a plain LM has no early exit
-        if target_rate is None and out.boundaries is not None:
-            raise ValueError("compute_loss of a chunked model's output with an ObjectiveConfig needs target_rate "
-                             "(the model's: cfg.model.target_rate) for its rate term")
         terms = terms_of_objective(terms, target_rate, out.hierarchical, price, target_rate2)
     mb, total = MicroBatch.of(out, targets, counterfactual, LOCAL if batch_mean is None else batch_mean), Total()
     for term in terms.lm:  # the LM loss, the early exit, the rule's own loss
