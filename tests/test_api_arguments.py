@@ -100,3 +100,40 @@ def test_the_documented_fields_are_what_a_run_returns(tmp_path):
     result = train(cfg, quiet=True)
     assert [f.name for f in dataclasses.fields(result)] == ["step", "val", "run_dir", "history"]
     assert result.step == 2 and "bpb" in result.val and result.run_dir == tmp_path / "run"
+
+
+def test_loading_generating_and_segmenting_check_their_arguments(tmp_path):
+    from rltok.model.generate import GenerationError, generate
+    from rltok.model.segment import segment_bytes
+    from rltok.training.checkpoint import save_checkpoint
+    from rltok.training.loading import load_checkpoint
+
+    with pytest.raises(TypeError, match="preset is a name"):
+        load_config(5)
+    with pytest.raises(TypeError, match="overrides is a list"):
+        load_config("test", overrides="train.max_steps=3")
+    with pytest.raises(ConfigError, match="unknown device 'gpu'"):
+        load_checkpoint(tmp_path / "no-such-run", device="gpu")  # before the path is read
+    cfg = load_config("test")
+    model = HourglassLM(cfg.model).eval()
+    for kw, message in ((dict(max_new_bytes=5.5), "max_new_bytes must be a whole number"),
+                        (dict(temperature=math.nan), "temperature must be a finite number"),
+                        (dict(top_k=2.0), "top_k must be a whole number")):
+        with pytest.raises(GenerationError, match=message):
+            generate(model, b"def", **{"max_new_bytes": 2, **kw})
+    with pytest.raises(TypeError, match=r"reads bytes \(text.encode\(\)\)"):
+        segment_bytes(model, "some text")
+    with pytest.raises(ValueError, match="step is a whole number >= 0, got -1"):
+        save_checkpoint(tmp_path / "run", -1, model, cfg)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_dtype_may_be_named(tmp_path):
+    from rltok.model.pretrained import save_pretrained
+    from rltok.training.loading import load
+
+    cfg = load_config("test")
+    folder = save_pretrained(HourglassLM(cfg.model), tmp_path / "m", cfg)
+    assert next(load(folder, dtype="bfloat16").model.parameters()).dtype == torch.bfloat16
+    with pytest.raises(ConfigError, match="unknown dtype 'bf16'"):
+        load(folder, dtype="bf16")

@@ -501,6 +501,10 @@ def load_config(preset: str = "tiny", file: str | None = None, overrides: list[s
     """Defaults, then the preset, then a JSON/TOML file, then `key=value` overrides. The recipe
     (objective.recipe, from the preset, the file or an override; the last one named wins) sets
     its objective keys first, so any of them set explicitly win over it."""
+    if not isinstance(preset, str):
+        raise TypeError(f"preset is a name ({', '.join(PRESETS)}), got {type(preset).__name__}")
+    if isinstance(overrides, str):  # a bare string would be read one character at a time
+        raise TypeError(f"overrides is a list of 'section.key=value' strings, got the string {overrides!r}")
     if preset not in PRESETS:
         raise _unknown(preset, list(PRESETS), "", what="preset")
     cfg = Config.from_dict(PRESETS[preset])

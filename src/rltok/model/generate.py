@@ -5,6 +5,7 @@ docs/GENERATION.md."""
 from __future__ import annotations
 
 import codecs
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -93,10 +94,13 @@ def _pending(out: bytearray, stops: list[bytes]) -> int:
 
 
 def check_args(max_new_bytes: int, temperature: float, top_k: int, top_p: float, mode: str) -> None:
+    for name, value in (("max_new_bytes", max_new_bytes), ("top_k", top_k)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise GenerationError(f"{name} must be a whole number, got {value!r}")
     if max_new_bytes < 0:
         raise GenerationError("max_new_bytes must be >= 0")
-    if temperature < 0:
-        raise GenerationError("temperature must be >= 0 (0 = greedy)")
+    if not temperature >= 0 or not math.isfinite(temperature):  # NaN fails the first
+        raise GenerationError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}")
     if top_k < 0:
         raise GenerationError("top_k must be >= 0 (0 = off)")
     if not 0 < top_p <= 1:

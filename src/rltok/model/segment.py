@@ -11,6 +11,8 @@ def segment_bytes(model: HourglassLM, data: bytes, mode: str = "greedy", seed: i
                   device: str | torch.device = "cpu") -> tuple[list[bytes], torch.Tensor]:
     """Split `data` into the model's chunks (long inputs in windows: see segment_boundaries).
     Returns (chunks, per-byte boundary probabilities)."""
+    if not isinstance(data, (bytes, bytearray)):
+        raise TypeError(f"segment_bytes reads bytes (text.encode()), got {type(data).__name__}")
     b, probs = segment_boundaries(model, data, mode, seed, device)
     return split_chunks(data, b), probs
 

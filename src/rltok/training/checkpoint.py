@@ -104,6 +104,8 @@ def save_checkpoint(run_dir: str | Path, step: int, model: torch.nn.Module | Non
     checkpoint or none) and prune to the newest `keep_last` (0 keeps all). `results` for the card
     (default: the run's own metrics.jsonl); `state_dict` replaces `model.state_dict()` (a sharded
     model's, gathered); `staged`: stage_checkpoint's folder, already holding the sharded state."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:  # a name the loader would never list
+        raise ValueError(f"a checkpoint's step is a whole number >= 0, got {step!r}")
     ckpt_root = Path(run_dir) / "checkpoints"
     final = ckpt_root / f"step_{step:07d}"
     tmp = stage_checkpoint(run_dir, step) if staged is None else staged

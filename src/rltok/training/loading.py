@@ -9,11 +9,12 @@ from typing import NamedTuple
 
 import torch
 
-from rltok.config import Config
+from rltok.config import Config, ConfigError
 from rltok.model.factory import build_model
 from rltok.model.pretrained import (CONFIG, WEIGHTS, CheckpointError, PretrainedError, fetch_from_hub, load_weights,
                                     read_config)
 from rltok.training.checkpoint import is_model_dir, read_trainer_state, resolve_checkpoint
+from rltok.training.device import resolve_device
 
 __all__ = ["Loaded", "from_pretrained", "load", "load_checkpoint", "refuse_non_finite"]
 
@@ -32,6 +33,12 @@ def load(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtyp
     """The one loader. `path`: a run folder (its newest valid checkpoint), a checkpoint folder, a
     model folder, or with `hub=True` a Hub repo id (when no such local path exists). The model is
     built from config.json, its weights loaded strictly, and left in training mode."""
+    device = resolve_device(device)  # checked before anything is read: an unknown name is one clear error
+    if isinstance(dtype, str):  # "bfloat16", as a config or a command line would name it
+        named = getattr(torch, dtype, None)
+        if not isinstance(named, torch.dtype):
+            raise ConfigError(f"unknown dtype {dtype!r}; use e.g. 'float32', 'bfloat16' or 'float16'")
+        dtype = named
     local = Path(path).expanduser()
     if hub and not local.exists():
         folder = fetch_from_hub(str(path), revision, cache_dir, token, local_files_only)
