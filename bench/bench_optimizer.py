@@ -70,6 +70,7 @@ def trainers(family: str, index: int, data: str, tmp: str) -> tuple[dict, int]:
 def measure(ts: dict, repeats: int, steps: int) -> dict:
     for t in ts.values():  # warm-up: allocator, first-step optimiser state
         t.train_step()
+        t.step += 1  # as fit() does: each step at its own learning rate, not all at warm-up step 0's
     times = {k: [] for k in ts}
     for r in range(repeats):
         order = KERNELS[r % 3:] + KERNELS[:r % 3]  # rotate, so no kernel always follows another
@@ -77,6 +78,7 @@ def measure(ts: dict, repeats: int, steps: int) -> dict:
             t0 = time.perf_counter()
             for _ in range(steps):
                 ts[k].train_step()
+                ts[k].step += 1
             times[k].append((time.perf_counter() - t0) / steps)
     ref = [p.detach() for p in ts["loop"].model.parameters()]
     row = {}
