@@ -120,9 +120,14 @@ def test_checkpoints_sort_by_step_number(tmp_path, model, cfg):
 
 
 def test_resave_same_step_replaces_it(tmp_path, model, cfg):
-    save_steps(tmp_path, model, cfg, steps=(5, 5))
+    save_steps(tmp_path, model, cfg, steps=(5,))
+    with torch.no_grad():  # the second save of step 5 holds other weights and another state
+        model.head.weight.fill_(-1.0)
+    save_checkpoint(tmp_path, 5, model, cfg, {"step": 5, "second": True})
     assert [c.name for c in list_checkpoints(tmp_path)] == ["step_0000005"]
     assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step_0000005"]
+    loaded, _, state, _ = load_checkpoint(tmp_path, with_trainer_state=True)
+    assert torch.equal(loaded.head.weight, torch.full_like(loaded.head.weight, -1.0)) and state["second"] is True
 
 
 def test_failed_write_leaves_no_partial_folder(tmp_path, model, cfg, monkeypatch):

@@ -31,7 +31,12 @@ def test_model_exported_before_the_layout_change_loads_and_computes_the_same():
 
 
 def test_model_method_from_pretrained_checks_the_class():
+    from rltok.model import FlatByteLM
+    from rltok.model.pretrained import PretrainedError
+
     assert isinstance(HourglassLM.from_pretrained(FOLDER), HourglassLM)
+    with pytest.raises(PretrainedError):  # the folder holds an HourglassLM, not a flat model
+        FlatByteLM.from_pretrained(FOLDER)
 
 
 RUN = Path(__file__).parent / "fixtures" / "pre_composition_run"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from rltok.config import load_config
 from rltok.training.trainer import Trainer
@@ -23,6 +24,10 @@ def test_gpu_settings_train_on_cpu(overrides, tmp_path):
                                          "train.log_every=1", "train.eval_every=2", "train.checkpoint_every=2",
                                          *overrides])
     trainer = Trainer(cfg, corpus=corpus(), quiet=True)
+    assert trainer.amp_dtype is torch.bfloat16  # the settings took effect, not only ran
+    compiled = "train.compile=true" in overrides
+    assert (trainer.forward is not trainer.wrapped) == compiled
+    assert not compiled or isinstance(trainer.forward, torch._dynamo.eval_frame.OptimizedModule)
     trainer.peak_flops = 1e12
     result = trainer.fit()
     assert [h["step"] for h in result.history] == [1, 2]

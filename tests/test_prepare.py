@@ -304,7 +304,7 @@ def test_training_on_shards_matches_training_in_memory_and_resumes_exactly(tmp_p
     a = mem.fit()  # each run seeds the global RNG when it is made: one after the other
     disk = Trainer(_train_cfg(tmp_path / "disk", tmp_path / "prep", steps), quiet=True)
     b = disk.fit()
-    assert mem.data_id == disk.data_id and disk.corpus.prepared
+    assert mem.data_id == disk.data_id and disk.corpus.prepared and not mem.corpus.prepared
     assert _trajectory(a.history) == _trajectory(b.history)
     # stopped at step 2 and resumed: the same trajectory as the uninterrupted run
     Trainer(_train_cfg(tmp_path / "resumed", tmp_path / "prep", steps), quiet=True).fit(stop_at=2)

@@ -203,9 +203,17 @@ def test_resume_without_checkpoint_starts_fresh_and_finished_run_stays_put(tmp_p
 
 
 def test_lr_schedule_is_a_function_of_the_step():
-    tc = load_config("test").train
-    assert [lr_at(s, tc) for s in range(25)] == [lr_at(s, tc) for s in range(25)]
-    assert lr_at(0, tc) == tc.lr / tc.warmup_steps and lr_at(tc.max_steps, tc) == pytest.approx(tc.lr * tc.min_lr_ratio)
+    """Warm-up, then cosine decay: the value at each step is fixed by the step alone, so a resumed
+    run follows the uninterrupted one's schedule."""
+    tc = load_config("test", overrides=["train.max_steps=200", "train.warmup_steps=20"]).train
+    assert lr_at(0, tc) == tc.lr / tc.warmup_steps and lr_at(tc.warmup_steps - 1, tc) == tc.lr
+    assert lr_at(tc.warmup_steps, tc) == tc.lr and lr_at(tc.max_steps, tc) == pytest.approx(tc.lr * tc.min_lr_ratio)
+    middle = tc.warmup_steps + (tc.max_steps - tc.warmup_steps) // 2  # cosine: half-way down at half the decay
+    assert lr_at(middle, tc) == pytest.approx(tc.lr * (tc.min_lr_ratio + (1 - tc.min_lr_ratio) / 2))
+    quarter = tc.warmup_steps + (tc.max_steps - tc.warmup_steps) // 4  # and above the straight line before it
+    assert lr_at(quarter, tc) == pytest.approx(tc.lr * (tc.min_lr_ratio + (1 - tc.min_lr_ratio) * (2 + 2 ** 0.5) / 4))
+    decay = [lr_at(s, tc) for s in range(tc.warmup_steps, tc.max_steps + 1)]
+    assert all(a >= b for a, b in zip(decay, decay[1:]))
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

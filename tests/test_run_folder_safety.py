@@ -275,8 +275,11 @@ def test_a_deep_or_huge_metrics_line_is_skipped(run, tmp_path, capsys):
         f.write(DEEP_JSON + "\n" + '{"step": ' + HUGE_INT + "}\n")
     code, _, err = run_cli(capsys, "export", "-c", run, "-o", tmp_path / "exported")
     assert code == 0, err
+    assert "| validation bits per byte |" in (tmp_path / "exported" / "README.md").read_text()  # from the good records
     code, _, err = run_cli(capsys, *resume(run))
     assert code == 0, err
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]  # every line parses
+    assert records[-1]["step"] == 3 and [r["step"] for r in records] == sorted(r["step"] for r in records)
 
 
 # ---- result records: atomic with fsync, and a damaged one is reported, not fatal ----------------------
