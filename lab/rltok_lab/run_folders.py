@@ -13,6 +13,12 @@ def expand(patterns: list[str]) -> list[Path]:
 
 
 def trainer_folder(path: Path) -> Path:
-    """A study point's folder holds one trainer folder (METHOD_sSEED); a trainer folder is itself."""
-    inner = [p for p in Path(path).glob("*_s*") if p.is_dir()]
-    return inner[0] if len(inner) == 1 and not (Path(path) / "config.json").exists() else Path(path)
+    """A study point's folder holds one trainer folder (METHOD_sSEED, with checkpoints/); a trainer
+    or model folder is itself. Two trainer folders in one point are an error, not a guess."""
+    path = Path(path)
+    if (path / "checkpoints").is_dir() or (path / "config.json").exists() or not path.is_dir():
+        return path
+    inner = sorted(p for p in path.iterdir() if (p / "checkpoints").is_dir())
+    if len(inner) > 1:
+        raise ValueError(f"{path} holds {len(inner)} run folders ({', '.join(p.name for p in inner)}); name one")
+    return inner[0] if inner else path

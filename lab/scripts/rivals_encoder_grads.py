@@ -36,16 +36,7 @@ from rltok.model.pretrained import read_config
 from rltok.objective.loss import compute_loss
 from rltok.training.checkpoint import list_checkpoints
 from rltok.training.trainer import Trainer
-
-
-def run_folder(path: Path) -> Path:
-    """The run folder under a study point's folder (runs/<point>/<method slug>), or `path` itself."""
-    if (path / "checkpoints").is_dir():
-        return path
-    inner = [p for p in path.iterdir() if (p / "checkpoints").is_dir()]
-    if len(inner) != 1:
-        raise SystemExit(f"error: {path} holds {len(inner)} run folders, not one")
-    return inner[0]
+from rltok_lab.run_folders import trainer_folder
 
 
 def resumed_at(run: Path, ckpt: Path, data: Path | None, scratch: Path) -> Trainer:
@@ -133,7 +124,9 @@ def main(argv=None) -> int:
     done = json.loads(out.read_text()) if out.exists() else {}
     with tempfile.TemporaryDirectory() as scratch:
         for point in map(Path, args.runs):
-            run = run_folder(point)
+            run = trainer_folder(point)
+            if not (run / "checkpoints").is_dir():
+                raise SystemExit(f"error: {point} holds no run folder with checkpoints")
             for ckpt in list_checkpoints(run):
                 key = f"{point.parent.parent.name}/{point.name}/{ckpt.name}"  # OUT/<corpus>/runs/<point>
                 if key in done:
