@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from conftest import assert_user_error
 
 from rltok.cli import main
 from rltok.cli.model_commands import _unescape
@@ -31,14 +32,6 @@ def run(tmp_path_factory):
     return root / "run"
 
 
-def one_error_line(capsys, argv, *parts):
-    code = main([str(a) for a in argv])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and err[0].startswith("error: "), err
-    for part in parts:
-        assert part in err[0], err[0]
-
-
 def test_segment_reports_the_rate_of_the_decided_positions(run, capsys):
     text = "hello world, and more words"
     assert main(["segment", "-c", str(run), "--color", "never", "--mode", "greedy", text]) == 0
@@ -60,25 +53,25 @@ def test_segment_color_always_colours_a_pipe(run, capsys):
 
 
 def test_eval_window_longer_than_the_model_is_one_error_line(run, capsys):
-    one_error_line(capsys, ["eval", "-c", run, "--seq-len", "500", "--max-windows", "1"],
+    assert_user_error(capsys, ["eval", "-c", run, "--seq-len", "500", "--max-windows", "1"],
                    "a window of 500 bytes exceeds the model's max_seq_len=128")
 
 
 def test_a_file_that_is_no_model_is_named(run, tmp_path, capsys):
     (tmp_path / "snippet.py").write_text("x = 1\n")
-    one_error_line(capsys, ["eval", "-c", tmp_path / "snippet.py"],
+    assert_user_error(capsys, ["eval", "-c", tmp_path / "snippet.py"],
                    "snippet.py is not part of an rltok checkpoint, model or run folder")
 
 
 @pytest.mark.parametrize("spec", ["hf:", "hf:@train", "hf: "])
 def test_an_empty_hub_name_is_refused_before_anything_is_written(spec, tmp_path, capsys):
-    one_error_line(capsys, ["train", *FAST, "--data", spec, "--out", tmp_path / "r"], "names no dataset after 'hf:'")
+    assert_user_error(capsys, ["train", *FAST, "--data", spec, "--out", tmp_path / "r"], "names no dataset after 'hf:'")
     assert not (tmp_path / "r").exists()
 
 
 @pytest.mark.parametrize("key, suggestion", [("max_steps", "'train.max_steps'"), ("window", "'model.window'")])
 def test_a_key_without_its_section_is_given_the_section(key, suggestion, capsys):
-    one_error_line(capsys, ["train", *FAST, f"{key}=3", "--print-config"], f"did you mean {suggestion}")
+    assert_user_error(capsys, ["train", *FAST, f"{key}=3", "--print-config"], f"did you mean {suggestion}")
 
 
 @pytest.mark.parametrize("text, expected", [(r"a\nb", b"a\nb"), (r"\x41\\z\t", b"A\\z\t"),
@@ -92,4 +85,4 @@ def test_stop_escapes(text, expected):
 def test_a_mistyped_stop_escape_is_refused(text, message, run, capsys):
     with pytest.raises(ConfigError, match=message.replace("\\", "\\\\")):
         _unescape(text)
-    one_error_line(capsys, ["generate", "-c", run, "x", "-n", "2", "--stop", text], message)
+    assert_user_error(capsys, ["generate", "-c", run, "x", "-n", "2", "--stop", text], message)

@@ -514,11 +514,12 @@ def _check_numbers(section: Any, name: str, ranges: dict[str, tuple[float, float
         expected = _PLAIN_TYPES.get(declared)
         if expected is not None and not isinstance(value, expected):
             raise ConfigError(f"{key} expects {declared}, got {type(value).__name__} {value!r}")
-        if declared.startswith("tuple[") and isinstance(value, list):  # the declared kind, as a file gives it
-            value = tuple(value)
-            setattr(section, f.name, value)
-        if declared.startswith("tuple[") and not isinstance(value, tuple):
-            raise ConfigError(f"{key} expects a {declared}, got {type(value).__name__} {value!r}")
+        if declared.startswith("tuple["):
+            if isinstance(value, list):  # the declared kind, as a file gives it
+                value = tuple(value)
+                setattr(section, f.name, value)
+            if not isinstance(value, tuple):
+                raise ConfigError(f"{key} expects a {declared}, got {type(value).__name__} {value!r}")
         for v in value if isinstance(value, tuple) else (value,):
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 continue

@@ -154,6 +154,17 @@ def read_documents(spec: str, max_bytes: int = 0, text_field: str = "text") -> t
     return docs, report
 
 
+def hub_parts(spec: str) -> tuple[str, str | None, str | None]:
+    """The name, config and split of a hub spec `name[:config][@split]` (the text after `hf:`);
+    config and split None where the spec has no `:` or `@`. A spec with no name is refused: it
+    would read as the working directory."""
+    body, at, split = spec.rpartition("@") if "@" in spec else (spec, "", "")
+    name, colon, config = body.partition(":")
+    if not name.strip():
+        raise DataError(f"data 'hf:{spec}' names no dataset after 'hf:' (hf:NAME, hf:BUILDER:PATH or hf:FOLDER)")
+    return name, config if colon else None, split if at else None
+
+
 def open_hub_dataset(spec: str):
     """The records of `name[:config][@split]` (split "train" by default), through `datasets`: a
     Hub dataset, a `save_to_disk` folder, or local files of a builder in HUB_FILE_BUILDERS
@@ -162,12 +173,8 @@ def open_hub_dataset(spec: str):
         import datasets
     except ImportError:
         raise DataError("hub datasets need the optional extra: pip install 'rltok[hub]'") from None
-    split = "train"
-    if "@" in spec:
-        spec, split = spec.rsplit("@", 1)
-    name, _, config = spec.partition(":")
-    if not name.strip():
-        raise DataError(f"hub dataset {spec!r} has no name (hf:NAME, hf:BUILDER:PATH or hf:FOLDER)")
+    name, config, split = hub_parts(spec)
+    config, split = config or "", "train" if split is None else split
     local = Path(name).expanduser()
     if (local / "state.json").is_file() or (local / "dataset_dict.json").is_file():  # save_to_disk
         ds = datasets.load_from_disk(str(local))
@@ -335,13 +342,10 @@ def absolute_spec(spec: str) -> str:
             parts.append(f"{_absolute(folder)}={weight}" if sep else item)
         return "mix:" + ",".join(parts)
     if spec.startswith("hf:"):  # hf:BUILDER:PATH or hf:LOCAL_FOLDER, each with an optional @split
-        body, at, split = spec[3:].rpartition("@") if "@" in spec[3:] else (spec[3:], "", "")
-        name, colon, config = body.partition(":")
-        if not name.strip():  # an empty name would read as the working directory
-            raise DataError(f"data {spec!r} names no dataset after 'hf:' (hf:NAME, hf:BUILDER:PATH or hf:FOLDER)")
+        name, config, split = hub_parts(spec[3:])
         if name in HUB_FILE_BUILDERS and config:
-            body = f"{name}:{_absolute(config)}"
-        elif not colon and Path(name).expanduser().exists():
-            body = _absolute(name)
-        return f"hf:{body}{at}{split}"
+            config = _absolute(config)
+        elif config is None and Path(name).expanduser().exists():
+            name = _absolute(name)
+        return f"hf:{name}" + ("" if config is None else f":{config}") + ("" if split is None else f"@{split}")
     return _absolute(spec)

@@ -16,6 +16,7 @@ from rltok.data.corpus import load_eval_bytes, resolve_split
 from rltok.data.python_tokens import looks_like_python
 from rltok.data.windows import EvalWindows
 from rltok.eval.evaluate import batch_sums, summarize
+from rltok.model.chunkers import DECISION_MODES
 from rltok.training.device import resolve_device
 from rltok.training.loading import load_checkpoint, refuse_non_finite
 
@@ -73,7 +74,7 @@ def evaluate_run(path: str | Path, data: str | None = None, split: str = "test",
                              ("context", 1 if context is None else context, 1)):
         if not isinstance(value, int) or value < low:  # before anything loads
             raise ConfigError(f"{name} must be a whole number >= {low}, got {value!r}")
-    if mode not in ("sample", "greedy"):
+    if mode not in DECISION_MODES:  # before the model loads
         raise ConfigError(f"mode must be 'sample' or 'greedy', got {mode!r}")
     if data is not None:  # a wrong split fails before the model loads
         resolve_split(data, split, fallback_to_val)

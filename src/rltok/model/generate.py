@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from rltok.model.chunkers import NonCausalRule
+from rltok.model.chunkers import DECISION_MODES, NonCausalRule
 
 EMPTY_PROMPT = b"\n"  # what an empty prompt is replaced by: training windows hold raw bytes, no BOS
 
@@ -105,7 +105,7 @@ def check_args(max_new_bytes: int, temperature: float, top_k: int, top_p: float,
         raise GenerationError("top_k must be >= 0 (0 = off)")
     if not 0 < top_p <= 1:
         raise GenerationError("top_p must be in (0, 1] (1 = off)")
-    if mode not in ("sample", "greedy"):
+    if mode not in DECISION_MODES:
         raise GenerationError("boundary mode must be 'sample' or 'greedy'")
 
 

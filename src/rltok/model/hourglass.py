@@ -12,7 +12,7 @@ import torch.nn as nn
 from rltok.config import VOCAB_SIZE, ModelConfig
 from rltok.model.chunk_vocab import ChunkVocab
 from rltok.model.ngram_embed import NgramEmbedding, byte_input
-from rltok.model.chunkers import NonCausalRule, build_chunker, forced_mask
+from rltok.model.chunkers import DECISION_MODES, NonCausalRule, build_chunker, forced_mask
 from rltok.model.cost import Level, linear_flops, module_flops
 from rltok.model.decoding import HourglassState, StepOutput, put_row
 from rltok.model.generate import Decodes
@@ -209,7 +209,7 @@ class HourglassLM(Stage, PretrainedMixin, Decodes):
         encoder pass (row b*K + k). `encoder_only` (the tokenizer phase; a flag, as data-parallel
         wrappers call forward): stop after the byte rule, the early-exit logits standing in for the
         model's. `force_last`: whether the last byte closes a chunk (default: the config's)."""
-        if mode not in ("sample", "greedy"):  # any other word would silently sample
+        if mode not in DECISION_MODES:  # any other word would silently sample
             raise ValueError(f"mode must be 'sample' or 'greedy', got {mode!r}")
         h = self.encode(idx)
         early_logits = self.early_head(h)

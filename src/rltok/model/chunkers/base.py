@@ -13,6 +13,9 @@ import torch.nn.functional as F
 from rltok.config import CHUNKERS, ModelConfig, Section
 from rltok.model.cost import Level, linear_layers_flops
 
+# how a rule that samples decides: drawn from its probabilities, or thresholded at p = 0.5
+DECISION_MODES = ("sample", "greedy")
+
 
 @dataclass
 class Boundaries:
