@@ -16,7 +16,7 @@ from rltok.data.corpus import load_eval_bytes, resolve_split
 from rltok.data.python_tokens import looks_like_python
 from rltok.data.windows import EvalWindows
 from rltok.eval.evaluate import batch_sums, summarize
-from rltok.model.chunkers import DECISION_MODES
+from rltok.model.chunkers.base import DECISION_MODES
 from rltok.training.device import resolve_device
 from rltok.training.loading import load_checkpoint, refuse_non_finite
 

@@ -11,7 +11,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from rltok.model.chunkers import DECISION_MODES, NonCausalRule
+from rltok.model.chunkers import NonCausalRule
+from rltok.model.chunkers.base import DECISION_MODES
 
 EMPTY_PROMPT = b"\n"  # what an empty prompt is replaced by: training windows hold raw bytes, no BOS
 

@@ -12,7 +12,8 @@ import torch.nn as nn
 from rltok.config import VOCAB_SIZE, ModelConfig
 from rltok.model.chunk_vocab import ChunkVocab
 from rltok.model.ngram_embed import NgramEmbedding, byte_input
-from rltok.model.chunkers import DECISION_MODES, NonCausalRule, build_chunker, forced_mask
+from rltok.model.chunkers import NonCausalRule, build_chunker, forced_mask
+from rltok.model.chunkers.base import DECISION_MODES
 from rltok.model.cost import Level, linear_flops, module_flops
 from rltok.model.decoding import HourglassState, StepOutput, put_row
 from rltok.model.generate import Decodes
