@@ -4,6 +4,7 @@ own models, as ratios measured side by side in one run.
     python bench/bench_optimizer.py                 # ~3 minutes on 2 CPU cores
     python bench/bench_optimizer.py --quick         # ~40 s, indicative only
     python bench/bench_optimizer.py --json bench/results/optimizer.json
+    python bench/bench_optimizer.py --trace uniform  # why a kernel's weights drift: step by step
 
 For each family of the CPU grid (lab/scripts/scaling_cpu_grid.toml) at one size of its 3e12 ladder,
 three Trainers are built from the same config and seed, one per kernel: "loop" (torch's CPU
@@ -89,6 +90,28 @@ def measure(ts: dict, repeats: int, steps: int) -> dict:
     return row
 
 
+def trace(ts: dict, steps: int) -> list[dict]:
+    """Step by step from the same start: each kernel's loss, and the largest weight difference from
+    "loop" with the tensor that holds it. Shows where rounding differences are amplified (a loss
+    spike moves every kernel, and each by its own amount), instead of only the difference at the end."""
+    names = [n for n, _ in ts["loop"].model.named_parameters()]
+    rows = []
+    for step in range(steps):
+        row = {"step": step}
+        for k, t in ts.items():
+            sums = t.train_step()  # None: a skipped (non-finite) step
+            row[f"loss_{k}"] = float("nan") if sums is None else float(sums["loss"])
+            row[f"grad_norm_{k}"] = float("nan") if sums is None else float(sums["grad_norm"])
+            t.step += 1
+        ref = dict(ts["loop"].model.named_parameters())
+        for k in ("foreach", "fused"):
+            mine = dict(ts[k].model.named_parameters())
+            diff, name = max((float((mine[n] - ref[n]).detach().abs().max()), n) for n in names)
+            row[f"diff_{k}"], row[f"where_{k}"] = diff, name
+        rows.append(row)
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="2 repeats of 2 steps, 3 families")
@@ -97,10 +120,28 @@ def main(argv=None) -> int:
     ap.add_argument("--rung", type=int, default=2, help="which size of each 3e12 ladder (0: smallest)")
     ap.add_argument("--data", default=str(ROOT / "data" / "docs-en"), help="a corpus folder or file")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--trace", metavar="FAMILY", choices=FAMILIES,
+                    help="instead of timing: FAMILY's loss and weight difference step by step")
+    ap.add_argument("--trace-steps", type=int, default=21, help="steps --trace runs (default 21: the timed run's)")
     args = ap.parse_args(argv)
     if not Path(args.data).exists():
         sys.exit(f"bench_optimizer: no corpus at {args.data} (pass --data)")
     torch.set_num_threads(1)
+    if args.trace:
+        with tempfile.TemporaryDirectory() as tmp:
+            ts, n = trainers(args.trace, args.rung, args.data, tmp)
+            rows = trace(ts, args.trace_steps)
+        print(f"{args.trace}, N = {n:,}: loss per kernel; largest weight difference from loop (tensor)")
+        print("| step | loss loop | loss foreach | loss fused | grad norm loop | grad norm fused | foreach diff | fused diff | fused's tensor |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['step']} | {r['loss_loop']:.4f} | {r['loss_foreach']:.4f} | {r['loss_fused']:.4f} "
+                  f"| {r['grad_norm_loop']:.3g} | {r['grad_norm_fused']:.3g} "
+                  f"| {r['diff_foreach']:.1e} | {r['diff_fused']:.1e} | {r['where_fused']} |")
+        if args.json:
+            Path(args.json).write_text(json.dumps({"torch": torch.__version__, "family": args.trace, "n": n,
+                                                   "rung": args.rung, "steps": rows}, indent=1) + "\n")
+        return 0
     families = FAMILIES[:3] if args.quick else FAMILIES
     repeats, steps = (2, 2) if args.quick else (args.repeats, args.steps)
     rows = {}

@@ -40,3 +40,19 @@ def test_the_optimiser_benchmark_builds_the_studys_config_of_each_family(tmp_pat
     for family in bench.FAMILIES:
         cfg, n = bench.study_config(family, 0, str(tmp_path / family), str(data))
         assert n > 0 and cfg.train.threads == 1 and cfg.data.train == str(data)
+
+
+def test_the_optimiser_trace_follows_each_kernel_step_by_step(tmp_path):
+    spec = importlib.util.spec_from_file_location("bench_optimizer", BENCH / "bench_optimizer.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    ts, _ = bench.trainers("flat", 0, str(corpus_folder(tmp_path)), str(tmp_path))
+    rows = bench.trace(ts, 3)
+    names = {n for n, _ in ts["loop"].model.named_parameters()}
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    for r in rows:
+        # foreach does the loop's arithmetic in the loop's order: the same weights and losses, bit for bit
+        assert r["diff_foreach"] == 0.0 and r["loss_foreach"] == r["loss_loop"]
+        assert 0.0 <= r["diff_fused"] < 1e-3 and r["where_fused"] in names
+        assert abs(r["loss_fused"] - r["loss_loop"]) < 1e-3 and r["grad_norm_loop"] > 0
+    assert all(t.step == 3 for t in ts.values())  # each step taken at its own learning rate, as fit() does
