@@ -107,7 +107,9 @@ def trace(ts: dict, steps: int) -> list[dict]:
         for k in ("foreach", "fused"):
             mine = dict(ts[k].model.named_parameters())
             diff, name = max((float((mine[n] - ref[n]).detach().abs().max()), n) for n in names)
-            row[f"diff_{k}"], row[f"where_{k}"] = diff, name
+            gap = (mine[name] - ref[name]).detach().abs()
+            at = torch.unravel_index(gap.argmax(), gap.shape)  # which element: a fused q/k/v matrix's row says which
+            row[f"diff_{k}"], row[f"where_{k}"], row[f"index_{k}"] = diff, name, [int(i) for i in at]
         rows.append(row)
     return rows
 
@@ -137,7 +139,7 @@ def main(argv=None) -> int:
         for r in rows:
             print(f"| {r['step']} | {r['loss_loop']:.4f} | {r['loss_foreach']:.4f} | {r['loss_fused']:.4f} "
                   f"| {r['grad_norm_loop']:.3g} | {r['grad_norm_fused']:.3g} "
-                  f"| {r['diff_foreach']:.1e} | {r['diff_fused']:.1e} | {r['where_fused']} |")
+                  f"| {r['diff_foreach']:.1e} | {r['diff_fused']:.1e} | {r['where_fused']}{r['index_fused']} |")
         if args.json:
             Path(args.json).write_text(json.dumps({"torch": torch.__version__, "family": args.trace, "n": n,
                                                    "rung": args.rung, "steps": rows}, indent=1) + "\n")

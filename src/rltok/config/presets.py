@@ -8,7 +8,7 @@ from typing import Any
 # recipe; "test" and the GPU-scale presets keep the published one (objective.recipe tells them apart).
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {"objective": {"recipe": "lexicon"}},
-    "small": {  # a CPU comparison scale (rltok compare --preset small): ~1.5M params, ~3x the tiny speed
+    "small": {  # a CPU comparison scale (rltok compare --preset small): ~1.7M params, ~3x the tiny speed
         "model": {"d_byte": 96, "d_chunk": 192, "n_heads_byte": 3, "n_heads_chunk": 3,
                   "encoder_layers": 1, "main_layers": 3, "decoder_layers": 1, "window": 64},
         "objective": {"recipe": "lexicon"},
@@ -51,7 +51,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 # one line per preset for `rltok presets`
 PRESET_NOTES: dict[str, str] = {
     "tiny": "CPU default: a few minutes on 2 cores",
-    "small": "a larger CPU scale for comparisons (rltok compare --preset small)",
+    "small": "a smaller, faster CPU scale for comparisons (rltok compare --preset small)",
     "test": "seconds on a CPU: unit tests and smoke runs",
     "nl-147m": "the reference's 147M natural-language model (FineWeb, bf16, 4 GPUs)",
     "code-90m": "the reference's 90M code model (CodeParrot, bf16, 4 GPUs)",
