@@ -1,7 +1,7 @@
 """The lm-evaluation-harness adapter: loglikelihood / loglikelihood_rolling / generate_until over
 UTF-8 bytes and gold-continuation bpb. The methods are tested directly with Instance-like
-requests (lm_eval is an optional, heavy install); a real `lm_eval.simple_evaluate` run on
-small in-memory tasks runs where lm_eval is installed (pip install 'rltok[eval]')."""
+requests; a real `lm_eval.simple_evaluate` run on small in-memory tasks needs lm_eval, an optional
+install for users (pip install 'rltok[eval]') that the dev extra, and so CI, includes."""
 
 from __future__ import annotations
 
@@ -106,3 +106,48 @@ def test_simple_evaluate_on_local_tasks(model):
     assert gold == pytest.approx(lm.bpb([req(d["context"], d["continuation"]) for d in docs]), rel=1e-6)
     assert 0 < res["rltok_rolling_bpb"]["bits_per_byte,none"] < 20
     assert 0 <= res["rltok_gold_bpb"]["acc,none"] <= 1
+
+
+def test_the_command_line_evaluates_an_exported_model_on_a_local_task(model, tmp_path, capsys):
+    """`rltok lm-eval` end to end: an exported folder, a task YAML over a local JSON file
+    (`--include_path`), lm_eval's own results file; its bpb is the adapter's."""
+    pytest.importorskip("lm_eval")
+    import json
+
+    from rltok.model.pretrained import save_pretrained
+
+    from conftest import run_cli
+
+    save_pretrained(model, tmp_path / "export")
+    docs = [{"context": "The capital of France is", "continuation": " Paris."},
+            {"context": "def f(x):\n    return", "continuation": " x * 2"}]
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "local_gold.yaml").write_text(f"""task: local_gold
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {tmp_path / "docs.jsonl"}
+test_split: test
+output_type: loglikelihood
+doc_to_text: "{{{{context}}}}"
+doc_to_target: "{{{{continuation}}}}"
+target_delimiter: ""
+metric_list:
+  - metric: perplexity
+  - metric: acc
+metadata:
+  version: 1.0
+""")
+    code, out, err = run_cli(capsys, "lm-eval", "--model_args", f"pretrained={tmp_path / 'export'}", "--tasks", "local_gold",
+                             "--include_path", tmp_path / "tasks", "--batch_size", "2", "--device", "cpu",
+                             "--output_path", tmp_path / "results")
+    assert code == 0, err
+    found = list((tmp_path / "results").rglob("results_*.json"))
+    assert len(found) == 1, out + err
+    got = json.loads(found[0].read_text())["results"]["local_gold"]
+    # what the adapter scores directly: perplexity = exp(-mean log-likelihood of the continuations),
+    # acc = the share greedy decoding would produce
+    scored = RLTokLM(model=model, batch_size=1).loglikelihood([req(d["context"], d["continuation"]) for d in docs])
+    assert got["perplexity,none"] == pytest.approx(math.exp(-sum(ll for ll, _ in scored) / len(docs)), rel=1e-5)
+    assert got["acc,none"] == pytest.approx(sum(g for _, g in scored) / len(docs))
