@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -26,6 +27,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from rltok.analysis.compare import git_commit  # HEAD, marked +dirty when src/ differs
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ("loop", "foreach", "fused")
@@ -129,6 +132,9 @@ def main(argv=None) -> int:
     if not Path(args.data).exists():
         sys.exit(f"bench_optimizer: no corpus at {args.data} (pass --data)")
     torch.set_num_threads(1)
+    # what a reader needs to check the numbers: the code, the data, and how busy the machine was
+    meta = {"torch": torch.__version__, "commit": git_commit(), "argv": sys.argv[1:] if argv is None else list(argv),
+            "data": args.data, "loadavg_before": [round(x, 2) for x in os.getloadavg()]}
     if args.trace:
         with tempfile.TemporaryDirectory() as tmp:
             ts, n = trainers(args.trace, args.rung, args.data, tmp)
@@ -141,7 +147,7 @@ def main(argv=None) -> int:
                   f"| {r['grad_norm_loop']:.3g} | {r['grad_norm_fused']:.3g} "
                   f"| {r['diff_foreach']:.1e} | {r['diff_fused']:.1e} | {r['where_fused']}{r['index_fused']} |")
         if args.json:
-            Path(args.json).write_text(json.dumps({"torch": torch.__version__, "family": args.trace, "n": n,
+            Path(args.json).write_text(json.dumps({**meta, "family": args.trace, "n": n,
                                                    "rung": args.rung, "steps": rows}, indent=1) + "\n")
         return 0
     families = FAMILIES[:3] if args.quick else FAMILIES
@@ -157,8 +163,9 @@ def main(argv=None) -> int:
             cell = [f"{row[k]['ratio_to_loop']:.2f}x, {row[k]['diff_vs_loop']:.1e}" for k in ("foreach", "fused")]
             print(f"| {fam} | {n:,} | {row['loop']['ms']:.1f} | {cell[0]} | {cell[1]} |", flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps({"torch": torch.__version__, "repeats": repeats, "steps": steps,
-                                               "rung": args.rung, "families": rows}, indent=1) + "\n")
+        Path(args.json).write_text(json.dumps({**meta, "repeats": repeats, "steps": steps, "rung": args.rung,
+                                               "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+                                               "families": rows}, indent=1) + "\n")
     return 0
 
 

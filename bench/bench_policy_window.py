@@ -87,7 +87,12 @@ def main(argv=None) -> int:
                                              f"train.batch_size={args.batch_size}", "train.threads=1",
                                              f"train.out_dir={tempfile.mkdtemp(prefix='rltok-bench-')}"])
         trainer = Trainer(cfg, corpus=corpus, quiet=True)
-        step = side_by_side(trainer.train_step, args.repeats)
+
+        def train_step():  # as fit() does: each step at its own learning rate, not all at warm-up step 0's
+            trainer.train_step()
+            trainer.step += 1
+
+        step = side_by_side(train_step, args.repeats)
         row = {"window": window, "sample": sample, "step": step}
         results.append(row)
         print(f"window {window}: sample {sample['sequential_s'] * 1e3:.1f} -> {sample['scan_s'] * 1e3:.1f} ms "

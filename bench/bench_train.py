@@ -213,10 +213,24 @@ def run_steps(trainer: Trainer, steps: int) -> tuple[float, float, list[float]]:
     return wall, cpu, [float(r) for r in rates]
 
 
-def matmul_peak(device: torch.device, n: int = 1024, reps: int = 8) -> float:
-    """Best observed GFLOP/s of an fp32 n x n x n matmul (the reference for FLOP utilisation)."""
-    a = torch.randn(n, n, device=device)
-    b = torch.randn(n, n, device=device)
+def peak_shape(device: torch.device, dtype: str) -> tuple[torch.dtype, int]:
+    """The matmul MFU is measured against: on CPU fp32 at 1024 (the steps run in fp32); on a GPU the
+    step's own precision at 8192, large enough that the timing is not launch-bound (an fp32 1024
+    matmul there would understate the bf16 peak many times over and so overstate MFU)."""
+    if device.type == "cpu":
+        return torch.float32, 1024
+    bf16 = dtype == "bf16" or (dtype == "auto" and torch.cuda.is_bf16_supported())
+    return (torch.bfloat16 if bf16 else torch.float32), 8192
+
+
+def peak_label(dtype: torch.dtype, n: int) -> str:
+    return f"{str(dtype).removeprefix('torch.')} {n}³"
+
+
+def matmul_peak(device: torch.device, dtype: torch.dtype = torch.float32, n: int = 1024, reps: int = 8) -> float:
+    """Best observed GFLOP/s of a `dtype` n x n x n matmul (the reference for FLOP utilisation)."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
     for _ in range(2):
         a @ b
     best = float("inf")
@@ -251,7 +265,7 @@ def timing_table(names, trainers, args, device, log) -> dict:
     rates = {n: [] for n in names}
     peaks = []
     for r in range(args.repeats):
-        peaks.append(matmul_peak(device))  # sampled throughout: the best is the reference
+        peaks.append(matmul_peak(device, *peak_shape(device, args.dtype)))  # sampled throughout: the best is the reference
         order = names[r % len(names):] + names[:r % len(names)]  # rotate: no config always first
         for name in order:
             w, c, rs = run_steps(trainers[name], steps[name])
@@ -340,7 +354,7 @@ def memory_child(name: str, args) -> dict:
 
 def child_args(args) -> list[str]:
     a = ["--seq-len", str(args.seq_len), "--batch-size", str(args.batch_size), "--device", args.device,
-         "--dtype", args.dtype, "--threads", str(args.threads)]
+         "--dtype", args.dtype, "--threads", str(args.threads), "--recipe", args.recipe]
     if args.model:
         a += ["--model", args.model]
     if args.flat:
@@ -432,7 +446,9 @@ def profile_step(trainer: Trainer, steps: int, top: int = 15) -> dict:
     phases["forward (total)"] = incl.get("phase:forward", float("nan"))
     opt = sum(v for k, v in incl.items() if k.startswith("Optimizer.step"))
     phases["optimizer step"] = opt
-    phases["loss + backward + clipping (rest)"] = step_ms - phases["forward (total)"] - opt
+    # everything the step does outside the forward and AdamW: the loss, backward and clipping, but also
+    # drawing and moving the batch, the learning-rate set, zero_grad and the recipe's own work
+    phases["everything else (loss, backward, clipping, batch, ...)"] = step_ms - phases["forward (total)"] - opt
     phases["step (total)"] = step_ms
     # attention proper: forward inside Attention.attend; backward as the autograd nodes of its
     # ops (bmm only appears in attention here: linear layers backpropagate through mm)
@@ -510,8 +526,8 @@ def markdown(res: dict) -> str:
         "| | | |",
         f"| FLOPs/byte, flat / hier_rl (analytical, at the achieved rate) | {r['flop_ratio']:.2f}x | | | | |",
         "",
-        f"MFU = 3 × forward FLOPs/byte × bytes/s / matmul peak; peak = best fp32 1024³ matmul seen during the "
-        f"run: {meta['matmul_peak_gflops']:.0f} GFLOP/s.",
+        f"MFU = 3 × forward FLOPs/byte × bytes/s / matmul peak; peak = best {meta.get('matmul_peak_shape', 'float32 1024³')} matmul "
+        f"seen during the run: {meta['matmul_peak_gflops']:.0f} GFLOP/s.",
     ]
     mem = {k: v for k, v in res["memory"].items() if "step_peak_bytes" in v}
     if mem:
@@ -675,6 +691,7 @@ def main(argv=None) -> int:
             "steps_per_measurement": timing["steps"],
             "warmup": args.warmup, "quick": args.quick, "loadavg_before": loadavg_before,
             "loadavg_after": [round(x, 2) for x in os.getloadavg()], "matmul_peak_gflops": peak,
+            "matmul_peak_shape": peak_label(*peak_shape(device, args.dtype)),
             "matmul_peaks": timing["peaks"], "wall_s": round(time.perf_counter() - t_start, 1),
         },
         "configs": configs, "ratios": ratios, "memory": memory, "profile": prof,
