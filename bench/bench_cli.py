@@ -19,29 +19,29 @@ from pathlib import Path
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
-def time_command(argv: list[str], repeats: int) -> float:
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+def median_time(cmd: list[str], repeats: int, env: dict) -> float:
+    """Median wall time of `cmd` in a fresh process: a cold first run does not move it."""
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "rltok.cli", *argv], env=env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def time_command(argv: list[str], repeats: int) -> float:
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return median_time([sys.executable, "-m", "rltok.cli", *argv], repeats, env)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
-    env = {**os.environ, "PYTHONPATH": SRC}
-    t0 = time.perf_counter()
-    for _ in range(args.repeats):
-        subprocess.run([sys.executable, "-c", "import torch"], env=env, check=True)
-    torch_s = (time.perf_counter() - t0) / args.repeats
+    torch_s = median_time([sys.executable, "-c", "import torch"], args.repeats, {**os.environ, "PYTHONPATH": SRC})
     for argv in (["--help"], ["presets"]):
         print(f"rltok {' '.join(argv):<8} {time_command(argv, args.repeats):.3f} s (median of {args.repeats})")
-    print(f"for scale, python -c 'import torch': {torch_s:.3f} s")
+    print(f"for scale, python -c 'import torch': {torch_s:.3f} s (median of {args.repeats})")
 
 
 if __name__ == "__main__":

@@ -1,19 +1,24 @@
 """Data at scale: memory, start-up and loader throughput of training on prepared byte shards.
 
     python bench/bench_data.py                        # 0.1, 1 and 4 GB corpora: ~8 minutes on 2 busy cores
+                                                      # with 10 in-memory steps; 100 add about 1.5 min
     python bench/bench_data.py --sizes 0.05 0.2 --steps 20 --no-unprepared     # a quick look
 
 For each size it generates a corpus (a folder of ~1 MB text files, distinct documents), runs
-`rltok prepare` on it (wall time, peak RSS), then trains the default model for --steps steps on
-the prepared folder in a fresh process, measuring:
+`rltok prepare` on it in a fresh process (the prepare call's wall time inside that process, so
+no interpreter start-up or imports; the process' peak RSS), then trains the default model for
+--steps steps on the prepared folder in a fresh process, measuring:
   start-up     seconds to build the Trainer (open the corpus, build the model, draw the
                validation windows) and its RSS (VmRSS) right after
   RSS          after the steps (the run's final validation and checkpoint included)
-  train B/s    the training throughput of the default model (median of the logged records)
-  loader B/s   WindowSampler.next() alone on the same stream with the run's batch shape
+  train B/s    the training throughput of the default model (median of the logged 10-step
+               records, the first one, with the cold first step, left out)
+  loader B/s   WindowSampler.next() alone on the same stream with the run's batch shape, from
+               the warm page cache (prepare has just written the shards and the run read them)
 The same corpus read into memory as today (data.prepare_above=0) is measured once, at the
-smallest size, for contrast. Generated corpora are deleted after each size. Sizes that do not
-fit the disk (source + staging + shards, about 3x the size) are left out, and the table says so.
+smallest size, for contrast, with the same steps and records. Generated corpora are deleted after
+each size. Sizes that do not fit the disk (source + staging + shards, about 3x the size) are left
+out, and the table says so.
 """
 
 from __future__ import annotations
@@ -81,18 +86,26 @@ def run(cmd: list[str]) -> tuple[float, float, str]:
 
 
 def child_prepare(src: str, out: str) -> None:
-    """In a fresh process: `rltok prepare SRC --out OUT`, then its summary and peak RSS."""
+    """In a fresh process: `rltok prepare SRC --out OUT`, then its summary, wall time and peak RSS."""
     import contextlib
     import io
 
+    import rltok.data.prepare  # noqa: F401  imported before the clock starts: the command's own time, not imports
     from rltok.cli import main as cli
 
     buf = io.StringIO()
+    start = time.perf_counter()
     with contextlib.redirect_stdout(buf):
         rc = cli(["prepare", src, "--out", out, "-q"])
+    wall = time.perf_counter() - start
     if rc:
         sys.exit(rc)
-    print(json.dumps({**json.loads(buf.getvalue()), "peak_rss_mb": rss_mb("VmHWM")}))
+    print(json.dumps({**json.loads(buf.getvalue()), "prepare_s": wall, "peak_rss_mb": rss_mb("VmHWM")}))
+
+
+def steady_rates(history: list[dict]) -> list[float]:
+    """bytes/s of the logged records after the first (which holds the cold first step)."""
+    return [r["bytes_per_s"] for r in history if "bytes_per_s" in r][1:]
 
 
 def child_train(data: str, steps: int, out: str, extra: list[str]) -> None:
@@ -114,7 +127,7 @@ def child_train(data: str, steps: int, out: str, extra: list[str]) -> None:
     rss_startup = rss_mb()
     result = trainer.fit()
     rss_after, rss_peak = rss_mb(), rss_mb("VmHWM")
-    bps = [r["bytes_per_s"] for r in result.history[1:] if "bytes_per_s" in r] or [result.history[-1]["bytes_per_s"]]
+    bps = steady_rates(result.history)
     # the loader alone: the sampler's draws and reads, with the run's batch shape
     sampler = WindowSampler(trainer.corpus.train, cfg.train.batch_size, cfg.train.seq_len, seed=1)
     n, start = 0, time.perf_counter()
@@ -139,18 +152,19 @@ def measure(size: float, root: Path, steps: int, extra: list[str], unprepared: b
     rows = []
     me = Path(__file__).resolve()
     try:
-        wall, _, out = run([sys.executable, str(me), "--child-prepare", str(src), "--child-out", str(prep)])
+        process_s, _, out = run([sys.executable, str(me), "--child-prepare", str(src), "--child-out", str(prep)])
         summary = json.loads(out)
-        rss = summary["peak_rss_mb"]
-        log(f"  prepare: {wall:.1f} s, peak RSS {rss:.0f} MB, {summary['rule']} split")
+        wall, rss = summary["prepare_s"], summary["peak_rss_mb"]
+        log(f"  prepare: {wall:.1f} s ({process_s:.1f} s with the process' start-up), peak RSS {rss:.0f} MB, "
+            f"{summary['rule']} split")
         _, _, out = run([sys.executable, str(me), "--child-train", str(prep), "--steps", str(steps),
                          "--child-out", str(run_dir / "prep"), "--", *extra])
         rows.append({"size_gb": size, "source_bytes": written, "mode": "prepared", "prepare_s": wall,
-                     "prepare_rss_mb": rss, "train_split_bytes": summary["splits"]["train"]["bytes"],
-                     **json.loads(out)})
+                     "prepare_process_s": process_s, "prepare_rss_mb": rss,
+                     "train_split_bytes": summary["splits"]["train"]["bytes"], **json.loads(out)})
         log(f"  train on shards: {rows[-1]}")
         if unprepared:
-            _, _, out = run([sys.executable, str(me), "--child-train", str(src), "--steps", str(min(steps, 10)),
+            _, _, out = run([sys.executable, str(me), "--child-train", str(src), "--steps", str(steps),
                              "--child-out", str(run_dir / "mem"), "--", *extra, "data.prepare_above=0"])
             rows.append({"size_gb": size, "source_bytes": written, "mode": "in memory", **json.loads(out)})
             log(f"  train in memory: {rows[-1]}")
@@ -191,7 +205,8 @@ def markdown(rows: list[dict], skipped: list[float], meta: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=float, nargs="+", default=[0.1, 1, 4], help="corpus sizes in GB")
-    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--steps", type=int, default=100, help="training steps per run (at least 20: records of 10 "
+                    "steps, the first left out)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads of the training runs (default 1: steady timings on a shared machine)")
     ap.add_argument("--root", default="", help="where to write the corpora (default: a temporary folder)")
@@ -207,6 +222,8 @@ def main() -> None:
         return child_train(args.child_train, args.steps, args.child_out, args.extra)
     if args.child_prepare:
         return child_prepare(args.child_prepare, args.child_out)
+    if args.steps < 20:
+        ap.error("--steps must be at least 20: the train rate is taken over 10-step records after the first")
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)

@@ -5,7 +5,10 @@
 
 Trains a short run with the Lagrange controller (no penalty) and reports the mean expected and
 sampled rate over the second half of training and the largest deviation of a logged record
-(each record averages train.log_every steps), with the multiplier's final value.
+(each record averages train.log_every steps), with the multiplier's final value. The objective
+is pinned to the reference recipe (score-function estimator): the presets' lexicon recipe adds a
+second price controller (the flips estimator's target price) beside the Lagrange one. The JSON
+records the objective config the run used.
 """
 
 from __future__ import annotations
@@ -36,7 +39,9 @@ def main() -> int:
         cfg = load_config(args.preset, overrides=[
             f"data.train={args.data}", f"train.out_dir={tmp}/run", f"train.max_steps={args.steps}",
             f"train.threads={args.threads}", "train.log_every=10", f"train.eval_every={args.steps}",
-            f"train.checkpoint_every={args.steps}", "objective.rate=lagrange", f"model.target_rate={args.target}"])
+            f"train.checkpoint_every={args.steps}",
+            "objective.recipe=reference",  # so that the Lagrange controller alone holds the rate (not lexicon's flips)
+            "objective.rate=lagrange", f"model.target_rate={args.target}"])
         trainer = Trainer(cfg, quiet=True)
         trainer.fit()
     late = trainer.history[len(trainer.history) // 2:]
@@ -48,6 +53,7 @@ def main() -> int:
         "max_record_deviation": max(abs(r["expected_rate"] - args.target) for r in late),
         "final_price": trainer.history[-1]["chunk_price"], "val_rate": trainer.history[-1].get("val_rate"),
         "commit": git_commit(), "command": " ".join(["python", "bench/controller_check.py", *sys.argv[1:]]),
+        "objective": cfg.to_dict()["objective"],
     }
     print(json.dumps(res, indent=2))
     if args.out:
