@@ -346,6 +346,7 @@ def test_a_diverged_run_is_recorded_and_the_grid_goes_on(tmp_path):
     assert result["ran"] == 2 * 3 * 2
     bad = json.loads((out / "salad" / "C1e08__flat__N16000__s1.json").read_text())
     assert bad["bpb"] is None and "non-finite" in bad["diverged"] and bad["non_embedding_params"] > 0
+    assert bad["commit"]  # the code it ran: a diverged run is not taken for one from uncommitted code
     n = len(calls)
     run_grid(grid, out, log=lambda m: None, runner=run)
     assert len(calls) == n  # recorded: not retried

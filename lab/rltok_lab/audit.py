@@ -43,7 +43,11 @@ LEVEL = 0.95
 
 
 def is_dirty(r: dict) -> bool:
-    return str(r.get("commit", "")).endswith("+dirty") or not r.get("commit")
+    """Made from uncommitted code. A scored record without a commit is counted as such; a diverged
+    one without it is not (older harnesses wrote no commit for a run that diverged)."""
+    if r.get("commit"):
+        return str(r["commit"]).endswith("+dirty")
+    return r.get("bpb") is not None
 
 
 def is_read(r: dict) -> bool:
@@ -85,6 +89,13 @@ class Cell:
     choice: float  # the selection split's mean over the ladder's seeds (0 and 1), which every size ran
     fitted_outside: float | None = None  # bytes a tokenizer was fitted on outside the budget
     reads_ahead: bool = False  # its cut at byte t depends on bytes after t (the rule cannot generate)
+    choice_seeds: tuple = ()  # the seeds whose selection-split losses chose this size (every size ran them)
+
+    @property
+    def fresh(self) -> dict:
+        """{seed: scored bpb} of the seeds that took no part in choosing the size: a lucky seed is
+        lucky on both splits, so only these are free of the choice's optimism."""
+        return {s: v for s, v in self.test.items() if s not in self.choice_seeds}
 
     @property
     def mean(self) -> float:
@@ -97,20 +108,41 @@ def mean_of(rs: Sequence[dict], key: str) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
+def _check_choosable(here: list[dict], budget: float) -> None:
+    """One record per (family, size, seed), and every record or none with a selection-split loss:
+    either fault would let a choice read the wrong run or the scored split without a word."""
+    seen = set()
+    for r in here:
+        key = (record_family(r), record_size(r), int(r["seed"]))
+        if key in seen:
+            raise ConfigError(f"two records of {key[0]} N={key[1]:,.0f} seed {key[2]} at {budget:.0e}: "
+                              "move one aside (a choice would read only one of them)")
+        seen.add(key)
+    with_select = sum("bpb_select" in r for r in here)
+    if 0 < with_select < len(here):
+        raise ConfigError(f"at {budget:.0e} {len(here) - with_select} of {len(here)} records have no selection-split "
+                          "loss (bpb_select): their sizes would be chosen on the scored split")
+
+
 def chosen_cells(runs: Iterable[dict], budget: float) -> dict[str, Cell]:
     """{family: its cell at the size chosen on the selection split} at `budget`."""
-    here = [r for r in runs if float(r["budget_flops"]) == budget]
+    here = [r for r in runs if float(r["budget_flops"]) == budget and r.get("bpb") is not None]
+    _check_choosable(here, budget)
     out = {}
     for family, size in best_by_choice(here).items():
-        rs = [r for r in here if record_family(r) == family and record_size(r) == size]
+        mine = [r for r in here if record_family(r) == family]
+        sizes = {record_size(r) for r in mine}
+        # the seeds every size ran: the ones best_by_choice compared the sizes on
+        chose = set.intersection(*({int(r["seed"]) for r in mine if record_size(r) == n} for n in sizes))
+        rs = [r for r in mine if record_size(r) == size]
         ratio = mean_of([{"x": r["forward_flops_per_byte_kernel"] / r["forward_flops_per_byte"]} for r in rs
                        if r.get("forward_flops_per_byte_kernel") and r.get("forward_flops_per_byte")], "x")
         out[family] = Cell(family, budget, size, {int(r["seed"]): float(r["bpb"]) for r in rs},
                            mean_of(rs, "params"), mean_of(rs, "state_mb"), mean_of(rs, "steps"), mean_of(rs, "rate"),
                            mean_of(rs, "space_align"), ratio or 1.0, sum(is_dirty(r) for r in rs),
-                           float(np.mean([choice_loss(r) for r in rs if int(r["seed"]) in (0, 1)]
+                           float(np.mean([choice_loss(r) for r in rs if int(r["seed"]) in chose]
                                          or [choice_loss(r) for r in rs])), mean_of(rs, "tokenizer_fit_bytes"),
-                           any(map(reads_ahead, rs)))
+                           any(map(reads_ahead, rs)), tuple(sorted(chose)))
     return out
 
 
@@ -165,14 +197,22 @@ def paired(a: dict, b: dict) -> tuple[int, float, float, float, float] | None:
 
 
 def interpolated(cells_by_budget: dict[float, Cell], x: float) -> dict | None:
-    """{seed: loss} of one family at kernel FLOPs `x`, linear in log FLOPs between the two budgets
-    whose kernel FLOPs bracket x (their shared seeds); None outside its budgets."""
+    """{seed: loss} of one family at kernel FLOPs `x`, read between its cells (their shared seeds);
+    None outside them. Through the three cells nearest x, a parabola in log FLOPs: loss is convex
+    in log FLOPs, so a chord between two cells overstates it (by up to about 0.005 bpb here) and
+    would favour the side read at its own point; with two cells only, the chord."""
     pts = sorted(((c.budget * c.kernel_ratio, c) for c in cells_by_budget.values()), key=lambda p: p[0])
-    for (x0, c0), (x1, c1) in zip(pts, pts[1:]):
-        if x0 <= x <= x1:
-            w = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
-            seeds = set(c0.test) & set(c1.test)
-            return {s: (1 - w) * c0.test[s] + w * c1.test[s] for s in seeds} or None
+    for i, ((x0, _), (x1, _)) in enumerate(zip(pts, pts[1:])):
+        if not x0 <= x <= x1:
+            continue
+        trios = [pts[j:j + 3] for j in (i - 1, i) if j >= 0 and j + 3 <= len(pts)]
+        # of the two trios around the interval, the one reaching least far from x
+        use = min(trios, key=lambda t: max(abs(math.log(p[0] / x)) for p in t)) if trios else pts[i:i + 2]
+        u = [math.log(p[0]) for p in use]
+        weights = [math.prod((math.log(x) - u[k]) / (u[j] - u[k]) for k in range(len(u)) if k != j)
+                   for j in range(len(u))]  # Lagrange: exact on a line (two cells) or a parabola (three)
+        seeds = set.intersection(*(set(p[1].test) for p in use))
+        return {s: sum(w * p[1].test[s] for w, p in zip(weights, use)) for s in seeds} or None
     return None
 
 
@@ -244,12 +284,12 @@ def grid_study(grid, folder: Path, budgets_read: dict[str, list[float]] | None =
 
 def budget_verdicts(study: Study) -> list[Verdict]:
     """Each pair at each budget of each corpus, under charged and kernel FLOPs, plus each pair
-    pooled over the fitted budgets from cell means (one per budget)."""
+    pooled over the fitted budgets from cell means (one per budget), under each count."""
     out = []
     groups = study.groups
     for corpus, by_budget in study.cells.items():
         for a_name, b_name in study.pairs:
-            means, pooled = [], []  # one cell mean per budget read (held-out ones apart), and which budgets
+            pooled = {"charged": ([], []), "kernel": ([], [])}  # per count: one mean per fitted budget, and which
             for budget in study.budgets:
                 cells = by_budget.get(budget, {})
                 a, b = group_cell(cells, a_name, groups), group_cell(cells, b_name, groups)
@@ -265,24 +305,47 @@ def budget_verdicts(study: Study) -> list[Verdict]:
                 if ahead:
                     note = (note + "; " if note else "") + f"{' and '.join(ahead)} cut reading bytes ahead"
                 out.append(Verdict(corpus, budget, a_name, b_name, *r, flops="charged", note=note))
-                if budget not in study.held_out:
-                    means.append(r[1])
-                    pooled.append(budget)
-                # kernel FLOPs: a at its own computed FLOPs, b interpolated there along its family's cells
-                b_cells = {bb: by_budget[bb][b.family] for bb in by_budget if b.family in by_budget[bb]}
-                b_at = interpolated(b_cells, budget * a.kernel_ratio)
-                rk = paired(a.test, b_at) if b_at else None
-                x = f"{budget * a.kernel_ratio:.2e}".replace("e+", "e")
-                if rk is not None:
-                    out.append(Verdict(corpus, budget, a_name, b_name, *rk, flops="kernel", note=f"{b.family} at {x}"))
-                else:
-                    out.append(Verdict(corpus, budget, a_name, b_name, 0, math.nan, math.nan, math.nan, 1.0,
-                                       flops="kernel", note=f"{x} is outside {b.family}'s budgets: not read"))
-            if len(means) >= 2:
-                m, lo, hi = mean_interval(means, LEVEL)
-                span = f"{_short(pooled[0])}-{_short(pooled[-1])} (cell means)"
-                out.append(Verdict(corpus, span, a_name, b_name, len(means), m, lo, hi, p_value(means), flops="charged"))
+                fitted = budget not in study.held_out
+                if fitted:
+                    pooled["charged"][0].append(r[1])
+                    pooled["charged"][1].append(budget)
+                kv = kernel_verdict(study, corpus, budget, a, b, a_name, b_name)
+                out.append(kv)
+                if fitted and kv.n:
+                    pooled["kernel"][0].append(kv.mean)
+                    pooled["kernel"][1].append(budget)
+            for flops, (means, budgets) in pooled.items():
+                if len(means) >= 2:
+                    m, lo, hi = mean_interval(means, LEVEL)
+                    span = f"{_short(budgets[0])}-{_short(budgets[-1])} (cell means)"
+                    out.append(Verdict(corpus, span, a_name, b_name, len(means), m, lo, hi, p_value(means), flops=flops))
     return out
+
+
+def kernel_verdict(study: Study, corpus: str, budget: float, a: Cell, b: Cell, a_name: str, b_name: str) -> Verdict:
+    """a − b with FLOPs as the kernels compute them: each side's run sits at budget x its own
+    kernel/charged ratio, so one side is read at the other's point along its family's cells
+    (`interpolated`): b at a's point where b's cells reach it, else a at b's. A fitted budget reads
+    only the fitted budgets' cells (and the anchor's), never a held-out one."""
+    by_budget = study.cells[corpus]
+    usable = [bb for bb in by_budget if budget in study.held_out or bb not in study.held_out]
+
+    def along(family: str) -> dict:
+        return {bb: by_budget[bb][family] for bb in usable if family in by_budget[bb]}
+
+    xa, xb = budget * a.kernel_ratio, budget * b.kernel_ratio
+    b_at = interpolated(along(b.family), xa)
+    if b_at and (r := paired(a.test, b_at)):
+        return Verdict(corpus, budget, a_name, b_name, *r, flops="kernel", note=f"{b.family} at {_flops(xa)}")
+    a_at = interpolated(along(a.family), xb)
+    if a_at and (r := paired(a_at, b.test)):
+        return Verdict(corpus, budget, a_name, b_name, *r, flops="kernel", note=f"{a.family} at {_flops(xb)}")
+    return Verdict(corpus, budget, a_name, b_name, 0, math.nan, math.nan, math.nan, 1.0, flops="kernel",
+                   note=f"neither {_flops(xa)} nor {_flops(xb)} lies within the other family's budgets: not read")
+
+
+def _flops(x: float) -> str:
+    return f"{x:.2e}".replace("e+", "e")
 
 
 def _short(budget: float) -> str:
@@ -358,8 +421,10 @@ def reference_form(study: Study, against: str, budgets: Sequence[float] | Mappin
     """The reference's table against one family: at each of `budgets`, every family the study pairs
     with `against` (a group by its members), at its val-chosen size, with its test bpb, achieved rate,
     whitespace alignment, N, total parameters and state memory, and its difference from `against`
-    paired by seed (FLOPs as charged), Holm's correction and the corrected intervals taken over this
-    table's own verdicts."""
+    paired by seed (FLOPs as charged), Holm's correction and the corrected intervals taken over each
+    budget's rows of this table (both corpora): a budget's family is fixed when its rows exist, so a
+    later budget's rows never change an earlier reading. Beside it, the difference over the seeds
+    that took no part in choosing either size (the optimum seeds): free of the choice's optimism."""
     names = []
     for pair in study.pairs:
         if against in pair:  # either way round: each row is read as row − reference
@@ -382,22 +447,31 @@ def reference_form(study: Study, against: str, budgets: Sequence[float] | Mappin
                     continue
                 r = None if name == against else paired(c.test, ref.test)
                 entries.append((corpus, budget, c, Verdict(corpus, budget, name, against, *r, "charged") if r else None))
-    adjusted = iter(holm([v for *_, v in entries if v is not None]))
-    entries = [(*e[:3], next(adjusted) if e[3] is not None else None) for e in entries]
-    m = sum(1 for *_, v in entries if v is not None)
+    m = {}  # {budget: the verdicts Holm corrects over together}
+    for budget in sorted({e[1] for e in entries}):
+        here = [i for i, e in enumerate(entries) if e[1] == budget and e[3] is not None]
+        for i, v in zip(here, holm([entries[i][3] for i in here])):
+            entries[i] = (*entries[i][:3], v)
+        m[budget] = len(here)
+    family = ", ".join(f"{n} at {_short(b)}" for b, n in m.items())
     head = (f"| corpus | budget | family | test bpb (seeds) | rate | whitespace alignment | N | total params | "
-            f"state MB | − {against} | corrected interval | p (Holm, m = {m}) | resolved | note |\n"
-            "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|---|")
+            f"state MB | − {against} | corrected interval | p (Holm over the budget's rows: m = {family}) | resolved | "
+            f"− {against}, seeds that chose neither size (n) | note |\n"
+            "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---|")
+    refs = {(e[0], e[1]): e[2] for e in entries if e[2].family == against}
     rows = []
     for corpus, budget, c, v in sorted(entries, key=lambda e: (list(study.cells).index(e[0]), e[1], e[2].mean)):
         bpb, rate, align, state = _cell_text(c)
         cols = [bpb, rate, align, f"{c.size:,.0f}", f"{c.params:,.0f}", state]
         if v is None:
-            diff = ["reference" if c.family == against else "no shared seed", "—", "—", "—"]
+            diff = ["reference" if c.family == against else "no shared seed", "—", "—", "—", "—"]
         else:
-            lo, hi = corrected_interval(v, m)
+            lo, hi = corrected_interval(v, m[budget])
+            ref_fresh = refs[(corpus, budget)].fresh
+            fresh = sorted(set(c.fresh) & set(ref_fresh))
             diff = [f"{v.mean:+.3f}", f"[{lo:+.3f}, {hi:+.3f}]" if math.isfinite(lo) else "—", f"{v.p_holm:.3f}",
-                    "yes" if v.resolved else "no"]
+                    "yes" if v.resolved else "no",
+                    f"{np.mean([c.fresh[s] - ref_fresh[s] for s in fresh]):+.3f} ({len(fresh)})" if fresh else "—"]
         note = "; ".join([*(["cuts read ahead"] if c.reads_ahead else []),
                           *([f"tokenizer fitted outside the budget on {c.fitted_outside / 1e6:.1f}M bytes"]
                             if c.fitted_outside else []),

@@ -180,7 +180,9 @@ def test_a_pooled_verdict_names_the_budgets_it_pools_not_the_grids():
     by_budget = {b: {"a": cell("a", b, 2.0 + d), "b": cell("b", b, 2.1)} for b, d in ((3e11, 0.0), (6e11, 0.02))}
     study = audit.Study({"c": by_budget}, {"c": []}, (3e11, 6e11, 1e12, 3e12), groups={}, pairs=(("a", "b"),))
     pooled = [v for v in audit.budget_verdicts(study) if isinstance(v.budget, str)]
-    assert [(v.budget, v.n) for v in pooled] == [("3e11-6e11 (cell means)", 2)]
+    # one cell-mean row under each FLOP count
+    assert [(v.budget, v.n, v.flops) for v in pooled] == [("3e11-6e11 (cell means)", 2, "charged"),
+                                                         ("3e11-6e11 (cell means)", 2, "kernel")]
     assert pooled[0].mean == pytest.approx(-0.09)
 
 
@@ -218,7 +220,7 @@ def test_the_reference_form_pairs_each_rule_with_the_reference_and_corrects_over
                         pairs=(("a", "ref"), ("ref", "g"), ("m1", "m2")))  # a pair either way round
     text = audit.reference_form(study, "ref", {"docs": [1e12], "code": [1e12]})
     head, rule, *rows = text.splitlines()
-    assert "| − ref |" in head and "m = 4)" in head and head.count("|") == rule.count("|")
+    assert "| − ref |" in head and "m = 4 at 1e12)" in head and head.count("|") == rule.count("|")
     assert all(r.count("|") == head.count("|") for r in rows)
     assert [r.split(" | ")[2] for r in rows] == ["a", "ref", "m2", "m1", "a", "ref", "m1"]  # by corpus, then bpb
     assert "| no shared seed | — | — | — |" in rows[6]
@@ -239,3 +241,81 @@ def test_the_reference_form_pairs_each_rule_with_the_reference_and_corrects_over
     # the same budgets for every corpus, as cells_table takes them
     assert "| code | 3e12 |" not in audit.reference_form(study, "ref", (1e12, 3e12))
     assert "| docs | 3e12 | a |" in audit.reference_form(study, "ref", (1e12, 3e12))
+
+
+def test_interpolation_through_three_cells_is_exact_on_a_parabola_in_log_flops():
+    """Loss is convex in log FLOPs, so a chord overstates it between two cells; through three cells
+    the reading is exact on a parabola, and the trio nearest the point is used."""
+    def loss(x):
+        u = math.log10(x) - 12
+        return 2.0 - 0.3 * u + 0.1 * u * u
+    budgets = (3e11, 6e11, 1e12, 3e12)
+    cells = {b: _cell(b, 1.1, {0: loss(b * 1.1), 1: loss(b * 1.1) + 0.05}) for b in budgets}
+    for x in (4e11, 8e11, 2e12):
+        assert interpolated(cells, x) == pytest.approx({0: loss(x), 1: loss(x) + 0.05}, abs=1e-12)
+    two = {b: cells[b] for b in (3e11, 1e12)}
+    chord = interpolated(two, 6e11)[0]
+    assert chord > loss(6e11)  # the bias the parabola removes
+    assert interpolated(cells, 3e11) is None and interpolated(cells, 3.4e12) is None  # below 3.3e11, above 3.3e12
+
+
+def test_the_kernel_reading_reads_either_side_at_the_others_point_and_never_a_held_out_cell():
+    def cell(family, budget, ratio, base):
+        return Cell(family, budget, 1.0, {0: base - 0.1 * math.log10(budget), 1: base + 0.01 - 0.1 * math.log10(budget)},
+                    1.0, 1.0, 100, None, None, ratio, 0, 0.0, choice_seeds=(0, 1))
+    budgets = (3e11, 6e11, 1e12, 1e13)
+    by_budget = {b: {"a": cell("a", b, 1.20, 3.0), "b": cell("b", b, 1.10, 3.05)} for b in budgets}
+    study = audit.Study({"c": by_budget}, {"c": []}, budgets, held_out=(1e13,), groups={}, pairs=(("a", "b"),))
+    kernel = {v.budget: v for v in audit.budget_verdicts(study) if v.flops == "kernel"}
+    assert kernel[3e11].n == 2 and kernel[3e11].note == "b at 3.60e11"
+    # at 1e12 a's point (1.2e12) lies above b's fitted cells (up to 1.1e12); the held-out cell may not
+    # bracket a fitted budget's reading, so a is read at b's point instead
+    assert kernel[1e12].n == 2 and kernel[1e12].note == "a at 1.10e12"
+    assert kernel[1e13].note == "a at 1.10e13"  # the held-out budget reads every cell
+    # the same law of kernel FLOPs on both sides, offset by 0.05: the reading sees the offset
+    for budget in (3e11, 1e12):
+        assert kernel[budget].mean == pytest.approx(-0.05 - 0.1 * math.log10(1.1 / 1.2), abs=1e-9)
+    # one budget alone: neither point lies between two cells of the other family
+    lone = audit.Study({"c": {3e11: by_budget[3e11]}}, {"c": []}, (3e11,), groups={}, pairs=(("a", "b"),))
+    (v,) = [v for v in audit.budget_verdicts(lone) if v.flops == "kernel"]
+    assert v.n == 0 and "not read" in v.note
+
+
+def test_a_diverged_record_without_a_commit_is_not_counted_as_uncommitted():
+    assert not audit.is_dirty({"bpb": None, "diverged": "nan loss"})
+    assert audit.is_dirty({"bpb": 2.0}) and audit.is_dirty({"bpb": 2.0, "commit": "abc+dirty"})
+    assert not audit.is_dirty({"bpb": 2.0, "commit": "abc"}) and audit.is_dirty({"bpb": None, "commit": "abc+dirty"})
+
+
+def _rec(family, n, seed, bpb, select=True):
+    r = {"family": family, "method": family, "budget_flops": 1e12, "non_embedding_params": n, "seed": seed,
+         "bpb": bpb, "params": n, "steps": 10, "commit": "abc"}
+    return {**r, "bpb_select": bpb} if select else r
+
+
+def test_a_cell_knows_the_seeds_that_chose_its_size_and_refuses_records_a_choice_would_misread():
+    runs = [_rec("f", 100, s, 2.0 + s * 0.01) for s in (0, 1)] + [_rec("f", 200, s, 1.9 + s * 0.01) for s in (0, 1, 2)]
+    (cell,) = audit.chosen_cells(runs, 1e12).values()
+    assert cell.size == 200 and cell.choice_seeds == (0, 1) and cell.fresh == {2: pytest.approx(1.92)}
+    assert cell.choice == pytest.approx(1.905)  # over the seeds every size ran, not seed 2
+    with pytest.raises(audit.ConfigError, match="two records of f N=200 seed 1"):
+        audit.chosen_cells([*runs, _rec("f", 200, 1, 1.0)], 1e12)
+    with pytest.raises(audit.ConfigError, match="no selection-split loss"):
+        audit.chosen_cells([*runs, _rec("f", 300, 0, 1.0, select=False)], 1e12)
+
+
+def test_the_reference_form_corrects_each_budget_apart_and_shows_the_fresh_seeds():
+    def cell(family, budget, losses):
+        return Cell(family, budget, 100.0, dict(enumerate(losses)), 120.0, 0.5, 10, 0.2, 0.6, 1.0, 0, losses[0],
+                    choice_seeds=(0, 1))
+    cells = {b: {"ref": cell("ref", b, [2.0, 2.1, 2.2]), "a": cell("a", b, [2.1, 2.15, 2.5]),
+                 "b": cell("b", b, [1.9, 2.0, 2.05])} for b in (1e12, 3e12)}
+    study = audit.Study({"c": cells}, {"c": []}, (1e12, 3e12), groups={}, pairs=(("a", "ref"), ("b", "ref")))
+    one = audit.reference_form(study, "ref", (1e12,))
+    both = audit.reference_form(study, "ref", (1e12, 3e12))
+    assert "m = 2 at 1e12)" in one.splitlines()[0] and "m = 2 at 1e12, 2 at 3e12)" in both.splitlines()[0]
+    # a later budget's rows leave an earlier budget's reading as it was
+    rows_1e12 = [r for r in both.splitlines() if r.startswith("| c | 1e12 |")]
+    assert rows_1e12 == [r for r in one.splitlines() if r.startswith("| c | 1e12 |")]
+    (a,) = [r for r in rows_1e12 if r.startswith("| c | 1e12 | a |")]
+    assert "| +0.300 (1) |" in a  # seed 2 alone: 2.5 - 2.2

@@ -499,13 +499,17 @@ def _score(model, grid: Grid, corpus: str, split: str, seq_len: int) -> float:
 
 def diverged_record(grid: Grid, p: Point, split: str, why: str, wall_s: float) -> dict:
     """The record of a run that diverged: the study's fields (N is the ladder's: no model was
-    kept), the rate it trained with, no bpb (fits and choices leave it out), and why."""
+    kept), the rate it trained with, no bpb (fits and choices leave it out), why, and the code it
+    ran (so that a reader can tell a diverged run from one made from uncommitted code)."""
+    from rltok.analysis.compare import git_commit
+
     lr = point_lr(grid, p.family, p.rung.achieved)
     return {"corpus": p.corpus, "family": p.family.name, "family_method": p.family.method,
             "target_size": p.rung.target, "ladder_params": p.rung.achieved, "non_embedding_params": p.rung.achieved,
             "budget_flops": p.budget, "seed": p.seed, "split": split, "point_kind": p.kind, "bpb": None,
             "lr": lr if lr is not None else base_lr(grid, p.family),
-            "lr_mult": p.family.lr_mult, "eval_context": grid.eval_context, "diverged": why, "wall_s": wall_s}
+            "lr_mult": p.family.lr_mult, "eval_context": grid.eval_context, "diverged": why, "wall_s": wall_s,
+            "commit": git_commit()}
 
 
 def _write_json(path: Path, obj) -> None:
