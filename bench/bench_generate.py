@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from rltok.analysis.compare import git_commit  # HEAD, marked +dirty when src/ differs
 from rltok.config import ModelConfig
 from rltok.model.generate import sample_bytes
 from rltok.model import FlatByteLM, HourglassLM
@@ -165,6 +166,7 @@ def main() -> None:
             "load_average_1min": os.getloadavg()[0],
             "model_config": dataclasses.asdict(cfg),  # nested sections (the chunker's) too
             "statistic": "median over rounds; speed-ups: median of per-round ratios, vs re-run over the re-run's span",
+            "commit": git_commit(),
             "args": vars(args)}
     out.write_text(json.dumps({"meta": meta, "results": rows}, indent=2))
     print(f"\nwrote {out}")
