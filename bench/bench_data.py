@@ -1,7 +1,7 @@
 """Data at scale: memory, start-up and loader throughput of training on prepared byte shards.
 
     python bench/bench_data.py                        # 0.1, 1 and 4 GB corpora: ~8 minutes on 2 busy cores
-                                                      # with 10 in-memory steps; 100 add about 1.5 min
+                                                      # when the in-memory run trained 10 steps (now --steps)
     python bench/bench_data.py --sizes 0.05 0.2 --steps 20 --no-unprepared     # a quick look
 
 For each size it generates a corpus (a folder of ~1 MB text files, distinct documents), runs
@@ -105,7 +105,10 @@ def child_prepare(src: str, out: str) -> None:
 
 def steady_rates(history: list[dict]) -> list[float]:
     """bytes/s of the logged records after the first (which holds the cold first step)."""
-    return [r["bytes_per_s"] for r in history if "bytes_per_s" in r][1:]
+    rates = [r["bytes_per_s"] for r in history if "bytes_per_s" in r][1:]
+    if not rates:
+        raise SystemExit("bench_data: no logged record after the first: train at least 20 steps (--steps)")
+    return rates
 
 
 def child_train(data: str, steps: int, out: str, extra: list[str]) -> None:

@@ -116,6 +116,8 @@ def main() -> None:
     ap.add_argument("--chunk-vocab", type=int, default=0, help="hashed chunk-content rows (hourglass; 0 = off)")
     ap.add_argument("--out", default="bench/results/generate.json")
     args = ap.parse_args()
+    if args.repeats < 1:
+        ap.error("--repeats must be at least 1")
     if not 0 < args.rerun_new < args.new:
         ap.error("--rerun-new must be below --new: the cached rate is also taken over the re-run's span")
     if args.threads:
@@ -136,9 +138,12 @@ def main() -> None:
         prompt = corpus(ctx)
         runs = []
         for r in range(args.repeats):  # interleaved: both sides of each ratio run under the same load
-            rerun = rerun_rate(hg, prompt, args.rerun_new, seed=r)
-            hg_run = cached_rate(hg, prompt, args.new, seed=r, span=args.rerun_new)
-            flat_run = cached_rate(flat, prompt, args.new, seed=r, span=args.rerun_new)
+            # the order reversed every other round, so no measurement always follows the same one
+            jobs = {"rerun": lambda: rerun_rate(hg, prompt, args.rerun_new, seed=r),
+                    "hg": lambda: cached_rate(hg, prompt, args.new, seed=r, span=args.rerun_new),
+                    "flat": lambda: cached_rate(flat, prompt, args.new, seed=r, span=args.rerun_new)}
+            done = {k: jobs[k]() for k in (list(jobs) if r % 2 == 0 else list(jobs)[::-1])}
+            rerun, hg_run, flat_run = done["rerun"], done["hg"], done["flat"]
             runs.append({"hourglass_cached": hg_run[0], "hourglass_cached_rerun_span": hg_run[3],
                          "hourglass_prefill_s": hg_run[1], "hourglass_boundary_rate": hg_run[2],
                          "hourglass_rerun": rerun, "flat_cached": flat_run[0], "flat_prefill_s": flat_run[1]})

@@ -214,13 +214,13 @@ def run_steps(trainer: Trainer, steps: int) -> tuple[float, float, list[float]]:
 
 
 def peak_shape(device: torch.device, dtype: str) -> tuple[torch.dtype, int]:
-    """The matmul MFU is measured against: on CPU fp32 at 1024 (the steps run in fp32); on a GPU the
-    step's own precision at 8192, large enough that the timing is not launch-bound (an fp32 1024
-    matmul there would understate the bf16 peak many times over and so overstate MFU)."""
-    if device.type == "cpu":
-        return torch.float32, 1024
-    bf16 = dtype == "bf16" or (dtype == "auto" and torch.cuda.is_bf16_supported())
-    return (torch.bfloat16 if bf16 else torch.float32), 8192
+    """The matmul MFU is measured against: in the precision the steps' matmuls run in (the trainer's
+    own rule, `resolve_dtype`), at 1024 on a CPU and at 8192 on a GPU, large enough there that the
+    timing is not launch-bound (an fp32 1024 matmul would understate a GPU's bf16 peak many times
+    over and so overstate MFU)."""
+    from rltok.training.device import resolve_dtype
+
+    return resolve_dtype(dtype, device) or torch.float32, (1024 if device.type == "cpu" else 8192)
 
 
 def peak_label(dtype: torch.dtype, n: int) -> str:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 from conftest import tiny_model_config
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
@@ -31,7 +33,10 @@ def test_the_speedup_over_rerunning_pairs_each_round_over_the_reruns_span():
     assert res["speedup_vs_flat"] == 2.0  # median of 2, 1, 4
 
 
-def test_the_cached_rate_is_timed_per_generated_byte():
+def test_the_cached_rate_is_timed_per_generated_byte(monkeypatch):
+    """With a clock that reads 0 at the start and 1, 2, 4, ... 32 as each byte arrives: prefill is
+    the first byte's time, the rate counts the steps between the first and the last byte, and the
+    span rate the first `span` of them."""
     import torch
 
     from rltok.model import HourglassLM
@@ -39,8 +44,10 @@ def test_the_cached_rate_is_timed_per_generated_byte():
     bench = _load("bench_generate")
     torch.manual_seed(0)
     model = HourglassLM(tiny_model_config()).eval()
+    ticks = iter([0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0])
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(ticks))
     rate, prefill_s, boundary_rate, span = bench.cached_rate(model, b"hello world, " * 4, 6, seed=0, span=3)
-    assert rate > 0 and span > 0 and prefill_s > 0 and 0.0 <= boundary_rate <= 1.0
+    assert prefill_s == 1.0 and rate == 5 / 31 and span == 3 / 7 and 0.0 <= boundary_rate <= 1.0
 
 
 def test_the_train_rate_leaves_the_first_record_out():
@@ -48,4 +55,17 @@ def test_the_train_rate_leaves_the_first_record_out():
     history = [{"step": 10, "bytes_per_s": 1.0}, {"step": 20, "bytes_per_s": 5.0}, {"step": 20, "val_loss": 1.0},
                {"step": 30, "bytes_per_s": 7.0}]
     assert bench.steady_rates(history) == [5.0, 7.0]
-    assert bench.steady_rates(history[:1]) == []
+    with pytest.raises(SystemExit, match="at least 20 steps"):  # nothing after the cold record: said, not a crash later
+        bench.steady_rates(history[:1])
+
+
+def test_the_training_benchmark_measures_mfu_against_the_steps_own_precision():
+    import torch
+
+    bench = _load("bench_train")
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert bench.peak_shape(cpu, "fp32") == (torch.float32, 1024)
+    assert bench.peak_shape(cpu, "bf16") == (torch.bfloat16, 1024)  # the steps autocast to bf16 there too
+    assert bench.peak_shape(cpu, "auto") == (torch.float32, 1024)
+    assert bench.peak_shape(gpu, "auto") == (torch.bfloat16, 8192) and bench.peak_shape(gpu, "fp32") == (torch.float32, 8192)
+    assert bench.peak_label(torch.bfloat16, 8192) == "bfloat16 8192³"

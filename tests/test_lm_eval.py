@@ -95,8 +95,19 @@ def test_bpe_token_reference_scores_bytes(tmp_path):
         lm.generate_until([req("x", {})])
 
 
+def _lm_eval():
+    """lm_eval, or a skip where it is not installed; under CI (the dev extra installs it) its absence fails."""
+    import os
+
+    if os.environ.get("CI"):
+        import lm_eval
+
+        return lm_eval
+    return pytest.importorskip("lm_eval")
+
+
 def test_simple_evaluate_on_local_tasks(model):
-    lm_eval = pytest.importorskip("lm_eval")
+    lm_eval = _lm_eval()
     docs = [{"context": "The capital of France is", "continuation": " Paris."},
             {"context": "def f(x):\n    return", "continuation": " x * 2"}]
     lm = RLTokLM(model=model, batch_size=4)
@@ -110,8 +121,8 @@ def test_simple_evaluate_on_local_tasks(model):
 
 def test_the_command_line_evaluates_an_exported_model_on_a_local_task(model, tmp_path, capsys):
     """`rltok lm-eval` end to end: an exported folder, a task YAML over a local JSON file
-    (`--include_path`), lm_eval's own results file; its bpb is the adapter's."""
-    pytest.importorskip("lm_eval")
+    (`--include_path`), lm_eval's own results file; its perplexity and acc are the adapter's."""
+    _lm_eval()
     import json
 
     from rltok.model.pretrained import save_pretrained

@@ -3,11 +3,13 @@
 - one reading at every budget, held-out budget included: each family's size chosen on the
   selection split (`best_by_choice`), its loss reported on the scored split;
 - verdicts paired by seed at those sizes, pooled over budgets or corpora from cell means (one value
-  per cell, a t interval over cells), never from pairs of cells that disagree as if one sample;
+  per cell, a t interval over cells), never from pairs of cells that disagree as if one sample
+  (under FLOPs as the kernels compute them the budgets' readings share cells, so their pooled
+  mean is shown without an interval);
 - a family-wise correction (Holm) over the verdicts a table reports, named in the table;
 - FLOPs read twice: as the study charged them (causal pairs) and as the kernels compute them
-  (every run's training FLOPs scaled by its forward kernel/causal ratio, the other side's loss
-  interpolated in log FLOPs to that point);
+  (every run's training FLOPs scaled by its forward kernel/causal ratio, one side's loss read at
+  the other's point through its three nearest cells, a parabola in log FLOPs);
 - total parameters and state memory beside N; runs made from uncommitted code marked.
 
 `python -m rltok_lab audit` prints the tables; lab/reports/AUDIT.md is generated from it.
@@ -86,7 +88,7 @@ class Cell:
     space_align: float | None
     kernel_ratio: float  # forward FLOPs as computed / as charged (causal pairs)
     dirty: int  # runs of this cell made from uncommitted code
-    choice: float  # the selection split's mean over the ladder's seeds (0 and 1), which every size ran
+    choice: float  # the selection split's mean over `choice_seeds`
     fitted_outside: float | None = None  # bytes a tokenizer was fitted on outside the budget
     reads_ahead: bool = False  # its cut at byte t depends on bytes after t (the rule cannot generate)
     choice_seeds: tuple = ()  # the seeds whose selection-split losses chose this size (every size ran them)
@@ -118,22 +120,25 @@ def _check_choosable(here: list[dict], budget: float) -> None:
             raise ConfigError(f"two records of {key[0]} N={key[1]:,.0f} seed {key[2]} at {budget:.0e}: "
                               "move one aside (a choice would read only one of them)")
         seen.add(key)
-    with_select = sum("bpb_select" in r for r in here)
+    with_select = sum(r.get("bpb_select") is not None for r in here)
     if 0 < with_select < len(here):
         raise ConfigError(f"at {budget:.0e} {len(here) - with_select} of {len(here)} records have no selection-split "
                           "loss (bpb_select): their sizes would be chosen on the scored split")
 
 
 def chosen_cells(runs: Iterable[dict], budget: float) -> dict[str, Cell]:
-    """{family: its cell at the size chosen on the selection split} at `budget`."""
+    """{family: its cell at the size chosen on the selection split} at `budget`. Raises ConfigError
+    where a choice would misread the records (`_check_choosable`)."""
     here = [r for r in runs if float(r["budget_flops"]) == budget and r.get("bpb") is not None]
     _check_choosable(here, budget)
     out = {}
     for family, size in best_by_choice(here).items():
         mine = [r for r in here if record_family(r) == family]
         sizes = {record_size(r) for r in mine}
-        # the seeds every size ran: the ones best_by_choice compared the sizes on
-        chose = set.intersection(*({int(r["seed"]) for r in mine if record_size(r) == n} for n in sizes))
+        # the seeds best_by_choice compared the sizes on, by shared_seed_means' rule: those every size
+        # ran, or each size's own where they share none; one size is no choice at all
+        by_size = [{int(r["seed"]) for r in mine if record_size(r) == n} for n in sizes]
+        chose = set() if len(sizes) == 1 else (set.intersection(*by_size) or set.union(*by_size))
         rs = [r for r in mine if record_size(r) == size]
         ratio = mean_of([{"x": r["forward_flops_per_byte_kernel"] / r["forward_flops_per_byte"]} for r in rs
                        if r.get("forward_flops_per_byte_kernel") and r.get("forward_flops_per_byte")], "x")
@@ -284,12 +289,15 @@ def grid_study(grid, folder: Path, budgets_read: dict[str, list[float]] | None =
 
 def budget_verdicts(study: Study) -> list[Verdict]:
     """Each pair at each budget of each corpus, under charged and kernel FLOPs, plus each pair
-    pooled over the fitted budgets from cell means (one per budget), under each count."""
+    pooled over the fitted budgets from cell means (one per budget), under each count. A kernel
+    reading draws on the neighbouring budgets' cells, so its pooled means are not independent: that
+    row gives the mean alone (no interval, no p, outside every correction)."""
     out = []
     groups = study.groups
     for corpus, by_budget in study.cells.items():
         for a_name, b_name in study.pairs:
             pooled = {"charged": ([], []), "kernel": ([], [])}  # per count: one mean per fitted budget, and which
+            caveats: list[str] = []  # what every pooled row must say that some budget's row says
             for budget in study.budgets:
                 cells = by_budget.get(budget, {})
                 a, b = group_cell(cells, a_name, groups), group_cell(cells, b_name, groups)
@@ -298,35 +306,47 @@ def budget_verdicts(study: Study) -> list[Verdict]:
                 r = paired(a.test, b.test)
                 if r is None:
                     continue
-                note = f"{a.family} vs {b.family}" if (a_name in groups or b_name in groups) else ""
-                if a.dirty or b.dirty:
-                    note = (note + "; " if note else "") + f"{a.dirty + b.dirty} runs from uncommitted code"
                 ahead = [c.family for c in (a, b) if c.reads_ahead]
-                if ahead:
-                    note = (note + "; " if note else "") + f"{' and '.join(ahead)} cut reading bytes ahead"
+                warn = [*([f"{a.dirty + b.dirty} runs from uncommitted code"] if a.dirty or b.dirty else []),
+                        *([f"{' and '.join(ahead)} cut reading bytes ahead"] if ahead else [])]
+                for w in [*([f"{' and '.join(ahead)} cut reading bytes ahead"] if ahead else []),
+                          *(["runs from uncommitted code"] if a.dirty or b.dirty else [])]:
+                    if w not in caveats:
+                        caveats.append(w)
+                members = [f"{a.family} vs {b.family}"] if (a_name in groups or b_name in groups) else []
+                note = "; ".join([*members, *warn])
                 out.append(Verdict(corpus, budget, a_name, b_name, *r, flops="charged", note=note))
                 fitted = budget not in study.held_out
                 if fitted:
                     pooled["charged"][0].append(r[1])
                     pooled["charged"][1].append(budget)
-                kv = kernel_verdict(study, corpus, budget, a, b, a_name, b_name)
+                kv = kernel_verdict(study, corpus, budget, a, b, a_name, b_name, note)
                 out.append(kv)
                 if fitted and kv.n:
                     pooled["kernel"][0].append(kv.mean)
                     pooled["kernel"][1].append(budget)
             for flops, (means, budgets) in pooled.items():
-                if len(means) >= 2:
+                if len(means) < 2:
+                    continue
+                span = f"{_short(budgets[0])}-{_short(budgets[-1])} (cell means)"
+                if flops == "charged":
                     m, lo, hi = mean_interval(means, LEVEL)
-                    span = f"{_short(budgets[0])}-{_short(budgets[-1])} (cell means)"
-                    out.append(Verdict(corpus, span, a_name, b_name, len(means), m, lo, hi, p_value(means), flops=flops))
+                    out.append(Verdict(corpus, span, a_name, b_name, len(means), m, lo, hi, p_value(means), flops=flops,
+                                       note="; ".join(caveats)))
+                else:
+                    out.append(Verdict(corpus, span, a_name, b_name, len(means), float(np.mean(means)), math.nan,
+                                       math.nan, math.nan, flops=flops,
+                                       note="; ".join(["the budgets' readings share cells: mean only", *caveats])))
     return out
 
 
-def kernel_verdict(study: Study, corpus: str, budget: float, a: Cell, b: Cell, a_name: str, b_name: str) -> Verdict:
+def kernel_verdict(study: Study, corpus: str, budget: float, a: Cell, b: Cell, a_name: str, b_name: str,
+                   note: str = "") -> Verdict:
     """a − b with FLOPs as the kernels compute them: each side's run sits at budget x its own
     kernel/charged ratio, so one side is read at the other's point along its family's cells
     (`interpolated`): b at a's point where b's cells reach it, else a at b's. A fitted budget reads
-    only the fitted budgets' cells (and the anchor's), never a held-out one."""
+    only the fitted budgets' cells (and the anchor's), never a held-out one. `note`: the charged
+    row's, kept in front of where each side was read."""
     by_budget = study.cells[corpus]
     usable = [bb for bb in by_budget if budget in study.held_out or bb not in study.held_out]
 
@@ -336,12 +356,16 @@ def kernel_verdict(study: Study, corpus: str, budget: float, a: Cell, b: Cell, a
     xa, xb = budget * a.kernel_ratio, budget * b.kernel_ratio
     b_at = interpolated(along(b.family), xa)
     if b_at and (r := paired(a.test, b_at)):
-        return Verdict(corpus, budget, a_name, b_name, *r, flops="kernel", note=f"{b.family} at {_flops(xa)}")
+        return Verdict(corpus, budget, a_name, b_name, *r, flops="kernel", note=_join(note, f"{b.family} at {_flops(xa)}"))
     a_at = interpolated(along(a.family), xb)
     if a_at and (r := paired(a_at, b.test)):
-        return Verdict(corpus, budget, a_name, b_name, *r, flops="kernel", note=f"{a.family} at {_flops(xb)}")
+        return Verdict(corpus, budget, a_name, b_name, *r, flops="kernel", note=_join(note, f"{a.family} at {_flops(xb)}"))
     return Verdict(corpus, budget, a_name, b_name, 0, math.nan, math.nan, math.nan, 1.0, flops="kernel",
-                   note=f"neither {_flops(xa)} nor {_flops(xb)} lies within the other family's budgets: not read")
+                   note=_join(note, f"neither {_flops(xa)} nor {_flops(xb)} lies within the other family's budgets: not read"))
+
+
+def _join(*notes: str) -> str:
+    return "; ".join(n for n in notes if n)
 
 
 def _flops(x: float) -> str:
@@ -365,9 +389,11 @@ def corrected_interval(v: Verdict, m: int) -> tuple[float, float]:
 
 
 def verdicts_table(verdicts: list[Verdict]) -> str:
-    read = iter(holm([v for v in verdicts if v.n]))
-    verdicts = [next(read) if v.n else v for v in verdicts]  # the table's order, Holm over the rows read
-    m = sum(1 for v in verdicts if v.n)
+    def tested(v: Verdict) -> bool:  # read, with a p (a mean-only row is shown, never corrected)
+        return bool(v.n) and math.isfinite(v.p)
+    read = iter(holm([v for v in verdicts if tested(v)]))
+    verdicts = [next(read) if tested(v) else v for v in verdicts]  # the table's order, Holm over the rows read
+    m = sum(map(tested, verdicts))
     head = (f"| corpus | budget | A − B | FLOPs | n | mean | {LEVEL:.0%} interval | corrected interval | p | "
             f"p (Holm, m = {m}) | resolved | note |\n"
             "|---|---|---|---|---:|---:|---|---|---:|---:|---|---|")
@@ -376,6 +402,10 @@ def verdicts_table(verdicts: list[Verdict]) -> str:
         budget = v.budget if isinstance(v.budget, str) else _short(v.budget)
         if not v.n:
             rows.append(f"| {v.corpus} | {budget} | {v.a} − {v.b} | {v.flops} | 0 | — | — | — | — | — | — | {v.note} |")
+            continue
+        if not tested(v):
+            rows.append(f"| {v.corpus} | {budget} | {v.a} − {v.b} | {v.flops} | {v.n} | {v.mean:+.3f} | — | — | — | — | — "
+                        f"| {v.note} |")
             continue
         interval = f"[{v.lo:+.3f}, {v.hi:+.3f}]" if math.isfinite(v.lo) else "—"
         lo, hi = corrected_interval(v, m)
@@ -422,9 +452,11 @@ def reference_form(study: Study, against: str, budgets: Sequence[float] | Mappin
     with `against` (a group by its members), at its val-chosen size, with its test bpb, achieved rate,
     whitespace alignment, N, total parameters and state memory, and its difference from `against`
     paired by seed (FLOPs as charged), Holm's correction and the corrected intervals taken over each
-    budget's rows of this table (both corpora): a budget's family is fixed when its rows exist, so a
-    later budget's rows never change an earlier reading. Beside it, the difference over the seeds
-    that took no part in choosing either size (the optimum seeds): free of the choice's optimism."""
+    budget's planned rows (every family paired with `against`, on every corpus, shown or not): a
+    row not read yet counts as p = 1, so a reading made before the budget is complete is an upper
+    bound that later rows can only lower (Holm's adjusted p is monotone in each p), and a later
+    budget's rows never change an earlier budget's. Beside it, the difference over the seeds that
+    took no part in choosing either size (the optimum seeds): free of the choice's optimism."""
     names = []
     for pair in study.pairs:
         if against in pair:  # either way round: each row is read as row − reference
@@ -433,30 +465,41 @@ def reference_form(study: Study, against: str, budgets: Sequence[float] | Mappin
     if not names:
         raise ConfigError(f"--reference {against}: no pair in the grid's crossovers names it "
                           f"(pairs: {', '.join(f'{a}/{b}' for a, b in study.pairs) or 'none'})")
-    entries = []  # (corpus, budget, cell, verdict or None)
+
+    def verdicts_at(corpus: str, budget: float) -> dict:
+        """{family: its verdict against the reference, or None without a shared seed} where both ran."""
+        cells = study.cells[corpus].get(budget, {})
+        ref = cells.get(against)
+        out = {}
+        for name in names if ref is not None else ():
+            if name in cells:
+                r = paired(cells[name].test, ref.test)
+                out[name] = Verdict(corpus, budget, name, against, *r, "charged") if r else None
+        return out
+
     shown = per_corpus(study, budgets)
+    planned = len(names) * len(study.cells)
+    adjusted, read = {}, {}  # {(corpus, budget, family): verdict with p_holm}; {budget: rows read}
+    for budget in sorted({b for bs in shown.values() for b in bs}):
+        family = [v for corpus in study.cells for v in verdicts_at(corpus, budget).values() if v is not None]
+        placeholders = [Verdict("", budget, "", "", 0, math.nan, math.nan, math.nan, 1.0, "charged")] * (planned - len(family))
+        for v in holm(family + placeholders)[:len(family)]:
+            adjusted[(v.corpus, budget, v.a)] = v
+        read[budget] = len(family)
+    entries = []  # (corpus, budget, cell, verdict or None)
     for corpus, by_budget in study.cells.items():
         for budget in shown.get(corpus, ()):
             cells = by_budget.get(budget, {})
-            ref = cells.get(against)
-            if ref is None:
+            if against not in cells:
                 continue
             for name in [against, *names]:
-                c = cells.get(name)
-                if c is None:
-                    continue
-                r = None if name == against else paired(c.test, ref.test)
-                entries.append((corpus, budget, c, Verdict(corpus, budget, name, against, *r, "charged") if r else None))
-    m = {}  # {budget: the verdicts Holm corrects over together}
-    for budget in sorted({e[1] for e in entries}):
-        here = [i for i, e in enumerate(entries) if e[1] == budget and e[3] is not None]
-        for i, v in zip(here, holm([entries[i][3] for i in here])):
-            entries[i] = (*entries[i][:3], v)
-        m[budget] = len(here)
-    family = ", ".join(f"{n} at {_short(b)}" for b, n in m.items())
+                if name in cells:
+                    entries.append((corpus, budget, cells[name], adjusted.get((corpus, budget, name))))
+    m = {b: planned for b in read}
+    family = ", ".join(f"{planned} at {_short(b)}" + (f" ({n} read)" if n < planned else "") for b, n in read.items())
     head = (f"| corpus | budget | family | test bpb (seeds) | rate | whitespace alignment | N | total params | "
-            f"state MB | − {against} | corrected interval | p (Holm over the budget's rows: m = {family}) | resolved | "
-            f"− {against}, seeds that chose neither size (n) | note |\n"
+            f"state MB | − {against} | corrected interval | p (Holm over the budget's rows on every corpus, a row "
+            f"not read as p = 1: m = {family}) | resolved | − {against}, seeds that chose neither size (n) | note |\n"
             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---|")
     refs = {(e[0], e[1]): e[2] for e in entries if e[2].family == against}
     rows = []

@@ -184,6 +184,10 @@ def test_a_pooled_verdict_names_the_budgets_it_pools_not_the_grids():
     assert [(v.budget, v.n, v.flops) for v in pooled] == [("3e11-6e11 (cell means)", 2, "charged"),
                                                          ("3e11-6e11 (cell means)", 2, "kernel")]
     assert pooled[0].mean == pytest.approx(-0.09)
+    # the kernel readings draw on neighbouring budgets' cells: their pooled mean has no interval and no p
+    assert math.isnan(pooled[1].lo) and math.isnan(pooled[1].p) and "share cells" in pooled[1].note
+    table = audit.verdicts_table(audit.budget_verdicts(study))
+    assert "| c | 3e11-6e11 (cell means) | a − b | kernel | 2 |" in table and "— | — | — | — | — | the budgets'" in table
 
 
 def test_the_corrected_interval_widens_the_t_interval_to_the_tables_joint_level():
@@ -220,19 +224,21 @@ def test_the_reference_form_pairs_each_rule_with_the_reference_and_corrects_over
                         pairs=(("a", "ref"), ("ref", "g"), ("m1", "m2")))  # a pair either way round
     text = audit.reference_form(study, "ref", {"docs": [1e12], "code": [1e12]})
     head, rule, *rows = text.splitlines()
-    assert "| − ref |" in head and "m = 4 at 1e12)" in head and head.count("|") == rule.count("|")
+    # the family: 3 rules x 2 corpora planned, 4 read (m1 on code shares no seed, m2 never ran there)
+    assert "| − ref |" in head and "m = 6 at 1e12 (4 read))" in head and head.count("|") == rule.count("|")
     assert all(r.count("|") == head.count("|") for r in rows)
     assert [r.split(" | ")[2] for r in rows] == ["a", "ref", "m2", "m1", "a", "ref", "m1"]  # by corpus, then bpb
     assert "| no shared seed | — | — | — |" in rows[6]
     assert "| reference | — | — | — |" in rows[1] and "| x |" not in text and "3e12" not in text
     (m1,) = [r for r in rows if r.startswith("| docs | 1e12 | m1 |")]
     v = Verdict("docs", 1e12, "m1", "ref", *audit.paired(docs[1e12]["m1"].test, docs[1e12]["ref"].test), "charged")
-    lo, hi = audit.corrected_interval(v, 4)
+    lo, hi = audit.corrected_interval(v, 6)
     assert f"| +0.500 | [{lo:+.3f}, {hi:+.3f}] |" in m1
-    # Holm over this table's four verdicts, in the p column, and "resolved" from it
+    # Holm over the budget's six planned verdicts, the two not read as p = 1, in the p column, and "resolved" from it
     vs = [Verdict(c, 1e12, f, "ref", *audit.paired(cells[1e12][f].test, cells[1e12]["ref"].test), "charged")
           for c, cells, fams in (("docs", docs, ("a", "m1", "m2")), ("code", code, ("a",))) for f in fams]
-    for v in holm(vs):
+    unread = [Verdict("", 1e12, "", "", 0, math.nan, math.nan, math.nan, 1.0, "charged")] * 2
+    for v in holm(vs + unread)[:4]:
         (row,) = [r for r in rows if r.startswith(f"| {v.corpus} | 1e12 | {v.a} |")]
         assert f"| {v.p_holm:.3f} | {'yes' if v.resolved else 'no'} |" in row
     with pytest.raises(audit.ConfigError, match="no pair"):
@@ -253,6 +259,20 @@ def test_interpolation_through_three_cells_is_exact_on_a_parabola_in_log_flops()
     cells = {b: _cell(b, 1.1, {0: loss(b * 1.1), 1: loss(b * 1.1) + 0.05}) for b in budgets}
     for x in (4e11, 8e11, 2e12):
         assert interpolated(cells, x) == pytest.approx({0: loss(x), 1: loss(x) + 0.05}, abs=1e-12)
+    # with a cubic term the trio matters: the one reaching least far from the point is used
+    def cubic(x):
+        u = math.log10(x) - 12
+        return loss(x) + 0.2 * u ** 3
+    cub = {b: _cell(b, 1.0, {0: cubic(b)}) for b in budgets}
+
+    def through(trio, x):  # the parabola through three cells, at x
+        u = [math.log(b) for b in trio]
+        return sum(cubic(b) * math.prod((math.log(x) - u[k]) / (u[j] - u[k]) for k in range(3) if k != j)
+                   for j, b in enumerate(trio))
+    # 7e11 lies in [6e11, 1e12]: (3e11, 6e11, 1e12) reaches 0.37 decades from it, (6e11, 1e12, 3e12) 0.63
+    assert interpolated(cub, 7e11)[0] == pytest.approx(through((3e11, 6e11, 1e12), 7e11), abs=1e-12)
+    assert interpolated(cub, 7e11)[0] != pytest.approx(through((6e11, 1e12, 3e12), 7e11), abs=1e-6)
+    assert interpolated(cub, 1e12)[0] == pytest.approx(cubic(1e12))  # on a cell: the cell
     two = {b: cells[b] for b in (3e11, 1e12)}
     chord = interpolated(two, 6e11)[0]
     assert chord > loss(6e11)  # the bias the parabola removes
@@ -271,8 +291,12 @@ def test_the_kernel_reading_reads_either_side_at_the_others_point_and_never_a_he
     # at 1e12 a's point (1.2e12) lies above b's fitted cells (up to 1.1e12); the held-out cell may not
     # bracket a fitted budget's reading, so a is read at b's point instead
     assert kernel[1e12].n == 2 and kernel[1e12].note == "a at 1.10e12"
-    assert kernel[1e13].note == "a at 1.10e13"  # the held-out budget reads every cell
-    # the same law of kernel FLOPs on both sides, offset by 0.05: the reading sees the offset
+    assert kernel[1e13].note == "a at 1.10e13" and kernel[1e13].n == 2  # the held-out budget reads every cell
+    assert kernel[1e13].mean == pytest.approx(-0.05 - 0.1 * math.log10(1.1 / 1.2), abs=1e-9)
+    (pooled,) = [v for v in audit.budget_verdicts(study) if v.flops == "kernel" and isinstance(v.budget, str)]
+    assert pooled.budget == "3e11-1e12 (cell means)" and pooled.n == 3  # the held-out budget is never pooled
+    # a's law in kernel FLOPs lies 0.05 + 0.1 log10(1.2 / 1.1) below b's (each law is one in its own
+    # budget, shifted by its ratio); linear in log FLOPs, so chord and parabola agree here
     for budget in (3e11, 1e12):
         assert kernel[budget].mean == pytest.approx(-0.05 - 0.1 * math.log10(1.1 / 1.2), abs=1e-9)
     # one budget alone: neither point lies between two cells of the other family
@@ -319,3 +343,58 @@ def test_the_reference_form_corrects_each_budget_apart_and_shows_the_fresh_seeds
     assert rows_1e12 == [r for r in one.splitlines() if r.startswith("| c | 1e12 |")]
     (a,) = [r for r in rows_1e12 if r.startswith("| c | 1e12 | a |")]
     assert "| +0.300 (1) |" in a  # seed 2 alone: 2.5 - 2.2
+
+
+def test_a_budgets_family_is_every_corpus_so_a_corpus_arriving_later_only_lowers_the_earlier_ones_p():
+    """docs reaches 3e12 first: its 3e12 rows are corrected over the 3e12 rows of both corpora, code's
+    not yet read counting as p = 1; when code's arrive the docs rows' Holm p can only fall. code's 1e12
+    rows, shown while docs has moved on, are still corrected together with docs' 1e12 rows."""
+    def cell(family, budget, losses):
+        return Cell(family, budget, 100.0, dict(enumerate(losses)), 120.0, 0.5, 10, 0.2, 0.6, 1.0, 0, losses[0],
+                    choice_seeds=(0, 1))
+    def corpus(shift):
+        return {b: {"ref": cell("ref", b, [2.0, 2.1, 2.2]), "a": cell("a", b, [2.2 + shift, 2.25 + shift, 2.41 + shift]),
+                    "b": cell("b", b, [2.05, 2.16, 2.24])} for b in (1e12, 3e12)}
+    docs, code = corpus(0.0), corpus(0.01)
+
+    def holm_p(table, row):
+        (line,) = [r for r in table.splitlines() if r.startswith(row)]
+        return float(line.split(" | ")[11])
+    early = audit.Study({"docs": docs, "code": {1e12: code[1e12]}}, {"docs": [], "code": []}, (1e12, 3e12), groups={},
+                        pairs=(("a", "ref"), ("b", "ref")))
+    late = dataclasses.replace(early, cells={"docs": docs, "code": code})
+    shown_early = audit.reference_form(early, "ref", {"docs": [3e12], "code": [1e12]})
+    shown_late = audit.reference_form(late, "ref", {"docs": [3e12], "code": [3e12]})
+    assert "m = 4 at 1e12, 4 at 3e12 (2 read))" in shown_early.splitlines()[0]
+    assert "m = 4 at 3e12)" in shown_late.splitlines()[0]
+    assert holm_p(shown_late, "| docs | 3e12 | a |") <= holm_p(shown_early, "| docs | 3e12 | a |")
+    # code's 1e12 family holds docs' 1e12 rows though the table no longer shows them
+    both_1e12 = audit.reference_form(late, "ref", (1e12,))
+    assert holm_p(shown_early, "| code | 1e12 | a |") == holm_p(both_1e12, "| code | 1e12 | a |")
+
+
+def test_a_kernel_row_keeps_the_charged_rows_notes_and_a_pooled_row_names_what_its_budgets_say():
+    def cell(family, budget, ratio, base, ahead=False, dirty=0):
+        return Cell(family, budget, 1.0, {0: base - 0.1 * math.log10(budget), 1: base + 0.02 - 0.1 * math.log10(budget)},
+                    1.0, 1.0, 100, None, None, ratio, dirty, 0.0, reads_ahead=ahead, choice_seeds=(0, 1))
+    budgets = (3e11, 6e11, 1e12)
+    by_budget = {b: {"bpe": cell("bpe", b, 1.1, 3.0, ahead=True, dirty=int(b == 6e11)), "rl": cell("rl", b, 1.2, 3.1)}
+                 for b in budgets}
+    study = audit.Study({"c": by_budget}, {"c": []}, budgets, groups={}, pairs=(("bpe", "rl"),))
+    vs = audit.budget_verdicts(study)
+    for v in vs:
+        assert "bpe cut reading bytes ahead" in v.note, v
+    kernel = [v for v in vs if v.flops == "kernel" and not isinstance(v.budget, str)]
+    assert all(" at " in v.note for v in kernel)
+    assert "1 runs from uncommitted code" in [v for v in kernel if v.budget == 6e11][0].note
+    assert all("runs from uncommitted code" in v.note for v in vs if isinstance(v.budget, str))
+
+
+def test_the_seeds_that_chose_mirror_the_choice_rule():
+    # no seed shared by every size: each size's own seeds chose, so none is free of the choice
+    runs = [_rec("f", 100, s, 2.0 + s * 0.01) for s in (0, 1)] + [_rec("f", 200, s, 1.9) for s in (2, 3)]
+    (cell,) = audit.chosen_cells(runs, 1e12).values()
+    assert cell.choice_seeds == (0, 1, 2, 3) and cell.fresh == {}
+    # one size: no choice was made, every seed is free of it
+    (one,) = audit.chosen_cells([_rec("f", 100, s, 2.0) for s in (0, 1, 2)], 1e12).values()
+    assert one.choice_seeds == () and set(one.fresh) == {0, 1, 2}
