@@ -109,9 +109,9 @@ def trace(ts: dict, steps: int) -> list[dict]:
         ref = dict(ts["loop"].model.named_parameters())
         for k in ("foreach", "fused"):
             mine = dict(ts[k].model.named_parameters())
-            diff, name = max((float((mine[n] - ref[n]).detach().abs().max()), n) for n in names)
-            gap = (mine[name] - ref[name]).detach().abs()
-            at = torch.unravel_index(gap.argmax(), gap.shape)  # which element: a fused q/k/v matrix's row says which
+            gaps = {n: (mine[n] - ref[n]).detach().abs() for n in names}
+            diff, name = max((float(g.max()), n) for n, g in gaps.items())
+            at = torch.unravel_index(gaps[name].argmax(), gaps[name].shape)  # a fused q/k/v matrix's row says which
             row[f"diff_{k}"], row[f"where_{k}"], row[f"index_{k}"] = diff, name, [int(i) for i in at]
         rows.append(row)
     return rows

@@ -307,10 +307,10 @@ def budget_verdicts(study: Study) -> list[Verdict]:
                 if r is None:
                     continue
                 ahead = [c.family for c in (a, b) if c.reads_ahead]
-                warn = [*([f"{a.dirty + b.dirty} runs from uncommitted code"] if a.dirty or b.dirty else []),
-                        *([f"{' and '.join(ahead)} cut reading bytes ahead"] if ahead else [])]
-                for w in [*([f"{' and '.join(ahead)} cut reading bytes ahead"] if ahead else []),
-                          *(["runs from uncommitted code"] if a.dirty or b.dirty else [])]:
+                ahead_note = [f"{' and '.join(ahead)} cut reading bytes ahead"] if ahead else []
+                dirty = a.dirty + b.dirty
+                warn = [*([f"{dirty} runs from uncommitted code"] if dirty else []), *ahead_note]
+                for w in [*ahead_note, *(["runs from uncommitted code"] if dirty else [])]:
                     if w not in caveats:
                         caveats.append(w)
                 members = [f"{a.family} vs {b.family}"] if (a_name in groups or b_name in groups) else []
@@ -495,7 +495,6 @@ def reference_form(study: Study, against: str, budgets: Sequence[float] | Mappin
             for name in [against, *names]:
                 if name in cells:
                     entries.append((corpus, budget, cells[name], adjusted.get((corpus, budget, name))))
-    m = {b: planned for b in read}
     family = ", ".join(f"{planned} at {_short(b)}" + (f" ({n} read)" if n < planned else "") for b, n in read.items())
     head = (f"| corpus | budget | family | test bpb (seeds) | rate | whitespace alignment | N | total params | "
             f"state MB | − {against} | corrected interval | p (Holm over the budget's rows on every corpus, a row "
@@ -509,7 +508,7 @@ def reference_form(study: Study, against: str, budgets: Sequence[float] | Mappin
         if v is None:
             diff = ["reference" if c.family == against else "no shared seed", "—", "—", "—", "—"]
         else:
-            lo, hi = corrected_interval(v, m[budget])
+            lo, hi = corrected_interval(v, planned)  # every budget's family has the planned size
             ref_fresh = refs[(corpus, budget)].fresh
             fresh = sorted(set(c.fresh) & set(ref_fresh))
             diff = [f"{v.mean:+.3f}", f"[{lo:+.3f}, {hi:+.3f}]" if math.isfinite(lo) else "—", f"{v.p_holm:.3f}",
