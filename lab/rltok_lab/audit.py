@@ -92,6 +92,7 @@ class Cell:
     fitted_outside: float | None = None  # bytes a tokenizer was fitted on outside the budget
     reads_ahead: bool = False  # its cut at byte t depends on bytes after t (the rule cannot generate)
     choice_seeds: tuple = ()  # the seeds whose selection-split losses chose this size (every size ran them)
+    diverged: tuple = ()  # seeds of this size whose runs diverged: absent from `test`, so every pairing is short of them
 
     @property
     def fresh(self) -> dict:
@@ -128,8 +129,11 @@ def _check_choosable(here: list[dict], budget: float) -> None:
 
 def chosen_cells(runs: Iterable[dict], budget: float) -> dict[str, Cell]:
     """{family: its cell at the size chosen on the selection split} at `budget`. Raises ConfigError
-    where a choice would misread the records (`_check_choosable`)."""
-    here = [r for r in runs if float(r["budget_flops"]) == budget and r.get("bpb") is not None]
+    where a choice would misread the records (`_check_choosable`). Diverged records among `runs`
+    choose nothing; each cell names those of its own size (`Cell.diverged`)."""
+    runs = [r for r in runs if float(r["budget_flops"]) == budget]
+    here = [r for r in runs if r.get("bpb") is not None]
+    lost = [r for r in runs if r.get("bpb") is None]
     _check_choosable(here, budget)
     out = {}
     for family, size in best_by_choice(here).items():
@@ -147,7 +151,9 @@ def chosen_cells(runs: Iterable[dict], budget: float) -> dict[str, Cell]:
                            mean_of(rs, "space_align"), ratio or 1.0, sum(is_dirty(r) for r in rs),
                            float(np.mean([choice_loss(r) for r in rs if int(r["seed"]) in chose]
                                          or [choice_loss(r) for r in rs])), mean_of(rs, "tokenizer_fit_bytes"),
-                           any(map(reads_ahead, rs)), tuple(sorted(chose)))
+                           any(map(reads_ahead, rs)), tuple(sorted(chose)),
+                           tuple(sorted(int(r["seed"]) for r in lost
+                                        if record_family(r) == family and record_size(r) == size)))
     return out
 
 
@@ -250,8 +256,12 @@ def load_study(corpora: Sequence[str] = CORPORA, budgets: Sequence[float] = BUDG
     return _study({c: study_runs(c) for c in corpora}, budgets)
 
 
-def _study(runs: dict, budgets: Sequence[float], **kw) -> Study:
-    cells = {corpus: {b: chosen_cells(rs, b) for b in (ANCHOR, *budgets)} for corpus, rs in runs.items()}
+def _study(runs: dict, budgets: Sequence[float], diverged: dict | None = None, **kw) -> Study:
+    """`runs`: {corpus: the records read}; `diverged`: {corpus: runs that diverged}, named by the
+    cells of their size and read nowhere else."""
+    lost = diverged or {}
+    cells = {corpus: {b: chosen_cells([*rs, *lost.get(corpus, [])], b) for b in (ANCHOR, *budgets)}
+             for corpus, rs in runs.items()}
     return Study(cells, runs, tuple(budgets), **kw)
 
 
@@ -275,15 +285,16 @@ def grid_study(grid, folder: Path, budgets_read: dict[str, list[float]] | None =
     `budgets_read` ({corpus: budgets}), only those budgets' runs are read."""
     from rltok.analysis.scaling import RESULTS_GLOB, read_record
 
-    runs, left = {}, {}
+    runs, left, lost = {}, {}, {}
     for corpus in grid.corpora:
         # every record, those `rltok scaling` marks excluded included, so that all are counted
         rs = [r for r in map(read_record, sorted((folder / corpus).glob(RESULTS_GLOB))) if r is not None]
         left[corpus] = sum(map(is_dirty, rs))
-        runs[corpus] = [r for r in rs if is_read(r)
-                        and (budgets_read is None or float(r["budget_flops"]) in budgets_read.get(corpus, ()))]
+        rs = [r for r in rs if budgets_read is None or float(r["budget_flops"]) in budgets_read.get(corpus, ())]
+        runs[corpus] = [r for r in rs if is_read(r)]
+        lost[corpus] = [r for r in rs if r.get("bpb") is None and r.get("point_kind") != "check" and not is_dirty(r)]
     budgets = tuple(sorted({*grid.budgets, *grid.holdout_budgets}))
-    return _study(runs, budgets, held_out=tuple(grid.holdout_budgets), groups={k: tuple(v) for k, v in grid.groups.items()},
+    return _study(runs, budgets, lost, held_out=tuple(grid.holdout_budgets), groups={k: tuple(v) for k, v in grid.groups.items()},
                   pairs=tuple(tuple(p) for p in grid.crossovers), left_out=left)
 
 
@@ -309,8 +320,10 @@ def budget_verdicts(study: Study) -> list[Verdict]:
                 ahead = [c.family for c in (a, b) if c.reads_ahead]
                 ahead_note = [f"{' and '.join(ahead)} cut reading bytes ahead"] if ahead else []
                 dirty = a.dirty + b.dirty
-                warn = [*([f"{dirty} runs from uncommitted code"] if dirty else []), *ahead_note]
-                for w in [*ahead_note, *(["runs from uncommitted code"] if dirty else [])]:
+                lost = _diverged_note(a, b)
+                warn = [*([f"{dirty} runs from uncommitted code"] if dirty else []), *ahead_note, *lost]
+                for w in [*ahead_note, *(["runs from uncommitted code"] if dirty else []),
+                          *(["a budget's seed diverged"] if lost else [])]:
                     if w not in caveats:
                         caveats.append(w)
                 members = [f"{a.family} vs {b.family}"] if (a_name in groups or b_name in groups) else []
@@ -362,6 +375,18 @@ def kernel_verdict(study: Study, corpus: str, budget: float, a: Cell, b: Cell, a
         return Verdict(corpus, budget, a_name, b_name, *r, flops="kernel", note=_join(note, f"{a.family} at {_flops(xb)}"))
     return Verdict(corpus, budget, a_name, b_name, 0, math.nan, math.nan, math.nan, 1.0, flops="kernel",
                    note=_join(note, f"neither {_flops(xa)} nor {_flops(xb)} lies within the other family's budgets: not read"))
+
+
+def _lost(c: Cell) -> str:
+    """", seed 1 diverged" where some of the cell's seeds diverged (the cell's n is short of them)."""
+    if not c.diverged:
+        return ""
+    return f", seed{'s' if len(c.diverged) > 1 else ''} {', '.join(map(str, c.diverged))} diverged"
+
+
+def _diverged_note(*cells: Cell) -> list[str]:
+    """What a pairing of `cells` must say of their diverged seeds (its n is short of them)."""
+    return [f"{c.family}{_lost(c)}" for c in cells if c.diverged]
 
 
 def _join(*notes: str) -> str:
@@ -424,7 +449,7 @@ def _cell_text(c: Cell) -> tuple[str, str, str, str]:
     """A cell's test bpb (± sd over seeds, and their number), rate, whitespace alignment and state MB,
     as every table prints them ("—" where a family has none)."""
     sd = f" ± {np.std(list(c.test.values()), ddof=1):.3f}" if len(c.test) > 1 else ""
-    return (f"{c.mean:.3f}{sd} ({len(c.test)})", f"{c.rate:.3f}" if c.rate is not None else "—",
+    return (f"{c.mean:.3f}{sd} ({len(c.test)}{_lost(c)})", f"{c.rate:.3f}" if c.rate is not None else "—",
             f"{c.space_align:.2f}" if c.space_align is not None else "—",
             f"{c.state_mb:.1f}" if c.state_mb is not None else "—")
 
@@ -514,7 +539,9 @@ def reference_form(study: Study, against: str, budgets: Sequence[float] | Mappin
             diff = [f"{v.mean:+.3f}", f"[{lo:+.3f}, {hi:+.3f}]" if math.isfinite(lo) else "—", f"{v.p_holm:.3f}",
                     "yes" if v.resolved else "no",
                     f"{np.mean([c.fresh[s] - ref_fresh[s] for s in fresh]):+.3f} ({len(fresh)})" if fresh else "—"]
+        ref = refs[(corpus, budget)]
         note = "; ".join([*(["cuts read ahead"] if c.reads_ahead else []),
+                          *_diverged_note(*([c] if c is ref else [c, ref])),
                           *([f"tokenizer fitted outside the budget on {c.fitted_outside / 1e6:.1f}M bytes"]
                             if c.fitted_outside else []),
                           *([f"{c.dirty} runs from uncommitted code"] if c.dirty else [])])

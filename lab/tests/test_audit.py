@@ -398,3 +398,37 @@ def test_the_seeds_that_chose_mirror_the_choice_rule():
     # one size: no choice was made, every seed is free of it
     (one,) = audit.chosen_cells([_rec("f", 100, s, 2.0) for s in (0, 1, 2)], 1e12).values()
     assert one.choice_seeds == () and set(one.fresh) == {0, 1, 2}
+
+
+def test_a_diverged_seed_is_named_by_its_cell_and_by_every_pairing_short_of_it(tmp_path):
+    import json
+
+    from rltok.analysis.scaling import load_grid
+
+    grid_file = tmp_path / "grid.toml"
+    grid_file.write_text('budgets = [1e10]\nseeds = [0, 1, 2]\npreset = "tiny"\nsplit = "test"\n'
+                         'size_rule = {coef = 0.02, exponent = 0.5, span = 2.5, points = 3}\n'
+                         'crossovers = [["a", "b"]]\n[corpora]\nc = "data/c"\n[[families]]\nname = "a"\n'
+                         'method = "uniform"\n[[families]]\nname = "b"\nmethod = "flat"\n')
+    folder = tmp_path / "out" / "c"
+    folder.mkdir(parents=True)
+    base = {"budget_flops": 1e10, "split": "test", "params": 10, "state_mb": 1.0, "steps": 5, "point_kind": "ladder",
+            "non_embedding_params": 100, "commit": "abc1234"}
+    for fam, seed, bpb in [("a", 0, 2.0), ("a", 1, 2.1), ("b", 0, 2.5), ("b", 1, 2.4), ("b", 2, 2.45)]:
+        rec = {**base, "family": fam, "method": fam, "seed": seed, "bpb": bpb, "bpb_select": bpb}
+        (folder / f"C1e10__{fam}__N100__s{seed}.json").write_text(json.dumps(rec))
+    lost = {**base, "family": "a", "family_method": "uniform", "seed": 2, "bpb": None, "diverged": "loss is nan"}
+    (folder / "C1e10__a__N100__s2.json").write_text(json.dumps(lost))
+    # a diverged learning-rate check is the check's business, not the cell's
+    check = {**lost, "seed": 3, "point_kind": "check"}
+    (folder / "C1e10__a__N100__s3.json").write_text(json.dumps(check))
+    study = audit.grid_study(load_grid(grid_file), tmp_path / "out")
+    a, b = study.cells["c"][1e10]["a"], study.cells["c"][1e10]["b"]
+    assert a.diverged == (2,) and b.diverged == () and set(a.test) == {0, 1}
+    (charged,) = [v for v in audit.budget_verdicts(study) if v.flops == "charged"]
+    assert charged.n == 2 and "a, seed 2 diverged" in charged.note
+    cells = audit.cells_table(study, (1e10,))
+    assert "(2, seed 2 diverged)" in cells and "(3) |" in cells
+    form = audit.reference_form(study, "b", (1e10,))
+    (row,) = [r for r in form.splitlines() if r.startswith("| c | 1e10 | a |")]
+    assert row.endswith("a, seed 2 diverged |")
