@@ -641,3 +641,24 @@ def test_paired_chosen_pairs_each_family_at_its_val_chosen_size(tmp_path):
     cells = [c.strip() for c in row.split("|")[1:-1]]
     # a at N 2000 (test 3.00, 3.02, 3.04) against b at N 1000 (3.05 each): mean -0.03 over 3 seeds
     assert cells[4] == "3" and cells[5] == "-0.030" and cells[-1] == "N 2,000 vs 1,000"
+
+
+def test_alignment_groups_splits_the_chosen_sizes_runs_by_alignment(tmp_path):
+    study = tmp_path / "s" / "docs-en"
+    study.mkdir(parents=True)
+    # rl chooses N 2000 on val; its N 1000 runs (aligned, low bpb) must not be read
+    runs = [("rl", 1000, 0, 3.1, 0.95, 2.0), ("rl", 1000, 1, 3.1, 0.95, 2.0), ("rl", 2000, 0, 3.0, 0.95, 3.0),
+            ("rl", 2000, 1, 3.0, 0.70, 2.9), ("rl_detach", 2000, 0, 3.0, 0.30, 2.8), ("rl_detach", 2000, 1, 3.0, 0.90, 3.2)]
+    for family, n, seed, val, align, bpb in runs:
+        rec = {"corpus": "docs-en", "family": family, "point_kind": "ladder", "budget_flops": 3e12, "target_size": n,
+               "non_embedding_params": n, "seed": seed, "split": "test", "wall_s": 1.0, "commit": "abc",
+               "bpb_select": val, "bpb": bpb, "rate": 0.2, "space_align": align}
+        (study / f"C3e12__{family}__N{n}__s{seed}.json").write_text(json.dumps(rec))
+    records.pack(tmp_path / "s", remove=True)
+    out = tmp_path / "groups.md"
+    run_script("alignment_groups.py", "--root", tmp_path, "--study", "s", "--corpus", "docs-en", "--budget", 3e12,
+               "--families", "rl", "rl_detach", "--out", out, cwd=tmp_path)
+    text = out.read_text()
+    assert "| rl | 1,000 |" not in text and "| rl | 2,000 | 1 | 0.70 | 0.200 | 2.9000 | neither |" in text
+    # high: 3.0 and 3.2; low: 2.8
+    assert "Alignment ≥ 0.85: 2 runs, mean test bpb 3.1000; below 0.6: 1 runs, mean 2.8000; high − low +0.3000." in text
