@@ -137,3 +137,21 @@ def test_a_dtype_may_be_named(tmp_path):
     assert next(load(folder, dtype="bfloat16").model.parameters()).dtype == torch.bfloat16
     with pytest.raises(ConfigError, match="unknown dtype 'bf16'"):
         load(folder, dtype="bf16")
+
+
+@pytest.mark.parametrize("arch, overrides", [("hourglass", []), ("flat", ["model.arch=flat"]),
+                                             ("flat with n-gram tables", ["model.arch=flat", "model.ngram_vocab=64"])])
+def test_a_model_called_with_ids_outside_its_vocabulary_says_which_range(arch, overrides):
+    from rltok.config import VOCAB_SIZE
+    from rltok.model.factory import build_model
+
+    model = build_model(load_config("test", overrides=overrides).model)
+    good = torch.randint(0, 256, (1, 16))
+    model(good)  # bytes are fine
+    for bad, shown in ((VOCAB_SIZE, f"from [0-9]+ to {VOCAB_SIZE}"), (-1, "from -1 to")):
+        ids = good.clone()
+        ids[0, 3] = bad
+        with pytest.raises(ValueError, match=f"token ids must lie in 0..{VOCAB_SIZE - 1} .*got ids {shown}"):
+            model(ids)
+    with pytest.raises(TypeError, match="integer tensor, got torch.float32"):
+        model(good.float())

@@ -54,8 +54,23 @@ class NgramEmbedding(nn.Module):
         return out.view(*idx.shape, -1)
 
 
+def check_ids(idx: torch.Tensor, vocab_size: int) -> None:
+    """Refuse ids the embedding has no row for, naming the range: torch would raise an IndexError
+    that names neither (a CUDA device assert, worse). Checked on CPU, outside compiled graphs: on
+    a GPU the check would cost a host sync every step, and ids there come from the byte loaders."""
+    if idx.dtype.is_floating_point or idx.dtype == torch.bool:
+        raise TypeError(f"token ids must be an integer tensor, got {idx.dtype}")
+    if idx.is_cuda or idx.numel() == 0 or torch.compiler.is_compiling():
+        return
+    lo, hi = int(idx.min()), int(idx.max())
+    if lo < 0 or hi >= vocab_size:
+        raise ValueError(f"token ids must lie in 0..{vocab_size - 1} (the model's vocabulary: bytes and "
+                         f"specials, or BPE tokens), got ids from {lo} to {hi}")
+
+
 def byte_input(embed: nn.Embedding, ngrams: NgramEmbedding | None, idx: torch.Tensor) -> torch.Tensor:
     """A byte model's input: each byte's embedding, plus its n-grams' when the model has them."""
+    check_ids(idx, embed.num_embeddings)
     x = embed(idx)
     if ngrams is not None:
         x = x + ngrams(idx).to(x.dtype)
