@@ -16,13 +16,21 @@ complete.
 Once the prediction exists, `holdout_status` does the same for the held-out budgets: the runs its
 predicted sizes call for (`scaling_holdout.holdout_points`), those done, and the time left, per
 family its finished held-out runs' mean time (a diverged run stops early), or before its first,
-its mean at the largest budget of the grid it ran, times the budget ratio.
+from its runs at the largest budget of the grid it ran: their seconds per training FLOP as a power
+of N (`per_flop_seconds`), at the point's own N, times the held-out budget. A held-out run is one
+size, not a ladder, so the ladder's mean is the wrong base. Read back in the rivals study
+(`lab/scripts/time_estimate_backtest.py`), the fit from 1e12's runs put docs-en's 3e12 6% under its
+measured time and code-py's first 92 runs there 10% under, where the ladder's mean times the budget
+ratio put them 22% and 18% over; from 6e11's runs to 1e12 both overestimate, the fit by 31-33%, the
+mean by 77-84%. With fewer than two sizes timed, the mean times the budget ratio.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from rltok.analysis.scaling import Grid, budget_tag, grid_points, point_done, read_records
@@ -45,6 +53,20 @@ def _family_seconds(records: list[dict]) -> dict[str, float]:
         if seconds:
             by.setdefault(r.get("family"), []).append(seconds)
     return {f: sum(v) / len(v) for f, v in by.items()}
+
+
+def per_flop_seconds(records: list[dict], budget: float) -> Callable[[float], float] | None:
+    """Seconds per training FLOP against N, from one family's timed runs at one budget: a line in
+    log-log fitted by least squares (a run's time per FLOP grows with its width and depth, not
+    with the budget). None with fewer than two sizes."""
+    pts = [(math.log(float(r["non_embedding_params"])), math.log(_run_seconds(r) / budget)) for r in records
+           if _run_seconds(r) and r.get("non_embedding_params")]
+    xs = [x for x, _ in pts]
+    if len(set(xs)) < 2:
+        return None
+    mx, my = sum(xs) / len(xs), sum(y for _, y in pts) / len(pts)
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x in xs)
+    return lambda n: math.exp(my + slope * (math.log(n) - mx))
 
 
 def budget_complete(grid: Grid, out: Path, corpus: str, budget: float) -> bool | None:
@@ -163,11 +185,14 @@ def holdout_status(grid: Grid, out: Path) -> list[dict]:
     rows = []
     for corpus in grid.corpora:
         folder = out / corpus
-        # {family: (the largest grid budget it has timed runs at, their mean seconds)}
-        before: dict[str, tuple[float, float]] = {}
+        # {family: (the largest grid budget it has timed runs at, their mean seconds, the fit of
+        # their seconds per FLOP on N or None)}
+        before: dict[str, tuple[float, float, Callable[[float], float] | None]] = {}
         for b in sorted(grid.budgets) if folder.is_dir() else []:
-            for fam, mean in _family_seconds(read_records(folder, f"{budget_tag(b)}__*__N*__s*.json")).items():
-                before[fam] = (b, mean)
+            timed = [r for r in read_records(folder, f"{budget_tag(b)}__*__N*__s*.json")
+                     if r.get("bpb") is not None and r.get("point_kind", "ladder") in KINDS]
+            for fam, mean in _family_seconds(timed).items():
+                before[fam] = (b, mean, per_flop_seconds([r for r in timed if r.get("family") == fam], b))
         for budget in grid.holdout_budgets:
             mine = [p for p in points if p.corpus == corpus and p.budget == budget]
             if not mine:
@@ -181,8 +206,8 @@ def holdout_status(grid: Grid, out: Path) -> list[dict]:
             for p in (p for p, done in zip(mine, finished) if not done):
                 mean = family_s.get(p.family.name)
                 if mean is None and p.family.name in before:
-                    below, below_s = before[p.family.name]
-                    mean = below_s * budget / below
+                    below, below_s, fit = before[p.family.name]
+                    mean = fit(p.rung.achieved) * budget if fit else below_s * budget / below
                 unknown |= mean is None
                 left += mean or 0.0
             rows.append({"corpus": corpus, "budget": budget, "planned": len(mine),

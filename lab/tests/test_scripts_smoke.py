@@ -662,3 +662,20 @@ def test_alignment_groups_splits_the_chosen_sizes_runs_by_alignment(tmp_path):
     assert "| rl | 1,000 |" not in text and "| rl | 2,000 | 1 | 0.70 | 0.200 | 2.9000 | neither |" in text
     # high: 3.0 and 3.2; low: 2.8
     assert "Alignment ≥ 0.85: 2 runs, mean test bpb 3.1000; below 0.6: 1 runs, mean 2.8000; high − low +0.3000." in text
+
+
+def test_time_estimate_backtest_sets_both_estimates_against_the_measured_time(tmp_path):
+    study = tmp_path / "s" / "docs-en"
+    study.mkdir(parents=True)
+    # at 1e12 time per FLOP in proportion to N (10 s at N 1000, 20 s at 2000); 3e12 ran at N 4000
+    # in 100 s: the fit says 40 s x 3 = 120 s (+20%), the mean 15 s x 3 = 45 s (-55%)
+    for budget, n, seconds in ((1e12, 1000, 10.0), (1e12, 2000, 20.0), (3e12, 4000, 100.0)):
+        rec = {"corpus": "docs-en", "family": "f", "point_kind": "ladder", "budget_flops": budget, "target_size": n,
+               "non_embedding_params": n, "seed": 0, "split": "test", "commit": "abc", "bpb": 3.0,
+               "point_wall_s": seconds, "wall_s": seconds}
+        (study / f"C{budget:.0e}__f__N{n}__s0.json".replace("e+", "e")).write_text(json.dumps(rec))
+    records.pack(tmp_path / "s", remove=True)
+    out = tmp_path / "t.md"
+    run_script("time_estimate_backtest.py", "--root", tmp_path, "--study", "s", "--corpus", "docs-en",
+               "--from", 1e12, "--to", 3e12, "--out", out, cwd=tmp_path)
+    assert "| docs-en | 1 | 0.03 | 0.01 (-55%) | 0.03 (+20%) |" in out.read_text()

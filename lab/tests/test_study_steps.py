@@ -561,3 +561,34 @@ def test_the_prediction_plot_draws_what_a_score_has_and_nothing_without_a_predic
     assert path == tmp_path / "p.png" and path.stat().st_size > 0
     assert plot_prediction_scores([{"corpus": "a", "family": "f", "prediction": {"l_star": None}}],
                                   tmp_path / "q.png") is None and not (tmp_path / "q.png").exists()
+
+
+def test_a_held_out_runs_time_is_estimated_at_its_own_size_not_at_the_ladders_mean(tmp_path):
+    from rltok_lab.scaling_holdout import holdout_points
+    from rltok_lab.scaling_status import holdout_status, per_flop_seconds
+
+    data = corpus_folder(tmp_path, "salad")
+    spec = {"corpora": {"salad": str(data)}, "budgets": [3e8], "holdout_budgets": [9e8],
+            "holdout_seeds": [0, 1], "preset": "test", "families": [{"method": "flat", "sizes": [1e4, 4e4]}]}
+    grid = parse_grid(spec)
+    out = tmp_path / "study"
+    folder = out / "salad"
+    folder.mkdir(parents=True)
+    for n, seconds in ((1e4, 20.0), (4e4, 80.0)):  # time per FLOP in proportion to N
+        (folder / f"{budget_tag(3e8)}__flat__N{n:.0f}__s0.json").write_text(json.dumps(
+            {"family": "flat", "budget_flops": 3e8, "seed": 0, "non_embedding_params": n, "bpb": 3.0,
+             "point_wall_s": seconds, "point_kind": "ladder"}))
+    # a learning-rate check at the same budget took far longer: it is not the family's time
+    (folder / f"{budget_tag(3e8)}__flat__N40000__s9.json").write_text(json.dumps(
+        {"family": "flat", "budget_flops": 3e8, "seed": 9, "non_embedding_params": 4e4, "bpb": 3.0,
+         "point_wall_s": 5000.0, "point_kind": "check"}))
+    pred = {"commit": "abc", "corpora": {"salad": {"flat": {repr(9e8): {"n_star": 2e4, "l_star": 2.5}}}}}
+    (out / "prediction.json").write_text(json.dumps(pred))
+    points = holdout_points(grid, pred, log=lambda m: None)
+    n = points[0].rung.achieved
+    (row,) = holdout_status(grid, out)
+    # 20 s at N 1e4 and 80 s at 4e4 on 3e8 FLOPs: 20 s x (n / 1e4) x 3 per held-out run
+    assert row["left_hours"] == pytest.approx(2 * 20.0 * (n / 1e4) * 3 / 3600)
+    assert row["left_hours"] != pytest.approx(2 * 50.0 * 3 / 3600)  # not the ladder's mean times the ratio
+    fit = per_flop_seconds([{"non_embedding_params": 1e4, "point_wall_s": 20.0}], 3e8)
+    assert fit is None  # one size: no fit, the mean decides
