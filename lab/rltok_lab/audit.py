@@ -57,16 +57,16 @@ def is_read(r: dict) -> bool:
     return r.get("bpb") is not None and r.get("point_kind") != "check" and not is_dirty(r)
 
 
-def study_runs(corpus: str) -> list[dict]:
+def study_runs(corpus: str, diverged: bool = False) -> list[dict]:
     """The runs of the study's one reading: every ladder, extension, optimum and verdict run, the
     held-out runs and the held-out profile's extra sizes, each at its family's own rate multiplier;
-    not the learning-rate checks, not diverged runs."""
+    not the learning-rate checks, not diverged runs (with `diverged`, those alone)."""
     main = records.load("scaling", corpus, "C*__*__N*__s*.json")
     mult = {record_family(r): r["lr_mult"] for r in main if r.get("point_kind") == "ladder"}
     extra = records.load("scaling_1e13_profile", corpus, "C*__*__N*__s*.json")
     out = []
     for r in main + extra:
-        if r.get("point_kind") == "check" or r.get("bpb") is None:
+        if r.get("point_kind") == "check" or (r.get("bpb") is None) != diverged:
             continue
         if r.get("lr_mult") != mult.get(record_family(r)):
             continue
@@ -152,9 +152,18 @@ def chosen_cells(runs: Iterable[dict], budget: float) -> dict[str, Cell]:
                            float(np.mean([choice_loss(r) for r in rs if int(r["seed"]) in chose]
                                          or [choice_loss(r) for r in rs])), mean_of(rs, "tokenizer_fit_bytes"),
                            any(map(reads_ahead, rs)), tuple(sorted(chose)),
-                           tuple(sorted(int(r["seed"]) for r in lost
-                                        if record_family(r) == family and record_size(r) == size)))
+                           tuple(sorted(int(r["seed"]) for r in lost if record_family(r) == family and _same_rung(r, rs))))
     return out
+
+
+def _same_rung(lost: dict, scored: list[dict]) -> bool:
+    """Whether a diverged record ran the size of `scored`: by the ladder's size, since a diverged
+    record's N is the ladder's (no model was kept) and a scored one's the built model's, which can
+    differ; by N where a record has no ladder size."""
+    ladder = {r.get("ladder_params") for r in scored} - {None}
+    if lost.get("ladder_params") is not None and ladder:
+        return lost["ladder_params"] in ladder
+    return record_size(lost) in {record_size(r) for r in scored}
 
 
 def group_cell(cells: dict[str, Cell], name: str, groups: dict = GROUPS) -> Cell | None:
@@ -253,7 +262,7 @@ class Study:
 
 def load_study(corpora: Sequence[str] = CORPORA, budgets: Sequence[float] = BUDGETS) -> Study:
     """The first compute-optimal study, from the lab's packed records."""
-    return _study({c: study_runs(c) for c in corpora}, budgets)
+    return _study({c: study_runs(c) for c in corpora}, budgets, {c: study_runs(c, diverged=True) for c in corpora})
 
 
 def _study(runs: dict, budgets: Sequence[float], diverged: dict | None = None, **kw) -> Study:
@@ -384,9 +393,15 @@ def _lost(c: Cell) -> str:
     return f", seed{'s' if len(c.diverged) > 1 else ''} {', '.join(map(str, c.diverged))} diverged"
 
 
-def _diverged_note(*cells: Cell) -> list[str]:
-    """What a pairing of `cells` must say of their diverged seeds (its n is short of them)."""
-    return [f"{c.family}{_lost(c)}" for c in cells if c.diverged]
+def _diverged_note(a: Cell, b: Cell | None = None) -> list[str]:
+    """What a pairing of a with b must say of the seeds that diverged: those the other side has
+    (the pairing's n is short of them); of a alone, every one."""
+    out = []
+    for c, other in ((a, b), (b, a)) if b is not None else ((a, None),):
+        seeds = tuple(s for s in c.diverged if other is None or s in other.test)
+        if seeds:
+            out.append(f"{c.family}{_lost(dataclasses.replace(c, diverged=seeds))}")
+    return out
 
 
 def _join(*notes: str) -> str:

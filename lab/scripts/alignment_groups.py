@@ -20,10 +20,13 @@ from rltok_lab.tables_file import commanded_table
 
 
 def chosen_runs(runs: list[dict], budget: float, families: list[str]) -> list[dict]:
-    """The records of `families` at their val-chosen sizes at `budget`, every seed."""
-    cells = audit.chosen_cells(runs, budget)
-    return [r for r in runs if float(r["budget_flops"]) == budget and record_family(r) in families
-            and record_family(r) in cells and record_size(r) == cells[record_family(r)].size]
+    """The records of `families` at their val-chosen sizes at `budget`, every seed. Raises SystemExit
+    naming a family with no record there."""
+    mine = [r for r in runs if float(r["budget_flops"]) == budget and record_family(r) in families]
+    cells = audit.chosen_cells(mine, budget)
+    if missing := [f for f in families if f not in cells]:
+        raise SystemExit(f"alignment_groups: no scored record of {', '.join(missing)} at {budget:.0e}")
+    return [r for r in mine if record_size(r) == cells[record_family(r)].size]
 
 
 def groups(runs: list[dict], high: float, low: float) -> dict[str, list[dict]]:
@@ -67,9 +70,6 @@ def main(argv=None) -> int:
         raise SystemExit(f"alignment_groups: --low {args.low} is above --high {args.high}")
     runs = [r for _, r in records.entries(args.study, args.corpus, args.root) if audit.is_read(r)]
     picked = chosen_runs(runs, args.budget, args.families)
-    if not picked:
-        raise SystemExit(f"alignment_groups: no scored record of {', '.join(args.families)} at {args.budget:.0e} "
-                         f"on {args.corpus} in {args.study}")
     commanded_table("alignment_groups.py", argv if argv is not None else sys.argv[1:],
                     table(picked, args.high, args.low), args.out)
     return 0

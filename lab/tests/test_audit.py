@@ -412,23 +412,29 @@ def test_a_diverged_seed_is_named_by_its_cell_and_by_every_pairing_short_of_it(t
                          'method = "uniform"\n[[families]]\nname = "b"\nmethod = "flat"\n')
     folder = tmp_path / "out" / "c"
     folder.mkdir(parents=True)
+    # a scored record's N is the built model's (103), a diverged one's the ladder's (100)
     base = {"budget_flops": 1e10, "split": "test", "params": 10, "state_mb": 1.0, "steps": 5, "point_kind": "ladder",
-            "non_embedding_params": 100, "commit": "abc1234"}
+            "non_embedding_params": 103, "ladder_params": 100, "commit": "abc1234"}
     for fam, seed, bpb in [("a", 0, 2.0), ("a", 1, 2.1), ("b", 0, 2.5), ("b", 1, 2.4), ("b", 2, 2.45)]:
         rec = {**base, "family": fam, "method": fam, "seed": seed, "bpb": bpb, "bpb_select": bpb}
         (folder / f"C1e10__{fam}__N100__s{seed}.json").write_text(json.dumps(rec))
-    lost = {**base, "family": "a", "family_method": "uniform", "seed": 2, "bpb": None, "diverged": "loss is nan"}
+    lost = {**base, "family": "a", "family_method": "uniform", "seed": 2, "bpb": None, "diverged": "loss is nan",
+            "non_embedding_params": 100}
     (folder / "C1e10__a__N100__s2.json").write_text(json.dumps(lost))
-    # a diverged learning-rate check is the check's business, not the cell's
-    check = {**lost, "seed": 3, "point_kind": "check"}
-    (folder / "C1e10__a__N100__s3.json").write_text(json.dumps(check))
+    # b's seed 4 diverged, a never ran seed 4: the pairing is not short of it
+    (folder / "C1e10__b__N100__s4.json").write_text(json.dumps({**lost, "family": "b", "seed": 4}))
+    # none of these is the cell's: a learning-rate check, a run of another budget, one from uncommitted code
+    for seed, extra in ((3, {"point_kind": "check"}), (5, {"budget_flops": 3e10}), (6, {"commit": "abc1234+dirty"})):
+        (folder / f"C1e10__a__N100__s{seed}.json").write_text(json.dumps({**lost, "seed": seed, **extra}))
     study = audit.grid_study(load_grid(grid_file), tmp_path / "out")
     a, b = study.cells["c"][1e10]["a"], study.cells["c"][1e10]["b"]
-    assert a.diverged == (2,) and b.diverged == () and set(a.test) == {0, 1}
+    assert a.diverged == (2,) and b.diverged == (4,) and set(a.test) == {0, 1}
     (charged,) = [v for v in audit.budget_verdicts(study) if v.flops == "charged"]
-    assert charged.n == 2 and "a, seed 2 diverged" in charged.note
+    assert charged.n == 2 and "a, seed 2 diverged" in charged.note and "b, seed 4" not in charged.note
     cells = audit.cells_table(study, (1e10,))
-    assert "(2, seed 2 diverged)" in cells and "(3) |" in cells
+    assert "(2, seed 2 diverged)" in cells and "(3, seed 4 diverged)" in cells
     form = audit.reference_form(study, "b", (1e10,))
     (row,) = [r for r in form.splitlines() if r.startswith("| c | 1e10 | a |")]
-    assert row.endswith("a, seed 2 diverged |")
+    assert row.endswith("| a, seed 2 diverged |")
+    (ref,) = [r for r in form.splitlines() if r.startswith("| c | 1e10 | b |")]
+    assert ref.endswith("| b, seed 4 diverged |")  # its own row names every seed it lost

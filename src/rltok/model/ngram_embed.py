@@ -57,10 +57,11 @@ class NgramEmbedding(nn.Module):
 def check_ids(idx: torch.Tensor, vocab_size: int) -> None:
     """Refuse ids the embedding has no row for, naming the range: torch would raise an IndexError
     that names neither (a CUDA device assert, worse). Checked on CPU, outside compiled graphs: on
-    a GPU the check would cost a host sync every step, and ids there come from the byte loaders."""
+    an accelerator the check would cost a host sync every step, and ids there come from the byte
+    loaders."""
     if idx.dtype.is_floating_point or idx.dtype == torch.bool:
         raise TypeError(f"token ids must be an integer tensor, got {idx.dtype}")
-    if idx.is_cuda or idx.numel() == 0 or torch.compiler.is_compiling():
+    if idx.device.type != "cpu" or idx.numel() == 0 or torch.compiler.is_compiling():
         return
     lo, hi = int(idx.min()), int(idx.max())
     if lo < 0 or hi >= vocab_size:
