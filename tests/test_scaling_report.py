@@ -306,3 +306,13 @@ def test_a_groups_best_row_names_its_chosen_members_shape():
     table = best_table(build_report(recs, {"g": ["m1", "m2"]}, n_boot=10))
     assert "| g | 1e+09 | 3.0000 | 2,000 | 32/48 × 1+2+1 |" in table
     assert "| m2 | 1e+09 | 3.1000 | 2,000 | 16/32 × 1+2+1 |" in table
+
+
+def test_the_report_says_which_split_chose_the_best_sizes():
+    from rltok.analysis.scaling_report import choice_sentence
+
+    assert "chosen on the selection split" in choice_sentence([{"bpb": 3.0, "bpb_select": 3.1}] * 2)
+    # a grid without select_split chooses on the split it reports: the report must not say otherwise
+    alone = choice_sentence([{"bpb": 3.0}] * 2)
+    assert "chosen on the scored split itself" in alone and "optimistic" in alone and "selection split (" not in alone
+    assert "1 of 2 runs" in choice_sentence([{"bpb": 3.0, "bpb_select": 3.1}, {"bpb": 3.0}])
