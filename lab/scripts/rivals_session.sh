@@ -1,0 +1,141 @@
+#!/bin/bash
+# The rivals study's sessions, one command each (notebook lab/notes/rivals.md, R47, R56, R61).
+# Every training step runs from a clean worktree of a fixed commit, never from the checkout it is
+# called from, so records always name the code that made them; this checkout only packs records and
+# writes tables. Outputs and logs live in $WORK, which may not outlive a session: records are packed
+# into lab/results/rivals as they come, and `unpack` puts them back into a fresh $WORK.
+#
+#   WORK=~/rivals DATA=~/corpora bash lab/scripts/rivals_session.sh COMMAND [ARGS]
+#
+#   ladder COMMIT CORPUS      the 3e12 ladders of scaling_rivals_grid.toml (recorded points skipped)
+#   dpool COMMIT CORPUS       dpool's 3e12 from scaling_rivals_dpool_grid.toml
+#   check COMMIT CORPUS       R2's learning-rate check at 3e12, in $WORK/check-out (after `sync`)
+#   sync                      $WORK/check-out: every record (packed, then the live ones over them)
+#   status CORPUS             where 3e12 stands (counts and hours only)
+#   pack                      the live records into lab/results/rivals (then regenerate and commit)
+#   unpack                    lab/results/rivals back into $WORK/rivals-out (a fresh $WORK)
+#   instruments TAG           R53's instrument on the finished seed-0 3e12 runs not yet measured
+#   running                   the study's processes, and each log's error count (never its lines:
+#                             result lines hold numbers a prediction may not yet have read)
+#
+# WORK: the folder of the worktrees, outputs and logs; DATA: the folder holding docs-en/ and
+# code-py/; PY: the Python with rltok's dependencies (default: this checkout's .venv).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+: "${WORK:?set WORK to the folder for worktrees, outputs and logs}"
+PY=${PY:-$repo/.venv/bin/python}
+mkdir -p "$WORK"
+
+worktree() {  # worktree NAME COMMIT: a clean detached worktree of COMMIT at $WORK/NAME, data linked
+  local dir=$WORK/$1 commit=$2
+  [ -d "$dir" ] || git -C "$repo" worktree add --detach "$dir" "$commit" >/dev/null
+  test "$(git -C "$dir" rev-parse HEAD)" = "$(git -C "$repo" rev-parse "$commit^{commit}")" \
+    || { echo "$dir is not at $commit" >&2; exit 2; }
+  test -z "$(git -C "$dir" status --porcelain --untracked-files=no)" || { echo "$dir has changes" >&2; exit 2; }
+  : "${DATA:?set DATA to the folder holding docs-en/ and code-py/}"
+  ln -sfn "$DATA" "$dir/data"
+  echo "$dir"
+}
+
+at_3e12() {  # at_3e12 GRID OUT: the grid at 3e12 alone, no held-out budget
+  sed -e 's/^budgets = .*/budgets = [3e12]/' -e 's/^holdout_budgets = .*/holdout_budgets = []/' "$1" > "$2"
+}
+
+launch() {  # launch DIR LOG ARGS...: nohup'd, niced, from DIR's own code
+  local dir=$1 log=$2; shift 2
+  (cd "$dir" && PYTHONPATH="$dir/src:$dir/lab" nohup nice -n 10 "$PY" "$@" >> "$log" 2>&1 &)
+  echo "started: $* (log $log)"
+}
+
+cmd=${1:-}; shift || true
+case "$cmd" in
+  ladder|dpool)
+    commit=$1 corpus=$2
+    dir=$(worktree "run-$cmd-$(git -C "$repo" rev-parse --short "$commit")" "$commit")
+    src=$dir/lab/scripts/scaling_rivals_grid.toml name=rivals log=$WORK/rivals-$corpus-3e12.log
+    if [ "$cmd" = dpool ]; then
+      src=$dir/lab/scripts/scaling_rivals_dpool_grid.toml name=dpool log=$WORK/dpool-$corpus.log
+    fi
+    at_3e12 "$src" "$WORK/$name-grid-3e12.toml"
+    launch "$dir" "$log" -m rltok.cli scaling --grid "$WORK/$name-grid-3e12.toml" --out "$WORK/$name-out" --corpus "$corpus" ;;
+  check)
+    commit=$1 corpus=$2
+    dir=$(worktree "run-check-$(git -C "$repo" rev-parse --short "$commit")" "$commit")
+    launch "$dir" "$WORK/check-$corpus.log" -m rltok_lab study --grid lab/scripts/scaling_rivals_grid.toml \
+      --out "$WORK/check-out" --corpus "$corpus" --check-optimum 3e12 --lr-mults 0.5 2 --policy-lr-mults 0.5 2 ;;
+  sync)
+    mkdir -p "$WORK/check-out"
+    (cd "$repo" && PYTHONPATH=src:lab "$PY" -c "
+from pathlib import Path
+from rltok_lab import records
+for c in ('docs-en', 'code-py'):
+    records.unpack(Path(f'lab/results/rivals/{c}.jsonl.gz'), Path('$WORK/check-out'))
+")
+    for c in docs-en code-py; do
+      for live in rivals-out dpool-out; do
+        compgen -G "$WORK/$live/$c/C*__*__N*__s*.json" >/dev/null && cp "$WORK/$live/$c/"C*__*__N*__s*.json "$WORK/check-out/$c/"
+      done
+      echo "$c records: $(ls "$WORK/check-out/$c/"C*.json | wc -l)"
+    done ;;
+  status)
+    corpus=$1
+    : "${DATA:?set DATA to the folder holding docs-en/ and code-py/ (completeness is a dry run of the study)}"
+    cd "$repo" && ln -sfn "$DATA" data
+    PYTHONPATH=src:lab "$PY" -m rltok_lab study --grid lab/scripts/scaling_rivals_grid.toml \
+      --out "$WORK/check-out" --corpus "$corpus" --status | grep -E "^\| corpus|C3e12" || true
+    rm -f data ;;
+  pack)
+    tmp=$(mktemp -d)
+    for c in docs-en code-py; do
+      mkdir -p "$tmp/rivals/$c"
+      for live in rivals-out dpool-out; do
+        compgen -G "$WORK/$live/$c/C*__*__N*__s*.json" >/dev/null && cp "$WORK/$live/$c/"C*__*__N*__s*.json "$tmp/rivals/$c/"
+      done
+    done
+    (cd "$repo" && PYTHONPATH=src:lab "$PY" -c "
+from pathlib import Path
+from rltok_lab import records
+print(records.pack(Path('$tmp/rivals'), into=Path('lab/results/rivals')))
+")
+    rm -rf "$tmp"
+    echo "next: python -m rltok_lab.regenerate --data \$DATA --only rivals scaling_results; lab tests; commit" ;;
+  unpack)
+    (cd "$repo" && PYTHONPATH=src:lab "$PY" -c "
+from pathlib import Path
+from rltok_lab import records
+for c in ('docs-en', 'code-py'):
+    records.unpack(Path(f'lab/results/rivals/{c}.jsonl.gz'), Path('$WORK/rivals-out'))
+") ;;
+  instruments)
+    tag=$1 table=lab/results/rivals/chunk_path_use_3e12.md
+    cd "$repo"
+    for c in docs-en code-py; do
+      runs=()
+      for d in "$WORK/rivals-out/$c/runs/"C3e12__*__s0; do
+        [ -d "$d" ] || continue
+        stem=$(basename "$d")
+        case $stem in *__bpe__*|*__flat*) continue;; esac
+        [ -f "$WORK/rivals-out/$c/$stem.json" ] || continue  # finished runs only
+        awk -v s="## $c," -v r="| $stem |" 'index($0, s) == 1 {on = 1; next} /^## / {on = 0} on && index($0, r) == 1 {f = 1} END {exit !f}' \
+          "$table" && continue  # measured in an earlier session
+        runs+=("$d")
+      done
+      [ ${#runs[@]} -gt 0 ] || continue
+      ln -sfn "$DATA" data
+      PYTHONPATH=src:lab "$PY" lab/scripts/chunk_path_use.py "${runs[@]}" --data "data/$c" --out "/tmp/use_$c.md" > /dev/null
+      PYTHONPATH=src:lab "$PY" -c "
+from pathlib import Path
+from rltok_lab.tables_file import put_section
+put_section(Path('$table'), '$c, session $tag', Path('/tmp/use_$c.md').read_text().replace('/tmp/use_$c.md', 'use.md'), '')
+"
+      rm -f data
+      echo "$c: R53's instrument on ${#runs[@]} runs (section '$c, session $tag', written unread)"
+    done ;;
+  running)
+    pgrep -af "rltok.cli scaling|rltok_lab study" | cut -c1-160 || echo "no study process"
+    for log in "$WORK"/rivals-*-3e12.log "$WORK"/dpool-*.log "$WORK"/check-*.log; do
+      [ -f "$log" ] && echo "$(basename "$log"): $(grep -ci "diverg\|error\|traceback" "$log" || true) error lines"
+    done ;;
+  *)
+    sed -n '2,23p' "$0"; exit 2 ;;
+esac
