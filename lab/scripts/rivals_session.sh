@@ -15,6 +15,9 @@
 #   pack                      the live records into lab/results/rivals (then regenerate and commit)
 #   unpack                    lab/results/rivals back into $WORK/rivals-out (a fresh $WORK)
 #   instruments TAG           R53's instrument on the finished seed-0 3e12 runs not yet measured
+#   rerun COMMIT CORPUS RUN...  rerun the named points (record names) into $WORK/rerun-out, from the
+#                             commit their records name (lab/scripts/rerun_grid.py; R56's lost runs)
+#   rerun-compare CORPUS      whether each rerun reproduces its packed record to the bit
 #   running                   the study's processes, and each log's error count (never its lines:
 #                             result lines hold numbers a prediction may not yet have read)
 #
@@ -58,6 +61,16 @@ case "$cmd" in
     fi
     at_3e12 "$src" "$WORK/$name-grid-3e12.toml"
     launch "$dir" "$log" -m rltok.cli scaling --grid "$WORK/$name-grid-3e12.toml" --out "$WORK/$name-out" --corpus "$corpus" ;;
+  rerun)
+    commit=$1 corpus=$2; shift 2
+    dir=$(worktree "run-ladder-$(git -C "$repo" rev-parse --short "$commit")" "$commit")
+    (cd "$repo" && PYTHONPATH=src:lab "$PY" lab/scripts/rerun_grid.py grid --grid "$dir/lab/scripts/scaling_rivals_grid.toml" \
+      --corpus "$corpus" --runs "$@" --write "$WORK/rerun-$corpus.json")
+    launch "$dir" "$WORK/rerun-$corpus.log" -m rltok.cli scaling --grid "$WORK/rerun-$corpus.json" \
+      --out "$WORK/rerun-out" --corpus "$corpus" ;;
+  rerun-compare)
+    corpus=$1
+    (cd "$repo" && PYTHONPATH=src:lab "$PY" lab/scripts/rerun_grid.py compare --corpus "$corpus" --rerun "$WORK/rerun-out/$corpus") ;;
   check)
     commit=$1 corpus=$2
     dir=$(worktree "run-check-$(git -C "$repo" rev-parse --short "$commit")" "$commit")
@@ -133,9 +146,9 @@ put_section(Path('$table'), '$c, session $tag', Path('/tmp/use_$c.md').read_text
     done ;;
   running)
     pgrep -af "rltok.cli scaling|rltok_lab study" | cut -c1-160 || echo "no study process"
-    for log in "$WORK"/rivals-*-3e12.log "$WORK"/dpool-*.log "$WORK"/check-*.log; do
+    for log in "$WORK"/rivals-*-3e12.log "$WORK"/dpool-*.log "$WORK"/check-*.log "$WORK"/rerun-*.log; do
       [ -f "$log" ] && echo "$(basename "$log"): $(grep -ci "diverg\|error\|traceback" "$log" || true) error lines"
     done ;;
   *)
-    sed -n '2,23p' "$0"; exit 2 ;;
+    sed -n '2,25p' "$0"; exit 2 ;;
 esac

@@ -682,3 +682,52 @@ def test_time_estimate_backtest_sets_both_estimates_against_the_measured_time(tm
     run_script("time_estimate_backtest.py", "--root", tmp_path, "--study", "s", "--corpus", "docs-en",
                "--from", 1e12, "--to", 3e12, "--out", out, cwd=tmp_path)
     assert "| docs-en | 1 | 0.03 | 0.01 (-55%) | 0.03 (+20%) |" in out.read_text()
+
+
+def test_rerun_grid_writes_a_grid_of_the_named_points_and_compares_their_reruns(tmp_path):
+    from rltok.analysis.scaling import load_grid
+
+    study = tmp_path / "s" / "docs-en"
+    study.mkdir(parents=True)
+    base = {"corpus": "docs-en", "point_kind": "ladder", "budget_flops": 3e12, "split": "test", "commit": "abc",
+            "wall_s": 1.0}
+    for family, n, seed in (("a", 1000, 0), ("a", 2000, 0), ("b", 1000, 0), ("b", 1000, 1)):
+        rec = {**base, "family": family, "target_size": float(n), "non_embedding_params": n, "seed": seed,
+               "bpb": 3.0 + n / 1e4, "bpb_select": 3.1}
+        (study / f"C3e12__{family}__N{n}__s{seed}.json").write_text(json.dumps(rec))
+    records.pack(tmp_path / "s", remove=True)
+    grid = tmp_path / "g.toml"
+    grid.write_text('budgets = [1e12, 3e12]\nholdout_budgets = [1e13]\nseeds = [0, 1]\noptimum_seeds = [2]\nextend = 2\n'
+                    'interior_only = true\nsize_rule = {coef = 0.02, exponent = 0.5, span = 2.5, points = 5}\n'
+                    'groups = {g = ["a", "b"]}\ncrossovers = [["a", "b"]]\n[corpora]\ndocs-en = "data/docs-en"\n'
+                    'code-py = "data/code-py"\n[[families]]\nname = "a"\nmethod = "uniform"\nsize_coef = 0.05\n'
+                    'lr_mult = 2\n[[families]]\nname = "b"\nmethod = "flat"\n[[families]]\nname = "c"\nmethod = "rl"\n')
+    out = tmp_path / "rerun.json"
+    run_script("rerun_grid.py", "grid", "--root", tmp_path, "--study", "s", "--corpus", "docs-en", "--grid", grid,
+               "--runs", "C3e12__a__N1000__s0", "C3e12__a__N2000__s0", "C3e12__b__N1000__s0", "--write", out, cwd=tmp_path)
+    g = load_grid(out)
+    assert list(g.corpora) == ["docs-en"] and g.budgets == (3e12,) and g.seeds == (0,)
+    assert (g.optimum_seeds, g.holdout_budgets, g.extend, g.interior_only, g.crossovers) == ((), (), 0, False, ())
+    assert [(f.name, f.sizes, f.lr_mult) for f in g.families] == [("a", (1000.0, 2000.0), 2.0), ("b", (1000.0,), 1.0)]
+    # two seeds in one grid, or a point with no record, are refused
+    mixed = run_script("rerun_grid.py", "grid", "--root", tmp_path, "--study", "s", "--corpus", "docs-en", "--grid",
+                       grid, "--runs", "C3e12__b__N1000__s0", "C3e12__b__N1000__s1", "--write", out, cwd=tmp_path,
+                       check=False)
+    assert mixed.returncode != 0 and "one seed" in mixed.stderr
+    absent = run_script("rerun_grid.py", "grid", "--root", tmp_path, "--study", "s", "--corpus", "docs-en", "--grid",
+                        grid, "--runs", "C3e12__c__N1000__s0", "--write", out, cwd=tmp_path, check=False)
+    assert absent.returncode != 0 and "no packed record C3e12__c__N1000__s0" in absent.stderr
+    # the reruns: one reproduces its record, one does not
+    rerun = tmp_path / "rerun_out" / "docs-en"
+    rerun.mkdir(parents=True)
+    for n, bpb in ((1000, 3.1), (2000, 3.2000001)):
+        rec = {**base, "family": "a", "target_size": float(n), "non_embedding_params": n, "seed": 0, "bpb": bpb,
+               "bpb_select": 3.1, "commit": "abc"}
+        (rerun / f"C3e12__a__N{n}__s0.json").write_text(json.dumps(rec))
+    table = tmp_path / "cmp.md"
+    run_script("rerun_grid.py", "compare", "--root", tmp_path, "--study", "s", "--corpus", "docs-en", "--rerun", rerun,
+               "--out", table, cwd=tmp_path)
+    text = table.read_text()
+    assert "| C3e12__a__N1000__s0 | abc | abc | equal | equal |" in text
+    assert "| C3e12__a__N2000__s0 | abc | abc | differs by 1.00e-07 | equal |" in text
+    assert "1 of 2 reruns reproduce their records to the bit." in text
