@@ -14,7 +14,8 @@
 #   status CORPUS             where 3e12 stands (counts and hours only)
 #   pack                      the live records into lab/results/rivals (then regenerate and commit)
 #   unpack                    lab/results/rivals back into $WORK/rivals-out (a fresh $WORK)
-#   instruments TAG           R53's instrument on the finished seed-0 3e12 runs not yet measured
+#   instruments TAG [OUT]     R53's instrument on the finished seed-0 3e12 runs not yet measured, of
+#                             $WORK/rivals-out (or $WORK/OUT, e.g. rerun-out)
 #   rerun COMMIT CORPUS RUN...  rerun the named points (record names) into $WORK/rerun-out, from the
 #                             commit their records name (lab/scripts/rerun_grid.py; R56's lost runs)
 #   rerun-compare CORPUS      whether each rerun reproduces its packed record to the bit
@@ -120,15 +121,15 @@ for c in ('docs-en', 'code-py'):
     records.unpack(Path(f'lab/results/rivals/{c}.jsonl.gz'), Path('$WORK/rivals-out'))
 ") ;;
   instruments)
-    tag=$1 table=lab/results/rivals/chunk_path_use_3e12.md
+    tag=$1 live=$WORK/${2:-rivals-out} table=lab/results/rivals/chunk_path_use_3e12.md
     cd "$repo"
     for c in docs-en code-py; do
       runs=()
-      for d in "$WORK/rivals-out/$c/runs/"C3e12__*__s0; do
+      for d in "$live/$c/runs/"C3e12__*__s0; do
         [ -d "$d" ] || continue
         stem=$(basename "$d")
         case $stem in *__bpe__*|*__flat*) continue;; esac
-        [ -f "$WORK/rivals-out/$c/$stem.json" ] || continue  # finished runs only
+        [ -f "$live/$c/$stem.json" ] || continue  # finished runs only
         awk -v s="## $c," -v r="| $stem |" 'index($0, s) == 1 {on = 1; next} /^## / {on = 0} on && index($0, r) == 1 {f = 1} END {exit !f}' \
           "$table" && continue  # measured in an earlier session
         runs+=("$d")
@@ -150,5 +151,5 @@ put_section(Path('$table'), '$c, session $tag', Path('/tmp/use_$c.md').read_text
       [ -f "$log" ] && echo "$(basename "$log"): $(grep -ci "diverg\|error\|traceback" "$log" || true) error lines"
     done ;;
   *)
-    sed -n '2,25p' "$0"; exit 2 ;;
+    sed -n '2,26p' "$0"; exit 2 ;;
 esac
