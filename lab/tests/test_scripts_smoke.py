@@ -731,3 +731,26 @@ def test_rerun_grid_writes_a_grid_of_the_named_points_and_compares_their_reruns(
     assert "| C3e12__a__N1000__s0 | abc | abc | equal | equal |" in text
     assert "| C3e12__a__N2000__s0 | abc | abc | differs by 1.00e-07 | equal |" in text
     assert "1 of 2 reruns reproduce their records to the bit." in text
+
+
+def test_chunk_path_read_counts_one_corpuss_cells_above_each_threshold(tmp_path):
+    study = tmp_path / "s" / "docs-en"
+    study.mkdir(parents=True)
+    for family, n in (("rl", 1000), ("rl", 2000), ("hnet", 1000), ("rl", 4000)):
+        rec = {"corpus": "docs-en", "family": family, "point_kind": "ladder", "budget_flops": 3e12, "target_size": n,
+               "non_embedding_params": n, "seed": 0, "split": "test", "commit": "abc", "bpb": 3.0, "wall_s": 1.0}
+        (study / f"C3e12__{family}__N{n}__s0.json").write_text(json.dumps(rec))
+    records.pack(tmp_path / "s", remove=True)
+    head = "| run | rule | rate | own | none | difference | off | difference |\n|---|---|---|---|---|---|---|---|\n"
+    table = tmp_path / "use.md"
+    table.write_text("# t\n\n## docs-en, session 1\n\n" + head + "| C3e12__rl__N1000__s0 | rl | 0.2 | 3 | 3.06 | +0.060 | 3 | +0 |\n"
+                     "| C3e12__hnet__N1000__s0 | hnet | 0.2 | 3 | 3.2 | +0.200 | 3 | +0 |\n"
+                     "\n## code-py, session 1\n\n" + head + "| C3e12__rl__N2000__s0 | rl | 0.2 | 3 | 3.5 | +0.500 | 3 | +0 |\n"
+                     "\n## docs-en, session 2\n\n" + head + "| C3e12__rl__N2000__s0 | rl | 0.2 | 3 | 3.01 | +0.010 | 3 | +0 |\n")
+    out = tmp_path / "read.md"
+    run_script("chunk_path_read.py", "--root", tmp_path, "--study", "s", "--corpus", "docs-en", "--families", "rl",
+               "hnet", "--threshold", 0.05, "--threshold-for", "hnet=0.30", "--table", table, "--out", out, cwd=tmp_path)
+    text = out.read_text()
+    # code-py's +0.500 for the same run name is not docs-en's; rl's N4000 was never measured
+    assert "| rl | 0.05 | 2 | 1 | N1000 +0.060 | 1 |" in text and "| hnet | 0.3 | 1 | 0 | — | 0 |" in text
+    assert "docs-en: 1 of 3 cells measured at or above their threshold; 1 planned cells not measured." in text
