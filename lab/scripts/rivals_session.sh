@@ -13,7 +13,7 @@
 #   sync                      $WORK/check-out: every record (packed, then the live ones over them)
 #   status CORPUS             where 3e12 stands (counts and hours only)
 #   pack                      the live records into lab/results/rivals, the learning-rate check's
-#                             into lab/results/rivals_check (then regenerate and commit)
+#                             into lab/results/rivals_lr_check (then regenerate and commit)
 #   unpack                    lab/results/rivals back into $WORK/rivals-out (a fresh $WORK)
 #   instruments TAG [OUT]     R53's instrument on the finished seed-0 3e12 runs not yet measured, of
 #                             $WORK/rivals-out (or $WORK/OUT, e.g. rerun-out)
@@ -85,8 +85,8 @@ from pathlib import Path
 from rltok_lab import records
 for c in ('docs-en', 'code-py'):
     records.unpack(Path(f'lab/results/rivals/{c}.jsonl.gz'), Path('$WORK/check-out'))
-    if Path(f'lab/results/rivals_check/{c}.jsonl.gz').exists():  # a check resumes from its records
-        records.unpack(Path(f'lab/results/rivals_check/{c}.jsonl.gz'), Path('$WORK/check-out/optimum_check'))
+    if Path(f'lab/results/rivals_lr_check/{c}.jsonl.gz').exists():  # a check resumes from its records
+        records.unpack(Path(f'lab/results/rivals_lr_check/{c}.jsonl.gz'), Path('$WORK/check-out/optimum_check'))
 ")
     for c in docs-en code-py; do
       for live in rivals-out dpool-out; do
@@ -104,19 +104,19 @@ for c in ('docs-en', 'code-py'):
   pack)
     tmp=$(mktemp -d)
     for c in docs-en code-py; do
-      mkdir -p "$tmp/rivals/$c" "$tmp/rivals_check/$c"
+      mkdir -p "$tmp/rivals/$c" "$tmp/rivals_lr_check/$c"
       for live in rivals-out dpool-out; do
         compgen -G "$WORK/$live/$c/C*__*__N*__s*.json" >/dev/null && cp "$WORK/$live/$c/"C*__*__N*__s*.json "$tmp/rivals/$c/"
       done
       live=$WORK/check-out/optimum_check/$c
-      compgen -G "$live/C*__*__N*__s*.json" >/dev/null && cp "$live/"C*__*__N*__s*.json "$tmp/rivals_check/$c/"
+      compgen -G "$live/C*__*__N*__s*.json" >/dev/null && cp "$live/"C*__*__N*__s*.json "$tmp/rivals_lr_check/$c/"
     done
     (cd "$repo" && PYTHONPATH=src:lab "$PY" -c "
 from pathlib import Path
 from rltok_lab import records
 print(records.pack(Path('$tmp/rivals'), into=Path('lab/results/rivals')))
-if any(Path('$tmp/rivals_check').rglob('*.json')):
-    print(records.pack(Path('$tmp/rivals_check'), into=Path('lab/results/rivals_check')))
+if any(Path('$tmp/rivals_lr_check').rglob('*.json')):
+    print(records.pack(Path('$tmp/rivals_lr_check'), into=Path('lab/results/rivals_lr_check')))
 ")
     rm -rf "$tmp"
     echo "next: python -m rltok_lab.regenerate --data \$DATA --only rivals scaling_results; lab tests; commit" ;;
