@@ -754,3 +754,16 @@ def test_chunk_path_read_counts_one_corpuss_cells_above_each_threshold(tmp_path)
     # code-py's +0.500 for the same run name is not docs-en's; rl's N4000 was never measured
     assert "| rl | 0.05 | 2 | 1 | N1000 +0.060 | 1 |" in text and "| hnet | 0.3 | 1 | 0 | — | 0 |" in text
     assert "docs-en: 1 of 3 cells measured at or above their threshold; 1 planned cells not measured." in text
+
+
+def test_rivals_session_parses_and_names_its_commands(tmp_path):
+    script = SCRIPTS / "rivals_session.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    usage = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={**os.environ, "WORK": str(tmp_path)})
+    assert usage.returncode == 2
+    for command in ("ladder", "dpool", "check", "sync", "status", "pack", "unpack", "instruments", "rerun",
+                    "rerun-compare", "running"):
+        assert f"#   {command} " in usage.stdout
+    unset = subprocess.run(["bash", str(script), "running"], capture_output=True, text=True,
+                           env={k: v for k, v in os.environ.items() if k != "WORK"})
+    assert unset.returncode != 0 and "set WORK" in unset.stderr
