@@ -223,13 +223,18 @@ def _prune_empty(folder: Path) -> None:
 
 def unpack(records_file: Path, dest: Path) -> list[Path]:
     """Write each file of a records file under `dest` (the study folder's stand-in), text exactly
-    as packed; the paths written."""
+    as packed; the paths written. A file already there with that text is left alone, and one that
+    differs is replaced whole (a study reading the folder meanwhile never sees half a record)."""
+    from rltok.config.files import write_atomic
+
     dest = Path(dest)
     written = []
     for line in read_lines(records_file):
         p = dest / line["file"]
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text_of(line), encoding="utf-8")
+        text = text_of(line)
+        if not (p.is_file() and p.read_text(encoding="utf-8") == text):
+            p.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(p, text)
         written.append(p)
     return written
 
