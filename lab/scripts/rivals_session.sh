@@ -142,6 +142,9 @@ for c in ('docs-en', 'code-py'):
         runs+=("$d")
       done
       [ ${#runs[@]} -gt 0 ] || continue
+      if grep -qxF "## $c, session $tag" "$table"; then  # put_section would replace its rows
+        echo "section '$c, session $tag' exists: give a new TAG" >&2; exit 2
+      fi
       ln -sfn "$DATA" data
       PYTHONPATH=src:lab "$PY" lab/scripts/chunk_path_use.py "${runs[@]}" --data "data/$c" --out "/tmp/use_$c.md" > /dev/null
       PYTHONPATH=src:lab "$PY" -c "
