@@ -52,9 +52,14 @@ def is_dirty(r: dict) -> bool:
     return r.get("bpb") is not None
 
 
+def is_study_run(r: dict) -> bool:
+    """Not a learning-rate check, and from committed code: a run of the study itself."""
+    return r.get("point_kind") != "check" and not is_dirty(r)
+
+
 def is_read(r: dict) -> bool:
-    """A record a reading uses: scored (not diverged), not a learning-rate check, from committed code."""
-    return r.get("bpb") is not None and r.get("point_kind") != "check" and not is_dirty(r)
+    """A record a reading uses: a study run that was scored (not diverged)."""
+    return r.get("bpb") is not None and is_study_run(r)
 
 
 def study_runs(corpus: str, diverged: bool = False) -> list[dict]:
@@ -301,7 +306,7 @@ def grid_study(grid, folder: Path, budgets_read: dict[str, list[float]] | None =
         left[corpus] = sum(map(is_dirty, rs))
         rs = [r for r in rs if budgets_read is None or float(r["budget_flops"]) in budgets_read.get(corpus, ())]
         runs[corpus] = [r for r in rs if is_read(r)]
-        lost[corpus] = [r for r in rs if r.get("bpb") is None and r.get("point_kind") != "check" and not is_dirty(r)]
+        lost[corpus] = [r for r in rs if r.get("bpb") is None and is_study_run(r)]
     budgets = tuple(sorted({*grid.budgets, *grid.holdout_budgets}))
     return _study(runs, budgets, lost, held_out=tuple(grid.holdout_budgets), groups={k: tuple(v) for k, v in grid.groups.items()},
                   pairs=tuple(tuple(p) for p in grid.crossovers), left_out=left)
@@ -386,11 +391,11 @@ def kernel_verdict(study: Study, corpus: str, budget: float, a: Cell, b: Cell, a
                    note=_join(note, f"neither {_flops(xa)} nor {_flops(xb)} lies within the other family's budgets: not read"))
 
 
-def _lost(c: Cell) -> str:
-    """", seed 1 diverged" where some of the cell's seeds diverged (the cell's n is short of them)."""
-    if not c.diverged:
+def _lost(seeds: Sequence[int]) -> str:
+    """", seed 1 diverged" for the seeds that diverged; "" for none."""
+    if not seeds:
         return ""
-    return f", seed{'s' if len(c.diverged) > 1 else ''} {', '.join(map(str, c.diverged))} diverged"
+    return f", seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} diverged"
 
 
 def _diverged_note(a: Cell, b: Cell | None = None) -> list[str]:
@@ -400,7 +405,7 @@ def _diverged_note(a: Cell, b: Cell | None = None) -> list[str]:
     for c, other in ((a, b), (b, a)) if b is not None else ((a, None),):
         seeds = tuple(s for s in c.diverged if other is None or s in other.test)
         if seeds:
-            out.append(f"{c.family}{_lost(dataclasses.replace(c, diverged=seeds))}")
+            out.append(f"{c.family}{_lost(seeds)}")
     return out
 
 
@@ -464,7 +469,7 @@ def _cell_text(c: Cell) -> tuple[str, str, str, str]:
     """A cell's test bpb (± sd over seeds, and their number), rate, whitespace alignment and state MB,
     as every table prints them ("—" where a family has none)."""
     sd = f" ± {np.std(list(c.test.values()), ddof=1):.3f}" if len(c.test) > 1 else ""
-    return (f"{c.mean:.3f}{sd} ({len(c.test)}{_lost(c)})", f"{c.rate:.3f}" if c.rate is not None else "—",
+    return (f"{c.mean:.3f}{sd} ({len(c.test)}{_lost(c.diverged)})", f"{c.rate:.3f}" if c.rate is not None else "—",
             f"{c.space_align:.2f}" if c.space_align is not None else "—",
             f"{c.state_mb:.1f}" if c.state_mb is not None else "—")
 

@@ -33,6 +33,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 from rltok.analysis.scaling import Grid, budget_tag, grid_points, point_done, read_records
 from rltok.analysis.table_cells import number
 from rltok.config import ConfigError
@@ -41,7 +43,7 @@ from rltok.data.sources import DataError
 KINDS = ("ladder", "extension", "optimum", "verdict")
 
 
-def _run_seconds(rec: dict) -> float | None:
+def run_seconds(rec: dict) -> float | None:
     return rec.get("point_wall_s", rec.get("wall_s"))
 
 
@@ -49,24 +51,29 @@ def _family_seconds(records: list[dict]) -> dict[str, float]:
     """{family: mean seconds per run} over the records that have a time."""
     by: dict[str, list[float]] = {}
     for r in records:
-        seconds = _run_seconds(r)
+        seconds = run_seconds(r)
         if seconds:
             by.setdefault(r.get("family"), []).append(seconds)
     return {f: sum(v) / len(v) for f, v in by.items()}
+
+
+def timed_runs(records: list[dict]) -> list[dict]:
+    """The study's own scored runs that have a time: a learning-rate check or a diverged run (it
+    stops early) says nothing of what the study's next run will take."""
+    return [r for r in records if r.get("bpb") is not None and r.get("point_kind", "ladder") in KINDS
+            and run_seconds(r)]
 
 
 def per_flop_seconds(records: list[dict], budget: float) -> Callable[[float], float] | None:
     """Seconds per training FLOP against N, from one family's timed runs at one budget: a line in
     log-log fitted by least squares (a run's time per FLOP grows with its width and depth, not
     with the budget). None with fewer than two sizes."""
-    pts = [(math.log(float(r["non_embedding_params"])), math.log(_run_seconds(r) / budget)) for r in records
-           if _run_seconds(r) and r.get("non_embedding_params")]
-    xs = [x for x, _ in pts]
-    if len(set(xs)) < 2:
+    rs = [r for r in records if run_seconds(r) and r.get("non_embedding_params")]
+    x = np.log([float(r["non_embedding_params"]) for r in rs])
+    if len(set(x)) < 2:
         return None
-    mx, my = sum(xs) / len(xs), sum(y for _, y in pts) / len(pts)
-    slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x in xs)
-    return lambda n: math.exp(my + slope * (math.log(n) - mx))
+    slope, intercept = np.polyfit(x, np.log([run_seconds(r) / budget for r in rs]), 1)
+    return lambda n: math.exp(intercept + slope * math.log(n))
 
 
 def budget_complete(grid: Grid, out: Path, corpus: str, budget: float) -> bool | None:
@@ -101,7 +108,7 @@ def budget_status(grid: Grid, out: Path, corpus: str, budget: float) -> dict:
     folder = out / corpus
     records = read_records(folder, f"{budget_tag(budget)}__*__N*__s*.json") if folder.is_dir() else []
     records = [r for r in records if r.get("point_kind", "ladder") in KINDS]
-    seconds = [s for s in map(_run_seconds, records) if s]
+    seconds = [s for s in map(run_seconds, records) if s]
     done = {kind: sum(1 for r in records if r.get("point_kind", "ladder") == kind) for kind in KINDS}
     complete = budget_complete(grid, out, corpus, budget)
     ladder_by_family = Counter(p.family.name for p in ladder)
@@ -189,8 +196,7 @@ def holdout_status(grid: Grid, out: Path) -> list[dict]:
         # their seconds per FLOP on N or None)}
         before: dict[str, tuple[float, float, Callable[[float], float] | None]] = {}
         for b in sorted(grid.budgets) if folder.is_dir() else []:
-            timed = [r for r in read_records(folder, f"{budget_tag(b)}__*__N*__s*.json")
-                     if r.get("bpb") is not None and r.get("point_kind", "ladder") in KINDS]
+            timed = timed_runs(read_records(folder, f"{budget_tag(b)}__*__N*__s*.json"))
             for fam, mean in _family_seconds(timed).items():
                 before[fam] = (b, mean, per_flop_seconds([r for r in timed if r.get("family") == fam], b))
         for budget in grid.holdout_budgets:
@@ -199,7 +205,7 @@ def holdout_status(grid: Grid, out: Path) -> list[dict]:
                 continue
             records = [r for r in (read_records(folder, f"{budget_tag(budget)}__*__N*__s*.json")
                                    if folder.is_dir() else []) if r.get("point_kind") == "holdout"]
-            seconds = [s for s in map(_run_seconds, records) if s]
+            seconds = [s for s in map(run_seconds, records) if s]
             family_s = _family_seconds([r for r in records if r.get("bpb") is not None])
             finished = [point_done(out, p) for p in mine]
             left, unknown = 0.0, False

@@ -33,10 +33,10 @@ def measured(text: str, corpus: str) -> dict[str, float]:
     return out
 
 
-def planned(rs: list[dict], budget: float, families: list[str], seed: int = 0) -> list[str]:
-    """The run names of the finished seed-`seed` ladder and extension runs of `families` at `budget`."""
-    return sorted(f"C{budget:.0e}".replace("e+", "e") + f"__{r['family']}__N{int(r['target_size'])}__s{seed}"
-                  for r in rs if float(r["budget_flops"]) == budget and r["family"] in families
+def planned(entries: list[tuple[str, dict]], budget: float, families: list[str], seed: int = 0) -> list[str]:
+    """The run names (their record files' stems) of the finished seed-`seed` ladder and extension
+    runs of `families` at `budget`, from a study's (file, record) entries."""
+    return sorted(Path(f).stem for f, r in entries if float(r["budget_flops"]) == budget and r["family"] in families
                   and int(r["seed"]) == seed and r.get("point_kind") in ("ladder", "extension") and r.get("bpb") is not None)
 
 
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
         family, _, x = item.partition("=")
         own[family] = float(x)
     got = measured(args.table.read_text(), args.corpus)
-    plan = planned([r for _, r in records.entries(args.study, args.corpus, args.root)], args.budget, args.families)
+    plan = planned(records.entries(args.study, args.corpus, args.root), args.budget, args.families)
     rows = ["| family | threshold | cells measured | at or above | which (rise) | planned, not measured |",
             "|---|---:|---:|---:|---|---:|"]
     total = above_total = lost_total = 0

@@ -23,7 +23,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from rltok.analysis.scaling import budget_tag, read_records
+from rltok.analysis.scaling import budget_tag, read_record
 from rltok_lab import records
 from rltok_lab.tables_file import commanded_table
 
@@ -76,9 +76,9 @@ def compare(known: dict[str, dict], rerun: Path, budget: float | None) -> list[s
     pattern = f"{budget_tag(budget)}__*__N*__s*.json" if budget else "C*__*__N*__s*.json"
     rows = ["| run | packed commit | rerun commit | bpb | bpb (selection split) |", "|---|---|---|---|---|"]
     same = 0
-    reruns = sorted(read_records(rerun, pattern), key=lambda r: (r["family"], float(r["target_size"])))
-    for r in reruns:
-        stem = f"{budget_tag(float(r['budget_flops']))}__{r['family']}__N{int(r['target_size'])}__s{r['seed']}"
+    reruns = [(p.stem, r) for p in rerun.glob(pattern) if (r := read_record(p)) is not None and not r.get("excluded")]
+    reruns.sort(key=lambda e: (e[1]["family"], float(e[1]["target_size"])))
+    for stem, r in reruns:
         old = known.get(stem)
         if old is None:
             rows.append(f"| {stem} | no packed record | {r.get('commit')} | — | — |")

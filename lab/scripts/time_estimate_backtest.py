@@ -15,16 +15,13 @@ import sys
 from pathlib import Path
 
 from rltok_lab import records
-from rltok_lab.scaling_status import _run_seconds, per_flop_seconds
+from rltok_lab.scaling_status import run_seconds, per_flop_seconds, timed_runs
 from rltok_lab.tables_file import commanded_table
-
-KINDS = ("ladder", "extension", "optimum", "verdict")
 
 
 def timed(rs: list[dict], budget: float) -> list[dict]:
-    """The study's own scored runs at `budget` that have a time (no learning-rate checks)."""
-    return [r for r in rs if float(r["budget_flops"]) == budget and r.get("bpb") is not None
-            and r.get("point_kind", "ladder") in KINDS and _run_seconds(r)]
+    """The study's own scored runs at `budget` that have a time (`scaling_status.timed_runs`)."""
+    return timed_runs([r for r in rs if float(r["budget_flops"]) == budget])
 
 
 def backtest(rs: list[dict], before: float, after: float) -> dict:
@@ -36,11 +33,11 @@ def backtest(rs: list[dict], before: float, after: float) -> dict:
         mine_old = [r for r in old if r["family"] == fam]
         if not mine_old:
             continue
-        mean = sum(map(_run_seconds, mine_old)) / len(mine_old)
+        mean = sum(map(run_seconds, mine_old)) / len(mine_old)
         fit = per_flop_seconds(mine_old, before)
         for r in (r for r in new if r["family"] == fam):
             out["runs"] += 1
-            out["measured"] += _run_seconds(r)
+            out["measured"] += run_seconds(r)
             out["mean_ratio"] += mean * after / before
             out["per_flop"] += fit(float(r["non_embedding_params"])) * after if fit else mean * after / before
     return out
