@@ -46,6 +46,13 @@ at_3e12() {  # at_3e12 GRID OUT: the grid at 3e12 alone, no held-out budget
   sed -e 's/^budgets = .*/budgets = [3e12]/' -e 's/^holdout_budgets = .*/holdout_budgets = []/' "$1" > "$2"
 }
 
+copy_live() {  # copy_live CORPUS DEST: the study's live records of CORPUS (the ladders' and dpool's) into DEST
+  for live in rivals-out dpool-out; do
+    compgen -G "$WORK/$live/$1/C*__*__N*__s*.json" >/dev/null && cp "$WORK/$live/$1/"C*__*__N*__s*.json "$2/"
+  done
+  return 0
+}
+
 launch() {  # launch DIR LOG ARGS...: nohup'd, niced, from DIR's own code
   local dir=$1 log=$2; shift 2
   (cd "$dir" && PYTHONPATH="$dir/src:$dir/lab" nohup nice -n 10 "$PY" "$@" >> "$log" 2>&1 &)
@@ -89,9 +96,7 @@ for c in ('docs-en', 'code-py'):
         records.unpack(Path(f'lab/results/rivals_lr_check/{c}.jsonl.gz'), Path('$WORK/check-out/optimum_check'))
 ")
     for c in docs-en code-py; do
-      for live in rivals-out dpool-out; do
-        compgen -G "$WORK/$live/$c/C*__*__N*__s*.json" >/dev/null && cp "$WORK/$live/$c/"C*__*__N*__s*.json "$WORK/check-out/$c/"
-      done
+      copy_live "$c" "$WORK/check-out/$c"
       echo "$c records: $(ls "$WORK/check-out/$c/"C*.json | wc -l)"
     done ;;
   status)
@@ -105,9 +110,7 @@ for c in ('docs-en', 'code-py'):
     tmp=$(mktemp -d)
     for c in docs-en code-py; do
       mkdir -p "$tmp/rivals/$c" "$tmp/rivals_lr_check/$c"
-      for live in rivals-out dpool-out; do
-        compgen -G "$WORK/$live/$c/C*__*__N*__s*.json" >/dev/null && cp "$WORK/$live/$c/"C*__*__N*__s*.json "$tmp/rivals/$c/"
-      done
+      copy_live "$c" "$tmp/rivals/$c"
       live=$WORK/check-out/optimum_check/$c
       compgen -G "$live/C*__*__N*__s*.json" >/dev/null && cp "$live/"C*__*__N*__s*.json "$tmp/rivals_lr_check/$c/"
     done
