@@ -108,8 +108,12 @@ def test_baseline_config_validation():
     ref = "objective.recipe=reference"
     with pytest.raises(ConfigError, match="group_size"):
         load_config(overrides=[ref, "objective.estimator.baseline=group"])
-    with pytest.raises(ConfigError, match="batch' and 'group"):
+    with pytest.raises(ConfigError, match="batch', 'batch_loo' and 'group"):
         load_config(overrides=[ref, "objective.estimator.baseline=batch+group", "objective.group_size=2"])
+    with pytest.raises(ConfigError, match="batch', 'batch_loo' and 'group"):
+        load_config(overrides=[ref, "objective.estimator.baseline=batch+batch_loo"])
+    assert returns_of(load_config(overrides=[ref, "objective.estimator.baseline=batch_loo+value"]).objective) \
+        .leave_one_out
     with pytest.raises(ConfigError, match="did you mean 'value'"):
         load_config(overrides=[ref, "objective.estimator.baseline=batch+valeu"])
     with pytest.raises(ConfigError, match="multiple of objective.group_size"):
@@ -156,6 +160,67 @@ def test_the_group_baseline_leaves_each_segmentation_out_of_its_own_group():
     assert adv.flatten().tolist() == [-2.0, 2.0, -10.0, 10.0]  # a batch mean would give -7.5, -5.5, 1.5, 11.5
 
 
+def test_the_batch_baseline_holds_the_rows_own_reward_and_batch_loo_leaves_it_out():
+    from rltok.objective.score_function import Returns
+
+    r = torch.tensor([[1.0], [3.0], [8.0]])
+    free = torch.ones_like(r, dtype=torch.bool)
+    with_own, _ = boundary_advantages(r, free, Returns(gamma=0.0))
+    assert with_own.flatten().tolist() == [-3.0, -1.0, 4.0]  # the mean of all three, 4
+    others, _ = boundary_advantages(r, free, Returns(leave_one_out=True, gamma=0.0))
+    assert torch.allclose(others.flatten(), torch.tensor([1 - 5.5, 3 - 4.5, 8 - 2.0]))  # the other two's mean
+    with pytest.raises(ValueError, match="at least 2 rows"):  # one row: the baseline is the reward itself
+        boundary_advantages(r[:1], free[:1], Returns(gamma=0.0))
+
+
+@pytest.mark.parametrize("leave_one_out, shrink", [(False, 0.5), (True, 1.0)])
+def test_two_rows_batch_baseline_halves_the_expected_gradient_unless_it_leaves_one_out(leave_one_out, shrink):
+    """Independent Bernoulli decisions, reward -price * b: the exact gradient of -E[sum r] / n_free
+    with respect to each logit is price * p(1 - p) / n_free. Two rows per batch: the batch mean
+    holding the row's own reward gives half of it, the other row's mean all of it."""
+    torch.manual_seed(0)
+    n_batches, T, price = 20000, 4, 1.0
+    logits = torch.full((n_batches, 2, T), 0.3, requires_grad=True)
+    p = torch.sigmoid(logits)
+    b = torch.bernoulli(p.detach())
+    logp = torch.where(b.bool(), torch.nn.functional.logsigmoid(logits), torch.nn.functional.logsigmoid(-logits))
+    reward = -price * b
+    free = torch.ones(2, T, dtype=torch.bool)
+    from rltok.objective.score_function import Returns
+    settings = Returns(leave_one_out=leave_one_out, gamma=0.0)
+    loss = sum(policy_gradient_loss(logp[i], boundary_advantages(reward[i], free, settings)[0], free)
+               for i in range(n_batches)) / n_batches
+    (grad,) = torch.autograd.grad(loss, logits)
+    q = torch.sigmoid(torch.tensor(0.3)).item()
+    exact = price * q * (1 - q) / (2 * T)
+    measured = grad.mean().item() * n_batches  # the average per-batch gradient of one logit
+    assert abs(measured / exact - shrink) < 0.05, measured / exact
+
+
+def test_returns_with_no_free_position_are_not_blown_up_by_normalisation():
+    from rltok.objective.score_function import Returns
+
+    r = torch.tensor([[0.5, 2.0], [1.0, -1.0]])
+    adv, _ = boundary_advantages(r, torch.zeros_like(r, dtype=torch.bool),
+                                 Returns(batch_baseline=False, normalize=True, gamma=0.0))
+    assert adv.abs().max() <= r.abs().max()  # an sd of 0 divides by 1, not by 1e-6
+
+
+def test_the_discounted_sum_stays_fp32_under_autocast():
+    from rltok.objective import discounted_cumsum
+
+    x = torch.randn(3, 300)
+    expected = torch.zeros_like(x)
+    running = torch.zeros(3)
+    for t in range(299, -1, -1):
+        running = x[:, t] + 0.99 * running
+        expected[:, t] = running
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = discounted_cumsum(x, 0.99)
+    assert got.dtype == torch.float32
+    assert torch.allclose(got, expected, atol=1e-4)
+
+
 def test_the_registered_rewards_are_the_early_exit_gain_and_minus_the_final_loss_detached():
     from rltok.objective.rewards import make_reward
 
@@ -192,3 +257,12 @@ def test_the_policy_term_never_trains_the_critic():
     grads = torch.autograd.grad(policy_gradient_loss(bd.logp, adv, bd.free), list(model.value_head.parameters()),
                                 allow_unused=True)
     assert all(g is None or not g.any() for g in grads)
+
+
+def test_the_leave_one_out_scale_counts_the_global_batch_under_data_parallel():
+    from rltok.objective.batch import LOCAL
+    from rltok.training.distributed import DistInfo, GlobalBatchMean
+
+    x = torch.zeros(3, 5)
+    assert LOCAL.rows(x) == 3
+    assert GlobalBatchMean(DistInfo(rank=0, world_size=4, backend="gloo")).rows(x) == 12  # no collective needed

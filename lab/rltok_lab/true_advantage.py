@@ -36,7 +36,7 @@ from typing import Callable
 import torch
 
 from rltok.data.bytes_classes import ASCII_WHITESPACE
-from rltok.config import ObjectiveConfig
+from rltok.config import ConfigError, ObjectiveConfig
 from rltok.objective.loss import boundary_advantages, returns_of, token_nll
 from rltok.objective.rewards import make_reward
 
@@ -57,8 +57,12 @@ def reference_advantage(model, out, x: torch.Tensor, y: torch.Tensor, cfg: Objec
     whole batch, discounted return) with the checkpoint's objective config. A price per chunk,
     when the objective has one, is not included: D_t measures the loss alone."""
     # under another estimator, the score function's default returns (returns_of)
+    settings = returns_of(cfg)
+    if settings.batch_baseline and len(y) < 2:  # one row is its own baseline: an advantage of 0 everywhere
+        raise ConfigError(f"the reference advantage's batch baseline needs at least 2 windows, got {len(y)}: "
+                          "give more data or a larger --batch")
     reward = make_reward(cfg.reward.kind)(token_nll(out.early_logits, y), token_nll(out.logits, y))
-    adv, _ = boundary_advantages(reward, out.boundaries.free, returns_of(cfg), out.values)
+    adv, _ = boundary_advantages(reward, out.boundaries.free, settings, out.values)
     return adv
 
 

@@ -156,7 +156,7 @@ def test_cli_writes_every_class(tmp_path):
     from rltok.training.trainer import Trainer
 
     text = (b"import os\n\ndef main(argv):\n    for a in argv:\n        print(a, end=' ')\n    return 0\n"
-            b"the quick brown fox jumps over the lazy dog; pack my box.\n") * 6
+            b"the quick brown fox jumps over the lazy dog; pack my box.\n") * 100  # a val part of 2+ windows
     path = tmp_path / "corpus.txt"
     path.write_bytes(text)
     data = torch.frombuffer(bytearray(text), dtype=torch.uint8)
@@ -174,3 +174,16 @@ def test_cli_writes_every_class(tmp_path):
     assert result["settings"]["horizon"] == 8 and result["split"] == "val"
     assert "reference" in result["estimators"]
     assert result["overall"]["n"] == sum(st["n"] for st in result["classes"].values()) > 0
+
+
+def test_the_reference_advantage_refuses_one_window_its_batch_baseline_would_zero(model, cfg):
+    from rltok.config import ConfigError
+    from rltok_lab.true_advantage import reference_advantage
+
+    x, y = windows(1)
+    out = model(x, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ConfigError, match="at least 2 windows"):
+        reference_advantage(model, out, x, y, cfg.objective)
+    x, y = windows(2)
+    out = model(x, generator=torch.Generator().manual_seed(0))
+    assert reference_advantage(model, out, x, y, cfg.objective).abs().sum() > 0

@@ -213,14 +213,19 @@ def validate_section(section: Section, registry: Registry, where: str | None = N
 
 # ---- the boundary policy's estimators: objective.estimator ------------------------------------
 
+BASELINE_PARTS = ("none", "batch", "batch_loo", "group", "value")  # objective.estimator.baseline's
+
+
 @dataclass
 class ScoreFunctionSettings(Section):
     """REINFORCE on the discounted, baselined reward (the reference recipe)."""
     kind: str = "score_function"
     gamma: float = 0.99  # time discount of the boundary return
-    # variance reducers, joined with "+": "batch" (per-position batch mean) or "group" (leave-one-
-    # out mean over the objective.group_size segmentations of the same sequence), and/or "value"
-    # (a critic on the encoder state, advantages by GAE(gamma, gae_lambda)); "none": plain REINFORCE
+    # variance reducers, joined with "+": "batch" (per-position mean over the batch, the reference's:
+    # it holds the row's own reward, so the expected gradient shrinks by (n - 1) / n for n rows),
+    # "batch_loo" (the mean of the batch's other rows: no shrinking) or "group" (leave-one-out mean
+    # over the objective.group_size segmentations of the same sequence), and/or "value" (a critic
+    # on the encoder state, advantages by GAE(gamma, gae_lambda)); "none": plain REINFORCE
     baseline: str = "batch"
     gae_lambda: float = 0.95
     normalize_advantages: bool = False
@@ -231,12 +236,12 @@ class ScoreFunctionSettings(Section):
     def validate(self, where: str) -> None:
         parts = self.baseline_parts()
         for part in parts:
-            if part not in ("none", "batch", "group", "value"):
-                raise unknown(part, ["none", "batch", "group", "value"], "", what=f"{where}.baseline part")
+            if part not in BASELINE_PARTS:
+                raise unknown(part, list(BASELINE_PARTS), "", what=f"{where}.baseline part")
         if "none" in parts and len(parts) > 1:
             raise ConfigError(f"{where}.baseline 'none' cannot be combined with other parts")
-        if {"batch", "group"} <= parts:
-            raise ConfigError(f"{where}.baseline: choose one of 'batch' and 'group'")
+        if len(parts & {"batch", "batch_loo", "group"}) > 1:
+            raise ConfigError(f"{where}.baseline: choose one of 'batch', 'batch_loo' and 'group'")
         check(finite(self.gamma) and 0 <= self.gamma <= 1, f"{where}.gamma", "in [0, 1]")
         check(finite(self.gae_lambda) and 0 <= self.gae_lambda <= 1, f"{where}.gae_lambda", "in [0, 1]")
 

@@ -13,13 +13,18 @@ from rltok.objective.policy_gradient import masked_mean
 
 class LocalMean:
     """Batch statistics within one process (data parallel: distributed.GlobalBatchMean): `reduce(x)`
-    the per-position mean over a (B, T) tensor's rows, `reduce.masked_mean(x, mask)` a scalar mean."""
+    the per-position mean over a (B, T) tensor's rows, `reduce.masked_mean(x, mask)` a scalar mean,
+    `reduce.rows(x)` how many rows the per-position mean is over."""
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return x.detach().mean(0, keepdim=True)
 
     def masked_mean(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return masked_mean(x.detach(), mask)
+
+    def rows(self, x: torch.Tensor) -> int:
+        """The rows `reduce(x)` averages over (known on the host: no device sync)."""
+        return int(x.shape[0])
 
 
 LOCAL = LocalMean()

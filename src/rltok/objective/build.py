@@ -49,7 +49,8 @@ def returns_of(o: ObjectiveConfig) -> Returns:
     estimator's kind has none: the instruments that compare estimators read them)."""
     sf, est = ScoreFunctionSettings(), o.estimator
     parts = {p.strip() for p in str(_setting(est, "baseline", sf)).split("+") if p.strip()}
-    return Returns(batch_baseline="batch" in parts, group_size=o.group_size, group_baseline="group" in parts,
+    return Returns(batch_baseline=bool({"batch", "batch_loo"} & parts), leave_one_out="batch_loo" in parts,
+                   group_size=o.group_size, group_baseline="group" in parts,
                    critic="value" in parts, gamma=_setting(est, "gamma", sf), gae_lambda=_setting(est, "gae_lambda", sf),
                    normalize=_setting(est, "normalize_advantages", sf))
 

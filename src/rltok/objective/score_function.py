@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rltok.objective.advantages import batch_relative, discounted_cumsum, gae, group_relative
+from rltok.objective.advantages import discounted_cumsum, gae, group_relative
 from rltok.objective.batch import LOCAL, LocalMean, MicroBatch
 from rltok.objective.estimator import BoundaryEstimator, PolicyLoss
 from rltok.objective.policy_gradient import masked_mean, policy_gradient_loss
@@ -20,6 +20,9 @@ VALUE_WEIGHT = 0.1  # weight of the critic's squared error (never tuned: it only
 class Returns:
     """How per-position rewards become per-decision returns (build.returns_of reads a config's)."""
     batch_baseline: bool = True  # subtract the per-position mean over the batch
+    # ... over the batch's other rows: a row's own reward then never enters its baseline, which
+    # otherwise shrinks the expected gradient by (n - 1) / n for n rows (to nothing at n = 1)
+    leave_one_out: bool = False
     group_size: int = 1  # > 1 with group_baseline: K segmentations of each sequence
     group_baseline: bool = False  # leave-one-out mean over the K segmentations of the same sequence
     critic: bool = False  # GAE on the model's value head, which regresses on the discounted return
@@ -36,7 +39,14 @@ def boundary_advantages(reward: torch.Tensor, free: torch.Tensor, settings: Retu
     critic GAE(gamma, lambda) on it (the critic regresses on that discounted return)."""
     s = settings
     if s.batch_baseline:
-        reward = batch_relative(reward, mean=batch_mean(reward))
+        rows = batch_mean.rows(reward)
+        if rows < 2:
+            raise ValueError("the batch baseline needs at least 2 rows in the batch: with one it equals the "
+                             "reward, and the policy gets no gradient (give train.batch_size >= 2, or "
+                             "objective.estimator.baseline=none or value)")
+        reward = reward - batch_mean(reward)
+        if s.leave_one_out:  # the mean of the other rows: (r - mean_all) * n / (n - 1)
+            reward = reward * (rows / (rows - 1))
     elif s.group_baseline:
         reward = group_relative(reward, s.group_size)
     returns = discounted_cumsum(reward, s.gamma)
@@ -46,10 +56,11 @@ def boundary_advantages(reward: torch.Tensor, free: torch.Tensor, settings: Retu
             raise ValueError("objective.estimator.baseline uses 'value' but the model has no value head")
         value_loss = masked_mean((values.float() - returns).square(), free)
         returns = gae(reward, values.detach().float(), s.gamma, s.gae_lambda)
-    if s.normalize:
-        mu = masked_mean(returns, free)
-        sd = masked_mean((returns - mu).square(), free).sqrt().clamp(min=1e-6)
-        returns = (returns - mu) / sd
+    if s.normalize:  # over the whole (global) batch, so that every rank scales alike
+        mu = batch_mean.masked_mean(returns, free)
+        sd = batch_mean.masked_mean((returns - mu).square(), free).sqrt()
+        # no free position (or returns all equal): nothing to scale, and 1/sd would blow them up
+        returns = (returns - mu) / torch.where(sd > 1e-6, sd, torch.ones_like(sd))
     return returns, value_loss
 
 

@@ -161,6 +161,10 @@ class GlobalBatchMean:
         all_reduce_(buf, self.info)
         return (buf[0] / buf[1].clamp(min=1)).to(x.dtype)
 
+    def rows(self, x: torch.Tensor) -> int:
+        """The global batch's rows: every rank holds as many (data parallel's equal micro-batches)."""
+        return int(x.shape[0]) * self.info.world_size
+
 
 # ---- wrapping the model ---------------------------------------------------------------------
 def wrap_model(model: torch.nn.Module, info: DistInfo, device: torch.device, fsdp: bool = False,
