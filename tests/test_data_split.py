@@ -112,7 +112,9 @@ def test_eval_bytes_are_exactly_the_val_split(tmp_path, n):
     spec = str(tmp_path / "c")
     corpus = load_corpus(spec)
     assert torch.equal(load_eval_bytes(spec, "val"), corpus.val)
-    assert torch.equal(load_eval_bytes(spec, "val", max_bytes=3000), load_corpus(spec, max_bytes=3000).val)
+    assert torch.equal(load_eval_bytes(spec, "val", max_bytes=3000), corpus.val[:3000])  # the split's start
+    capped = load_corpus(spec, max_bytes=3000)  # a run that read at most 3000 bytes of the source
+    assert torch.equal(load_eval_bytes(spec, "val", source_max_bytes=3000), capped.val)
     assert as_bytes(load_eval_bytes(spec, "all")) == bytes([DOC_SEP]).join(docs)
 
 
@@ -160,3 +162,40 @@ def test_tiny_corpus_falls_back_to_the_tail_of_the_stream(tmp_path):
     (d / "f0").write_bytes(b"abc")
     with pytest.raises(DataError, match="too small"):
         load_corpus(str(d))
+
+
+def test_a_runs_own_split_is_the_one_its_training_held_out(tmp_path):
+    """Its own val source, its cap on the source (which moves the documents the hash rule holds
+    out) and its split rule: the bytes evaluated are exactly the ones training never saw."""
+    from rltok.config import DataConfig
+    from rltok.data.corpus import run_split_bytes
+
+    write_docs(tmp_path / "c", 60, seed=4)
+    spec = str(tmp_path / "c")
+    for cap in (0, 2500, 7000):
+        cfg = DataConfig(train=spec, max_bytes=cap)
+        corpus = load_corpus(spec, max_bytes=cap)
+        assert torch.equal(run_split_bytes(cfg, "val"), corpus.val)
+        assert torch.equal(run_split_bytes(cfg, "train"), corpus.train)
+        assert torch.equal(run_split_bytes(cfg, "val", max_bytes=100), corpus.val[:100])
+        trained = set(pieces(corpus.train))
+        assert not trained & set(pieces(run_split_bytes(cfg, "val")))
+    (tmp_path / "held.txt").write_bytes(b"held out on its own\n" * 40)
+    given = DataConfig(train=spec, val=str(tmp_path / "held.txt"))
+    assert as_bytes(run_split_bytes(given, "val")) == b"held out on its own\n" * 40
+    assert as_bytes(run_split_bytes(given, "val", max_bytes=7)) == b"held ou"
+    assert torch.equal(run_split_bytes(given, "train"), load_corpus(spec, str(tmp_path / "held.txt")).train)
+
+
+def test_a_cap_on_the_evaluated_bytes_is_a_prefix_of_every_kind_of_split(tmp_path):
+    d = tmp_path / "split"
+    d.mkdir()
+    (d / "train.txt").write_bytes(b"t" * 500)
+    (d / "val.0.txt").write_bytes(b"a" * 300)
+    (d / "val.1.txt").write_bytes(b"b" * 300)
+    whole = load_eval_bytes(str(d), "val")
+    for k in (1, 299, 300, 301, 450, 10_000):
+        assert torch.equal(load_eval_bytes(str(d), "val", max_bytes=k), whole[:k])
+    write_docs(tmp_path / "rule", 30, seed=2)
+    whole = load_eval_bytes(str(tmp_path / "rule"), "val")
+    assert torch.equal(load_eval_bytes(str(tmp_path / "rule"), "val", max_bytes=50), whole[:50])

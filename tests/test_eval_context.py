@@ -126,3 +126,10 @@ def test_rltok_eval_context_and_the_natural_split(families, tmp_path, capsys):
     natural = json.loads(capsys.readouterr().out)
     assert forced["context"] == 9 and forced["bytes"] == 3 * (SEQ + 1 - 9)
     assert natural["forced_split"] is False and natural["bytes"] <= forced["bytes"]
+
+
+def test_no_byte_scored_is_no_number_rather_than_zero_bits():
+    from rltok.eval.evaluate import _SCALARS, summarize
+
+    none = summarize({"scalars": torch.zeros(len(_SCALARS), dtype=torch.float64), "hist": torch.zeros(65)})
+    assert none["bytes"] == 0 and math.isnan(none["bpb"])

@@ -72,3 +72,26 @@ def test_by_default_it_reads_the_runs_own_corpus(compared, capsys):
     assert own.result == evaluate_run(run, str(data), "val", max_windows=2).result
     code, out, err = run_cli(capsys, "eval", "-c", run, "--split", "train", "--max-windows", "2")
     assert code == 0 and json.loads(out)["data"] == str(data)
+
+
+def test_a_run_is_evaluated_on_the_bytes_its_training_held_out(tmp_path):
+    """Trained with a val source of its own and a cap on its source: `evaluate_run` with no data
+    scores exactly that val source, and its train split is the capped one it trained on."""
+    from rltok import evaluate_run
+    from rltok.config import load_config
+    from rltok.data.corpus import load_corpus
+    from rltok.training.trainer import Trainer
+
+    data = corpus_folder(tmp_path)
+    held = tmp_path / "held.txt"
+    held.write_bytes(b"a held-out file the run never trains on; " * 20)
+    cfg = load_config("test", overrides=[f"data.train={data}", f"data.val={held}", "data.max_bytes=3000",
+                                         f"train.out_dir={tmp_path / 'run'}", "train.max_steps=1",
+                                         "train.threads=1", "train.eval_every=1"])
+    Trainer(cfg, quiet=True).fit()
+    val = evaluate_run(tmp_path / "run", split="val", context=1)
+    scored = bytes(val.x.flatten().tolist())
+    assert scored in held.read_bytes() and len(scored) > 500
+    train = evaluate_run(tmp_path / "run", split="train")
+    trained = load_corpus(str(data), str(held), max_bytes=3000).train
+    assert bytes(train.x[0].tolist()) == bytes(trained[: train.x.shape[1]].tolist())

@@ -146,7 +146,7 @@ def cmd_diagnose(args) -> int:
     """`diagnose`: variance, SNR and alignment of the boundary-policy gradient per variant."""
     from pathlib import Path
 
-    from rltok.data.corpus import load_eval_bytes
+    from rltok.data.corpus import run_split_bytes
     from rltok.data.windows import eval_windows
     from rltok_lab.diagnose import VARIANTS, checkpoint_lexicon, diagnose, markdown
 
@@ -168,7 +168,7 @@ def cmd_diagnose(args) -> int:
     if not has_learned_rule(model):
         raise ConfigError("diagnose needs a checkpoint of the hierarchical model with a learned boundary policy (rl)")
     lexicon = checkpoint_lexicon(ckpt, cfg, device) if args.objective == "lexicon" else None
-    data = load_eval_bytes(args.data or cfg.data.train, args.split, val_fraction=cfg.data.val_fraction)
+    data = run_split_bytes(cfg.data, args.split, source=args.data)
     x, y = eval_windows(data, args.seq_len or cfg.train.seq_len, args.batch)
     if len(x) < args.batch:
         raise ConfigError(f"only {len(x)} windows of evaluation data; lower --batch or --seq-len")
@@ -188,7 +188,7 @@ def cmd_true_advantage(args) -> int:
     and how well the estimators' advantages track it."""
 
     from rltok.data.windows import eval_windows
-    from rltok.data.corpus import load_eval_bytes
+    from rltok.data.corpus import run_split_bytes
     from rltok_lab.true_advantage import format_true_advantage, true_advantage
 
     if args.per_class < 1 or args.variant_batch < 1 or args.batch < 1:
@@ -200,14 +200,13 @@ def cmd_true_advantage(args) -> int:
         raise ConfigError("--true-advantage needs a checkpoint of the hierarchical (hourglass) model")
     if model.cfg.stages == 2:
         raise ConfigError("--true-advantage does not support two-stage (model.stages=2) checkpoints")
-    spec = args.data or cfg.data.train
-    data = load_eval_bytes(spec, args.split, val_fraction=cfg.data.val_fraction)
+    data = run_split_bytes(cfg.data, args.split, source=args.data)
     x, y = eval_windows(data, args.seq_len or cfg.train.seq_len, args.batch)
     if x.shape[1] < 3:
         raise ConfigError("windows of at least 3 bytes are needed; raise --seq-len or give more data")
     result = true_advantage(model, x.to(device), y.to(device), cfg.objective, n_per_class=args.per_class,
                             horizon=args.horizon, batch_size=args.variant_batch, seed=args.seed)
-    result.update(checkpoint=str(ckpt), data=spec, split=args.split)
+    result.update(checkpoint=str(ckpt), data=args.data or cfg.data.train, split=args.split)
     return _write_and_print(result, args.out, format_true_advantage)
 
 
@@ -227,7 +226,7 @@ def cmd_lexicon_costs(args) -> int:
     decision changes in the lexicon's code length, per byte class."""
 
     from rltok.data.windows import eval_windows
-    from rltok.data.corpus import load_eval_bytes
+    from rltok.data.corpus import run_split_bytes
     from rltok_lab.diagnose import checkpoint_lexicon
     from rltok_lab.lexicon_costs import format_lexicon_costs, lexicon_costs_by_class
 
@@ -236,11 +235,10 @@ def cmd_lexicon_costs(args) -> int:
         raise ConfigError("--lexicon-costs needs a checkpoint of the hierarchical model with a learned boundary "
                           "policy (rl)")
     lexicon = checkpoint_lexicon(ckpt, cfg, device)
-    spec = args.data or cfg.data.train
-    x, _ = eval_windows(load_eval_bytes(spec, args.split, val_fraction=cfg.data.val_fraction),
+    x, _ = eval_windows(run_split_bytes(cfg.data, args.split, source=args.data),
                         args.seq_len or cfg.train.seq_len, args.batch)
     result = lexicon_costs_by_class(model, lexicon, x.to(device), seed=args.seed)
-    result.update(checkpoint=str(ckpt), data=spec, split=args.split, windows=list(x.shape))
+    result.update(checkpoint=str(ckpt), data=args.data or cfg.data.train, split=args.split, windows=list(x.shape))
     return _write_and_print(result, args.out, format_lexicon_costs)
 
 
@@ -267,7 +265,7 @@ def cmd_vocab(args) -> int:
     result = vocab_report(model, text, cfg.train.seq_len, mode=args.mode, seed=args.seed, top=args.top,
                           bpe=not args.no_bpe, bpe_data=bpe_train, bpe_pretokenize=args.bpe_pretokenize,
                           bpe_sample_bytes=args.bpe_sample_bytes, device=device, batch_size=args.batch_size, log=log)
-    result.update(checkpoint=str(ckpt), data=spec, split=args.split)
+    result.update(checkpoint=str(ckpt), data=args.data or cfg.data.train, split=args.split)
     # the files first: a reader that stops early (`| head`) must not cost them
     if args.json:
         log(f"wrote {write_json(result, args.json)}")

@@ -84,7 +84,7 @@ def read_family(runs: list[tuple[dict, Path]], data: str | None, per_class: int,
     """Every seed's checkpoint on one fixed batch of `data`'s val windows (None: the data each run
     trained on) -> (classes pooled over seeds, mean |D|, placement, best placement)."""
 
-    from rltok.data.corpus import load_eval_bytes
+    from rltok.data.corpus import run_split_bytes
     from rltok.data.windows import eval_windows
     from rltok.training.loading import load_checkpoint
     from rltok_lab.true_advantage import true_advantage
@@ -96,7 +96,7 @@ def read_family(runs: list[tuple[dict, Path]], data: str | None, per_class: int,
         model, cfg, _, _ = load_checkpoint(run, device=device)
         if not getattr(model, "hierarchical", False) or model.cfg.stages != 1:
             raise ConfigError(f"{run}: the instrument reads one-stage hierarchies only")
-        text = load_eval_bytes(data or cfg.data.train, "val", val_fraction=cfg.data.val_fraction)
+        text = run_split_bytes(cfg.data, "val", source=data)
         x, y = eval_windows(text, seq_len or cfg.train.seq_len, batch)
         result = true_advantage(model.eval(), x.to(device), y.to(device), cfg.objective, n_per_class=per_class,
                                 seed=seed)

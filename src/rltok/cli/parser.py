@@ -177,7 +177,8 @@ def _add_eval(sub: Subcommands) -> None:
                    help="a BPE-token model tokenises the context and the scored bytes on their own (default); "
                         "--no-forced-split: the window whole, scored from its first token boundary at or after "
                         "the context (fewer bytes; what the forced boundary costs is the difference)")
-    p.add_argument("--max-bytes", type=count(0), default=0, help="read at most this many bytes")
+    p.add_argument("--max-bytes", type=count(0), default=0,
+                   help="evaluate the first N bytes of the split (0 = all; the split itself stays as training held it out)")
     p.add_argument("--hist", action="store_true", help="include the chunk-length histogram")
     p.add_argument("--code", action=argparse.BooleanOptionalAction, default=None,
                    help="report token_end_* and token_start_* precision/chance/recall (chunk ends at Python "

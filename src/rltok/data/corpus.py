@@ -98,20 +98,49 @@ def resolve_split(spec: str, split: str, fallback: bool = False) -> str:
                     + (", or pass --fallback-to-val to evaluate on its val split" if "val" in avail else ""))
 
 
+def _first(stream, n: int):
+    """The first n bytes of a tensor or byte stream (all of it when n is 0 or past its end)."""
+    if not n or n >= len(stream):
+        return stream
+    return stream.prefix(n) if hasattr(stream, "prefix") else stream[:n]
+
+
 def load_eval_bytes(spec: str, split: str = "val", max_bytes: int = 0, val_fraction: float = 0.02,
-                    *, prepare_above: int | None = None, cache_dir: str = "", fallback: bool = False) -> torch.Tensor:
-    """Bytes to evaluate on: the named split of a split or prepared folder, else exactly the val
-    bytes `load_corpus` holds out, or the whole source (split="all"). A split the source does not
-    have is an error (`resolve_split`; with `fallback`, val instead)."""
+                    *, val: str = "", source_max_bytes: int = 0, text_field: str = "text",
+                    prepare_above: int | None = None, cache_dir: str = "", fallback: bool = False) -> torch.Tensor:
+    """Bytes to evaluate on: the named split of a split or prepared folder, the whole source
+    (split="all"), else exactly the part `load_corpus` gives when called with the same settings
+    (`val`, `val_fraction`, `source_max_bytes` as its max_bytes, `text_field`, `prepare_above`,
+    `cache_dir`: give a run's data.* to get the bytes it held out; `run_split_bytes` does). Of
+    those, the first `max_bytes` (0: all). A cap on the source would move the documents the
+    hash rule holds out, so `max_bytes` never caps the source. A split the source does not have
+    is an error (`resolve_split`; with `fallback`, val instead)."""
     split = resolve_split(spec, split, fallback)
+    if val and split == "val":  # a val source of its own, read as training read it
+        return _first(to_tensor(read_documents(val, max_bytes, text_field)[0]), max_bytes)
     if spec.startswith("mix:"):  # (resolve_split leaves only its val split)
-        return load_corpus(spec, val_fraction=val_fraction).val
+        return _first(load_corpus(spec, val_fraction=val_fraction).val, max_bytes)
+    train_cap = source_max_bytes if split == "train" else 0  # training read only this much of its train part
+    cap = min(c for c in (max_bytes, train_cap, 2**63) if c)
+    cap = 0 if cap == 2**63 else cap
     if is_prepared(spec):  # (resolve_split leaves only its own splits)
-        stream = open_prepared(spec).stream(split)
-        return stream.prefix(max_bytes) if max_bytes else stream
+        return _first(open_prepared(spec).stream(split), cap)
     named = named_split(spec, split) or (spec if split == "all" else None)
-    if named:
-        return to_tensor(read_documents(named, max_bytes)[0])
-    corpus = load_corpus(spec, val_fraction=val_fraction, max_bytes=max_bytes, prepare_above=prepare_above,
+    if named:  # its first `cap` bytes of documents are all that is read
+        return _first(to_tensor(read_documents(named, cap, text_field)[0]), cap)
+    corpus = load_corpus(spec, val, val_fraction, source_max_bytes, text_field, prepare_above=prepare_above,
                          cache_dir=cache_dir)
-    return corpus.train if split == "train" else corpus.val
+    return _first(corpus.train if split == "train" else corpus.val, max_bytes)
+
+
+def run_split_bytes(data: DataConfig, split: str = "val", max_bytes: int = 0, *, source: str | None = None,
+                    fallback: bool = False) -> torch.Tensor:
+    """The bytes of `split` of the corpus a run with these data.* settings trained on, held out
+    exactly as training held them out (its own val source, cap and split rule); the first
+    `max_bytes` of them (0: all). `source`: another corpus instead, split by its own files or by
+    the hash rule at data.val_fraction (None, or the run's own data.train: the run's corpus)."""
+    if source is not None and source != data.train:
+        return load_eval_bytes(source, split, max_bytes, data.val_fraction, fallback=fallback)
+    return load_eval_bytes(data.train, split, max_bytes, data.val_fraction, val=data.val,
+                           source_max_bytes=data.max_bytes, text_field=data.hf_text_field,
+                           prepare_above=data.prepare_above, cache_dir=data.cache_dir, fallback=fallback)

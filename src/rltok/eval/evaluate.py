@@ -132,7 +132,10 @@ def scored_bytes(model, xb: torch.Tensor, yb: torch.Tensor, context: int | None,
 
 def summarize(sums: dict[str, torch.Tensor]) -> dict[str, float]:
     s = dict(zip(_SCALARS, sums["scalars"].tolist()))
-    result: dict[str, float] = {"bpb": s["nats"] / max(1, s["bytes"]) / math.log(2), "bytes": int(s["bytes"])}
+    # no byte scored (a BPE-token model whose windows hold no token start after the context): no
+    # number, rather than a perfect 0.0
+    bpb = s["nats"] / s["bytes"] / math.log(2) if s["bytes"] else float("nan")
+    result: dict[str, float] = {"bpb": bpb, "bytes": int(s["bytes"])}
     if s["positions"]:
         # rate: boundaries per byte over free positions (as in training); chunks per byte and
         # bytes per chunk count every chunk, forced ones included (what the compute sees)

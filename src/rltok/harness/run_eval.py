@@ -12,7 +12,7 @@ import torch
 from tqdm import tqdm
 
 from rltok.config import Config, ConfigError
-from rltok.data.corpus import load_eval_bytes, resolve_split
+from rltok.data.corpus import resolve_split, run_split_bytes
 from rltok.data.python_tokens import looks_like_python
 from rltok.data.windows import EvalWindows
 from rltok.eval.evaluate import batch_sums, summarize
@@ -64,8 +64,10 @@ def evaluate_run(path: str | Path, data: str | None = None, split: str = "test",
                  progress: bool = False) -> RunEvaluation:
     """Evaluate the model in `path` (a run folder's newest valid checkpoint, a checkpoint or an
     exported model folder) on `split` of `data` (default: the corpus the run trained on, held
-    out as its config says), in windows of `seq_len` bytes (default: its training length).
-    `fallback_to_val`: val where the data has no such split. `code_metrics`: the Python-token
+    out exactly as training held it out: its data.val, data.max_bytes cap and split rule), the
+    first `max_bytes` of that split (0: all of it), in windows of `seq_len` bytes (default: its
+    training length); the split's last bytes that fill no whole window (fewer than one stride)
+    are not scored. `fallback_to_val`: val where the data has no such split. `code_metrics`: the Python-token
     alignment (default: where the data is Python source). `greedy`: also evaluate the thresholded
     decisions where the rule samples. `progress`: a bar of windows on stderr. The rest are
     `evaluate`'s (rltok.eval.evaluate)."""
@@ -87,9 +89,9 @@ def evaluate_run(path: str | Path, data: str | None = None, split: str = "test",
                           f"give a seq_len of at most that")
     spec = data or cfg.data.train
     used = resolve_split(spec, split, fallback_to_val)
+    text = run_split_bytes(cfg.data, used, max_bytes, source=spec)
     # a batch of windows at a time: memory for the split's bytes and one batch, whatever its length
-    windows = EvalWindows(load_eval_bytes(spec, used, max_bytes, cfg.data.val_fraction), seq_len or cfg.train.seq_len,
-                          max_windows, context=context)
+    windows = EvalWindows(text, seq_len or cfg.train.seq_len, max_windows, context=context)
     code = code_metrics if code_metrics is not None else looks_like_python(spec)
     options = dict(seed=seed, device=device, code_metrics=code, context=context, forced_split=forced_split)
     def batches(what: str):
