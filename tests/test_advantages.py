@@ -169,8 +169,10 @@ def test_the_batch_baseline_holds_the_rows_own_reward_and_batch_loo_leaves_it_ou
     assert with_own.flatten().tolist() == [-3.0, -1.0, 4.0]  # the mean of all three, 4
     others, _ = boundary_advantages(r, free, Returns(leave_one_out=True, gamma=0.0))
     assert torch.allclose(others.flatten(), torch.tensor([1 - 5.5, 3 - 4.5, 8 - 2.0]))  # the other two's mean
-    with pytest.raises(ValueError, match="at least 2 rows"):  # one row: the baseline is the reward itself
-        boundary_advantages(r[:1], free[:1], Returns(gamma=0.0))
+    alone, _ = boundary_advantages(r[:1], free[:1], Returns(gamma=0.0))
+    assert alone.abs().max() == 0  # one row: its baseline is its own reward (the trainer refuses it)
+    with pytest.raises(ValueError, match="at least 2 rows"):  # and it has no other rows to average
+        boundary_advantages(r[:1], free[:1], Returns(leave_one_out=True, gamma=0.0))
 
 
 @pytest.mark.parametrize("leave_one_out, shrink", [(False, 0.5), (True, 1.0)])

@@ -100,6 +100,26 @@ def test_straight_through_rules_pass_lm_gradient_to_their_predictor(rule):
     assert out.boundaries.aux_loss is not None and out.boundaries.aux_loss.requires_grad
 
 
+@pytest.mark.parametrize("rule", ["gumbel", "dynamic_pooling"])
+def test_no_lm_gradient_reaches_the_scorer_at_a_forced_boundary(rule):
+    """The first and last bytes always end a chunk: no decision of the scorer's, so no gradient."""
+    model = randomize_(HourglassLM(tiny_model_config(chunker=rule)), scale=0.2)
+    x = text_batch()
+    kept = {}
+
+    def keep(module, inputs, logits):  # returns None: the output stays as it is
+        logits.retain_grad()
+        kept.setdefault("logits", logits)
+
+    model.chunker.mlp.register_forward_hook(keep)
+    out = model(x, generator=torch.Generator().manual_seed(0), force_last=True)
+    token_nll(out.logits, x.roll(-1, 1)).mean().backward()
+    g = kept["logits"].grad.squeeze(-1)
+    forced = ~out.boundaries.free
+    assert forced[:, 0].all() and forced[:, -1].all()
+    assert g[forced].abs().max() == 0 and g[~forced].abs().sum() > 0
+
+
 @pytest.mark.parametrize("rule", ["hnet", "gumbel", "dynamic_pooling"])
 def test_straight_through_rules_move_towards_target_rate(rule):
     torch.manual_seed(0)
@@ -185,6 +205,22 @@ def test_dynamic_pooling_norm_trains_at_the_models_rate():
     scale = {id(p): g["lr_scale"] for g in opt.param_groups for p in g["params"]}
     assert all(scale[id(p)] == 3.0 for p in model.chunker.mlp.parameters())
     assert all(scale[id(p)] == 1.0 for p in model.chunker.norm.parameters())
+
+
+def test_the_policy_rate_multiple_reaches_every_stages_learned_rule():
+    from rltok.config import TrainConfig, load_config
+    from rltok.model.factory import build_model
+    from rltok.model.chunkers.policy import learned_rules
+    from rltok.training.trainer import make_optimizer
+
+    model = build_model(load_config("test", overrides=["model.stages=2", "objective.rate=penalty"]).model)
+    rules = learned_rules(model)
+    assert len(rules) == 2  # the byte level's and the supertokens'
+    opt = make_optimizer(model, TrainConfig(), torch.device("cpu"), policy_lr_mult=10.0)
+    scale = {id(p): g["lr_scale"] for g in opt.param_groups for p in g["params"]}
+    for name, rule in rules:
+        assert all(scale[id(p)] == 10.0 for p in rule.policy_parameters()), name
+    assert sum(s == 1.0 for s in scale.values()) > sum(s == 10.0 for s in scale.values())  # the rest at 1x
 
 
 def test_dynamic_pooling_passes_the_lm_gradient_inside_chunks_where_gumbel_passes_it_at_cuts():

@@ -238,6 +238,43 @@ def test_raising_max_steps_on_resume_says_what_the_schedule_does(tmp_path, data_
     assert all(after[s] >= after[s + 1] for s in range(7, 10)), after
 
 
+def test_a_warm_up_share_keeps_its_length_when_a_resume_raises_max_steps(tmp_path, data_file, capsys):
+    """train.warmup_frac was resolved against the steps first planned: a resume to a longer run
+    moves the decay on from where it was, not back into a longer warm-up at the peak."""
+    run = tmp_path / "run"
+    base = [*FAST, "train.warmup_frac=0.5", "train.log_every=1", "train.lr=0.002", "train.min_lr_ratio=0.1"]
+    assert run_cli(capsys, "train", *base, "--data", data_file, "--out", run, "--steps", "6")[0] == 0
+    before = lrs(run)[6]
+    code, _, err = run_cli(capsys, "train", "--resume", "--out", run, "--steps", "12", "train.log_every=1")
+    assert code == 0 and "no jump" in err, err
+    after = lrs(run)
+    assert before < 0.002 and after[7] <= before * 1.0001, (before, after)  # was: the peak, 0.002, again
+
+
+def test_under_a_flops_budget_the_warm_up_share_is_of_the_steps_it_buys(tmp_path):
+    from rltok.config import load_config
+    from rltok.training.trainer import Trainer
+
+    cfg = load_config("test", overrides=[f"train.out_dir={tmp_path / 'run'}", "train.flops_budget=3e9",
+                                         "train.warmup_frac=0.1", "train.max_steps=100000", "train.threads=1"])
+    trainer = Trainer(cfg, quiet=True)
+    planned = trainer._budget_steps()
+    assert 10 < planned < 100 and trainer.cfg.train.warmup_steps == round(0.1 * planned)  # not 10,000
+    trainer.fit()
+    assert abs(trainer.step - planned) <= 0.2 * planned  # what it ran is what the warm-up was planned on
+
+
+def test_one_row_per_step_is_refused_where_the_batch_baseline_would_zero_the_policys_gradient(tmp_path):
+    from rltok.config import ConfigError, load_config
+    from rltok.training.trainer import Trainer
+
+    one = [f"train.out_dir={tmp_path / 'a'}", "train.batch_size=1", "train.max_steps=1"]
+    with pytest.raises(ConfigError, match="no gradient"):
+        Trainer(load_config("test", overrides=one), quiet=True)
+    for fine in ("objective.estimator.baseline=none", "model.arch=flat"):  # nothing to zero
+        Trainer(load_config("test", overrides=[*one[1:], f"train.out_dir={tmp_path / fine}", fine]), quiet=True)
+
+
 # ---- results that are not results ---------------------------------------------------------------
 
 @pytest.fixture(scope="module")

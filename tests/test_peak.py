@@ -130,14 +130,27 @@ def interval(meter: IntervalMeter, step: int, bytes_per_s: float, peak: PeakFlop
     """One record of an interval of `seconds` at `bytes_per_s` (the meter's clock set back)."""
     meter.add({"loss": torch.tensor(1.0)})
     meter.t_last -= seconds
-    return meter.record(step, meter.bytes_last + int(bytes_per_s * seconds), 1e-3, 0.0, peak)
+    new_bytes = int(bytes_per_s * seconds)
+    charged = (meter.flops_last or 0.0) + meter.cost.fpb * new_bytes  # what training charged meanwhile
+    return meter.record(step, meter.bytes_last + new_bytes, 1e-3, charged, peak)
 
 
 @pytest.fixture
 def meter():
     m = IntervalMeter(ddp.DistInfo(), torch.device("cpu"), 64, cost=FixedCost(1000.0))
-    m.restart_clock(0)
+    m.restart_clock(0, 0.0)
     return m
+
+
+def test_flops_per_second_are_the_flops_the_interval_charged(meter):
+    """A counterfactual pass (flips with a model pass) charges more than a plain step and a
+    tokenizer-phase step less: the rate is the charged FLOPs' change, not a plain step's price."""
+    peak = PeakFlops(1e12, "config")
+    meter.add({"loss": torch.tensor(1.0)})
+    meter.t_last -= 2.0
+    rec = meter.record(1, 1000, 1e-3, 3.0e6, peak)  # 1,000 bytes charged at 3,000 FLOPs each
+    assert rec["flops_per_s"] == pytest.approx(1.5e6, rel=1e-3)  # not 1,000 x 1,000 / 2 s
+    assert rec["flops_per_s"] / rec["bytes_per_s"] == pytest.approx(3000, rel=1e-3)
 
 
 def test_an_interval_below_the_peak_logs_its_mfu(meter):

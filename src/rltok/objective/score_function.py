@@ -39,13 +39,12 @@ def boundary_advantages(reward: torch.Tensor, free: torch.Tensor, settings: Retu
     critic GAE(gamma, lambda) on it (the critic regresses on that discounted return)."""
     s = settings
     if s.batch_baseline:
-        rows = batch_mean.rows(reward)
-        if rows < 2:
-            raise ValueError("the batch baseline needs at least 2 rows in the batch: with one it equals the "
-                             "reward, and the policy gets no gradient (give train.batch_size >= 2, or "
-                             "objective.estimator.baseline=none or value)")
+        # (one row: its own reward is its baseline and every return is 0; the trainer refuses that)
         reward = reward - batch_mean(reward)
         if s.leave_one_out:  # the mean of the other rows: (r - mean_all) * n / (n - 1)
+            rows = batch_mean.rows(reward)
+            if rows < 2:
+                raise ValueError("the batch_loo baseline needs at least 2 rows in the batch (there are no others)")
             reward = reward * (rows / (rows - 1))
     elif s.group_baseline:
         reward = group_relative(reward, s.group_size)

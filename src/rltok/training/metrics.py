@@ -27,17 +27,20 @@ class IntervalMeter:
         self.n = 0
         self.t_last = time.perf_counter()
         self.bytes_last = 0
+        self.flops_last: float | None = None  # train_flops at the interval's start (None: not known yet)
 
     def add(self, metrics: dict[str, torch.Tensor]) -> None:
         for k, v in metrics.items():
             self.sums[k] = self.sums.get(k, 0.0) + v
         self.n += 1
 
-    def restart_clock(self, bytes_seen: int | None = None) -> None:
+    def restart_clock(self, bytes_seen: int | None = None, train_flops: float | None = None) -> None:
         """Time from here on: so that validation and checkpoint time stay out of bytes/s."""
         self.t_last = time.perf_counter()
         if bytes_seen is not None:
             self.bytes_last = bytes_seen
+        if train_flops is not None:
+            self.flops_last = train_flops
 
     def record(self, step: int, bytes_seen: int, lr: float, train_flops: float, peak: PeakFlops) -> dict:
         """The interval's record (global means under data parallelism), then a new interval
@@ -49,14 +52,19 @@ class IntervalMeter:
             rec = {k: float(v) / self.n for k, v in self.sums.items()}
         rec.update(train_flops=train_flops, step=step, bytes=bytes_seen, lr=lr,
                    bytes_per_s=(bytes_seen - self.bytes_last) / max(1e-9, now - self.t_last))
-        # MFU: analytical FLOPs/byte x bytes/s against the peak of all devices
-        fpb = self.cost.step_train_per_byte(rec.get("chunks_per_byte"), rec.get("supertokens_per_chunk"))
-        rec["flops_per_s"] = fpb * rec["bytes_per_s"]
+        # MFU: the FLOPs the interval charged (counterfactual passes and tokenizer-phase steps as
+        # charged) per second against the peak of all devices; before the first known charge, the
+        # analytical FLOPs/byte of a full step x bytes/s
+        if self.flops_last is not None:
+            rec["flops_per_s"] = (train_flops - self.flops_last) / max(1e-9, now - self.t_last)
+        else:
+            fpb = self.cost.step_train_per_byte(rec.get("chunks_per_byte"), rec.get("supertokens_per_chunk"))
+            rec["flops_per_s"] = fpb * rec["bytes_per_s"]
         rec["mfu"], note = peak.mfu(rec["flops_per_s"], self.dist.world_size)
         rec.update(peak_flops=peak.flops, peak_source=peak.source)
         if note:
             rec["mfu_note"] = note
-        self.t_last, self.bytes_last, self.sums, self.n = now, bytes_seen, {}, 0
+        self.t_last, self.bytes_last, self.flops_last, self.sums, self.n = now, bytes_seen, train_flops, {}, 0
         return rec
 
 

@@ -52,14 +52,20 @@ class TrainingDiverged(RuntimeError):
 
 
 def make_optimizer(model: torch.nn.Module, cfg, device: torch.device, policy_lr_mult: float = 1.0) -> torch.optim.Optimizer:
-    """AdamW; matrices decay, vectors do not. With policy_lr_mult != 1 the boundary rule's own
-    parameters (model.chunker.policy_parameters()) form their own groups whose lr is that multiple
-    of the schedule's."""
-    chunker = getattr(model, "chunker", None)
+    """AdamW; matrices decay, vectors do not. With policy_lr_mult != 1 the boundary rules' own
+    parameters (every stage's rule: each Chunker's policy_parameters()) form their own groups whose
+    lr is that multiple of the schedule's."""
+    from rltok.model.chunkers.base import Chunker
+
     policy_ids = set()
-    if chunker is not None and policy_lr_mult != 1.0:
-        own = getattr(chunker, "policy_parameters", chunker.parameters)  # (a plugin's plain module has none)
-        policy_ids = {id(p) for p in own()}
+    if policy_lr_mult != 1.0:
+        rules = [m for m in model.modules() if isinstance(m, Chunker)]
+        chunker = getattr(model, "chunker", None)
+        if chunker is not None and not isinstance(chunker, Chunker):  # a plugin's plain module
+            rules.append(chunker)
+        for rule in rules:
+            own = getattr(rule, "policy_parameters", rule.parameters)
+            policy_ids |= {id(p) for p in own()}
     groups = []
     for policy in (False, True):
         params = [p for p in model.parameters() if (id(p) in policy_ids) == policy]
@@ -147,6 +153,11 @@ class Trainer:
         self.corpus, self.model, self.cost, self.objective = built.corpus, built.model, built.cost, built.objective
         self.sampler, self.group_size = built.sampler, built.group_size
         self.val_x, self.val_y, self.val_shared = built.val
+        self._refuse_a_baseline_of_its_own_reward(cfg)
+        if costed is None and tc.flops_budget > 0 and tc.warmup_frac:
+            # under a FLOPs budget the warm-up is a share of the steps the budget plans (at the
+            # target rate), not of train.max_steps, which is only a cap there
+            tc.warmup_steps = tc.warmup_for(self._budget_steps())
         # identifies the training bytes, so a resume can tell when the data changed under it
         self.data_id = self.corpus.fingerprint()
         if self.dist.enabled:
@@ -203,6 +214,8 @@ class Trainer:
             return
         model, ckpt_cfg, state, ckpt = load_checkpoint(self.run_dir, device=self.device, with_trainer_state=True)
         check_resumable(state, ckpt, ckpt_cfg.model, self.cfg.model)
+        if self.cfg.train.warmup_frac:  # resolved against the length first planned: a new length moves
+            self.cfg.train.warmup_steps = ckpt_cfg.train.warmup_steps  # the decay, never the warm-up
         ddp.load_full_model_state(self.model, model.state_dict())
         self.state.load_state_dict(state, ckpt)
         self._reschedule(ckpt_cfg.train.max_steps)
@@ -399,6 +412,29 @@ class Trainer:
                   f"(train.schedule_on_resume={tc.schedule_on_resume}; the other choice: "
                   f"{'keep' if tc.schedule_on_resume == 'restart' else 'restart'})")
 
+    def _refuse_a_baseline_of_its_own_reward(self, cfg: Config) -> None:
+        """The batch baseline over one row is that row's reward: a learned rule would get no gradient."""
+        from rltok.config import ConfigError
+        from rltok.model.chunkers.base import Chunker
+        from rltok.objective.build import returns_of
+
+        rows = cfg.train.batch_size * self.dist.world_size
+        learned = any(isinstance(m, Chunker) and m.learned for m in self.model.modules())
+        if (rows < 2 and learned and cfg.objective.estimator.kind == "score_function"
+                and returns_of(cfg.objective).batch_baseline):
+            raise ConfigError(f"objective.estimator.baseline={cfg.objective.estimator.baseline} with one row per "
+                              "micro-batch: the batch mean is that row's own reward, so the boundary policy would "
+                              "get no gradient; give train.batch_size >= 2 (or more ranks), or "
+                              "objective.estimator.baseline=none or value")
+
+    def _budget_steps(self) -> int:
+        """The steps train.flops_budget buys at the model's target rate (at most train.max_steps)."""
+        tc = self.cfg.train
+        per_byte = self.cost.at(self.sampler.seq_len).step_train_per_byte(self.cfg.model.target_rate)
+        # distinct bytes: with group_size K, batch_size counts segmentations of batch_size / K sequences
+        bytes_per_step = tc.batch_size // self.group_size * tc.grad_accum * self.sampler.seq_len * self.dist.world_size
+        return max(1, min(tc.max_steps, round(tc.flops_budget / (per_byte * bytes_per_step))))
+
     def budget_spent(self) -> bool:
         return self.cfg.train.flops_budget > 0 and self.flops_spent >= self.cfg.train.flops_budget
 
@@ -472,7 +508,7 @@ class Trainer:
             self.peak = device_peak(self.device, self.amp_dtype, self.model, tc.batch_size * self.sampler.seq_len)
         self._log_start()
         self.report.open_bar(self.step)
-        self.meter.restart_clock(self.bytes_seen)
+        self.meter.restart_clock(self.bytes_seen, self.flops_spent)
         val = {}
         try:
             with self.stop.installed():
