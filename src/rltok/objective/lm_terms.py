@@ -1,6 +1,7 @@
 """The language-modelling terms: a plain LM's loss, the hierarchical model's final and early-exit
 cross-entropies, and the boundary rule's own loss (with the rate it drew). The LM loss never
-reaches the boundary probabilities (hard selection)."""
+reaches a sampled policy's boundary probabilities (hard selection: the estimator trains those);
+it does reach the straight-through rules' scorers (hnet, gumbel, dynamic_pooling)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ class BPEChunker(Chunker):
     fitted to the target rate on the training split and stored as a buffer, so checkpoints
     carry it. Note: a BPE boundary at t depends on whether byte t+1 merges with it and, through
     the merges of the whole pre-token, on the bytes up to the end of the word, so this rule sees
-    the future through its boundaries, as in the published comparisons."""
+    the future through its boundaries. (Dynamic pooling's "unigram" variant instead trains a causal
+    predictor on the tokenizer's cuts and pools at the predictor's.)"""
 
     noncausal = ("chunker=bpe cannot generate: a BPE boundary at byte t depends on whether byte t+1 merges "
                  "with it and on the rest of its word, so it cannot be decided before those bytes exist")

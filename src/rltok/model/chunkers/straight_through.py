@@ -120,7 +120,8 @@ class GumbelChunker(Chunker):
 
     def forward(self, h, forced, b=None, mode="sample", generator=None, **_) -> Boundaries:
         logits, soft, b = self.decide(h, forced, b, mode, generator)
-        gate = soft + (b.float() - soft).detach()
+        # a forced boundary is no decision of the scorer's: its gate is 1 and carries no gradient
+        gate = torch.where(forced, b.float(), soft + (b.float() - soft).detach())
         free = ~forced
         count = gate.masked_fill(forced, 0).sum(1)
         n_free = free.sum(1).float()
