@@ -45,8 +45,10 @@ def trajectory(history: list[dict]) -> list[dict]:
 
 
 def assert_same_state(a: Trainer, b: Trainer):
-    for (name, p), q in zip(a.model.state_dict().items(), b.model.state_dict().values()):
-        assert torch.equal(p, q), name
+    ma, mb = a.model.state_dict(), b.model.state_dict()
+    assert ma.keys() == mb.keys()  # no buffer missing or extra on either side
+    for name in ma:
+        assert torch.equal(ma[name], mb[name]), name
     sa, sb = a.opt.state_dict()["state"], b.opt.state_dict()["state"]
     assert sa.keys() == sb.keys()
     for k in sa:

@@ -457,7 +457,9 @@ class TrainConfig:
     peak_flops: float = 0.0
     # Stop after this many training FLOPs, each step counted at the chunks (tokens) per byte it
     # drew, and decay the learning rate by FLOPs spent instead of steps (0 = off; max_steps still
-    # caps the run). Equal training compute for rules whose rate is not known in advance.
+    # caps the run). Equal training compute for rules whose rate is not known in advance. The
+    # budget is checked before each step, so the last step may overshoot it (train_flops says by
+    # how much); a skipped non-finite step is not charged.
     flops_budget: float = 0.0
     # metric sinks besides metrics.jsonl (docs/CONFIG.md, "What a run writes"); wandb: a project ("" = off)
     tensorboard: bool = False

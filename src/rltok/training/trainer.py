@@ -187,7 +187,7 @@ class Trainer:
         self.branch_kept = bool(list_checkpoints(run_folder.branch_root(self.run_dir)))
         self.history: list[dict] = []
         if resume:
-            self._resume()
+            self._resume(planned=costed is not None)
 
     # ---- checkpoints ---------------------------------------------------------------------------
     # the counters live in the train state, which is saved and restored whole
@@ -205,7 +205,7 @@ class Trainer:
     def peak_flops(self, flops: float | None) -> None:
         self.peak = PeakFlops(flops, "config", detail="train.peak_flops") if flops else None
 
-    def _resume(self) -> None:
+    def _resume(self, planned: bool = False) -> None:
         if self.dist.is_main:
             clean_stale(self.run_dir)  # what killed checkpoint writers left, before the newest is chosen
         ddp.barrier(self.dist)
@@ -214,8 +214,9 @@ class Trainer:
             return
         model, ckpt_cfg, state, ckpt = load_checkpoint(self.run_dir, device=self.device, with_trainer_state=True)
         check_resumable(state, ckpt, ckpt_cfg.model, self.cfg.model)
-        if self.cfg.train.warmup_frac:  # resolved against the length first planned: a new length moves
-            self.cfg.train.warmup_steps = ckpt_cfg.train.warmup_steps  # the decay, never the warm-up
+        if self.cfg.train.warmup_frac and not planned:  # the trainer resolved it against the length first
+            self.cfg.train.warmup_steps = ckpt_cfg.train.warmup_steps  # planned: a new length moves the decay,
+            # never the warm-up (a harness that planned the run resolved its warm-up itself, and checks it)
         ddp.load_full_model_state(self.model, model.state_dict())
         self.state.load_state_dict(state, ckpt)
         self._reschedule(ckpt_cfg.train.max_steps)
@@ -420,8 +421,8 @@ class Trainer:
 
         rows = cfg.train.batch_size * self.dist.world_size
         learned = any(isinstance(m, Chunker) and m.learned for m in self.model.modules())
-        if (rows < 2 and learned and cfg.objective.estimator.kind == "score_function"
-                and returns_of(cfg.objective).batch_baseline):
+        baselined = hasattr(cfg.objective.estimator, "baseline") and returns_of(cfg.objective).batch_baseline
+        if rows < 2 and learned and baselined:  # (an estimator with no baseline setting has no batch mean)
             raise ConfigError(f"objective.estimator.baseline={cfg.objective.estimator.baseline} with one row per "
                               "micro-batch: the batch mean is that row's own reward, so the boundary policy would "
                               "get no gradient; give train.batch_size >= 2 (or more ranks), or "
