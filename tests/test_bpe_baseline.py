@@ -217,3 +217,23 @@ def test_run_one_reports_the_bpe_token_models_forward_flops_at_its_trained_rate(
     # scored: bytes 8.. of 4 windows, the same for every family; the tokenizer's sample beside the training bytes
     assert (res["eval_context"], res["eval_bytes"]) == (8, 4 * (cfg.train.seq_len + 1 - 8))
     assert res["tokenizer_fit_bytes"] == fit_bpe_to_rate(TEXT[:cut], 0.2, vocab_size=300).train_bytes
+
+
+def test_the_comparison_plot_marks_the_token_models_training_validation_as_other_bytes(tmp_path, monkeypatch):
+    """While training, the BPE-token model's validation scores its windows' whole tokens, not the
+    byte models' bytes: its curve is marked so, and only its."""
+    import matplotlib.figure
+
+    from rltok.analysis.compare import plot
+
+    curve = [{"train_flops": f, "val_bpb": 3.0 - f / 1e9} for f in (1e8, 5e8)]
+    results = [{"method": m, "seed": 0, "curve": curve, "config": {"model": {"arch": arch}}}
+               for m, arch in (("bpe_token", "bpe_token"), ("flat", "flat"))]
+    saved = []
+    real = matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: (saved.append(fig), real(fig, *a, **k))[1])
+    paths = plot(results, tmp_path, "t")
+    assert paths[0].exists()
+    labels = [t.get_text() for t in saved[0].axes[0].get_legend().get_texts()]
+    assert labels == ["bpe_token *", "flat"]
+    assert any("whole tokens" in t.get_text() for t in saved[0].texts)

@@ -508,11 +508,19 @@ def plot(results: list[dict], out: Path, title: str) -> list[Path]:
 
     by_method = _by_method(results)
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    token_level = False
     for i, (method, rs) in enumerate(sorted(by_method.items())):
+        # the BPE-token model's training-time validation scores the bytes of its windows' whole
+        # tokens, not the same bytes as the byte models (the final, evaluated numbers do)
+        tokens = (rs[0].get("config") or {}).get("model", {}).get("arch") == "bpe_token"
+        token_level |= tokens
         for j, r in enumerate(sorted(rs, key=lambda r: r["seed"])):  # every seed's whole curve
             ax.plot([c["train_flops"] for c in r["curve"]], [c["val_bpb"] for c in r["curve"]], marker="o", ms=3,
-                    color=f"C{i % 10}", alpha=0.9 if j == 0 else 0.45, label=method if j == 0 else None,
-                    ls="-" if i < 10 else "--")
+                    color=f"C{i % 10}", alpha=0.9 if j == 0 else 0.45,
+                    label=(f"{method} *" if tokens else method) if j == 0 else None, ls="-" if i < 10 else "--")
+    if token_level:
+        fig.text(0.01, 0.01, "* scored on its own windows' whole tokens while training: not the byte models' bytes",
+                 fontsize=7)
     ax.set(xlabel="training FLOPs", ylabel="validation bpb", xscale="log", title=title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
