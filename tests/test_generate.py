@@ -419,3 +419,27 @@ def test_segment_heat_maps(ckpt, capsys, tmp_path):
     text = html.read_text()
     assert text.count("<span") >= 30 and 'class="b"' in text and "ü" in text
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_tiny_temperature_samples_the_most_likely_byte_instead_of_failing():
+    from rltok.model.generate import sample_bytes
+
+    logits = torch.full((2, 300), -3.0)
+    logits[0, 65], logits[1, 200] = 40.0, 5.0
+    for temperature in (1e-30, 1e-40, 1e-300):  # logits / t alone overflows to inf: a NaN softmax
+        got = sample_bytes(logits, temperature, generator=torch.Generator().manual_seed(0))
+        assert got.tolist() == [65, 200]
+
+
+@pytest.mark.parametrize("arch", ["hourglass", "flat", "bpe_token"])
+def test_model_dropout_reaches_every_familys_attention(arch):
+    from rltok.config import load_config
+    from rltok.model.factory import build_model
+    from rltok.model.layers import Attention
+
+    cfg = load_config("test", overrides=[f"model.arch={arch}", "model.dropout=0.25", "model.bpe_vocab=300"])
+    words = [bytes(w) for w in torch.randint(97, 123, (400, 5), generator=torch.Generator().manual_seed(0)).tolist()]
+    text = torch.frombuffer(bytearray(b" ".join(words * 20)), dtype=torch.uint8)
+    model = build_model(cfg.model, train_bytes=text)
+    rates = {m.dropout for m in model.modules() if isinstance(m, Attention)}
+    assert rates == {0.25}

@@ -110,6 +110,33 @@ def test_a_three_level_model_is_causal(name):
                 assert torch.equal(mine[:t + 1], theirs[:t + 1])
 
 
+@pytest.mark.parametrize("inner", ["uniform", "gumbel"])
+def test_a_random_rule_above_bytes_decides_each_row_from_its_own_past(inner):
+    """Above a content-dependent byte rule the rows' chunk counts differ and are padded to the
+    longest: a rule drawing its own (B, M) noise there would tie a row's decisions to the other
+    rows and to later bytes. Each draws the level's one draw per item instead."""
+    from rltok.model.chunkers.straight_through import GumbelChunker
+
+    rule = (lambda _: UniformChunker(0.5)) if inner == "uniform" else (lambda d: GumbelChunker(d, 0.5))
+    cfg = tiny_model_config(chunker="rl", window=8, max_seq_len=64)
+    model = randomize_(HourglassLM(cfg, levels=[LevelSpec(48, 2, 1, rule, 0.5), LevelSpec(48, 2, 1, lambda _: FixedChunker(2))]))
+    with torch.no_grad():
+        model.chunker.head.bias.fill_(-0.8)
+    model.eval()
+    x = torch.tensor([list(TEXT[:48]), list(TEXT[10:58])])
+    with torch.no_grad():
+        ref = model(x, torch.Generator().manual_seed(3), force_last=False)
+        other = x.clone()
+        other[1] = torch.randint(0, 256, (48,), generator=torch.Generator().manual_seed(1))
+        out = model(other, torch.Generator().manual_seed(3), force_last=False)
+        assert (out.logits[0] - ref.logits[0]).abs().max() < 1e-5  # row 0 never sees row 1
+        for t in (5, 20, 33):
+            later = x.clone()
+            later[:, t + 1:] = torch.randint(0, 256, (2, 47 - t), generator=torch.Generator().manual_seed(t))
+            out = model(later, torch.Generator().manual_seed(3), force_last=False)
+            assert (out.logits[:, :t + 1] - ref.logits[:, :t + 1]).abs().max() < 1e-5
+
+
 def incremental(model, x: torch.Tensor, prefill: int, b=None, below=(), noise=None):
     """Logits for positions prefill-1 .. T-1 of x (T,) by cached decoding (`prefill` bytes read
     in parallel, then one per step), and the decisions of every level per byte. b, below (per

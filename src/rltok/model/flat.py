@@ -18,8 +18,8 @@ class FlatByteLM(PlainLM, Decodes):
 
     def __init__(self, d_model: int, n_layers: int, n_heads: int, mlp_ratio: float = 4.0,
                  window: int | None = None, max_seq_len: int = 8192, rope_base: float = 10000.0,
-                 ngram_sizes: tuple[int, ...] = (), ngram_vocab: int = 0):
-        super().__init__(VOCAB_SIZE, d_model, n_layers, n_heads, mlp_ratio, rope_base, window,
+                 ngram_sizes: tuple[int, ...] = (), ngram_vocab: int = 0, dropout: float = 0.0):
+        super().__init__(VOCAB_SIZE, d_model, n_layers, n_heads, mlp_ratio, rope_base, window, dropout,
                          ngram_sizes=ngram_sizes, ngram_vocab=ngram_vocab)
         self.max_seq_len = max_seq_len
 
@@ -45,7 +45,7 @@ class FlatByteLM(PlainLM, Decodes):
     def _from_config(cls, cfg: ModelConfig, train_bytes=None, state_dict=None) -> FlatByteLM:
         return cls(cfg.d_chunk, cfg.flat_layers, cfg.n_heads_chunk, cfg.mlp_ratio, window=cfg.flat_window or None,
                    max_seq_len=cfg.max_seq_len, rope_base=cfg.rope_base, ngram_sizes=cfg.ngram_sizes,
-                   ngram_vocab=cfg.ngram_vocab)
+                   ngram_vocab=cfg.ngram_vocab, dropout=cfg.dropout)
 
     def forward_flops(self, seq_len: int, rate: float | None = None, rate2: float | None = None,
                       kernel: bool = False) -> dict[str, float]:

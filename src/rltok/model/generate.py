@@ -66,7 +66,11 @@ def sample_bytes(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
     logits = logits[:, :256].float()
     if temperature == 0 or top_k == 1:
         return logits.argmax(-1)
-    logits = logits / temperature
+    # from the row's maximum down: a tiny temperature then sends the others to -inf, never the
+    # maximum to +inf (whose softmax is NaN); the maximum stays 0 even where the temperature is
+    # below float32's range (0 / 0)
+    shifted = logits - logits.max(-1, keepdim=True).values
+    logits = torch.where(shifted == 0, 0.0, shifted / temperature)
     if 0 < top_k < 256:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))

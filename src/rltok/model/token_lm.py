@@ -69,7 +69,8 @@ class BPETokenLM(PlainLM):
             tok, facts = fit.tokenizer, {"tokenizer_fit_bytes": fit.fit_bytes}
         else:
             raise ValueError("model.arch=bpe_token needs training bytes to fit its tokenizer")
-        model = cls(tok, cfg.d_chunk, cfg.flat_layers, cfg.n_heads_chunk, cfg.mlp_ratio, max_tokens=cfg.max_seq_len)
+        model = cls(tok, cfg.d_chunk, cfg.flat_layers, cfg.n_heads_chunk, cfg.mlp_ratio, max_tokens=cfg.max_seq_len,
+                    rope_base=cfg.rope_base, dropout=cfg.dropout)
         model.set_fit_facts(facts)
         return model
 
@@ -82,7 +83,7 @@ class BPETokenLM(PlainLM):
             raise ValueError("a BPE-token model's shape needs its vocabulary size (model.bpe_vocab or vocab_size)")
         tok = Tokenizer(WordLevel({"t0": 0}, unk_token="t0"))
         return cls(tok, cfg.d_chunk, cfg.flat_layers, cfg.n_heads_chunk, cfg.mlp_ratio, max_tokens=cfg.max_seq_len,
-                   vocab_size=size)
+                   rope_base=cfg.rope_base, dropout=cfg.dropout, vocab_size=size)
 
     def forward_flops(self, seq_len: int, rate: float | None = None, rate2: float | None = None,
                       kernel: bool = False) -> dict[str, float]:

@@ -40,8 +40,9 @@ class FixedChunker(Chunker):
 
 class UniformChunker(Chunker):
     """Exactly round(rate * free) boundaries per sequence at uniformly random free positions.
-    Decoding, which cannot know the window's length, draws each byte independently at the rate
-    (equally likely positions; only the count varies)."""
+    Decoding, which cannot know the window's length, and a level above bytes, which hands it one
+    draw per item, draw each item independently at the rate (equally likely positions; only the
+    count varies)."""
 
     @classmethod
     def from_settings(cls, settings, m, dim=None, rate=None):
@@ -51,7 +52,12 @@ class UniformChunker(Chunker):
         super().__init__()
         self.rate = rate
 
-    def forward(self, h, forced, b=None, mode="sample", generator=None, **_) -> Boundaries:
+    def forward(self, h, forced, b=None, mode="sample", generator=None, noise=None, **_) -> Boundaries:
+        if b is None and noise is not None:
+            # a level above bytes hands one draw per item: its rows are padded to the batch's longest,
+            # so an exact count over them would depend on the other rows and on later bytes; each item
+            # is drawn at the rate instead, as in decoding
+            b = noise < self.rate
         if b is None:
             free = ~forced
             k = int(round(self.rate * int(free[0].sum())))

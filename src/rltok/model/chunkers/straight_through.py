@@ -118,8 +118,10 @@ class GumbelChunker(Chunker):
         soft = self.soft(logits, mode, generator, noise)
         return logits, soft, (soft > 0.5 if b is None else b.bool()) | forced
 
-    def forward(self, h, forced, b=None, mode="sample", generator=None, **_) -> Boundaries:
-        logits, soft, b = self.decide(h, forced, b, mode, generator)
+    def forward(self, h, forced, b=None, mode="sample", generator=None, noise=None, **_) -> Boundaries:
+        # `noise`: one draw per item, from a level above bytes (its rows are padded to the batch's
+        # longest: a fresh (B, M) draw would tie a row's decisions to the other rows' later bytes)
+        logits, soft, b = self.decide(h, forced, b, mode, generator, noise)
         # a forced boundary is no decision of the scorer's: its gate is 1 and carries no gradient
         gate = torch.where(forced, b.float(), soft + (b.float() - soft).detach())
         free = ~forced
