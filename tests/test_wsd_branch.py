@@ -169,3 +169,26 @@ def test_a_resume_may_grow_the_budget_only_before_the_cool_down(tmp_path, corpus
         cos = tmp_path / "cos"
         Trainer(budget_cfg(cos, 1.5e9, "train.lr_schedule=cosine"), corpus=corpus, quiet=True).fit(stop_at=4)
         run_folder.resume_config(cos, run_folder.saved_config(cos), None, None, ["train.flops_budget=3e9"])
+
+
+def test_a_compare_rerun_reuses_a_record_only_from_the_same_sweep(tmp_path, monkeypatch):
+    """A rerun skips finished runs; one with other data, budget or settings into the same --out
+    is refused, naming what differs, instead of tabulating the old runs under the new command."""
+    import json
+
+    from rltok.analysis import compare
+
+    data = str(corpus_folder(tmp_path, "salad"))
+    out = tmp_path / "cmp"
+    out.mkdir()
+    cfg = compare.method_config("uniform", [], data, out / "runs" / "uniform_s0", 0, "test")
+    record = {"method": "uniform", "seed": 0, "data": data, "split": "test", "budget_flops": 1e9, "eval_context": 1,
+              "bpb": 3.0, "config": json.loads(json.dumps(cfg.to_dict()))}
+    (out / "uniform_s0.json").write_text(json.dumps(record))
+    monkeypatch.setattr(compare, "run_one", lambda *a, **k: pytest.fail("a finished run was trained again"))
+    sweep = dict(methods=["uniform"], seeds=[0], out=out, base=[], preset="test", log=lambda *_: None)
+    assert compare.run_sweep(data, budget_flops=1e9, **sweep)[0]["bpb"] == 3.0
+    with pytest.raises(ConfigError, match=r"budget_flops \(1000000000.0 -> 2000000000.0\)"):
+        compare.run_sweep(data, budget_flops=2e9, **sweep)
+    with pytest.raises(ConfigError, match="model.d_byte"):
+        compare.run_sweep(data, budget_flops=1e9, **{**sweep, "base": ["model.d_byte=48"]})

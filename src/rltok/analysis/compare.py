@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from rltok.analysis.table_cells import table
-from rltok.config import CHUNKERS, FAMILIES, Config, load_config
+from rltok.config import CHUNKERS, FAMILIES, Config, ConfigError, load_config
 from rltok.model.flops import run_cost, train_flops_per_byte
 
 _REF = ["model.chunker=rl", "objective.recipe=reference"]
@@ -375,6 +375,20 @@ def run_one(method: str, seed: int, data: str, run_root: Path, budget_flops: flo
     return rec
 
 
+def _refuse_other_sweep(done: dict, path: Path, cfg, **asked) -> None:
+    """A finished record is reused only by the sweep that made it: same data, split, budget,
+    evaluation context, and the same model and objective settings (preset and overrides)."""
+    differ = [f"{k} ({done.get(k)!r} -> {v!r})" for k, v in asked.items() if done.get(k) != v]
+    now = json.loads(json.dumps(cfg.to_dict()))  # as the record holds it (tuples as lists)
+    for section in ("model", "objective"):
+        was = (done.get("config") or {}).get(section)
+        differ += [f"{section}.{k} ({was.get(k)!r} -> {v!r})" for k, v in now[section].items()
+                   if was is not None and k in was and was[k] != v]
+    if differ:
+        raise ConfigError(f"{path} was made by another sweep: {', '.join(differ[:6])}"
+                          f"{' ...' if len(differ) > 6 else ''}; give another --out, or move the folder aside")
+
+
 def run_sweep(data: str, methods: list[str], seeds: list[int], out: Path, budget_flops: float,
               base: list[str], preset: str = "tiny", eval_split: str = "test", max_eval_windows: int = 0,
               log=print, eval_context: int = 1) -> list[dict]:
@@ -388,6 +402,8 @@ def run_sweep(data: str, methods: list[str], seeds: list[int], out: Path, budget
             path = out / f"{method_slug(method)}_s{seed}.json"
             done = read_record(path, "result", hint="running it again") if path.exists() else None
             if done is not None:
+                _refuse_other_sweep(done, path, method_config(method, base, data, out / "runs" / path.stem, seed, preset),
+                                    data=data, split=eval_split, budget_flops=budget_flops, eval_context=eval_context)
                 results.append(done)
                 log(f"{method} seed {seed}: done already")
                 continue
