@@ -438,3 +438,15 @@ def test_stdin_past_its_limit_is_an_error_not_an_endless_read(trained, capsys, m
     with open("/dev/zero") as zero:  # the command reads sys.stdin.buffer
         monkeypatch.setattr(sys, "stdin", zero)
         assert_user_error(capsys, ["segment", "-c", trained[0], "-f", "-"], "holds more than")
+
+
+def test_export_and_compare_refuse_a_folder_of_a_users_own_files(tmp_path, data_file, capsys):
+    for command, extra in (("export", ["-c", str(tmp_path / "no-run")]),
+                           ("compare", ["--data", data_file, "--methods", "uniform", "--preset", "test"])):
+        mine = tmp_path / command
+        mine.mkdir()
+        (mine / "README.md").write_text("MY README")
+        (mine / "config.json" if command == "export" else mine / "summary.json").write_text('{"mine": 1}')
+        code, _, err = run_cli(capsys, command, *extra, "--out", mine)
+        assert code == 2 and "would replace" in err and "README.md" in err, err
+        assert (mine / "README.md").read_text() == "MY README"  # untouched

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 from rltok.config import ConfigError
 
@@ -11,18 +13,34 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr)
 
 
+def _compare_file(out: Path):
+    """Whether a name in `out` is an earlier comparison's: its runs, per-run records and plots,
+    and its table (README.md, summary.json) when summary.json is a comparison's."""
+    import re
+
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+        ours = isinstance(summary, dict) and {"command", "rows"} <= set(summary)
+    except (OSError, ValueError):
+        ours = False
+    return lambda name: (name in ("runs", "bpb_vs_flops.png", "chunk_lengths.png") or name.startswith(".")
+                         or re.fullmatch(r".+_s\d+\.json", name) is not None
+                         or (ours and name in ("README.md", "summary.json")))
+
+
 def cmd_compare(args) -> int:
     import shlex
     from pathlib import Path
 
     from rltok.analysis.compare import method_config, reference_budget, run_sweep, write_report
-    from rltok.cli.paths import check_output_folder
+    from rltok.cli.paths import check_output_folder, refuse_other_files
     from rltok.config.files import read_record
     from rltok.data.corpus import resolve_split
     from rltok.training.device import resolve_device
     from rltok.training.fits import refuse_what_cannot_fit
 
     out = check_output_folder(args.out, "--out")
+    refuse_other_files(out, "--out", _compare_file(out), "a comparison's")
     for m in args.methods:  # every method and its NAME@key=value overrides are checked before any run
         try:
             cfg = method_config(m, args.overrides, args.data, out, 0, args.preset)

@@ -82,3 +82,19 @@ def read_input(name: str, what: str, limit: int = MAX_TEXT_BYTES) -> bytes:
     if len(data) > limit:
         raise DataError(f"{what} standard input holds more than {limit:,} bytes (the limit for it)")
     return data
+
+
+def refuse_other_files(out: str | Path, flag: str, own, what: str) -> None:
+    """`out` may be new, empty or already this command's output (`own(name)` says which of its
+    entries are); a folder holding anything else (a project, a user's README) is refused: the
+    command would replace its files."""
+    out = Path(out)
+    try:
+        names = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    except OSError as e:
+        raise ConfigError(f"{flag} {out}: cannot list the folder ({e.strerror or e})") from None
+    other = [n for n in names if not own(n)]
+    if other:
+        shown = ", ".join(other[:4]) + (f" and {len(other) - 4} more" if len(other) > 4 else "")
+        raise ConfigError(f"{flag} {out} holds files that are not {what} ({shown}), which it would replace: "
+                          "give a new or empty folder")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from rltok.config import PRESETS, ConfigError, load_config
 
@@ -168,14 +169,28 @@ def _run_results(ckpt, cfg) -> dict:
     return run_results(ckpt.parent.parent, step)
 
 
+def _exported_file(out: str):
+    """Whether a name in `out` is an earlier export's: its model files, when its config.json is
+    an exported model's (a folder of a user's own config.json and README.md is not)."""
+    from rltok.model.pretrained import CheckpointError, PretrainedError, read_config
+
+    try:
+        read_config(Path(out))
+        exported = True
+    except (CheckpointError, PretrainedError, ConfigError, OSError, ValueError):
+        exported = False
+    return lambda name: exported and name in ("model.safetensors", "config.json", "README.md")
+
+
 def cmd_export(args) -> int:
-    from rltok.cli.paths import check_output_folder
+    from rltok.cli.paths import check_output_folder, refuse_other_files
     from rltok.model.pretrained import push_to_hub, refuse_run_or_checkpoint, save_pretrained
     from rltok.training.loading import load_checkpoint
 
     if args.out:  # before loading: never into the run or checkpoint it reads, or any other
         check_output_folder(args.out, "--out")
         refuse_run_or_checkpoint(args.out, "--out")
+        refuse_other_files(args.out, "--out", _exported_file(args.out), "an exported model's")
     model, cfg, _, ckpt = load_checkpoint(args.checkpoint)
     results = _run_results(ckpt, cfg)
     if args.out:
