@@ -528,7 +528,8 @@ def plot(results: list[dict], out: Path, title: str) -> list[Path]:
     for i, (method, rs) in enumerate(sorted(by_method.items())):
         # the BPE-token model's training-time validation scores the bytes of its windows' whole
         # tokens, not the same bytes as the byte models (the final, evaluated numbers do)
-        tokens = (rs[0].get("config") or {}).get("model", {}).get("arch") == "bpe_token"
+        arch = ((rs[0].get("config") or {}).get("model") or {}).get("arch")
+        tokens = arch in FAMILIES and getattr(FAMILIES.component(arch), "score_window", None) is not None
         token_level |= tokens
         for j, r in enumerate(sorted(rs, key=lambda r: r["seed"])):  # every seed's whole curve
             ax.plot([c["train_flops"] for c in r["curve"]], [c["val_bpb"] for c in r["curve"]], marker="o", ms=3,

@@ -22,7 +22,7 @@ from rltok.training.state import TrainState, check_resumable
 from rltok.training.loading import load_checkpoint
 from rltok.training.checkpoint import (SHARDED, CheckpointError, checkpoint_step, clean_stale, list_checkpoints,
                                       run_results, save_checkpoint, stage_checkpoint)
-from rltok.config import Config
+from rltok.config import Config, ConfigError
 from rltok.data.sources import Corpus
 from rltok.training.device import resolve_device, resolve_dtype
 from rltok.eval.evaluate import evaluate_sums, summarize
@@ -153,7 +153,7 @@ class Trainer:
         self.corpus, self.model, self.cost, self.objective = built.corpus, built.model, built.cost, built.objective
         self.sampler, self.group_size = built.sampler, built.group_size
         self.val_x, self.val_y, self.val_shared = built.val
-        self._refuse_a_baseline_of_its_own_reward(cfg)
+        self._refuse_a_baseline_of_its_own_reward()
         if costed is None and tc.flops_budget > 0 and tc.warmup_frac:
             # under a FLOPs budget the warm-up is a share of the steps the budget plans (at the
             # target rate), not of train.max_steps, which is only a cap there
@@ -413,20 +413,15 @@ class Trainer:
                   f"(train.schedule_on_resume={tc.schedule_on_resume}; the other choice: "
                   f"{'keep' if tc.schedule_on_resume == 'restart' else 'restart'})")
 
-    def _refuse_a_baseline_of_its_own_reward(self, cfg: Config) -> None:
+    def _refuse_a_baseline_of_its_own_reward(self) -> None:
         """The batch baseline over one row is that row's reward: a learned rule would get no gradient."""
-        from rltok.config import ConfigError
-        from rltok.model.chunkers.base import Chunker
-        from rltok.objective.build import returns_of
-
-        rows = cfg.train.batch_size * self.dist.world_size
-        learned = any(isinstance(m, Chunker) and m.learned for m in self.model.modules())
-        baselined = hasattr(cfg.objective.estimator, "baseline") and returns_of(cfg.objective).batch_baseline
-        if rows < 2 and learned and baselined:  # (an estimator with no baseline setting has no batch mean)
-            raise ConfigError(f"objective.estimator.baseline={cfg.objective.estimator.baseline} with one row per "
-                              "micro-batch: the batch mean is that row's own reward, so the boundary policy would "
-                              "get no gradient; give train.batch_size >= 2 (or more ranks), or "
-                              "objective.estimator.baseline=none or value")
+        baseline = str(getattr(self.cfg.objective.estimator, "baseline", ""))  # (an estimator may have none)
+        batch = bool({"batch", "batch_loo"} & {part.strip() for part in baseline.split("+")})
+        learned = any(getattr(m, "learned", False) is True for m in self.model.modules())
+        if batch and learned and self.cfg.train.batch_size * self.dist.world_size < 2:
+            raise ConfigError(f"objective.estimator.baseline={baseline} with one row per micro-batch: the batch "
+                              "mean is that row's own reward, so the boundary policy would get no gradient; give "
+                              "train.batch_size >= 2 (or more ranks), or objective.estimator.baseline=none or value")
 
     def _budget_steps(self) -> int:
         """The steps train.flops_budget buys at the model's target rate (at most train.max_steps)."""
