@@ -184,3 +184,14 @@ def test_existing_run_needs_resume_and_corrupt_checkpoints_are_refused(tmp_path,
     assert_user_error(capsys, [*run, "--resume"], "no valid checkpoint under")
     assert_user_error(capsys, ["eval", "-c", str(weights.parent)], "model.safetensors is corrupt")
     assert_user_error(capsys, ["eval", "-c", str(tmp_path / "none")], "checkpoint path not found")
+
+
+def test_a_misspelt_component_setting_is_not_offered_the_components_kind():
+    from rltok.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="valid: stride$"):
+        load_config("test", overrides=["model.chunker=fixed", "model.chunker.windw=2"])
+    with pytest.raises(ConfigError, match="did you mean 'model.chunker.stride'"):
+        load_config("test", overrides=["model.chunker=fixed", "model.chunker.strid=2"])
+    with pytest.raises(ConfigError, match="did you mean 'model.chunker.kind'"):
+        load_config("test", overrides=["model.chunker=fixed", "model.chunker.knd=x"])

@@ -352,7 +352,7 @@ def apply_dict(obj: Any, d: dict[str, Any], where: str = "", notes: list[str] | 
 def _apply_field(obj: Any, key: str, value: Any, where: str, notes: list[str]) -> None:
     types = _field_types(type(obj))
     if key not in types:
-        raise _unknown(key, list(types), where, what=_what(obj))
+        raise _unknown(key, _settings(obj, types, key), where, what=_what(obj))
     current = getattr(obj, key)
     if _is_section(obj, key):
         if isinstance(value, dict):
@@ -371,6 +371,16 @@ def _apply_field(obj: Any, key: str, value: Any, where: str, notes: list[str]) -
         apply_dict(current, value, f"{where}{key}.", notes)
     else:
         setattr(obj, key, _coerce(value, types[key], where + key))
+
+
+def _settings(obj: Any, types: dict, key: str) -> list[str]:
+    """The keys an unknown `key` is matched against: a component's settings, its `kind` only
+    where the key looks like it (a misspelt setting is not a misspelt kind)."""
+    import difflib
+
+    if isinstance(obj, Section) and not difflib.get_close_matches(key, ["kind"], n=1, cutoff=0.75):
+        return [k for k in types if k != "kind"]
+    return list(types)
 
 
 def _what(obj: Any) -> str:
@@ -474,7 +484,7 @@ def apply_override(cfg: Config, assignment: str) -> None:
             if owners:
                 raise ConfigError(f"unknown config key {part!r}; did you mean "
                                   f"{' or '.join(repr(f'{o}.{dotted}') for o in owners)}?")
-            raise _unknown(part, list(types), where, what=_what(obj))
+            raise _unknown(part, _settings(obj, types, part), where, what=_what(obj))
         if i == len(parts) - 1:
             if _is_section(obj, part):
                 _set_kind(obj, part, raw, f"{dotted}.")
