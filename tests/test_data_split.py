@@ -185,6 +185,10 @@ def test_a_runs_own_split_is_the_one_its_training_held_out(tmp_path):
     assert as_bytes(run_split_bytes(given, "val")) == b"held out on its own\n" * 40
     assert as_bytes(run_split_bytes(given, "val", max_bytes=7)) == b"held ou"
     assert torch.equal(run_split_bytes(given, "train"), load_corpus(spec, str(tmp_path / "held.txt")).train)
+    # the run's own corpus spelled another way is still the run's own: its val file, not a carve-out
+    assert as_bytes(run_split_bytes(given, "val", source=spec + "/")) == b"held out on its own\n" * 40
+    other = run_split_bytes(given, "val", source=str(tmp_path / "held.txt"))  # another corpus: its own rule
+    assert len(other) < 40 * 20
 
 
 def test_a_cap_on_the_evaluated_bytes_is_a_prefix_of_every_kind_of_split(tmp_path):

@@ -2,6 +2,8 @@
 memory (docs/DATA.md)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from rltok.config import DataConfig
@@ -133,13 +135,24 @@ def load_eval_bytes(spec: str, split: str = "val", max_bytes: int = 0, val_fract
     return _first(corpus.train if split == "train" else corpus.val, max_bytes)
 
 
+def _same_source(a: str, b: str) -> bool:
+    """Two spellings of one source: equal, or local paths to the same file or folder."""
+    if a == b:
+        return True
+    try:
+        pa, pb = Path(a).expanduser(), Path(b).expanduser()
+        return pa.exists() and pb.exists() and pa.resolve() == pb.resolve()
+    except (OSError, ValueError):
+        return False
+
+
 def run_split_bytes(data: DataConfig, split: str = "val", max_bytes: int = 0, *, source: str | None = None,
                     fallback: bool = False) -> torch.Tensor:
     """The bytes of `split` of the corpus a run with these data.* settings trained on, held out
     exactly as training held them out (its own val source, cap and split rule); the first
     `max_bytes` of them (0: all). `source`: another corpus instead, split by its own files or by
     the hash rule at data.val_fraction (None, or the run's own data.train: the run's corpus)."""
-    if source is not None and source != data.train:
+    if source is not None and not _same_source(source, data.train):
         return load_eval_bytes(source, split, max_bytes, data.val_fraction, fallback=fallback)
     return load_eval_bytes(data.train, split, max_bytes, data.val_fraction, val=data.val,
                            source_max_bytes=data.max_bytes, text_field=data.hf_text_field,
