@@ -82,6 +82,27 @@ def test_corrupt_checkpoint_is_refused_and_run_folder_falls_back(tmp_path, model
     assert torch.all(loaded.head.weight == 10.0)
 
 
+def test_a_checkpoint_that_matches_its_checksums_but_cannot_be_decoded_falls_back_too(tmp_path, model, cfg):
+    """Damaged before its manifest was written (the checksums describe the damaged file): the
+    manifest cannot tell, the decoder can, and a run folder falls back past it all the same."""
+    import json
+
+    from rltok.training.checkpoint import sha256_file
+
+    save_steps(tmp_path, model, cfg)
+    newest = tmp_path / "checkpoints" / "step_0000020"
+    os.truncate(newest / "model.safetensors", 100)
+    manifest = json.loads((newest / "manifest.json").read_text())
+    manifest["files"]["model.safetensors"] = sha256_file(newest / "model.safetensors")
+    (newest / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="model.safetensors"):
+        load_checkpoint(newest)  # a checkpoint named on its own is that one or an error
+    with pytest.warns(UserWarning, match="unreadable checkpoint.*falling back to .*step_0000010"):
+        loaded, _, state, ckpt = load_checkpoint(tmp_path, with_trainer_state=True)
+    assert ckpt.name == "step_0000010" and state["step"] == 10
+    assert torch.all(loaded.head.weight == 10.0)
+
+
 def test_no_valid_checkpoint_at_all(tmp_path, model, cfg):
     save_steps(tmp_path, model, cfg)
     for c in list_checkpoints(tmp_path):

@@ -4,6 +4,7 @@ training and for people who use models."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -13,7 +14,8 @@ from rltok.config import Config, ConfigError
 from rltok.model.factory import build_model
 from rltok.model.pretrained import (CONFIG, WEIGHTS, CheckpointError, PretrainedError, fetch_from_hub, load_weights,
                                     read_config)
-from rltok.training.checkpoint import is_model_dir, read_trainer_state, resolve_checkpoint
+from rltok.training.checkpoint import (checkpoint_step, is_model_dir, list_checkpoints, read_trainer_state,
+                                      resolve_checkpoint, verify_checkpoint)
 from rltok.training.device import resolve_device
 
 __all__ = ["Loaded", "from_pretrained", "load", "load_checkpoint", "refuse_non_finite"]
@@ -47,10 +49,38 @@ def load(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtyp
     else:
         folder = resolve_checkpoint(local)
     cfg, meta = read_config(folder)
-    model = load_weights(folder, cfg, build_model, meta.get("fit_facts"))
+    unreadable = []
+    while True:
+        try:
+            model = load_weights(folder, cfg, build_model, meta.get("fit_facts"))
+            trainer_state = read_trainer_state(folder) if with_trainer_state else None
+            break
+        except CheckpointError as e:
+            # a run folder's checkpoint that passed its checksums but cannot be decoded: the next
+            # older valid one, as for one that fails them (a resume sets the newer ones aside)
+            older = _older_valid(local, folder) if folder != local and not hub else None
+            if older is None:
+                raise
+            unreadable.append(str(e))
+            folder = older
+    if unreadable:
+        warnings.warn(f"skipping {len(unreadable)} unreadable checkpoint(s) ({'; '.join(unreadable)}); "
+                      f"falling back to {folder}", stacklevel=2)
     model.to(device=device, dtype=dtype)
-    trainer_state = read_trainer_state(folder) if with_trainer_state else None
     return Loaded(model, cfg, meta, trainer_state, folder)
+
+
+def _older_valid(run_dir: Path, than: Path) -> Path | None:
+    """The newest checkpoint of `run_dir` older than `than` that passes its checksums, or None."""
+    for cand in reversed(list_checkpoints(run_dir)):
+        if checkpoint_step(cand) >= checkpoint_step(than):
+            continue
+        try:
+            verify_checkpoint(cand)
+        except CheckpointError:
+            continue
+        return cand
+    return None
 
 
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", with_trainer_state: bool = False):
