@@ -48,16 +48,17 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: float) -
     return discounted_cumsum(delta, gamma * lam)
 
 
-def batch_relative(r: torch.Tensor, leave_one_out: bool = False, mean=None) -> torch.Tensor:
+def batch_relative(r: torch.Tensor, leave_one_out: bool = False, mean=None, rows: int | None = None) -> torch.Tensor:
     """Subtract the per-position mean over the batch (dim 0). With leave_one_out, each row's
     baseline excludes itself, which keeps the estimator unbiased. `mean` may replace the local
-    batch mean (e.g. a mean all-reduced across data-parallel ranks)."""
-    n = r.shape[0]
+    batch mean, and `rows` the local row count it is over (e.g. a mean all-reduced across
+    data-parallel ranks, over all their rows)."""
+    n = r.shape[0] if rows is None else rows
     mu = r.mean(0, keepdim=True) if mean is None else mean
     if not leave_one_out:
         return r - mu
     if n < 2:
-        raise ValueError("a leave-one-out baseline needs at least 2 samples")
+        raise ValueError("a leave-one-out baseline needs at least 2 rows in the batch (there are no others)")
     return (r - mu) * (n / (n - 1))
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rltok.objective.advantages import discounted_cumsum, gae, group_relative
+from rltok.objective.advantages import batch_relative, discounted_cumsum, gae, group_relative
 from rltok.objective.batch import LOCAL, LocalMean, MicroBatch
 from rltok.objective.estimator import BoundaryEstimator, PolicyLoss
 from rltok.objective.policy_gradient import masked_mean, policy_gradient_loss
@@ -40,12 +40,7 @@ def boundary_advantages(reward: torch.Tensor, free: torch.Tensor, settings: Retu
     s = settings
     if s.batch_baseline:
         # (one row: its own reward is its baseline and every return is 0; the trainer refuses that)
-        reward = reward - batch_mean(reward)
-        if s.leave_one_out:  # the mean of the other rows: (r - mean_all) * n / (n - 1)
-            rows = batch_mean.rows(reward)
-            if rows < 2:
-                raise ValueError("the batch_loo baseline needs at least 2 rows in the batch (there are no others)")
-            reward = reward * (rows / (rows - 1))
+        reward = batch_relative(reward, s.leave_one_out, mean=batch_mean(reward), rows=batch_mean.rows(reward))
     elif s.group_baseline:
         reward = group_relative(reward, s.group_size)
     returns = discounted_cumsum(reward, s.gamma)
