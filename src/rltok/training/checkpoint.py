@@ -206,6 +206,18 @@ def resolve_checkpoint(path: str | Path) -> Path:
             raise CheckpointError(f"{given} is not part of an rltok checkpoint, model or run folder (its folder holds "
                                   f"no checkpoints and no {WEIGHTS} + {CONFIG})")
         raise CheckpointError(f"no checkpoints under {path}, and no {WEIGHTS} + {CONFIG} in it")
+    cand, errors = newest_valid(candidates)
+    if cand is None:
+        raise CheckpointError(f"no valid checkpoint under {path}: " + "; ".join(errors))
+    if errors:
+        warnings.warn(f"skipping {len(errors)} unusable checkpoint(s) ({'; '.join(errors)}); "
+                      f"falling back to {cand}", stacklevel=2)
+    return cand
+
+
+def newest_valid(candidates: list[Path]) -> tuple[Path | None, list[str]]:
+    """(the newest of `candidates`, oldest first, that passes its manifest's checksums, or None;
+    why each newer one failed)."""
     errors = []
     for cand in reversed(candidates):
         try:
@@ -213,11 +225,8 @@ def resolve_checkpoint(path: str | Path) -> Path:
         except CheckpointError as e:
             errors.append(str(e))
             continue
-        if errors:
-            warnings.warn(f"skipping {len(errors)} unusable checkpoint(s) ({'; '.join(errors)}); "
-                          f"falling back to {cand}", stacklevel=2)
-        return cand
-    raise CheckpointError(f"no valid checkpoint under {path}: " + "; ".join(errors))
+        return cand, errors
+    return None, errors
 
 
 def read_trainer_state(folder: Path) -> dict | None:

@@ -14,8 +14,8 @@ from rltok.config import Config, ConfigError
 from rltok.model.factory import build_model
 from rltok.model.pretrained import (CONFIG, WEIGHTS, CheckpointError, PretrainedError, fetch_from_hub, load_weights,
                                     read_config)
-from rltok.training.checkpoint import (checkpoint_step, is_model_dir, list_checkpoints, read_trainer_state,
-                                      resolve_checkpoint, verify_checkpoint)
+from rltok.training.checkpoint import (checkpoint_step, is_model_dir, list_checkpoints, newest_valid,
+                                      read_trainer_state, resolve_checkpoint)
 from rltok.training.device import resolve_device
 
 __all__ = ["Loaded", "from_pretrained", "load", "load_checkpoint", "refuse_non_finite"]
@@ -58,7 +58,10 @@ def load(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtyp
         except CheckpointError as e:
             # a run folder's checkpoint that passed its checksums but cannot be decoded: the next
             # older valid one, as for one that fails them (a resume sets the newer ones aside)
-            older = _older_valid(local, folder) if folder != local and not hub else None
+            older = None
+            if folder != local and not hub:
+                older = newest_valid([c for c in list_checkpoints(local)
+                                      if checkpoint_step(c) < checkpoint_step(folder)])[0]
             if older is None:
                 raise
             unreadable.append(str(e))
@@ -68,19 +71,6 @@ def load(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtyp
                       f"falling back to {folder}", stacklevel=2)
     model.to(device=device, dtype=dtype)
     return Loaded(model, cfg, meta, trainer_state, folder)
-
-
-def _older_valid(run_dir: Path, than: Path) -> Path | None:
-    """The newest checkpoint of `run_dir` older than `than` that passes its checksums, or None."""
-    for cand in reversed(list_checkpoints(run_dir)):
-        if checkpoint_step(cand) >= checkpoint_step(than):
-            continue
-        try:
-            verify_checkpoint(cand)
-        except CheckpointError:
-            continue
-        return cand
-    return None
 
 
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", with_trainer_state: bool = False):
