@@ -123,8 +123,7 @@ def load_eval_bytes(spec: str, split: str = "val", max_bytes: int = 0, val_fract
     if spec.startswith("mix:"):  # (resolve_split leaves only its val split)
         return _first(load_corpus(spec, val_fraction=val_fraction).val, max_bytes)
     train_cap = source_max_bytes if split == "train" else 0  # training read only this much of its train part
-    cap = min(c for c in (max_bytes, train_cap, 2**63) if c)
-    cap = 0 if cap == 2**63 else cap
+    cap = min((c for c in (max_bytes, train_cap) if c), default=0)
     if is_prepared(spec):  # (resolve_split leaves only its own splits)
         return _first(open_prepared(spec).stream(split), cap)
     named = named_split(spec, split) or (spec if split == "all" else None)
