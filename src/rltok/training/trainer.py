@@ -29,6 +29,7 @@ from rltok.eval.evaluate import evaluate_sums, summarize
 from rltok.training.metrics import TIMING_KEYS, IntervalMeter, Reporter  # noqa: F401  (TIMING_KEYS: part of this module's API)
 from rltok.model.noise import RowShard
 from rltok.objective.loss import BoundaryObjective
+from rltok.objective.score_function import ScoreFunction
 from rltok.training.signals import StopRequest
 from rltok.training.peak import PeakFlops, device_peak
 from rltok.training.build import CostedModel, build
@@ -415,13 +416,14 @@ class Trainer:
 
     def _refuse_a_baseline_of_its_own_reward(self) -> None:
         """The batch baseline over one row is that row's reward: a learned rule would get no gradient."""
-        baseline = str(getattr(self.cfg.objective.estimator, "baseline", ""))  # (an estimator may have none)
-        batch = bool({"batch", "batch_loo"} & {part.strip() for part in baseline.split("+")})
-        learned = any(getattr(m, "learned", False) is True for m in self.model.modules())
-        if batch and learned and self.cfg.train.batch_size * self.dist.world_size < 2:
-            raise ConfigError(f"objective.estimator.baseline={baseline} with one row per micro-batch: the batch "
-                              "mean is that row's own reward, so the boundary policy would get no gradient; give "
-                              "train.batch_size >= 2 (or more ranks), or objective.estimator.baseline=none or value")
+        policy = self.objective.terms.policy  # None: no boundary rule learns by an estimator
+        estimator = None if policy is None else policy.estimator
+        batch = isinstance(estimator, ScoreFunction) and estimator.settings.returns.batch_baseline
+        if batch and self.cfg.train.batch_size * self.dist.world_size < 2:
+            raise ConfigError(f"objective.estimator.baseline={self.cfg.objective.estimator.baseline} with one row "
+                              "per micro-batch: the batch mean is that row's own reward, so the boundary policy "
+                              "would get no gradient; give train.batch_size >= 2 (or more ranks), or "
+                              "objective.estimator.baseline=none or value")
 
     def _budget_steps(self) -> int:
         """The steps train.flops_budget buys at the model's target rate (at most train.max_steps)."""
