@@ -59,15 +59,23 @@ def refuse_foreign_folder(out: str | Path, flag: str) -> None:
     from rltok.training.run_lock import LOCK
 
     out = Path(out)
-    try:
-        names = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
-    except OSError as e:
-        raise ConfigError(f"{flag} {out}: cannot list the folder ({e.strerror or e})") from None
+    names = _entries(out, flag)
     if not names or LOCK in names or "checkpoints" in names:  # a run's folder holds its lock from its start on
         return
-    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-    raise ConfigError(f"{flag} {out} already holds files that are not a run's ({shown}); a new run there would "
-                      "replace its config.json and metrics.jsonl: choose another folder, or pass --overwrite")
+    raise ConfigError(f"{flag} {out} already holds files that are not a run's ({_shown(names)}); a new run there "
+                      "would replace its config.json and metrics.jsonl: choose another folder, or pass --overwrite")
+
+
+def _entries(out: Path, flag: str) -> list[str]:
+    """The names in folder `out`, sorted (none where it is not a folder yet)."""
+    try:
+        return sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    except OSError as e:
+        raise ConfigError(f"{flag} {out}: cannot list the folder ({e.strerror or e})") from None
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
 
 
 def read_input(name: str, what: str, limit: int = MAX_TEXT_BYTES) -> bytes:
@@ -89,12 +97,7 @@ def refuse_other_files(out: str | Path, flag: str, own, what: str) -> None:
     entries are); a folder holding anything else (a project, a user's README) is refused: the
     command would replace its files."""
     out = Path(out)
-    try:
-        names = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
-    except OSError as e:
-        raise ConfigError(f"{flag} {out}: cannot list the folder ({e.strerror or e})") from None
-    other = [n for n in names if not own(n)]
+    other = [n for n in _entries(out, flag) if not own(n)]
     if other:
-        shown = ", ".join(other[:4]) + (f" and {len(other) - 4} more" if len(other) > 4 else "")
-        raise ConfigError(f"{flag} {out} holds files that are not {what} ({shown}), which it would replace: "
+        raise ConfigError(f"{flag} {out} holds files that are not {what} ({_shown(other)}), which it would replace: "
                           "give a new or empty folder")
